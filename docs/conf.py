@@ -1,0 +1,55 @@
+"""Sphinx configuration for nnx-introspect."""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
+    os.environ["XLA_FLAGS"] = (
+        os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
+    ).strip()
+
+import nnx_introspect
+
+project = "nnx-introspect"
+author = "nnx-introspect developers"
+copyright = "2026, nnx-introspect developers"
+release = nnx_introspect.__version__
+
+extensions = [
+    "sphinx.ext.autodoc",
+    "sphinx.ext.autosummary",
+    "sphinx.ext.doctest",
+    "sphinx.ext.intersphinx",
+    "sphinx.ext.napoleon",
+    "sphinx.ext.viewcode",
+    "myst_parser",
+]
+source_suffix = {".rst": "restructuredtext", ".md": "markdown"}
+exclude_patterns = ["_build"]
+html_theme = "furo"
+html_title = "nnx-introspect"
+
+autodoc_typehints = "description"
+autodoc_member_order = "bysource"
+autodoc_default_options = {"members": True, "show-inheritance": False}
+napoleon_google_docstring = True
+napoleon_numpy_docstring = False
+myst_enable_extensions = ["colon_fence"]
+
+intersphinx_mapping = {
+    "python": ("https://docs.python.org/3", None),
+    "jax": ("https://docs.jax.dev/en/latest", None),
+    "flax": ("https://flax.readthedocs.io/en/latest", None),
+    "numpy": ("https://numpy.org/doc/stable", None),
+}
+# The build machine has no network: intersphinx inventories may be unreachable.
+intersphinx_timeout = 2
+suppress_warnings = ["intersphinx.external", "config.cache"]
+nitpicky = False
+
+doctest_global_setup = """
+import jax
+import jax.numpy as jnp
+from flax import nnx
+import nnx_introspect as ni
+"""

@@ -1,0 +1,50 @@
+"""Nox sessions: tests, typecheck, lint and docs. Plain ``nox`` runs all four.
+
+Python versions come from ``pyproject.toml``; dependencies from its dependency
+groups. Extra arguments after ``--`` reach the underlying tool
+(``nox -s tests -- -k mesh``).
+"""
+
+import os
+
+import nox
+
+nox.needs_version = ">=2025.2.9"
+nox.options.default_venv_backend = "uv|virtualenv"
+nox.options.reuse_existing_virtualenvs = True
+nox.options.sessions = ["tests", "typecheck", "lint", "docs"]
+
+PYPROJECT = nox.project.load_toml("pyproject.toml")
+PYTHON = os.environ.get("NOX_PYTHON") or nox.project.python_versions(PYPROJECT)[0]
+DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+
+
+@nox.session(python=PYTHON)
+def tests(session: nox.Session) -> None:
+    """Run the test suite and the doctests of ``src`` on 8 virtual CPU devices."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "test"))
+    # pytest exits 5 when it collects nothing; nox treats that as a failure.
+    session.run("pytest", *session.posargs, env=DEVICES)
+
+
+@nox.session(python=PYTHON)
+def typecheck(session: nox.Session) -> None:
+    """Run ``mypy --strict`` over ``src`` and ``tests``."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "typecheck"))
+    session.run("mypy", "--strict", *(session.posargs or ["src", "tests"]))
+
+
+@nox.session(python=PYTHON)
+def lint(session: nox.Session) -> None:
+    """Run ``ruff check`` and ``ruff format --check``."""
+    session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    session.run("ruff", "check", *session.posargs)
+    session.run("ruff", "format", "--check", *session.posargs)
+
+
+@nox.session(python=PYTHON)
+def docs(session: nox.Session) -> None:
+    """Build the Sphinx HTML docs with ``-W`` and run their doctests."""
+    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "docs"))
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs, env=DEVICES)
+    session.run("sphinx-build", "-W", "--keep-going", "-b", "doctest", "docs", "docs/_build/doctest", *session.posargs, env=DEVICES)

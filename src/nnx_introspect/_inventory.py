@@ -1,0 +1,133 @@
+"""The variable inventory: one immutable record per state leaf.
+
+Every report in nnx-introspect is a small function of an inventory, and this is
+the only module (with ``_nnx.py``) that walks an NNX state. It reads shapes,
+dtypes and metadata; it never copies, converts or mutates a value.
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+import jax
+import numpy as np
+from flax import nnx
+
+from nnx_introspect import _nnx
+
+__all__ = ["VarRecord", "dtype_nbytes", "inventory", "path_str"]
+
+Path = tuple[Any, ...]
+
+
+@dataclasses.dataclass(frozen=True, eq=False)
+class VarRecord:
+    """One array leaf of an NNX state.
+
+    Attributes:
+        path: The keys leading to the leaf, as ``nnx.to_flat_state`` gives them.
+        kind: The variable type (``nnx.Param``, ``nnx.BatchStat``, ...) or, for a
+            raw array attribute, the array's own type.
+        shape: The global shape.
+        dtype: The dtype (PRNG key dtypes included).
+        size: Number of elements, an exact Python ``int``.
+        nbytes: Packed bytes: ``ceil(size * bits / 8)`` (int4 is half a byte).
+        sharding: The NNX sharding annotation (``out_sharding``) or ``None``.
+        value: The array for a concrete state, ``None`` for an abstract one.
+    """
+
+    path: Path
+    kind: type
+    shape: tuple[int, ...]
+    dtype: np.dtype[Any]
+    size: int
+    nbytes: int
+    sharding: Any
+    value: Any
+
+    @property
+    def path_str(self) -> str:
+        """The path as its keys joined by ``/`` (``"l1/kernel"``)."""
+        return path_str(self.path)
+
+    @property
+    def kind_name(self) -> str:
+        """The variable type's name (``"Param"``)."""
+        return self.kind.__name__
+
+    @property
+    def is_abstract(self) -> bool:
+        """Whether the leaf is a shape-only placeholder (no value to read)."""
+        return self.value is None
+
+
+def path_str(path: Path) -> str:
+    """Join path keys with ``/``, the way rules and reports write paths."""
+    return "/".join(str(k) for k in path)
+
+
+def dtype_nbytes(dtype: Any, size: int) -> int:
+    """Exact packed bytes of ``size`` elements of ``dtype`` (sub-byte dtypes packed).
+
+    PRNG key dtypes count their underlying key data (8 bytes for ``threefry``).
+    """
+    dt = np.dtype(dtype) if not _is_key_dtype(dtype) else dtype
+    if _is_key_dtype(dt):
+        return size * int(dt.itemsize)
+    bits = int(jax.dtypes.itemsize_bits(dt))
+    return (size * bits + 7) // 8
+
+
+def _is_key_dtype(dtype: Any) -> bool:
+    try:
+        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:  # pragma: no cover - exotic dtype objects
+        return False
+
+
+def _shape_dtype(value: Any) -> tuple[tuple[int, ...], Any] | None:
+    shape = getattr(value, "shape", None)
+    dtype = getattr(value, "dtype", None)
+    if shape is None or dtype is None:
+        return None
+    return tuple(int(d) for d in shape), dtype
+
+
+def inventory(target: nnx.Pytree | nnx.State, filters: tuple[Any, ...] = ()) -> tuple[VarRecord, ...]:
+    """The records of ``target``'s state leaves matching any of ``filters``.
+
+    In ``jax.tree.leaves(nnx.state(target))`` order; shared variables once.
+    Leaves without a shape (a Python scalar stored in a variable) are recorded
+    with shape ``()`` and the dtype JAX would give them.
+    """
+    state = _nnx.select_state(target, filters)
+    records: list[VarRecord] = []
+    for path, leaf in _nnx.flat_state(state):
+        kind: type = type(leaf)
+        sharding = _nnx.variable_sharding(leaf)
+        for sub, value in _nnx.iter_variable_leaves(leaf):
+            sd = _shape_dtype(value)
+            if sd is None:
+                arr = np.asarray(value)
+                shape, dtype = tuple(arr.shape), jax.dtypes.canonicalize_dtype(arr.dtype)
+            else:
+                shape, dtype = sd
+            if not isinstance(leaf, nnx.Variable):
+                kind = type(value)
+            size = math.prod(shape)
+            concrete = isinstance(value, jax.Array) or (
+                sd is None or isinstance(value, np.ndarray)
+            )
+            records.append(
+                VarRecord(
+                    path=path + sub,
+                    kind=kind,
+                    shape=shape,
+                    dtype=dtype,
+                    size=size,
+                    nbytes=dtype_nbytes(dtype, size),
+                    sharding=sharding,
+                    value=value if concrete else None,
+                )
+            )
+    return tuple(records)

@@ -1,0 +1,168 @@
+"""Shared renderers: any report's table as rich, markdown, JSON or HTML.
+
+A report exposes one :class:`Table` (and a JSON-ready payload); the functions
+here turn it into every output format, so a new report gets all of them for
+free and no report formats its own strings.
+"""
+
+import dataclasses
+import html
+import json
+from typing import Any
+
+from rich.table import Table as RichTable
+
+__all__ = [
+    "Report",
+    "Table",
+    "format_bytes",
+    "table_html",
+    "to_html",
+    "to_markdown",
+    "to_rich",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class Table:
+    """A rendered-agnostic table: what every report shows.
+
+    Attributes:
+        title: One line naming the report.
+        columns: Column headers.
+        rows: One tuple of cells per row (already human-formatted strings).
+        totals: Summary rows shown after a rule.
+        notes: Sentences shown below the table (caveats, problems).
+    """
+
+    title: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    totals: tuple[tuple[str, ...], ...] = ()
+    notes: tuple[str, ...] = ()
+
+
+def format_bytes(n: float) -> str:
+    """Human-readable bytes with binary units: ``format_bytes(1536) == "1.5 KiB"``."""
+    value = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
+        if abs(value) < 1024 or unit == "PiB":
+            if unit == "B":
+                return f"{value:g} B"
+            return f"{value:.2f} {unit}".replace(".00 ", " ")
+        value /= 1024
+    raise AssertionError("unreachable")  # pragma: no cover
+
+
+def to_rich(table: Table) -> RichTable:
+    """A ``rich.table.Table`` for terminals and notebooks."""
+    out = RichTable(title=table.title, caption="\n".join(table.notes) or None)
+    for i, name in enumerate(table.columns):
+        out.add_column(name, justify="left" if i == 0 else "right", no_wrap=i != 0)
+    for i, row in enumerate(table.rows):
+        # A rule between the body and the totals.
+        out.add_row(*row, end_section=bool(table.totals) and i == len(table.rows) - 1)
+    for row in table.totals:
+        out.add_row(*row, style="bold")
+    return out
+
+
+def _md_cell(text: str) -> str:
+    return text.replace("|", "\\|").replace("\n", " ")
+
+
+def to_markdown(table: Table) -> str:
+    """A GitHub-flavoured markdown table, totals in bold, notes as a list."""
+    lines = [f"**{_md_cell(table.title)}**", ""]
+    lines.append("| " + " | ".join(_md_cell(c) for c in table.columns) + " |")
+    aligns = [":---"] + ["---:"] * (len(table.columns) - 1)
+    lines.append("| " + " | ".join(aligns) + " |")
+    for row in table.rows:
+        lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
+    for row in table.totals:
+        cells = [f"**{_md_cell(c)}**" if c else "" for c in row]
+        lines.append("| " + " | ".join(cells) + " |")
+    if table.notes:
+        lines.append("")
+        lines.extend(f"- {_md_cell(n)}" for n in table.notes)
+    return "\n".join(lines) + "\n"
+
+
+_CSS = """
+body{font-family:system-ui,-apple-system,Segoe UI,Roboto,sans-serif;margin:2rem;color:#1b1f24}
+table{border-collapse:collapse;font-size:14px}
+th,td{padding:4px 10px;border-bottom:1px solid #d0d7de;text-align:right}
+th:first-child,td:first-child{text-align:left;font-family:ui-monospace,monospace}
+tr.total td{font-weight:600;border-top:2px solid #57606a}
+caption{font-weight:600;font-size:16px;text-align:left;padding-bottom:8px}
+ul.notes{color:#57606a}
+"""
+
+
+def table_html(table: Table) -> str:
+    """The ``<table>`` element (and notes) for ``table``, without a page around it."""
+    esc = html.escape
+    parts = [f"<table><caption>{esc(table.title)}</caption><thead><tr>"]
+    parts += [f"<th>{esc(c)}</th>" for c in table.columns]
+    parts.append("</tr></thead><tbody>")
+    for row in table.rows:
+        parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
+    for row in table.totals:
+        parts.append(
+            '<tr class="total">' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
+        )
+    parts.append("</tbody></table>")
+    if table.notes:
+        parts.append('<ul class="notes">')
+        parts += [f"<li>{esc(n)}</li>" for n in table.notes]
+        parts.append("</ul>")
+    return "".join(parts)
+
+
+def to_html(table: Table, *, extra: str = "") -> str:
+    """A self-contained HTML page (inline CSS, no scripts or external files)."""
+    return (
+        "<!DOCTYPE html><html lang=\"en\"><head><meta charset=\"utf-8\">"
+        f"<title>{html.escape(table.title)}</title><style>{_CSS}</style></head>"
+        f"<body>{extra}{table_html(table)}</body></html>\n"
+    )
+
+
+class Report:
+    """Mixin giving a report every output format from its :meth:`table`.
+
+    Subclasses implement :meth:`table` and :meth:`json_data`, and set
+    ``SCHEMA`` / ``SCHEMA_VERSION``.
+    """
+
+    SCHEMA: str = "nnx-introspect/report"
+    SCHEMA_VERSION: int = 1
+
+    def table(self) -> Table:
+        """The report as a :class:`Table`."""
+        raise NotImplementedError
+
+    def json_data(self) -> dict[str, Any]:
+        """The report's JSON payload (exact integers, no formatting)."""
+        raise NotImplementedError
+
+    def to_markdown(self) -> str:
+        """The report as a markdown table."""
+        return to_markdown(self.table())
+
+    def to_json(self, *, indent: int | None = 2) -> str:
+        """The report as JSON with ``schema`` and ``version`` fields first."""
+        payload = {"schema": self.SCHEMA, "version": self.SCHEMA_VERSION}
+        payload.update(self.json_data())
+        return json.dumps(payload, indent=indent)
+
+    def to_html(self) -> str:
+        """The report as a self-contained HTML page."""
+        return to_html(self.table())
+
+    def __rich__(self) -> RichTable:
+        """The report as a rich table (``rich.print(report)``)."""
+        return to_rich(self.table())
+
+    def _repr_html_(self) -> str:
+        return table_html(self.table())
