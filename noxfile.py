@@ -16,7 +16,10 @@ nox.options.sessions = ["tests", "typecheck", "lint", "docs"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
 PYTHON = os.environ.get("NOX_PYTHON") or nox.project.python_versions(PYPROJECT)[0]
-DEVICES = {"XLA_FLAGS": "--xla_force_host_platform_device_count=8", "JAX_PLATFORMS": "cpu"}
+DEVICES = {
+    "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
+    "JAX_PLATFORMS": "cpu",
+}
 
 
 @nox.session(python=PYTHON)
@@ -46,5 +49,25 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Sphinx HTML docs with ``-W`` and run their doctests."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "docs"))
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "html", "docs", "docs/_build/html", *session.posargs, env=DEVICES)
-    session.run("sphinx-build", "-W", "--keep-going", "-b", "doctest", "docs", "docs/_build/doctest", *session.posargs, env=DEVICES)
+    session.run(
+        "sphinx-build",
+        "-W",
+        "--keep-going",
+        "-b",
+        "html",
+        "docs",
+        "docs/_build/html",
+        *session.posargs,
+        env=DEVICES,
+    )
+    session.run(
+        "sphinx-build",
+        "-W",
+        "--keep-going",
+        "-b",
+        "doctest",
+        "docs",
+        "docs/_build/doctest",
+        *session.posargs,
+        env=DEVICES,
+    )

@@ -96,7 +96,9 @@ def ideal_share(total: IntLike, num_shards: IntLike) -> float:
         >>> ideal_share(6, 4)
         1.5
     """
-    return as_int(total, "total", minimum=0) / as_int(num_shards, "num_shards", minimum=1)
+    return as_int(total, "total", minimum=0) / as_int(
+        num_shards, "num_shards", minimum=1
+    )
 
 
 @typechecked
@@ -136,7 +138,7 @@ def param_sum(target: Target, /, *filters: Any) -> jax.Array:
                 "has no values to sum. Build the model concretely, or use "
                 "`count_params` for shape-only questions."
             )
-        if jax.dtypes.issubdtype(jnp.result_type(leaf), jax.dtypes.prng_key):
+        if jnp.issubdtype(jnp.result_type(leaf), jax.dtypes.prng_key):
             continue
         part = jnp.sum(leaf)
         total = part if total is None else total + part

@@ -43,7 +43,9 @@ def fresh_init_forward(
     Example:
         >>> import jax.numpy as jnp
         >>> from flax import nnx
-        >>> y = fresh_init_forward(lambda rngs: nnx.Linear(3, 2, rngs=rngs), 0, jnp.ones((4, 3)))
+        >>> def factory(rngs):
+        ...     return nnx.Linear(3, 2, rngs=rngs)
+        >>> y = fresh_init_forward(factory, 0, jnp.ones((4, 3)))
         >>> y.shape
         (4, 2)
     """

@@ -10,12 +10,13 @@ import math
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
 from nnx_introspect import _nnx
 
-__all__ = ["VarRecord", "dtype_nbytes", "inventory", "path_str"]
+__all__ = ["VarRecord", "dtype_nbytes", "inventory", "metadata_inventory", "path_str"]
 
 Path = tuple[Any, ...]
 
@@ -80,7 +81,7 @@ def dtype_nbytes(dtype: Any, size: int) -> int:
 
 def _is_key_dtype(dtype: Any) -> bool:
     try:
-        return bool(jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key))
+        return bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
     except TypeError:  # pragma: no cover - exotic dtype objects
         return False
 
@@ -93,7 +94,9 @@ def _shape_dtype(value: Any) -> tuple[tuple[int, ...], Any] | None:
     return tuple(int(d) for d in shape), dtype
 
 
-def inventory(target: nnx.Pytree | nnx.State, filters: tuple[Any, ...] = ()) -> tuple[VarRecord, ...]:
+def inventory(
+    target: nnx.Pytree | nnx.State[Any, Any], filters: tuple[Any, ...] = ()
+) -> tuple[VarRecord, ...]:
     """The records of ``target``'s state leaves matching any of ``filters``.
 
     In ``jax.tree.leaves(nnx.state(target))`` order; shared variables once.
@@ -109,7 +112,10 @@ def inventory(target: nnx.Pytree | nnx.State, filters: tuple[Any, ...] = ()) -> 
             sd = _shape_dtype(value)
             if sd is None:
                 arr = np.asarray(value)
-                shape, dtype = tuple(arr.shape), jax.dtypes.canonicalize_dtype(arr.dtype)
+                shape, dtype = (
+                    tuple(arr.shape),
+                    jax.dtypes.canonicalize_dtype(arr.dtype),
+                )
             else:
                 shape, dtype = sd
             if not isinstance(leaf, nnx.Variable):
@@ -130,4 +136,33 @@ def inventory(target: nnx.Pytree | nnx.State, filters: tuple[Any, ...] = ()) -> 
                     value=value if concrete else None,
                 )
             )
+    return tuple(records)
+
+
+def metadata_inventory(tree: Any) -> tuple[VarRecord, ...]:
+    """The records of a metadata tree, such as an orbax checkpoint's, reading no value.
+
+    Leaves are anything with ``shape`` and ``dtype`` (orbax ``ArrayMetadata``,
+    ``jax.ShapeDtypeStruct``); ``kind`` is the leaf's own type, ``sharding`` its
+    ``sharding`` attribute (orbax sharding metadata) and ``value`` is ``None``.
+    Paths are the tree's keys in ``jax.tree.leaves`` order, unchanged.
+    """
+    records: list[VarRecord] = []
+    for path, leaf in _nnx.flat_state_public(tree):
+        shape = tuple(int(d) for d in (getattr(leaf, "shape", None) or ()))
+        dtype = getattr(leaf, "dtype", None)
+        dtype = np.dtype(object) if dtype is None else dtype
+        size = math.prod(shape)
+        records.append(
+            VarRecord(
+                path=path,
+                kind=type(leaf),
+                shape=shape,
+                dtype=dtype,
+                size=size,
+                nbytes=dtype_nbytes(dtype, size) if dtype != np.dtype(object) else 0,
+                sharding=getattr(leaf, "sharding", None),
+                value=None,
+            )
+        )
     return tuple(records)

@@ -5,13 +5,16 @@ two paths give the same answer. Other modules import from here instead of
 reaching into ``flax.nnx`` internals themselves.
 """
 
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import numpy as np
 from flax import nnx
 
 __all__ = [
+    "abstract_build",
+    "abstract_build_public",
     "flat_state",
     "flat_state_public",
     "iter_variable_leaves",
@@ -22,14 +25,18 @@ __all__ = [
 Path = tuple[Any, ...]
 
 
-def select_state(target: nnx.Pytree | nnx.State, filters: tuple[Any, ...]) -> nnx.State:
+def select_state(
+    target: nnx.Pytree | nnx.State[Any, Any], filters: tuple[Any, ...]
+) -> nnx.State[Any, Any]:
     """The state of ``target`` restricted to the variables matching any filter.
 
     No filter means every variable. Several filters mean their union (unlike
     ``nnx.state(node, f1, f2)``, which returns one state per filter). Shared
     variables appear once, as ``nnx.state`` gives them. Never mutates ``target``.
     """
-    flt: Any = ... if not filters else (filters[0] if len(filters) == 1 else nnx.Any(*filters))
+    flt: Any = (
+        ... if not filters else (filters[0] if len(filters) == 1 else nnx.Any(*filters))
+    )
     if isinstance(target, nnx.State):
         if flt is ...:
             return target
@@ -37,7 +44,7 @@ def select_state(target: nnx.Pytree | nnx.State, filters: tuple[Any, ...]) -> nn
     return nnx.state(target, flt)
 
 
-def flat_state(state: nnx.State) -> list[tuple[Path, Any]]:
+def flat_state(state: nnx.State[Any, Any]) -> list[tuple[Path, Any]]:
     """``(path, variable_or_array)`` pairs of ``state`` in ``jax.tree.leaves`` order.
 
     Uses ``nnx.to_flat_state`` (sorted, like the state's pytree flattening); falls
@@ -49,7 +56,7 @@ def flat_state(state: nnx.State) -> list[tuple[Path, Any]]:
     return [(tuple(path), leaf) for path, leaf in to_flat(state)]
 
 
-def flat_state_public(state: nnx.State) -> list[tuple[Path, Any]]:
+def flat_state_public(state: nnx.State[Any, Any]) -> list[tuple[Path, Any]]:
     """The fallback for :func:`flat_state`, using only ``jax.tree_util``."""
     pairs, _ = jax.tree_util.tree_flatten_with_path(
         state, is_leaf=lambda x: isinstance(x, nnx.Variable)
@@ -102,3 +109,80 @@ def iter_variable_leaves(leaf: Any) -> Iterator[tuple[Path, Any]]:
         if is_variable and sub[:1] == ("value",):
             sub = sub[1:]
         yield sub, value
+
+
+# --- Abstract builds -------------------------------------------------------------
+#
+# ``nnx.eval_shape(lambda: factory(nnx.Rngs(seed)))`` costs time quadratic in the
+# number of RNG draws: every draw runs ``self.count[...] += 1``, and flax's
+# ``Variable.set_value`` then compares ``getattr(value, "sharding", None)`` of the
+# new and old counter. Under tracing the counter is a tracer, whose ``.sharding``
+# raises an AttributeError whose message (``_origin_msg``) walks every equation
+# traced so far. The avoidance below patches nothing: before the factory runs, each
+# stream's ``RngCount`` is given a NumPy counter through the public
+# ``Variable.set_value``. Counting then stays in NumPy (no tracer, no ``.sharding``
+# lookup), while keys are still derived by ``jax.random.fold_in`` under the trace.
+# Keys, shapes, dtypes and metadata are unchanged; ``tests/test_abstract.py``
+# proves the result equal to :func:`abstract_build_public` for every example model.
+
+_MESH_REQUIRED = "mesh context or metadata is required"
+
+
+def _numpy_counters(rngs: nnx.Rngs) -> bool:
+    """Give every ``RngCount`` of ``rngs`` a NumPy counter; ``False`` if impossible."""
+    count_type = getattr(nnx, "RngCount", None)
+    iter_graph = getattr(nnx, "iter_graph", None)
+    if count_type is None or iter_graph is None:  # pragma: no cover - other flax
+        return False
+    counters = [n for _, n in iter_graph(rngs) if isinstance(n, count_type)]
+    for counter in counters:
+        shape = tuple(int(d) for d in counter.shape)
+        counter.set_value(np.zeros(shape, np.uint32))
+        if not isinstance(counter.get_value(), np.ndarray):  # pragma: no cover
+            return False
+    return bool(counters)
+
+
+def _eval_shape(factory: Callable[[nnx.Rngs], Any], seed: int, fast: bool) -> Any:
+    def build() -> Any:
+        rngs = nnx.Rngs(seed)
+        if fast and not _numpy_counters(rngs):  # pragma: no cover - other flax
+            rngs = nnx.Rngs(seed)
+        return factory(rngs)
+
+    return nnx.eval_shape(build)
+
+
+def _no_mesh() -> bool:
+    return bool(jax.sharding.get_abstract_mesh().empty)
+
+
+def _build(factory: Callable[[nnx.Rngs], Any], seed: int, fast: bool) -> Any:
+    try:
+        return _eval_shape(factory, seed, fast)
+    except ValueError as error:
+        # Variables annotated with ``out_sharding`` need a mesh under flax's eager
+        # sharding. With no mesh there is nothing to shard over: build again with
+        # eager sharding off (a public, restoring context manager), which keeps the
+        # annotations as metadata for mesh planning.
+        lazy = getattr(nnx, "use_eager_sharding", None)
+        if lazy is None or _MESH_REQUIRED not in str(error) or not _no_mesh():
+            raise
+        with lazy(False):
+            return _eval_shape(factory, seed, fast)
+
+
+def abstract_build(factory: Callable[[nnx.Rngs], Any], seed: int) -> Any:
+    """``factory(nnx.Rngs(seed))`` built abstractly, in time linear in its size.
+
+    Leaves are ``jax.ShapeDtypeStruct``; nothing is allocated and no forward pass
+    runs. Same result as :func:`abstract_build_public` (plain ``nnx.eval_shape``)
+    without its quadratic cost; models annotated with ``out_sharding`` also build
+    when no mesh is set.
+    """
+    return _build(factory, seed, fast=True)
+
+
+def abstract_build_public(factory: Callable[[nnx.Rngs], Any], seed: int) -> Any:
+    """The fallback for :func:`abstract_build`: plain ``nnx.eval_shape``."""
+    return _build(factory, seed, fast=False)

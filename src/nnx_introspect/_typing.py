@@ -10,7 +10,7 @@ small helpers so every function words its errors the same way.
 import math
 import numbers
 from collections.abc import Callable
-from typing import Any, TypeAlias, TypeVar
+from typing import Any, TypeAlias, TypeVar, cast
 
 import jax
 import numpy as np
@@ -36,15 +36,14 @@ def typechecked(fn: _F) -> _F:
     The one decorator every public function wears, so that shape variables are
     checked across arguments (bare ``@beartype`` would skip that).
     """
-    checked: _F = jaxtyped(fn, typechecker=beartype)
-    return checked
+    return cast(_F, jaxtyped(fn, typechecker=beartype))
 
 
 IntLike: TypeAlias = int | float | np.integer | np.floating | np.ndarray | jax.Array
 """An integer-valued scalar as users pass it: ``3``, ``3.0``, ``np.int32(3)``,
 ``jnp.asarray(3.0)``. :func:`as_int` turns it into a Python ``int``."""
 
-Target: TypeAlias = nnx.Pytree | nnx.State
+Target: TypeAlias = nnx.Pytree | nnx.State[Any, Any]
 """What introspection functions accept: an NNX module or other graph node (an
 ``nnx.Optimizer``, say), concrete or abstract, or an ``nnx.State``."""
 
@@ -66,8 +65,10 @@ def as_int(value: object, name: str, *, minimum: int = 0) -> int:
         >>> as_int(4.0, "features", minimum=1)
         4
     """
-    need = "a positive integer" if minimum == 1 else (
-        "a nonnegative integer" if minimum == 0 else f"an integer >= {minimum}"
+    need = (
+        "a positive integer"
+        if minimum == 1
+        else ("a nonnegative integer" if minimum == 0 else f"an integer >= {minimum}")
     )
     if isinstance(value, bool | np.bool_):
         raise TypeError(f"`{name}` must be {need}, got the bool {value!r}.")

@@ -73,7 +73,7 @@ def mesh_init_simulate(
 def orbax_save_count(
     seed: IntLike, x: _Matrix, features: IntLike, num_shards: IntLike
 ) -> Float[Array, "2"]:
-    """Return ``[total_params, total_params / num_shards]`` for ``nnx.Linear(D, features)``.
+    """Return ``[total_params, ideal_share]`` for ``nnx.Linear(D, features)``.
 
     ``total_params`` is ``(D + 1) * features`` (kernel plus default bias); the
     share is plain division, accounting rather than a placement. Nothing is
@@ -109,7 +109,7 @@ def graphdef_vs_state(
     features: object,
     hidden: IntLike,
 ) -> Float[Array, "3"]:
-    """Return ``[num_leaves, total_param_sum, forward_output_sum]`` for the two-layer model.
+    """Count, sum and run the two-layer model: ``[leaves, param_sum, output_sum]``.
 
     Builds :class:`~nnx_introspect.examples.TwoLayer` with input width
     ``x.shape[-1]`` and ``hidden`` units from one ``nnx.Rngs(seed)``, sums its
@@ -137,7 +137,7 @@ def graphdef_vs_state(
     hidden_i = as_int(hidden, "hidden", minimum=1)
     check_finite(x, "x")
     model = TwoLayer(x.shape[-1], hidden_i, rngs=nnx.Rngs(seed_i))
-    forward_output_sum = jnp.sum(model(x))
+    forward_output_sum = jnp.sum(model(jnp.asarray(x)))
     _, state = nnx.split(model)
     num_leaves = jnp.float32(count_state_leaves(state))
     total_param_sum = param_sum(state, ...)
@@ -145,8 +145,10 @@ def graphdef_vs_state(
 
 
 @typechecked
-def orbax_load_simulate(seed: IntLike, x: _Matrix, features: IntLike) -> Float[Array, "_"]:
-    """Rebuild ``nnx.Linear(D, features)`` from a fresh seed twice; return ``second(x)`` flat.
+def orbax_load_simulate(
+    seed: IntLike, x: _Matrix, features: IntLike
+) -> Float[Array, " flat"]:
+    """Build ``nnx.Linear(D, features)`` twice from one seed; return ``second(x)`` flat.
 
     Each layer gets its own freshly created ``nnx.Rngs(seed)``, so both start
     from identical parameters; the second is applied to ``x`` (no activation)

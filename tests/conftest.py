@@ -1,0 +1,90 @@
+"""Shared fixtures: the model zoo every test module draws from.
+
+Devices are configured in the repository's root ``conftest.py``, before JAX starts.
+"""
+
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+
+
+class BNDropoutMLP(nnx.Module):
+    """Linear -> BatchNorm -> Dropout -> Linear: Param, BatchStat and RNG state."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(3, 5, rngs=rngs)
+        self.bn = nnx.BatchNorm(5, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.l2 = nnx.Linear(5, 2, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y: jax.Array = self.l2(self.drop(self.bn(self.l1(x))))
+        return y
+
+
+class Tied(nnx.Module):
+    """The same Linear reachable under two attribute names."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.enc = nnx.Linear(4, 4, rngs=rngs)
+        self.dec = self.enc
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        y: jax.Array = self.dec(self.enc(x))
+        return y
+
+
+@pytest.fixture
+def linear() -> nnx.Linear:
+    return nnx.Linear(4, 3, rngs=nnx.Rngs(0))
+
+
+@pytest.fixture
+def bn_dropout() -> BNDropoutMLP:
+    return BNDropoutMLP(nnx.Rngs(0, dropout=1))
+
+
+@pytest.fixture
+def tied() -> Tied:
+    return Tied(nnx.Rngs(0))
+
+
+@pytest.fixture
+def abstract_bn_dropout() -> BNDropoutMLP:
+    model: BNDropoutMLP = nnx.eval_shape(lambda: BNDropoutMLP(nnx.Rngs(0, dropout=1)))
+    return model
+
+
+def snapshot(target: Any) -> list[tuple[Any, np.ndarray]]:
+    """Every state leaf as (path, host copy), RNG keys as their key data."""
+    out = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(target)):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        out.append((path, np.asarray(leaf).copy()))
+    return out
+
+
+def assert_unchanged(before: list[tuple[Any, np.ndarray]], target: Any) -> None:
+    after = snapshot(target)
+    assert [p for p, _ in before] == [p for p, _ in after]
+    for (path, a), (_, b) in zip(before, after, strict=True):
+        assert a.dtype == b.dtype and a.shape == b.shape, path
+        assert a.tobytes() == b.tobytes(), f"{path} changed"
+
+
+@pytest.fixture
+def assert_readonly() -> Any:
+    """``assert_readonly(target, fn)``: call ``fn()``, then check ``target`` is bitwise unchanged."""
+
+    def check(target: Any, fn: Any) -> Any:
+        before = snapshot(target)
+        result = fn()
+        assert_unchanged(before, target)
+        return result
+
+    return check

@@ -1,0 +1,98 @@
+"""Integer-scalar coercion and finiteness checks shared by every public function."""
+
+import math
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from hypothesis import given
+from hypothesis import strategies as st
+
+from nnx_introspect._typing import as_int, check_finite
+
+
+@pytest.mark.parametrize(
+    "value",
+    [
+        3,
+        3.0,
+        np.int32(3),
+        np.float32(3.0),
+        np.int64(3),
+        np.asarray(3),
+        jnp.asarray(3.0),
+    ],
+)
+def test_as_int_accepts_integer_valued_scalars(value: object) -> None:
+    result = as_int(value, "n", minimum=1)
+    assert result == 3 and type(result) is int
+
+
+@pytest.mark.parametrize(
+    ("value", "exc", "match"),
+    [
+        (0, ValueError, r"`n` must be a positive integer, got 0\."),
+        (-2.0, ValueError, r"`n` must be a positive integer, got -2\."),
+        (
+            2.5,
+            ValueError,
+            r"`n` must be a positive integer, got the non-integral value 2\.5\.",
+        ),
+        (math.nan, ValueError, r"`n` must be a positive integer, got nan\."),
+        (math.inf, ValueError, r"`n` must be a positive integer, got inf\."),
+        (-math.inf, ValueError, r"`n` must be a positive integer, got -inf\."),
+        (True, TypeError, r"`n` must be a positive integer, got the bool True\."),
+        (np.bool_(True), TypeError, r"got the bool"),
+        (jnp.asarray(True), TypeError, r"got the bool"),
+        ("3", TypeError, r"`n` must be a positive integer, got '3' of type str\."),
+        (None, TypeError, r"got None of type NoneType"),
+        (np.ones(2), TypeError, r"got an array of shape \(2,\)"),
+    ],
+)
+def test_as_int_rejects(value: object, exc: type[Exception], match: str) -> None:
+    with pytest.raises(exc, match=match):
+        as_int(value, "n", minimum=1)
+
+
+def test_as_int_nonnegative_wording() -> None:
+    assert as_int(0, "seed", minimum=0) == 0
+    with pytest.raises(
+        ValueError, match=r"`seed` must be a nonnegative integer, got -1\."
+    ):
+        as_int(-1, "seed", minimum=0)
+
+
+def test_as_int_rejects_traced_values() -> None:
+    def f(v: jax.Array) -> int:
+        return as_int(v, "seed")
+
+    with pytest.raises(TypeError, match=r"`seed` must be a concrete .*static_argnums"):
+        jax.jit(f)(jnp.asarray(1))
+
+
+@given(st.integers(min_value=0, max_value=10**30))
+def test_as_int_exact_for_python_ints(n: int) -> None:
+    assert as_int(n, "n") == n
+
+
+@given(st.integers(min_value=0, max_value=2**53))
+def test_as_int_exact_for_integral_floats(n: int) -> None:
+    assert as_int(float(n), "n") == n
+
+
+def test_check_finite() -> None:
+    check_finite(jnp.ones(3), "x")
+    check_finite(jnp.arange(3), "x")  # integers are always finite
+    with pytest.raises(
+        ValueError,
+        match=r"`x` must be finite, got 2 NaN or infinite value\(s\) among 4",
+    ):
+        check_finite(jnp.asarray([1.0, jnp.nan, jnp.inf, 0.0]), "x")
+
+    @jax.jit
+    def f(x: jax.Array) -> jax.Array:
+        check_finite(x, "x")  # traced: cannot be inspected, lets it through
+        return x
+
+    assert bool(jnp.isnan(f(jnp.asarray([jnp.nan])))[0])
