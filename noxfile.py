@@ -1,7 +1,8 @@
 """Nox sessions: tests, typecheck, lint and docs. Plain ``nox`` runs all four.
 
-Python versions come from ``pyproject.toml``; dependencies from its dependency
-groups. Extra arguments after ``--`` reach the underlying tool
+Sessions run on the interpreter that runs nox (set ``NOX_PYTHON=3.12`` to pick
+another of the versions ``pyproject.toml`` declares); dependencies come from its
+dependency groups. Extra arguments after ``--`` reach the underlying tool
 (``nox -s tests -- -k mesh``).
 """
 
@@ -15,7 +16,10 @@ nox.options.reuse_existing_virtualenvs = True
 nox.options.sessions = ["tests", "typecheck", "lint", "docs"]
 
 PYPROJECT = nox.project.load_toml("pyproject.toml")
-PYTHON = os.environ.get("NOX_PYTHON") or nox.project.python_versions(PYPROJECT)[0]
+SUPPORTED = nox.project.python_versions(PYPROJECT)
+PYTHON = os.environ.get("NOX_PYTHON") or None
+if PYTHON is not None and PYTHON not in SUPPORTED:
+    raise SystemExit(f"NOX_PYTHON={PYTHON} is not one of {SUPPORTED} (pyproject.toml)")
 DEVICES = {
     "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
     "JAX_PLATFORMS": "cpu",
