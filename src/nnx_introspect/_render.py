@@ -8,6 +8,7 @@ free and no report formats its own strings.
 import dataclasses
 import html
 import json
+import math
 from typing import Any
 
 from rich.table import Table as RichTable
@@ -97,6 +98,28 @@ th:first-child,td:first-child{text-align:left;font-family:ui-monospace,monospace
 tr.total td{font-weight:600;border-top:2px solid #57606a}
 caption{font-weight:600;font-size:16px;text-align:left;padding-bottom:8px}
 ul.notes{color:#57606a}
+figure.bars{margin:0 0 2rem 0;max-width:960px}
+figcaption,h2{font-weight:600;font-size:16px;margin:0 0 8px 0}
+.bar-row{display:flex;align-items:center;gap:8px;margin:4px 0}
+.bar-label{width:9rem;font-family:ui-monospace,monospace;font-size:13px}
+.bar-track{position:relative;flex:1;height:22px;background:#f6f8fa}
+.bar{position:absolute;left:0}
+.bar.actual{top:0;height:14px;background:#0969da}
+.bar.ideal{top:14px;height:8px;background:#8c959f}
+.budget{position:absolute;top:-3px;height:28px;border-left:2px solid #cf222e}
+.bar-value{width:16rem;font-size:13px;color:#57606a}
+.legend{font-size:13px;color:#57606a;margin-top:6px}
+.swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
+.swatch.actual{background:#0969da}.swatch.ideal{background:#8c959f}
+.swatch.budget-sw{background:#cf222e;width:3px}
+details.leaf{margin:6px 0;max-width:960px}
+details.leaf summary{font-family:ui-monospace,monospace;cursor:pointer}
+table.dims{margin:6px 0 6px 1rem}
+table.grid{margin:6px 0 12px 1rem}
+table.grid td{width:28px;height:22px;text-align:center;font-size:12px;
+border:1px solid #fff;padding:0}
+table.grid caption{font-size:12px;font-weight:400;color:#57606a}
+p.warn{color:#cf222e}
 """
 
 
@@ -209,12 +232,16 @@ def bar_chart_html(
         '<span class="swatch ideal"></span>ideal share (global / devices)'
     )
     if budget is not None:
-        legend += f' <span class="swatch budget-sw"></span>budget {esc(format_bytes(budget))}'
+        legend += (
+            f' <span class="swatch budget-sw"></span>budget {esc(format_bytes(budget))}'
+        )
     parts.append(legend + "</div></figure>")
     return "".join(parts)
 
 
-def _block_index(coords: dict[str, int], axes: tuple[str, ...], sizes: dict[str, int]) -> int:
+def _block_index(
+    coords: dict[str, int], axes: tuple[str, ...], sizes: dict[str, int]
+) -> int:
     index = 0
     for axis in axes:  # the first axis of a tuple entry is the major one
         index = index * sizes[axis] + coords[axis]
@@ -245,11 +272,10 @@ def split_grid_html(
     esc = html.escape
     sizes = dict(zip(axis_names, axis_sizes, strict=True))
     dims = [spec[d] if d < len(spec) else () for d in range(len(shape))]
-    pieces = [
-        math.prod(sizes.get(a, 1) for a in axes) for axes in dims
-    ]
+    pieces = [math.prod(sizes.get(a, 1) for a in axes) for axes in dims]
     parts = [
-        f"<details class=\"leaf\"{' open' if open_ else ''}><summary>{esc(title)}</summary>",
+        f'<details class="leaf"{" open" if open_ else ""}>',
+        f"<summary>{esc(title)}</summary>",
         '<table class="dims"><thead><tr><th>dim</th><th>size</th><th>split over</th>'
         "<th>pieces</th><th>shard size</th></tr></thead><tbody>",
     ]
@@ -283,7 +309,9 @@ def split_grid_html(
             for c in range(n_cols):
                 coords = {axis_names[0]: r}
                 rem = c
-                for name, s in zip(reversed(rest_names), reversed(rest_sizes), strict=True):
+                for name, s in zip(
+                    reversed(rest_names), reversed(rest_sizes), strict=True
+                ):
                     coords[name] = rem % s
                     rem //= s
                 blocks = [_block_index(coords, axes, sizes) for axes in dims]

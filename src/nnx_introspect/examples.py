@@ -5,11 +5,28 @@ Every factory takes an ``nnx.Rngs`` and returns a module, so each one works with
 ``package.module:callable`` targets.
 """
 
-import jax
-from flax import nnx
-from jaxtyping import Array, Float
+import dataclasses
+from collections.abc import Callable
+from typing import Any
 
-__all__ = ["TwoLayer", "two_layer"]
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jaxtyping import Array, Float, Int
+
+__all__ = [
+    "BNDropoutMLP",
+    "Llama",
+    "LlamaConfig",
+    "TiedEmbedding",
+    "TwoLayer",
+    "bn_dropout_mlp",
+    "llama",
+    "llama_7b",
+    "llama_tiny",
+    "tied_embedding",
+    "two_layer",
+]
 
 
 class TwoLayer(nnx.Module):
@@ -47,3 +64,279 @@ def two_layer(rngs: nnx.Rngs) -> TwoLayer:
         36
     """
     return TwoLayer(3, 4, rngs=rngs)
+
+
+class BNDropoutMLP(nnx.Module):
+    """``Linear -> BatchNorm -> relu -> Dropout -> Linear``: every common variable kind.
+
+    Holds ``Param`` (kernels, biases, BatchNorm scale and bias), ``BatchStat``
+    (BatchNorm's running mean and variance) and, because the ``Dropout`` keeps
+    its own stream, ``RngKey`` and ``RngCount`` state.
+
+    Args:
+        in_features: Input width.
+        hidden: Hidden width.
+        out_features: Output width.
+        rngs: The RNG streams (``params``; ``dropout`` if given, else the default).
+
+    Example:
+        >>> from flax import nnx
+        >>> model = BNDropoutMLP(3, 5, 2, rngs=nnx.Rngs(0))
+        >>> model.bn.mean.shape
+        (5,)
+    """
+
+    def __init__(
+        self, in_features: int, hidden: int, out_features: int, *, rngs: nnx.Rngs
+    ) -> None:
+        self.l1 = nnx.Linear(in_features, hidden, rngs=rngs)
+        self.bn = nnx.BatchNorm(hidden, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.l2 = nnx.Linear(hidden, out_features, rngs=rngs)
+
+    def __call__(self, x: Float[Array, "batch d"]) -> Float[Array, "batch o"]:
+        """``l2(drop(relu(bn(l1(x)))))``."""
+        y: jax.Array = self.l2(self.drop(jax.nn.relu(self.bn(self.l1(x)))))
+        return y
+
+
+def bn_dropout_mlp(rngs: nnx.Rngs) -> BNDropoutMLP:
+    """A :class:`BNDropoutMLP` with 3 inputs, 5 hidden units and 2 outputs.
+
+    Parameters: ``3*5 + 5`` (l1) ``+ 5 + 5`` (BatchNorm scale, bias)
+    ``+ 5*2 + 2`` (l2) ``= 42``; batch statistics: ``5 + 5 = 10``.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import count_params
+        >>> model = bn_dropout_mlp(nnx.Rngs(0))
+        >>> count_params(model), count_params(model, nnx.BatchStat)
+        (42, 10)
+    """
+    return BNDropoutMLP(3, 5, 2, rngs=rngs)
+
+
+class TiedEmbedding(nnx.Module):
+    """A token embedding whose table is also the output projection (weight tying).
+
+    The ``nnx.Embed`` is reachable as ``embed`` and ``head``; the state holds its
+    table once, so the parameter count is ``vocab * d_model``.
+
+    Args:
+        vocab: Vocabulary size.
+        d_model: Embedding width.
+        rngs: The RNG streams.
+
+    Example:
+        >>> from flax import nnx
+        >>> model = TiedEmbedding(10, 4, rngs=nnx.Rngs(0))
+        >>> model.head is model.embed
+        True
+    """
+
+    def __init__(self, vocab: int, d_model: int, *, rngs: nnx.Rngs) -> None:
+        self.embed = nnx.Embed(vocab, d_model, rngs=rngs)
+        self.head = self.embed
+
+    def __call__(
+        self, tokens: Int[Array, "*batch seq"]
+    ) -> Float[Array, "*batch seq v"]:
+        """Embed ``tokens`` and score them against the same table."""
+        y: jax.Array = self.head.attend(self.embed(tokens))
+        return y
+
+
+def tied_embedding(rngs: nnx.Rngs) -> TiedEmbedding:
+    """A :class:`TiedEmbedding` with a 10-token vocabulary and width 4 (40 params).
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import count_params, count_state_leaves
+        >>> model = tied_embedding(nnx.Rngs(0))
+        >>> count_params(model), count_state_leaves(model)
+        (40, 1)
+    """
+    return TiedEmbedding(10, 4, rngs=rngs)
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """The sizes of a :class:`Llama` decoder.
+
+    Args:
+        vocab: Vocabulary size.
+        d_model: Residual width.
+        n_layers: Number of decoder layers.
+        n_heads: Attention heads (``d_model`` must be divisible by it).
+        d_ff: Hidden width of the gated MLP.
+        param_dtype: Parameter dtype.
+        partitioned: Annotate kernels with sharding names (``"fsdp"``, ``"tp"``),
+            as model zoos do, so mesh planning has specs to work with.
+    """
+
+    vocab: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    param_dtype: Any = jnp.float32
+    partitioned: bool = False
+
+
+LLAMA_TINY = LlamaConfig(vocab=8000, d_model=256, n_layers=8, n_heads=4, d_ff=688)
+"""About 10.4M parameters: small enough to build concretely in a test."""
+
+LLAMA_7B = LlamaConfig(vocab=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008)
+"""The Llama-2-7B shapes: 6,738,415,616 parameters in 291 leaves."""
+
+
+def _meta(cfg: LlamaConfig, names: tuple[str | None, ...]) -> dict[str, Any]:
+    return {"out_sharding": names} if cfg.partitioned else {}
+
+
+def _rope(x: Float[Array, "b s h d"]) -> Float[Array, "b s h d"]:
+    half = x.shape[-1] // 2
+    pos = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None]
+    freq = 10000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    angle = (pos * freq)[None, :, None, :]
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    x1, x2 = x[..., :half], x[..., half:]
+    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+
+
+class LlamaLayer(nnx.Module):
+    """One pre-norm decoder layer: RMSNorm, attention, RMSNorm, gated MLP."""
+
+    def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs) -> None:
+        d, f, dt = cfg.d_model, cfg.d_ff, cfg.param_dtype
+        col, row = _meta(cfg, ("fsdp", "tp")), _meta(cfg, ("tp", "fsdp"))
+
+        def linear(i: int, o: int, meta: dict[str, Any]) -> nnx.Linear:
+            return nnx.Linear(
+                i, o, use_bias=False, param_dtype=dt, rngs=rngs, kernel_metadata=meta
+            )
+
+        self.n_heads = cfg.n_heads
+        self.attn_norm = nnx.RMSNorm(d, param_dtype=dt, rngs=rngs)
+        self.q = linear(d, d, col)
+        self.k = linear(d, d, col)
+        self.v = linear(d, d, col)
+        self.o = linear(d, d, row)
+        self.mlp_norm = nnx.RMSNorm(d, param_dtype=dt, rngs=rngs)
+        self.gate = linear(d, f, col)
+        self.up = linear(d, f, col)
+        self.down = linear(f, d, row)
+
+    def __call__(self, x: Float[Array, "b s d"]) -> Float[Array, "b s d"]:
+        """Causal self-attention with rotary positions, then the SiLU-gated MLP."""
+        b, s, d = x.shape
+        h = self.attn_norm(x)
+        shape = (b, s, self.n_heads, d // self.n_heads)
+        q = _rope(self.q(h).reshape(shape))
+        k = _rope(self.k(h).reshape(shape))
+        v = self.v(h).reshape(shape)
+        mask = jnp.tril(jnp.ones((s, s), dtype=bool))
+        att = jax.nn.dot_product_attention(q, k, v, mask=mask[None, None])
+        x = x + self.o(att.reshape(b, s, d))
+        h = self.mlp_norm(x)
+        y: jax.Array = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
+        return y
+
+
+class Llama(nnx.Module):
+    """A Llama-style decoder: embedding, ``n_layers`` x :class:`LlamaLayer`, norm, head.
+
+    Every linear layer is bias-free and every RMSNorm holds only a scale, so the
+    state has ``1 + 9 * n_layers + 2`` leaves and
+    ``2 * vocab * d + n_layers * (4 d^2 + 3 d f + 2 d) + d`` parameters.
+
+    Args:
+        cfg: The sizes.
+        rngs: The RNG streams.
+
+    Example:
+        >>> from flax import nnx
+        >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2, d_ff=12)
+        >>> model = Llama(cfg, rngs=nnx.Rngs(0))
+        >>> model(jnp.zeros((1, 5), jnp.int32)).shape
+        (1, 5, 11)
+    """
+
+    def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs) -> None:
+        self.embed = nnx.Embed(
+            cfg.vocab,
+            cfg.d_model,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+            embedding_metadata=_meta(cfg, ("tp", "fsdp")),
+        )
+        self.layers = nnx.List(
+            [LlamaLayer(cfg, rngs=rngs) for _ in range(cfg.n_layers)]
+        )
+        self.norm = nnx.RMSNorm(cfg.d_model, param_dtype=cfg.param_dtype, rngs=rngs)
+        self.lm_head = nnx.Linear(
+            cfg.d_model,
+            cfg.vocab,
+            use_bias=False,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+            kernel_metadata=_meta(cfg, ("fsdp", "tp")),
+        )
+
+    def __call__(self, tokens: Int[Array, "b s"]) -> Float[Array, "b s v"]:
+        """Next-token logits for ``tokens``."""
+        x = self.embed(tokens)
+        for layer in self.layers:
+            x = layer(x)
+        y: jax.Array = self.lm_head(self.norm(x))
+        return y
+
+
+def llama(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
+    """A factory ``(rngs) -> Llama`` for ``cfg``.
+
+    Usable as a CLI target or with :func:`~nnx_introspect.abstract_model`.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2, d_ff=12)
+        >>> count_params(abstract_model(llama(cfg)))  # 176 + 2 * (256 + 288 + 16) + 8
+        1304
+    """
+
+    def factory(rngs: nnx.Rngs) -> Llama:
+        return Llama(cfg, rngs=rngs)
+
+    factory.__name__ = factory.__qualname__ = "llama"
+    return factory
+
+
+def llama_tiny(rngs: nnx.Rngs) -> Llama:
+    """A small Llama: 10,424,576 parameters in 75 leaves.
+
+    Vocabulary 8000, width 256, 8 layers, 4 heads, MLP width 688.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> count_params(abstract_model(llama_tiny))
+        10424576
+    """
+    return Llama(LLAMA_TINY, rngs=rngs)
+
+
+def llama_7b(rngs: nnx.Rngs) -> Llama:
+    """Llama-2-7B shapes: 6,738,415,616 float32 parameters (25.1 GiB) in 291 leaves.
+
+    Vocabulary 32000, width 4096, 32 layers, 32 heads, MLP width 11008.
+
+    Build it abstractly (:func:`~nnx_introspect.abstract_model`): concretely it
+    needs 25 GiB.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> from nnx_introspect import count_state_leaves
+        >>> model = abstract_model(llama_7b)
+        >>> count_params(model), count_state_leaves(model)
+        (6738415616, 291)
+    """
+    return Llama(LLAMA_7B, rngs=rngs)

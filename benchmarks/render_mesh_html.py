@@ -1,0 +1,70 @@
+"""Render a mesh plan's HTML page in headless Chromium and save a screenshot.
+
+Not part of the test suite (it needs a browser): run it after changing the HTML
+output and look at the PNG. On Debian: ``apt-get install chromium``.
+
+    python benchmarks/render_mesh_html.py [--out DIR] [--chromium PATH]
+
+Writes ``DIR/mesh.html`` (a partitioned small Llama with AdamW on a data=2,
+model=4 mesh, 1 MiB budget) and ``DIR/mesh.png``; exits 1 if Chromium fails.
+"""
+
+import argparse
+import dataclasses
+import shutil
+import subprocess
+import sys
+import tempfile
+from pathlib import Path
+
+import nnx_introspect as ni
+from nnx_introspect.examples import LLAMA_TINY, llama
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp()))
+    parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    args = parser.parse_args()
+    args.out.mkdir(parents=True, exist_ok=True)
+
+    model = ni.abstract_model(llama(dataclasses.replace(LLAMA_TINY, partitioned=True)))
+    report = ni.mesh_config_report(
+        model,
+        "data=2,model=4",
+        logical_rules=[("fsdp", "data"), ("tp", "model")],
+        optimizer="adamw",
+    )
+    page = args.out / "mesh.html"
+    page.write_text(report.to_html(max_device_bytes=40 * 2**20), encoding="utf-8")
+    png = args.out / "mesh.png"
+    with tempfile.TemporaryDirectory() as profile:
+        done = subprocess.run(
+            [
+                args.chromium,
+                "--headless",
+                "--no-sandbox",
+                "--disable-gpu",
+                "--disable-background-networking",
+                "--disable-component-update",
+                "--disable-sync",
+                "--no-first-run",
+                f"--user-data-dir={profile}",
+                "--window-size=1400,1600",
+                f"--screenshot={png}",
+                page.as_uri(),
+            ],
+            capture_output=True,
+            text=True,
+            timeout=120,
+            check=False,
+        )
+    if done.returncode != 0 or not png.exists():
+        sys.stderr.write(done.stderr)
+        return 1
+    print(f"{page}\n{png} ({png.stat().st_size} bytes)")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,512 @@
+"""State comparison: every difference between two states, per path.
+
+Matching sums do not prove two models equal, and one forward output cannot prove
+every parameter matches (a zero input hides every kernel). :func:`compare_states`
+compares what does: the set of paths, each leaf's variable type, shape, dtype and
+values (with a tolerance), collecting every difference instead of stopping at the
+first. The checkpoint checks in ``_checkpoint.py`` reuse the same engine.
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, Literal
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+from flax import nnx
+
+from nnx_introspect._inventory import VarRecord, inventory
+from nnx_introspect._render import Report, Table
+from nnx_introspect._typing import IntLike, Target, as_int, typechecked
+
+__all__ = [
+    "DiffEntry",
+    "StateDiff",
+    "check_reproducible_init",
+    "compare_states",
+]
+
+Problem = Literal["missing", "extra", "variable-type", "shape", "dtype", "value"]
+Comparable = Target | Mapping[Any, Any]
+"""What :func:`compare_states` accepts: a module or graph node, an ``nnx.State``
+(concrete or abstract) or a nested mapping of arrays / ``jax.ShapeDtypeStruct``."""
+Tolerance = float | int | np.floating[Any]
+"""A tolerance: a finite, nonnegative real (``0``, ``1e-6``)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class DiffEntry:
+    """One difference at one path.
+
+    Attributes:
+        path: The leaf's path, keys joined by ``/``.
+        problem: ``"missing"`` (in ``a``, not in ``b``), ``"extra"`` (in ``b``,
+            not in ``a``), ``"variable-type"``, ``"shape"``, ``"dtype"`` or
+            ``"value"``.
+        a: What ``a`` holds there (a type name, shape or dtype; ``"-"`` if absent).
+        b: What ``b`` holds there.
+        n_different: For ``"value"``: elements outside the tolerance, exact.
+        n_elements: For ``"value"``: elements compared.
+        max_abs_diff: For ``"value"``: the largest ``|a - b|`` (``nan`` if a NaN
+            faces a number).
+        max_rel_diff: For ``"value"``: the largest ``|a - b| / |a|`` over the
+            differing elements where ``a != 0``, or ``None`` if there are none.
+        message: A sentence saying what differs.
+    """
+
+    path: str
+    problem: Problem
+    a: str
+    b: str
+    message: str
+    n_different: int | None = None
+    n_elements: int | None = None
+    max_abs_diff: float | None = None
+    max_rel_diff: float | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class StateDiff(Report):
+    """Every difference between two states, per path; never first-error-only.
+
+    ``a`` is the reference: ``"missing"`` means a path of ``a`` that ``b`` lacks,
+    ``"extra"`` a path of ``b`` that ``a`` lacks.
+
+    Attributes:
+        a_label: What ``a`` is (``"a"``, ``"target"``, ``"build 1"``).
+        b_label: What ``b`` is (``"b"``, ``"checkpoint"``, ``"build 2"``).
+        entries: Every difference found, in path order.
+        n_paths_a: Leaves in ``a``.
+        n_paths_b: Leaves in ``b``.
+        n_common: Paths present in both.
+        values_compared: Whether values were compared for every common path whose
+            shape and dtype match (``False`` when a side is abstract or is
+            checkpoint metadata: then only structure, shapes and dtypes were).
+        kinds_compared: Whether variable types were compared (both sides must
+            carry NNX variable types; checkpoints and plain mappings do not).
+        rtol: Relative tolerance used for values.
+        atol: Absolute tolerance used for values.
+        notes: Caveats, in sentences.
+    """
+
+    SCHEMA = "nnx-introspect/state-diff"
+    SCHEMA_VERSION = 1
+
+    a_label: str
+    b_label: str
+    entries: tuple[DiffEntry, ...]
+    n_paths_a: int
+    n_paths_b: int
+    n_common: int
+    values_compared: bool
+    kinds_compared: bool
+    rtol: float
+    atol: float
+    notes: tuple[str, ...] = ()
+
+    @property
+    def equal(self) -> bool:
+        """Whether no difference was found (within what was compared)."""
+        return not self.entries
+
+    @property
+    def paths(self) -> tuple[str, ...]:
+        """The paths with at least one difference, in order, each once."""
+        return tuple(dict.fromkeys(e.path for e in self.entries))
+
+    def at(self, path: str) -> tuple[DiffEntry, ...]:
+        """The differences found at ``path`` (``"l1/kernel"``)."""
+        return tuple(e for e in self.entries if e.path == path)
+
+    def table(self) -> Table:
+        """The diff as a :class:`~nnx_introspect.Table`."""
+        rows = tuple(
+            (
+                e.path,
+                e.problem,
+                e.a,
+                e.b,
+                "" if e.n_different is None else f"{e.n_different}/{e.n_elements}",
+                "" if e.max_abs_diff is None else f"{e.max_abs_diff:.3g}",
+                "" if e.max_rel_diff is None else f"{e.max_rel_diff:.3g}",
+            )
+            for e in self.entries
+        )
+        verdict = (
+            "equal"
+            if self.equal
+            else (f"{len(self.entries)} difference(s) at {len(self.paths)} path(s)")
+        )
+        what = "values" if self.values_compared else "structure, shapes and dtypes"
+        totals = (
+            (
+                f"{self.n_common} common path(s)",
+                f"{self.n_paths_a} in {self.a_label}, "
+                f"{self.n_paths_b} in {self.b_label}",
+                "",
+                "",
+                "",
+                "",
+                "",
+            ),
+        )
+        return Table(
+            title=f"State diff: {self.a_label} vs {self.b_label}: {verdict} "
+            f"(compared {what})",
+            columns=(
+                "path",
+                "problem",
+                self.a_label,
+                self.b_label,
+                "differing",
+                "max |a-b|",
+                "max rel",
+            ),
+            rows=rows,
+            totals=totals,
+            notes=self.notes,
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Exact figures for JSON output (non-finite floats as strings)."""
+        return {
+            "equal": self.equal,
+            "a_label": self.a_label,
+            "b_label": self.b_label,
+            "n_paths_a": self.n_paths_a,
+            "n_paths_b": self.n_paths_b,
+            "n_common": self.n_common,
+            "values_compared": self.values_compared,
+            "kinds_compared": self.kinds_compared,
+            "rtol": self.rtol,
+            "atol": self.atol,
+            "entries": [
+                {
+                    **dataclasses.asdict(e),
+                    "max_abs_diff": json_float(e.max_abs_diff),
+                    "max_rel_diff": json_float(e.max_rel_diff),
+                }
+                for e in self.entries
+            ],
+            "notes": list(self.notes),
+        }
+
+
+def json_float(x: float | None) -> float | str | None:
+    """``x`` as strict JSON allows: finite floats stay, NaN and inf become strings."""
+    if x is None or math.isfinite(x):
+        return x
+    return str(x)
+
+
+def check_tolerance(value: object, name: str) -> float:
+    """A finite, nonnegative tolerance as a Python ``float``, or raise."""
+    if isinstance(value, bool) or not isinstance(value, int | float | np.floating):
+        raise TypeError(
+            f"`{name}` must be a nonnegative float such as 1e-6, got {value!r} of "
+            f"type {type(value).__name__}."
+        )
+    result = float(value)
+    if not math.isfinite(result) or result < 0:
+        raise ValueError(
+            f"`{name}` must be a finite nonnegative float such as 1e-6, got {result!r}."
+        )
+    return result
+
+
+def records_of(x: object, name: str) -> tuple[VarRecord, ...]:
+    """The inventory of a module, state or nested mapping (wrapped in a State)."""
+    if isinstance(x, nnx.State | nnx.Pytree):
+        return inventory(x)
+    if isinstance(x, Mapping):
+        return inventory(nnx.State(x))
+    raise TypeError(  # pragma: no cover - beartype rejects these first
+        f"`{name}` must be an nnx.Module, an nnx.State or a mapping of arrays, "
+        f"got {type(x).__name__}."
+    )
+
+
+def _key(record: VarRecord) -> tuple[str, ...]:
+    return tuple(str(k) for k in record.path)
+
+
+def _is_variable_kind(kind: type) -> bool:
+    return isinstance(kind, type) and issubclass(kind, nnx.Variable)
+
+
+def _dtype_name(dtype: Any) -> str:
+    return str(getattr(dtype, "name", dtype))
+
+
+def is_key_dtype(dtype: Any) -> bool:
+    """Whether ``dtype`` is a typed PRNG key dtype (``key<fry>``)."""
+    try:
+        return bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:  # pragma: no cover - exotic dtype objects
+        return False
+
+
+def _host(value: Any) -> np.ndarray:
+    if is_key_dtype(getattr(value, "dtype", None)):
+        value = jax.random.key_data(value)
+    return np.asarray(jax.device_get(value))
+
+
+def value_entry(
+    path: str, x: Any, y: Any, *, rtol: float, atol: float
+) -> DiffEntry | None:
+    """Compare two same-shape, same-dtype values; a ``"value"`` entry or ``None``.
+
+    Floating and complex values are close when ``|x - y| <= atol + rtol * |x|``
+    (``x`` is the reference); NaN matches NaN and equal infinities match.
+    Integers, booleans and PRNG keys (their key data) must be equal exactly.
+    """
+    xa, ya = _host(x), _host(y)
+    n = int(xa.size)
+    if n == 0 or np.array_equal(xa, ya):  # the common case, without copies
+        return None
+    inexact = bool(jnp.issubdtype(xa.dtype, jnp.inexact))
+    wide = (
+        np.complex128 if jnp.issubdtype(xa.dtype, jnp.complexfloating) else np.float64
+    )
+    xw, yw = xa.astype(wide), ya.astype(wide)
+    with np.errstate(invalid="ignore", over="ignore"):
+        diff = np.abs(xw - yw)
+        if inexact:
+            close = (diff <= atol + rtol * np.abs(xw)) | (xw == yw)
+            close |= np.isnan(xw) & np.isnan(yw)
+        else:
+            close = xa == ya
+    bad = ~close
+    n_bad = int(np.count_nonzero(bad))
+    if n_bad == 0:
+        return None
+    bad_diff = diff[bad]
+    max_abs = float(np.max(bad_diff))
+    ref = np.abs(xw[bad])
+    nonzero = ref != 0
+    max_rel = float(np.max(bad_diff[nonzero] / ref[nonzero])) if nonzero.any() else None
+    return DiffEntry(
+        path=path,
+        problem="value",
+        a="values",
+        b="values",
+        message=(
+            f"{path}: {n_bad} of {n} element(s) differ"
+            + (f" beyond rtol={rtol:g}, atol={atol:g}" if inexact else "")
+            + f" (max |a-b| = {max_abs:.3g})."
+        ),
+        n_different=n_bad,
+        n_elements=n,
+        max_abs_diff=max_abs,
+        max_rel_diff=max_rel,
+    )
+
+
+def diff_records(
+    a: Sequence[VarRecord],
+    b: Sequence[VarRecord],
+    *,
+    rtol: float,
+    atol: float,
+    a_label: str = "a",
+    b_label: str = "b",
+    compare_values: bool = True,
+    notes: Sequence[str] = (),
+    b_values: Mapping[tuple[str, ...], Any] | None = None,
+) -> StateDiff:
+    """The engine behind every diff: compare two inventories path by path.
+
+    Paths match on their keys as strings (an ``nnx.List`` index ``0`` matches a
+    checkpoint's ``"0"``). Variable types are compared only where both records
+    carry NNX variable types. Values are compared only where shapes and dtypes
+    match, both sides have values and ``compare_values`` is true. ``b_values``
+    overrides ``b``'s values by key (restored arrays).
+    """
+    a_map = {_key(r): r for r in a}
+    b_map = {_key(r): r for r in b}
+    order = {k: i for i, k in enumerate(sorted(set(a_map) | set(b_map)))}
+    entries: list[tuple[int, DiffEntry]] = []
+
+    def add(k: tuple[str, ...], problem: Problem, x: str, y: str, msg: str) -> None:
+        p = "/".join(k)
+        entry = DiffEntry(path=p, problem=problem, a=x, b=y, message=f"{p}: {msg}")
+        entries.append((order[k], entry))
+
+    common = [k for k in a_map if k in b_map]
+    kinds_compared = bool(common) and all(
+        _is_variable_kind(a_map[k].kind) and _is_variable_kind(b_map[k].kind)
+        for k in common
+    )
+    all_values = compare_values
+    for k, ra in a_map.items():
+        if k not in b_map:
+            what = _describe(ra)
+            add(k, "missing", what, "-", f"in {a_label} ({what}), not in {b_label}.")
+            continue
+        rb = b_map[k]
+        ka, kb = ra.kind, rb.kind
+        if _is_variable_kind(ka) and _is_variable_kind(kb) and ka is not kb:
+            na, nb = ra.kind_name, rb.kind_name
+            add(k, "variable-type", na, nb, f"{na} in {a_label}, {nb} in {b_label}.")
+        if ra.shape != rb.shape:
+            sa, sb = str(ra.shape), str(rb.shape)
+            add(k, "shape", sa, sb, f"shape {sa} in {a_label}, {sb} in {b_label}.")
+        if ra.dtype != rb.dtype:
+            da, db = _dtype_name(ra.dtype), _dtype_name(rb.dtype)
+            add(k, "dtype", da, db, f"dtype {da} in {a_label}, {db} in {b_label}.")
+        if ra.shape != rb.shape or ra.dtype != rb.dtype:
+            continue
+        vb = rb.value if b_values is None else b_values.get(k)
+        if not compare_values or ra.value is None or vb is None:
+            all_values = False
+            continue
+        entry = value_entry("/".join(k), ra.value, vb, rtol=rtol, atol=atol)
+        if entry is not None:
+            entries.append((order[k], entry))
+    for k, rb in b_map.items():
+        if k not in a_map:
+            what = _describe(rb)
+            add(k, "extra", "-", what, f"in {b_label} ({what}), not in {a_label}.")
+    entries.sort(key=lambda pair: pair[0])
+    all_notes = list(notes)
+    if not kinds_compared and common:
+        all_notes.append(
+            "Variable types were not compared: at least one side does not record "
+            "them (checkpoints and plain mappings hold arrays only)."
+        )
+    if not all_values:
+        all_notes.append(
+            "Values were not compared for every path: only structure, shapes and "
+            "dtypes were checked where a side is abstract or is metadata."
+        )
+    return StateDiff(
+        a_label=a_label,
+        b_label=b_label,
+        entries=tuple(e for _, e in entries),
+        n_paths_a=len(a_map),
+        n_paths_b=len(b_map),
+        n_common=len(common),
+        values_compared=all_values,
+        kinds_compared=kinds_compared,
+        rtol=rtol,
+        atol=atol,
+        notes=tuple(all_notes),
+    )
+
+
+def _describe(record: VarRecord) -> str:
+    kind = f"{record.kind_name} " if _is_variable_kind(record.kind) else ""
+    return f"{kind}{_dtype_name(record.dtype)}{list(record.shape)}"
+
+
+@typechecked
+def compare_states(
+    a: Comparable,
+    b: Comparable,
+    /,
+    *,
+    rtol: Tolerance = 0.0,
+    atol: Tolerance = 0.0,
+) -> StateDiff:
+    """Compare two states path by path and report every difference.
+
+    For each path: present in both (else ``"missing"`` / ``"extra"``), same
+    variable type (when both sides record one), same shape, same dtype and, when
+    both sides hold values, the same values within the tolerance. Nothing stops
+    at the first difference. Exact by default (``rtol = atol = 0``): a restore
+    or a rebuild from the same seed must match bitwise; pass tolerances to
+    compare across devices or precisions. An abstract side (``nnx.eval_shape``)
+    limits the comparison to structure, shapes and dtypes, and the result says
+    so (``values_compared`` is ``False``). Neither side is modified; values are
+    copied to the host one leaf at a time.
+
+    Args:
+        a: The reference: an ``nnx.Module`` (or other graph node), an
+            ``nnx.State``, concrete or abstract, or a nested mapping of arrays
+            (``state.to_pure_dict()``).
+        b: The state to check, of the same forms.
+        rtol: Relative tolerance for floating values, ``>= 0``.
+        atol: Absolute tolerance for floating values, ``>= 0``.
+
+    Returns:
+        A :class:`StateDiff`; ``diff.equal`` is ``True`` when nothing differs.
+
+    Raises:
+        TypeError: If ``a`` or ``b`` is not a module, state or mapping, or a
+            tolerance is not a float.
+        ValueError: If a tolerance is negative or not finite.
+
+    Example:
+        >>> from flax import nnx
+        >>> a = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+        >>> compare_states(a, nnx.Linear(2, 3, rngs=nnx.Rngs(0))).equal
+        True
+        >>> diff = compare_states(a, nnx.Linear(2, 3, rngs=nnx.Rngs(1)))
+        >>> [(e.path, e.problem, e.n_different) for e in diff.entries]
+        [('kernel', 'value', 6)]
+    """
+    rtol_f = check_tolerance(rtol, "rtol")
+    atol_f = check_tolerance(atol, "atol")
+    return diff_records(
+        records_of(a, "a"), records_of(b, "b"), rtol=rtol_f, atol=atol_f
+    )
+
+
+@typechecked
+def check_reproducible_init(
+    factory: Callable[[nnx.Rngs], nnx.Module], seed: IntLike
+) -> StateDiff:
+    """Build a model twice, each from a fresh ``nnx.Rngs(seed)``, and diff the states.
+
+    Compares the full states (every parameter, batch statistic and RNG
+    variable), not one forward output: a zero input would hide every kernel
+    difference. The comparison is exact. It catches factories that do not use
+    the ``rngs`` they are given: a closure over one shared ``nnx.Rngs`` advances
+    between the builds, so the second build gets different keys. A seeded build
+    recreates initial values only, never trained ones.
+
+    Args:
+        factory: A callable taking ``rngs`` and returning an ``nnx.Module``.
+        seed: An integer-valued seed, ``>= 0``.
+
+    Returns:
+        The :class:`StateDiff` of build 1 against build 2; ``.equal`` means the
+        initialization is reproducible.
+
+    Raises:
+        TypeError: If ``seed`` is not an integer-valued scalar or ``factory``
+            does not return an ``nnx.Module``.
+        ValueError: If ``seed`` is negative or non-integral.
+
+    Example:
+        >>> from flax import nnx
+        >>> check_reproducible_init(lambda rngs: nnx.Linear(2, 3, rngs=rngs), 0).equal
+        True
+        >>> shared = nnx.Rngs(0)  # the classic mistake: one advancing Rngs
+        >>> def factory(rngs):
+        ...     return nnx.Linear(2, 3, rngs=shared)  # ignores the rngs it is given
+        >>> diff = check_reproducible_init(factory, 0)
+        >>> diff.equal, diff.paths
+        (False, ('kernel',))
+    """
+    key = as_int(seed, "seed", minimum=0)
+    builds = []
+    for _ in range(2):
+        module = factory(nnx.Rngs(key))
+        if not isinstance(module, nnx.Module):
+            raise TypeError(
+                f"`factory` must return an nnx.Module, got {type(module).__name__}. "
+                "Pass a callable such as `lambda rngs: nnx.Linear(3, 2, rngs=rngs)`."
+            )
+        builds.append(module)
+    return diff_records(
+        inventory(builds[0]),
+        inventory(builds[1]),
+        rtol=0.0,
+        atol=0.0,
+        a_label="build 1",
+        b_label="build 2",
+    )

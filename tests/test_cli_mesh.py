@@ -1,0 +1,227 @@
+"""The ``mesh`` subcommand: formats, rules files, budgets and exit codes."""
+
+import json
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+from nnx_introspect import cli
+
+TARGETS = textwrap.dedent(
+    """
+    from flax import nnx
+
+    def linear(rngs):
+        return nnx.Linear(4, 6, rngs=rngs)
+
+    def sharded(rngs):
+        init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "tp"))
+        return nnx.Linear(4, 6, kernel_init=init, rngs=rngs)
+    """
+)
+
+
+@pytest.fixture
+def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    (tmp_path / "mesh_targets_mod.py").write_text(TARGETS)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "mesh_targets_mod", raising=False)
+    return tmp_path
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = cli.main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+def test_json_plan_exit_0(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        [
+            "mesh",
+            "mesh_targets_mod:linear",
+            "--mesh",
+            "data=2,model=4",
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
+    assert code == 0, err
+    data = json.loads(out)
+    assert data["mesh"] == {"data": 2, "model": 4}
+    assert data["bytes_per_device"] == (4 * 6 + 6) * 4  # replicated
+    assert data["ok"] is True
+
+
+def test_rules_file_and_optimizer(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = targets_dir / "rules.json"
+    rules.write_text('[["kernel", [null, "model"]], ["nothing", []]]')
+    code, out, err = run(
+        [
+            "mesh",
+            "mesh_targets_mod:linear",
+            "--mesh",
+            "model=2",
+            "--rules",
+            str(rules),
+            "--optimizer",
+            "adamw",
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
+    assert code == 0, err  # an unmatched rule is a warning, not a failure
+    data = json.loads(out)
+    kernel = next(x for x in data["leaves"] if x["path"] == "kernel")
+    assert kernel["shard_shape"] == [4, 3]
+    assert data["unmatched_rules"] == ["nothing"]
+    # params 12 + 6 floats; adamw mu + nu of both, count, step; gradients as params.
+    assert data["bytes_per_device_by_category"] == {
+        "params": (12 + 6) * 4,
+        "other state": 0,
+        "optimizer state": 2 * (12 + 6) * 4 + 4 + 4,
+        "gradients": (12 + 6) * 4,
+    }
+
+
+def test_logical_rules_from_file(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = targets_dir / "rules.json"
+    rules.write_text('{"logical_rules": [["tp", "model"]]}')
+    args = ["mesh", "mesh_targets_mod:sharded", "--mesh", "model=3", "--format", "json"]
+    code, out, _ = run([*args, "--rules", str(rules)], capsys)
+    assert code == 0
+    kernel = next(x for x in json.loads(out)["leaves"] if x["path"] == "kernel")
+    assert (kernel["spec"], kernel["shard_shape"]) == ([None, "model"], [4, 2])
+    # Without the translation, 'tp' is not a mesh axis: a problem, exit code 1.
+    code, out, err = run(args, capsys)
+    assert code == 1
+    assert "mesh plan has 1 problem(s)" in err
+    assert json.loads(out)["problems"][0]["kind"] == "unknown-axis"
+
+
+def test_indivisible_exit_1(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = targets_dir / "rules.json"
+    rules.write_text('[["kernel", ["model", "data"]], ["bias", ["model"]]]')
+    code, out, err = run(
+        [
+            "mesh",
+            "mesh_targets_mod:linear",
+            "--mesh",
+            "data=4,model=8",
+            "--rules",
+            str(rules),
+            "--format",
+            "markdown",
+        ],
+        capsys,
+    )
+    assert code == 1
+    assert "mesh plan has 3 problem(s)" in err
+    # All three at once: kernel dims 0 (4 over 8) and 1 (6 over 4), bias (6 over 8).
+    assert "dimension 0 (size 4) does not divide over model (product 8)" in out
+    assert "dimension 1 (size 6) does not divide over data (product 4)" in out
+    assert "`bias` with shape (6,): dimension 0 (size 6)" in out
+
+
+@pytest.mark.parametrize(("budget", "code"), [("120B", 0), ("119", 1), ("1KiB", 0)])
+def test_budget_exit_code(
+    budget: str, code: int, targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    got, _, err = run(
+        [
+            "mesh",
+            "mesh_targets_mod:linear",
+            "--mesh",
+            "model=2",
+            "--max-device-bytes",
+            budget,
+            "--format",
+            "json",
+        ],
+        capsys,
+    )
+    assert got == code  # 30 float32 replicated = 120 bytes per device
+    if code:
+        assert "120 bytes per device exceed the budget of 119 bytes" in err
+
+
+def test_html_format(targets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    code, out, _ = run(
+        [
+            "mesh",
+            "mesh_targets_mod:linear",
+            "--mesh",
+            "data=2,model=4",
+            "--format",
+            "html",
+            "--max-device-bytes",
+            "100",
+        ],
+        capsys,
+    )
+    assert code == 1  # 120 B > 100 B
+    assert out.startswith("<!DOCTYPE html>")
+    assert "Bytes per device by kind" in out and "EXCEEDS the budget" in out
+
+
+def test_table_format_is_full_width(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, _ = run(["mesh", "mesh_targets_mod:linear", "--mesh", "model=2"], capsys)
+    assert code == 0
+    assert "kernel" in out and "replicated over" in out and "total per device" in out
+
+
+@pytest.mark.parametrize(
+    ("extra", "message"),
+    [
+        (["--mesh", "data2"], "must look like 'data=2,model=4'"),
+        (["--mesh", "model=0"], "must be a positive integer, got 0"),
+        (["--mesh", "model=2", "--max-device-bytes", "lots"], "must be a size like"),
+        (["--mesh", "model=2", "--optimizer", "adamx"], "invalid choice: 'adamx'"),
+        ([], "the following arguments are required: --mesh"),
+    ],
+)
+def test_usage_errors_exit_2(
+    extra: list[str],
+    message: str,
+    targets_dir: Path,
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, _, err = run(["mesh", "mesh_targets_mod:linear", *extra], capsys)
+    assert code == 2
+    assert message in err
+
+
+def test_bad_rules_file_exit_2(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    bad = targets_dir / "bad.json"
+    bad.write_text("{not json")
+    for path in (str(bad), str(targets_dir / "missing.json")):
+        code, _, err = run(
+            ["mesh", "mesh_targets_mod:linear", "--mesh", "model=2", "--rules", path],
+            capsys,
+        )
+        assert code == 2
+        assert "--rules" in err
+
+
+def test_bad_target_exit_2(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(["mesh", "mesh_targets_mod:nope", "--mesh", "model=2"], capsys)
+    assert code == 2
+    assert "nope" in err

@@ -1,0 +1,317 @@
+"""compare_states, StateDiff and check_reproducible_init."""
+
+import io
+import json
+import math
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
+from rich.console import Console
+
+from nnx_introspect._compare import check_reproducible_init, compare_states
+
+
+class BNDropoutMLP(nnx.Module):
+    """Linear -> BatchNorm -> Dropout -> Linear: Param, BatchStat and RNG state.
+
+    The conftest model zoo's model, repeated here: importing ``tests.conftest``
+    would make mypy see that file under two module names.
+    """
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(3, 5, rngs=rngs)
+        self.bn = nnx.BatchNorm(5, rngs=rngs)
+        self.drop = nnx.Dropout(0.5, rngs=rngs)
+        self.l2 = nnx.Linear(5, 2, rngs=rngs)
+
+
+def snapshot(target: Any) -> list[tuple[Any, bytes]]:
+    """Every state leaf's path and bytes (RNG keys as their key data)."""
+    out = []
+    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(target)):
+        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
+            leaf = jax.random.key_data(leaf)
+        out.append(
+            (path, f"{leaf.dtype}{leaf.shape}".encode() + np.asarray(leaf).tobytes())
+        )
+    return out
+
+
+def assert_unchanged(before: list[tuple[Any, bytes]], target: Any) -> None:
+    assert snapshot(target) == before
+
+
+def build(seed: int = 0) -> BNDropoutMLP:
+    return BNDropoutMLP(nnx.Rngs(seed, dropout=1))
+
+
+def flat(model: nnx.Module) -> dict[tuple[Any, ...], Any]:
+    return {tuple(p): v for p, v in nnx.to_flat_state(nnx.state(model))}
+
+
+def state_of(pairs: dict[tuple[Any, ...], Any]) -> nnx.State[Any, Any]:
+    return nnx.from_flat_state(list(pairs.items()))
+
+
+def problems(diff: Any) -> list[tuple[str, str]]:
+    return [(e.path, e.problem) for e in diff.entries]
+
+
+# --- clean pairs ------------------------------------------------------------------
+
+
+def test_same_seed_builds_are_equal() -> None:
+    diff = compare_states(build(0), build(0))
+    assert diff.equal and diff.entries == () and diff.paths == ()
+    assert diff.values_compared and diff.kinds_compared
+    # 2 Linear x 2 + BatchNorm x 4 + dropout key and count = 10 leaves.
+    assert (diff.n_paths_a, diff.n_paths_b, diff.n_common) == (10, 10, 10)
+
+
+def test_a_model_equals_its_state_and_its_pure_dict() -> None:
+    model = build(0)
+    state = nnx.state(model)
+    assert compare_states(model, state).equal
+    pure = compare_states(model, nnx.to_pure_dict(state))
+    assert pure.equal and not pure.kinds_compared
+    assert any("Variable types were not compared" in n for n in pure.notes)
+
+
+def test_abstract_against_concrete_compares_shapes_only_and_says_so(
+    abstract_bn_dropout: Any,
+) -> None:
+    diff = compare_states(abstract_bn_dropout, build(5))  # other values: unseen
+    assert diff.equal
+    assert not diff.values_compared
+    assert "structure, shapes and dtypes" in diff.table().title
+    assert any("Values were not compared" in n for n in diff.notes)
+
+
+# --- the corruption corpus ----------------------------------------------------------
+
+
+def test_missing_and_extra_paths() -> None:
+    pairs = flat(build(0))
+    del pairs[("l1", "bias")]
+    pairs[("l2", "extra")] = nnx.Param(jnp.ones(2))
+    diff = compare_states(build(0), state_of(pairs))
+    assert problems(diff) == [("l1/bias", "missing"), ("l2/extra", "extra")]
+    assert diff.at("l1/bias")[0].a == "Param float32[5]"
+    assert diff.at("l2/extra")[0].b == "Param float32[2]"
+    assert (diff.n_paths_a, diff.n_paths_b, diff.n_common) == (10, 10, 9)
+
+
+def test_shape_dtype_kind_and_value_are_all_reported_at_once() -> None:
+    pairs = flat(build(0))
+    pairs[("l2", "kernel")] = nnx.Param(jnp.zeros((6, 2)))
+    pairs[("bn", "mean")] = nnx.BatchStat(jnp.zeros(5, jnp.bfloat16))
+    pairs[("bn", "var")] = nnx.Param(jnp.ones(5))  # a BatchStat in the model
+    kernel = pairs[("l1", "kernel")]
+    pairs[("l1", "kernel")] = nnx.Param(-kernel[...])
+    diff = compare_states(build(0), state_of(pairs))
+    assert problems(diff) == [
+        ("bn/mean", "dtype"),
+        ("bn/var", "variable-type"),
+        ("l1/kernel", "value"),
+        ("l2/kernel", "shape"),
+    ]
+    assert diff.at("bn/var")[0].a == "BatchStat" and diff.at("bn/var")[0].b == "Param"
+    assert diff.at("l2/kernel")[0].a == "(5, 2)"
+    assert diff.at("bn/mean")[0].b == "bfloat16"
+    flipped = diff.at("l1/kernel")[0]
+    original = np.asarray(kernel[...])
+    assert flipped.n_different == int(np.count_nonzero(original)) == 15
+    assert flipped.n_elements == 3 * 5
+    assert flipped.max_abs_diff == pytest.approx(2 * float(np.abs(original).max()))
+    assert flipped.max_rel_diff == pytest.approx(2.0)
+
+
+def test_a_different_seed_differs_exactly_in_the_random_kernels() -> None:
+    # Biases start at zero and BatchNorm at 0/1 whatever the seed; the dropout
+    # stream has its own seed, so only the two kernels change.
+    diff = compare_states(build(0), build(1))
+    assert problems(diff) == [("l1/kernel", "value"), ("l2/kernel", "value")]
+    assert [e.n_different for e in diff.entries] == [15, 10]
+
+
+def test_rng_keys_are_compared_by_their_key_data() -> None:
+    a = BNDropoutMLP(nnx.Rngs(0, dropout=1))
+    b = BNDropoutMLP(nnx.Rngs(0, dropout=2))
+    assert problems(compare_states(a, b)) == [("drop/rngs/key", "value")]
+
+
+# --- tolerances ---------------------------------------------------------------------
+
+
+def test_tolerances_and_nan() -> None:
+    a = {"w": jnp.array([1.0, 2.0, jnp.nan, jnp.inf])}
+    b = {"w": jnp.array([1.0, 2.001, jnp.nan, jnp.inf])}
+    exact = compare_states(a, b)
+    entry = exact.at("w")[0]
+    assert (entry.n_different, entry.n_elements) == (1, 4)
+    assert entry.max_abs_diff == pytest.approx(0.001, rel=1e-3)
+    assert entry.max_rel_diff == pytest.approx(0.0005, rel=1e-3)
+    assert compare_states(a, b, atol=0.01).equal
+    assert compare_states(a, b, rtol=1e-3).equal
+    assert not compare_states(a, b, rtol=1e-4).equal
+    nan_vs_number = compare_states({"w": jnp.array([jnp.nan])}, {"w": jnp.array([1.0])})
+    assert nan_vs_number.entries[0].n_different == 1
+    assert math.isnan(nan_vs_number.entries[0].max_abs_diff or 0.0)
+    assert json.loads(nan_vs_number.to_json())["entries"][0]["max_abs_diff"] == "nan"
+
+
+def test_integers_compare_exactly_whatever_the_tolerance() -> None:
+    a = {"n": jnp.array([1, 2, 3], jnp.int32)}
+    b = {"n": jnp.array([1, 2, 4], jnp.int32)}
+    diff = compare_states(a, b, atol=10.0)
+    assert diff.entries[0].n_different == 1 and diff.entries[0].max_abs_diff == 1.0
+
+
+@settings(deadline=None, max_examples=25)
+@given(
+    values=st.lists(st.floats(-10, 10), min_size=1, max_size=12),
+    data=st.data(),
+)
+def test_differing_count_matches_the_perturbed_elements(
+    values: list[float], data: st.DataObject
+) -> None:
+    mask = data.draw(
+        st.lists(st.booleans(), min_size=len(values), max_size=len(values))
+    )
+    x = np.asarray(values, np.float32)
+    y = np.where(mask, x + np.float32(1.0), x)
+    diff = compare_states({"x": x}, {"x": y}, atol=0.5)
+    expected = sum(mask)
+    assert diff.equal == (expected == 0)
+    if expected:
+        assert diff.entries[0].n_different == expected
+        assert diff.entries[0].max_abs_diff == pytest.approx(1.0, abs=1e-5)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"rtol": -1.0},
+            ValueError,
+            r"`rtol` must be a finite nonnegative float.*-1\.0",
+        ),
+        (
+            {"atol": float("nan")},
+            ValueError,
+            r"`atol` must be a finite nonnegative.*nan",
+        ),
+        ({"atol": True}, TypeError, r"`atol` must be a nonnegative float.*True"),
+    ],
+)
+def test_bad_tolerances(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    with pytest.raises(error, match=match):
+        compare_states({"x": jnp.ones(1)}, {"x": jnp.ones(1)}, **kwargs)
+
+
+def test_bad_operand_is_a_type_error() -> None:
+    with pytest.raises(TypeError, match="parameter 'a'"):
+        compare_states([jnp.ones(1)], {"x": jnp.ones(1)})  # type: ignore[arg-type]
+
+
+# --- read-only, rendering -------------------------------------------------------------
+
+
+def test_compare_does_not_touch_either_side(capsys: pytest.CaptureFixture[str]) -> None:
+    a, b = build(0), build(1)
+    before_a, before_b = snapshot(a), snapshot(b)
+    compare_states(a, b)
+    assert_unchanged(before_a, a)
+    assert_unchanged(before_b, b)
+    assert capsys.readouterr().out == ""
+
+
+def test_renderers() -> None:
+    diff = compare_states(build(0), build(1))
+    md = diff.to_markdown()
+    assert "| l1/kernel | value | values | values | 15/15 |" in md
+    payload = json.loads(diff.to_json())
+    assert payload["schema"] == "nnx-introspect/state-diff" and payload["version"] == 1
+    assert payload["equal"] is False
+    assert [e["path"] for e in payload["entries"]] == ["l1/kernel", "l2/kernel"]
+    assert payload["entries"][0]["n_different"] == 15
+    console = Console(file=io.StringIO(), width=200)
+    console.print(diff)
+    text = console.file.getvalue()  # type: ignore[attr-defined]
+    assert "l2/kernel" in text and "2 difference(s) at 2 path(s)" in text
+    assert "<table>" in diff._repr_html_()
+    clean = compare_states(build(0), build(0)).table()
+    assert clean.rows == () and "equal" in clean.title
+
+
+# --- check_reproducible_init ----------------------------------------------------------
+
+
+def test_reproducible_factory_is_equal_on_the_full_state() -> None:
+    diff = check_reproducible_init(lambda rngs: BNDropoutMLP(rngs), 3)
+    assert diff.equal and diff.values_compared
+    assert (diff.a_label, diff.b_label) == ("build 1", "build 2")
+    assert diff.n_common == 10
+
+
+def test_a_shared_advancing_rngs_is_caught() -> None:
+    shared = nnx.Rngs(0, dropout=1)
+
+    def factory(rngs: nnx.Rngs) -> BNDropoutMLP:
+        return BNDropoutMLP(shared)  # the mistake: ignores its argument
+
+    diff = check_reproducible_init(factory, 0)
+    assert "l1/kernel" in diff.paths and "l2/kernel" in diff.paths
+    assert all(e.problem == "value" for e in diff.entries)
+
+
+def test_a_zero_input_forward_would_miss_what_the_state_diff_finds() -> None:
+    shared = nnx.Rngs(0)
+
+    def factory(rngs: nnx.Rngs) -> nnx.Linear:
+        return nnx.Linear(3, 2, rngs=shared)
+
+    first, second = factory(shared), factory(shared)
+    x = jnp.zeros((1, 3))
+    assert bool(jnp.array_equal(first(x), second(x)))  # zero input hides kernels
+    assert check_reproducible_init(factory, 0).paths == ("kernel",)
+
+
+@pytest.mark.parametrize(
+    ("seed", "error", "match"),
+    [
+        (-1, ValueError, r"`seed` must be a nonnegative integer, got -1"),
+        (
+            1.5,
+            ValueError,
+            r"`seed` must be a nonnegative integer, got the non-integral",
+        ),
+    ],
+)
+def test_bad_seed(seed: Any, error: type[Exception], match: str) -> None:
+    with pytest.raises(error, match=match):
+        check_reproducible_init(lambda rngs: nnx.Linear(1, 1, rngs=rngs), seed)
+
+
+def test_factory_must_return_a_module() -> None:
+    with pytest.raises(
+        TypeError, match=r"`factory` must return an nnx.Module, got dict"
+    ):
+        check_reproducible_init(lambda rngs: {"w": jax.numpy.ones(1)}, 0)  # type: ignore[arg-type, return-value]
+
+
+def test_value_messages_name_the_tolerance_only_for_floats() -> None:
+    floats = compare_states({"x": jnp.zeros(2)}, {"x": jnp.ones(2)}, atol=0.5)
+    assert floats.entries[0].message == (
+        "x: 2 of 2 element(s) differ beyond rtol=0, atol=0.5 (max |a-b| = 1)."
+    )
+    ints = compare_states({"n": jnp.zeros(3, jnp.int32)}, {"n": jnp.arange(3)})
+    assert ints.entries[0].message == "n: 2 of 3 element(s) differ (max |a-b| = 2)."

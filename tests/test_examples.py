@@ -1,0 +1,79 @@
+import dataclasses
+from collections.abc import Callable
+
+import jax.numpy as jnp
+import pytest
+from flax import nnx
+
+from nnx_introspect import abstract_model, count_params, count_state_leaves
+from nnx_introspect import examples as ex
+
+
+def llama_params(vocab: int, d: int, layers: int, f: int) -> int:
+    # embedding + head, per layer q/k/v/o + gate/up/down + two norms, final norm
+    return 2 * vocab * d + layers * (4 * d * d + 3 * d * f + 2 * d) + d
+
+
+def test_llama_7b_counts_match_independent_arithmetic() -> None:
+    model = abstract_model(ex.llama_7b)
+    assert count_params(model) == 6_738_415_616
+    assert count_params(model) == llama_params(32000, 4096, 32, 11008)
+    assert count_state_leaves(model) == 1 + 32 * 9 + 1 + 1 == 291
+    assert model.layers[0].gate.kernel.shape == (4096, 11008)
+    assert model.layers[31].down.kernel.shape == (11008, 4096)
+    assert model.lm_head.kernel.shape == (4096, 32000)
+
+
+def test_llama_tiny_is_about_ten_million() -> None:
+    model = abstract_model(ex.llama_tiny)
+    assert count_params(model) == llama_params(8000, 256, 8, 688) == 10_424_576
+    assert count_state_leaves(model) == 1 + 8 * 9 + 2
+
+
+def test_llama_forward_and_bias_free_layers() -> None:
+    cfg = ex.LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2, d_ff=12)
+    model = ex.llama(cfg)(nnx.Rngs(0))
+    logits = model(jnp.zeros((2, 5), jnp.int32))
+    assert logits.shape == (2, 5, 11)
+    assert model.layers[0].q.bias is None
+    assert not hasattr(model.layers[0].attn_norm, "bias")
+    assert count_params(model) == llama_params(11, 8, 2, 12)
+
+
+def test_partitioned_llama_carries_annotations() -> None:
+    cfg = dataclasses.replace(
+        ex.LlamaConfig(vocab=11, d_model=8, n_layers=1, n_heads=2, d_ff=12),
+        partitioned=True,
+    )
+    model = abstract_model(ex.llama(cfg))
+    meta = model.layers[0].q.kernel.get_metadata()
+    assert meta["out_sharding"] == ("fsdp", "tp")
+    assert model.layers[0].down.kernel.get_metadata()["out_sharding"] == ("tp", "fsdp")
+    scale = model.norm.scale
+    assert scale is not None
+    assert "out_sharding" not in scale.get_metadata()
+
+
+def test_bn_dropout_mlp_kinds() -> None:
+    model = ex.bn_dropout_mlp(nnx.Rngs(0))
+    assert count_params(model) == (3 * 5 + 5) + (5 + 5) + (5 * 2 + 2)
+    assert count_params(model, nnx.BatchStat) == 5 + 5
+    assert count_state_leaves(model, nnx.RngState) == 2
+    model.eval()  # type: ignore[no-untyped-call]
+    assert model(jnp.ones((4, 3))).shape == (4, 2)
+
+
+def test_tied_embedding_counts_table_once() -> None:
+    model = ex.tied_embedding(nnx.Rngs(0))
+    assert model.head is model.embed
+    assert count_params(model) == 10 * 4
+    assert count_state_leaves(model) == 1
+    assert model(jnp.array([[1, 2, 3]])).shape == (1, 3, 10)
+
+
+@pytest.mark.parametrize(
+    "factory",
+    [ex.two_layer, ex.bn_dropout_mlp, ex.tied_embedding, ex.llama_tiny],
+)
+def test_factories_return_modules(factory: Callable[[nnx.Rngs], nnx.Module]) -> None:
+    assert isinstance(abstract_model(factory), nnx.Module)
