@@ -5,43 +5,13 @@ import json
 import math
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
 
 from nnx_introspect._fingerprint import param_fingerprint
-
-
-class BNDropoutMLP(nnx.Module):
-    """Linear -> BatchNorm -> Dropout -> Linear: Param, BatchStat and RNG state.
-
-    The conftest model zoo's model, repeated here: importing ``tests.conftest``
-    would make mypy see that file under two module names.
-    """
-
-    def __init__(self, rngs: nnx.Rngs) -> None:
-        self.l1 = nnx.Linear(3, 5, rngs=rngs)
-        self.bn = nnx.BatchNorm(5, rngs=rngs)
-        self.drop = nnx.Dropout(0.5, rngs=rngs)
-        self.l2 = nnx.Linear(5, 2, rngs=rngs)
-
-
-def snapshot(target: Any) -> list[tuple[Any, bytes]]:
-    """Every state leaf's path and bytes (RNG keys as their key data)."""
-    out = []
-    for path, leaf in jax.tree_util.tree_leaves_with_path(nnx.state(target)):
-        if jnp.issubdtype(leaf.dtype, jax.dtypes.prng_key):
-            leaf = jax.random.key_data(leaf)
-        out.append(
-            (path, f"{leaf.dtype}{leaf.shape}".encode() + np.asarray(leaf).tobytes())
-        )
-    return out
-
-
-def assert_unchanged(before: list[tuple[Any, bytes]], target: Any) -> None:
-    assert snapshot(target) == before
+from tests.conftest import BNDropoutMLP, assert_unchanged, snapshot
 
 
 class Fixed(nnx.Module):

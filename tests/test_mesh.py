@@ -16,7 +16,6 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 from jax.sharding import AbstractMesh, Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
-from tests.conftest import assert_unchanged, snapshot
 
 from nnx_introspect import abstract_model, mesh_config_report
 from nnx_introspect._mesh import (
@@ -28,6 +27,7 @@ from nnx_introspect._mesh import (
 )
 from nnx_introspect._render import split_grid_html
 from nnx_introspect.examples import LlamaConfig, llama
+from tests.conftest import assert_unchanged, snapshot
 
 F32 = 4
 

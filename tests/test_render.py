@@ -13,7 +13,7 @@ from nnx_introspect._render import Report, format_bytes, to_html, to_markdown, t
 TABLE = Table(
     title="Demo",
     columns=("path", "bytes"),
-    rows=(("a|b", "1 KiB"), ("c", "2 B")),
+    rows=(("a|b", "1 KiB"), ("c[bold]x[/bold]", "2 B")),
     totals=(("total", "1 KiB"),),
     notes=("a <note>",),
 )
@@ -52,7 +52,7 @@ def test_rich_table_renders_every_row() -> None:
     console = Console(width=100, record=True)
     console.print(to_rich(TABLE))
     text = console.export_text()
-    for cell in ["Demo", "a|b", "total", "a <note>"]:
+    for cell in ["Demo", "a|b", "total", "a <note>", "c[bold]x[/bold]"]:
         assert cell in text
 
 

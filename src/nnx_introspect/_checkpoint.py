@@ -243,9 +243,9 @@ def _normalize_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
 def _target_spec(record: VarRecord) -> tuple[Any, ...] | None:
     sharding = record.sharding
     if sharding is None and isinstance(
-        getattr(record.value, "sharding", None), NamedSharding
+        getattr(record.array, "sharding", None), NamedSharding
     ):
-        sharding = record.value.sharding
+        sharding = record.array.sharding
     if isinstance(sharding, NamedSharding):
         sharding = sharding.spec
     if isinstance(sharding, PartitionSpec | tuple | list):
@@ -448,7 +448,7 @@ def verify_restore(
     rtol_f = check_tolerance(rtol, "rtol")
     atol_f = check_tolerance(atol, "atol")
     raw = records_of(target, "target")
-    abstract = [r.path_str for r in raw if r.value is None]
+    abstract = [r.path_str for r in raw if r.array is None]
     if abstract:
         raise ValueError(
             f"`target` is abstract at {len(abstract)} leaf(s) (first: "
@@ -466,7 +466,7 @@ def verify_restore(
         record = wanted.get(k[:-1] if strip else k)
         if record is None:
             return ocp.PLACEHOLDER
-        value = record.value
+        value = record.array
         sharding = getattr(value, "sharding", None)
         if not isinstance(sharding, jax.sharding.Sharding):
             sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])

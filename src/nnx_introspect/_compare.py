@@ -359,11 +359,11 @@ def diff_records(
             add(k, "dtype", da, db, f"dtype {da} in {a_label}, {db} in {b_label}.")
         if ra.shape != rb.shape or ra.dtype != rb.dtype:
             continue
-        vb = rb.value if b_values is None else b_values.get(k)
-        if not compare_values or ra.value is None or vb is None:
+        vb = rb.array if b_values is None else b_values.get(k)
+        if not compare_values or ra.array is None or vb is None:
             all_values = False
             continue
-        entry = value_entry("/".join(k), ra.value, vb, rtol=rtol, atol=atol)
+        entry = value_entry("/".join(k), ra.array, vb, rtol=rtol, atol=atol)
         if entry is not None:
             entries.append((order[k], entry))
     for k, rb in b_map.items():

@@ -152,7 +152,7 @@ class ParamFingerprint(Report):
 
 
 def _leaf_fingerprint(record: VarRecord) -> LeafFingerprint:
-    value = record.value
+    value = record.array
     key = is_key_dtype(record.dtype)
     if key:
         value = jax.random.key_data(value)
@@ -214,7 +214,7 @@ def param_fingerprint(target: Target, /, *filters: Any) -> ParamFingerprint:
         True
     """
     records = inventory(target, filters or (nnx.Param,))
-    abstract = [r.path_str for r in records if r.value is None]
+    abstract = [r.path_str for r in records if r.array is None]
     if abstract:
         raise ValueError(
             f"`target` is abstract at {len(abstract)} leaf(s) (first: "

@@ -34,7 +34,7 @@ class VarRecord:
         size: Number of elements, an exact Python ``int``.
         nbytes: Packed bytes: ``ceil(size * bits / 8)`` (int4 is half a byte).
         sharding: The NNX sharding annotation (``out_sharding``) or ``None``.
-        value: The array for a concrete state, ``None`` for an abstract one.
+        array: The array for a concrete state, ``None`` for an abstract one.
     """
 
     path: Path
@@ -44,7 +44,7 @@ class VarRecord:
     size: int
     nbytes: int
     sharding: Any
-    value: Any
+    array: Any
 
     @property
     def path_str(self) -> str:
@@ -59,7 +59,7 @@ class VarRecord:
     @property
     def is_abstract(self) -> bool:
         """Whether the leaf is a shape-only placeholder (no value to read)."""
-        return self.value is None
+        return self.array is None
 
 
 def path_str(path: Path) -> str:
@@ -133,7 +133,7 @@ def inventory(
                     size=size,
                     nbytes=dtype_nbytes(dtype, size),
                     sharding=sharding,
-                    value=value if concrete else None,
+                    array=value if concrete else None,
                 )
             )
     return tuple(records)
@@ -162,7 +162,7 @@ def metadata_inventory(tree: Any) -> tuple[VarRecord, ...]:
                 size=size,
                 nbytes=dtype_nbytes(dtype, size) if dtype != np.dtype(object) else 0,
                 sharding=getattr(leaf, "sharding", None),
-                value=None,
+                array=None,
             )
         )
     return tuple(records)

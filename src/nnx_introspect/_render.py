@@ -12,6 +12,7 @@ import math
 from typing import Any
 
 from rich.table import Table as RichTable
+from rich.text import Text
 
 __all__ = [
     "Report",
@@ -56,15 +57,24 @@ def format_bytes(n: float) -> str:
 
 
 def to_rich(table: Table) -> RichTable:
-    """A ``rich.table.Table`` for terminals and notebooks."""
-    out = RichTable(title=table.title, caption="\n".join(table.notes) or None)
+    """A ``rich.table.Table`` for terminals and notebooks.
+
+    Cells are plain :class:`rich.text.Text`, never parsed as console markup, so a
+    path or spec containing ``[...]`` shows as written.
+    """
+    caption = Text("\n".join(table.notes)) if table.notes else None
+    out = RichTable(title=Text(table.title), caption=caption)
     for i, name in enumerate(table.columns):
-        out.add_column(name, justify="left" if i == 0 else "right", no_wrap=i != 0)
+        out.add_column(
+            Text(name), justify="left" if i == 0 else "right", no_wrap=i != 0
+        )
+    last = len(table.rows) - 1
     for i, row in enumerate(table.rows):
         # A rule between the body and the totals.
-        out.add_row(*row, end_section=bool(table.totals) and i == len(table.rows) - 1)
+        cells = [Text(c) for c in row]
+        out.add_row(*cells, end_section=bool(table.totals) and i == last)
     for row in table.totals:
-        out.add_row(*row, style="bold")
+        out.add_row(*(Text(c) for c in row), style="bold")
     return out
 
 
