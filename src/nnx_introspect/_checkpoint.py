@@ -34,7 +34,8 @@ from nnx_introspect._compare import (
     is_key_dtype,
     records_of,
 )
-from nnx_introspect._inventory import VarRecord, metadata_inventory
+from nnx_introspect._inventory import VarRecord, metadata_inventory, require_values
+from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import typechecked
 
@@ -448,21 +449,19 @@ def verify_restore(
     rtol_f = check_tolerance(rtol, "rtol")
     atol_f = check_tolerance(atol, "atol")
     raw = records_of(target, "target")
-    abstract = [r.path_str for r in raw if r.array is None]
-    if abstract:
-        raise ValueError(
-            f"`target` is abstract at {len(abstract)} leaf(s) (first: "
-            f"{abstract[0]!r}), so there are no values to compare a restore with. "
-            "Pass the concrete model, or use `check_checkpoint` to compare "
-            "shapes and dtypes only."
-        )
+    require_values(
+        raw,
+        "there are no values to compare a restore with",
+        "Pass the concrete model, or use `check_checkpoint` to compare "
+        "shapes and dtypes only.",
+    )
     ckpt, records, notes, meta_diff = _check(path, raw)
     mismatched = {e.path for e in meta_diff.entries}
     wanted = {_key(r.path): r for r in records if r.path_str not in mismatched}
     strip = ckpt.layout == "nnx-state"
 
     def restore_leaf(keypath: Any, leaf: Any) -> Any:
-        k = _key(tuple(_entry_key(e) for e in keypath))
+        k = _key(keypath_keys(keypath))
         record = wanted.get(k[:-1] if strip else k)
         if record is None:
             return ocp.PLACEHOLDER
@@ -475,21 +474,7 @@ def verify_restore(
         return jax.ShapeDtypeStruct(record.shape, record.dtype, sharding=sharding)
 
     item = jax.tree_util.tree_map_with_path(restore_leaf, ckpt.tree)
-    restored: dict[Key, Any] = {}
-    if wanted:
-        with ocp.PyTreeCheckpointer() as checkpointer:
-            out = checkpointer.restore(
-                ckpt.path,
-                args=ocp.args.PyTreeRestore(
-                    item=item,
-                    restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-                ),
-            )
-        for keypath, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
-            if leaf is ocp.PLACEHOLDER:
-                continue
-            k = _key(tuple(_entry_key(e) for e in keypath))
-            restored[k[:-1] if strip else k] = leaf
+    restored = _restore(ckpt, item) if wanted else {}
     return diff_records(
         records,
         ckpt.records,
@@ -502,11 +487,30 @@ def verify_restore(
     )
 
 
-def _entry_key(entry: Any) -> Any:
-    for attr in ("key", "name", "idx"):
-        if hasattr(entry, attr):
-            return getattr(entry, attr)
-    return entry  # pragma: no cover
+def _restore(ckpt: _Checkpoint, item: Any) -> dict[Key, Any]:
+    """Restore ``item`` (abstract leaves or ``ocp.PLACEHOLDER``) from ``ckpt``.
+
+    Returns the restored arrays by path, placeholders left out; for the
+    ``nnx-state`` layout orbax's trailing ``value`` key is stripped.
+    """
+    import orbax.checkpoint as ocp  # deferred: orbax is slow to import
+
+    with ocp.PyTreeCheckpointer() as checkpointer:
+        out = checkpointer.restore(
+            ckpt.path,
+            args=ocp.args.PyTreeRestore(
+                item=item,
+                restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+            ),
+        )
+    strip = ckpt.layout == "nnx-state"
+    restored: dict[Key, Any] = {}
+    for keypath, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
+        if leaf is ocp.PLACEHOLDER:
+            continue
+        k = _key(keypath_keys(keypath))
+        restored[k[:-1] if strip else k] = leaf
+    return restored
 
 
 def is_checkpoint_dir(path: PathLike) -> bool:
@@ -516,26 +520,13 @@ def is_checkpoint_dir(path: PathLike) -> bool:
 
 def _restore_all(ckpt: _Checkpoint) -> dict[str, Any]:
     """Every array of ``ckpt`` on the default device, as a pure nested dict."""
-    import orbax.checkpoint as ocp  # deferred: orbax is slow to import
-
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
     item = jax.tree.map(
         lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
         ckpt.tree,
     )
-    with ocp.PyTreeCheckpointer() as checkpointer:
-        out = checkpointer.restore(
-            ckpt.path,
-            args=ocp.args.PyTreeRestore(
-                item=item,
-                restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-            ),
-        )
     nested: dict[str, Any] = {}
-    for keypath, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
-        k = _key(tuple(_entry_key(e) for e in keypath))
-        if ckpt.layout == "nnx-state":
-            k = k[:-1]
+    for k, leaf in _restore(ckpt, item).items():
         node = nested
         for part in k[:-1]:
             node = node.setdefault(part, {})

@@ -17,7 +17,7 @@ import numpy as np
 from flax import nnx
 
 from nnx_introspect._compare import is_key_dtype, json_float
-from nnx_introspect._inventory import VarRecord, inventory
+from nnx_introspect._inventory import VarRecord, inventory, require_values
 from nnx_introspect._render import Report, Table
 from nnx_introspect._typing import Target, typechecked
 
@@ -214,11 +214,9 @@ def param_fingerprint(target: Target, /, *filters: Any) -> ParamFingerprint:
         True
     """
     records = inventory(target, filters or (nnx.Param,))
-    abstract = [r.path_str for r in records if r.array is None]
-    if abstract:
-        raise ValueError(
-            f"`target` is abstract at {len(abstract)} leaf(s) (first: "
-            f"{abstract[0]!r}), so it has no values to fingerprint. Build the model "
-            "concretely, or compare shapes with `compare_states`."
-        )
+    require_values(
+        records,
+        "it has no values to fingerprint",
+        "Build the model concretely, or compare shapes with `compare_states`.",
+    )
     return ParamFingerprint(leaves=tuple(_leaf_fingerprint(r) for r in records))

@@ -16,7 +16,14 @@ from flax import nnx
 
 from nnx_introspect import _nnx
 
-__all__ = ["VarRecord", "dtype_nbytes", "inventory", "metadata_inventory", "path_str"]
+__all__ = [
+    "VarRecord",
+    "dtype_nbytes",
+    "inventory",
+    "metadata_inventory",
+    "path_str",
+    "require_values",
+]
 
 Path = tuple[Any, ...]
 
@@ -60,6 +67,21 @@ class VarRecord:
     def is_abstract(self) -> bool:
         """Whether the leaf is a shape-only placeholder (no value to read)."""
         return self.array is None
+
+
+def require_values(
+    records: tuple[VarRecord, ...], consequence: str, fix: str, name: str = "target"
+) -> None:
+    """Raise ``ValueError`` naming the first abstract record, if there is one.
+
+    ``consequence`` completes "so ..." and ``fix`` says what to pass instead.
+    """
+    abstract = [r.path_str for r in records if r.array is None]
+    if abstract:
+        raise ValueError(
+            f"`{name}` is abstract at {len(abstract)} leaf(s) (first: "
+            f"{abstract[0]!r}), so {consequence}. {fix}"
+        )
 
 
 def path_str(path: Path) -> str:

@@ -21,6 +21,7 @@ __all__ = [
     "flat_state_public",
     "gc_paused",
     "iter_variable_leaves",
+    "keypath_keys",
     "select_state",
     "variable_sharding",
 ]
@@ -64,7 +65,12 @@ def flat_state_public(state: nnx.State[Any, Any]) -> list[tuple[Path, Any]]:
     pairs, _ = jax.tree_util.tree_flatten_with_path(
         state, is_leaf=lambda x: isinstance(x, nnx.Variable)
     )
-    return [(tuple(_key(k) for k in keypath), leaf) for keypath, leaf in pairs]
+    return [(keypath_keys(keypath), leaf) for keypath, leaf in pairs]
+
+
+def keypath_keys(keypath: Any) -> Path:
+    """The plain keys of a ``jax.tree_util`` key path (``DictKey('a')`` -> ``'a'``)."""
+    return tuple(_key(entry) for entry in keypath)
 
 
 def _key(entry: Any) -> Any:
@@ -108,7 +114,7 @@ def iter_variable_leaves(leaf: Any) -> Iterator[tuple[Path, Any]]:
     pairs, _ = jax.tree_util.tree_flatten_with_path(leaf)
     is_variable = isinstance(leaf, nnx.Variable)
     for keypath, value in pairs:
-        sub = tuple(_key(k) for k in keypath)
+        sub = keypath_keys(keypath)
         if is_variable and sub[:1] == ("value",):
             sub = sub[1:]
         yield sub, value
