@@ -795,8 +795,11 @@ class _Planner:
             axes = _entry_axes(entry)
             if not axes or any(a not in self.sizes for a in axes):
                 continue
-            product = math.prod(self.sizes[a] for a in axes)
-            if shape[dim] % product:
+            # Ask JAX about this dimension alone, so every indivisible dimension
+            # is reported (JAX itself stops at the first).
+            alone = PartitionSpec(*([None] * dim), entry)
+            if self.shard_shape(alone, shape) is None:
+                product = math.prod(self.sizes[a] for a in axes)
                 problems.append(
                     MeshProblem(
                         path,
@@ -874,22 +877,6 @@ class _Planner:
             replicated_over=self.replicated_over(None if shard_shape is None else spec),
             num_devices=self.num_devices,
         )
-
-
-def plan_leaf(
-    record: VarRecord, spec: PartitionSpec, mesh: AbstractMesh
-) -> tuple[LeafShard, list[MeshProblem]]:
-    """Place one leaf with ``spec`` on ``mesh`` using JAX's own arithmetic."""
-    planner = _Planner(mesh)
-    problems = planner.check_spec(record.path_str, spec, record.shape)
-    shard = None if problems else planner.shard_shape(spec, record.shape)
-    category = "params" if issubclass(record.kind, nnx.Param) else "other state"
-    return (
-        planner.leaf(
-            record, spec, category=category, source="given", shard_shape=shard
-        ),
-        problems,
-    )
 
 
 def _metadata_spec(
