@@ -33,8 +33,7 @@ def test_every_public_name_is_in_the_api_reference(name: str) -> None:
 def test_every_public_name_has_a_docstring_with_an_example(obj: object) -> None:
     doc = inspect.getdoc(obj) or ""
     assert doc, f"{obj} has no docstring"
-    if inspect.isfunction(obj):
-        assert "Example" in doc and ">>>" in doc, f"{obj} has no doctested example"
+    assert "Example" in doc and ">>>" in doc, f"{obj} has no doctested example"
 
 
 def test_exercises_are_documented() -> None:

@@ -65,6 +65,18 @@ class CheckpointLeaf:
         nbytes: Packed bytes of the array (not of its compressed files).
         sharding: How it was sharded when saved (``"P(None, 'model') on
             model=8"``, ``"single device cpu:0"``), or ``"-"`` if not recorded.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import orbax.checkpoint as ocp
+        >>> from flax import nnx
+        >>> from nnx_introspect import checkpoint_report
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
+        >>> with ocp.StandardCheckpointer() as checkpointer:
+        ...     checkpointer.save(path, nnx.state(nnx.Linear(4, 3, rngs=nnx.Rngs(0))))
+        >>> leaf = checkpoint_report(path).leaves[1]
+        >>> leaf.path, leaf.shape, leaf.dtype, leaf.nbytes
+        ('kernel', (4, 3), 'float32', 48)
     """
 
     path: str
@@ -83,6 +95,18 @@ class CheckpointReport(Report):
         path: The checkpoint directory.
         layout: ``"nnx-state"`` or ``"pure-dict"`` (see the module docs).
         leaves: One :class:`CheckpointLeaf` per stored array, in tree order.
+
+    Example:
+        >>> import tempfile, pathlib
+        >>> import orbax.checkpoint as ocp
+        >>> from flax import nnx
+        >>> from nnx_introspect import checkpoint_report
+        >>> path = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
+        >>> with ocp.StandardCheckpointer() as checkpointer:
+        ...     checkpointer.save(path, nnx.state(nnx.Linear(4, 3, rngs=nnx.Rngs(0))))
+        >>> report = checkpoint_report(path)
+        >>> report.layout, [leaf.path for leaf in report.leaves]
+        ('nnx-state', ['bias', 'kernel'])
     """
 
     SCHEMA = "nnx-introspect/checkpoint"

@@ -54,6 +54,15 @@ class DiffEntry:
         max_rel_diff: For ``"value"``: the largest ``|a - b| / |a|`` over the
             differing elements where ``a != 0``, or ``None`` if there are none.
         message: A sentence saying what differs.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import compare_states
+        >>> a = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+        >>> b = nnx.Linear(2, 3, rngs=nnx.Rngs(1))
+        >>> entry = compare_states(a, b).entries[0]
+        >>> entry.path, entry.problem, entry.n_different, entry.n_elements
+        ('kernel', 'value', 6, 6)
     """
 
     path: str
@@ -89,6 +98,15 @@ class StateDiff(Report):
         rtol: Relative tolerance used for values.
         atol: Absolute tolerance used for values.
         notes: Caveats, in sentences.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import compare_states
+        >>> a = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+        >>> b = nnx.Linear(2, 4, rngs=nnx.Rngs(0))
+        >>> diff = compare_states(a, b)
+        >>> diff.equal, [(e.path, e.problem) for e in diff.entries]
+        (False, [('bias', 'shape'), ('kernel', 'shape')])
     """
 
     SCHEMA = "nnx-introspect/state-diff"

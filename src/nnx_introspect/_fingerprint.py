@@ -40,6 +40,13 @@ class LeafFingerprint:
         max: Largest element (``None`` likewise, or for an empty leaf).
         sha256: Hex SHA-256 of the dtype name, the shape and the raw bytes (key
             data for PRNG keys).
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import param_fingerprint
+        >>> leaf = param_fingerprint(nnx.Linear(4, 3, rngs=nnx.Rngs(0))).leaves[0]
+        >>> leaf.path, leaf.sum, leaf.l2_norm, len(leaf.sha256)
+        ('bias', 0.0, 0.0, 64)
     """
 
     path: str
@@ -59,6 +66,14 @@ class ParamFingerprint(Report):
 
     Attributes:
         leaves: One :class:`LeafFingerprint` per matching leaf, in state order.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import param_fingerprint
+        >>> a = param_fingerprint(nnx.Linear(4, 3, rngs=nnx.Rngs(0)))
+        >>> b = param_fingerprint(nnx.Linear(4, 3, rngs=nnx.Rngs(1)))
+        >>> a.changed_paths(b)
+        ('kernel',)
     """
 
     SCHEMA = "nnx-introspect/param-fingerprint"

@@ -42,6 +42,13 @@ class VarRecord:
         nbytes: Packed bytes: ``ceil(size * bits / 8)`` (int4 is half a byte).
         sharding: The NNX sharding annotation (``out_sharding``) or ``None``.
         array: The array for a concrete state, ``None`` for an abstract one.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect._inventory import inventory
+        >>> record = inventory(nnx.Linear(4, 3, rngs=nnx.Rngs(0)))[1]
+        >>> record.path_str, record.kind_name, record.shape, record.size, record.nbytes
+        ('kernel', 'Param', (4, 3), 12, 48)
     """
 
     path: Path

@@ -92,6 +92,16 @@ class LeafShard:
             device along them holds the same shard (every axis when the spec
             cannot be applied).
         num_devices: Devices in the mesh, for the ideal share.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> leaf = mesh_config_report(model, "model=4").leaves[1]
+        >>> leaf.path, leaf.spec, leaf.shard_shape, leaf.bytes_per_device
+        ('kernel', P(), (4, 6), 96)
+        >>> leaf.replicated_over
+        ('model',)
     """
 
     path: str
@@ -133,6 +143,17 @@ class MeshProblem:
         size: For ``"indivisible"``: that dimension's size.
         axes: The mesh axes involved.
         product: For ``"indivisible"``: the product of those axes' sizes.
+
+    Example:
+        >>> from flax import nnx
+        >>> from jax.sharding import PartitionSpec as P
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> rules = [("kernel", P(None, "model"))]
+        >>> report = mesh_config_report(model, "model=4", rules=rules)
+        >>> problem = report.errors[0]
+        >>> problem.kind, problem.path, problem.dimension, problem.size, problem.product
+        ('indivisible', 'kernel', 1, 6, 4)
     """
 
     path: str
@@ -166,6 +187,16 @@ class MeshConfigReport(Report):
         rules: The rules' patterns, in order (empty without ``rules``).
         unmatched_rules: Patterns that gave no leaf its spec.
         devices_present: ``jax.device_count()`` when the plan was made.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> report = mesh_config_report(model, "data=2,model=4")
+        >>> report.num_devices, report.bytes_per_device, report.ideal_bytes_per_device
+        (8, 120, 15.0)
+        >>> report.ok
+        True
     """
 
     SCHEMA = "nnx-introspect/mesh-config"

@@ -35,6 +35,15 @@ class Table:
         rows: One tuple of cells per row (already human-formatted strings).
         totals: Summary rows shown after a rule.
         notes: Sentences shown below the table (caveats, problems).
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import summarize
+        >>> table = summarize(nnx.Linear(4, 3, rngs=nnx.Rngs(0))).table()
+        >>> table.columns
+        ('Path', 'Type', 'Shape', 'Dtype', 'Elements', 'Bytes')
+        >>> table.rows[0]
+        ('bias', 'Param', '(3,)', 'float32', '3', '12 B')
     """
 
     title: str

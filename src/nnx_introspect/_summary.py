@@ -36,6 +36,13 @@ class SummaryRow:
         nbytes: Packed bytes (int4 counts half a byte per element).
         leaves: Number of array leaves in the row (1 for a single variable).
         layers: The size of the leading stacked-layer axis, or ``None``.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import summarize
+        >>> row = summarize(nnx.Linear(4, 3, rngs=nnx.Rngs(0))).rows[1]
+        >>> row.path, row.kind, row.shape, row.elements, row.nbytes
+        (('kernel',), 'Param', (4, 3), 12, 48)
     """
 
     path: tuple[Any, ...]
@@ -77,6 +84,13 @@ class KindTotal:
         leaves: Number of array leaves.
         elements: Number of elements.
         nbytes: Packed bytes.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import summarize
+        >>> total = summarize(nnx.Linear(4, 3, rngs=nnx.Rngs(0))).by_kind[0]
+        >>> total.name, total.leaves, total.elements, total.nbytes
+        ('Param', 2, 15, 60)
     """
 
     name: str
@@ -111,6 +125,16 @@ class ModelSummary(Report):
         total_bytes: Packed bytes of every leaf.
         abstract: Whether the leaves were shape-only (nothing allocated).
         depth: The aggregation depth, or ``None`` for one row per variable.
+
+    Example:
+        >>> import json
+        >>> from flax import nnx
+        >>> from nnx_introspect import summarize
+        >>> summary = summarize(nnx.Linear(4, 3, rngs=nnx.Rngs(0)))
+        >>> summary.n_params, summary.n_state_leaves, summary.total_bytes
+        (15, 2, 60)
+        >>> json.loads(summary.to_json())["schema"]
+        'nnx-introspect/summary'
     """
 
     SCHEMA = "nnx-introspect/summary"

@@ -172,6 +172,13 @@ class LlamaConfig:
         param_dtype: Parameter dtype.
         partitioned: Annotate kernels with sharding names (``"fsdp"``, ``"tp"``),
             as model zoos do, so mesh planning has specs to work with.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> cfg = LlamaConfig(vocab=100, d_model=8, n_layers=2, n_heads=2, d_ff=16)
+        >>> # embed + lm_head + 2 layers x (2 norms + q,k,v,o + gate,up,down) + norm
+        >>> count_params(abstract_model(llama(cfg)))
+        2920
     """
 
     vocab: int
