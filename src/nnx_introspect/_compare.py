@@ -250,14 +250,6 @@ def _key(record: VarRecord) -> tuple[str, ...]:
     return tuple(str(k) for k in record.path)
 
 
-def _is_variable_kind(kind: type) -> bool:
-    return isinstance(kind, type) and issubclass(kind, nnx.Variable)
-
-
-def _dtype_name(dtype: Any) -> str:
-    return str(getattr(dtype, "name", dtype))
-
-
 def is_key_dtype(dtype: Any) -> bool:
     """Whether ``dtype`` is a typed PRNG key dtype (``key<fry>``)."""
     try:
@@ -355,8 +347,7 @@ def diff_records(
 
     common = [k for k in a_map if k in b_map]
     kinds_compared = bool(common) and all(
-        _is_variable_kind(a_map[k].kind) and _is_variable_kind(b_map[k].kind)
-        for k in common
+        a_map[k].is_variable and b_map[k].is_variable for k in common
     )
     all_values = compare_values
     for k, ra in a_map.items():
@@ -365,15 +356,14 @@ def diff_records(
             add(k, "missing", what, "-", f"in {a_label} ({what}), not in {b_label}.")
             continue
         rb = b_map[k]
-        ka, kb = ra.kind, rb.kind
-        if _is_variable_kind(ka) and _is_variable_kind(kb) and ka is not kb:
+        if ra.is_variable and rb.is_variable and ra.kind is not rb.kind:
             na, nb = ra.kind_name, rb.kind_name
             add(k, "variable-type", na, nb, f"{na} in {a_label}, {nb} in {b_label}.")
         if ra.shape != rb.shape:
             sa, sb = str(ra.shape), str(rb.shape)
             add(k, "shape", sa, sb, f"shape {sa} in {a_label}, {sb} in {b_label}.")
         if ra.dtype != rb.dtype:
-            da, db = _dtype_name(ra.dtype), _dtype_name(rb.dtype)
+            da, db = ra.dtype_name, rb.dtype_name
             add(k, "dtype", da, db, f"dtype {da} in {a_label}, {db} in {b_label}.")
         if ra.shape != rb.shape or ra.dtype != rb.dtype:
             continue
@@ -416,8 +406,8 @@ def diff_records(
 
 
 def _describe(record: VarRecord) -> str:
-    kind = f"{record.kind_name} " if _is_variable_kind(record.kind) else ""
-    return f"{kind}{_dtype_name(record.dtype)}{list(record.shape)}"
+    kind = f"{record.kind_name} " if record.is_variable else ""
+    return f"{kind}{record.dtype_name}{list(record.shape)}"
 
 
 @typechecked

@@ -71,6 +71,21 @@ class VarRecord:
         return self.kind.__name__
 
     @property
+    def is_variable(self) -> bool:
+        """Whether the leaf is held by an ``nnx.Variable`` (not a raw array)."""
+        return isinstance(self.kind, type) and issubclass(self.kind, nnx.Variable)
+
+    @property
+    def is_param(self) -> bool:
+        """Whether the leaf is an ``nnx.Param`` (or subclass): a parameter."""
+        return isinstance(self.kind, type) and issubclass(self.kind, nnx.Param)
+
+    @property
+    def dtype_name(self) -> str:
+        """The dtype's name (``"float32"``, ``"key<fry>"``)."""
+        return str(getattr(self.dtype, "name", self.dtype))
+
+    @property
     def is_abstract(self) -> bool:
         """Whether the leaf is a shape-only placeholder (no value to read)."""
         return self.array is None

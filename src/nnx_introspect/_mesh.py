@@ -942,7 +942,7 @@ def _translate(entry: Any, mapping: Mapping[str, Any]) -> Any:
 
 
 def _category(record: VarRecord) -> str:
-    return "params" if issubclass(record.kind, nnx.Param) else "other state"
+    return "params" if record.is_param else "other state"
 
 
 def _abstract_optimizer(
@@ -1133,7 +1133,7 @@ def mesh_config_report(
                 severity="warning",
             )
         )
-    params = [r for r in records if issubclass(r.kind, nnx.Param)]
+    params = [r for r in records if r.is_param]
     return MeshConfigReport(
         axis_names=tuple(planner.sizes),
         axis_sizes=tuple(planner.sizes.values()),

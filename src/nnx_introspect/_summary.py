@@ -10,8 +10,6 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
-from flax import nnx
-
 from nnx_introspect._inventory import VarRecord, inventory, path_str
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import IntLike, Target, as_int, typechecked
@@ -259,14 +257,8 @@ def _leaves(n: int) -> str:
     return f"{n} leaf" if n == 1 else f"{n} leaves"
 
 
-def _kind_name(kind: type) -> str:
-    if isinstance(kind, type) and issubclass(kind, nnx.Variable):
-        return kind.__name__
-    return "Array"
-
-
-def _dtype_name(record: VarRecord) -> str:
-    return str(getattr(record.dtype, "name", record.dtype))
+def _kind_name(record: VarRecord) -> str:
+    return record.kind_name if record.is_variable else "Array"
 
 
 def _layers(record: VarRecord, stacked: Sequence[tuple[Any, ...]]) -> int | None:
@@ -393,9 +385,9 @@ def summarize(
     rows = [
         SummaryRow(
             path=r.path,
-            kind=_kind_name(r.kind),
+            kind=_kind_name(r),
             shape=r.shape,
-            dtype=_dtype_name(r),
+            dtype=r.dtype_name,
             elements=r.size,
             nbytes=r.nbytes,
             layers=_layers(r, prefixes),
@@ -404,13 +396,13 @@ def summarize(
     ]
     if level is not None:
         rows = _aggregate(rows, level)
-    params = [r for r in records if issubclass(r.kind, nnx.Param)]
+    params = [r for r in records if r.is_param]
     title = type(target).__name__
     return ModelSummary(
         title=title,
         rows=tuple(rows),
-        by_kind=_totals((_kind_name(r.kind), r) for r in records),
-        by_dtype=_totals((_dtype_name(r), r) for r in records),
+        by_kind=_totals((_kind_name(r), r) for r in records),
+        by_dtype=_totals((r.dtype_name, r) for r in records),
         n_params=sum(r.size for r in params),
         n_state_leaves=len(records),
         param_bytes=sum(r.nbytes for r in params),
