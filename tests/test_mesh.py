@@ -423,7 +423,10 @@ def test_optimizer_by_name_and_stateless() -> None:
     report = mesh_config_report(sharded_model(), {"model": 4}, optimizer="sgd")
     assert [leaf.path for leaf in report.optimizer_leaves] == ["optimizer/step"]
     assert len(report.gradient_leaves) == 5
-    assert optimizer_from_name("ADAMW") is not None
+    params = {"w": jnp.zeros((2, 3))}
+    by_name = optimizer_from_name("ADAMW").init(params)  # names are case-insensitive
+    reference = optax.adamw(1e-3).init(params)
+    assert jax.tree.structure(by_name) == jax.tree.structure(reference)
     with pytest.raises(ValueError, match=r"`optimizer` must be one of .*got 'adamx'"):
         mesh_config_report(sharded_model(), {"model": 4}, optimizer="adamx")
 
