@@ -5,35 +5,40 @@ that two states really match, for concrete or abstract (``nnx.eval_shape``)
 models alike.
 """
 
-from nnx_introspect._abstract import abstract_model as abstract_model
-from nnx_introspect._checkpoint import CheckpointLeaf as CheckpointLeaf
-from nnx_introspect._checkpoint import CheckpointReport as CheckpointReport
-from nnx_introspect._checkpoint import check_checkpoint as check_checkpoint
-from nnx_introspect._checkpoint import checkpoint_report as checkpoint_report
-from nnx_introspect._checkpoint import verify_restore as verify_restore
-from nnx_introspect._compare import DiffEntry as DiffEntry
-from nnx_introspect._compare import StateDiff as StateDiff
-from nnx_introspect._compare import check_reproducible_init as check_reproducible_init
-from nnx_introspect._compare import compare_states as compare_states
-from nnx_introspect._counting import count_params as count_params
-from nnx_introspect._counting import count_state_leaves as count_state_leaves
-from nnx_introspect._counting import ideal_share as ideal_share
-from nnx_introspect._counting import param_sum as param_sum
-from nnx_introspect._fingerprint import LeafFingerprint as LeafFingerprint
-from nnx_introspect._fingerprint import ParamFingerprint as ParamFingerprint
-from nnx_introspect._fingerprint import param_fingerprint as param_fingerprint
-from nnx_introspect._init import fresh_init_forward as fresh_init_forward
-from nnx_introspect._inventory import VarRecord as VarRecord
-from nnx_introspect._inventory import inventory as _inventory_impl
-from nnx_introspect._mesh import LeafShard as LeafShard
-from nnx_introspect._mesh import MeshConfigReport as MeshConfigReport
-from nnx_introspect._mesh import MeshProblem as MeshProblem
-from nnx_introspect._mesh import mesh_config_report as mesh_config_report
-from nnx_introspect._render import Table as Table
-from nnx_introspect._summary import KindTotal as KindTotal
-from nnx_introspect._summary import ModelSummary as ModelSummary
-from nnx_introspect._summary import SummaryRow as SummaryRow
-from nnx_introspect._summary import summarize as summarize
+import importlib
+import typing
+
+if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
+    from nnx_introspect._abstract import abstract_model as abstract_model
+    from nnx_introspect._checkpoint import CheckpointLeaf as CheckpointLeaf
+    from nnx_introspect._checkpoint import CheckpointReport as CheckpointReport
+    from nnx_introspect._checkpoint import check_checkpoint as check_checkpoint
+    from nnx_introspect._checkpoint import checkpoint_report as checkpoint_report
+    from nnx_introspect._checkpoint import verify_restore as verify_restore
+    from nnx_introspect._compare import DiffEntry as DiffEntry
+    from nnx_introspect._compare import StateDiff as StateDiff
+    from nnx_introspect._compare import (
+        check_reproducible_init as check_reproducible_init,
+    )
+    from nnx_introspect._compare import compare_states as compare_states
+    from nnx_introspect._counting import count_params as count_params
+    from nnx_introspect._counting import count_state_leaves as count_state_leaves
+    from nnx_introspect._counting import ideal_share as ideal_share
+    from nnx_introspect._counting import param_sum as param_sum
+    from nnx_introspect._fingerprint import LeafFingerprint as LeafFingerprint
+    from nnx_introspect._fingerprint import ParamFingerprint as ParamFingerprint
+    from nnx_introspect._fingerprint import param_fingerprint as param_fingerprint
+    from nnx_introspect._init import fresh_init_forward as fresh_init_forward
+    from nnx_introspect._inventory import VarRecord as VarRecord
+    from nnx_introspect._mesh import LeafShard as LeafShard
+    from nnx_introspect._mesh import MeshConfigReport as MeshConfigReport
+    from nnx_introspect._mesh import MeshProblem as MeshProblem
+    from nnx_introspect._mesh import mesh_config_report as mesh_config_report
+    from nnx_introspect._render import Table as Table
+    from nnx_introspect._summary import KindTotal as KindTotal
+    from nnx_introspect._summary import ModelSummary as ModelSummary
+    from nnx_introspect._summary import SummaryRow as SummaryRow
+    from nnx_introspect._summary import summarize as summarize
 
 __version__ = "0.1.0"
 
@@ -68,4 +73,53 @@ __all__ = [
     "verify_restore",
 ]
 
-del _inventory_impl
+# Public name -> private module defining it. Importing `nnx_introspect` stays
+# cheap (no JAX, no flax): each module is imported the first time one of its names
+# is used (PEP 562). Every name here is also imported above for type checkers.
+_LAZY: dict[str, str] = {
+    "CheckpointLeaf": "nnx_introspect._checkpoint",
+    "CheckpointReport": "nnx_introspect._checkpoint",
+    "DiffEntry": "nnx_introspect._compare",
+    "KindTotal": "nnx_introspect._summary",
+    "LeafFingerprint": "nnx_introspect._fingerprint",
+    "LeafShard": "nnx_introspect._mesh",
+    "MeshConfigReport": "nnx_introspect._mesh",
+    "MeshProblem": "nnx_introspect._mesh",
+    "ModelSummary": "nnx_introspect._summary",
+    "ParamFingerprint": "nnx_introspect._fingerprint",
+    "StateDiff": "nnx_introspect._compare",
+    "SummaryRow": "nnx_introspect._summary",
+    "Table": "nnx_introspect._render",
+    "VarRecord": "nnx_introspect._inventory",
+    "abstract_model": "nnx_introspect._abstract",
+    "check_checkpoint": "nnx_introspect._checkpoint",
+    "check_reproducible_init": "nnx_introspect._compare",
+    "checkpoint_report": "nnx_introspect._checkpoint",
+    "compare_states": "nnx_introspect._compare",
+    "count_params": "nnx_introspect._counting",
+    "count_state_leaves": "nnx_introspect._counting",
+    "fresh_init_forward": "nnx_introspect._init",
+    "ideal_share": "nnx_introspect._counting",
+    "mesh_config_report": "nnx_introspect._mesh",
+    "param_fingerprint": "nnx_introspect._fingerprint",
+    "param_sum": "nnx_introspect._counting",
+    "summarize": "nnx_introspect._summary",
+    "verify_restore": "nnx_introspect._checkpoint",
+}
+
+
+# Hidden from type checkers, which see the imports above: to them a misspelt name
+# stays an error instead of `Any`.
+if not typing.TYPE_CHECKING:
+
+    def __getattr__(name: str) -> typing.Any:
+        """Import the module defining ``name`` on first use, then cache ``name``."""
+        module = _LAZY.get(name)
+        if module is None:
+            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+        value = getattr(importlib.import_module(module), name)
+        globals()[name] = value
+        return value
+
+    def __dir__() -> list[str]:
+        return sorted({*globals(), *__all__})

@@ -5,6 +5,15 @@ so import errors, missing attributes, non-callables and raising factories all
 become one :class:`TargetError` with a one-line message (the CLI prints it and
 exits with code 2). The original exception is kept as ``__cause__`` for
 ``--debug``.
+
+User code (the module's import, an attribute lookup, the factory call) may end
+in any way: an exception, ``sys.exit(...)`` (``SystemExit``, whatever its code)
+or another ``BaseException``. All of them are the target's failure, never the
+command's result, so ``sys.exit(0)`` in a factory cannot pass a CI gate. Only
+``KeyboardInterrupt`` goes through: Ctrl-C still interrupts the command.
+
+This module imports JAX and flax only when a model is built, so the CLI can
+parse its arguments (and print ``--help``) without them.
 """
 
 import importlib
@@ -12,10 +21,6 @@ import os
 import sys
 from collections.abc import Callable
 from typing import Any
-
-from flax import nnx
-
-from nnx_introspect._abstract import abstract_model
 
 __all__ = ["DEFAULT_TARGET", "TargetError", "build_target", "resolve_factory"]
 
@@ -28,11 +33,22 @@ class TargetError(Exception):
 
 
 def _one_line(error: BaseException) -> str:
-    text = " ".join(str(error).split())
-    if len(text) > 300:
-        text = text[:297] + "..."
     name = type(error).__name__
-    return f"{name}: {text}" if text else name
+    try:
+        if isinstance(error, SystemExit):  # `sys.exit("message")` or a code
+            text = f"{name}({error.code!r})"
+        else:
+            text = " ".join(str(error).split())
+            text = f"{name}: {text}" if text else name
+    except Exception:  # a user exception whose __str__ or __repr__ fails
+        text = f"{name}: <unprintable>"
+    return text if len(text) <= 300 else text[:297] + "..."
+
+
+def _not_interrupt(error: BaseException) -> None:
+    """Re-raise ``error`` if it is a ``KeyboardInterrupt`` (Ctrl-C interrupts)."""
+    if isinstance(error, KeyboardInterrupt):
+        raise error
 
 
 def _short_repr(value: object) -> str:
@@ -56,27 +72,35 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
             f"TARGET must look like 'package.module:callable', got {spec!r}. "
             f"For example: {DEFAULT_TARGET}."
         )
-    added = os.getcwd() not in sys.path
+    cwd = os.getcwd()
+    added = cwd not in sys.path
     if added:
-        sys.path.insert(0, os.getcwd())
+        sys.path.insert(0, cwd)
     try:
         module = importlib.import_module(module_name)
-    except Exception as error:  # any import-time failure is the target's fault
+    except BaseException as error:  # any import-time failure is the target's fault
+        _not_interrupt(error)
         raise TargetError(
             f"cannot import module {module_name!r} of target {spec!r}: "
             f"{_one_line(error)}"
         ) from error
     finally:
-        if added:
-            sys.path.remove(os.getcwd())
+        if added and cwd in sys.path:  # the module may have changed either
+            sys.path.remove(cwd)
     obj: Any = module
     for part in attr_path.split("."):
-        if not hasattr(obj, part):
+        owner = f"{type(obj).__name__} {getattr(obj, '__name__', attr_path)!r}"
+        try:  # a module `__getattr__` or a property is user code too
+            obj = getattr(obj, part)
+        except AttributeError as error:
             raise TargetError(
-                f"{type(obj).__name__} {getattr(obj, '__name__', attr_path)!r} has "
-                f"no attribute {part!r} (target {spec!r})."
-            )
-        obj = getattr(obj, part)
+                f"{owner} has no attribute {part!r} (target {spec!r})."
+            ) from error
+        except BaseException as error:
+            _not_interrupt(error)
+            raise TargetError(
+                f"looking up {part!r} of target {spec!r} raised {_one_line(error)}"
+            ) from error
     if not callable(obj):
         raise TargetError(
             f"target {spec!r} is a {type(obj).__name__}, not a callable taking "
@@ -96,12 +120,18 @@ def build_target(spec: str, *, seed: int = 0, abstract: bool = True) -> Any:
             returns something other than an NNX graph node.
     """
     factory = resolve_factory(spec)
+    # Heavy imports (JAX, flax) only once a model is really built.
+    from flax import nnx
+
+    from nnx_introspect._abstract import abstract_model
+
     try:
         if abstract:
             model = abstract_model(factory, seed=seed)
         else:
             model = factory(nnx.Rngs(seed))
-    except Exception as error:
+    except BaseException as error:
+        _not_interrupt(error)
         raise TargetError(f"factory {spec!r} raised {_one_line(error)}") from error
     if not isinstance(model, nnx.Pytree):
         raise TargetError(

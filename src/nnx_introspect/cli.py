@@ -3,46 +3,62 @@
 Each subcommand has an ``_add_<name>_parser(subparsers)`` function that declares
 its arguments (with :func:`_add_output_args` for ``--format``/``--debug`` and
 :func:`_add_target_args` for ``TARGET``/``--seed``) and sets its handler
-``_run_<name>(args) -> int``. Targets are resolved by :mod:`._targets`; a target
-error prints one line on stderr and exits with code 2 (``--debug`` adds the
-traceback).
+``_run_<name>(args) -> int`` with ``parser.set_defaults(handler=...)``; a new
+subcommand adds one line to :func:`_build_parser`. Targets are resolved by
+:mod:`._targets`; a target error prints one line on stderr and exits with code 2
+(``--debug`` adds the traceback).
+
+Startup is cheap: JAX, flax, orbax and rich are imported inside the handlers,
+never at module level, so ``--help`` and argument errors do not wait for them.
+Every argument converter here is pure Python for the same reason.
 """
 
 import argparse
 import math
 import os
+import re
 import sys
 import traceback
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from rich.console import Console
-
-from nnx_introspect._checkpoint import (
-    check_checkpoint,
-    checkpoint_report,
-    diff_checkpoints,
-    resolve_checkpoint,
-    verify_restore,
-)
-from nnx_introspect._compare import StateDiff, compare_states
-from nnx_introspect._mesh import (
-    OPTIMIZER_NAMES,
-    as_abstract_mesh,
-    load_rules_file,
-    mesh_config_report,
-    parse_bytes,
-)
-from nnx_introspect._render import Report, to_rich
-from nnx_introspect._summary import summarize
 from nnx_introspect._targets import DEFAULT_TARGET, TargetError, build_target
+
+if TYPE_CHECKING:
+    from nnx_introspect._compare import StateDiff
+    from nnx_introspect._render import Report
 
 __all__ = ["main"]
 
 PROG = "nnx-introspect"
 FORMATS = ("table", "markdown", "json")
+OPTIMIZERS = (
+    "adafactor",
+    "adagrad",
+    "adam",
+    "adamw",
+    "lion",
+    "momentum",
+    "rmsprop",
+    "sgd",
+)
+"""``--optimizer`` choices: ``_mesh.OPTIMIZER_NAMES``, spelt out to keep JAX out of
+``--help`` (a test holds the two equal)."""
 
 Handler = Callable[[argparse.Namespace], int]
+
+
+class UsageError(Exception):
+    """A bad argument found by a handler; the message starts with the flag."""
+
+
+class _Parser(argparse.ArgumentParser):
+    """An ``ArgumentParser`` whose errors are one line: no usage block."""
+
+    def error(self, message: str) -> NoReturn:
+        text = " ".join(message.split())
+        self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
 
 
 def _add_output_args(
@@ -84,21 +100,30 @@ def _nonnegative_int(text: str) -> int:
     try:
         value = int(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"expected an integer, got {text!r}") from None
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 0, got {text!r}"
+        ) from None
     if value < 0:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 0, got {value}")
+        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
     return value
 
 
 def _positive_int(text: str) -> int:
-    value = _nonnegative_int(text)
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be an integer >= 1, got {text!r}"
+        ) from None
     if value < 1:
-        raise argparse.ArgumentTypeError(f"expected an integer >= 1, got {value}")
+        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
     return value
 
 
-def _emit(report: Report, fmt: str) -> None:
+def _emit(report: "Report", fmt: str) -> None:
     """Write ``report`` to stdout in ``fmt`` (``table`` uses rich)."""
+    from rich.console import Console
+
     if fmt == "json":
         sys.stdout.write(report.to_json() + "\n")
     elif fmt == "markdown":
@@ -135,6 +160,8 @@ def _add_summary_parser(subparsers: Any) -> None:
 
 
 def _run_summary(args: argparse.Namespace) -> int:
+    from nnx_introspect._summary import summarize
+
     model = build_target(args.target, seed=args.seed)
     _emit(summarize(model, depth=args.depth), args.format)
     return 0
@@ -143,19 +170,80 @@ def _run_summary(args: argparse.Namespace) -> int:
 # --- mesh -------------------------------------------------------------------------
 
 
-def _mesh_arg(text: str) -> str:
+def _integral(text: str) -> int | None:
+    """``text`` as an integer (``"4"``, ``"4.0"``, ``"1e3"``), else ``None``."""
     try:
-        as_abstract_mesh(text, "--mesh")
-    except (TypeError, ValueError) as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value.is_integer() else None
+
+
+def _mesh_arg(text: str) -> str:
+    """Check the syntax of ``--mesh`` without JAX; the handler checks the rest.
+
+    This accepts at least every string ``as_abstract_mesh`` accepts (a test holds
+    them together); limits such as the largest axis are left to the library.
+    """
+    seen: set[str] = set()
+    for part in text.split(","):
+        axis, sep, size = (x.strip() for x in part.partition("="))
+        if not sep or not axis.isidentifier():
+            raise argparse.ArgumentTypeError(
+                f"must look like 'data=2,model=4', got {text!r}: {part!r} is not "
+                "'axis=size'"
+            )
+        if axis in seen:
+            raise argparse.ArgumentTypeError(
+                f"names axis {axis!r} twice in {text!r}; name each axis once"
+            )
+        seen.add(axis)
+        number = _integral(size)
+        if number is None or number < 1:
+            raise argparse.ArgumentTypeError(
+                f"the size of axis {axis!r} must be a positive integer, got "
+                f"{size!r} in {text!r}"
+            )
     return text
 
 
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*")
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
 def _bytes_arg(text: str) -> int:
-    try:
-        return parse_bytes(text)
-    except (TypeError, ValueError) as error:
-        raise argparse.ArgumentTypeError(str(error)) from None
+    """``--max-device-bytes``: what ``_mesh.parse_bytes`` gives, without JAX.
+
+    A test holds the two equal (same value, or both reject).
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"must be a size like '16GiB', '500MB' or '4096', got {text!r} "
+            "(units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    value = float(match.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or not value.is_integer():
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of bytes, got {text!r} ({value:g} bytes)"
+        )
+    return int(value)
+
+
+def _rules_arg(text: str) -> str:
+    """``--rules``: an existing file (its content is checked by the handler)."""
+    if not os.path.isfile(text):
+        what = "is a directory" if os.path.isdir(text) else "does not exist"
+        raise argparse.ArgumentTypeError(
+            f"the rules file {text!r} {what}; pass a JSON file of [regex, spec] pairs"
+        )
+    return text
 
 
 def _add_mesh_parser(subparsers: Any) -> None:
@@ -177,13 +265,14 @@ def _add_mesh_parser(subparsers: Any) -> None:
     parser.add_argument(
         "--rules",
         metavar="FILE",
+        type=_rules_arg,
         default=None,
         help='JSON file: [[regex, spec], ...] or {"rules": [...], '
         '"logical_rules": [[name, axis], ...]}; first matching regex wins',
     )
     parser.add_argument(
         "--optimizer",
-        choices=OPTIMIZER_NAMES,
+        choices=OPTIMIZERS,
         default=None,
         help="also plan this optimizer's state and the gradients",
     )
@@ -199,16 +288,29 @@ def _add_mesh_parser(subparsers: Any) -> None:
 
 
 def _run_mesh(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from nnx_introspect._mesh import (
+        as_abstract_mesh,
+        load_rules_file,
+        mesh_config_report,
+    )
+    from nnx_introspect._render import format_bytes, to_rich
+
+    try:  # the library's own checks (such as the largest axis), named as the flag
+        mesh = as_abstract_mesh(args.mesh, "--mesh")
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"argument --mesh: {error}") from error
     rules: Any = None
     logical: Any = None
     if args.rules is not None:
         try:
             rules, logical = load_rules_file(args.rules)
         except (OSError, ValueError) as error:
-            return _fail(f"--rules: {error}", error, args.debug, 2)
+            raise UsageError(f"argument --rules: {error}") from error
     model = build_target(args.target, seed=args.seed)
     report = mesh_config_report(
-        model, args.mesh, rules=rules, logical_rules=logical, optimizer=args.optimizer
+        model, mesh, rules=rules, logical_rules=logical, optimizer=args.optimizer
     )
     budget: int | None = args.max_device_bytes
     if args.format == "html":
@@ -220,19 +322,19 @@ def _run_mesh(args: argparse.Namespace) -> int:
         Console(file=sys.stdout, width=max(120, width)).print(table)
     else:
         _emit(report, args.format)
-    code = 0
+    failures = []
     if not report.ok:
-        sys.stderr.write(
-            f"{PROG}: mesh plan has {len(report.errors)} problem(s); see the notes.\n"
-        )
-        code = 1
+        failures.append(f"mesh plan has {len(report.errors)} problem(s); see the notes")
     if budget is not None and not report.fits(budget):
-        sys.stderr.write(
-            f"{PROG}: {report.bytes_per_device} bytes per device exceed the budget "
-            f"of {budget} bytes.\n"
+        used = report.bytes_per_device
+        failures.append(
+            f"{format_bytes(used)} ({used:,} bytes) per device exceed the budget of "
+            f"{format_bytes(budget)} ({budget:,} bytes)"
         )
-        code = 1
-    return code
+    if failures:  # one line on stderr, whatever failed
+        sys.stderr.write(f"{PROG}: {'; '.join(failures)}.\n")
+        return 1
+    return 0
 
 
 # --- diff and checkpoint ------------------------------------------------------------
@@ -260,6 +362,8 @@ def _add_tolerance_args(parser: argparse.ArgumentParser) -> None:
 
 def _checkpoint_path(text: str) -> str:
     """``text`` if it is an orbax checkpoint directory, else a TargetError."""
+    from nnx_introspect._checkpoint import resolve_checkpoint
+
     try:
         resolve_checkpoint(text)
     except (OSError, ValueError) as error:
@@ -280,7 +384,7 @@ def _is_checkpoint_operand(text: str) -> bool:
     return False
 
 
-def _verdict(diff: StateDiff) -> int:
+def _verdict(diff: "StateDiff") -> int:
     if diff.equal:
         return 0
     sys.stderr.write(
@@ -323,12 +427,19 @@ def _add_diff_parser(subparsers: Any) -> None:
 
 
 def _run_diff(args: argparse.Namespace) -> int:
+    from nnx_introspect._checkpoint import (
+        check_checkpoint,
+        diff_checkpoints,
+        verify_restore,
+    )
+    from nnx_introspect._compare import compare_states
+
     seed_b = args.seed if args.seed_b is None else args.seed_b
     values = not args.shapes_only
     rtol, atol = args.rtol, args.atol
     a_is_ckpt = _is_checkpoint_operand(args.a)
     b_is_ckpt = _is_checkpoint_operand(args.b)
-    diff: StateDiff
+    diff: "StateDiff"
     if a_is_ckpt and b_is_ckpt:
         diff = diff_checkpoints(args.a, args.b, values=values, rtol=rtol, atol=atol)
     elif a_is_ckpt or b_is_ckpt:
@@ -383,11 +494,16 @@ def _add_checkpoint_parser(subparsers: Any) -> None:
 
 
 def _run_checkpoint(args: argparse.Namespace) -> int:
+    from nnx_introspect._checkpoint import (
+        check_checkpoint,
+        checkpoint_report,
+        verify_restore,
+    )
+
     path = _checkpoint_path(args.path)
     if args.model is None:
         if args.verify:
-            sys.stderr.write(f"{PROG}: error: --verify needs --model TARGET\n")
-            return 2
+            raise UsageError("argument --verify: needs --model TARGET")
         _emit(checkpoint_report(path), args.format)
         return 0
     model = build_target(args.model, seed=args.seed, abstract=not args.verify)
@@ -403,7 +519,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
 
 
 def _build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog=PROG,
         description="Exact, read-only introspection of Flax NNX models.",
     )
@@ -419,16 +535,53 @@ def _build_parser() -> argparse.ArgumentParser:
 def _fail(message: str, error: BaseException, debug: bool, code: int) -> int:
     if debug:
         traceback.print_exception(error, file=sys.stderr)
-    sys.stderr.write(f"{PROG}: error: {message}\n")
+    text = " ".join(message.split())  # one line, whatever the message holds
+    sys.stderr.write(f"{PROG}: error: {text}\n")
     return code
+
+
+def _describe(error: BaseException) -> str:
+    if isinstance(error, SystemExit):
+        return f"unexpected SystemExit({error.code!r})"
+    try:
+        text = " ".join(str(error).split())
+    except Exception:  # an exception whose __str__ fails
+        text = "<unprintable>"
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__
+
+
+@contextmanager
+def _quiet_library_logs(debug: bool) -> Iterator[None]:
+    """Silence absl warnings (orbax logs through absl) unless ``--debug``.
+
+    Failures reach the user as one line from the exception; the warnings orbax
+    logs on the way would only add noise to stderr. Restored on exit, so calling
+    :func:`main` in-process leaves the logging state as it was.
+    """
+    if debug:
+        yield
+        return
+    from absl import logging as absl_logging
+
+    before = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(before)
 
 
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``).
 
+    Every failure is one line on stderr (``--debug`` adds the traceback).
+    ``KeyboardInterrupt`` (Ctrl-C) stops the command with code 130; any other
+    exception or exit, including ``sys.exit()`` called by the user's code, is a
+    failure, never a success.
+
     Returns:
-        The exit code: 0 on success, 2 for a usage or target error, 1 for any
-        other failure.
+        The exit code: 0 on success, 2 for a usage or target error, 1 for a
+        difference, a problem or any other failure, 130 when interrupted.
     """
     parser = _build_parser()
     try:
@@ -438,12 +591,14 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     debug = bool(getattr(args, "debug", False))
     try:
-        return handler(args)
-    except TargetError as error:
+        with _quiet_library_logs(debug):
+            return handler(args)
+    except (TargetError, UsageError) as error:
         return _fail(str(error), error, debug, 2)
-    except Exception as error:
-        text = " ".join(str(error).split())
-        return _fail(f"{type(error).__name__}: {text}", error, debug, 1)
+    except KeyboardInterrupt as error:
+        return _fail("interrupted", error, debug, 130)
+    except BaseException as error:  # SystemExit from a library or a model too
+        return _fail(_describe(error), error, debug, 1)
 
 
 if __name__ == "__main__":  # pragma: no cover
