@@ -1,8 +1,10 @@
 """compare_states, StateDiff and check_reproducible_init."""
 
+import dataclasses
 import io
 import json
 import math
+import re
 from typing import Any
 
 import jax
@@ -286,3 +288,80 @@ def test_value_messages_name_the_tolerance_only_for_floats() -> None:
     )
     ints = compare_states({"n": jnp.zeros(3, jnp.int32)}, {"n": jnp.arange(3)})
     assert ints.entries[0].message == "n: 2 of 3 element(s) differ (max |a-b| = 2)."
+
+
+# --- reversed -----------------------------------------------------------------------
+
+
+def corrupted() -> nnx.State[Any, Any]:
+    """A state with every kind of difference from ``build(0)``."""
+    pairs = flat(build(0))
+    del pairs[("l1", "bias")]  # missing
+    pairs[("l2", "extra")] = nnx.Param(jnp.ones(2))  # extra
+    pairs[("l2", "kernel")] = nnx.Param(jnp.zeros((6, 2)))  # shape
+    pairs[("bn", "mean")] = nnx.BatchStat(jnp.zeros(5, jnp.bfloat16))  # dtype
+    pairs[("bn", "var")] = nnx.Param(jnp.ones(5))  # variable type
+    kernel = pairs[("l1", "kernel")][...]
+    pairs[("l1", "kernel")] = nnx.Param(kernel.at[0].set(kernel[0] * -1.0))  # value
+    return state_of(pairs)
+
+
+@pytest.mark.parametrize("order", ["model first", "corrupted first"])
+def test_reversed_equals_the_comparison_the_other_way(order: str) -> None:
+    a: Any = build(0)
+    b: Any = corrupted()
+    if order == "corrupted first":
+        a, b = b, a
+    forward, backward = compare_states(a, b), compare_states(b, a)
+    assert {e.problem for e in forward.entries} == {
+        "missing",
+        "extra",
+        "shape",
+        "dtype",
+        "variable-type",
+        "value",
+    }
+    back = forward.reversed()
+    # compare_states labels its operands "a" and "b" by position, so the other
+    # comparison says "a" where the reversed one says "b" (it is the old `a`).
+    assert (back.a_label, back.b_label) == ("b", "a")
+    relabelled = dataclasses.replace(backward, a_label="b", b_label="a")
+    swap = {"a": "b", "b": "a"}
+    expected = tuple(
+        dataclasses.replace(
+            e,
+            message=re.sub(
+                r"\b(in|not in) (a|b)\b",
+                lambda m: f"{m[1]} {swap[m[2]]}",
+                e.message,
+            ),
+        )
+        for e in backward.entries
+    )
+    # The sign flip makes |a - b| / |a| = 2 = |b - a| / |b|: max_rel_diff is
+    # symmetric here, so entry for entry every field must agree.
+    assert back.entries == expected
+    assert back == dataclasses.replace(relabelled, entries=expected)
+    assert back.reversed() == forward
+    assert forward == compare_states(a, b)  # `reversed` left `forward` as it was
+
+
+def test_reversed_keeps_labels_notes_and_measured_figures() -> None:
+    a = {"w": jnp.array([1.0, 4.0])}
+    b = {"w": jnp.array([1.0, 2.0])}
+    diff = compare_states(a, b, atol=0.5)
+    back = diff.reversed()
+    assert (back.a_label, back.b_label) == ("b", "a")
+    assert (back.rtol, back.atol, back.notes) == (0.0, 0.5, diff.notes)
+    # Measured with the original `a` as reference: |4 - 2| / 4, kept as is.
+    assert diff.entries[0].max_rel_diff == back.entries[0].max_rel_diff == 0.5
+    assert compare_states(b, a, atol=0.5).entries[0].max_rel_diff == 1.0
+    assert back.table().columns[2:4] == ("b", "a")
+    missing = compare_states({"x": jnp.ones(1), "y": jnp.ones(1)}, {"x": jnp.ones(1)})
+    assert missing.entries[0].message == "y: in a (float32[1]), not in b."
+    flipped = missing.reversed().entries[0]
+    assert (flipped.problem, flipped.a, flipped.b) == ("extra", "-", "float32[1]")
+    # Still the same fact, now read with `a` second: "in a, not in b".
+    assert flipped.message == "y: in a (float32[1]), not in b."
+    shape = compare_states({"x": jnp.ones(1)}, {"x": jnp.ones(2)}).reversed()
+    assert shape.entries[0].message == "x: shape (2,) in b, (1,) in a."

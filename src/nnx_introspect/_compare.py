@@ -29,6 +29,7 @@ __all__ = [
 ]
 
 Problem = Literal["missing", "extra", "variable-type", "shape", "dtype", "value"]
+_FLIPPED: dict[Problem, Problem] = {"missing": "extra", "extra": "missing"}
 Comparable = Target | Mapping[Any, Any]
 """What :func:`compare_states` accepts: a module or graph node, an ``nnx.State``
 (concrete or abstract) or a nested mapping of arrays / ``jax.ShapeDtypeStruct``."""
@@ -137,6 +138,54 @@ class StateDiff(Report):
     def at(self, path: str) -> tuple[DiffEntry, ...]:
         """The differences found at ``path`` (``"l1/kernel"``)."""
         return tuple(e for e in self.entries if e.path == path)
+
+    def reversed(self) -> "StateDiff":
+        """The same comparison read the other way: ``b`` first, ``a`` second.
+
+        Labels and path counts swap, each entry's ``a`` and ``b`` swap,
+        ``"missing"`` becomes ``"extra"`` and back, and messages are reworded
+        for the new order. Everything else is kept as measured: the value
+        figures (``n_different``, ``max_abs_diff``, ``max_rel_diff``) and the
+        tolerances still use the original ``a`` as the reference, so with
+        tolerances or for ``max_rel_diff`` this is the original comparison
+        relabelled, not a new one. Exact comparisons (the default) read the
+        same both ways, so ``compare_states(a, b).reversed()`` then equals
+        ``compare_states(b, a)`` up to ``max_rel_diff``.
+
+        Returns:
+            A new :class:`StateDiff`; ``self`` is unchanged.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import compare_states
+            >>> a = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+            >>> diff = compare_states(a, {"kernel": a.kernel[...]})
+            >>> [(e.path, e.problem, e.a, e.b) for e in diff.entries]
+            [('bias', 'missing', 'Param float32[3]', '-')]
+            >>> back = diff.reversed()
+            >>> back.a_label, back.b_label, back.n_paths_a, back.n_paths_b
+            ('b', 'a', 1, 2)
+            >>> [(e.path, e.problem, e.a, e.b) for e in back.entries]
+            [('bias', 'extra', '-', 'Param float32[3]')]
+        """
+        a_label, b_label = self.b_label, self.a_label
+        entries = []
+        for e in self.entries:
+            problem = _FLIPPED.get(e.problem, e.problem)
+            message = e.message
+            if problem != "value":
+                message = _sentence(e.path, problem, e.b, e.a, a_label, b_label)
+            entries.append(
+                dataclasses.replace(e, problem=problem, a=e.b, b=e.a, message=message)
+            )
+        return dataclasses.replace(
+            self,
+            a_label=a_label,
+            b_label=b_label,
+            entries=tuple(entries),
+            n_paths_a=self.n_paths_b,
+            n_paths_b=self.n_paths_a,
+        )
 
     def table(self) -> Table:
         """The diff as a :class:`~nnx_introspect.Table`."""
@@ -340,10 +389,10 @@ def diff_records(
     order = {k: i for i, k in enumerate(sorted(set(a_map) | set(b_map)))}
     entries: list[tuple[int, DiffEntry]] = []
 
-    def add(k: tuple[str, ...], problem: Problem, x: str, y: str, msg: str) -> None:
+    def add(k: tuple[str, ...], problem: Problem, x: str, y: str) -> None:
         p = "/".join(k)
-        entry = DiffEntry(path=p, problem=problem, a=x, b=y, message=f"{p}: {msg}")
-        entries.append((order[k], entry))
+        msg = _sentence(p, problem, x, y, a_label, b_label)
+        entries.append((order[k], DiffEntry(p, problem, x, y, msg)))
 
     common = [k for k in a_map if k in b_map]
     kinds_compared = bool(common) and all(
@@ -352,19 +401,15 @@ def diff_records(
     all_values = compare_values
     for k, ra in a_map.items():
         if k not in b_map:
-            what = _describe(ra)
-            add(k, "missing", what, "-", f"in {a_label} ({what}), not in {b_label}.")
+            add(k, "missing", _describe(ra), "-")
             continue
         rb = b_map[k]
         if ra.is_variable and rb.is_variable and ra.kind is not rb.kind:
-            na, nb = ra.kind_name, rb.kind_name
-            add(k, "variable-type", na, nb, f"{na} in {a_label}, {nb} in {b_label}.")
+            add(k, "variable-type", ra.kind_name, rb.kind_name)
         if ra.shape != rb.shape:
-            sa, sb = str(ra.shape), str(rb.shape)
-            add(k, "shape", sa, sb, f"shape {sa} in {a_label}, {sb} in {b_label}.")
+            add(k, "shape", str(ra.shape), str(rb.shape))
         if ra.dtype != rb.dtype:
-            da, db = ra.dtype_name, rb.dtype_name
-            add(k, "dtype", da, db, f"dtype {da} in {a_label}, {db} in {b_label}.")
+            add(k, "dtype", ra.dtype_name, rb.dtype_name)
         if ra.shape != rb.shape or ra.dtype != rb.dtype:
             continue
         vb = rb.array if b_values is None else b_values.get(k)
@@ -376,8 +421,7 @@ def diff_records(
             entries.append((order[k], entry))
     for k, rb in b_map.items():
         if k not in a_map:
-            what = _describe(rb)
-            add(k, "extra", "-", what, f"in {b_label} ({what}), not in {a_label}.")
+            add(k, "extra", "-", _describe(rb))
     entries.sort(key=lambda pair: pair[0])
     all_notes = list(notes)
     if not kinds_compared and common:
@@ -403,6 +447,18 @@ def diff_records(
         atol=atol,
         notes=tuple(all_notes),
     )
+
+
+def _sentence(
+    path: str, problem: Problem, x: str, y: str, a_label: str, b_label: str
+) -> str:
+    """The message of a structural entry: ``x`` is what ``a`` holds, ``y`` ``b``."""
+    if problem == "missing":
+        return f"{path}: in {a_label} ({x}), not in {b_label}."
+    if problem == "extra":
+        return f"{path}: in {b_label} ({y}), not in {a_label}."
+    what = {"variable-type": "", "shape": "shape ", "dtype": "dtype "}[problem]
+    return f"{path}: {what}{x} in {a_label}, {y} in {b_label}."
 
 
 def _describe(record: VarRecord) -> str:
