@@ -1,16 +1,53 @@
 """Abstract models: the structure of a model without allocating it."""
 
+import inspect
 from collections.abc import Callable
-from typing import TypeVar
+from typing import Any, TypeVar
 
 from flax import nnx
 
 from nnx_introspect import _nnx
-from nnx_introspect._typing import IntLike, as_int, typechecked
+from nnx_introspect._typing import IntLike, as_int, short_repr, typechecked
 
 __all__ = ["abstract_model"]
 
 M = TypeVar("M")
+
+_EXAMPLE = "Pass a callable such as `lambda rngs: nnx.Linear(3, 2, rngs=rngs)`."
+
+
+def _check_takes_rngs(factory: Callable[..., Any]) -> None:
+    """Raise if ``factory`` visibly cannot be called with one positional ``rngs``."""
+    try:
+        signature = inspect.signature(factory)
+    except (TypeError, ValueError):  # builtins and C callables: just call it
+        return
+    try:
+        signature.bind(None)
+    except TypeError as error:
+        raise TypeError(
+            f"`factory` must take one positional argument, `rngs`, but "
+            f"{short_repr(factory)} has the signature {signature} ({error}). "
+            f"{_EXAMPLE}"
+        ) from None
+
+
+def _returning_a_graph_node(
+    factory: Callable[[nnx.Rngs], M],
+) -> Callable[[nnx.Rngs], M]:
+    """``factory``, checked inside the build to return an NNX graph node."""
+
+    def build(rngs: nnx.Rngs) -> M:
+        module = factory(rngs)
+        if not isinstance(module, nnx.Pytree):
+            raise TypeError(
+                "`factory` must return an nnx.Module (or another NNX graph node, "
+                f"such as an nnx.Optimizer), got {short_repr(module)} of type "
+                f"{type(module).__name__}. {_EXAMPLE}"
+            )
+        return module
+
+    return build
 
 
 @typechecked
@@ -35,9 +72,14 @@ def abstract_model(factory: Callable[[nnx.Rngs], M], /, *, seed: IntLike = 0) ->
         The abstract module.
 
     Raises:
-        TypeError: If ``factory`` is not callable or ``seed`` is not an
-            integer-valued scalar.
+        TypeError: If ``factory`` is not callable, cannot take ``rngs`` or does
+            not return an NNX graph node (``nnx.Module``, ``nnx.Optimizer``...),
+            or ``seed`` is not an integer-valued scalar.
         ValueError: If ``seed`` is negative or non-integral.
+
+    Whatever ``factory`` itself raises propagates unchanged (it is the caller's
+    error); the garbage collector and flax's eager-sharding setting are left as
+    they were.
 
     Example:
         >>> from flax import nnx
@@ -46,5 +88,6 @@ def abstract_model(factory: Callable[[nnx.Rngs], M], /, *, seed: IntLike = 0) ->
         ((4096, 4096), dtype('float32'))
     """
     key = as_int(seed, "seed", minimum=0)
-    model: M = _nnx.abstract_build(factory, key)
+    _check_takes_rngs(factory)
+    model: M = _nnx.abstract_build(_returning_a_graph_node(factory), key)
     return model

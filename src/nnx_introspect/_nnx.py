@@ -134,6 +134,16 @@ def iter_variable_leaves(leaf: Any) -> Iterator[tuple[Path, Any]]:
 # Keys, shapes, dtypes and metadata are unchanged; ``tests/test_abstract.py``
 # proves the result equal to :func:`abstract_build_public` for every example model.
 #
+# The counter must hand out copies (:class:`_CountBuffer`). Flax draws a key as
+# ``fold_in(key, self.count[...])`` then ``self.count[...] += 1``: on a plain NumPy
+# array ``[...]`` is a *view*, ``+=`` increments it in place and ``set_value``
+# writes ``raw[...] = value`` in place too. JAX's CPU backend wraps a 64-byte
+# aligned host buffer without copying, and runs ``fold_in`` asynchronously; when
+# the allocator happened to align the counter, the queued ``fold_in`` could read
+# the counter after the increment and fold in ``n + 1`` (or later) instead of
+# ``n``: keys depended on malloc alignment and thread timing. That was the cause of
+# the intermittent ``test_numpy_counters_draw_the_same_keys`` failure.
+#
 # The second superlinear cost is Python's cyclic garbage collector: a build
 # allocates many short-lived objects, each full collection walks every object the
 # trace holds so far, so collections cost more the larger the model. The fast path
@@ -141,6 +151,17 @@ def iter_variable_leaves(leaf: Any) -> Iterator[tuple[Path, Any]]:
 # counting still frees everything acyclic meanwhile).
 
 _MESH_REQUIRED = "mesh context or metadata is required"
+
+
+class _CountBuffer(np.ndarray):
+    """A NumPy RNG counter whose item reads are copies, never views of itself.
+
+    JAX only ever receives the copy, so flax's in-place increment of the counter
+    cannot change a value JAX may still be reading asynchronously.
+    """
+
+    def __getitem__(self, key: Any) -> Any:
+        return np.array(np.asarray(self)[key])
 
 
 def _numpy_counters(rngs: nnx.Rngs) -> bool:
@@ -152,7 +173,7 @@ def _numpy_counters(rngs: nnx.Rngs) -> bool:
     counters = [n for _, n in iter_graph(rngs) if isinstance(n, count_type)]
     for counter in counters:
         shape = tuple(int(d) for d in counter.shape)
-        counter.set_value(np.zeros(shape, np.uint32))
+        counter.set_value(np.zeros(shape, np.uint32).view(_CountBuffer))
         if not isinstance(counter.get_value(), np.ndarray):  # pragma: no cover
             return False
     return bool(counters)

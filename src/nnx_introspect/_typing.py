@@ -24,6 +24,7 @@ __all__ = [
     "as_int",
     "check_finite",
     "is_traced",
+    "short_repr",
     "typechecked",
 ]
 
@@ -46,6 +47,12 @@ IntLike: TypeAlias = int | float | np.integer | np.floating | np.ndarray | jax.A
 Target: TypeAlias = nnx.Pytree | nnx.State[Any, Any]
 """What introspection functions accept: an NNX module or other graph node (an
 ``nnx.Optimizer``, say), concrete or abstract, or an ``nnx.State``."""
+
+
+def short_repr(value: object, limit: int = 80) -> str:
+    """``repr(value)`` cut to ``limit`` characters, for error messages."""
+    text = repr(value)
+    return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
 def is_traced(value: object) -> bool:
