@@ -1,3 +1,4 @@
+import argparse
 import json
 import re
 import subprocess
@@ -6,11 +7,15 @@ import textwrap
 from pathlib import Path
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nnx_introspect import cli
 
 TARGETS = textwrap.dedent(
     """
+    import sys
+
     from flax import nnx
 
     def linear(rngs):
@@ -23,14 +28,46 @@ TARGETS = textwrap.dedent(
         return 42
 
     NOT_CALLABLE = 3
+
+    def exits_0(rngs):
+        sys.exit(0)
+
+    def exits_with_message(rngs):
+        sys.exit("bye")
+
+    class Odd(BaseException):
+        pass
+
+    def raises_base_exception(rngs):
+        raise Odd("not an Exception")
+
+    def interrupted(rngs):
+        raise KeyboardInterrupt
+
+    class Holder:
+        @property
+        def make(self):
+            sys.exit(0)
+
+    holder = Holder()
     """
 )
+
+# Modules whose import (or attribute lookup) ends the interpreter if let through.
+USER_EXIT_MODULES = {
+    "cli_exit0_on_import": "import sys\nsys.exit(0)\n",
+    "cli_exit3_on_import": "import sys\nsys.exit(3)\n",
+    "cli_getattr_exits": "import sys\n\ndef __getattr__(name):\n    sys.exit(0)\n",
+}
 
 
 @pytest.fixture
 def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     (tmp_path / "cli_targets_mod.py").write_text(TARGETS)
     (tmp_path / "cli_broken_mod.py").write_text("import does_not_exist_xyz\n")
+    for name, source in USER_EXIT_MODULES.items():
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "cli_targets_mod", raising=False)
     monkeypatch.delitem(sys.modules, "cli_broken_mod", raising=False)
@@ -89,10 +126,10 @@ def test_local_target_and_seed(
         ("cli_targets_mod:missing", r"module 'cli_targets_mod' has no attribute 'missing'"),
         ("cli_targets_mod:NOT_CALLABLE", r"target 'cli_targets_mod:NOT_CALLABLE' is a "
          r"int, not a callable taking `rngs`"),
-        ("cli_targets_mod:raises", r"factory 'cli_targets_mod:raises' raised "
+        ("cli_targets_mod:raises", r"factory 'cli_targets_mod:raises' failed: "
          r"RuntimeError: no weights today"),
         ("cli_targets_mod:not_a_module", r"factory 'cli_targets_mod:not_a_module' "
-         r"returned ShapeDtypeStruct\(shape=\(\), dtype=int32.*\), not an nnx\.Module\.$"),
+         r"failed: TypeError: `factory` must return an nnx\.Module .*got 42 of type int"),
     ],
 )  # fmt: skip
 def test_target_errors_are_one_line_exit_2(
@@ -116,21 +153,43 @@ def test_debug_shows_traceback(
     assert err.rstrip().splitlines()[-1].startswith("nnx-introspect: error: factory")
 
 
+def test_concrete_build_checks_what_the_factory_returns(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # `diff` builds concretely (values are needed): the resolver checks the result.
+    code, out, err = run(
+        ["diff", "cli_targets_mod:not_a_module", "nnx_introspect.examples:two_layer"],
+        capsys,
+    )
+    assert (code, out) == (2, "")
+    assert err == (
+        "nnx-introspect: error: factory 'cli_targets_mod:not_a_module' returned 42, "
+        "not an nnx.Module.\n"
+    )
+
+
 @pytest.mark.parametrize(
-    "argv",
+    ("argv", "message"),
     [
-        ["summary", "--depth", "0"],
-        ["summary", "--seed", "-1"],
-        ["summary", "--format", "x"],
-        [],
+        (["summary", "--depth", "0"], "argument --depth: must be an integer >= 1, got 0"),
+        (["summary", "--depth", "two"], "argument --depth: must be an integer >= 1, got 'two'"),
+        (["summary", "--seed", "-1"], "argument --seed: must be an integer >= 0, got -1"),
+        (["summary", "--seed", "1.5"], "argument --seed: must be an integer >= 0, got '1.5'"),
+        (["summary", "--format", "x"], "argument --format: invalid choice: 'x'"),
+        (["summary", "--bogus"], "unrecognized arguments: --bogus"),
+        (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+        ([], "the following arguments are required: COMMAND"),
     ],
-)
-def test_usage_errors_exit_2(
-    argv: list[str], capsys: pytest.CaptureFixture[str]
+)  # fmt: skip
+def test_usage_errors_are_one_line_naming_the_flag(
+    argv: list[str], message: str, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(argv, capsys)
     assert code == 2 and out == ""
-    assert "usage: nnx-introspect" in err
+    assert err.count("\n") == 1 and "Traceback" not in err
+    assert err.startswith("nnx-introspect")
+    assert message in err
+    assert err.rstrip().endswith("--help')")  # where to look next
 
 
 def test_help_exits_0(capsys: pytest.CaptureFixture[str]) -> None:
@@ -153,3 +212,262 @@ def test_python_dash_m() -> None:
     )  # fmt: skip
     assert bad.returncode == 2
     assert bad.stderr.strip().count("\n") == 0 and "Traceback" not in bad.stderr
+
+
+# --- user code that exits (#10) ---------------------------------------------------
+
+USER_EXITS = [
+    ("cli_targets_mod:exits_0", r"factory 'cli_targets_mod:exits_0' failed: SystemExit\(0\)"),
+    ("cli_targets_mod:exits_with_message",
+     r"factory 'cli_targets_mod:exits_with_message' failed: SystemExit\('bye'\)"),
+    ("cli_targets_mod:raises_base_exception",
+     r"factory 'cli_targets_mod:raises_base_exception' failed: Odd: not an Exception"),
+    ("cli_exit0_on_import:f",
+     r"cannot import module 'cli_exit0_on_import' of target 'cli_exit0_on_import:f': "
+     r"SystemExit\(0\)"),
+    ("cli_exit3_on_import:f", r"cannot import module 'cli_exit3_on_import' .*SystemExit\(3\)"),
+    ("cli_getattr_exits:make",
+     r"looking up 'make' of target 'cli_getattr_exits:make' failed: SystemExit\(0\)"),
+    ("cli_targets_mod:holder.make",
+     r"looking up 'make' of target 'cli_targets_mod:holder.make' failed: SystemExit\(0\)"),
+]  # fmt: skip
+
+
+@pytest.fixture(scope="module")
+def two_layer_ckpt(tmp_path_factory: pytest.TempPathFactory) -> str:
+    import orbax.checkpoint as ocp
+    from flax import nnx
+
+    from nnx_introspect.examples import two_layer
+
+    path = tmp_path_factory.mktemp("ckpt") / "two_layer"
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(path, nnx.state(two_layer(nnx.Rngs(0))))
+    return str(path)
+
+
+def _every_subcommand(target: str, ckpt: str) -> list[list[str]]:
+    other = "nnx_introspect.examples:two_layer"
+    return [
+        ["summary", target],
+        ["mesh", target, "--mesh", "data=2"],
+        ["diff", target, other],
+        ["diff", other, target, "--shapes-only"],
+        ["diff", ckpt, target],
+        ["checkpoint", ckpt, "--model", target],
+        ["checkpoint", ckpt, "--model", target, "--verify"],
+    ]
+
+
+@pytest.mark.parametrize(
+    ("target", "message"), USER_EXITS, ids=[t for t, _ in USER_EXITS]
+)
+def test_user_exit_is_a_bad_target_in_every_subcommand(
+    targets_dir: Path,
+    two_layer_ckpt: str,
+    capsys: pytest.CaptureFixture[str],
+    target: str,
+    message: str,
+) -> None:
+    for argv in _every_subcommand(target, two_layer_ckpt):
+        code, out, err = run(argv, capsys)
+        assert code == 2, (argv, err)
+        assert out == "" and "Traceback" not in err
+        assert err.count("\n") == 1 and err.startswith("nnx-introspect: error: ")
+        assert re.search(message, err), (argv, err)
+
+
+def test_keyboard_interrupt_still_interrupts(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nnx_introspect._targets import build_target
+
+    # The resolver lets Ctrl-C through instead of calling it a bad target ...
+    with pytest.raises(KeyboardInterrupt):
+        build_target("cli_targets_mod:interrupted")
+    # ... and the command stops with the conventional code 128 + SIGINT.
+    code, out, err = run(["summary", "cli_targets_mod:interrupted"], capsys)
+    assert (code, out, err) == (130, "", "nnx-introspect: error: interrupted\n")
+
+
+def test_unexpected_exit_from_a_handler_is_a_failure(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # SystemExit(0) raised anywhere after parsing (a library, a model's code) must
+    # not pass for success.
+    def exits(model: object, **kwargs: object) -> None:
+        sys.exit(0)
+
+    monkeypatch.setattr("nnx_introspect._summary.summarize", exits)
+    code, out, err = run(["summary", "nnx_introspect.examples:two_layer"], capsys)
+    assert (code, out) == (1, "")
+    assert err == "nnx-introspect: error: unexpected SystemExit(0)\n"
+
+
+@pytest.mark.parametrize(
+    ("module", "source", "code"),
+    [("cli_exit0_on_import", "import sys\nsys.exit(0)\n", 2),
+     ("cli_exit3_on_import", "import sys\nsys.exit(3)\n", 2),
+     ("cli_factory_exits", "import sys\n\ndef f(rngs):\n    sys.exit(0)\n", 2)],
+)  # fmt: skip
+def test_user_exit_as_a_real_process(
+    tmp_path: Path, module: str, source: str, code: int
+) -> None:
+    (tmp_path / f"{module}.py").write_text(source)
+    result = subprocess.run(
+        [sys.executable, "-m", "nnx_introspect", "summary", f"{module}:f"],
+        capture_output=True, text=True, check=False, timeout=120, cwd=tmp_path,
+    )  # fmt: skip
+    assert result.returncode == code, result.stderr
+    assert result.stdout == "" and "Traceback" not in result.stderr
+    assert result.stderr.count("\n") == 1 and "SystemExit(" in result.stderr
+
+
+# --- startup: no JAX before a handler runs ------------------------------------------
+
+
+def _python(code: str) -> str:
+    result = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    return result.stdout.strip()
+
+
+HEAVY = "('jax', 'flax', 'orbax', 'optax', 'rich')"
+
+
+def test_importing_the_cli_and_the_package_imports_no_jax() -> None:
+    code = (
+        "import sys, nnx_introspect, nnx_introspect.cli\n"
+        "v = nnx_introspect.__version__\n"
+        f"print([m for m in {HEAVY} if m in sys.modules])"
+    )
+    assert _python(code) == "[]"
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["--help"],
+        ["summary", "--help"],
+        ["mesh", "--help"],
+        ["diff", "--help"],
+        ["checkpoint", "--help"],
+        [],
+        ["frobnicate"],
+        ["summary", "--seed", "-1"],
+        ["summary", "--depth", "0"],
+        ["mesh", "--mesh", "data2"],
+        ["mesh", "--mesh", "data=0"],
+        ["mesh", "--mesh", "data=2", "--max-device-bytes", "lots"],
+        ["mesh", "--mesh", "data=2", "--rules", "no_such_rules.json"],
+        ["mesh", "--mesh", "data=2", "--optimizer", "adamx"],
+        ["diff", "only_one"],
+        ["diff", "a", "b", "--rtol", "-1"],
+        ["checkpoint"],
+    ],
+)
+def test_help_and_argument_errors_import_no_jax(argv: list[str]) -> None:
+    code = (
+        "import contextlib, io, sys\n"
+        "from nnx_introspect.cli import main\n"
+        "with contextlib.redirect_stdout(io.StringIO()), "
+        "contextlib.redirect_stderr(io.StringIO()):\n"
+        f"    code = main({argv!r})\n"
+        f"print(code, [m for m in {HEAVY} if m in sys.modules])"
+    )
+    assert _python(code) == ("0 []" if "--help" in argv else "2 []")
+
+
+def test_public_names_load_on_first_use() -> None:
+    code = (
+        "import sys\n"
+        "from nnx_introspect import count_params\n"
+        "import nnx_introspect, nnx_introspect._counting as c\n"
+        "print('jax' in sys.modules, count_params is c.count_params,\n"
+        "      nnx_introspect.summarize.__module__)"
+    )
+    assert _python(code) == "True True nnx_introspect._summary"
+
+
+def test_lazy_names_match_the_type_checking_imports_and_all() -> None:
+    import ast
+
+    import nnx_introspect
+
+    tree = ast.parse(Path(nnx_introspect.__file__).read_text())
+    imports: dict[str, str] = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.ImportFrom) and node.module != "typing":
+            for alias in node.names:
+                assert alias.asname == alias.name, "re-export as `X as X`"
+                imports[alias.name] = str(node.module)
+    assert imports == nnx_introspect._LAZY  # type: ignore[attr-defined]
+    assert sorted(imports) == nnx_introspect.__all__
+    assert set(nnx_introspect.__all__) <= set(dir(nnx_introspect))
+    with pytest.raises(AttributeError, match="has no attribute 'count_parms'"):
+        nnx_introspect.count_parms  # type: ignore[attr-defined]  # noqa: B018
+
+
+# --- converters without JAX agree with the library ----------------------------------
+
+
+def test_optimizer_choices_are_the_library_names() -> None:
+    from nnx_introspect._mesh import OPTIMIZER_NAMES
+
+    assert cli.OPTIMIZERS == OPTIMIZER_NAMES
+
+
+SIZES = ["16GiB", "1.5 kB", "4096", " 7 b ", "0", "1e3", "2E2MiB", "0.5KiB", "0.3kB",
+         "0.1", "1.5", "lots", "", "GiB", "-1", "1 PiB", "1.5e400", "inf", "nan", "1,000",
+         "0x10", "16 gib", "5 bytes", "1e-3kB", ".5kB", "5.kB"]  # fmt: skip
+
+
+def _cli_bytes(text: str) -> int | None:
+    try:
+        return cli._bytes_arg(text)
+    except argparse.ArgumentTypeError:
+        return None
+
+
+def _library_bytes(text: str) -> int | None:
+    from nnx_introspect._mesh import parse_bytes
+
+    try:
+        return parse_bytes(text)
+    except (TypeError, ValueError):
+        return None
+
+
+@pytest.mark.parametrize("text", SIZES)
+def test_max_device_bytes_parses_as_the_library_does(text: str) -> None:
+    assert _cli_bytes(text) == _library_bytes(text)
+
+
+@settings(deadline=None, max_examples=300)
+@given(st.text(alphabet="0123456789.eE+- kKmMgGtTiIbB", max_size=10))
+def test_max_device_bytes_parses_as_the_library_does_property(text: str) -> None:
+    assert _cli_bytes(text) == _library_bytes(text)
+
+
+MESHES = ["data=2,model=4", "a=1", " a = 2 , b = 3 ", "a=2.0", "a=1e1", "data2", "=2",
+          "a=", "a=0", "a=-1", "a=1.5", "a=x", "a=2,a=2", "1a=2", "a=2,", "", "a=inf",
+          "a=nan", "a-b=2", "a=2,b", "a=1e400", "a=2;b=2"]  # fmt: skip
+
+
+@pytest.mark.parametrize("text", MESHES)
+def test_mesh_syntax_check_rejects_only_what_the_library_rejects(text: str) -> None:
+    from nnx_introspect._mesh import as_abstract_mesh
+
+    try:
+        as_abstract_mesh(text, "--mesh")
+        library_ok = True
+    except (TypeError, ValueError):
+        library_ok = False
+    try:
+        cli._mesh_arg(text)
+        cli_ok = True
+    except argparse.ArgumentTypeError:
+        cli_ok = False
+    assert cli_ok == library_ok

@@ -154,7 +154,41 @@ def test_budget_exit_code(
     )
     assert got == code  # 30 float32 replicated = 120 bytes per device
     if code:
-        assert "120 bytes per device exceed the budget of 119 bytes" in err
+        assert err == (
+            "nnx-introspect: 120 B (120 bytes) per device exceed the budget of "
+            "119 B (119 bytes).\n"
+        )
+
+
+def test_budget_message_uses_the_table_units(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The 7B example on one device: 6,738,415,616 float32 parameters.
+    code, _, err = run(
+        ["mesh", "--mesh", "data=1", "--max-device-bytes", "1GiB", "--format", "json"],
+        capsys,
+    )
+    assert code == 1
+    assert 6_738_415_616 * 4 == 26_953_662_464
+    assert err == (
+        "nnx-introspect: 25.10 GiB (26,953,662,464 bytes) per device exceed the "
+        "budget of 1 GiB (1,073,741,824 bytes).\n"
+    )
+
+
+def test_problems_and_budget_are_one_line(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, _, err = run(
+        ["mesh", "mesh_targets_mod:sharded", "--mesh", "model=2",
+         "--max-device-bytes", "100", "--format", "json"],
+        capsys,
+    )  # fmt: skip
+    assert code == 1
+    assert err == (
+        "nnx-introspect: mesh plan has 1 problem(s); see the notes; 120 B "
+        "(120 bytes) per device exceed the budget of 100 B (100 bytes).\n"
+    )
 
 
 def test_html_format(targets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
@@ -187,22 +221,43 @@ def test_table_format_is_full_width(
 @pytest.mark.parametrize(
     ("extra", "message"),
     [
-        (["--mesh", "data2"], "must look like 'data=2,model=4'"),
-        (["--mesh", "model=0"], "must be a positive integer, got 0"),
-        (["--mesh", "model=2", "--max-device-bytes", "lots"], "must be a size like"),
-        (["--mesh", "model=2", "--optimizer", "adamx"], "invalid choice: 'adamx'"),
+        (["--mesh", "data2"], "argument --mesh: must look like 'data=2,model=4', got "
+         "'data2': 'data2' is not 'axis=size'"),
+        (["--mesh", "model=0"], "argument --mesh: the size of axis 'model' must be a "
+         "positive integer, got '0' in 'model=0'"),
+        (["--mesh", "a=2,a=4"], "argument --mesh: names axis 'a' twice in 'a=2,a=4'"),
+        (["--mesh", "model=2", "--max-device-bytes", "lots"], "argument "
+         "--max-device-bytes: must be a size like '16GiB', '500MB' or '4096', got 'lots'"),
+        (["--mesh", "model=2", "--max-device-bytes", "0.1"], "argument "
+         "--max-device-bytes: must be a whole number of bytes, got '0.1'"),
+        (["--mesh", "model=2", "--optimizer", "adamx"], "argument --optimizer: invalid "
+         "choice: 'adamx'"),
         ([], "the following arguments are required: --mesh"),
     ],
-)
+)  # fmt: skip
 def test_usage_errors_exit_2(
     extra: list[str],
     message: str,
     targets_dir: Path,
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    code, _, err = run(["mesh", "mesh_targets_mod:linear", *extra], capsys)
-    assert code == 2
+    code, out, err = run(["mesh", "mesh_targets_mod:linear", *extra], capsys)
+    assert code == 2 and out == ""
+    assert err.count("\n") == 1 and err.startswith("nnx-introspect mesh: error: ")
     assert message in err
+    assert "max_device_bytes" not in err  # the flag, never the Python parameter
+
+
+def test_mesh_limits_checked_by_the_library_name_the_flag(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Past the syntax check, the library's own checks still name the flag.
+    code, out, err = run(
+        ["mesh", "mesh_targets_mod:linear", "--mesh", f"model={10**40}"], capsys
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith("nnx-introspect: error: argument --mesh: `--mesh")
+    assert "Traceback" not in err and "bad_cast" not in err
 
 
 def test_bad_rules_file_exit_2(
@@ -215,8 +270,8 @@ def test_bad_rules_file_exit_2(
             ["mesh", "mesh_targets_mod:linear", "--mesh", "model=2", "--rules", path],
             capsys,
         )
-        assert code == 2
-        assert "--rules" in err
+        assert code == 2 and err.count("\n") == 1
+        assert "argument --rules: " in err
 
 
 def test_bad_target_exit_2(

@@ -99,7 +99,7 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
         except BaseException as error:
             _not_interrupt(error)
             raise TargetError(
-                f"looking up {part!r} of target {spec!r} raised {_one_line(error)}"
+                f"looking up {part!r} of target {spec!r} failed: {_one_line(error)}"
             ) from error
     if not callable(obj):
         raise TargetError(
@@ -132,7 +132,7 @@ def build_target(spec: str, *, seed: int = 0, abstract: bool = True) -> Any:
             model = factory(nnx.Rngs(seed))
     except BaseException as error:
         _not_interrupt(error)
-        raise TargetError(f"factory {spec!r} raised {_one_line(error)}") from error
+        raise TargetError(f"factory {spec!r} failed: {_one_line(error)}") from error
     if not isinstance(model, nnx.Pytree):
         raise TargetError(
             f"factory {spec!r} returned {_short_repr(model)}, not an nnx.Module."

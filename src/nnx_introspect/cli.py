@@ -503,7 +503,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     path = _checkpoint_path(args.path)
     if args.model is None:
         if args.verify:
-            raise UsageError("argument --verify: needs --model TARGET")
+            raise UsageError("--verify needs --model TARGET")
         _emit(checkpoint_report(path), args.format)
         return 0
     model = build_target(args.model, seed=args.seed, abstract=not args.verify)
