@@ -471,3 +471,59 @@ def test_mesh_syntax_check_rejects_only_what_the_library_rejects(text: str) -> N
     except argparse.ArgumentTypeError:
         cli_ok = False
     assert cli_ok == library_ok
+
+
+# --- diff A B reads as A vs B ---------------------------------------------------------
+
+OTHER = textwrap.dedent(
+    """
+    from flax import nnx
+
+    class Other(nnx.Module):
+        def __init__(self, rngs):
+            self.l1 = nnx.Linear(3, 4, rngs=rngs)  # as two_layer's l1, same seed
+            self.head = nnx.Linear(4, 2, rngs=rngs)
+
+    def other(rngs):
+        return Other(rngs)
+    """
+)
+
+
+@pytest.mark.parametrize("shapes_only", [False, True])
+def test_diff_reads_in_argument_order(
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+    two_layer_ckpt: str,
+    capsys: pytest.CaptureFixture[str],
+    shapes_only: bool,
+) -> None:
+    (tmp_path / "cli_other_mod.py").write_text(OTHER)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delitem(sys.modules, "cli_other_mod", raising=False)
+    extra = ["--shapes-only"] if shapes_only else []
+    # The checkpoint holds l1 and l2 (two_layer); the model holds l1 and head.
+    in_ckpt_only = [("l2/bias", "-"), ("l2/kernel", "-")]
+    in_model_only = [("head/bias", "-"), ("head/kernel", "-")]
+    for a, b, labels, missing, extras in [
+        (two_layer_ckpt, "cli_other_mod:other", ["checkpoint", "target"],
+         in_ckpt_only, in_model_only),
+        ("cli_other_mod:other", two_layer_ckpt, ["target", "checkpoint"],
+         in_model_only, in_ckpt_only),
+    ]:  # fmt: skip
+        code, out, err = run(["diff", a, b, "--format", "json", *extra], capsys)
+        assert code == 1 and err == "nnx-introspect: 4 difference(s) at 4 path(s).\n"
+        data = json.loads(out)
+        assert [data["a_label"], data["b_label"]] == labels
+        assert data["values_compared"] is not shapes_only
+        assert (data["n_paths_a"], data["n_paths_b"], data["n_common"]) == (4, 4, 2)
+        got = {(e["problem"], e["path"]): (e["a"], e["b"]) for e in data["entries"]}
+        assert sorted(k for k in got) == sorted(
+            [("missing", p) for p, _ in missing] + [("extra", p) for p, _ in extras]
+        )
+        for path, _ in missing:  # present in A: A's column holds it, B's is '-'
+            assert got["missing", path][0] != "-" and got["missing", path][1] == "-"
+        for path, _ in extras:
+            assert got["extra", path][0] == "-" and got["extra", path][1] != "-"
+        code, out, _ = run(["diff", a, b, "--format", "markdown", *extra], capsys)
+        assert f"State diff: {labels[0]} vs {labels[1]}: 4 difference(s)" in out

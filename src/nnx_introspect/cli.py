@@ -397,8 +397,9 @@ def _add_diff_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "diff",
         help="compare two models or checkpoints path by path (exit 1 if they differ)",
-        description="Compare A with B path by path: missing and extra paths, "
-        "variable types, shapes, dtypes and values. A and B are each a checkpoint "
+        description="Compare A with B path by path: missing paths (in A, not in "
+        "B), extra paths (in B, not in A), variable types, shapes, dtypes and "
+        "values; the report reads 'A vs B'. A and B are each a checkpoint "
         "directory (an existing path) or a 'package.module:callable' target, built "
         "concretely from --seed (values are needed). A model against a checkpoint "
         "restores the checkpoint into the model's abstract state. Exit code 1 when "
@@ -452,6 +453,8 @@ def _run_diff(args: argparse.Namespace) -> int:
             diff = verify_restore(path, model, rtol=rtol, atol=atol)
         else:
             diff = check_checkpoint(path, model)
+        if a_is_ckpt:  # the library reads model vs checkpoint; the user asked A vs B
+            diff = diff.reversed()
     else:
         a = build_target(args.a, seed=args.seed, abstract=not values)
         b = build_target(args.b, seed=seed_b, abstract=not values)
