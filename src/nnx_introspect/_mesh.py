@@ -22,6 +22,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import jax
+import numpy as np
 import optax
 from flax import nnx
 from flax.core import spmd as core_spmd
@@ -29,6 +30,7 @@ from jax.sharding import AbstractMesh, Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect import _render
 from nnx_introspect._inventory import VarRecord, dtype_nbytes, inventory
+from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import IntLike, Target, as_int, typechecked
 
@@ -47,7 +49,7 @@ __all__ = [
 
 # The containers' items are checked by the planner itself (not by beartype), so
 # that a bad size or rule gets a message naming ``mesh['model']`` or ``rules[1]``.
-MeshLike: TypeAlias = Mapping[str, Any] | str | Mesh | AbstractMesh
+MeshLike: TypeAlias = Mapping[Any, Any] | str | Mesh | AbstractMesh
 """A proposed mesh: ``{"data": 2, "model": 4}`` (sizes: integer-valued scalars),
 ``"data=2,model=4"``, a ``Mesh`` or an ``AbstractMesh``."""
 
@@ -55,10 +57,10 @@ SpecLike: TypeAlias = PartitionSpec | tuple[Any, ...] | list[Any] | None
 """A partition spec: a ``PartitionSpec``, a tuple/list of its entries, or ``None``
 (replicated)."""
 
-RulesLike: TypeAlias = Sequence[Any] | Mapping[str, Any]
+RulesLike: TypeAlias = Sequence[Any] | Mapping[Any, Any]
 """Ordered ``(regular expression, SpecLike)`` pairs, or a mapping in insertion order."""
 
-LogicalRulesLike: TypeAlias = Sequence[Any] | Mapping[str, Any]
+LogicalRulesLike: TypeAlias = Sequence[Any] | Mapping[Any, Any]
 """``(logical name, mesh axis or axes or None)`` pairs, as in
 ``nnx.logical_axis_rules``."""
 
@@ -272,15 +274,48 @@ class MeshConfigReport(Report):
         """Whether every leaf could be placed as specified (warnings allowed)."""
         return not self.errors
 
-    def top_waste(self, n: int = 5) -> tuple[LeafShard, ...]:
-        """The ``n`` leaves with the most bytes per device above their ideal share."""
+    def top_waste(self, n: IntLike = 5) -> tuple[LeafShard, ...]:
+        """The ``n`` leaves with the most bytes per device above their ideal share.
+
+        Args:
+            n: How many leaves, a nonnegative integer (fewer if fewer waste).
+
+        Raises:
+            TypeError: If ``n`` is not an integer-valued scalar.
+            ValueError: If ``n`` is negative or not integral.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> [leaf.path for leaf in mesh_config_report(model, "model=4").top_waste(1)]
+            ['kernel']
+        """
+        count = as_int(n, "n", minimum=0)
         wasting = [leaf for leaf in self.all_leaves if leaf.waste_bytes > 0]
         wasting.sort(key=lambda leaf: leaf.waste_bytes, reverse=True)
-        return tuple(wasting[:n])
+        return tuple(wasting[:count])
 
-    def fits(self, max_device_bytes: int) -> bool:
-        """Whether the plan's bytes per device are at most ``max_device_bytes``."""
-        return self.bytes_per_device <= max_device_bytes
+    def fits(self, max_device_bytes: IntLike) -> bool:
+        """Whether the plan's bytes per device are at most ``max_device_bytes``.
+
+        Args:
+            max_device_bytes: The per-device budget in bytes, a nonnegative
+                integer (use :func:`parse_bytes` for ``"16GiB"``).
+
+        Raises:
+            TypeError: If ``max_device_bytes`` is not an integer-valued scalar.
+            ValueError: If it is negative or not integral.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> report = mesh_config_report(nnx.Linear(4, 6, rngs=nnx.Rngs(0)), "model=4")
+            >>> report.bytes_per_device, report.fits(120), report.fits(119)
+            (120, True, False)
+        """
+        budget = as_int(max_device_bytes, "max_device_bytes", minimum=0)
+        return self.bytes_per_device <= budget
 
     def table(self) -> Table:
         """The plan as a :class:`~nnx_introspect.Table`."""
@@ -481,18 +516,45 @@ def _entry_axes(entry: Any) -> tuple[str, ...]:
     return (str(entry),)
 
 
+def _entry_names(entry: Any) -> tuple[str, ...] | None:
+    """The mesh axis names of a spec entry, or ``None`` if it is not a valid entry."""
+    if entry is None:
+        return ()
+    if isinstance(entry, str):
+        return (entry,)
+    if isinstance(entry, tuple | list) and all(isinstance(a, str) for a in entry):
+        return tuple(entry)
+    return None
+
+
 # ----------------------------------------------------------------------------
 # Argument parsing: meshes, specs, rules, byte sizes, optimizers
 # ----------------------------------------------------------------------------
 
 
+MAX_MESH_DEVICES = 2**31 - 1
+"""The most devices a JAX mesh can describe: its size must fit a signed 32-bit
+integer (jax 0.10: ``NamedSharding`` on a larger ``AbstractMesh`` raises
+``RuntimeError: std::bad_cast`` from C++)."""
+
+
 def as_abstract_mesh(mesh: Any, name: str = "mesh") -> AbstractMesh:
-    """An ``AbstractMesh`` from a mapping, ``"a=2,b=4"``, Mesh or AbstractMesh."""
-    if isinstance(mesh, AbstractMesh):
-        return mesh
+    """An ``AbstractMesh`` from a mapping, ``"a=2,b=4"``, Mesh or AbstractMesh.
+
+    Raises:
+        TypeError: If ``mesh`` or an axis name or size has the wrong type.
+        ValueError: If a size is not a positive integer, the string is malformed
+            or the mesh has more than :data:`MAX_MESH_DEVICES` devices.
+    """
     if isinstance(mesh, Mesh):
-        abstract: AbstractMesh = mesh.abstract_mesh
-        return abstract
+        mesh = mesh.abstract_mesh
+    if isinstance(mesh, AbstractMesh):
+        _check_mesh_size(
+            tuple(str(n) for n in mesh.axis_names),
+            tuple(int(s) for s in mesh.axis_sizes),
+            name,
+        )
+        return mesh
     if isinstance(mesh, str):
         mesh = _parse_mesh_str(mesh, name)
     if isinstance(mesh, Mapping):
@@ -506,15 +568,28 @@ def as_abstract_mesh(mesh: Any, name: str = "mesh") -> AbstractMesh:
         for axis, size in mesh.items():
             if not isinstance(axis, str) or not axis:
                 raise TypeError(
-                    f"`{name}` axis names must be nonempty strings, got {axis!r}."
+                    f"`{name}` axis names must be nonempty strings, got {axis!r} "
+                    f"in {dict(mesh)!r}."
                 )
             names.append(axis)
             sizes.append(as_int(size, f"{name}[{axis!r}]", minimum=1))
+        _check_mesh_size(tuple(names), tuple(sizes), name)
         return AbstractMesh(tuple(sizes), tuple(names))
     raise TypeError(  # pragma: no cover - beartype rejects these first
         f"`{name}` must be a mapping like {{'data': 2, 'model': 4}}, a string like "
         f"'data=2,model=4', a Mesh or an AbstractMesh, got {type(mesh).__name__}."
     )
+
+
+def _check_mesh_size(names: tuple[str, ...], sizes: tuple[int, ...], name: str) -> None:
+    total = math.prod(sizes)
+    if total > MAX_MESH_DEVICES:
+        shown = " x ".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True))
+        raise ValueError(
+            f"`{name}` has {total} devices ({shown}); JAX meshes hold at most "
+            f"2**31 - 1 = {MAX_MESH_DEVICES} devices (the product of the axis "
+            "sizes must fit a 32-bit integer). Use smaller axes."
+        )
 
 
 def _parse_mesh_str(text: str, name: str) -> dict[str, int]:
@@ -571,43 +646,61 @@ def _as_spec(spec: Any, name: str) -> PartitionSpec:
     return PartitionSpec(*out)
 
 
+def _pairs(value: Any, name: str, example: str) -> list[tuple[str, Any]]:
+    """``(label, item)`` for each item of a rules container, labelled for errors.
+
+    Every item is checked by the caller (beartype samples only one).
+    """
+    if isinstance(value, str | bytes):
+        raise TypeError(
+            f"`{name}` must be a list of pairs or a mapping, got the string "
+            f"{value!r}. Write e.g. [{example}]."
+        )
+    if isinstance(value, Mapping):
+        return [(f"{name}[{key!r}]", (key, item)) for key, item in value.items()]
+    return [(f"{name}[{i}]", item) for i, item in enumerate(value)]
+
+
 def _compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec]]:
     if rules is None:
         return []
-    pairs = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
     out: list[tuple[str, re.Pattern[str], PartitionSpec]] = []
-    for i, pair in enumerate(pairs):
+    for label, pair in _pairs(rules, "rules", "('kernel$', P(None, 'model'))"):
         if not isinstance(pair, tuple | list) or len(pair) != 2:
             raise TypeError(
-                f"`rules[{i}]` must be a (regular expression, PartitionSpec) pair, "
+                f"`{label}` must be a (regular expression, PartitionSpec) pair, "
                 f"got {pair!r}."
             )
         pattern, spec = pair
         if isinstance(pattern, re.Pattern):
             compiled = pattern
+            if not isinstance(compiled.pattern, str):
+                raise TypeError(
+                    f"`{label}` must use a str regular expression, got the bytes "
+                    f"pattern {compiled.pattern!r}."
+                )
         elif isinstance(pattern, str):
             try:
                 compiled = re.compile(pattern)
             except re.error as err:
                 raise ValueError(
-                    f"`rules[{i}]` has an invalid regular expression {pattern!r}: "
+                    f"`{label}` has an invalid regular expression {pattern!r}: "
                     f"{err}. Fix the pattern (rules are searched with re.search)."
                 ) from None
         else:
             raise TypeError(
-                f"`rules[{i}]` must start with a regular expression string, got "
+                f"`{label}` must start with a regular expression string, got "
                 f"{pattern!r}."
             )
-        out.append((compiled.pattern, compiled, _as_spec(spec, f"rules[{i}]")))
+        out.append((compiled.pattern, compiled, _as_spec(spec, label)))
     return out
 
 
 def _as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
     if rules is None:
         return None
-    pairs = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
     out: list[tuple[str, _Entry]] = []
-    for i, pair in enumerate(pairs):
+    for label, pair in _pairs(rules, "logical_rules", "('embed', 'model')"):
         ok = isinstance(pair, tuple | list) and len(pair) == 2
         if ok and isinstance(pair[0], str):
             target = pair[1]
@@ -620,8 +713,8 @@ def _as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
                 out.append((pair[0], tuple(target)))
                 continue
         raise TypeError(
-            f"`logical_rules[{i}]` must be a (logical name, mesh axis or tuple of "
-            f"axes or None) pair, got {pair!r}. Write e.g. ('embed', 'model')."
+            f"`{label}` must be a (logical name, mesh axis or tuple of axes or "
+            f"None) pair, got {pair!r}. Write e.g. ('embed', 'model')."
         )
     return tuple(out)
 
@@ -779,39 +872,57 @@ class _Planner:
         self.num_devices = math.prod(self.sizes.values())
         self._cache: dict[tuple[PartitionSpec, tuple[int, ...]], Any] = {}
         self._replicated: dict[PartitionSpec | None, tuple[str, ...]] = {}
-        self._bytes: dict[tuple[str, tuple[int, ...]], int] = {}
+        self._bytes: dict[tuple[Any, tuple[int, ...]], int] = {}
+        self._names: dict[Any, str] = {}
+        self._errors: dict[tuple[PartitionSpec, tuple[int, ...]], str] = {}
 
     def check_spec(
-        self, path: str, spec: PartitionSpec, shape: tuple[int, ...]
+        self,
+        path: str,
+        spec: PartitionSpec,
+        shape: tuple[int, ...],
+        untranslated: frozenset[str] = frozenset(),
     ) -> list[MeshProblem]:
-        """Problems with ``spec`` that JAX would raise one at a time."""
+        """Every problem with ``spec`` (JAX raises them one at a time).
+
+        ``untranslated``: logical names that stand inside a tuple entry, which
+        flax does not translate (the message says so).
+        """
         problems: list[MeshProblem] = []
         used: list[str] = []
-        for entry in spec:
-            for axis in _entry_axes(entry):
-                if axis not in self.sizes:
-                    problems.append(
-                        MeshProblem(
-                            path,
-                            "unknown-axis",
-                            f"`{path}`: spec {_spec_str(spec)} names axis {axis!r}, "
-                            f"which the mesh {tuple(self.sizes)} lacks. Add the axis, "
-                            "map the name with `logical_rules`, or override the spec "
-                            "with `rules`.",
-                            axes=(axis,),
-                        )
+        usable: list[bool] = []  # per entry: worth asking JAX about divisibility
+        for dim, entry in enumerate(spec):
+            names = _entry_names(entry)
+            if names is None:
+                usable.append(False)
+                problems.append(
+                    MeshProblem(
+                        path,
+                        "invalid-spec",
+                        f"`{path}`: entry {dim} of spec {_spec_str(spec)} is "
+                        f"{entry!r}; an entry must be None, a mesh axis name or a "
+                        "tuple of axis names.",
                     )
+                )
+                continue
+            ok = True
+            for axis in names:
+                if axis not in self.sizes:
+                    ok = False
+                    problems.append(self._unknown(path, spec, axis, untranslated))
                 elif axis in used:
+                    ok = False
                     problems.append(
                         MeshProblem(
                             path,
                             "duplicate-axis",
                             f"`{path}`: spec {_spec_str(spec)} uses axis {axis!r} "
-                            "twice; a mesh axis can split only one dimension.",
+                            "twice; a mesh axis can split only one dimension, once.",
                             axes=(axis,),
                         )
                     )
                 used.append(axis)
+            usable.append(ok and bool(names))
         if len(spec) > len(shape):
             problems.append(
                 MeshProblem(
@@ -823,13 +934,13 @@ class _Planner:
             )
             return problems
         for dim, entry in enumerate(spec):
-            axes = _entry_axes(entry)
-            if not axes or any(a not in self.sizes for a in axes):
+            if not usable[dim]:
                 continue
             # Ask JAX about this dimension alone, so every indivisible dimension
             # is reported (JAX itself stops at the first).
             alone = PartitionSpec(*([None] * dim), entry)
             if self.shard_shape(alone, shape) is None:
+                axes = _entry_axes(entry)
                 product = math.prod(self.sizes[a] for a in axes)
                 problems.append(
                     MeshProblem(
@@ -845,20 +956,57 @@ class _Planner:
                         product=product,
                     )
                 )
+        if not problems and self.shard_shape(spec, shape) is None:
+            # Anything else JAX refuses is a problem too, never a silent pass.
+            problems.append(
+                MeshProblem(
+                    path,
+                    "invalid-spec",
+                    f"`{path}`: JAX cannot build NamedSharding(mesh, "
+                    f"{_spec_str(spec)}) for shape {shape}: "
+                    f"{self._errors[(spec, shape)]}",
+                )
+            )
         return problems
+
+    def _unknown(
+        self, path: str, spec: PartitionSpec, axis: str, untranslated: frozenset[str]
+    ) -> MeshProblem:
+        if axis in untranslated:
+            message = (
+                f"`{path}`: spec {_spec_str(spec)} names {axis!r} inside a tuple "
+                "entry. Flax translates a logical name only when it is a whole "
+                "entry, so flax looks for a mesh axis "
+                f"{axis!r}, which the mesh {tuple(self.sizes)} lacks, and cannot "
+                "place this variable. Write mesh axis names inside tuple entries, "
+                "or map one logical name to a tuple of mesh axes in the logical "
+                "rules (e.g. ('batch', ('data', 'seq')))."
+            )
+        else:
+            message = (
+                f"`{path}`: spec {_spec_str(spec)} names axis {axis!r}, which the "
+                f"mesh {tuple(self.sizes)} lacks. Add the axis, map the name with "
+                "`logical_rules`, or override the spec with `rules`."
+            )
+        return MeshProblem(path, "unknown-axis", message, axes=(axis,))
 
     def shard_shape(
         self, spec: PartitionSpec, shape: tuple[int, ...]
     ) -> tuple[int, ...] | None:
-        """``NamedSharding(mesh, spec).shard_shape(shape)``; ``None`` if JAX refuses."""
+        """``NamedSharding(mesh, spec).shard_shape(shape)``; ``None`` if JAX refuses.
+
+        JAX's reason is kept in ``_errors``: whatever JAX raises (an
+        ``IndivisibleError``, a ``DuplicateSpecError``...) never escapes.
+        """
         key = (spec, shape)
         if key not in self._cache:
             try:
                 self._cache[key] = tuple(
                     int(d) for d in NamedSharding(self.mesh, spec).shard_shape(shape)
                 )
-            except ValueError:  # IndivisibleError and spec/rank mismatches
+            except Exception as err:  # noqa: BLE001 - JAX's refusal is a problem
                 self._cache[key] = None
+                self._errors[key] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
         result: tuple[int, ...] | None = self._cache[key]
         return result
 
@@ -873,10 +1021,17 @@ class _Planner:
 
     def shard_bytes(self, dtype: Any, shard_shape: tuple[int, ...]) -> int:
         """Packed bytes of one shard (cached: layers repeat the same shapes)."""
-        key = (str(dtype), shard_shape)
+        key = (dtype, shard_shape)
         if key not in self._bytes:
             self._bytes[key] = dtype_nbytes(dtype, math.prod(shard_shape))
         return self._bytes[key]
+
+    def dtype_name(self, dtype: Any) -> str:
+        """``str(dtype)``, cached (NumPy computes dtype names slowly)."""
+        name = self._names.get(dtype)
+        if name is None:
+            name = self._names[dtype] = str(dtype)
+        return name
 
     def leaf(
         self,
@@ -898,7 +1053,7 @@ class _Planner:
             path=record.path_str if path is None else path,
             kind=record.kind_name if kind is None else kind,
             shape=record.shape,
-            dtype=str(record.dtype),
+            dtype=self.dtype_name(record.dtype),
             spec=spec,
             shard_shape=shard_shape,
             global_bytes=record.nbytes,
@@ -912,52 +1067,131 @@ class _Planner:
 
 def _metadata_spec(
     record: VarRecord, logical: tuple[tuple[str, _Entry], ...] | None
-) -> tuple[PartitionSpec, str] | None:
+) -> tuple[PartitionSpec, str, frozenset[str]] | None:
+    """The spec flax itself gives ``record``'s variable, its source, and the
+    logical names flax leaves untranslated inside tuple entries.
+
+    Flax (``flax.core.spmd.apply_rules`` when it shards a variable eagerly,
+    ``nnx.get_partition_spec`` / ``nnx.get_named_sharding`` otherwise) maps each
+    entry that *is* a logical name to its rule's mesh axes; a tuple entry is
+    kept as written, logical names and all. The plan does exactly the same, so
+    it never places a variable that flax would refuse.
+    """
     sharding = record.sharding
     if sharding is None:
         return None
     if isinstance(sharding, NamedSharding):
-        return sharding.spec, "metadata"
-    entries = tuple(sharding)
+        return sharding.spec, "metadata", frozenset()
+    try:
+        entries = tuple(sharding)
+    except TypeError:
+        entries = (sharding,)
     rules = logical if logical is not None else core_spmd.get_logical_axis_rules()
-    if rules:
-        mapping: dict[str, Any] = dict(rules)
-        names = {a for e in entries for a in _entry_axes(e)}
-        if names & mapping.keys():
-            translated = tuple(_translate(e, mapping) for e in entries)
-            return PartitionSpec(*translated), "metadata + logical rules"
-    return PartitionSpec(*entries), "metadata"
+    mapping: dict[str, Any] = dict(rules) if rules else {}
+    source = "metadata"
+    if any(isinstance(e, str) and e in mapping for e in entries):
+        entries = tuple(
+            mapping[e] if isinstance(e, str) and e in mapping else e for e in entries
+        )
+        source = "metadata + logical rules"
+    untranslated = frozenset(
+        name
+        for e in entries
+        if isinstance(e, tuple | list)
+        for name in e
+        if isinstance(name, str) and name in mapping
+    )
+    return _spec_of(entries), source, untranslated
 
 
-def _translate(entry: Any, mapping: Mapping[str, Any]) -> Any:
-    """One spec entry with logical names replaced by their mesh axes."""
-    if isinstance(entry, str):
-        return mapping.get(entry, entry)
-    if not isinstance(entry, tuple | list):
-        return entry
-    axes: list[str] = []
-    for name in entry:  # a tuple of logical names: splice in each one's axes
-        axes.extend(_entry_axes(mapping.get(name, name)))
-    return tuple(axes) if len(axes) != 1 else axes[0]
+def _spec_of(entries: Sequence[Any]) -> PartitionSpec:
+    """``PartitionSpec(*entries)``; entries it cannot hold are kept for the report."""
+    try:
+        return PartitionSpec(*entries)
+    except Exception:  # noqa: BLE001 - e.g. an unhashable entry in metadata
+        return PartitionSpec(*(e if _entry_names(e) is not None else repr(e) for e in entries))
 
 
 def _category(record: VarRecord) -> str:
     return "params" if record.is_param else "other state"
 
 
-def _abstract_optimizer(
-    target: Target, tx: optax.GradientTransformation
+def _optimizer_records(
+    records: Sequence[VarRecord], tx: optax.GradientTransformation
 ) -> tuple[VarRecord, ...]:
-    if isinstance(target, nnx.State) or not isinstance(target, nnx.Module):
-        raise TypeError(
-            "`optimizer` needs `target` to be an nnx.Module (concrete or abstract), "
-            f"got {type(target).__name__}. Pass the model, not its state."
-        )
-    with nnx.use_eager_sharding(False):
-        opt = nnx.eval_shape(
-            lambda model: nnx.Optimizer(model, tx, wrt=nnx.Param), target
-        )
-    return inventory(opt)
+    """The records of ``nnx.Optimizer(model, tx, wrt=nnx.Param)``'s state.
+
+    Derived without building an optimizer: ``jax.eval_shape(tx.init, params)``
+    on an ``nnx.State`` of the parameters' ``ShapeDtypeStruct``s (what
+    ``nnx.Optimizer`` passes to ``tx.init``, minus the ``Variable`` wrappers),
+    then ``step``. Paths and kinds are the optimizer's own: ``opt_state/...``
+    (``OptVariable`` where the leaf belongs to a parameter, ``OptArray``
+    otherwise) and ``step`` (``OptState``, ``uint32``). No variable is created,
+    so no sharding metadata (``eager_sharding``) or mesh is involved.
+    """
+    tree: dict[Any, Any] = {}
+    param_paths = set()
+    for record in records:
+        if not record.is_param:
+            continue
+        node = tree
+        for key in record.path[:-1]:
+            node = node.setdefault(key, {})
+        node[record.path[-1]] = jax.ShapeDtypeStruct(record.shape, record.dtype)
+        param_paths.add(record.path)
+    try:
+        state = jax.eval_shape(tx.init, nnx.State(tree))
+        flat, _ = jax.tree_util.tree_flatten_with_path(state)
+    except Exception as err:  # noqa: BLE001 - the user's transformation failed
+        raise ValueError(
+            f"`optimizer`'s init failed on the model's parameters: "
+            f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
+            "Pass an optax transformation whose init takes the parameter tree."
+        ) from None
+    out: list[VarRecord] = []
+    nbytes: dict[tuple[Any, tuple[int, ...]], int] = {}
+    for keypath, leaf in flat:
+        keys = keypath_keys(keypath)
+        owned = any(keys[i:] in param_paths for i in range(1, len(keys)))
+        kind = nnx.OptVariable if owned else nnx.OptArray
+        out.append(_record(("opt_state", *keys), kind, leaf, nbytes))
+    step = jax.ShapeDtypeStruct((), np.dtype("uint32"))
+    out.append(_record(("step",), nnx.OptState, step, nbytes))
+    # The order of ``nnx.to_flat_state(nnx.state(optimizer))``: sorted paths.
+    try:
+        out.sort(key=lambda r: r.path)
+    except TypeError:  # int and str keys at one level: flax could not sort either
+        out.sort(key=lambda r: tuple(_sort_key(k) for k in r.path))
+    return tuple(out)
+
+
+def _sort_key(key: Any) -> tuple[int, Any]:
+    return (0, key) if isinstance(key, int) else (1, str(key))
+
+
+def _record(
+    path: tuple[Any, ...],
+    kind: type,
+    leaf: Any,
+    nbytes: dict[tuple[Any, tuple[int, ...]], int],
+) -> VarRecord:
+    shape = tuple(int(d) for d in getattr(leaf, "shape", ()))
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is None:  # pragma: no cover - eval_shape gives ShapeDtypeStructs
+        dtype = jax.dtypes.canonicalize_dtype(np.asarray(leaf).dtype)
+    key = (dtype, shape)
+    if key not in nbytes:
+        nbytes[key] = dtype_nbytes(dtype, math.prod(shape))
+    return VarRecord(
+        path=path,
+        kind=kind,
+        shape=shape,
+        dtype=dtype,
+        size=math.prod(shape),
+        nbytes=nbytes[key],
+        sharding=None,
+        array=None,
+    )
 
 
 @typechecked
@@ -1034,7 +1268,7 @@ def mesh_config_report(
     tx = optimizer_from_name(optimizer) if isinstance(optimizer, str) else optimizer
     planner = _Planner(abstract)
     records = inventory(target)
-    opt_records = _abstract_optimizer(target, tx) if tx is not None else ()
+    opt_records = _optimizer_records(records, tx) if tx is not None else ()
 
     problems: list[MeshProblem] = []
     winners = [0] * len(compiled_rules)
@@ -1051,13 +1285,14 @@ def mesh_config_report(
                 if spec is None:
                     winners[i] += 1
                     spec, source = rule_spec, f"rule {i} {pattern!r}"
+        untranslated: frozenset[str] = frozenset()
         if spec is None:
             from_meta = _metadata_spec(record, logical)
             if from_meta is not None:
-                spec, source = from_meta
+                spec, source, untranslated = from_meta
         if spec is None:
             spec = PartitionSpec()
-        found = planner.check_spec(path, spec, record.shape)
+        found = planner.check_spec(path, spec, record.shape, untranslated)
         problems.extend(found)
         shard = None if found else planner.shard_shape(spec, record.shape)
         leaf = planner.leaf(
@@ -1128,8 +1363,9 @@ def mesh_config_report(
             MeshProblem(
                 "",
                 "mesh-too-large",
-                f"The mesh has {planner.num_devices} devices but only {present} are "
-                "present: fine for a proposal, but it cannot run here.",
+                f"The mesh has {planner.num_devices} devices but only {present} "
+                f"{'is' if present == 1 else 'are'} present: fine for a proposal, "
+                "but it cannot run here.",
                 severity="warning",
             )
         )
