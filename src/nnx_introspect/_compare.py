@@ -16,8 +16,10 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
+from jax.experimental import multihost_utils
 
 from nnx_introspect._inventory import VarRecord, inventory
+from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import Report, Table
 from nnx_introspect._typing import IntLike, Target, as_int, typechecked
 
@@ -283,12 +285,82 @@ def check_tolerance(value: object, name: str) -> float:
     return result
 
 
+def leaf_dtype(
+    leaf: object, name: str, path: str, must: str = "must hold numeric arrays"
+) -> np.dtype[Any] | None:
+    """The dtype of a numeric state leaf, ``None`` for a PRNG key, or raise.
+
+    Accepts arrays (JAX, NumPy, ``jax.ShapeDtypeStruct``, tracers) of a bool,
+    integer, floating or complex dtype (int4, bfloat16 and float8 included) and
+    Python or NumPy numbers. Anything else (``None``, a string, an object or
+    string array, a datetime) raises a ``TypeError`` naming ``name`` and
+    ``path``: "`name` {must}, got ...".
+    """
+    if isinstance(leaf, bool | int | float | complex):
+        return np.dtype(jnp.result_type(leaf).name)
+    dtype = getattr(leaf, "dtype", None)
+    if dtype is not None:
+        if is_key_dtype(dtype):
+            return None
+        try:
+            numeric = bool(
+                jnp.issubdtype(dtype, jnp.number) or jnp.issubdtype(dtype, np.bool_)
+            )
+        except TypeError:  # pragma: no cover - dtype objects NumPy cannot read
+            numeric = False
+        if numeric:
+            result: np.dtype[Any] = np.dtype(dtype)
+            return result
+        what = f"an array of dtype {dtype}"
+    elif leaf is None:
+        what = "None"
+    else:
+        what = f"{leaf!r:.60} of type {type(leaf).__name__}"
+    raise TypeError(
+        f"`{name}` {must}, got {what} at {path!r}. Give every "
+        "leaf a bool, integer, float or complex array (`jnp.asarray(...)`), or "
+        "leave that entry out."
+    )
+
+
+def check_leaves(state: Any, name: str, must: str = "must hold numeric arrays") -> None:
+    """Raise ``TypeError`` naming ``name`` and the path of the first non-numeric leaf.
+
+    ``None`` counts as a leaf here (a variable or mapping entry without a value),
+    so it is reported instead of silently vanishing from the tree.
+    """
+    pairs, _ = jax.tree_util.tree_flatten_with_path(state, is_leaf=_is_none)
+    for keypath, leaf in pairs:
+        leaf_dtype(leaf, name, keypath_str(keypath), must)
+
+
+def _is_none(x: object) -> bool:
+    return x is None
+
+
+def keypath_str(keypath: Any) -> str:
+    """A ``jax.tree_util`` key path as state keys joined by ``/`` (no ``value``)."""
+    keys = [
+        k
+        for k in keypath
+        if not (isinstance(k, jax.tree_util.GetAttrKey) and k.name == "value")
+    ]
+    return "/".join(str(k) for k in keypath_keys(tuple(keys)))
+
+
 def records_of(x: object, name: str) -> tuple[VarRecord, ...]:
-    """The inventory of a module, state or nested mapping (wrapped in a State)."""
+    """The inventory of a module, state or nested mapping (wrapped in a State).
+
+    Every leaf is checked first (:func:`check_leaves`): a string, object or
+    ``None`` leaf raises a ``TypeError`` naming ``name`` and the path.
+    """
     if isinstance(x, nnx.State | nnx.Pytree):
+        check_leaves(x if isinstance(x, nnx.State) else nnx.state(x), name)
         return inventory(x)
     if isinstance(x, Mapping):
-        return inventory(nnx.State(x))
+        state = nnx.State(x)
+        check_leaves(state, name)
+        return inventory(state)
     raise TypeError(  # pragma: no cover - beartype rejects these first
         f"`{name}` must be an nnx.Module, an nnx.State or a mapping of arrays, "
         f"got {type(x).__name__}."
@@ -313,19 +385,30 @@ def _host(value: Any) -> np.ndarray:
     return np.asarray(jax.device_get(value))
 
 
-def value_entry(
-    path: str, x: Any, y: Any, *, rtol: float, atol: float
-) -> DiffEntry | None:
-    """Compare two same-shape, same-dtype values; a ``"value"`` entry or ``None``.
+def is_global(value: object) -> bool:
+    """Whether ``value`` is a concrete array not fully addressable from this process.
 
-    Floating and complex values are close when ``|x - y| <= atol + rtol * |x|``
-    (``x`` is the reference); NaN matches NaN and equal infinities match.
-    Integers, booleans and PRNG keys (their key data) must be equal exactly.
+    That is an array sharded over devices of several processes
+    (``jax.distributed``): no process can read all of it.
     """
-    xa, ya = _host(x), _host(y)
-    n = int(xa.size)
-    if n == 0 or np.array_equal(xa, ya):  # the common case, without copies
-        return None
+    return (
+        isinstance(value, jax.Array)
+        and not isinstance(value, jax.core.Tracer)
+        and not value.is_fully_addressable
+    )
+
+
+# Per-shard statistics: n_bad, has_rel (ints), max_abs, max_rel (floats, -inf when
+# there is nothing to take the max of). Combining two is sum / or / max / max, so
+# the statistics of disjoint parts combine into those of the whole, exactly.
+_Stats = tuple[int, bool, float, float]
+_NO_STATS: _Stats = (0, False, -math.inf, -math.inf)
+
+
+def _stats(xa: np.ndarray, ya: np.ndarray, rtol: float, atol: float) -> _Stats:
+    """Differing elements, the largest ``|x - y|`` and ``|x - y| / |x|`` among them."""
+    if xa.size == 0 or np.array_equal(xa, ya):  # the common case, without copies
+        return _NO_STATS
     inexact = bool(jnp.issubdtype(xa.dtype, jnp.inexact))
     wide = (
         np.complex128 if jnp.issubdtype(xa.dtype, jnp.complexfloating) else np.float64
@@ -341,12 +424,100 @@ def value_entry(
     bad = ~close
     n_bad = int(np.count_nonzero(bad))
     if n_bad == 0:
-        return None
+        return _NO_STATS
     bad_diff = diff[bad]
-    max_abs = float(np.max(bad_diff))
     ref = np.abs(xw[bad])
     nonzero = ref != 0
-    max_rel = float(np.max(bad_diff[nonzero] / ref[nonzero])) if nonzero.any() else None
+    has_rel = bool(nonzero.any())
+    max_rel = float(np.max(bad_diff[nonzero] / ref[nonzero])) if has_rel else -math.inf
+    return n_bad, has_rel, float(np.max(bad_diff)), max_rel
+
+
+def _combine(parts: Sequence[_Stats]) -> _Stats:
+    if not parts:
+        return _NO_STATS
+    maxes = np.asarray([[p[2], p[3]] for p in parts], np.float64)
+    top = np.max(maxes, axis=0)  # NaN anywhere stays NaN, as in one np.max
+    return (
+        sum(p[0] for p in parts),
+        any(p[1] for p in parts),
+        float(top[0]),
+        float(top[1]),
+    )
+
+
+def _pack(stats: _Stats) -> np.ndarray:
+    ints = np.asarray([stats[0], int(stats[1])], np.int64).tobytes()
+    floats = np.asarray([stats[2], stats[3]], np.float64).tobytes()
+    return np.frombuffer(ints + floats, np.uint8)
+
+
+def _unpack(packed: np.ndarray) -> _Stats:
+    raw = np.ascontiguousarray(packed, np.uint8).tobytes()
+    ints = np.frombuffer(raw[:16], np.int64)
+    floats = np.frombuffer(raw[16:], np.float64)
+    return int(ints[0]), bool(ints[1]), float(floats[0]), float(floats[1])
+
+
+def _same_layout(x: jax.Array, y: Any) -> jax.Array:
+    """``y`` laid out like the global array ``x``, without gathering either."""
+    sharding = x.sharding
+    if isinstance(y, jax.Array) and not is_global(y):
+        y = np.asarray(jax.device_get(y))  # a local copy: the same on every process
+    if not isinstance(y, jax.Array):
+        host = np.asarray(y)
+        return jax.make_array_from_callback(x.shape, sharding, lambda i: host[i])
+    if y.sharding.is_equivalent_to(sharding, x.ndim):
+        return y
+    out: jax.Array = jax.jit(lambda v: v, out_shardings=sharding)(y)
+    return out
+
+
+def _global_stats(x: Any, y: Any, rtol: float, atol: float) -> _Stats:
+    """:func:`_stats` of two arrays sharded over several processes.
+
+    Each process reads only its own shards (one replica of each), then the
+    processes exchange their few statistics (``process_allgather`` of 32 bytes),
+    so every process returns the same figures as a single-host comparison, and
+    no array is gathered to one host.
+    """
+    if is_key_dtype(getattr(x, "dtype", None)):
+        x, y = jax.random.key_data(x), jax.random.key_data(y)
+    if is_global(x):
+        y = _same_layout(x, y)
+    else:
+        x = _same_layout(y, x)
+    local = [
+        _stats(np.asarray(xs.data), np.asarray(ys.data), rtol, atol)
+        for xs, ys in zip(x.addressable_shards, y.addressable_shards, strict=True)
+        if xs.replica_id == 0
+    ]
+    gathered = multihost_utils.process_allgather(_pack(_combine(local)))
+    return _combine([_unpack(row) for row in np.asarray(gathered)])
+
+
+def value_entry(
+    path: str, x: Any, y: Any, *, rtol: float, atol: float
+) -> DiffEntry | None:
+    """Compare two same-shape, same-dtype values; a ``"value"`` entry or ``None``.
+
+    Floating and complex values are close when ``|x - y| <= atol + rtol * |x|``
+    (``x`` is the reference); NaN matches NaN and equal infinities match.
+    Integers, booleans and PRNG keys (their key data) must be equal exactly.
+    Arrays sharded over several processes are compared shard by shard where
+    they live, and every process gets the same entry.
+    """
+    if is_global(x) or is_global(y):
+        n_bad, has_rel, max_abs, max_rel = _global_stats(x, y, rtol, atol)
+    else:
+        n_bad, has_rel, max_abs, max_rel = _stats(_host(x), _host(y), rtol, atol)
+    if n_bad == 0:
+        return None
+    shape = np.shape(x)
+    if is_key_dtype(getattr(x, "dtype", None)):  # compared as key data
+        shape = jax.eval_shape(jax.random.key_data, x).shape
+    n = math.prod(shape)
+    inexact = bool(jnp.issubdtype(jnp.result_type(x), jnp.inexact))
     return DiffEntry(
         path=path,
         problem="value",
@@ -360,7 +531,7 @@ def value_entry(
         n_different=n_bad,
         n_elements=n,
         max_abs_diff=max_abs,
-        max_rel_diff=max_rel,
+        max_rel_diff=max_rel if has_rel else None,
     )
 
 
@@ -485,7 +656,12 @@ def compare_states(
     compare across devices or precisions. An abstract side (``nnx.eval_shape``)
     limits the comparison to structure, shapes and dtypes, and the result says
     so (``values_compared`` is ``False``). Neither side is modified; values are
-    copied to the host one leaf at a time.
+    copied to the host one leaf at a time. Arrays sharded over several
+    processes (``jax.distributed``) are compared where their shards live: each
+    process reads its own shards and the processes exchange a few numbers per
+    leaf, so every process gets the same diff and no array is gathered. Every
+    process must then call ``compare_states`` on the same pair, as for any
+    multi-process JAX computation.
 
     Args:
         a: The reference: an ``nnx.Module`` (or other graph node), an
@@ -499,8 +675,9 @@ def compare_states(
         A :class:`StateDiff`; ``diff.equal`` is ``True`` when nothing differs.
 
     Raises:
-        TypeError: If ``a`` or ``b`` is not a module, state or mapping, or a
-            tolerance is not a float.
+        TypeError: If ``a`` or ``b`` is not a module, state or mapping, holds a
+            leaf that is not a numeric array (``None``, a string, an object; the
+            message names the side and the path), or a tolerance is not a float.
         ValueError: If a tolerance is negative or not finite.
 
     Example:
@@ -542,7 +719,7 @@ def check_reproducible_init(
 
     Raises:
         TypeError: If ``seed`` is not an integer-valued scalar or ``factory``
-            does not return an ``nnx.Module``.
+            does not return an ``nnx.Module`` of numeric arrays.
         ValueError: If ``seed`` is negative or non-integral.
 
     Example:
@@ -565,6 +742,7 @@ def check_reproducible_init(
                 f"`factory` must return an nnx.Module, got {type(module).__name__}. "
                 "Pass a callable such as `lambda rngs: nnx.Linear(3, 2, rngs=rngs)`."
             )
+        check_leaves(nnx.state(module), "factory", "must build numeric arrays")
         builds.append(module)
     return diff_records(
         inventory(builds[0]),

@@ -5,13 +5,16 @@ same for concrete models, abstract (``nnx.eval_shape``) models and states, at an
 size. Nothing here reads a value except :func:`param_sum`.
 """
 
+from collections.abc import Sequence
 from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
 from nnx_introspect import _nnx
+from nnx_introspect._compare import keypath_str, leaf_dtype
 from nnx_introspect._inventory import inventory
 from nnx_introspect._typing import IntLike, Target, as_int, typechecked
 
@@ -101,25 +104,104 @@ def ideal_share(total: IntLike, num_shards: IntLike) -> float:
     )
 
 
+def _x64() -> bool:
+    """Whether 64-bit dtypes are enabled (``jax_enable_x64``)."""
+    return bool(jax.dtypes.canonicalize_dtype(np.int64) == np.int64)
+
+
+def sum_dtype(leaves: Sequence[tuple[Any, int]]) -> np.dtype[Any]:
+    """The accumulator of :func:`param_sum` for ``(dtype, size)`` pairs.
+
+    The narrowest of these that holds every input value: an integer dtype
+    when every input is an integer or bool and the largest total the shapes
+    allow (``sum(size * max|value|)``) fits, so an integer result is always
+    exact; else float32 when every float has at most 32 bits and every integer
+    at most 16 (float32 holds those exactly); else float64 with
+    ``jax_enable_x64`` and float32 without (then integers beyond ``2**24`` are
+    rounded). A complex input makes it the complex dtype of that float width.
+    64-bit candidates exist only with ``jax_enable_x64``. No input: float32.
+    """
+    x64 = _x64()
+    if not leaves:
+        return np.dtype(np.float32)
+    integers = [
+        (dt, size) for dt, size in leaves if not jnp.issubdtype(dt, jnp.inexact)
+    ]
+    if len(integers) == len(leaves):
+        unsigned = all(
+            dt == np.bool_ or jnp.issubdtype(dt, jnp.unsignedinteger)
+            for dt, _ in integers
+        )
+        bound = sum(size * _max_abs(dt) for dt, size in integers)
+        candidates = [np.uint32, np.uint64] if unsigned else [np.int32, np.int64]
+        for candidate in candidates[: 2 if x64 else 1]:
+            if bound <= _max_abs(candidate) - (0 if unsigned else 1):
+                return np.dtype(candidate)
+    narrow = all(
+        jax.dtypes.itemsize_bits(dt)
+        <= (64 if jnp.issubdtype(dt, jnp.complexfloating) else 32)
+        if jnp.issubdtype(dt, jnp.inexact)
+        else _max_abs(dt) <= 2**24
+        for dt, _ in leaves
+    )
+    wide = not narrow and x64
+    if any(jnp.issubdtype(dt, jnp.complexfloating) for dt, _ in leaves):
+        return np.dtype(np.complex128 if wide else np.complex64)
+    return np.dtype(np.float64 if wide else np.float32)
+
+
+def _max_abs(dtype: Any) -> int:
+    """The largest magnitude an integer or bool dtype holds."""
+    if dtype == np.bool_:
+        return 1
+    bits = int(jax.dtypes.itemsize_bits(dtype))
+    if jnp.issubdtype(dtype, jnp.unsignedinteger):
+        return int(2**bits - 1)
+    return int(2 ** (bits - 1))
+
+
 @typechecked
 def param_sum(target: Target, /, *filters: Any) -> jax.Array:
     """Sum every value of ``target``'s parameters into one 0-d array.
 
-    The sum of ``jnp.sum(leaf)`` over the matching leaves in
-    ``jax.tree.leaves`` order (default filter ``nnx.Param``), so it is traceable
-    and works inside ``jax.jit`` / ``nnx.jit``. PRNG key leaves are skipped:
-    keys have no numeric value. A sum is a cheap fingerprint, not a proof of
-    equality: ``[1, 3]`` and ``[2, 2]`` have the same sum.
+    The sum of ``jnp.sum(leaf, dtype=acc)`` over the matching leaves, added in
+    ``jax.tree.leaves`` order (default filter ``nnx.Param``), so it is
+    traceable and works inside ``jax.jit`` / ``nnx.jit``, and on arrays
+    sharded over several processes (``jax.distributed``): every process gets
+    the same replicated total, and no process gathers an array. PRNG key
+    leaves are skipped: keys have no numeric value. A sum is a cheap
+    fingerprint, not a proof of equality: ``[1, 3]`` and ``[2, 2]`` have the
+    same sum.
+
+    The accumulator ``acc``, which is also the result's dtype, holds every
+    input value:
+
+    * float32 for float32 models (bitwise ``sum(jnp.sum(leaf) ...)``) and for
+      any mix of floats of at most 32 bits (bfloat16, float16, float8, float4)
+      with integers of at most 16 bits (int4, uint4, int8, ...): a quantized
+      model's int4 kernels and float32 scales sum in float32;
+    * an integer dtype when every leaf is an integer or bool (int32, or uint32
+      when all are unsigned) *and* the shapes prove the total cannot overflow
+      it, so an integer result is always exact; with ``jax_enable_x64``,
+      int64 / uint64 when int32 / uint32 could overflow;
+    * otherwise float64 with ``jax_enable_x64`` (float64 leaves, or int32
+      next to floats), float32 without it: then integers beyond ``2**24``
+      round to the nearest float32;
+    * the complex dtype of that width when a leaf is complex.
+
+    Like any floating sum, a float total is rounded at each addition.
 
     Args:
         target: A concrete ``nnx.Module``, graph node or ``nnx.State``.
         *filters: NNX filters; default ``nnx.Param``.
 
     Returns:
-        A 0-d ``jax.Array`` (``0.0`` in float32 when nothing matches).
+        A 0-d ``jax.Array`` of the dtype above (``0.0`` in float32 when
+        nothing matches).
 
     Raises:
         ValueError: If ``target`` is abstract (its leaves have no values).
+        TypeError: If a leaf is not numeric (a string, an object array).
 
     Example:
         >>> import jax.numpy as jnp
@@ -128,19 +210,29 @@ def param_sum(target: Target, /, *filters: Any) -> jax.Array:
         >>> total = param_sum(model)
         >>> bool(jnp.allclose(total, model.kernel[...].sum() + model.bias[...].sum()))
         True
+        >>> quantized = nnx.State({"w": nnx.Param(jnp.array([-8, 7, 7], jnp.int4)),
+        ...                        "scale": nnx.Param(jnp.array([0.5]))})
+        >>> total = param_sum(quantized)
+        >>> total.dtype.name, float(total)
+        ('float32', 6.5)
     """
     state = _nnx.select_state(target, filters or (nnx.Param,))
-    total: jax.Array | None = None
-    for leaf in jax.tree.leaves(state):
+    leaves: list[tuple[Any, np.dtype[Any]]] = []
+    for keypath, leaf in jax.tree_util.tree_leaves_with_path(state):
         if isinstance(leaf, jax.ShapeDtypeStruct):
             raise ValueError(
                 "`target` is abstract (its leaves are jax.ShapeDtypeStruct), so it "
                 "has no values to sum. Build the model concretely, or use "
                 "`count_params` for shape-only questions."
             )
-        if jnp.issubdtype(jnp.result_type(leaf), jax.dtypes.prng_key):
+        dtype = leaf_dtype(leaf, "target", keypath_str(keypath))
+        if dtype is None:  # a PRNG key
             continue
-        part = jnp.sum(leaf)
+        leaves.append((leaf, dtype))
+    acc = sum_dtype([(dt, int(np.size(leaf))) for leaf, dt in leaves])
+    total: jax.Array | None = None
+    for leaf, dtype in leaves:
+        part = jnp.sum(leaf) if dtype == acc else jnp.sum(leaf, dtype=acc)
         total = part if total is None else total + part
     if total is None:
         return jnp.zeros((), jnp.float32)

@@ -16,8 +16,9 @@ import jax.numpy as jnp
 import numpy as np
 from flax import nnx
 
-from nnx_introspect._compare import is_key_dtype, json_float
+from nnx_introspect._compare import check_leaves, is_global, is_key_dtype, json_float
 from nnx_introspect._inventory import VarRecord, inventory, require_values
+from nnx_introspect._nnx import select_state
 from nnx_introspect._render import Report, Table
 from nnx_introspect._typing import Target, typechecked
 
@@ -218,7 +219,12 @@ def param_fingerprint(target: Target, /, *filters: Any) -> ParamFingerprint:
         ``changed_paths``.
 
     Raises:
-        ValueError: If ``target`` is abstract (it has no values to fingerprint).
+        TypeError: If a leaf is not numeric (``None``, a string, an object).
+        ValueError: If ``target`` is abstract (it has no values to fingerprint),
+            or holds arrays sharded over several processes (``jax.distributed``):
+            a content hash needs all bytes on one host. Use
+            :func:`~nnx_introspect.compare_states` or
+            :func:`~nnx_introspect.param_sum` there.
 
     Example:
         >>> from flax import nnx
@@ -228,10 +234,23 @@ def param_fingerprint(target: Target, /, *filters: Any) -> ParamFingerprint:
         >>> fp.digest == param_fingerprint(nnx.Linear(2, 2, rngs=nnx.Rngs(0))).digest
         True
     """
-    records = inventory(target, filters or (nnx.Param,))
+    selected = filters or (nnx.Param,)
+    check_leaves(select_state(target, selected), "target")
+    records = inventory(target, selected)
     require_values(
         records,
         "it has no values to fingerprint",
         "Build the model concretely, or compare shapes with `compare_states`.",
     )
+    sharded = [r.path_str for r in records if is_global(r.array)]
+    if sharded:
+        raise ValueError(
+            f"`target` holds {len(sharded)} array(s) sharded over several processes "
+            f"(first: {sharded[0]!r}); a SHA-256 of their bytes needs every byte on "
+            "one host, and no process holds them all. Compare sharded models with "
+            "`compare_states` or `param_sum`, which work where the shards live, or "
+            "fingerprint a fully addressable copy (for example "
+            "`jax.experimental.multihost_utils.process_allgather(x, tiled=True)` "
+            "per leaf, which copies each whole array to every host)."
+        )
     return ParamFingerprint(leaves=tuple(_leaf_fingerprint(r) for r in records))
