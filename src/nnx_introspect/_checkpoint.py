@@ -18,11 +18,14 @@ Orbax stores arrays, not NNX variable types, so a checkpoint cannot tell a
 """
 
 import dataclasses
+import json
 import os
 import pathlib
+import re
 from typing import Any, Literal
 
 import jax
+import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
 from nnx_introspect._compare import (
@@ -47,7 +50,7 @@ __all__ = [
     "verify_restore",
 ]
 
-PathLike = str | os.PathLike[str]
+PathLike = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 Layout = Literal["nnx-state", "pure-dict"]
 Key = tuple[str, ...]
 
@@ -154,7 +157,14 @@ class CheckpointReport(Report):
             columns=("path", "shape", "dtype", "elements", "bytes", "sharding"),
             rows=rows,
             totals=totals,
-            notes=("Read from metadata only: no array was loaded.",),
+            notes=(
+                ("Read from metadata only: no array was loaded.",)
+                if self.leaves
+                else (
+                    "The checkpoint is empty: its metadata is intact and lists no "
+                    "array (a damaged checkpoint raises an error instead).",
+                )
+            ),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -180,18 +190,49 @@ class _Checkpoint:
     records: tuple[VarRecord, ...]  # paths without the nnx-state "value" key
 
 
+def _as_path(path: PathLike) -> pathlib.Path:
+    """``path`` as a :class:`pathlib.Path`, or the error a non-path deserves.
+
+    Accepts ``str``, ``bytes`` and ``os.PathLike`` (of either). Orbax and
+    tensorstore open UTF-8 paths only, so a name that is not valid UTF-8 (a
+    byte such as ``0xff``, which Python keeps as a surrogate escape) is refused
+    here rather than deep inside tensorstore.
+    """
+    try:
+        text = os.fsdecode(path)
+    except TypeError as error:  # an os.PathLike whose __fspath__ is no path
+        raise TypeError(
+            f"`path` must be a str, bytes or os.PathLike path to a checkpoint "
+            f"directory, got {path!r} ({error})."
+        ) from error
+    try:
+        text.encode("utf-8")
+    except UnicodeEncodeError as error:
+        raw = os.fsencode(text)
+        bad = raw[len(text[: error.start].encode("utf-8", "surrogateescape")) :][:1]
+        raise ValueError(
+            f"`path` {raw!r} is not a UTF-8 path (byte 0x{bad.hex()} is not "
+            "UTF-8), and orbax and tensorstore open UTF-8 paths only. Rename the "
+            "directory (or the directory holding it) to a UTF-8 name."
+        ) from error
+    return pathlib.Path(text)
+
+
 def resolve_checkpoint(path: PathLike) -> pathlib.Path:
     """The absolute checkpoint directory, or the error a bad ``path`` deserves.
 
     Raises:
         FileNotFoundError: If ``path`` does not exist.
-        ValueError: If it has no orbax ``_METADATA`` file (the message lists the
-            checkpoints found one or two levels below, such as ``7/default``).
+        TypeError: If ``path`` is not a str, bytes or ``os.PathLike`` path.
+        ValueError: If ``path`` is not UTF-8, or has no orbax ``_METADATA``
+            file (the message lists the checkpoints found one or two levels
+            below, such as ``7/default``).
     """
-    p = pathlib.Path(path).expanduser().absolute()
+    given = _as_path(path)
+    p = given.expanduser().absolute()
     if not p.exists():
         raise FileNotFoundError(
-            f"`path` {os.fspath(path)!r} does not exist. Pass the directory an orbax "
+            f"`path` {str(given)!r} does not exist. Pass the directory an orbax "
             "checkpointer saved to (the one holding a `_METADATA` file)."
         )
     if not (p / "_METADATA").is_file():
@@ -206,21 +247,250 @@ def resolve_checkpoint(path: PathLike) -> pathlib.Path:
             else " Pass the directory given to `save` (it holds `_METADATA`)."
         )
         raise ValueError(
-            f"`path` {os.fspath(path)!r} is not an orbax PyTree checkpoint: it has no "
+            f"`path` {str(given)!r} is not an orbax PyTree checkpoint: it has no "
             f"`_METADATA` file.{hint}"
         )
     return p
+
+
+def _damaged(p: pathlib.Path, what: str) -> ValueError:
+    """The error for a checkpoint whose files cannot be read as orbax wrote them."""
+    return ValueError(
+        f"`path` {str(p)!r} is a damaged orbax checkpoint, not an empty one: {what}. "
+        "Restore it from a backup or save it again."
+    )
+
+
+def _one_line(text: str, p: pathlib.Path) -> str:
+    """An exception text on one line, without tensorstore's spec dump."""
+    text = text.split(" [tensorstore_spec=")[0]
+    text = text.split("See full TensorStore details")[0]
+    return " ".join(text.replace(f"{p}/", "").split()).rstrip(".")
+
+
+def _load_json(p: pathlib.Path, rel: str) -> Any:
+    try:
+        return json.loads((p / rel).read_text(encoding="utf-8"))
+    except (OSError, ValueError) as error:  # JSONDecodeError, UnicodeDecodeError
+        raise _damaged(
+            p, f"its `{rel}` file is not valid JSON ({_one_line(str(error), p)})"
+        ) from error
+
+
+def _check_json_files(p: pathlib.Path) -> tuple[int, bool]:
+    """Validate the JSON files orbax wrote; the stored leaf count and use_ocdbt.
+
+    ``_METADATA`` must hold orbax's tree metadata; ``_sharding``,
+    ``_strings.json``, ``_CHECKPOINT_METADATA`` and ``array_metadatas/`` are
+    optional (older orbax versions do not write them) but must parse when present.
+    """
+    meta = _load_json(p, "_METADATA")
+    tree = meta.get("tree_metadata") if isinstance(meta, dict) else None
+    if not isinstance(tree, dict) or not all(
+        isinstance(v, dict) and isinstance(v.get("value_metadata"), dict)
+        for v in tree.values()
+    ):
+        raise _damaged(
+            p,
+            "its `_METADATA` file is JSON but not orbax tree metadata (it has no "
+            "`tree_metadata` mapping of saved leaves)",
+        )
+    n_stored = sum(
+        not v["value_metadata"].get("skip_deserialize") for v in tree.values()
+    )
+    use_ocdbt = meta.get("use_ocdbt")
+    if not isinstance(use_ocdbt, bool):
+        use_ocdbt = (p / "manifest.ocdbt").exists()
+    for rel in ("_CHECKPOINT_METADATA", "_strings.json"):
+        if (p / rel).exists():
+            _load_json(p, rel)
+    if (p / "_sharding").exists():
+        sharding = _load_json(p, "_sharding")
+        if not isinstance(sharding, dict) or not all(
+            isinstance(v, str) for v in sharding.values()
+        ):
+            raise _damaged(p, "its `_sharding` file is not a mapping of shardings")
+        for key, value in sharding.items():
+            try:
+                json.loads(value)
+            except ValueError as error:
+                raise _damaged(
+                    p,
+                    f"its `_sharding` file holds an unreadable sharding for "
+                    f"{key!r} ({error})",
+                ) from error
+    if (p / "array_metadatas").is_dir():
+        _check_array_metadatas(p)
+    return n_stored, use_ocdbt
+
+
+def _check_array_metadatas(p: pathlib.Path) -> None:
+    """Every ``array_metadatas/process_<i>`` file, i = 0..n-1, parses."""
+    files = {}
+    for f in (p / "array_metadatas").iterdir():
+        index = f.name.removeprefix("process_")
+        if f.name.startswith("process_") and index.isdigit():
+            files[int(index)] = f.name
+    if not files:
+        raise _damaged(
+            p,
+            "its `array_metadatas/` directory holds no `process_<i>` file (orbax "
+            "writes one per process that saved arrays)",
+        )
+    missing = sorted(set(range(max(files) + 1)) - set(files))
+    if missing:
+        raise _damaged(
+            p,
+            f"`array_metadatas/process_{missing[0]}` is missing (found "
+            f"{', '.join(files[i] for i in sorted(files))})",
+        )
+    for name in files.values():
+        data = _load_json(p, f"array_metadatas/{name}")
+        if not isinstance(data, dict) or not isinstance(
+            data.get("array_metadatas"), list
+        ):
+            raise _damaged(
+                p,
+                f"its `array_metadatas/{name}` file is JSON but not orbax array "
+                "metadata (no `array_metadatas` list)",
+            )
+
+
+def _location(location: str) -> tuple[str, int]:
+    """The file and end byte an OCDBT location refers to.
+
+    A location reads ``"<kind>:<base>:<file>:<offset>:<length>"``; the file is
+    returned relative to the checkpoint directory.
+    """
+    rest = location.split(":", 1)[1]
+    base, file_id, offset, length = rest.rsplit(":", 3)
+    return base + file_id, int(offset) + int(length)
+
+
+def _check_array_store(p: pathlib.Path) -> None:
+    """Check that every file the OCDBT array store references is whole.
+
+    Walks the store's B-tree from ``manifest.ocdbt``: every index node and every
+    data file it references must exist and be long enough. Reads the small
+    index nodes only, never array data.
+    """
+    import tensorstore as ts  # deferred, as orbax
+
+    if not (p / "manifest.ocdbt").is_file():
+        raise _damaged(
+            p, "its `manifest.ocdbt` file (the index of the array store) is missing"
+        )
+    holders: dict[str, set[str]] = {}
+    ends: dict[str, int] = {}
+
+    def need(location: str, holder: str) -> str:
+        rel, end = _location(location)
+        ends[rel] = max(ends.get(rel, 0), end)
+        holders.setdefault(rel, set()).add(holder)
+        f = p / rel
+        if not f.is_file():
+            raise _damaged(p, f"`{rel}` ({_held(holders[rel])}) is missing")
+        size = f.stat().st_size
+        if size < ends[rel]:
+            raise _damaged(
+                p,
+                f"`{rel}` ({_held(holders[rel])}) is truncated: {size} bytes, the "
+                f"array store references {ends[rel]}",
+            )
+        return location
+
+    try:
+        base = ts.KvStore.open({"driver": "file", "path": f"{p}/"}).result()
+        manifest = ts.ocdbt.dump(base).result()
+        versions = manifest.get("versions") or []
+        root = versions[-1].get("root", {}).get("location") if versions else None
+        pending = [need(root, "the array index")] if root else []
+        while pending:
+            node = ts.ocdbt.dump(base, pending.pop()).result()
+            for entry in node.get("entries", []):
+                key = entry.get("key", b"")
+                name = bytes(key).split(b"/")[0].decode("utf-8", "replace")
+                for value in entry.values():
+                    if isinstance(value, str) and value.startswith("btreenode:"):
+                        pending.append(need(value, "the array index"))
+                    elif isinstance(value, str) and value.startswith("value:"):
+                        need(value, f"data of `{name}`")
+    except ValueError as error:
+        if str(error).startswith("`path`"):
+            raise
+        raise _damaged(p, _store_error(error, p)) from error
+    except Exception as error:  # tensorstore raises bare exceptions too
+        raise _damaged(p, _store_error(error, p)) from error
+
+
+def _held(holders: set[str]) -> str:
+    names = sorted(holders)
+    more = f" and {len(names) - 3} more" if len(names) > 3 else ""
+    return "holds " + ", ".join(names[:3]) + more
+
+
+def _chain(error: BaseException) -> list[str]:
+    """The texts of ``error`` and the errors it was raised from, outermost first."""
+    texts: list[str] = []
+    seen: BaseException | None = error
+    while seen is not None and len(texts) < 8:
+        texts.append(str(seen))
+        seen = seen.__cause__ or seen.__context__
+    return texts
+
+
+def _is_read_error(error: BaseException) -> bool:
+    """Whether ``error`` is orbax/tensorstore failing to read stored bytes."""
+    return any(
+        "Encountered error while reading array index" in text or 'local file "' in text
+        for text in _chain(error)
+    )
+
+
+def _store_error(error: BaseException, p: pathlib.Path) -> str:
+    """What an orbax or tensorstore read error says is damaged, on one line."""
+    texts = _chain(error)
+    for text in reversed(texts):  # the innermost error names the file
+        text = text.split(" [tensorstore_spec=")[0]
+        files = [
+            f
+            for f in re.findall(r'local file "([^"]*)"', text)
+            if f and not f.endswith("/")
+        ]
+        key = re.search(r'reading "([^"/]+)/[^"]*" in OCDBT', text)
+        if files:
+            part = f"`{os.path.relpath(files[-1], p)}`"
+        elif key:
+            part = f"the data of `{key.group(1)}`"
+        else:
+            continue
+        reason = _one_line(text.rsplit('": ', 1)[-1], p)
+        return f"{part} could not be read ({reason})"
+    return f"its array store could not be read ({_one_line(texts[-1], p)})"
 
 
 def _read(path: PathLike) -> _Checkpoint:
     import orbax.checkpoint as ocp  # deferred: orbax is slow to import
 
     p = resolve_checkpoint(path)
-    with ocp.PyTreeCheckpointer() as checkpointer:
-        meta = checkpointer.metadata(p)
-    item = getattr(meta, "item_metadata", meta)
-    tree = getattr(item, "tree", item)
-    raw = metadata_inventory(tree)
+    n_stored, use_ocdbt = _check_json_files(p)
+    if use_ocdbt and n_stored:
+        _check_array_store(p)
+    handler = ocp.PyTreeCheckpointHandler()
+    try:
+        meta = handler.metadata(p)
+    except Exception as error:  # orbax/tensorstore: ValueError, KeyError, bare
+        raise _damaged(p, _store_error(error, p)) from error
+    finally:
+        handler.close()
+    tree = getattr(meta, "tree", meta)
+    raw = metadata_inventory(tree) if tree is not None else ()
+    if len(raw) != n_stored:
+        raise _damaged(
+            p,
+            f"`_METADATA` lists {n_stored} saved leaves but orbax read the "
+            f"metadata of {len(raw)}",
+        )
     state_layout = bool(raw) and all(
         len(r.path) >= 2 and str(r.path[-1]) == "value" for r in raw
     )
@@ -289,11 +559,50 @@ def _as_stored(record: VarRecord) -> VarRecord:
     return dataclasses.replace(record, shape=shape, dtype=data.dtype)
 
 
+def _is_number(value: Any) -> bool:
+    """Whether ``value`` is a Python number (``2.5``, ``7``), not a NumPy scalar."""
+    return isinstance(value, bool | int | float | complex) and not isinstance(
+        value, np.generic
+    )
+
+
+def _stored_number(record: VarRecord) -> bool:
+    """Whether orbax stored this checkpoint leaf from a Python number."""
+    import orbax.checkpoint as ocp  # deferred: orbax is slow to import
+
+    return isinstance(record.kind, type) and issubclass(
+        record.kind, ocp.metadata.ScalarMetadata
+    )
+
+
+def _as_restored(record: VarRecord) -> VarRecord:
+    """A checkpoint record with the dtype a restore gives it.
+
+    Orbax stores a Python number as ``np.asarray(number)``: ``float64`` or
+    ``int64`` whatever JAX's default. A Python number is weakly typed in JAX,
+    which holds it (and restores it) in its default dtype: ``float32`` /
+    ``int32`` unless ``jax_enable_x64``. Arrays keep their stored dtype.
+    """
+    if not _stored_number(record):
+        return record
+    return dataclasses.replace(
+        record, dtype=jax.dtypes.canonicalize_dtype(record.dtype)
+    )
+
+
 def _notes(ckpt: _Checkpoint, target: tuple[VarRecord, ...]) -> list[str]:
     notes = [f"Checkpoint layout: {ckpt.layout}."]
     if any(is_key_dtype(r.dtype) for r in target):
         notes.append(
             "PRNG keys are compared as their uint32 key data, as orbax stores them."
+        )
+    numbers = [r.path_str for r in ckpt.records if _stored_number(r)]
+    if numbers:
+        shown = ", ".join(numbers[:3]) + (" ..." if len(numbers) > 3 else "")
+        notes.append(
+            f"Python numbers ({shown}) are stored by orbax as 64-bit scalars and "
+            "compared in the dtype JAX gives them on restore "
+            f"({jax.dtypes.canonicalize_dtype(np.float64).name} for a float)."
         )
     saved = {_key(r.path): r for r in ckpt.records}
     for record in target:
@@ -318,7 +627,7 @@ def _check(
     notes = _notes(ckpt, raw)
     diff = diff_records(
         records,
-        ckpt.records,
+        tuple(_as_restored(r) for r in ckpt.records),
         rtol=0.0,
         atol=0.0,
         a_label="target",
@@ -479,10 +788,20 @@ def verify_restore(
         "Pass the concrete model, or use `check_checkpoint` to compare "
         "shapes and dtypes only.",
     )
+    require_addressable(raw)
     ckpt, records, notes, meta_diff = _check(path, raw)
     mismatched = {e.path for e in meta_diff.entries}
     wanted = {_key(r.path): r for r in records if r.path_str not in mismatched}
     strip = ckpt.layout == "nnx-state"
+    stored = {_key(r.path): r for r in ckpt.records}
+    # A Python number restores as one where orbax stored one (compared exactly,
+    # as Python numbers); elsewhere it is compared as the array JAX makes of it.
+    records = tuple(
+        dataclasses.replace(r, array=np.asarray(r.array, dtype=r.dtype))
+        if _is_number(r.array) and not _stored_number(stored.get(_key(r.path), r))
+        else r
+        for r in records
+    )
 
     def restore_leaf(keypath: Any, leaf: Any) -> Any:
         k = _key(keypath_keys(keypath))
@@ -490,6 +809,8 @@ def verify_restore(
         if record is None:
             return ocp.PLACEHOLDER
         value = record.array
+        if _is_number(value) and isinstance(leaf, ocp.metadata.ScalarMetadata):
+            return value  # orbax restores a stored Python number as one
         sharding = getattr(value, "sharding", None)
         if not isinstance(sharding, jax.sharding.Sharding):
             sharding = jax.sharding.SingleDeviceSharding(jax.devices()[0])
@@ -501,7 +822,7 @@ def verify_restore(
     restored = _restore(ckpt, item) if wanted else {}
     return diff_records(
         records,
-        ckpt.records,
+        tuple(_as_restored(r) for r in ckpt.records),
         rtol=rtol_f,
         atol=atol_f,
         a_label="target",
@@ -511,22 +832,54 @@ def verify_restore(
     )
 
 
+def require_addressable(records: tuple[VarRecord, ...], name: str = "target") -> None:
+    """Raise ``ValueError`` if a record holds an array this process cannot read whole.
+
+    In a multi-process run (``jax.distributed``) an array sharded over the
+    devices of several processes is not fully addressable from any one of them.
+    """
+    partial = [
+        r.path_str
+        for r in records
+        if getattr(r.array, "is_fully_addressable", True) is False
+    ]
+    if partial:
+        raise ValueError(
+            f"`{name}` holds {len(partial)} array(s) that are not fully addressable "
+            f"from this process (first: {partial[0]!r}), as in a multi-process "
+            "`jax.distributed` run, and `verify_restore` restores and compares on one "
+            "process. Run it in a single process, use `check_checkpoint` to check "
+            "shapes and dtypes (it reads metadata only), or restore with orbax in "
+            "every process and compare with `compare_states`."
+        )
+
+
 def _restore(ckpt: _Checkpoint, item: Any) -> dict[Key, Any]:
     """Restore ``item`` (abstract leaves or ``ocp.PLACEHOLDER``) from ``ckpt``.
 
     Returns the restored arrays by path, placeholders left out; for the
-    ``nnx-state`` layout orbax's trailing ``value`` key is stripped.
+    ``nnx-state`` layout orbax's trailing ``value`` key is stripped. A read
+    that fails (array data damaged in place, which the index checks of
+    :func:`_read` cannot see) is a ``ValueError`` naming the damaged file.
     """
     import orbax.checkpoint as ocp  # deferred: orbax is slow to import
 
-    with ocp.PyTreeCheckpointer() as checkpointer:
-        out = checkpointer.restore(
-            ckpt.path,
-            args=ocp.args.PyTreeRestore(
-                item=item,
-                restore_args=ocp.checkpoint_utils.construct_restore_args(item),
-            ),
-        )
+    try:
+        with ocp.PyTreeCheckpointer() as checkpointer:
+            out = checkpointer.restore(
+                ckpt.path,
+                args=ocp.args.PyTreeRestore(
+                    item=item,
+                    restore_args=ocp.checkpoint_utils.construct_restore_args(item),
+                ),
+            )
+    except Exception as error:  # tensorstore raises a bare `Exception`
+        if _is_read_error(error):
+            raise _damaged(ckpt.path, _store_error(error, ckpt.path)) from error
+        raise ValueError(
+            f"orbax could not restore `path` {str(ckpt.path)!r}: "
+            f"{_one_line(str(error), ckpt.path)}."
+        ) from error
     strip = ckpt.layout == "nnx-state"
     restored: dict[Key, Any] = {}
     for keypath, leaf in jax.tree_util.tree_flatten_with_path(out)[0]:
@@ -539,16 +892,23 @@ def _restore(ckpt: _Checkpoint, item: Any) -> dict[Key, Any]:
 
 def is_checkpoint_dir(path: PathLike) -> bool:
     """Whether ``path`` is a directory holding an orbax ``_METADATA`` file."""
-    return (pathlib.Path(path).expanduser() / "_METADATA").is_file()
+    try:
+        return (_as_path(path).expanduser() / "_METADATA").is_file()
+    except (TypeError, ValueError):
+        return False
 
 
 def _restore_all(ckpt: _Checkpoint) -> dict[str, Any]:
     """Every array of ``ckpt`` on the default device, as a pure nested dict."""
     device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
-    item = jax.tree.map(
-        lambda leaf: jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device),
-        ckpt.tree,
-    )
+    import orbax.checkpoint as ocp  # deferred: orbax is slow to import
+
+    def abstract(leaf: Any) -> Any:
+        if isinstance(leaf, ocp.metadata.ScalarMetadata):
+            return np.dtype(leaf.dtype).type(0).item()  # restored as a Python number
+        return jax.ShapeDtypeStruct(leaf.shape, leaf.dtype, sharding=device)
+
+    item = jax.tree.map(abstract, ckpt.tree)
     nested: dict[str, Any] = {}
     for k, leaf in _restore(ckpt, item).items():
         node = nested
