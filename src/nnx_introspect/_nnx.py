@@ -14,6 +14,8 @@ import jax
 import numpy as np
 from flax import nnx
 
+from nnx_introspect._typing import check_filters
+
 __all__ = [
     "abstract_build",
     "abstract_build_public",
@@ -37,7 +39,11 @@ def select_state(
     No filter means every variable. Several filters mean their union (unlike
     ``nnx.state(node, f1, f2)``, which returns one state per filter). Shared
     variables appear once, as ``nnx.state`` gives them. Never mutates ``target``.
+    Every filter is validated first (:func:`~nnx_introspect._typing.check_filters`),
+    so a bad one raises a ``TypeError`` naming ``filters[i]`` instead of reaching
+    flax's own (broken) error message.
     """
+    check_filters(filters)
     flt: Any = (
         ... if not filters else (filters[0] if len(filters) == 1 else nnx.Any(*filters))
     )

@@ -12,7 +12,14 @@ from typing import Any
 
 from nnx_introspect._inventory import VarRecord, inventory, path_str
 from nnx_introspect._render import Report, Table, format_bytes
-from nnx_introspect._typing import IntLike, Target, as_int, typechecked
+from nnx_introspect._typing import (
+    IntLike,
+    ModulePaths,
+    Target,
+    as_int,
+    check_items,
+    typechecked,
+)
 
 __all__ = ["KindTotal", "ModelSummary", "SummaryRow", "summarize"]
 
@@ -326,7 +333,7 @@ def summarize(
     /,
     *,
     depth: IntLike | None = None,
-    stacked: Sequence[str] = (),
+    stacked: ModulePaths = (),
 ) -> ModelSummary:
     """Summarize what ``target`` holds: every variable, by type and by dtype.
 
@@ -355,7 +362,8 @@ def summarize(
 
     Raises:
         TypeError: If ``target`` is not a graph node or state, ``depth`` is
-            not an integer, or ``stacked`` is a single string.
+            not an integer, or ``stacked`` is a single string or holds a
+            non-string.
         ValueError: If ``depth`` is smaller than 1.
 
     Example:
@@ -372,6 +380,7 @@ def summarize(
             f"`stacked` must be a sequence of module paths, got the string "
             f"{stacked!r}. Wrap it in a list: `stacked=[{stacked!r}]`."
         )
+    check_items(stacked, "stacked", str, "a module path string such as 'blocks'")
     prefixes = []
     for entry in stacked:
         prefix = _parse_prefix(entry)

@@ -7,10 +7,11 @@ cannot express (an integral float, a positive count, a finite array) live here a
 small helpers so every function words its errors the same way.
 """
 
+import inspect
 import math
 import numbers
-from collections.abc import Callable
-from typing import Any, TypeAlias, TypeVar, cast
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
 import jax
 import numpy as np
@@ -20,9 +21,12 @@ from jaxtyping import jaxtyped
 
 __all__ = [
     "IntLike",
+    "ModulePaths",
     "Target",
     "as_int",
+    "check_filters",
     "check_finite",
+    "check_items",
     "is_traced",
     "short_repr",
     "typechecked",
@@ -53,6 +57,17 @@ def short_repr(value: object, limit: int = 80) -> str:
     """``repr(value)`` cut to ``limit`` characters, for error messages."""
     text = repr(value)
     return text if len(text) <= limit else text[: limit - 3] + "..."
+
+
+if TYPE_CHECKING:
+    ModulePaths: TypeAlias = Sequence[str]
+else:
+    # At run time only "a sequence" is checked by the decorator: beartype samples
+    # one item of a container, so `("blocks", 3)` would fail about half the time
+    # with a message that does not say which item is wrong. Functions taking
+    # module paths check every item with :func:`check_items` instead.
+    ModulePaths = Sequence[object]
+"""Module paths such as ``["blocks", "encoder/layers"]``: a sequence of strings."""
 
 
 def is_traced(value: object) -> bool:
@@ -130,3 +145,83 @@ def check_finite(x: object, name: str) -> None:
             f"`{name}` must be finite, got {bad} NaN or infinite value(s) among "
             f"{finite.size}. Clean the input (e.g. `jnp.nan_to_num`) first."
         )
+
+
+_FILTER_KINDS = (
+    "an NNX filter: a Variable type (`nnx.Param`), a variable tag string "
+    "(`'params'`), `True`/`False`, `...`, `None`, a callable `(path, value) -> "
+    "bool` (such as `nnx.PathContains('kernel')`), or a list or tuple of filters"
+)
+
+
+def check_filters(filters: tuple[Any, ...], name: str = "filters") -> None:
+    """Raise ``TypeError`` unless every item of ``filters`` is a valid NNX filter.
+
+    What is valid is what ``flax.nnx.filterlib.to_predicate`` accepts (types,
+    strings, bools, ``...``, ``None``, callables, lists and tuples of filters),
+    checked recursively; callables must accept ``(path, value)``. The message names
+    the offending item as ``filters[i]`` (``filters[i][j]`` inside a tuple), so a
+    bad filter never reaches flax's own error path.
+
+    Example:
+        >>> from flax import nnx
+        >>> check_filters((nnx.Param, "params", (nnx.BatchStat, ...)))
+        >>> check_filters((nnx.Param, 3))
+        Traceback (most recent call last):
+        ...
+        TypeError: `filters[1]` must be an NNX filter: ... got 3 of type int.
+    """
+    for index, item in enumerate(filters):
+        _check_filter(item, f"{name}[{index}]")
+
+
+def _check_filter(item: Any, where: str) -> None:
+    if item is None or item is Ellipsis or isinstance(item, bool | str | type):
+        return
+    if isinstance(item, list | tuple):
+        for index, sub in enumerate(item):
+            _check_filter(sub, f"{where}[{index}]")
+        return
+    if callable(item):
+        try:
+            signature = inspect.signature(item)
+        except (TypeError, ValueError):  # builtins without a signature
+            return
+        try:
+            signature.bind((), None)
+        except TypeError:
+            raise TypeError(
+                f"`{where}` must be {_FILTER_KINDS}; the callable "
+                f"{short_repr(item)} cannot be called as `f(path, value)` (its "
+                f"signature is {signature})."
+            ) from None
+        return
+    raise TypeError(
+        f"`{where}` must be {_FILTER_KINDS}; got {short_repr(item)} of type "
+        f"{type(item).__name__}."
+    )
+
+
+def check_items(
+    values: Any, name: str, item_type: type | tuple[type, ...], what: str
+) -> None:
+    """Raise ``TypeError`` naming ``name[i]`` for the first item not of ``item_type``.
+
+    beartype samples one item of a container, so a ``Sequence[str]`` annotation
+    alone lets ``("blocks", 3)`` through about half the time; functions that would
+    crash later on a wrong item check every item with this helper.
+
+    Example:
+        >>> check_items(("blocks", 3), "stacked", str, "a module path string")
+        Traceback (most recent call last):
+        ...
+        TypeError: `stacked[1]` must be a module path string, got 3 of type int.
+    """
+    types = item_type if isinstance(item_type, tuple) else (item_type,)
+    for index, item in enumerate(values):
+        is_bool_for_int = isinstance(item, bool) and bool not in types
+        if not isinstance(item, types) or is_bool_for_int:
+            raise TypeError(
+                f"`{name}[{index}]` must be {what}, got {short_repr(item)} of type "
+                f"{type(item).__name__}."
+            )

@@ -1,0 +1,517 @@
+"""The bad-input sweep: every public name, one argument bad at a time.
+
+Each case passes one bad argument (wrong type, wrong shape, NaN or infinity,
+a non-integral float, a negative or out-of-range integer, a bool for an int, a
+string) to a public function or method, all other arguments valid, and expects a
+``TypeError`` or ``ValueError`` whose message names that argument: in backticks
+(```seed```, ```filters[0]```) or as jaxtyping/beartype name it (``parameter
+'seed'``). Nothing else may escape: no ``AttributeError``, no flax or tensorstore
+internals, no C++ ``RuntimeError``.
+
+Case ids read ``<public name>-<argument>-<what is bad>``; methods are named
+``<Class>.<method>``. ``test_every_public_name_is_swept`` fails when a public name
+(``nnx_introspect.__all__`` or an exercise entrypoint) has no case, so a new name
+cannot ship without one.
+"""
+
+import dataclasses
+import inspect
+import math
+import pathlib
+from collections.abc import Callable
+from typing import Any
+
+import jax.numpy as jnp
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+
+import nnx_introspect
+import nnx_introspect.exercises as exercises
+from nnx_introspect import (
+    CheckpointReport,
+    MeshConfigReport,
+    ModelSummary,
+    ParamFingerprint,
+    StateDiff,
+    abstract_model,
+    check_checkpoint,
+    check_reproducible_init,
+    checkpoint_report,
+    compare_states,
+    count_params,
+    count_state_leaves,
+    fresh_init_forward,
+    ideal_share,
+    mesh_config_report,
+    param_fingerprint,
+    param_sum,
+    summarize,
+    verify_restore,
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class World:
+    """Valid arguments that every case starts from."""
+
+    model: nnx.Linear
+    checkpoint: pathlib.Path
+    not_a_checkpoint: pathlib.Path
+    summary: ModelSummary
+    mesh_report: MeshConfigReport
+    diff: StateDiff
+    fingerprint: ParamFingerprint
+    checkpoint_summary: CheckpointReport
+
+
+@pytest.fixture(scope="module")
+def world(tmp_path_factory: pytest.TempPathFactory) -> World:
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    root = tmp_path_factory.mktemp("bad_input")
+    checkpoint = root / "ckpt"
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(checkpoint, nnx.state(model))
+    empty = root / "empty"
+    empty.mkdir()
+    return World(
+        model=model,
+        checkpoint=checkpoint,
+        not_a_checkpoint=empty,
+        summary=summarize(model),
+        mesh_report=mesh_config_report(model, "model=2"),
+        diff=compare_states(model, model),
+        fingerprint=param_fingerprint(model),
+        checkpoint_summary=checkpoint_report(checkpoint),
+    )
+
+
+def linear(rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(3, 2, rngs=rngs)
+
+
+def returns_int(rngs: nnx.Rngs) -> Any:
+    return 3
+
+
+def no_rngs() -> nnx.Linear:
+    return nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+
+
+X = jnp.ones((2, 3))
+NAN_X = X.at[0, 0].set(jnp.nan)
+INF_X = X.at[1, 2].set(jnp.inf)
+
+Call = Callable[..., Any]  # called with the World; defaults bind loop values
+
+
+@dataclasses.dataclass(frozen=True)
+class Case:
+    name: str  # the public name: a function, or Class.method
+    arg: str
+    what: str
+    call: Call
+
+    @property
+    def id(self) -> str:
+        return f"{self.name}-{self.arg}-{self.what}"
+
+
+CASES: list[Case] = []
+
+
+def case(name: str, arg: str, what: str, call: Call) -> None:
+    CASES.append(Case(name, arg, what, call))
+
+
+# Integer-valued scalars: the same bad values everywhere.
+BAD_INTS: dict[str, Any] = {
+    "negative": -1,
+    "non-integral": 1.5,
+    "nan": math.nan,
+    "inf": math.inf,
+    "bool": True,
+    "str": "3",
+    "array": np.ones(2),
+    "none": None,
+}
+BAD_POSITIVE = {**BAD_INTS, "zero": 0}
+
+
+def int_cases(
+    name: str, arg: str, make: Callable[[World, Any], Any], positive: bool = False
+) -> None:
+    for what, value in (BAD_POSITIVE if positive else BAD_INTS).items():
+        case(name, arg, what, lambda w, v=value: make(w, v))
+
+
+BAD_TOLERANCES: dict[str, Any] = {
+    "negative": -1e-3,
+    "nan": math.nan,
+    "inf": math.inf,
+    "bool": True,
+    "str": "0.1",
+    "none": None,
+    "array": np.ones(2),
+}
+
+
+def tolerance_cases(name: str, make: Callable[[World, str, Any], Any]) -> None:
+    for arg in ("rtol", "atol"):
+        for what, value in BAD_TOLERANCES.items():
+            case(name, arg, what, lambda w, a=arg, v=value: make(w, a, v))
+
+
+BAD_TARGETS: dict[str, Any] = {
+    "int": 3,
+    "str": "model",
+    "none": None,
+    "array": np.ones((2, 3)),
+}
+
+
+def target_cases(name: str, arg: str, make: Callable[..., Any]) -> None:
+    for what, value in BAD_TARGETS.items():
+        case(name, arg, what, lambda w, v=value: make(w, v))
+
+
+BAD_FILTERS: dict[str, Any] = {
+    "int": 3,
+    "float": 2.5,
+    "object": object(),
+    "dict": {"kernel": True},
+    "nested-int": (nnx.Param, 3),
+    "callable-arity": len,
+    "np-bool": np.True_,
+}
+
+
+def filter_cases(name: str, fn: Callable[..., Any]) -> None:
+    for what, value in BAD_FILTERS.items():
+        case(name, "filters", what, lambda w, v=value: fn(w.model, v))
+
+
+BAD_FACTORIES: dict[str, Any] = {
+    "int": 3,
+    "returns-int": returns_int,
+    "no-rngs": no_rngs,
+}
+
+
+def factory_cases(name: str, make: Callable[[World, Any], Any]) -> None:
+    for what, value in BAD_FACTORIES.items():
+        case(name, "factory", what, lambda w, v=value: make(w, v))
+
+
+BAD_PATHS: dict[str, Callable[[World], Any]] = {
+    "int": lambda w: 3,
+    "bytes": lambda w: b"/tmp",
+    "missing": lambda w: w.not_a_checkpoint / "nothing-here",
+    "not-a-checkpoint": lambda w: w.not_a_checkpoint,
+    "file": lambda w: w.checkpoint / "_CHECKPOINT_METADATA",
+    "non-utf8": lambda w: w.not_a_checkpoint.as_posix() + "/\udcff",
+}
+
+
+def path_cases(name: str, make: Callable[[World, Any], Any]) -> None:
+    for what, value in BAD_PATHS.items():
+        case(name, "path", what, lambda w, v=value: make(w, v(w)))
+
+
+# --- abstract_model ----------------------------------------------------------------
+factory_cases("abstract_model", lambda w, f: abstract_model(f))
+int_cases("abstract_model", "seed", lambda w, v: abstract_model(linear, seed=v))
+
+# --- counting ----------------------------------------------------------------------
+FILTERED: list[tuple[str, Callable[..., Any]]] = [
+    ("count_params", count_params),
+    ("count_state_leaves", count_state_leaves),
+    ("param_sum", param_sum),
+    ("param_fingerprint", param_fingerprint),
+]
+for _name, _fn in FILTERED:
+    target_cases(_name, "target", lambda w, t, fn=_fn: fn(t))
+    filter_cases(_name, _fn)
+int_cases("ideal_share", "total", lambda w, v: ideal_share(v, 2))
+int_cases("ideal_share", "num_shards", lambda w, v: ideal_share(10, v), positive=True)
+
+# --- summarize ---------------------------------------------------------------------
+target_cases("summarize", "target", lambda w, t: summarize(t))
+int_cases("summarize", "depth", lambda w, v: summarize(w.model, depth=v), positive=True)
+CASES.remove(next(c for c in CASES if c.id == "summarize-depth-none"))  # the default
+for _what, _value in {
+    "str": "l1",
+    "int-item": ("kernel", 3),
+    "none-item": [None],
+    "empty-item": ["/"],
+    "set": {"kernel"},
+    "int": 3,
+}.items():
+    case(
+        "summarize",
+        "stacked",
+        _what,
+        lambda w, v=_value: summarize(w.model, stacked=v),
+    )
+
+# --- compare_states / check_reproducible_init / fresh_init_forward -----------------
+target_cases("compare_states", "a", lambda w, t: compare_states(t, w.model))
+target_cases("compare_states", "b", lambda w, t: compare_states(w.model, t))
+case(
+    "compare_states",
+    "b",
+    "str-leaf",
+    lambda w: compare_states(w.model, {"kernel": "x", "bias": "y"}),
+)
+tolerance_cases(
+    "compare_states", lambda w, a, v: compare_states(w.model, w.model, **{a: v})
+)
+factory_cases("check_reproducible_init", lambda w, f: check_reproducible_init(f, 0))
+int_cases(
+    "check_reproducible_init", "seed", lambda w, v: check_reproducible_init(linear, v)
+)
+factory_cases("fresh_init_forward", lambda w, f: fresh_init_forward(f, 0, X))
+int_cases("fresh_init_forward", "seed", lambda w, v: fresh_init_forward(linear, v, X))
+for _what, _value in {
+    "nan": NAN_X,
+    "inf": INF_X,
+    "str": "x",
+    "wrong-shape": jnp.ones((2, 5)),
+    "none": None,
+}.items():
+    case(
+        "fresh_init_forward",
+        "x",
+        _what,
+        lambda w, v=_value: fresh_init_forward(linear, 0, v),
+    )
+for _what, _value in {"str": "yes", "int": 1, "none": None}.items():
+    case(
+        "fresh_init_forward",
+        "compiled",
+        _what,
+        lambda w, v=_value: fresh_init_forward(linear, 0, X, compiled=v),
+    )
+
+# --- checkpoints -------------------------------------------------------------------
+path_cases("checkpoint_report", lambda w, p: checkpoint_report(p))
+path_cases("check_checkpoint", lambda w, p: check_checkpoint(p, w.model))
+target_cases(
+    "check_checkpoint", "target", lambda w, t: check_checkpoint(w.checkpoint, t)
+)
+path_cases("verify_restore", lambda w, p: verify_restore(p, w.model))
+target_cases("verify_restore", "target", lambda w, t: verify_restore(w.checkpoint, t))
+tolerance_cases(
+    "verify_restore", lambda w, a, v: verify_restore(w.checkpoint, w.model, **{a: v})
+)
+
+# --- mesh_config_report ------------------------------------------------------------
+target_cases(
+    "mesh_config_report", "target", lambda w, t: mesh_config_report(t, "model=2")
+)
+for _what, _value in {
+    "int": 8,
+    "none": None,
+    "garbage-str": "model",
+    "zero-axis": {"model": 0},
+    "negative-axis": "model=-2",
+    "non-integral-axis": {"model": 1.5},
+    "nan-axis": {"model": math.nan},
+    "bool-axis": {"model": True},
+    "str-size": {"model": "two"},
+    "int-axis-name": {3: 2},
+    "huge-axis": {"model": 2**31},
+    "huge-product": "data=65536,model=65536",
+    "astronomic-axis": {"model": 10**40},
+    "empty": {},
+}.items():
+    case(
+        "mesh_config_report",
+        "mesh",
+        _what,
+        lambda w, v=_value: mesh_config_report(w.model, v),
+    )
+for _what, _value in {
+    "int": 3,
+    "str": "kernel",
+    "int-item": [3],
+    "bad-regex": [("kernel[", (None, "model"))],
+    "unknown-axis-type": [("kernel", 3)],
+    "not-a-pair": [("kernel",)],
+}.items():
+    case(
+        "mesh_config_report",
+        "rules",
+        _what,
+        lambda w, v=_value: mesh_config_report(w.model, "model=2", rules=v),
+    )
+for _what, _value in {
+    "int": 3,
+    "str": "embed",
+    "int-item": [3],
+    "not-a-pair": [("embed",)],
+    "int-axis": [("embed", 3)],
+}.items():
+    case(
+        "mesh_config_report",
+        "logical_rules",
+        _what,
+        lambda w, v=_value: mesh_config_report(w.model, "model=2", logical_rules=v),
+    )
+for _what, _value in {"unknown-name": "adamz", "int": 3, "bool": True}.items():
+    case(
+        "mesh_config_report",
+        "optimizer",
+        _what,
+        lambda w, v=_value: mesh_config_report(w.model, "model=2", optimizer=v),
+    )
+
+# --- report methods ----------------------------------------------------------------
+int_cases("MeshConfigReport.top_waste", "n", lambda w, v: w.mesh_report.top_waste(v))
+int_cases(
+    "MeshConfigReport.fits",
+    "max_device_bytes",
+    lambda w, v: w.mesh_report.fits(v),
+)
+for _what, _value in {"negative": -1, "str": "1GiB", "non-integral": 1.5}.items():
+    case(
+        "MeshConfigReport.to_html",
+        "max_device_bytes",
+        _what,
+        lambda w, v=_value: w.mesh_report.to_html(max_device_bytes=v),
+    )
+case("StateDiff.at", "path", "int", lambda w: w.diff.at(3))
+case("StateDiff.at", "path", "tuple", lambda w: w.diff.at(("kernel",)))
+case(
+    "ParamFingerprint.changed_paths",
+    "other",
+    "int",
+    lambda w: w.fingerprint.changed_paths(3),
+)
+case(
+    "ParamFingerprint.changed_paths",
+    "other",
+    "diff",
+    lambda w: w.fingerprint.changed_paths(w.diff),
+)
+REPORTS: dict[str, Callable[[World], Any]] = {
+    "CheckpointReport": lambda w: w.checkpoint_summary,
+    "MeshConfigReport": lambda w: w.mesh_report,
+    "ModelSummary": lambda w: w.summary,
+    "ParamFingerprint": lambda w: w.fingerprint,
+    "StateDiff": lambda w: w.diff,
+}
+for _cls, _get in REPORTS.items():
+    for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():
+        case(
+            f"{_cls}.to_json",
+            "indent",
+            _what,
+            lambda w, g=_get, v=_value: g(w).to_json(indent=v),
+        )
+
+# --- the exercise entrypoints ------------------------------------------------------
+ENTRYPOINTS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
+    "mesh_init_simulate": (
+        exercises.mesh_init_simulate,
+        {"seed": 0, "x": X, "features": 4, "mesh_axes": 2},
+    ),
+    "orbax_save_count": (
+        exercises.orbax_save_count,
+        {"seed": 0, "x": X, "features": 4, "num_shards": 2},
+    ),
+    "graphdef_vs_state": (
+        exercises.graphdef_vs_state,
+        {"seed": 0, "x": jnp.ones(3), "features": 0, "hidden": 4},
+    ),
+    "orbax_load_simulate": (
+        exercises.orbax_load_simulate,
+        {"seed": 0, "x": X, "features": 4},
+    ),
+}
+BAD_X: dict[str, Any] = {
+    "nan": NAN_X,
+    "inf": INF_X,
+    "int-dtype": jnp.ones((2, 3), jnp.int32),
+    "str": "x",
+    "scalar": jnp.float32(1.0),
+    "none": None,
+}
+for _name, (_fn, _good) in ENTRYPOINTS.items():
+    for _arg in _good:
+        if _arg == "features" and _name == "graphdef_vs_state":
+            continue  # documented as accepted and ignored
+        _bad = BAD_X if _arg == "x" else (BAD_INTS if _arg == "seed" else BAD_POSITIVE)
+        if _arg == "x" and _name == "mesh_init_simulate":
+            # only x's last dimension is read: its values cannot be bad
+            _bad = {k: v for k, v in BAD_X.items() if k not in ("nan", "inf")}
+        for _what, _value in _bad.items():
+            case(
+                f"exercises.{_name}",
+                _arg,
+                _what,
+                lambda w, fn=_fn, good=_good, a=_arg, v=_value: fn(**{**good, a: v}),
+            )
+
+
+def names(arg: str) -> str:
+    """A pattern for a message naming ``arg``: in backticks (maybe indexed), or as
+    jaxtyping's type-check error names parameters."""
+    return rf"`{arg}(\[[^\]]+\])*`|parameter '{arg}'"
+
+
+@pytest.mark.parametrize("bad", CASES, ids=[c.id for c in CASES])
+def test_bad_argument_raises_an_error_naming_it(bad: Case, world: World) -> None:
+    with pytest.raises((TypeError, ValueError), match=names(bad.arg)):
+        bad.call(world)
+
+
+def test_case_ids_are_unique() -> None:
+    ids = [c.id for c in CASES]
+    assert len(ids) == len(set(ids))
+
+
+# Public classes none of whose public methods take an argument (beyond ``self``):
+# nothing for the sweep to pass badly. `test_classes_without_arguments` keeps this
+# list honest.
+NO_ARGUMENT_METHODS = {
+    "CheckpointLeaf",
+    "DiffEntry",
+    "KindTotal",
+    "LeafFingerprint",
+    "LeafShard",
+    "MeshProblem",
+    "SummaryRow",
+    "Table",
+    "VarRecord",
+}
+
+
+def _methods_with_arguments(cls: type) -> set[str]:
+    out = set()
+    for attr, value in inspect.getmembers(cls):
+        if attr.startswith("_") or not inspect.isfunction(value):
+            continue
+        params = list(inspect.signature(value).parameters.values())[1:]
+        if params:
+            out.add(attr)
+    return out
+
+
+def test_classes_without_arguments_really_have_none() -> None:
+    for name in NO_ARGUMENT_METHODS:
+        cls = getattr(nnx_introspect, name)
+        assert _methods_with_arguments(cls) == set(), name
+
+
+def test_every_public_name_and_method_is_swept() -> None:
+    covered = {c.name for c in CASES}
+    expected = {f"exercises.{n}" for n in exercises.__all__}
+    for name in nnx_introspect.__all__:
+        obj = getattr(nnx_introspect, name)
+        if not isinstance(obj, type):
+            expected.add(name)
+        elif name not in NO_ARGUMENT_METHODS:
+            expected.update(f"{name}.{m}" for m in _methods_with_arguments(obj))
+    assert covered == expected
