@@ -1,6 +1,7 @@
 import argparse
 import json
 import re
+import shutil
 import subprocess
 import sys
 import textwrap
@@ -527,3 +528,202 @@ def test_diff_reads_in_argument_order(
             assert got["extra", path][0] == "-" and got["extra", path][1] != "-"
         code, out, _ = run(["diff", a, b, "--format", "markdown", *extra], capsys)
         assert f"State diff: {labels[0]} vs {labels[1]}: 4 difference(s)" in out
+
+
+# --- bad input sweep: every subcommand, one bad argument at a time ------------------
+
+T = "cli_targets_mod:linear"  # a good target, so that only the named argument is bad
+TWO_LAYER = "nnx_introspect.examples:two_layer"
+
+
+@pytest.fixture(scope="module")
+def sweep_files(
+    tmp_path_factory: pytest.TempPathFactory, two_layer_ckpt: str
+) -> dict[str, str]:
+    """Checkpoints (good and damaged), rules files and a plain directory."""
+    root = tmp_path_factory.mktemp("sweep")
+    files = {"ckpt": two_layer_ckpt, "plain_dir": str(root / "plain")}
+    (root / "plain").mkdir()
+    damages = {
+        "garbage_meta": lambda p: (p / "_METADATA").write_text("{garbage"),
+        "no_manifest": lambda p: (p / "manifest.ocdbt").unlink(),
+        "trunc_sharding": lambda p: (p / "_sharding").write_bytes(b'{"a'),
+        "trunc_d": lambda p: min((p / "d").iterdir()).write_bytes(b"0123456789"),
+    }
+    for name, damage in damages.items():
+        path = root / name
+        shutil.copytree(two_layer_ckpt, path)
+        damage(path)
+        files[name] = str(path)
+    rules = {
+        "rules_not_json": "{not json",
+        "rules_not_a_list": '{"rules": 3}',
+        "rules_bad_entry": "[[1]]",
+        "rules_bad_spec": '[["kernel", [5]]]',
+        "rules_bad_regex": '[["(", [null]]]',
+        "rules_bad_logical": '{"logical_rules": 7}',
+    }
+    for name, text in rules.items():
+        (root / f"{name}.json").write_text(text)
+        files[name] = str(root / f"{name}.json")
+    return files
+
+
+# (argv, exit code). `{name}` is a path from `sweep_files`.
+SWEEP = [
+    # summary
+    (["summary", "no_colon"], 2),
+    (["summary", "no_such_module_xyz:f"], 2),
+    (["summary", "cli_broken_mod:f"], 2),
+    (["summary", "cli_targets_mod:missing"], 2),
+    (["summary", "cli_targets_mod:NOT_CALLABLE"], 2),
+    (["summary", "cli_targets_mod:raises"], 2),
+    (["summary", "cli_targets_mod:not_a_module"], 2),
+    (["summary", "cli_targets_mod:exits_0"], 2),
+    (["summary", T, "--seed", "-1"], 2),
+    (["summary", T, "--seed", "x"], 2),
+    (["summary", T, "--depth", "0"], 2),
+    (["summary", T, "--format", "html"], 2),
+    (["summary", T, "extra_positional"], 2),
+    # mesh
+    (["mesh", T], 2),
+    (["mesh", "no_colon", "--mesh", "a=2"], 2),
+    (["mesh", "cli_targets_mod:missing", "--mesh", "a=2"], 2),
+    (["mesh", "cli_targets_mod:raises", "--mesh", "a=2"], 2),
+    (["mesh", "cli_targets_mod:not_a_module", "--mesh", "a=2"], 2),
+    (["mesh", T, "--mesh", "data2"], 2),
+    (["mesh", T, "--mesh", "a=0"], 2),
+    (["mesh", T, "--mesh", "a=2.5"], 2),
+    (["mesh", T, "--mesh", "a=2,a=2"], 2),
+    (["mesh", T, "--mesh", f"a={2**31}"], 2),
+    (["mesh", T, "--mesh", "a=65536,b=65536"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{plain_dir}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "no_such_rules.json"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_not_json}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_not_a_list}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_bad_entry}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_bad_logical}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_bad_spec}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_bad_regex}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "lots"], 2),
+    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "-1"], 2),
+    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "0.5"], 2),
+    (["mesh", T, "--mesh", "a=2", "--optimizer", "adamx"], 2),
+    (["mesh", T, "--mesh", "a=2", "--seed", "-1"], 2),
+    # diff
+    (["diff", T], 2),
+    (["diff", "nowhere", T], 2),
+    (["diff", T, "nowhere"], 2),
+    (["diff", "{plain_dir}", T], 2),
+    (["diff", T, "no_such_module_xyz:f"], 2),
+    (["diff", "cli_targets_mod:raises", T], 2),
+    (["diff", "cli_targets_mod:not_a_module", T], 2),
+    (["diff", T, T, "--seed", "-1"], 2),
+    (["diff", T, T, "--seed-b", "x"], 2),
+    (["diff", T, T, "--rtol", "-1"], 2),
+    (["diff", T, T, "--atol", "nan"], 2),
+    (["diff", T, T, "--rtol", "inf"], 2),
+    (["diff", "{garbage_meta}", TWO_LAYER], 1),
+    (["diff", "{ckpt}", "{trunc_d}"], 1),
+    (["diff", "{no_manifest}", "{ckpt}", "--shapes-only"], 1),
+    # checkpoint
+    (["checkpoint"], 2),
+    (["checkpoint", "nowhere"], 2),
+    (["checkpoint", "{plain_dir}"], 2),
+    (["checkpoint", "{ckpt}", "--verify"], 2),
+    (["checkpoint", "{ckpt}", "--model", "no_colon"], 2),
+    (["checkpoint", "{ckpt}", "--model", "cli_targets_mod:raises"], 2),
+    (["checkpoint", "{ckpt}", "--model", "cli_targets_mod:not_a_module"], 2),
+    (["checkpoint", "{ckpt}", "--model", TWO_LAYER, "--seed", "-1"], 2),
+    (["checkpoint", "{ckpt}", "--model", TWO_LAYER, "--verify", "--rtol", "x"], 2),
+    (["checkpoint", "{garbage_meta}"], 1),
+    (["checkpoint", "{no_manifest}"], 1),
+    (["checkpoint", "{trunc_sharding}"], 1),
+    (["checkpoint", "{trunc_d}"], 1),
+    (["checkpoint", "{garbage_meta}", "--model", TWO_LAYER], 1),
+    (["checkpoint", "{trunc_d}", "--model", TWO_LAYER, "--verify"], 1),
+]
+
+
+def _fill(argv: list[str], files: dict[str, str]) -> list[str]:
+    return [a.format(**files) if a.startswith("{") else a for a in argv]
+
+
+@pytest.mark.parametrize(("argv", "code"), SWEEP, ids=[" ".join(a) for a, _ in SWEEP])
+def test_bad_input_sweep(
+    argv: list[str],
+    code: int,
+    targets_dir: Path,
+    sweep_files: dict[str, str],
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    got, out, err = run(_fill(argv, sweep_files), capsys)
+    assert got == code, err
+    assert out == ""
+    assert err.count("\n") == 1 and err.endswith("\n"), err
+    assert err.startswith("nnx-introspect") and ": error: " in err
+    assert "Traceback" not in err
+
+
+# The same, as real processes: what a shell or CI sees, logging included.
+SWEEP_PROCESSES = [
+    (["summary", "cli_targets_mod:raises"], 2),
+    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "lots"], 2),
+    (["mesh", T, "--mesh", f"a={2**31}"], 2),
+    (["mesh", T, "--mesh", "a=2", "--rules", "{rules_not_json}"], 2),
+    (["diff", "{ckpt}", "{trunc_d}"], 1),
+    (["checkpoint", "{garbage_meta}"], 1),
+    (["checkpoint", "{no_manifest}", "--model", TWO_LAYER, "--verify"], 1),
+    (["checkpoint", "{trunc_d}", "--model", TWO_LAYER, "--verify"], 1),
+]
+
+
+@pytest.mark.parametrize(
+    ("argv", "code"), SWEEP_PROCESSES, ids=[" ".join(a) for a, _ in SWEEP_PROCESSES]
+)
+def test_bad_input_sweep_as_real_processes(
+    argv: list[str], code: int, targets_dir: Path, sweep_files: dict[str, str]
+) -> None:
+    result = subprocess.run(
+        [sys.executable, "-m", "nnx_introspect", *_fill(argv, sweep_files)],
+        capture_output=True, text=True, check=False, timeout=120, cwd=targets_dir,
+    )  # fmt: skip
+    assert result.returncode == code, result.stderr
+    assert result.stdout == ""
+    assert result.stderr.count("\n") == 1, result.stderr
+    assert ": error: " in result.stderr and "Traceback" not in result.stderr
+
+
+LOGS_A_WARNING = textwrap.dedent(
+    """
+    from absl import logging
+    from flax import nnx
+
+    def noisy(rngs):
+        logging.warning("a library warning on the way")
+        return nnx.Linear(2, 2, rngs=rngs)
+    """
+)
+
+
+def test_library_warnings_stay_off_stderr_unless_debug(tmp_path: Path) -> None:
+    (tmp_path / "cli_noisy_mod.py").write_text(LOGS_A_WARNING)
+
+    def stderr(*extra: str) -> str:
+        result = subprocess.run(
+            [sys.executable, "-m", "nnx_introspect", "summary", "cli_noisy_mod:noisy",
+             "--format", "json", *extra],
+            capture_output=True, text=True, check=True, timeout=120, cwd=tmp_path,
+        )  # fmt: skip
+        return result.stderr
+
+    assert stderr() == ""
+    assert "a library warning on the way" in stderr("--debug")
+
+
+def test_main_restores_the_absl_verbosity(capsys: pytest.CaptureFixture[str]) -> None:
+    from absl import logging
+
+    before = logging.get_verbosity()
+    assert run(["summary", "nnx_introspect.examples:tied_embedding"], capsys)[0] == 0
+    assert logging.get_verbosity() == before

@@ -280,3 +280,32 @@ def test_bad_target_exit_2(
     code, _, err = run(["mesh", "mesh_targets_mod:nope", "--mesh", "model=2"], capsys)
     assert code == 2
     assert "nope" in err
+
+
+@pytest.mark.parametrize(
+    ("content", "message"),
+    [
+        ('[["(", [null]]]', "`rules[0]` has an invalid regular expression '('"),
+        ('[["kernel", [5]]]', "`rules[0]` entries must be None, an axis name"),
+        ('{"logical_rules": [["tp"]]}', "`logical_rules"),
+    ],
+)
+def test_rules_the_planner_rejects_name_the_flag(
+    content: str, message: str, targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    rules = targets_dir / "rules.json"
+    rules.write_text(content)
+    code, out, err = run(
+        [
+            "mesh",
+            "mesh_targets_mod:sharded",
+            "--mesh",
+            "model=2",
+            "--rules",
+            str(rules),
+        ],
+        capsys,
+    )
+    assert code == 2 and out == "" and err.count("\n") == 1
+    assert err.startswith(f"nnx-introspect: error: argument --rules: {str(rules)!r}: ")
+    assert message in err

@@ -287,6 +287,10 @@ def _add_mesh_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=_run_mesh)
 
 
+_RULES_ARGS = ("`rules", "`logical_rules")
+"""How the planner's messages about the rules start (they name the argument)."""
+
+
 def _run_mesh(args: argparse.Namespace) -> int:
     from rich.console import Console
 
@@ -309,9 +313,15 @@ def _run_mesh(args: argparse.Namespace) -> int:
         except (OSError, ValueError) as error:
             raise UsageError(f"argument --rules: {error}") from error
     model = build_target(args.target, seed=args.seed)
-    report = mesh_config_report(
-        model, mesh, rules=rules, logical_rules=logical, optimizer=args.optimizer
-    )
+    try:
+        report = mesh_config_report(
+            model, mesh, rules=rules, logical_rules=logical, optimizer=args.optimizer
+        )
+    except (TypeError, ValueError) as error:
+        # A rule the file holds but the planner rejects is still a bad --rules.
+        if args.rules is not None and str(error).startswith(_RULES_ARGS):
+            raise UsageError(f"argument --rules: {args.rules!r}: {error}") from error
+        raise
     budget: int | None = args.max_device_bytes
     if args.format == "html":
         sys.stdout.write(report.to_html(max_device_bytes=budget))
