@@ -228,6 +228,171 @@ def test_param_sum_rejects_abstract(abstract_bn_dropout: nnx.Module) -> None:
         param_sum(abstract_bn_dropout)
 
 
+# -- param_sum: the accumulator holds every input -----------------------------------
+#
+# Expected totals are exact: Python ints, or float64 sums of values chosen on a
+# coarse grid (multiples of 1/4, small magnitudes) so that every partial sum is
+# exact in float32 too, whatever the reduction order. The previous implementation
+# raised for int4 / uint4 ("Invalid integer data type 'V'") and for float8 next to
+# float32 (TypePromotionError).
+
+
+def exact_total(*arrays: Any) -> float:
+    """The exact sum of the stored values, in float64 (exact for these inputs)."""
+    return float(sum(np.asarray(a).astype(np.float64).sum() for a in arrays))
+
+
+def grid_values(dtype: Any, n: int, seed: int) -> jax.Array:
+    rng = np.random.default_rng(seed)
+    if jnp.issubdtype(dtype, jnp.floating):
+        return jnp.asarray(rng.integers(-200, 201, n) / 4, jnp.float32).astype(dtype)
+    if dtype == jnp.bool_:
+        return jnp.asarray(rng.integers(0, 2, n).astype(bool))
+    bits = int(jax.dtypes.itemsize_bits(dtype))
+    unsigned = jnp.issubdtype(dtype, jnp.unsignedinteger)
+    lo, hi = (0, 2**bits) if unsigned else (-(2 ** (bits - 1)), 2 ** (bits - 1))
+    return jnp.asarray(rng.integers(lo, hi, n)).astype(dtype)
+
+
+def sum_eager_and_jit(state: nnx.State[Any, Any]) -> tuple[jax.Array, jax.Array]:
+    return param_sum(state), jax.jit(param_sum)(state)
+
+
+SMALL_DTYPES = [
+    (jnp.bfloat16, jnp.float32),
+    (jnp.float16, jnp.float32),
+    (jnp.float8_e4m3fn, jnp.float32),
+    (jnp.float8_e5m2, jnp.float32),
+    (jnp.int4, jnp.int32),
+    (jnp.uint4, jnp.uint32),
+    (jnp.int8, jnp.int32),
+    (jnp.uint8, jnp.uint32),
+    (jnp.int16, jnp.int32),
+    (jnp.bool_, jnp.uint32),
+]
+
+
+@pytest.mark.parametrize(("dtype", "acc"), SMALL_DTYPES)
+def test_param_sum_of_each_narrow_dtype_is_exact_eager_and_jit(
+    dtype: Any, acc: Any
+) -> None:
+    a, b = grid_values(dtype, 64, 0), grid_values(dtype, 33, 1).reshape(3, 11)
+    state = nnx.State({"a": nnx.Param(a), "b": nnx.Param(b)})
+    want = exact_total(a, b)
+    for got in sum_eager_and_jit(state):
+        assert got.shape == () and got.dtype == acc
+        assert float(got) == want
+
+
+@pytest.mark.parametrize("dtype", [jnp.bfloat16, jnp.float8_e4m3fn, jnp.float16])
+def test_param_sum_of_a_narrow_float_next_to_float32(dtype: Any) -> None:
+    narrow, wide = grid_values(dtype, 40, 2), grid_values(jnp.float32, 50, 3)
+    state = nnx.State({"narrow": nnx.Param(narrow), "wide": nnx.Param(wide)})
+    for got in sum_eager_and_jit(state):
+        assert got.dtype == jnp.float32 and float(got) == exact_total(narrow, wide)
+
+
+class QwixLike(nnx.Module):
+    """A quantized linear as qwix stores it: int4 kernel, float32 scale and bias."""
+
+    def __init__(self, kernel: jax.Array, scale: jax.Array, bias: jax.Array) -> None:
+        self.kernel = nnx.Param(kernel)
+        self.scale = nnx.Param(scale)
+        self.bias = nnx.Param(bias)
+
+
+def test_param_sum_of_a_qwix_like_model_int4_kernels_and_float32_scales() -> None:
+    rng = np.random.default_rng(4)
+    ints = rng.integers(-8, 8, (16, 8))
+    scale = rng.integers(1, 9, (1, 8)) / 8
+    bias = rng.integers(-40, 41, 8) / 4
+    model = QwixLike(
+        jnp.asarray(ints, jnp.int4),
+        jnp.asarray(scale, jnp.float32),
+        jnp.asarray(bias, jnp.float32),
+    )
+    want = float(int(ints.sum())) + float(scale.sum()) + float(bias.sum())
+    state = nnx.state(model)
+    outs = [
+        param_sum(model),
+        jax.jit(param_sum)(state),
+        nnx.jit(lambda m: param_sum(m))(model),
+    ]
+    for got in outs:
+        assert got.dtype == jnp.float32 and float(got) == want
+    # An int8 kernel too (qwix's other common width), and uint4.
+    for dtype, lo, hi in [(jnp.int8, -128, 128), (jnp.uint4, 0, 16)]:
+        q = rng.integers(lo, hi, (16, 8))
+        m = QwixLike(jnp.asarray(q, dtype), model.scale[...], model.bias[...])
+        want = float(int(q.sum())) + float(scale.sum()) + float(bias.sum())
+        assert float(param_sum(m)) == float(jax.jit(param_sum)(nnx.state(m))) == want
+
+
+def test_param_sum_of_float32_is_bitwise_the_plain_sum_also_with_x64() -> None:
+    model = TwoLayer(3, 4, rngs=nnx.Rngs(1))
+    leaves = jax.tree.leaves(nnx.state(model))
+    want = np.asarray(sum(jnp.sum(a) for a in leaves)).tobytes()
+    with jax.enable_x64(True):
+        got = param_sum(model)
+        assert got.dtype == jnp.float32
+        assert np.asarray(got).tobytes() == want
+
+
+def test_integer_totals_are_exact_or_the_accumulator_widens() -> None:
+    # 127 * 2**22 * 5 > 2**31: int32 could overflow (jnp.sum of int8 wraps to a
+    # negative number), so without x64 the total is a float32 near the truth and
+    # with x64 an exact int64.
+    n = 5 * 2**22
+    q = jnp.full((n,), 127, jnp.int8)
+    big = nnx.State({"q": nnx.Param(q)})
+    truth = 127 * n
+    assert truth > 2**31 and int(jnp.sum(q)) < 0  # what plain jnp does
+    for got in sum_eager_and_jit(big):
+        assert got.dtype == jnp.float32
+        assert abs(float(got) - truth) <= truth * 2**-20
+    with jax.enable_x64(True):
+        for got in sum_eager_and_jit(big):
+            assert got.dtype == jnp.int64 and int(got) == truth
+    small = nnx.State({"q": nnx.Param(jnp.full((1000,), -128, jnp.int8))})
+    assert param_sum(small).dtype == jnp.int32 and int(param_sum(small)) == -128_000
+
+
+def test_int32_next_to_float32_is_float64_with_x64_and_rounds_without() -> None:
+    # float32 cannot hold 2**24 + 1: only float64 holds every input here.
+    def state() -> nnx.State[Any, Any]:
+        return nnx.State(
+            {
+                "count": nnx.Param(jnp.asarray([2**24 + 1], jnp.int32)),
+                "w": nnx.Param(jnp.asarray([0.5], jnp.float32)),
+            }
+        )
+
+    rounded = np.float32(2**24 + 1) + np.float32(0.5)  # 2**24: the 1 is lost
+    assert rounded == 2**24
+    for got in sum_eager_and_jit(state()):
+        assert got.dtype == jnp.float32 and float(got) == float(rounded)
+    with jax.enable_x64(True):
+        for got in sum_eager_and_jit(state()):
+            assert got.dtype == jnp.float64 and float(got) == 2**24 + 1.5
+
+
+def test_param_sum_keeps_uint32_counters_and_complex_values() -> None:
+    counters = nnx.State({"a": nnx.Param(jnp.asarray(7, jnp.uint32))})
+    assert param_sum(counters).dtype == jnp.uint32 and int(param_sum(counters)) == 7
+    c = jnp.asarray([1 + 2j, 3 - 1j], jnp.complex64)
+    mixed = nnx.State({"c": nnx.Param(c), "i": nnx.Param(jnp.asarray([4], jnp.int4))})
+    for got in sum_eager_and_jit(mixed):
+        assert got.dtype == jnp.complex64 and complex(got) == 8 + 1j
+
+
+def test_param_sum_rejects_a_non_numeric_leaf() -> None:
+    state: nnx.State[Any, Any] = nnx.State({"l1": {"kernel": nnx.Param("x")}})
+    with pytest.raises(
+        TypeError, match=r"`target` must hold numeric arrays.*'x'.*'l1/kernel'"
+    ):
+        param_sum(state)
+
+
 # -- read-only and bad input -------------------------------------------------------
 
 
