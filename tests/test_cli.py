@@ -5,6 +5,7 @@ import shutil
 import subprocess
 import sys
 import textwrap
+from collections.abc import Callable
 from pathlib import Path
 
 import pytest
@@ -174,8 +175,12 @@ def test_concrete_build_checks_what_the_factory_returns(
     [
         (["summary", "--depth", "0"], "argument --depth: must be an integer >= 1, got 0"),
         (["summary", "--depth", "two"], "argument --depth: must be an integer >= 1, got 'two'"),
-        (["summary", "--seed", "-1"], "argument --seed: must be an integer >= 0, got -1"),
-        (["summary", "--seed", "1.5"], "argument --seed: must be an integer >= 0, got '1.5'"),
+        (["summary", "--seed", "-1"], "argument --seed: must be an integer from 0 to "
+         "9223372036854775807, got -1"),
+        (["summary", "--seed", "1.5"], "argument --seed: must be an integer from 0 to "
+         "9223372036854775807, got '1.5'"),
+        (["diff", "a:b", "c:d", "--seed-b", str(2**63)], "argument --seed-b: must be an "
+         "integer from 0 to 9223372036854775807, got 9223372036854775808"),
         (["summary", "--format", "x"], "argument --format: invalid choice: 'x'"),
         (["summary", "--bogus"], "unrecognized arguments: --bogus"),
         (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
@@ -404,7 +409,7 @@ def test_lazy_names_match_the_type_checking_imports_and_all() -> None:
             for alias in node.names:
                 assert alias.asname == alias.name, "re-export as `X as X`"
                 imports[alias.name] = str(node.module)
-    assert imports == nnx_introspect._LAZY  # type: ignore[attr-defined]
+    assert imports == nnx_introspect._LAZY
     assert sorted(imports) == nnx_introspect.__all__
     assert set(nnx_introspect.__all__) <= set(dir(nnx_introspect))
     with pytest.raises(AttributeError, match="has no attribute 'count_parms'"):
@@ -544,7 +549,7 @@ def sweep_files(
     root = tmp_path_factory.mktemp("sweep")
     files = {"ckpt": two_layer_ckpt, "plain_dir": str(root / "plain")}
     (root / "plain").mkdir()
-    damages = {
+    damages: dict[str, Callable[[Path], object]] = {
         "garbage_meta": lambda p: (p / "_METADATA").write_text("{garbage"),
         "no_manifest": lambda p: (p / "manifest.ocdbt").unlink(),
         "trunc_sharding": lambda p: (p / "_sharding").write_bytes(b'{"a'),
@@ -620,6 +625,7 @@ SWEEP = [
     (["diff", "cli_targets_mod:not_a_module", T], 2),
     (["diff", T, T, "--seed", "-1"], 2),
     (["diff", T, T, "--seed-b", "x"], 2),
+    (["diff", T, T, "--seed", str(2**63)], 2),
     (["diff", T, T, "--rtol", "-1"], 2),
     (["diff", T, T, "--atol", "nan"], 2),
     (["diff", T, T, "--rtol", "inf"], 2),

@@ -90,34 +90,32 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--seed",
-        type=_nonnegative_int,
+        type=_seed,
         default=0,
         help="seed of the nnx.Rngs given to the factory (default: 0)",
     )
 
 
-def _nonnegative_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be an integer >= 0, got {text!r}"
-        ) from None
-    if value < 0:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 0, got {value}")
-    return value
+def _int_arg(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
+    """An argparse converter to ``int`` in ``[minimum, maximum]``."""
+    need = f"an integer >= {minimum}"
+    if maximum is not None:
+        need = f"an integer from {minimum} to {maximum}"
+
+    def convert(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"must be {need}, got {text!r}") from None
+        if value < minimum or (maximum is not None and value > maximum):
+            raise argparse.ArgumentTypeError(f"must be {need}, got {value}")
+        return value
+
+    return convert
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(
-            f"must be an integer >= 1, got {text!r}"
-        ) from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"must be an integer >= 1, got {value}")
-    return value
+_positive_int = _int_arg(1)
+_seed = _int_arg(0, 2**63 - 1)  # what nnx.Rngs (jax.random.key) takes
 
 
 def _emit(report: "Report", fmt: str) -> None:
@@ -419,13 +417,11 @@ def _add_diff_parser(subparsers: Any) -> None:
     parser.add_argument("b", metavar="B", help="the other side: checkpoint or target")
     parser.add_argument(
         "--seed",
-        type=_nonnegative_int,
+        type=_seed,
         default=0,
         help="seed of the nnx.Rngs for target A, and B unless --seed-b (default: 0)",
     )
-    parser.add_argument(
-        "--seed-b", type=_nonnegative_int, default=None, help="seed for target B"
-    )
+    parser.add_argument("--seed-b", type=_seed, default=None, help="seed for target B")
     parser.add_argument(
         "--shapes-only",
         action="store_true",
@@ -492,7 +488,7 @@ def _add_checkpoint_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--seed",
-        type=_nonnegative_int,
+        type=_seed,
         default=0,
         help="seed of the nnx.Rngs given to the --model factory (default: 0)",
     )
