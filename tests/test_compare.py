@@ -365,3 +365,58 @@ def test_reversed_keeps_labels_notes_and_measured_figures() -> None:
     assert flipped.message == "y: in a (float32[1]), not in b."
     shape = compare_states({"x": jnp.ones(1)}, {"x": jnp.ones(2)}).reversed()
     assert shape.entries[0].message == "x: shape (2,) in b, (1,) in a."
+
+
+# --- leaves that are not numbers --------------------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("leaf", "shown", "path"),
+    [
+        ("x", r"'x' of type str", "kernel"),  # was "unexpected input: dtype=<U1"
+        (None, "None", "kernel"),  # was silently reported as "missing"
+        (b"x", r"b'x' of type bytes", "kernel"),
+        (object(), r"<object object at .*> of type object", "kernel"),
+        (np.array(["a", "b"]), "an array of dtype <U1", "kernel"),
+        (np.array([object()]), "an array of dtype object", "kernel"),
+        (np.datetime64("2020"), r"an array of dtype datetime64\[Y\]", "kernel"),
+        (nnx.Param("s"), r"'s' of type str", "kernel"),
+        (nnx.Param(None), "None", "kernel"),
+        ({"x": "y"}, r"'y' of type str", "kernel/x"),
+    ],
+)
+@pytest.mark.parametrize("side", ["a", "b"])
+def test_a_non_numeric_leaf_names_the_side_and_the_path(
+    side: str, leaf: Any, shown: str, path: str
+) -> None:
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    bad = {"kernel": leaf, "bias": jnp.zeros(3)}
+    args = (model, bad) if side == "b" else (bad, model)
+    match = rf"`{side}` must hold numeric arrays, got {shown} at '{path}'\. Give"
+    with pytest.raises(TypeError, match=match):
+        compare_states(*args)
+
+
+def test_a_factory_building_a_non_numeric_leaf_is_a_type_error() -> None:
+    class Labelled(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.w = nnx.Param(jnp.ones(2))
+            self.name = nnx.Variable("not a number")
+
+    with pytest.raises(
+        TypeError,
+        match=r"`factory` must build numeric arrays, got 'not a number'.* at 'name'",
+    ):
+        check_reproducible_init(Labelled, 0)
+
+
+def test_numbers_and_exotic_numeric_dtypes_are_accepted() -> None:
+    a = {
+        "i4": jnp.asarray([1, -2], jnp.int4),
+        "f8": jnp.asarray([1.5], jnp.float8_e4m3fn),
+        "py": 2.5,
+        "b": np.bool_(True),
+    }
+    assert compare_states(a, dict(a)).equal
+    diff = compare_states(a, {**a, "i4": jnp.asarray([1, 3], jnp.int4)})
+    assert problems(diff) == [("i4", "value")] and diff.entries[0].max_abs_diff == 5.0

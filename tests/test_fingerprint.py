@@ -95,3 +95,22 @@ def test_renderers_and_non_finite_json() -> None:
     md = fp.to_markdown()
     assert "| w | Param | (1, 2) | float32 | nan |" in md
     assert "Evidence, not proof" in md
+
+
+@pytest.mark.parametrize(
+    ("leaf", "shown"),
+    [
+        ("s", r"'s' of type str"),
+        (None, "None"),  # an empty fingerprint before: a false green
+        (np.array(["a"]), "an array of dtype <U1"),
+        (np.array([object()]), "an array of dtype object"),
+    ],
+)
+def test_a_non_numeric_leaf_is_a_type_error_naming_target_and_path(
+    leaf: Any, shown: str
+) -> None:
+    state: nnx.State[Any, Any] = nnx.State({"l1": {"w": nnx.Param(leaf)}})
+    with pytest.raises(
+        TypeError, match=rf"`target` must hold numeric arrays, got {shown} at 'l1/w'"
+    ):
+        param_fingerprint(state)
