@@ -1,5 +1,6 @@
 """Mesh planning: specs, rules, problems, training memory, and real placement."""
 
+import html
 import json
 import math
 import re
@@ -145,6 +146,40 @@ def test_bad_mesh(mesh: Any, error: type[Exception], match: str) -> None:
         mesh_config_report(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), mesh)
 
 
+MAX_DEVICES = 2**31 - 1
+
+
+@pytest.mark.parametrize(
+    ("mesh", "shown"),
+    [
+        ({"a": 2**31}, "2147483648 devices (a=2147483648)"),
+        ("data=65536,model=65536", "4294967296 devices (data=65536 x model=65536)"),
+        ("data=65536,model=32768", "2147483648 devices"),
+        ({"a": 10**40}, f"{10**40} devices"),
+        ({"a": 2**31 - 1, "b": 2}, "4294967294 devices"),
+        (AbstractMesh((2**31,), ("a",)), "2147483648 devices (a=2147483648)"),
+    ],
+)
+def test_mesh_larger_than_jax_can_describe(mesh: Any, shown: str) -> None:
+    with pytest.raises(ValueError, match=re.escape(f"`mesh` has {shown}")) as info:
+        mesh_config_report(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), mesh)
+    assert "at most 2**31 - 1 = 2147483647 devices" in str(info.value)
+
+
+def test_mesh_size_limit_is_jax_own() -> None:
+    """The limit is JAX's: one device fewer plans; one more is JAX's C++ error."""
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    for sizes in [(MAX_DEVICES,), (65536, 32767)]:
+        names = ("a", "b")[: len(sizes)]
+        report = mesh_config_report(model, dict(zip(names, sizes, strict=True)))
+        assert report.num_devices == math.prod(sizes) <= MAX_DEVICES
+        assert report.leaves[1].shard_shape == (2, 2)
+    for sizes in [(MAX_DEVICES + 1,), (65536, 32768)]:
+        names = ("a", "b")[: len(sizes)]
+        with pytest.raises(RuntimeError, match="bad_cast"):
+            NamedSharding(AbstractMesh(sizes, names), P()).shard_shape((2,))
+
+
 def test_2048_device_proposal_on_one_cpu() -> None:
     cfg = LlamaConfig(
         vocab=32000, d_model=4096, n_layers=2, n_heads=32, d_ff=11008, partitioned=True
@@ -214,7 +249,10 @@ def test_logical_rules_from_flax_context() -> None:
     assert (emb.spec, emb.shard_shape) == (P("model", "data"), (2, 3))
 
 
-def test_logical_rules_inside_tuple_entries() -> None:
+def test_logical_names_inside_tuple_entries_are_not_translated() -> None:
+    """As in flax 0.12: a tuple entry is kept as written (tests/test_mesh_flax.py
+    holds this against flax placing the variables on 8 devices)."""
+
     class Folded(nnx.Module):
         def __init__(self, rngs: nnx.Rngs) -> None:
             init = nnx.with_partitioning(
@@ -226,11 +264,22 @@ def test_logical_rules_inside_tuple_entries() -> None:
         model = Folded(nnx.Rngs(0))
     report = mesh_config_report(model, "data=2,model=4", logical_rules=LOGICAL)
     kernel = by_path(report)["l/kernel"]
-    assert (kernel.spec, kernel.shard_shape) == (P("data", None), (8, 3))
-    rules = [("vocab", "data"), ("embed", "model")]
-    report = mesh_config_report(model, "data=2,model=4", logical_rules=rules)
-    kernel = by_path(report)["l/kernel"]
-    assert (kernel.spec, kernel.shard_shape) == (P(("data", "model"), None), (2, 3))
+    assert (kernel.spec, kernel.shard_shape) == (P(("vocab", "embed"), None), None)
+    assert kernel.source == "metadata"  # no entry was translated
+    assert [(p.kind, p.axes) for p in report.errors] == [
+        ("unknown-axis", ("vocab",)),
+        ("unknown-axis", ("embed",)),
+    ]
+    assert "Flax translates a logical name only when it is a whole entry" in (
+        report.errors[0].message
+    )
+    # With flax itself: building it under the mesh and rules fails the same way.
+    with (
+        pytest.raises(ValueError, match="vocab"),
+        jax.set_mesh(real_mesh()),
+        nnx.logical_axis_rules(LOGICAL),
+    ):
+        Folded(nnx.Rngs(0))
 
 
 def test_rules_first_match_wins_and_unmatched_rules() -> None:
@@ -287,6 +336,64 @@ def test_rules_as_mapping_and_compiled_patterns() -> None:
 def test_bad_rules(rules: Any, error: type[Exception], match: str) -> None:
     with pytest.raises(error, match=match):
         mesh_config_report(sharded_model(), {"model": 4}, rules=rules)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "error", "match"),
+    [
+        (
+            {"rules": {"kernel": P(), 3: P()}},
+            TypeError,
+            r"`rules\[3\]` must start with a regular expression string, got 3",
+        ),
+        (
+            {"rules": [("kernel", P()), ("bias", P()), ("x", 5)]},
+            TypeError,
+            r"`rules\[2\]` must be a PartitionSpec",
+        ),
+        (
+            {"rules": "kernel"},
+            TypeError,
+            r"`rules` must be a list of pairs or a mapping, got the string 'kernel'",
+        ),
+        (
+            {"logical_rules": {"vocab": "data", "embed": 3}},
+            TypeError,
+            r"`logical_rules\['embed'\]` must be a \(logical name",
+        ),
+        (
+            {"logical_rules": [("vocab", "data"), (3, "model")]},
+            TypeError,
+            r"`logical_rules\[1\]` must be a \(logical name",
+        ),
+        (
+            {"logical_rules": "vocab"},
+            TypeError,
+            r"`logical_rules` must be a list of pairs or a mapping",
+        ),
+    ],
+)
+def test_every_container_item_is_checked(
+    kwargs: dict[str, Any], error: type[Exception], match: str
+) -> None:
+    """beartype samples one item of a container; the planner checks them all."""
+    for _ in range(10):  # the wrong item is found every time, not by sampling
+        with pytest.raises(error, match=match):
+            mesh_config_report(sharded_model(), {"model": 4}, **kwargs)
+
+
+@pytest.mark.parametrize(
+    ("mesh", "match"),
+    [
+        ({"data": 2, 3: 4}, r"`mesh` axis names must be nonempty strings, got 3"),
+        ({"data": 2, "": 4}, r"`mesh` axis names must be nonempty strings, got ''"),
+        ({"data": 2, "model": "4"}, r"`mesh\['model'\]`.*got '4' of type str"),
+    ],
+)
+def test_every_mesh_item_is_checked(mesh: Any, match: str) -> None:
+    for _ in range(10):
+        with pytest.raises(TypeError, match=match):
+            mesh_config_report(sharded_model(), mesh)
 
 
 def test_bad_logical_rules() -> None:
@@ -350,6 +457,74 @@ def test_unknown_duplicate_and_rank_problems() -> None:
         assert f"`{problem.path}`" in problem.message
 
 
+def test_axis_repeated_inside_one_entry_is_a_duplicate_axis_problem() -> None:
+    model = Uneven(nnx.Rngs(0))
+    mesh = AbstractMesh((2,), ("m",))
+    with pytest.raises(Exception, match="duplicate entries"):  # JAX's own refusal
+        NamedSharding(mesh, P(None, ("m", "m"))).shard_shape((6, 10))
+    report = mesh_config_report(model, {"m": 2}, rules=[("kernel", (None, ("m", "m")))])
+    found = [(p.path, p.kind, p.axes) for p in report.problems]
+    assert found == [
+        ("a/kernel", "duplicate-axis", ("m",)),
+        ("b/kernel", "duplicate-axis", ("m",)),
+    ]
+    assert not report.ok
+    assert by_path(report)["a/kernel"].shard_shape is None
+    # Through a logical rule mapping one name to ("m", "m").
+    with nnx.use_eager_sharding(False):
+        layer = nnx.Linear(
+            4, 8, rngs=nnx.Rngs(0), kernel_metadata={"out_sharding": (None, "x")}
+        )
+    report = mesh_config_report(layer, {"m": 2}, logical_rules=[("x", ("m", "m"))])
+    assert [(p.path, p.kind) for p in report.problems] == [("kernel", "duplicate-axis")]
+    assert by_path(report)["kernel"].spec == P(None, ("m", "m"))
+
+
+@pytest.mark.parametrize(
+    ("spec", "kind", "match"),
+    [
+        (P(("m", None)), "invalid-spec", r"entry 0 of spec .* is \('m', None\)"),
+        (P(P.UNCONSTRAINED), "invalid-spec", r"entry 0 of spec"),
+    ],
+)
+def test_entries_jax_cannot_place_are_problems(spec: P, kind: str, match: str) -> None:
+    """JAX refuses these at placement; the plan must not call them green."""
+    mesh = real_mesh()
+    with pytest.raises(Exception):  # noqa: B017 - whatever JAX raises
+        jax.device_put(jnp.zeros((8, 8)), NamedSharding(mesh, spec))
+
+    class One(nnx.Module):
+        def __init__(self) -> None:
+            with nnx.use_eager_sharding(False):
+                self.w = nnx.Param(jnp.zeros((8, 8)), out_sharding=tuple(spec))
+
+    report = mesh_config_report(One(), "m=2,n=4")
+    assert not report.ok
+    ((problem),) = report.errors
+    assert problem.kind == kind and problem.path == "w"
+    assert re.search(match, problem.message)
+    assert report.leaves[0].shard_shape is None
+
+
+def test_any_jax_refusal_becomes_a_problem(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Whatever JAX raises building a NamedSharding is collected, never raised."""
+    import nnx_introspect._mesh as mesh_module
+
+    class Strict(NamedSharding):
+        def shard_shape(self, shape: Any) -> Any:
+            if shape == (4, 3):
+                raise RuntimeError("a future JAX refusal")
+            return super().shard_shape(shape)
+
+    monkeypatch.setattr(mesh_module, "NamedSharding", Strict)
+    report = mesh_config_report(
+        nnx.Linear(4, 3, rngs=nnx.Rngs(0)), {"model": 2}, rules=[("kernel", P())]
+    )
+    ((problem),) = report.errors
+    assert (problem.path, problem.kind) == ("kernel", "invalid-spec")
+    assert "RuntimeError: a future JAX refusal" in problem.message
+
+
 # --- replication, totals and waste ----------------------------------------------
 
 
@@ -385,6 +560,64 @@ def test_replicated_leaves_ideal_share_and_waste() -> None:
         ("bn/bias", 28.0),
     ]
     assert "l1/kernel" not in [leaf.path for leaf in report.top_waste(6)]
+
+
+@pytest.mark.parametrize(
+    ("n", "error", "match"),
+    [
+        (-1, ValueError, r"`n` must be a nonnegative integer, got -1"),
+        (2.5, ValueError, r"`n` must be a nonnegative integer, got the non-integral"),
+        ("3", TypeError, r"`n` must be a nonnegative integer, got '3' of type str"),
+        (True, TypeError, r"`n` must be a nonnegative integer, got the bool True"),
+        (None, TypeError, r"`n` must be a nonnegative integer, got None"),
+    ],
+)
+def test_top_waste_validates_n(n: Any, error: type[Exception], match: str) -> None:
+    report = mesh_config_report(sharded_model(), "data=2,model=4")
+    with pytest.raises(error, match=match):
+        report.top_waste(n)
+
+
+def test_top_waste_counts() -> None:
+    report = mesh_config_report(sharded_model(), "data=2,model=4")
+    wasting = [leaf for leaf in report.all_leaves if leaf.waste_bytes > 0]
+    assert report.top_waste(0) == ()
+    assert len(report.top_waste(np.int64(2))) == 2
+    assert len(report.top_waste(10**6)) == len(wasting) == 7
+
+
+@pytest.mark.parametrize(
+    ("budget", "error", "match"),
+    [
+        (-1, ValueError, r"`max_device_bytes` must be a nonnegative integer, got -1"),
+        ("1GiB", TypeError, r"`max_device_bytes` must be a nonnegative integer"),
+        (0.5, ValueError, r"`max_device_bytes`.*non-integral value 0.5"),
+        (float("nan"), ValueError, r"`max_device_bytes`.*got nan"),
+    ],
+)
+def test_fits_and_html_validate_the_budget(
+    budget: Any, error: type[Exception], match: str
+) -> None:
+    report = mesh_config_report(sharded_model(), "data=2,model=4")
+    with pytest.raises(error, match=match):
+        report.fits(budget)
+    with pytest.raises(error, match=match):
+        report.to_html(max_device_bytes=budget)
+
+
+def test_fits_boundary() -> None:
+    report = mesh_config_report(sharded_model(), "data=2,model=4")
+    used = report.bytes_per_device
+    assert report.fits(used) and report.fits(float(used)) and not report.fits(used - 1)
+
+
+def test_mesh_too_large_warning_grammar(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(jax, "device_count", lambda: 1)
+    report = mesh_config_report(sharded_model(), "data=2")
+    assert "The mesh has 2 devices but only 1 is present" in report.warnings[0].message
+    monkeypatch.setattr(jax, "device_count", lambda: 3)
+    report = mesh_config_report(sharded_model(), "data=4")
+    assert "The mesh has 4 devices but only 3 are present" in report.warnings[0].message
 
 
 def test_optimizer_state_and_gradients() -> None:
@@ -429,14 +662,6 @@ def test_optimizer_by_name_and_stateless() -> None:
     assert str(jax.tree.structure(by_name)) == str(jax.tree.structure(reference))
     with pytest.raises(ValueError, match=r"`optimizer` must be one of .*got 'adamx'"):
         mesh_config_report(sharded_model(), {"model": 4}, optimizer="adamx")
-
-
-def test_optimizer_needs_a_module() -> None:
-    state = nnx.state(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
-    with pytest.raises(
-        TypeError, match=r"`optimizer` needs `target` to be an nnx.Module"
-    ):
-        mesh_config_report(state, {"model": 2}, optimizer="adamw")
 
 
 def test_state_target_and_abstract_target_agree() -> None:
@@ -669,6 +894,75 @@ def test_split_grid_matches_jax_device_map() -> None:
             )
             got = tuple(int(b) for b in block.split(",") if b.strip())
             assert got == expected, (spec, data, model)
+
+
+def test_html_first_screen_is_the_verdict_problems_and_chart() -> None:
+    model = Uneven(nnx.Rngs(0))
+    report = mesh_config_report(
+        model, {"data": 4, "model": 4}, rules=[("a/kernel", P("data", "model"))]
+    )
+    page = report.to_html(max_device_bytes=100)
+    verdict = page.index('class="verdict bad"')
+    problems = page.index("<h2>Problems</h2>")
+    chart = page.index("Bytes per device by kind")
+    totals = page.index("Totals per device")
+    grids = page.index("<details")
+    detail = page.index("<h2>Every leaf</h2>")
+    assert verdict < problems < chart < totals < grids < detail
+    used = report.bytes_per_device  # (6x10 + 10 + 8x7 + 7) x 4 bytes, all whole
+    assert used == (60 + 10 + 56 + 7) * F32
+    assert (
+        f"2 problem(s): the plan cannot be applied as specified; {used} B per "
+        f"device EXCEEDS the budget of 100 B by {used - 100} B."
+    ) in page
+    for problem in report.errors:  # each problem's message, before the chart
+        assert page.index(html.escape(problem.message)) < chart
+    good = mesh_config_report(model, {"data": 2}).to_html(max_device_bytes=10**6)
+    assert 'class="verdict ok"' in good
+    assert "OK: every leaf can be placed as specified;" in good
+    assert "fits the budget of 976.56 KiB." in good
+
+
+def test_grid_cells_name_the_slice_each_device_holds() -> None:
+    """Cell labels are the slices JAX's own device index map gives each device."""
+    mesh = real_mesh()
+    shape = (8, 6, 4)
+    for spec in [P("data", None, "model"), P(("model", "data")), P(None, "data"), P()]:
+        html_text = split_grid_html(
+            title="w",
+            shape=shape,
+            spec=tuple(
+                () if e is None else (e if isinstance(e, tuple) else (e,)) for e in spec
+            ),
+            axis_names=("data", "model"),
+            axis_sizes=(2, 4),
+            shard_shape=tuple(NamedSharding(mesh, spec).shard_shape(shape)),
+        )
+        cells = re.findall(
+            r'title="device \(data=(\d), model=(\d)\) holds block [^"]*">([^<]*)</td>',
+            html_text,
+        )
+        assert len(cells) == 8
+        index_map = NamedSharding(mesh, spec).devices_indices_map(shape)
+        for data, model, label in cells:
+            slices = index_map[mesh.devices[int(data), int(model)]]
+            expected = ", ".join(
+                ":" if s == slice(None) else f"{s.start}:{s.stop}" for s in slices
+            )
+            assert label == expected, (spec, data, model)
+        assert "<th>data=1</th>" in html_text
+        assert "<th>model=3</th>" in html_text
+
+
+def test_html_has_a_grid_legend() -> None:
+    report = mesh_config_report(
+        sharded_model(), "data=2,model=4", logical_rules=LOGICAL
+    )
+    page = report.to_html()
+    assert page.count('<p class="legend">') == 1
+    assert "A cell shows the slice of the array that device holds" in page
+    # The kernel P(None, 'model') on data=2, model=4: 2 columns per device.
+    assert ">:, 0:2</td>" in page and ">:, 6:8</td>" in page
 
 
 def test_grid_omitted_for_huge_mesh_but_dims_shown() -> None:

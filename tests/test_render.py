@@ -1,6 +1,7 @@
 """Shared renderers: one table, every format."""
 
 import dataclasses
+import io
 import json
 from typing import Any
 
@@ -77,3 +78,80 @@ def test_report_mixin_formats() -> None:
     assert report.to_markdown() == to_markdown(TABLE)
     assert report.to_html() == to_html(TABLE)
     assert "<table>" in report._repr_html_()
+
+
+LONG_PATHS = (
+    "optimizer/opt_state/0/mu/layers/31/attn_norm/scale",
+    "embed/embedding",
+    "lm_head/kernel",
+    "grads/layers/0/mlp/down_proj/kernel_with_a_long_name",
+)
+WIDE = Table(
+    title="Differences",
+    columns=("path", "shape", "dtype", "spec", "source", "shard", "over", "bytes"),
+    rows=tuple(
+        (
+            p,
+            "(4096, 11008)",
+            "bfloat16",
+            "P('fsdp', 'tp')",
+            "metadata + logical rules",
+            "(512, 43)",
+            "fsdp, tp",
+            "1.50 GiB",
+        )
+        for p in LONG_PATHS
+    ),
+    totals=(("0 common path(s)", "", "", "", "", "", "", "3 GiB"),),
+    notes=("a note",),
+)
+
+
+def render(table: Table, width: int) -> str:
+    console = Console(width=width, file=io.StringIO(), record=True)
+    console.print(to_rich(table))
+    return console.export_text()
+
+
+@pytest.mark.parametrize("width", [240, 120, 80, 60, 40, 20])
+def test_paths_are_never_truncated(width: int) -> None:
+    text = render(WIDE, width)
+    assert "…" not in text
+    lines = text.splitlines()
+    for path in (*LONG_PATHS, "0 common path(s)"):
+        if len(path) <= width:  # whole, on one line
+            assert any(path in line for line in lines), (width, path)
+        else:  # folded only where no console could hold it: consecutive lines
+            assert path in "".join(text.split()), (width, path)
+    assert max(len(line.rstrip()) for line in lines) <= width
+
+
+def test_wide_console_keeps_a_table_with_whole_paths() -> None:
+    text = render(WIDE, 240)
+    assert text.count("┃") > 0  # a table, not blocks
+    rows = [line for line in text.splitlines() if "embed/embedding" in line]
+    assert len(rows) == 1 and "bfloat16" in rows[0] and "1.50 GiB" in rows[0]
+    # At a width that holds the paths but not every column whole, the other
+    # columns fold and the paths still stand whole in the first column.
+    fitted = to_rich(WIDE)
+    narrow = fitted.min_table_width()
+    text = render(WIDE, narrow)
+    assert "┃" in text
+    for path in LONG_PATHS:
+        assert any(line.startswith(f"│ {path} ") for line in text.splitlines())
+
+
+def test_narrow_console_prints_one_block_per_row() -> None:
+    text = render(WIDE, 60)
+    lines = text.splitlines()
+    start = lines.index("embed/embedding")
+    assert lines[start + 1].startswith("  shape: (4096, 11008); dtype: bfloat16")
+    assert "0 common path(s)" in lines
+
+
+def test_rich_measure_is_the_full_table() -> None:
+    console = Console(width=10_000, file=io.StringIO())
+    fitted = to_rich(WIDE)
+    assert (
+        console.measure(fitted).maximum == console.measure(fitted.rich_table()).maximum
+    )

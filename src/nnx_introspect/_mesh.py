@@ -288,7 +288,8 @@ class MeshConfigReport(Report):
             >>> from flax import nnx
             >>> from nnx_introspect import mesh_config_report
             >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
-            >>> [leaf.path for leaf in mesh_config_report(model, "model=4").top_waste(1)]
+            >>> report = mesh_config_report(model, "model=4")
+            >>> [leaf.path for leaf in report.top_waste(1)]
             ['kernel']
         """
         count = as_int(n, "n", minimum=0)
@@ -310,7 +311,8 @@ class MeshConfigReport(Report):
         Example:
             >>> from flax import nnx
             >>> from nnx_introspect import mesh_config_report
-            >>> report = mesh_config_report(nnx.Linear(4, 6, rngs=nnx.Rngs(0)), "model=4")
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> report = mesh_config_report(model, "model=4")
             >>> report.bytes_per_device, report.fits(120), report.fits(119)
             (120, True, False)
         """
@@ -417,30 +419,103 @@ class MeshConfigReport(Report):
             ],
         }
 
-    def to_html(self, *, max_device_bytes: int | None = None) -> str:
-        """A self-contained page: memory bars by kind and a split grid per leaf.
+    def to_html(self, *, max_device_bytes: IntLike | None = None) -> str:
+        """A self-contained page: the verdict first, the per-leaf detail last.
+
+        The first screen holds the verdict (every leaf placeable or how many
+        problems; within the budget or not), the problems and warnings, the
+        bytes-per-device chart and the totals; then how each leaf splits (a
+        device grid whose cells say which slice of the array each device
+        holds) and the full per-leaf table.
 
         Args:
-            max_device_bytes: A per-device budget to draw on the bar chart.
+            max_device_bytes: A per-device budget: drawn on the chart and judged
+                in the verdict.
 
         Returns:
             The HTML page (inline CSS, no scripts, no external files).
+
+        Raises:
+            TypeError: If ``max_device_bytes`` is not an integer-valued scalar.
+            ValueError: If ``max_device_bytes`` is negative or not integral.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> report = mesh_config_report(model, "model=4")
+            >>> page = report.to_html(max_device_bytes=100)
+            >>> page.index("EXCEEDS the budget") < page.index("How each leaf splits")
+            True
         """
-        extra = _render.bar_chart_html(
+        budget = (
+            None
+            if max_device_bytes is None
+            else as_int(max_device_bytes, "max_device_bytes", minimum=0)
+        )
+        esc = html.escape
+        used = self.bytes_per_device
+        over = budget is not None and used > budget
+        if self.ok:
+            verdict = "OK: every leaf can be placed as specified"
+        else:
+            verdict = (
+                f"{len(self.errors)} problem(s): the plan cannot be applied as "
+                "specified"
+            )
+        if budget is not None:
+            verdict += f"; {format_bytes(used)} per device " + (
+                f"EXCEEDS the budget of {format_bytes(budget)} by "
+                f"{format_bytes(used - budget)}"
+                if over
+                else f"fits the budget of {format_bytes(budget)}"
+            )
+        good = self.ok and not over
+        verdict = f'<p class="verdict {"ok" if good else "bad"}">{esc(verdict)}.</p>'
+        lists = ""
+        if self.errors:
+            lists += (
+                '<h2>Problems</h2><ul class="problems">'
+                + "".join(f"<li>{esc(p.message)}</li>" for p in self.errors)
+                + "</ul>"
+            )
+        if self.warnings:
+            lists += (
+                '<h2>Warnings</h2><ul class="warnings">'
+                + "".join(f"<li>{esc(p.message)}</li>" for p in self.warnings)
+                + "</ul>"
+            )
+        chart = _render.bar_chart_html(
             "Bytes per device by kind",
             [
                 (cat, self.bytes_by_category[cat], gb / self.num_devices)
                 for cat, gb in self.global_bytes_by_category.items()
                 if gb
             ]
-            + [("total", self.bytes_per_device, self.ideal_bytes_per_device)],
-            budget=max_device_bytes,
+            + [("total", used, self.ideal_bytes_per_device)],
+            budget=budget,
+        )
+        full = self.table()
+        totals = _render.table_html(
+            _render.Table(
+                title="Totals per device",
+                columns=("kind", "bytes/device", "ideal/device"),
+                rows=tuple((row[0], row[-2], row[-1]) for row in full.totals),
+            )
+        )
+        other_notes = tuple(n for n in full.notes if n.startswith(("Rules:", "Wastes")))
+        notes = (
+            '<ul class="notes">'
+            + "".join(f"<li>{esc(n)}</li>" for n in other_notes)
+            + "</ul>"
+            if other_notes
+            else ""
         )
         shown = self.leaves + self.optimizer_leaves
         sharded = [i for i, leaf in enumerate(shown) if any(leaf.spec)][:3]
         grids = "".join(
             _render.split_grid_html(
-                title=f"{leaf.path} {_spec_str(leaf.spec)}",
+                title=f"{leaf.path} {leaf.shape} {_spec_str(leaf.spec)}",
                 shape=leaf.shape,
                 spec=tuple(_entry_axes(e) for e in leaf.spec),
                 axis_names=self.axis_names,
@@ -450,20 +525,29 @@ class MeshConfigReport(Report):
             )
             for i, leaf in enumerate(shown)
         )
-        verdict = (
-            "fits"
-            if max_device_bytes is None or self.fits(max_device_bytes)
-            else ("EXCEEDS the budget")
-        )
-        status = f"{len(self.errors)} problem(s), {len(self.warnings)} warning(s)"
         head = (
-            f"<h1>Mesh plan: {html.escape(_mesh_str(self))}</h1><p>"
-            f"{format_bytes(self.bytes_per_device)} per device "
-            f"(ideal {format_bytes(self.ideal_bytes_per_device)}); {status}"
-            f"{'; ' + verdict if max_device_bytes is not None else ''}.</p>"
+            f"<h1>Mesh plan: {esc(_mesh_str(self))} ({self.num_devices} devices)"
+            f"</h1>{verdict}<p>{format_bytes(used)} per device (ideal "
+            f"{format_bytes(self.ideal_bytes_per_device)}, replication overhead "
+            f"{format_bytes(self.replication_overhead)}); {len(self.errors)} "
+            f"problem(s), {len(self.warnings)} warning(s).</p>"
         )
-        body = head + extra + "<h2>How each leaf splits</h2>" + grids
-        return _render.to_html(self.table(), extra=body)
+        detail = _render.table_html(
+            _render.Table(title="Every leaf", columns=full.columns, rows=full.rows)
+        )
+        body = (
+            head
+            + lists
+            + chart
+            + totals
+            + notes
+            + "<h2>How each leaf splits</h2>"
+            + _render.GRID_LEGEND_HTML
+            + grids
+            + "<h2>Every leaf</h2>"
+            + detail
+        )
+        return _render.page_html(full.title, body)
 
 
 def _leaf_json(leaf: LeafShard) -> dict[str, Any]:
@@ -1004,7 +1088,7 @@ class _Planner:
                 self._cache[key] = tuple(
                     int(d) for d in NamedSharding(self.mesh, spec).shard_shape(shape)
                 )
-            except Exception as err:  # noqa: BLE001 - JAX's refusal is a problem
+            except Exception as err:
                 self._cache[key] = None
                 self._errors[key] = f"{type(err).__name__}: {str(err).splitlines()[0]}"
         result: tuple[int, ...] | None = self._cache[key]
@@ -1068,9 +1152,9 @@ class _Planner:
 def _metadata_spec(
     record: VarRecord, logical: tuple[tuple[str, _Entry], ...] | None
 ) -> tuple[PartitionSpec, str, frozenset[str]] | None:
-    """The spec flax itself gives ``record``'s variable, its source, and the
-    logical names flax leaves untranslated inside tuple entries.
+    """Flax's own spec for ``record``'s variable, its source, untranslated names.
 
+    The untranslated names are logical names flax leaves inside tuple entries.
     Flax (``flax.core.spmd.apply_rules`` when it shards a variable eagerly,
     ``nnx.get_partition_spec`` / ``nnx.get_named_sharding`` otherwise) maps each
     entry that *is* a logical name to its rule's mesh axes; a tuple entry is
@@ -1108,8 +1192,10 @@ def _spec_of(entries: Sequence[Any]) -> PartitionSpec:
     """``PartitionSpec(*entries)``; entries it cannot hold are kept for the report."""
     try:
         return PartitionSpec(*entries)
-    except Exception:  # noqa: BLE001 - e.g. an unhashable entry in metadata
-        return PartitionSpec(*(e if _entry_names(e) is not None else repr(e) for e in entries))
+    except Exception:
+        return PartitionSpec(
+            *(e if _entry_names(e) is not None else repr(e) for e in entries)
+        )
 
 
 def _category(record: VarRecord) -> str:
@@ -1142,7 +1228,7 @@ def _optimizer_records(
     try:
         state = jax.eval_shape(tx.init, nnx.State(tree))
         flat, _ = jax.tree_util.tree_flatten_with_path(state)
-    except Exception as err:  # noqa: BLE001 - the user's transformation failed
+    except Exception as err:
         raise ValueError(
             f"`optimizer`'s init failed on the model's parameters: "
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "

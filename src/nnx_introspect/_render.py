@@ -11,13 +11,19 @@ import json
 import math
 from typing import Any
 
+from rich.console import Console, ConsoleOptions, RenderResult
+from rich.measure import Measurement
+from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
 
 __all__ = [
+    "GRID_LEGEND_HTML",
+    "FittedTable",
     "Report",
     "Table",
     "format_bytes",
+    "page_html",
     "table_html",
     "to_html",
     "to_markdown",
@@ -65,26 +71,110 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-def to_rich(table: Table) -> RichTable:
-    """A ``rich.table.Table`` for terminals and notebooks.
+_MIN_FOLD = 8
+"""Columns other than the first may be folded down to this many characters."""
 
-    Cells are plain :class:`rich.text.Text`, never parsed as console markup, so a
-    path or spec containing ``[...]`` shows as written.
+
+def to_rich(table: Table) -> "FittedTable":
+    """A rich renderable for terminals and notebooks; paths are never truncated.
+
+    The first column (paths) is never wrapped, folded or cut: the other columns
+    fold to make room. When the console is too narrow even for that, each row
+    is printed as a block (the path on its own line, then ``column: value``
+    lines), so nothing is cut at any width. Cells are plain
+    :class:`rich.text.Text`, never parsed as console markup, so a path or spec
+    containing ``[...]`` shows as written.
+
+    Example:
+        >>> import io
+        >>> from rich.console import Console
+        >>> table = Table("Demo", ("path", "bytes"), (("a/very/long/path", "1 KiB"),))
+        >>> console = Console(width=20, file=io.StringIO(), record=True)
+        >>> console.print(to_rich(table))
+        >>> print(console.export_text().strip())
+        Demo
+        a/very/long/path
+          bytes: 1 KiB
     """
-    caption = Text("\n".join(table.notes)) if table.notes else None
-    out = RichTable(title=Text(table.title), caption=caption)
-    for i, name in enumerate(table.columns):
-        out.add_column(
-            Text(name), justify="left" if i == 0 else "right", no_wrap=i != 0
+    return FittedTable(table)
+
+
+class FittedTable:
+    """A :class:`Table` rendered by rich at whatever width the console has.
+
+    At a width that holds the whole first column plus a few characters of each
+    other column, a ``rich.table.Table`` (first column ``no_wrap``, the others
+    ``overflow="fold"``); below it, one block per row. :meth:`rich_table` gives
+    the table itself.
+    """
+
+    def __init__(self, table: Table) -> None:
+        self.table = table
+        first = [row[0] for row in (*table.rows, *table.totals) if row]
+        self.first_width = max(
+            [len(table.columns[0]) if table.columns else 0, *map(len, first)]
         )
-    last = len(table.rows) - 1
-    for i, row in enumerate(table.rows):
-        # A rule between the body and the totals.
-        cells = [Text(c) for c in row]
-        out.add_row(*cells, end_section=bool(table.totals) and i == last)
-    for row in table.totals:
-        out.add_row(*(Text(c) for c in row), style="bold")
-    return out
+
+    def rich_table(self) -> RichTable:
+        """The ``rich.table.Table``: first column whole, the others fold."""
+        table = self.table
+        caption = Text("\n".join(table.notes)) if table.notes else None
+        out = RichTable(title=Text(table.title), caption=caption)
+        for i, name in enumerate(table.columns):
+            if i == 0:
+                out.add_column(Text(name), no_wrap=True, min_width=self.first_width)
+            else:
+                out.add_column(Text(name), justify="right", overflow="fold")
+        last = len(table.rows) - 1
+        for i, row in enumerate(table.rows):
+            # A rule between the body and the totals.
+            out.add_row(
+                *(Text(c) for c in row), end_section=bool(table.totals) and i == last
+            )
+        for row in table.totals:
+            out.add_row(*(Text(c) for c in row), style="bold")
+        return out
+
+    def min_table_width(self) -> int:
+        """The narrowest console that shows the table with whole paths."""
+        n = len(self.table.columns)
+        others = 0
+        for i in range(1, n):
+            cells = [r[i] for r in (*self.table.rows, *self.table.totals) if len(r) > i]
+            widest = max([len(self.table.columns[i]), *map(len, cells)])
+            others += min(widest, _MIN_FOLD)
+        return self.first_width + others + 3 * n + 1  # padding and borders
+
+    def __rich_console__(
+        self, console: Console, options: ConsoleOptions
+    ) -> RenderResult:
+        if options.max_width >= self.min_table_width():
+            yield self.rich_table()
+            return
+        table = self.table
+        yield Text(table.title, style="bold")
+        blocks = [(row, None) for row in table.rows] + [
+            (row, "bold") for row in table.totals
+        ]
+        for row, style in blocks:
+            if not row:
+                continue
+            yield Text(row[0], style=style or "", overflow="fold")
+            fields = "; ".join(
+                f"{name}: {cell}"
+                for name, cell in zip(table.columns[1:], row[1:], strict=False)
+                if cell
+            )
+            if fields:
+                yield Padding(Text(fields, overflow="fold"), (0, 0, 0, 2))
+        for note in table.notes:
+            yield Text(note)
+
+    def __rich_measure__(
+        self, console: Console, options: ConsoleOptions
+    ) -> Measurement:
+        measured: Measurement = Measurement.get(console, options, self.rich_table())
+        return measured
 
 
 def _md_cell(text: str) -> str:
@@ -135,10 +225,19 @@ details.leaf{margin:6px 0;max-width:960px}
 details.leaf summary{font-family:ui-monospace,monospace;cursor:pointer}
 table.dims{margin:6px 0 6px 1rem}
 table.grid{margin:6px 0 12px 1rem}
-table.grid td{width:28px;height:22px;text-align:center;font-size:12px;
-border:1px solid #fff;padding:0}
+table.grid td{min-width:28px;height:22px;text-align:center;font-size:11px;
+font-family:ui-monospace,monospace;border:1px solid #fff;padding:1px 4px;
+white-space:nowrap}
+table.grid th{font-size:11px;font-weight:400;color:#57606a;padding:1px 4px;
+text-align:center;border:0}
 table.grid caption{font-size:12px;font-weight:400;color:#57606a}
 p.warn{color:#cf222e}
+p.verdict{font-size:18px;font-weight:600;padding:8px 12px;border-radius:6px;
+max-width:960px}
+p.verdict.ok{background:#dafbe1;color:#116329}
+p.verdict.bad{background:#ffebe9;color:#a40e26}
+ul.problems{color:#a40e26}ul.warnings{color:#9a6700}
+p.legend{font-size:13px;color:#57606a;max-width:960px}
 """
 
 
@@ -164,10 +263,15 @@ def table_html(table: Table) -> str:
 
 def to_html(table: Table, *, extra: str = "") -> str:
     """A self-contained HTML page (inline CSS, no scripts or external files)."""
+    return page_html(table.title, extra + table_html(table))
+
+
+def page_html(title: str, body: str) -> str:
+    """A self-contained HTML page around ``body`` (an HTML fragment)."""
     return (
         '<!DOCTYPE html><html lang="en"><head><meta charset="utf-8">'
-        f"<title>{html.escape(table.title)}</title><style>{_CSS}</style></head>"
-        f"<body>{extra}{table_html(table)}</body></html>\n"
+        f"<title>{html.escape(title)}</title><style>{_CSS}</style></head>"
+        f"<body>{body}</body></html>\n"
     )
 
 
@@ -203,7 +307,7 @@ class Report:
         """The report as a self-contained HTML page."""
         return to_html(self.table())
 
-    def __rich__(self) -> RichTable:
+    def __rich__(self) -> "FittedTable":
         """The report as a rich table (``rich.print(report)``)."""
         return to_rich(self.table())
 
@@ -258,6 +362,17 @@ def bar_chart_html(
     return "".join(parts)
 
 
+GRID_LEGEND_HTML = (
+    '<p class="legend">Each grid is the device mesh: one cell per device, the '
+    "first mesh axis down, the others across (the headers give each device's "
+    "index along every axis). A cell shows the slice of the array that device "
+    "holds, in NumPy notation per dimension (<code>0:2048</code> = elements 0 to "
+    "2047; <code>:</code> = the whole dimension). Devices of the same colour hold "
+    "the same block: replicas.</p>"
+)
+"""The legend shown above the split grids of :func:`split_grid_html`."""
+
+
 def _block_index(
     coords: dict[str, int], axes: tuple[str, ...], sizes: dict[str, int]
 ) -> int:
@@ -265,6 +380,18 @@ def _block_index(
     for axis in axes:  # the first axis of a tuple entry is the major one
         index = index * sizes[axis] + coords[axis]
     return index
+
+
+def _slice_label(
+    blocks: list[int], pieces: list[int], shard_shape: tuple[int, ...]
+) -> str:
+    """The slice a device holds: ``"0:2048, :"`` (``:`` = the whole dimension)."""
+    if not shard_shape:
+        return "all"
+    return ", ".join(
+        ":" if p == 1 else f"{b * s}:{(b + 1) * s}"
+        for b, p, s in zip(blocks, pieces, shard_shape, strict=True)
+    )
 
 
 def split_grid_html(
@@ -282,8 +409,10 @@ def split_grid_html(
 
     A per-dimension table (size, mesh axes, pieces, shard size) and, for meshes
     up to ``max_devices``, the device grid (first mesh axis down, the others
-    across) with each device coloured and labelled by the block it holds:
-    devices sharing a colour hold replicas of the same block.
+    across, each header giving the device's index along the axes). Each cell
+    says which slice of the array its device holds (``0:2048, :``) and is
+    coloured by that block: devices sharing a colour hold replicas. The tooltip
+    repeats the device's coordinates and its block index per dimension.
 
     Returns:
         An HTML fragment (a ``<details>`` element).
@@ -307,7 +436,9 @@ def split_grid_html(
     parts.append("</tbody></table>")
     n_devices = math.prod(axis_sizes)
     if shard_shape is None:
-        parts.append('<p class="warn">This spec cannot be applied: see the notes.</p>')
+        parts.append(
+            '<p class="warn">This spec cannot be applied: see the problems.</p>'
+        )
     elif n_devices > max_devices:
         parts.append(
             f"<p>Device grid omitted: {n_devices} devices (more than {max_devices})."
@@ -318,31 +449,45 @@ def split_grid_html(
         rest_names = axis_names[1:]
         rest_sizes = axis_sizes[1:]
         n_cols = math.prod(rest_sizes)
+        columns = []
+        for c in range(n_cols):
+            coords: dict[str, int] = {}
+            rem = c
+            for name, s in zip(reversed(rest_names), reversed(rest_sizes), strict=True):
+                coords[name] = rem % s
+                rem //= s
+            columns.append({n: coords[n] for n in rest_names})
         header = esc(" x ".join(rest_names)) if rest_names else ""
         parts.append(
             f'<table class="grid"><caption>rows: {esc(axis_names[0])}'
             f"{'; columns: ' + header if header else ''}</caption>"
         )
+        if rest_names:
+            parts.append(
+                "<tr><th></th>"
+                + "".join(
+                    "<th>"
+                    + esc(", ".join(f"{k}={v}" for k, v in col.items()))
+                    + "</th>"
+                    for col in columns
+                )
+                + "</tr>"
+            )
         for r in range(n_rows):
-            parts.append("<tr>")
-            for c in range(n_cols):
-                coords = {axis_names[0]: r}
-                rem = c
-                for name, s in zip(
-                    reversed(rest_names), reversed(rest_sizes), strict=True
-                ):
-                    coords[name] = rem % s
-                    rem //= s
+            parts.append(f"<tr><th>{esc(axis_names[0])}={r}</th>")
+            for col in columns:
+                coords = {axis_names[0]: r, **col}
                 blocks = [_block_index(coords, axes, sizes) for axes in dims]
                 block_id = 0
                 for b, p in zip(blocks, pieces, strict=True):
                     block_id = block_id * p + b
                 hue = (block_id * 137.508) % 360
-                where = ", ".join(f"{k}={v}" for k, v in coords.items())
+                where = ", ".join(f"{k}={coords[k]}" for k in axis_names)
+                label = _slice_label(blocks, pieces, shard_shape)
                 parts.append(
                     f'<td style="background:hsl({hue:.0f},65%,78%)" '
-                    f'title="device ({esc(where)}) holds block {tuple(blocks)}">'
-                    f"{block_id}</td>"
+                    f'title="device ({esc(where)}) holds block {tuple(blocks)}: '
+                    f'[{esc(label)}]">{esc(label)}</td>'
                 )
             parts.append("</tr>")
         parts.append("</table>")
