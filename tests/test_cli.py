@@ -386,6 +386,18 @@ def test_help_and_argument_errors_import_no_jax(argv: list[str]) -> None:
     assert _python(code) == ("0 []" if "--help" in argv else "2 []")
 
 
+def test_python_dash_m_help_imports_no_jax() -> None:
+    result = subprocess.run(
+        [sys.executable, "-X", "importtime", "-m", "nnx_introspect", "--help"],
+        capture_output=True, text=True, check=True, timeout=120,
+    )  # fmt: skip
+    assert "summary" in result.stdout and "checkpoint" in result.stdout
+    # `-X importtime` lists every module imported, one per stderr line.
+    imported = {line.rsplit("|", 1)[-1].strip() for line in result.stderr.splitlines()}
+    assert "nnx_introspect.cli" in imported
+    assert not {m.split(".")[0] for m in imported} & {"jax", "flax", "orbax", "rich"}
+
+
 def test_public_names_load_on_first_use() -> None:
     code = (
         "import sys\n"
