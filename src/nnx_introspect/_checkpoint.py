@@ -265,7 +265,7 @@ def _one_line(text: str, p: pathlib.Path) -> str:
     """An exception text on one line, without tensorstore's spec dump."""
     text = text.split(" [tensorstore_spec=")[0]
     text = text.split("See full TensorStore details")[0]
-    return " ".join(text.replace(f"{p}/", "").split()).rstrip(".")
+    return " ".join(text.replace(f"{p}/", "./").split()).rstrip(".")
 
 
 def _load_json(p: pathlib.Path, rel: str) -> Any:
@@ -457,7 +457,7 @@ def _store_error(error: BaseException, p: pathlib.Path) -> str:
             for f in re.findall(r'local file "([^"]*)"', text)
             if f and not f.endswith("/")
         ]
-        key = re.search(r'reading "([^"/]+)/[^"]*" in OCDBT', text)
+        key = re.search(r'"([^"/]+)/[^"]*" in OCDBT', text)
         if files:
             part = f"`{os.path.relpath(files[-1], p)}`"
         elif key:
