@@ -87,3 +87,13 @@ def test_int4_and_bf16_variables() -> None:
 
 def test_path_str() -> None:
     assert path_str(("layers", 0, "attn", "q", "kernel")) == "layers/0/attn/q/kernel"
+
+
+def test_bad_filter_is_named_before_flax_sees_it() -> None:
+    model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
+    with pytest.raises(
+        TypeError,
+        match=r"^`filters\[1\]` must be an NNX filter: a Variable type .*; got 3 of "
+        r"type int\.$",
+    ):
+        inventory(model, (nnx.Param, 3))

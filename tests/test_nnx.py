@@ -63,3 +63,57 @@ def test_variable_sharding_reads_metadata() -> None:
         jnp.ones((2, 2)), out_sharding=P("data", None), eager_sharding=False
     )
     assert _nnx.variable_sharding(spec) == P("data", None)
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [
+        nnx.Param,
+        "dropout",
+        True,
+        False,
+        ...,
+        None,
+        nnx.PathContains("kernel"),
+        (nnx.BatchStat, [nnx.RngState, "x"]),
+        lambda path, value: "bn" in path,
+    ],
+    ids=[
+        "type",
+        "tag",
+        "true",
+        "false",
+        "ellipsis",
+        "none",
+        "path-contains",
+        "nested",
+        "lambda",
+    ],
+)
+def test_select_state_accepts_and_selects_as_flax_does(
+    bn_dropout: Any, flt: Any
+) -> None:
+    ours = _nnx.select_state(bn_dropout, (flt,))
+    theirs = nnx.state(bn_dropout, flt)
+    assert [p for p, _ in _nnx.flat_state(ours)] == [
+        p for p, _ in _nnx.flat_state(theirs)
+    ]
+
+
+@pytest.mark.parametrize(
+    ("filters", "where"),
+    [
+        ((3,), r"filters\[0\]"),
+        ((nnx.Param, object()), r"filters\[1\]"),
+        (((nnx.Param, 2.5),), r"filters\[0\]\[1\]"),
+    ],
+)
+def test_select_state_rejects_what_flax_cannot_use(
+    bn_dropout: Any, filters: tuple[Any, ...], where: str
+) -> None:
+    # flax itself raises its own broken f-string error ("Invalid format specifier")
+    with pytest.raises((TypeError, ValueError), match="format"):
+        nnx.state(bn_dropout, nnx.Any(*filters))
+    for target in (bn_dropout, nnx.state(bn_dropout)):
+        with pytest.raises(TypeError, match=rf"^`{where}` must be an NNX filter"):
+            _nnx.select_state(target, filters)

@@ -310,3 +310,21 @@ def test_dataclass_is_frozen() -> None:
     s = summarize(ex.two_layer(nnx.Rngs(0)))
     with pytest.raises(dataclasses.FrozenInstanceError):
         s.n_params = 0  # type: ignore[misc]
+
+
+def test_stacked_items_are_all_checked_with_their_index() -> None:
+    # beartype checks one sampled item of a Sequence[str]: before, a non-string
+    # entry crashed with AttributeError ('int' object has no attribute 'split')
+    # whenever the string was the one sampled. Repeat to cover every sampling.
+    model = ex.two_layer(nnx.Rngs(0))
+    for _ in range(20):
+        with pytest.raises(
+            TypeError,
+            match=r"^`stacked\[1\]` must be a module path string such as 'blocks', "
+            r"got 3 of type int\.$",
+        ):
+            summarize(model, stacked=("l1", 3))  # type: ignore[arg-type]
+        with pytest.raises(TypeError, match=r"^`stacked\[0\]` .* got None"):
+            summarize(model, stacked=[None, "l1"])  # type: ignore[list-item]
+    with pytest.raises(TypeError, match="parameter 'stacked'"):
+        summarize(model, stacked={"l1"})  # type: ignore[arg-type]

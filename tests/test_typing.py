@@ -1,15 +1,23 @@
 """Integer-scalar coercion and finiteness checks shared by every public function."""
 
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import nnx
 from hypothesis import given
 from hypothesis import strategies as st
 
-from nnx_introspect._typing import as_int, check_finite
+from nnx_introspect._typing import (
+    as_int,
+    check_filters,
+    check_finite,
+    check_items,
+    short_repr,
+)
 
 
 @pytest.mark.parametrize(
@@ -96,3 +104,89 @@ def test_check_finite() -> None:
         return x
 
     assert bool(jnp.isnan(f(jnp.asarray([jnp.nan])))[0])
+
+
+# --- filters ----------------------------------------------------------------------
+
+
+def _path_and_value(path: tuple[object, ...], value: object) -> bool:
+    return "kernel" in path
+
+
+@pytest.mark.parametrize(
+    "flt",
+    [
+        nnx.Param,
+        "params",
+        True,
+        False,
+        ...,
+        None,
+        _path_and_value,
+        nnx.PathContains("kernel"),
+        nnx.Not(nnx.Param),
+        (nnx.Param, (nnx.BatchStat, "dropout")),
+        [nnx.Param, ...],
+    ],
+    ids=repr,
+)
+def test_check_filters_accepts_what_flax_accepts(flt: Any) -> None:
+    check_filters((flt,))
+    nnx.filterlib.to_predicate(flt)  # flax agrees
+
+
+@pytest.mark.parametrize(
+    ("filters", "where", "shown"),
+    [
+        ((3,), r"filters\[0\]", "got 3 of type int"),
+        ((nnx.Param, 2.5), r"filters\[1\]", "got 2.5 of type float"),
+        (((nnx.Param, (None, {})),), r"filters\[0\]\[1\]\[1\]", "got {} of type dict"),
+        ((np.True_,), r"filters\[0\]", "got np.True_ of type bool"),
+        ((object(),), r"filters\[0\]", "got <object object at .*> of type object"),
+    ],
+)
+def test_check_filters_names_the_bad_item(
+    filters: tuple[object, ...], where: str, shown: str
+) -> None:
+    with pytest.raises(
+        TypeError, match=rf"^`{where}` must be an NNX filter: .*; {shown}\.$"
+    ):
+        check_filters(filters)
+    # flax itself fails on these with its own broken f-string, not a useful message
+    bad: Any = filters[-1]
+    with pytest.raises((TypeError, ValueError), match="format"):
+        nnx.filterlib.to_predicate(bad)
+
+
+def test_check_filters_rejects_callables_that_cannot_take_path_and_value() -> None:
+    with pytest.raises(
+        TypeError,
+        match=r"`filters\[0\]` .*the callable <built-in function len> cannot be called "
+        r"as `f\(path, value\)` \(its signature is \(obj, /\)\)\.",
+    ):
+        check_filters((len,))
+    check_filters((print,))  # (*args): callable with two arguments
+
+
+def test_check_items_checks_every_item_with_its_index() -> None:
+    check_items(("a", "b"), "stacked", str, "a module path string")
+    for bad_at in range(4):
+        items = ["a"] * 4
+        items[bad_at] = 7  # type: ignore[call-overload]
+        with pytest.raises(
+            TypeError,
+            match=rf"^`stacked\[{bad_at}\]` must be a module path string, got 7 of "
+            r"type int\.$",
+        ):
+            check_items(items, "stacked", str, "a module path string")
+    with pytest.raises(
+        TypeError, match=r"`n\[0\]` must be an int, got True of type bool"
+    ):
+        check_items([True], "n", int, "an int")
+    check_items([True], "flags", (bool, int), "a flag")
+
+
+def test_short_repr_cuts_long_values() -> None:
+    assert short_repr("x" * 10) == repr("x" * 10)
+    cut = short_repr("x" * 200, limit=20)
+    assert len(cut) == 20 and cut.endswith("...")
