@@ -4,8 +4,14 @@ from collections.abc import Callable
 import jax.numpy as jnp
 import pytest
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import abstract_model, count_params, count_state_leaves
+from nnx_introspect import (
+    abstract_model,
+    count_params,
+    count_state_leaves,
+    mesh_config_report,
+)
 from nnx_introspect import examples as ex
 
 
@@ -77,3 +83,71 @@ def test_tied_embedding_counts_table_once() -> None:
 )
 def test_factories_return_modules(factory: Callable[[nnx.Rngs], nnx.Module]) -> None:
     assert isinstance(abstract_model(factory), nnx.Module)
+
+
+def sharded_dims(vocab: int, d: int, layers: int, f: int) -> list[tuple[int, str]]:
+    """Every (dimension size, mesh axis) pair the sharded Llama annotates."""
+    col = [(d, "fsdp"), (d, "tp")]  # q, k, v (d x d): ("fsdp", "tp")
+    dims = [(vocab, "tp"), (d, "fsdp")]  # embedding (vocab x d): ("tp", "fsdp")
+    for _ in range(layers):
+        dims += col * 3
+        dims += [(d, "tp"), (d, "fsdp")]  # o (d x d): ("tp", "fsdp")
+        dims += [(d, "fsdp"), (f, "tp")] * 2  # gate, up (d x f)
+        dims += [(f, "tp"), (d, "fsdp")]  # down (f x d)
+    dims += [(d, "fsdp"), (vocab, "tp")]  # lm_head (d x vocab)
+    return dims
+
+
+@pytest.mark.parametrize(
+    ("factory", "sizes"),
+    [
+        (ex.llama_7b_sharded, (32000, 4096, 32, 11008)),
+        (ex.llama_tiny_sharded, (8000, 256, 8, 688)),
+    ],
+)
+def test_sharded_llamas_split_as_annotated(
+    factory: Callable[[nnx.Rngs], nnx.Module], sizes: tuple[int, int, int, int]
+) -> None:
+    vocab, d, layers, f = sizes
+    model = abstract_model(factory)
+    assert count_params(model) == llama_params(vocab, d, layers, f)
+    report = mesh_config_report(model, "fsdp=2,tp=4")
+    assert report.ok
+    split = [leaf for leaf in report.leaves if not leaf.replicated_over]
+    replicated = [leaf for leaf in report.leaves if leaf.spec == P()]
+    assert len(split) == 1 + 7 * layers + 1  # embedding, 7 kernels a layer, head
+    assert len(replicated) == 2 * layers + 1  # the RMSNorm scales
+    assert {leaf.path.rsplit("/", 1)[-1] for leaf in replicated} == {"scale"}
+    leaves = {leaf.path: leaf for leaf in report.leaves}
+    assert leaves["layers/0/down/kernel"].shard_shape == (f // 4, d // 2)
+    assert leaves["embed/embedding"].shard_shape == (vocab // 4, d // 2)
+    norms = (2 * layers + 1) * d
+    params = llama_params(vocab, d, layers, f)
+    assert report.bytes_per_device == (params - norms) // 8 * 4 + norms * 4
+
+
+@pytest.mark.parametrize(
+    ("factory", "sizes"),
+    [
+        (ex.llama_7b_sharded, (32000, 4096, 32, 11008)),
+        (ex.llama_tiny_sharded, (8000, 256, 8, 688)),
+    ],
+)
+def test_sharded_llamas_show_real_problems(
+    factory: Callable[[nnx.Rngs], nnx.Module], sizes: tuple[int, int, int, int]
+) -> None:
+    mesh = {"fsdp": 3, "tp": 5}
+    expected = sum(1 for size, axis in sharded_dims(*sizes) if size % mesh[axis])
+    report = mesh_config_report(abstract_model(factory), mesh)
+    assert not report.ok
+    assert {p.kind for p in report.errors} == {"indivisible"}
+    assert len(report.errors) == expected
+    if factory is ex.llama_7b_sharded:
+        assert expected == 1 + 32 * 14 + 1 == 450  # 4096, 11008 divide by neither
+    first = report.errors[0]
+    assert (first.path, first.dimension, first.size, first.axes) == (
+        "embed/embedding",
+        1,
+        sizes[1],
+        ("fsdp",),
+    )

@@ -23,7 +23,9 @@ __all__ = [
     "bn_dropout_mlp",
     "llama",
     "llama_7b",
+    "llama_7b_sharded",
     "llama_tiny",
+    "llama_tiny_sharded",
     "tied_embedding",
     "two_layer",
 ]
@@ -347,3 +349,43 @@ def llama_7b(rngs: nnx.Rngs) -> Llama:
         (6738415616, 291)
     """
     return Llama(LLAMA_7B, rngs=rngs)
+
+
+def llama_tiny_sharded(rngs: nnx.Rngs) -> Llama:
+    """:func:`llama_tiny` with sharding annotations on every kernel and the embedding.
+
+    Column-parallel kernels (q, k, v, gate, up, lm_head) carry
+    ``("fsdp", "tp")``, row-parallel ones (o, down) and the embedding
+    ``("tp", "fsdp")``, as model zoos annotate them (tunix names its mesh axes
+    the same way); the RMSNorm scales carry none and stay replicated. Plan it on
+    a mesh with axes ``fsdp`` and ``tp``, or map the names with logical rules.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, mesh_config_report
+        >>> model = abstract_model(llama_tiny_sharded)
+        >>> report = mesh_config_report(model, "fsdp=2,tp=4")
+        >>> report.ok, sum(1 for leaf in report.leaves if not leaf.replicated_over)
+        (True, 58)
+    """
+    return Llama(dataclasses.replace(LLAMA_TINY, partitioned=True), rngs=rngs)
+
+
+def llama_7b_sharded(rngs: nnx.Rngs) -> Llama:
+    """:func:`llama_7b` with sharding annotations (``fsdp``, ``tp``): a real split.
+
+    The same annotations as :func:`llama_tiny_sharded`. On ``fsdp=2,tp=4`` the
+    embedding, the head and the 224 layer kernels split 8 ways and the 65 norm
+    scales stay replicated; on ``fsdp=3,tp=5`` nothing divides 4096 or 11008,
+    and the plan lists 450 indivisible dimensions.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, mesh_config_report
+        >>> model = abstract_model(llama_7b_sharded)
+        >>> good = mesh_config_report(model, "fsdp=2,tp=4")
+        >>> good.ok, good.bytes_per_device
+        (True, 3370139648)
+        >>> bad = mesh_config_report(model, "fsdp=3,tp=5")
+        >>> bad.ok, len(bad.errors)
+        (False, 450)
+    """
+    return Llama(dataclasses.replace(LLAMA_7B, partitioned=True), rngs=rngs)
