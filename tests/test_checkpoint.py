@@ -1,8 +1,10 @@
 """checkpoint_report, check_checkpoint and verify_restore on real orbax checkpoints."""
 
+import dataclasses
 import doctest
 import io
 import json
+import os
 import pathlib
 import re
 from collections.abc import Callable
@@ -21,9 +23,10 @@ from nnx_introspect._checkpoint import (
     checkpoint_report,
     diff_checkpoints,
     is_checkpoint_dir,
+    require_addressable,
     verify_restore,
 )
-from nnx_introspect._inventory import metadata_inventory
+from nnx_introspect._inventory import inventory, metadata_inventory
 from tests.conftest import BNDropoutMLP, assert_unchanged, snapshot
 
 Flat = dict[tuple[Any, ...], Any]
@@ -312,3 +315,156 @@ def test_metadata_inventory_reads_shapes_only() -> None:
         ("b", 2, 2 * 2),
     ]
     assert all(r.array is None and r.kind is jax.ShapeDtypeStruct for r in records)
+
+
+# --- Python numbers as variables (issue 8, item 7) ---------------------------------
+
+
+class Numbers(nnx.Module):
+    """Variables holding Python numbers, as flax allows, beside an array."""
+
+    def __init__(self, scale: float = 2.5, step: int = 7) -> None:
+        self.scale = nnx.Param(scale)
+        self.step = nnx.BatchStat(step)
+        self.tenth = nnx.Param(0.1)  # not exact in float32
+        self.flag = nnx.Variable(True)
+        self.kernel = nnx.Param(jnp.arange(3.0))
+
+
+def test_python_numbers_match_their_own_checkpoint(tmp_path: pathlib.Path) -> None:
+    model = Numbers()
+    path = tmp_path / "ckpt"
+    with ocp.StandardCheckpointer() as checkpointer:  # the standard flax way
+        checkpointer.save(path, nnx.state(model))
+    # What orbax writes: np.asarray(number), 64-bit whatever JAX's default...
+    dtypes = {leaf.path: leaf.dtype for leaf in checkpoint_report(path).leaves}
+    assert dtypes == {
+        "flag": "bool",
+        "kernel": "float32",
+        "scale": "float64",
+        "step": "int64",
+        "tenth": "float64",
+    }
+    # ... and what it restores: the Python numbers themselves, or, into an
+    # abstract state (where JAX holds them as weakly typed float32/int32), arrays
+    # of the target's dtype.
+    abstract = nnx.eval_shape(Numbers)
+    with ocp.StandardCheckpointer() as checkpointer:
+        plain = checkpointer.restore(path)
+        typed = checkpointer.restore(path, nnx.state(abstract))
+    assert type(plain["scale"]["value"]) is float and plain["tenth"]["value"] == 0.1
+    assert typed["scale"][...].dtype == jnp.float32
+    assert typed["step"][...].dtype == jnp.int32
+    for target in (model, abstract, nnx.state(model)):
+        diff = check_checkpoint(path, target)
+        assert diff.entries == (), problems(diff)
+    assert any("Python numbers (flag, scale, step ...)" in n for n in diff.notes), (
+        diff.notes
+    )
+    full = verify_restore(path, model)
+    assert full.equal and full.values_compared and full.n_common == 5
+    # Values are compared exactly, as the Python numbers they were saved as.
+    assert problems(verify_restore(path, Numbers(scale=2.5000000001))) == [
+        ("scale", "value")
+    ]
+    assert problems(verify_restore(path, Numbers(step=8))) == [("step", "value")]
+
+
+def test_a_real_dtype_mismatch_is_still_reported(tmp_path: pathlib.Path) -> None:
+    stored = {
+        "w": nnx.Param(np.ones(3, np.float64)),  # a float64 array, not a number
+        "s": nnx.Param(np.asarray(1.5)),  # a 0-d float64 array
+        "n": nnx.Param(2.5),  # a Python number
+    }
+    path = save(tmp_path / "ckpt", nnx.State(stored))
+    dtypes = {leaf.path: leaf.dtype for leaf in checkpoint_report(path).leaves}
+    assert dtypes == {"n": "float64", "s": "float64", "w": "float64"}
+    target = {
+        "w": nnx.Param(jnp.ones(3)),
+        "s": nnx.Param(jnp.asarray(1.5)),
+        "n": nnx.Param(jnp.asarray(2, jnp.int32)),
+    }
+    diff = check_checkpoint(path, target)
+    assert [(e.path, e.problem, e.a, e.b) for e in diff.entries] == [
+        ("n", "dtype", "int32", "float32"),  # the number as JAX holds it
+        ("s", "dtype", "float32", "float64"),
+        ("w", "dtype", "float32", "float64"),
+    ]
+    # A float32 array target for a stored Python number is what a restore gives.
+    target["n"] = nnx.Param(jnp.asarray(2.5))
+    assert problems(verify_restore(path, target)) == [("s", "dtype"), ("w", "dtype")]
+
+
+# --- paths (issue 8, item 11) ------------------------------------------------------
+
+
+def test_non_utf8_path_is_a_value_error(tmp_path: pathlib.Path) -> None:
+    good = save(tmp_path / "ckpt", nnx.state(nnx.Linear(2, 2, rngs=nnx.Rngs(0))))
+    raw = os.fsencode(tmp_path) + b"/run\xff"
+    os.rename(os.fsencode(good), raw)  # orbax cannot even save to such a name
+    message = (
+        r"`path` b'.*/run\\xff' is not a UTF-8 path \(byte 0xff is not UTF-8\), "
+        r"and orbax and tensorstore open UTF-8 paths only\. Rename the directory"
+    )
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    for given in (os.fsdecode(raw), raw, pathlib.Path(os.fsdecode(raw))):
+        with pytest.raises(ValueError, match=message):
+            checkpoint_report(given)
+        with pytest.raises(ValueError, match=message):
+            check_checkpoint(given, model)
+        with pytest.raises(ValueError, match=message):
+            verify_restore(given, model)
+    assert not is_checkpoint_dir(raw)
+
+
+class _FsPath:
+    """An ``os.PathLike`` that is not a ``pathlib.Path``."""
+
+    def __init__(self, value: Any) -> None:
+        self.value = value
+
+    def __fspath__(self) -> Any:
+        return self.value
+
+
+def test_bytes_and_pathlike_paths_are_accepted(tmp_path: pathlib.Path) -> None:
+    path = save(tmp_path / "ckpt", nnx.state(nnx.Linear(2, 2, rngs=nnx.Rngs(0))))
+    expected = checkpoint_report(str(path))
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    for given in (os.fsencode(path), _FsPath(str(path)), _FsPath(os.fsencode(path))):
+        assert checkpoint_report(given) == expected
+        assert check_checkpoint(given, model).equal
+        assert verify_restore(given, model).equal
+    with pytest.raises(TypeError, match=r"`path` must be a str, bytes or os.PathLike"):
+        checkpoint_report(_FsPath(3))
+    with pytest.raises(TypeError, match=r"parameter 'path'"):
+        checkpoint_report(3)  # type: ignore[arg-type]
+
+
+# --- more than one process ---------------------------------------------------------
+
+
+class _NotAddressable:
+    """Stands in for an array sharded over the devices of several processes."""
+
+    shape = (3, 5)
+    dtype = np.dtype(np.float32)
+    is_fully_addressable = False
+
+
+def test_arrays_other_processes_hold_are_refused() -> None:
+    records = inventory(build(0))
+    require_addressable(records)  # one process: every array is addressable
+    index = [r.path_str for r in records].index("l1/kernel")
+    partial = list(records)
+    partial[index] = dataclasses.replace(records[index], array=_NotAddressable())
+    with pytest.raises(
+        ValueError,
+        match=(
+            r"`target` holds 1 array\(s\) that are not fully addressable from this "
+            r"process \(first: 'l1/kernel'\), as in a multi-process `jax.distributed` "
+            r"run, and `verify_restore` restores and compares on one process\. Run it "
+            r"in a single process, use `check_checkpoint`.*`compare_states`\."
+        ),
+    ):
+        require_addressable(tuple(partial))

@@ -109,6 +109,10 @@ def _garbage(f: pathlib.Path) -> None:
     f.write_bytes(b"\x00garbage{{")
 
 
+def _garbage_text(f: pathlib.Path, text: str) -> None:
+    f.write_text(text)
+
+
 def _truncate(f: pathlib.Path) -> None:
     data = f.read_bytes()
     f.write_bytes(data[: len(data) // 2])
@@ -162,12 +166,12 @@ DAMAGES: list[tuple[str, Callable[[pathlib.Path], None], str]] = [
     ),
     (
         "_METADATA emptied",
-        lambda p: (p / "_METADATA").write_text(""),
+        lambda p: _garbage_text(p / "_METADATA", ""),
         r"its `_METADATA` file is not valid JSON",
     ),
     (
         "_METADATA not orbax",
-        lambda p: (p / "_METADATA").write_text('{"a": 1}'),
+        lambda p: _garbage_text(p / "_METADATA", '{"a": 1}'),
         r"its `_METADATA` file is JSON but not orbax tree metadata",
     ),
     (
@@ -306,9 +310,12 @@ def test_data_damaged_in_place_is_found_by_the_restore(
     assert check_checkpoint(path, model).equal
     assert len(checkpoint_report(path).leaves) == len(jax.tree.leaves(nnx.state(model)))
     # Orbax itself fails on it, with a bare `Exception`...
-    with pytest.raises(Exception, match="Encountered error while reading array index"):
-        with ocp.StandardCheckpointer() as checkpointer:
-            checkpointer.restore(path, nnx.state(nnx.eval_shape(build)))
+    abstract = nnx.state(nnx.eval_shape(build))
+    with (
+        pytest.raises(Exception, match="Encountered error while reading array index"),
+        ocp.StandardCheckpointer() as checkpointer,
+    ):
+        checkpointer.restore(path, abstract)
     # ... which verify_restore turns into a ValueError naming the array.
     with pytest.raises(
         ValueError,
@@ -394,9 +401,11 @@ def test_no_false_green_when_any_file_is_damaged(
 
 
 def test_orbax_refuses_an_empty_tree(tmp_path: pathlib.Path) -> None:
-    with pytest.raises(ValueError, match="Found empty item"):
-        with ocp.StandardCheckpointer() as checkpointer:
-            checkpointer.save(tmp_path / "ckpt", {})
+    with (
+        pytest.raises(ValueError, match="Found empty item"),
+        ocp.StandardCheckpointer() as checkpointer,
+    ):
+        checkpointer.save(tmp_path / "ckpt", {})
 
 
 def test_a_checkpoint_of_empty_containers_reads_as_empty(
@@ -432,10 +441,11 @@ def test_cli_prints_one_line_and_no_traceback(
 ) -> None:
     """No traceback, no "Exception ignored" from orbax's coroutines on stderr."""
     damaged = []
-    for name, damage in [
+    cases: list[tuple[str, Callable[[pathlib.Path], None]]] = [
         ("data", lambda p: _truncate(_data_file(p))),
         ("meta", lambda p: _truncate(p / "array_metadatas" / "process_0")),
-    ]:
+    ]
+    for name, damage in cases:
         path = fresh(saved, "nnx-state", tmp_path / name)
         damage(path)
         damaged.append(path)
