@@ -151,8 +151,10 @@ class StateDiff(Report):
         tolerances still use the original ``a`` as the reference, so with
         tolerances or for ``max_rel_diff`` this is the original comparison
         relabelled, not a new one. Exact comparisons (the default) read the
-        same both ways, so ``compare_states(a, b).reversed()`` then equals
-        ``compare_states(b, a)`` up to ``max_rel_diff``.
+        same both ways, so ``compare_states(a, b).reversed()`` then holds the
+        entries of ``compare_states(b, a)``, except that ``max_rel_diff`` is
+        still relative to the old ``a`` and the labels keep naming the old
+        sides (the old ``a`` is now ``b_label``).
 
         Returns:
             A new :class:`StateDiff`; ``self`` is unchanged.
