@@ -1,6 +1,7 @@
 """The ``diff`` and ``checkpoint`` subcommands."""
 
 import json
+import os
 import pathlib
 from typing import Any
 
@@ -130,3 +131,51 @@ def test_bad_tolerance_is_a_usage_error(
 ) -> None:
     code, _, err = run(capsys, "diff", ckpt, ckpt, "--rtol", "-1")
     assert code == 2 and "expected a finite number >= 0, got -1" in err
+
+
+def _damage_index(ckpt: str) -> None:
+    """Truncate the array store's index node (two_layer's arrays live inline in it)."""
+    (node,) = (pathlib.Path(ckpt) / "d").iterdir()
+    node.write_bytes(node.read_bytes()[:10])
+
+
+@pytest.mark.parametrize(
+    "argv",
+    [
+        ["checkpoint", "{ckpt}"],
+        ["checkpoint", "{ckpt}", "--format", "json"],
+        ["checkpoint", "{ckpt}", "--model", TWO_LAYER],
+        ["checkpoint", "{ckpt}", "--model", TWO_LAYER, "--verify"],
+        ["diff", TWO_LAYER, "{ckpt}"],
+        ["diff", "{ckpt}", TWO_LAYER],
+        ["diff", "{ckpt}", "{ckpt}"],
+        ["diff", "{ckpt}", "{ckpt}", "--shapes-only"],
+    ],
+    ids=" ".join,
+)
+def test_a_damaged_checkpoint_exits_1_with_one_line(
+    capsys: pytest.CaptureFixture[str], ckpt: str, argv: list[str]
+) -> None:
+    assert run(capsys, *[a.format(ckpt=ckpt) for a in argv])[0] == 0  # clean first
+    _damage_index(ckpt)
+    code, out, err = run(capsys, *[a.format(ckpt=ckpt) for a in argv])
+    assert code == 1 and out == ""
+    assert err.count("\n") == 1 and err.startswith("nnx-introspect: error: "), err
+    assert "is a damaged orbax checkpoint, not an empty one: `d/" in err
+    assert "(holds the array index) is truncated" in err
+
+
+def test_a_non_utf8_path_is_a_usage_error(
+    capsys: pytest.CaptureFixture[str], tmp_path: pathlib.Path
+) -> None:
+    good = save(tmp_path / "ckpt", nnx.state(two_layer(nnx.Rngs(0))))
+    raw = os.fsencode(tmp_path) + b"/step\xff"
+    os.rename(os.fsencode(good), raw)
+    for argv in (
+        ["checkpoint", os.fsdecode(raw)],
+        ["diff", TWO_LAYER, os.fsdecode(raw)],
+    ):
+        code, out, err = run(capsys, *argv)
+        assert code == 2 and out == "" and err.count("\n") == 1, err
+        assert "is not a UTF-8 path (byte 0xff is not UTF-8)" in err
+        assert "Rename the directory" in err
