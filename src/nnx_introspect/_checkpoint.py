@@ -14,7 +14,14 @@ Accepted layouts (detected from the metadata, reported as ``layout``):
 
 Orbax stores arrays, not NNX variable types, so a checkpoint cannot tell a
 ``Param`` from a ``BatchStat``; PRNG keys are stored (and compared) as their
-``uint32`` key data.
+``uint32`` key data; a Python number (``nnx.Param(2.5)``) is stored as a 64-bit
+scalar and compared in the dtype JAX gives it on restore.
+
+A damaged checkpoint is an error, never an empty one: every function first
+checks that the files orbax wrote are whole (its JSON metadata parses, and every
+index node and data file the array store references exists and is long enough)
+and raises a ``ValueError`` naming ``path`` and the damaged file otherwise. A
+checkpoint that really holds no array reads as an empty report.
 """
 
 import dataclasses
@@ -190,6 +197,14 @@ class _Checkpoint:
     records: tuple[VarRecord, ...]  # paths without the nnx-state "value" key
 
 
+class CheckpointNotFoundError(FileNotFoundError, ValueError):
+    """A checkpoint ``path`` that does not exist.
+
+    Both a ``FileNotFoundError`` (what it is) and a ``ValueError`` (a bad value
+    of ``path``, like every other bad argument).
+    """
+
+
 def _as_path(path: PathLike) -> pathlib.Path:
     """``path`` as a :class:`pathlib.Path`, or the error a non-path deserves.
 
@@ -222,7 +237,7 @@ def resolve_checkpoint(path: PathLike) -> pathlib.Path:
     """The absolute checkpoint directory, or the error a bad ``path`` deserves.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
+        FileNotFoundError: If ``path`` does not exist (also a ``ValueError``).
         TypeError: If ``path`` is not a str, bytes or ``os.PathLike`` path.
         ValueError: If ``path`` is not UTF-8, or has no orbax ``_METADATA``
             file (the message lists the checkpoints found one or two levels
@@ -231,7 +246,7 @@ def resolve_checkpoint(path: PathLike) -> pathlib.Path:
     given = _as_path(path)
     p = given.expanduser().absolute()
     if not p.exists():
-        raise FileNotFoundError(
+        raise CheckpointNotFoundError(
             f"`path` {str(given)!r} does not exist. Pass the directory an orbax "
             "checkpointer saved to (the one holding a `_METADATA` file)."
         )
@@ -654,9 +669,12 @@ def checkpoint_report(path: PathLike, /) -> CheckpointReport:
         A :class:`CheckpointReport`.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
+        FileNotFoundError: If ``path`` does not exist (also a ``ValueError``).
+        TypeError: If ``path`` is not a ``str``, ``bytes`` or ``os.PathLike``.
         ValueError: If ``path`` is not an orbax PyTree checkpoint (the message
-            lists checkpoints found inside it, such as a step's ``default``).
+            lists checkpoints found inside it, such as a step's ``default``),
+            is not UTF-8, or is damaged: the message names the damaged file. A
+            checkpoint that really holds no array gives a report with no leaves.
 
     Example:
         >>> import tempfile, pathlib
@@ -697,7 +715,9 @@ def check_checkpoint(path: PathLike, target: Comparable, /) -> StateDiff:
     abstract target (``nnx.eval_shape``) of any size works. Values and variable
     types are not compared (the diff says so): use :func:`verify_restore` for
     values. Save-time shardings that differ from the target's annotations are
-    listed in the notes; they do not fail the check, as orbax reshards.
+    listed in the notes; they do not fail the check, as orbax reshards. A
+    Python number saved from a variable (``nnx.Param(2.5)``; orbax stores it as
+    a 64-bit scalar) is compared in the dtype JAX gives it, as a restore does.
 
     Args:
         path: The checkpoint directory.
@@ -710,8 +730,10 @@ def check_checkpoint(path: PathLike, target: Comparable, /) -> StateDiff:
         dtype.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        ValueError: If ``path`` is not an orbax PyTree checkpoint.
+        FileNotFoundError: If ``path`` does not exist (also a ``ValueError``).
+        TypeError: If ``path`` is not a ``str``, ``bytes`` or ``os.PathLike``.
+        ValueError: If ``path`` is not an orbax PyTree checkpoint, is not
+            UTF-8, or is damaged (the message names the damaged file).
 
     Example:
         >>> import tempfile, pathlib
@@ -758,10 +780,14 @@ def verify_restore(
         A :class:`StateDiff` of target against checkpoint, values included.
 
     Raises:
-        FileNotFoundError: If ``path`` does not exist.
-        TypeError: If a tolerance is not a float.
-        ValueError: If ``path`` is not an orbax PyTree checkpoint, ``target``
-            is abstract, or a tolerance is negative or not finite.
+        FileNotFoundError: If ``path`` does not exist (also a ``ValueError``).
+        TypeError: If ``path`` is not a path or a tolerance is not a float.
+        ValueError: If ``path`` is not an orbax PyTree checkpoint, is not UTF-8
+            or is damaged (its metadata, its index or, found while restoring, its
+            array data: the message names the damaged file); if ``target`` is
+            abstract or holds arrays other processes share (a multi-process
+            run: restore and compare on one process); or if a tolerance is
+            negative or not finite.
 
     Example:
         >>> import tempfile, pathlib
