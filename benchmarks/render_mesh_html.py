@@ -4,13 +4,15 @@ Not part of the test suite (it needs a browser): run it after changing the HTML
 output and look at the PNG. On Debian: ``apt-get install chromium``.
 
     python benchmarks/render_mesh_html.py [--out DIR] [--chromium PATH]
+        [--mesh fsdp=2,tp=4] [--budget-mib 40]
 
-Writes ``DIR/mesh.html`` (a partitioned small Llama with AdamW on a data=2,
-model=4 mesh, 1 MiB budget) and ``DIR/mesh.png``; exits 1 if Chromium fails.
+Writes ``DIR/mesh.html`` (the annotated small Llama, ``llama_tiny_sharded``,
+with AdamW on the mesh, against the budget) and ``DIR/mesh.png`` (the first
+screen); exits 1 if Chromium fails. ``--mesh fsdp=3,tp=5`` shows a plan with
+problems.
 """
 
 import argparse
-import dataclasses
 import shutil
 import subprocess
 import sys
@@ -18,25 +20,23 @@ import tempfile
 from pathlib import Path
 
 import nnx_introspect as ni
-from nnx_introspect.examples import LLAMA_TINY, llama
+from nnx_introspect.examples import llama_tiny_sharded
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--out", type=Path, default=Path(tempfile.mkdtemp()))
     parser.add_argument("--chromium", default=shutil.which("chromium") or "chromium")
+    parser.add_argument("--mesh", default="fsdp=2,tp=4")
+    parser.add_argument("--budget-mib", type=int, default=40)
     args = parser.parse_args()
     args.out.mkdir(parents=True, exist_ok=True)
 
-    model = ni.abstract_model(llama(dataclasses.replace(LLAMA_TINY, partitioned=True)))
-    report = ni.mesh_config_report(
-        model,
-        "data=2,model=4",
-        logical_rules=[("fsdp", "data"), ("tp", "model")],
-        optimizer="adamw",
-    )
+    model = ni.abstract_model(llama_tiny_sharded)
+    report = ni.mesh_config_report(model, args.mesh, optimizer="adamw")
     page = args.out / "mesh.html"
-    page.write_text(report.to_html(max_device_bytes=40 * 2**20), encoding="utf-8")
+    budget = args.budget_mib * 2**20
+    page.write_text(report.to_html(max_device_bytes=budget), encoding="utf-8")
     png = args.out / "mesh.png"
     with tempfile.TemporaryDirectory() as profile:
         done = subprocess.run(

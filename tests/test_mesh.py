@@ -903,7 +903,7 @@ def test_html_first_screen_is_the_verdict_problems_and_chart() -> None:
     )
     page = report.to_html(max_device_bytes=100)
     verdict = page.index('class="verdict bad"')
-    problems = page.index("<h2>Problems</h2>")
+    problems = page.index("<h2>Problems (2 indivisible)</h2>")
     chart = page.index("Bytes per device by kind")
     totals = page.index("Totals per device")
     grids = page.index("<details")
@@ -921,6 +921,22 @@ def test_html_first_screen_is_the_verdict_problems_and_chart() -> None:
     assert 'class="verdict ok"' in good
     assert "OK: every leaf can be placed as specified;" in good
     assert "fits the budget of 976.56 KiB." in good
+
+
+def test_html_folds_long_problem_lists_below_the_first_few() -> None:
+    cfg = LlamaConfig(
+        vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, partitioned=True
+    )
+    report = mesh_config_report(abstract_model(llama(cfg)), "fsdp=3,tp=5")
+    n = len(report.errors)
+    assert n > 8
+    page = report.to_html()
+    chart = page.index("Bytes per device by kind")
+    first = page[: page.index('<details class="more">')]
+    assert first.count("<li>") == 8  # the first eight, then the rest folded
+    assert f"<summary>{n - 8} more problems</summary>" in page
+    assert page.index(f"<summary>{n - 8} more problems</summary>") < chart
+    assert page.count("does not divide") == n
 
 
 def test_grid_cells_name_the_slice_each_device_holds() -> None:

@@ -472,19 +472,8 @@ class MeshConfigReport(Report):
             )
         good = self.ok and not over
         verdict = f'<p class="verdict {"ok" if good else "bad"}">{esc(verdict)}.</p>'
-        lists = ""
-        if self.errors:
-            lists += (
-                '<h2>Problems</h2><ul class="problems">'
-                + "".join(f"<li>{esc(p.message)}</li>" for p in self.errors)
-                + "</ul>"
-            )
-        if self.warnings:
-            lists += (
-                '<h2>Warnings</h2><ul class="warnings">'
-                + "".join(f"<li>{esc(p.message)}</li>" for p in self.warnings)
-                + "</ul>"
-            )
+        lists = _problem_list_html("Problems", "problems", self.errors)
+        lists += _problem_list_html("Warnings", "warnings", self.warnings)
         chart = _render.bar_chart_html(
             "Bytes per device by kind",
             [
@@ -530,7 +519,13 @@ class MeshConfigReport(Report):
             f"</h1>{verdict}<p>{format_bytes(used)} per device (ideal "
             f"{format_bytes(self.ideal_bytes_per_device)}, replication overhead "
             f"{format_bytes(self.replication_overhead)}); {len(self.errors)} "
-            f"problem(s), {len(self.warnings)} warning(s).</p>"
+            f"problem(s), {len(self.warnings)} warning(s)"
+            + (
+                "; leaves that cannot be placed are counted whole"
+                if self.errors
+                else ""
+            )
+            + ".</p>"
         )
         detail = _render.table_html(
             _render.Table(title="Every leaf", columns=full.columns, rows=full.rows)
@@ -548,6 +543,34 @@ class MeshConfigReport(Report):
             + detail
         )
         return _render.page_html(full.title, body)
+
+
+_SHOWN_PROBLEMS = 8
+"""Problems listed on the HTML page's first screen; the rest fold away."""
+
+
+def _problem_list_html(
+    heading: str, css: str, problems: tuple[MeshProblem, ...]
+) -> str:
+    """A heading, the first few problems and the rest in a collapsed block."""
+    if not problems:
+        return ""
+    esc = html.escape
+    kinds: dict[str, int] = {}
+    for p in problems:
+        kinds[p.kind] = kinds.get(p.kind, 0) + 1
+    counts = ", ".join(f"{n} {kind}" for kind, n in kinds.items())
+    items = [f"<li>{esc(p.message)}</li>" for p in problems]
+    out = f'<h2>{heading} ({counts})</h2><ul class="{css}">'
+    out += "".join(items[:_SHOWN_PROBLEMS]) + "</ul>"
+    if len(items) > _SHOWN_PROBLEMS:
+        out += (
+            f'<details class="more"><summary>{len(items) - _SHOWN_PROBLEMS} more '
+            f'{heading.lower()}</summary><ul class="{css}">'
+            + "".join(items[_SHOWN_PROBLEMS:])
+            + "</ul></details>"
+        )
+    return out
 
 
 def _leaf_json(leaf: LeafShard) -> dict[str, Any]:

@@ -238,6 +238,7 @@ p.verdict.ok{background:#dafbe1;color:#116329}
 p.verdict.bad{background:#ffebe9;color:#a40e26}
 ul.problems{color:#a40e26}ul.warnings{color:#9a6700}
 p.legend{font-size:13px;color:#57606a;max-width:960px}
+details.more{margin:0 0 12px 1.5rem;cursor:pointer}
 """
 
 
