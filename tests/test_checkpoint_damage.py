@@ -177,7 +177,8 @@ DAMAGES: list[tuple[str, Callable[[pathlib.Path], None], str]] = [
     (
         "_METADATA lists a leaf the store lacks",
         _ghost_leaf,
-        r"the data of `ghost` could not be read \(NOT_FOUND",
+        r"`_METADATA` lists `ghost`, which the array store \(`manifest.ocdbt`\) "
+        r"does not hold",
     ),
     (
         "manifest.ocdbt deleted",

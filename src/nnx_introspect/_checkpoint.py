@@ -292,8 +292,15 @@ def _load_json(p: pathlib.Path, rel: str) -> Any:
         ) from error
 
 
-def _check_json_files(p: pathlib.Path) -> tuple[int, bool]:
-    """Validate the JSON files orbax wrote; the stored leaf count and use_ocdbt.
+# Value types orbax keeps in the array store (strings go to `_strings.json`).
+_IN_STORE = frozenset({"jax.Array", "np.ndarray", "scalar"})
+
+
+def _check_json_files(p: pathlib.Path) -> tuple[int, set[str], bool]:
+    """Validate the JSON files orbax wrote.
+
+    Returns the number of saved leaves, the names orbax gives the arrays in its
+    store (keys joined by ``.``) and whether the store is OCDBT.
 
     ``_METADATA`` must hold orbax's tree metadata; ``_sharding``,
     ``_strings.json``, ``_CHECKPOINT_METADATA`` and ``array_metadatas/`` are
@@ -313,6 +320,13 @@ def _check_json_files(p: pathlib.Path) -> tuple[int, bool]:
     n_stored = sum(
         not v["value_metadata"].get("skip_deserialize") for v in tree.values()
     )
+    in_store = {
+        ".".join(str(k.get("key")) for k in v.get("key_metadata", []))
+        for v in tree.values()
+        if v["value_metadata"].get("value_type") in _IN_STORE
+        and not v["value_metadata"].get("skip_deserialize")
+        and all(isinstance(k, dict) for k in v.get("key_metadata", []))
+    }
     use_ocdbt = meta.get("use_ocdbt")
     if not isinstance(use_ocdbt, bool):
         use_ocdbt = (p / "manifest.ocdbt").exists()
@@ -336,7 +350,7 @@ def _check_json_files(p: pathlib.Path) -> tuple[int, bool]:
                 ) from error
     if (p / "array_metadatas").is_dir():
         _check_array_metadatas(p)
-    return n_stored, use_ocdbt
+    return n_stored, in_store, use_ocdbt
 
 
 def _check_array_metadatas(p: pathlib.Path) -> None:
@@ -382,11 +396,12 @@ def _location(location: str) -> tuple[str, int]:
     return base + file_id, int(offset) + int(length)
 
 
-def _check_array_store(p: pathlib.Path) -> None:
+def _check_array_store(p: pathlib.Path, expected: set[str]) -> None:
     """Check that every file the OCDBT array store references is whole.
 
     Walks the store's B-tree from ``manifest.ocdbt``: every index node and every
-    data file it references must exist and be long enough. Reads the small
+    data file it references must exist and be long enough, and every array
+    ``_METADATA`` lists (``expected``) must have keys in it. Reads the small
     index nodes only, never array data.
     """
     import tensorstore as ts  # deferred, as orbax
@@ -397,6 +412,7 @@ def _check_array_store(p: pathlib.Path) -> None:
         )
     holders: dict[str, set[str]] = {}
     ends: dict[str, int] = {}
+    found: set[str] = set()
 
     def need(location: str, holder: str) -> str:
         rel, end = _location(location)
@@ -425,6 +441,7 @@ def _check_array_store(p: pathlib.Path) -> None:
             for entry in node.get("entries", []):
                 key = entry.get("key", b"")
                 name = bytes(key).split(b"/")[0].decode("utf-8", "replace")
+                found.add(name)
                 for value in entry.values():
                     if isinstance(value, str) and value.startswith("btreenode:"):
                         pending.append(need(value, "the array index"))
@@ -436,6 +453,15 @@ def _check_array_store(p: pathlib.Path) -> None:
         raise _damaged(p, _store_error(error, p)) from error
     except Exception as error:  # tensorstore raises bare exceptions too
         raise _damaged(p, _store_error(error, p)) from error
+    missing = sorted(expected - found)
+    if missing and expected & found:  # names as orbax gives them, yet some absent
+        shown = ", ".join(f"`{m}`" for m in missing[:3])
+        more = f" and {len(missing) - 3} more" if len(missing) > 3 else ""
+        raise _damaged(
+            p,
+            f"`_METADATA` lists {shown}{more}, which the array store "
+            "(`manifest.ocdbt`) does not hold",
+        )
 
 
 def _held(holders: set[str]) -> str:
@@ -488,9 +514,9 @@ def _read(path: PathLike) -> _Checkpoint:
     import orbax.checkpoint as ocp  # deferred: orbax is slow to import
 
     p = resolve_checkpoint(path)
-    n_stored, use_ocdbt = _check_json_files(p)
-    if use_ocdbt and n_stored:
-        _check_array_store(p)
+    n_stored, in_store, use_ocdbt = _check_json_files(p)
+    if use_ocdbt and in_store:
+        _check_array_store(p, in_store)
     handler = ocp.PyTreeCheckpointHandler()
     try:
         meta = handler.metadata(p)
