@@ -370,3 +370,30 @@ def test_optimizer_plan_leaves_no_state_behind() -> None:
     report = mesh_config_report(model, "data=2,model=4", optimizer="adamw")
     assert nnx.using_eager_sharding() == before
     assert dataclasses.is_dataclass(report)
+
+
+def test_factored_state_of_annotated_params_warns_as_flax_fails() -> None:
+    """Flax's nnx.Optimizer gives adafactor's factored rows the kernel's rank-2
+    out_sharding and fails under a mesh with eager sharding; the plan warns."""
+    mesh = jax.make_mesh((2, 4), ("data", "model"), axis_types=(AxisType.Explicit,) * 2)
+    tx = optax.adafactor(1e-3, min_dim_size_to_factor=4)
+    with jax.set_mesh(mesh):
+        model = nnx.Linear(
+            16,
+            32,
+            rngs=nnx.Rngs(0),
+            kernel_metadata={"out_sharding": ("data", "model")},
+        )
+        with pytest.raises(AssertionError):
+            nnx.Optimizer(model, tx, wrt=nnx.Param)
+    report = mesh_config_report(model, "data=2,model=4", optimizer=tx)
+    assert report.ok  # the planned (replicated) placement itself is fine
+    # The factored kernel: v_row (16,), v_col (32,) and v (1,) all differ in shape.
+    (warning,) = [w for w in report.warnings if w.kind == "optimizer-metadata"]
+    assert warning.message.startswith(
+        "3 optimizer-state leaf/leaves differ in shape from the annotated parameter "
+        "they belong to (first: `optimizer/opt_state/0/v/kernel`, shape (1,), "
+        "of `kernel`)"
+    )
+    plain = mesh_config_report(model, "data=2,model=4", optimizer="adamw")
+    assert not [w for w in plain.warnings if w.kind == "optimizer-metadata"]

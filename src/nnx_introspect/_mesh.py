@@ -36,6 +36,7 @@ from nnx_introspect._typing import IntLike, Target, as_int, typechecked
 
 __all__ = [
     "CATEGORIES",
+    "MAX_MESH_DEVICES",
     "OPTIMIZER_NAMES",
     "LeafShard",
     "MeshConfigReport",
@@ -137,8 +138,9 @@ class MeshProblem:
     Attributes:
         path: The leaf's path (``""`` for mesh-wide problems).
         kind: A short code: ``"indivisible"``, ``"unknown-axis"``,
-            ``"duplicate-axis"``, ``"rank"``, ``"mesh-too-large"``,
-            ``"unmatched-rule"``.
+            ``"duplicate-axis"``, ``"rank"``, ``"invalid-spec"`` (an entry or
+            spec JAX refuses for another reason), ``"mesh-too-large"``,
+            ``"unmatched-rule"``, ``"optimizer-metadata"``.
         message: A full sentence saying what is wrong and how to fix it.
         severity: ``"error"`` (the plan cannot be applied) or ``"warning"``.
         dimension: For ``"indivisible"``: the array dimension that does not divide.
@@ -1320,21 +1322,26 @@ def mesh_config_report(
     its keys joined by ``/`` (``layers/0/attn/q/kernel``); the variable's NNX
     sharding metadata (``nnx.with_partitioning`` / ``out_sharding``), whose
     logical names are translated by ``logical_rules`` (or the active
-    ``nnx.logical_axis_rules`` context); otherwise the leaf is replicated. Shard
-    shapes come from ``NamedSharding(abstract_mesh, spec).shard_shape``. Every
-    problem (each indivisible dimension, unknown or repeated axes, rank
-    mismatches) is collected in ``problems``; warnings (a mesh larger than the
-    devices present, rules that gave no leaf its spec) too. No device is needed,
-    nothing is allocated, and the model is not mutated.
+    ``nnx.logical_axis_rules`` context) exactly as flax translates them: an
+    entry that is a logical name becomes its rule's mesh axes, a tuple entry
+    is kept as written; otherwise the leaf is replicated. Shard shapes come
+    from ``NamedSharding(abstract_mesh, spec).shard_shape``. Every problem
+    (each indivisible dimension, unknown or repeated axes, rank mismatches,
+    anything else JAX refuses) is collected in ``problems``; warnings (a mesh
+    larger than the devices present, rules that gave no leaf its spec) too. No
+    device is needed, nothing is allocated, and the model is not mutated.
 
-    With ``optimizer``, the abstract ``nnx.Optimizer(model, optimizer,
-    wrt=nnx.Param)`` state is planned too (each leaf sharded like the parameter
-    it mirrors, scalars replicated), and one gradient per parameter (same
-    sharding and dtype).
+    With ``optimizer``, the state ``nnx.Optimizer(model, optimizer,
+    wrt=nnx.Param)`` would hold is planned too, derived with
+    ``jax.eval_shape(optimizer.init, params)`` (no optimizer is built) under the
+    optimizer's own paths (``optimizer/opt_state/...``, ``optimizer/step``):
+    each leaf sharded like the parameter it mirrors (same path suffix and
+    shape), others replicated; and one gradient per parameter (same sharding
+    and dtype).
 
     Args:
         target: An ``nnx.Module``, graph node or ``nnx.State``, concrete or
-            abstract (a module when ``optimizer`` is given).
+            abstract.
         mesh: A mapping axis name -> size (``{"data": 2, "model": 4}``), a
             string ``"data=2,model=4"``, a ``jax.sharding.Mesh`` or an
             ``AbstractMesh``.
@@ -1350,11 +1357,12 @@ def mesh_config_report(
         A frozen :class:`MeshConfigReport`.
 
     Raises:
-        TypeError: If ``mesh``, ``rules`` or ``logical_rules`` have the wrong
-            shape, or ``optimizer`` is given for a non-module target.
+        TypeError: If ``mesh``, ``rules`` or ``logical_rules`` (or any item of
+            them) have the wrong type.
         ValueError: If a mesh size is not a positive integer, a mesh string is
-            malformed, a rule's regular expression is invalid or an optimizer
-            name is unknown.
+            malformed, the mesh has more than :data:`MAX_MESH_DEVICES` devices,
+            a rule's regular expression is invalid, an optimizer name is
+            unknown or the optimizer's ``init`` fails on the parameters.
 
     Example:
         >>> from flax import nnx
@@ -1412,10 +1420,15 @@ def mesh_config_report(
             param_plans[record.path] = leaf
 
     optimizer_leaves: list[LeafShard] = []
+    annotated = {r.path: r for r in records if r.is_param and r.sharding is not None}
+    reshaped: list[tuple[str, tuple[int, ...], str]] = []
     for record in opt_records:
         mirrored = _mirrored_param(record, param_plans)
         if mirrored is None:
             spec, source, shard = PartitionSpec(), "default", record.shape
+            owner = _owner(record.path, annotated)
+            if record.kind is nnx.OptVariable and owner is not None:
+                reshaped.append((record.path_str, record.shape, owner.path_str))
         else:
             spec, source = mirrored.spec, f"mirrors {mirrored.path}"
             shard = mirrored.shard_shape
@@ -1447,6 +1460,23 @@ def mesh_config_report(
                 )
             )
 
+    if reshaped:
+        path, shape, owner_path = reshaped[0]
+        problems.append(
+            MeshProblem(
+                "",
+                "optimizer-metadata",
+                f"{len(reshaped)} optimizer-state leaf/leaves differ in shape from "
+                f"the annotated parameter they belong to (first: "
+                f"`optimizer/{path}`, shape {shape}, of `{owner_path}`); the plan "
+                "replicates them. Flax's nnx.Optimizer copies the parameter's "
+                "`out_sharding` onto them, so if the parameters were created with "
+                "eager sharding (flax's default under a mesh) it fails to build; "
+                "create that state another way (e.g. "
+                "`jax.jit(tx.init, out_shardings=...)`).",
+                severity="warning",
+            )
+        )
     unmatched: list[str] = []
     for i, (pattern, _, _) in enumerate(compiled_rules):
         if winners[i]:
@@ -1494,6 +1524,17 @@ def mesh_config_report(
         unmatched_rules=tuple(unmatched),
         devices_present=present,
     )
+
+
+def _owner(
+    path: tuple[Any, ...], params: Mapping[tuple[Any, ...], VarRecord]
+) -> VarRecord | None:
+    """The parameter whose path is the longest suffix of ``path``, any shape."""
+    for start in range(1, len(path)):
+        found = params.get(path[start:])
+        if found is not None:
+            return found
+    return None
 
 
 def _mirrored_param(
