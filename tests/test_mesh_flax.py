@@ -151,7 +151,12 @@ def spec_of(array: jax.Array) -> P:
 
 def flax_spec(sharding: Any) -> P:
     """Flax writes unannotated leaves as ``P()``; drop trailing ``None``s to compare."""
-    entries = list(sharding.spec)
+    return trimmed(sharding.spec)
+
+
+def trimmed(spec: P) -> P:
+    """``spec`` without trailing ``None`` entries (the same placement)."""
+    entries = list(spec)
     while entries and entries[-1] is None:
         entries.pop()
     return P(*entries)
@@ -397,3 +402,49 @@ def test_factored_state_of_annotated_params_warns_as_flax_fails() -> None:
     )
     plain = mesh_config_report(model, "data=2,model=4", optimizer="adamw")
     assert not [w for w in plain.warnings if w.kind == "optimizer-metadata"]
+
+
+class TunixStyle(nnx.Module):
+    """Built the way tunix builds its models: under a mesh whose axes are the
+    annotation names, eager sharding on, rank-3 einsum kernels and LoRA."""
+
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        init = nnx.initializers.lecun_normal()
+        self.embed = nnx.Param(
+            init(rngs.params(), (64, 16)), out_sharding=("tp", "fsdp")
+        )
+        self.qkv = nnx.Param(
+            init(rngs.params(), (16, 4, 8)), out_sharding=("fsdp", "tp", None)
+        )
+        self.out = nnx.Param(
+            init(rngs.params(), (4, 8, 16)), out_sharding=("tp", None, "fsdp")
+        )
+        self.norm = nnx.RMSNorm(16, rngs=rngs)
+        self.lora = nnx.LoRA(16, 2, 16, rngs=rngs)
+
+
+def test_tunix_style_model_built_under_the_mesh() -> None:
+    mesh = jax.make_mesh((2, 4), ("fsdp", "tp"), axis_types=(AxisType.Explicit,) * 2)
+    with jax.set_mesh(mesh):
+        model = TunixStyle(nnx.Rngs(0))
+        optimizer = nnx.Optimizer(model, optax.adamw(1e-3), wrt=nnx.Param)
+    report = mesh_config_report(model, mesh, optimizer="adamw")
+    assert report.ok
+    planned = by_path(report)
+    real = {
+        "/".join(map(str, path)): var[...]
+        for path, var in nnx.to_flat_state(nnx.state(model))
+    }
+    real.update(
+        ("optimizer/" + "/".join(map(str, path)), var[...])
+        for path, var in nnx.to_flat_state(nnx.state(optimizer))
+    )
+    assert set(real) == {leaf.path for leaf in report.leaves + report.optimizer_leaves}
+    for path, array in real.items():
+        leaf = planned[path]
+        assert trimmed(leaf.spec) == flax_spec(array.sharding), path
+        shards = array.addressable_shards
+        assert {tuple(s.data.shape) for s in shards} == {leaf.shard_shape}, path
+        assert shards[0].data.nbytes == leaf.bytes_per_device, path
+    assert planned["qkv"].shard_shape == (8, 1, 8)
+    assert planned["optimizer/opt_state/0/mu/lora/lora_a"].kind == "OptVariable"
