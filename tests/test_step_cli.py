@@ -55,10 +55,19 @@ def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, 
     return code, out, err
 
 
-BASE = ["step", "step_cli_targets:linear", "--mesh", "data=8", "--batch", "float32[8,4]"]
+BASE = [
+    "step",
+    "step_cli_targets:linear",
+    "--mesh",
+    "data=8",
+    "--batch",
+    "float32[8,4]",
+]
 
 
-def test_json_report_exit_0(targets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_json_report_exit_0(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, out, err = run([*BASE, "--format", "json", "--optimizer", "adamw"], capsys)
     assert code == 0, err
     data = json.loads(out)
@@ -70,8 +79,12 @@ def test_json_report_exit_0(targets_dir: Path, capsys: pytest.CaptureFixture[str
     assert "Compiling the step of step_cli_targets:linear on 8 devices" in err
 
 
-def test_over_budget_exits_1(targets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run([*BASE, "--max-device-bytes", "100", "--format", "json"], capsys)
+def test_over_budget_exits_1(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(
+        [*BASE, "--max-device-bytes", "100", "--format", "json"], capsys
+    )
     peak = json.loads(out)["peak_bytes"]
     assert peak > 100
     assert code == 1
@@ -152,8 +165,7 @@ def test_indivisible_plan_exits_2(
     targets_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, _, err = run(
-        ["step", "step_cli_targets:sharded", "--mesh", "data=2,tp=4"]
-        + ["--batch", "float32[8,4]"],
+        ["step", "step_cli_targets:sharded", "--mesh", "data=2,tp=4", *BASE[4:]],
         capsys,
     )
     assert code == 2
@@ -181,7 +193,9 @@ def test_unparsable_arguments_exit_2(
     assert match in err
 
 
-def test_bad_target_exits_2(targets_dir: Path, capsys: pytest.CaptureFixture[str]) -> None:
+def test_bad_target_exits_2(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
     code, _, err = run(["step", "nope_module:f", *BASE[2:]], capsys)
     assert code == 2
     assert "cannot import module 'nope_module'" in err

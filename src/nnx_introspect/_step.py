@@ -100,11 +100,12 @@ BatchLike: TypeAlias = Any
 """The model's positional arguments: a tuple of ``jax.ShapeDtypeStruct`` or
 arrays, or one bare leaf."""
 
-SpecsLike: TypeAlias = PartitionSpec | Sequence[PartitionSpec | None] | None
+SpecsLike: TypeAlias = PartitionSpec | Sequence[Any] | None
 """One ``PartitionSpec`` for every batch leaf, or one per leaf."""
 
 LossLike: TypeAlias = str | Callable[..., Any] | None
-"""``None``, ``"mean"``, ``"lm"`` or a callable ``loss(model, batch) -> scalar``."""
+"""``None``, ``"mean"``, ``"lm"``, a callable ``loss(model, batch) -> scalar`` or
+its ``"package.module:function"`` name."""
 
 
 # ----------------------------------------------------------------------------
@@ -231,7 +232,9 @@ class StepMemoryReport(Report):
                 _n(-self.alias_bytes),
             ),
         ]
-        totals = (("peak per device", format_bytes(self.peak_bytes), _n(self.peak_bytes)),)
+        totals = (
+            ("peak per device", format_bytes(self.peak_bytes), _n(self.peak_bytes)),
+        )
         plan_rows = tuple(
             (f"plan: {cat}", format_bytes(cats[cat]), _n(cats[cat]))
             for cat in cats
@@ -479,8 +482,7 @@ def _spec_problems(
         where = f"`{name}` leaf {i} ({_batch_str(leaf)}) with spec {_spec_str(spec)}"
         if len(spec) > len(leaf.shape):
             problems.append(
-                f"{where}: the spec has {len(spec)} entries for rank "
-                f"{len(leaf.shape)}."
+                f"{where}: the spec has {len(spec)} entries for rank {len(leaf.shape)}."
             )
             continue
         for dim, entry in enumerate(spec):
@@ -492,8 +494,7 @@ def _spec_problems(
             unknown = [a for a in axes if a not in sizes]
             if unknown:
                 problems.append(
-                    f"{where}: axis {unknown[0]!r} is not in the mesh "
-                    f"{tuple(sizes)}."
+                    f"{where}: axis {unknown[0]!r} is not in the mesh {tuple(sizes)}."
                 )
                 continue
             product = math.prod(sizes[a] for a in axes)
@@ -506,10 +507,15 @@ def _spec_problems(
     return problems
 
 
-def _as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> str | None:
-    """Validate ``loss``; return its display name."""
+def _as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
+    """Validate ``loss``: ``None``, a name in :data:`LOSSES` or a callable."""
     if loss is None:
         return None
+    if isinstance(loss, str) and ":" in loss:
+        try:
+            return resolve_factory(loss)
+        except TargetError as error:
+            raise ValueError(f"`loss` {loss!r} cannot be imported: {error}") from None
     if isinstance(loss, str):
         if loss not in LOSSES:
             raise ValueError(
@@ -529,6 +535,12 @@ def _as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> str | None:
                     "`loss='lm'` predicts each next token, so `batch[0]` needs a "
                     f"sequence of at least 2 tokens, got {_batch_str(tokens)}."
                 )
+        return loss
+    return loss
+
+
+def _loss_name(loss: Any) -> str | None:
+    if loss is None or isinstance(loss, str):
         return loss
     return str(getattr(loss, "__name__", type(loss).__name__))
 
@@ -820,19 +832,23 @@ def _shard_state(
     return jax.tree.unflatten(treedef, out)
 
 
+def _split_state(model: Any) -> tuple[Any, Any]:
+    """``(params, other state)`` of ``model``, as ``nnx.split`` orders them."""
+    _, *states = nnx.split(model, nnx.Param, ...)
+    return states[0], states[1]
+
+
 def _shardings(tree: Any) -> Any:
     return jax.tree.map(lambda s: s.sharding, tree)
 
 
-def _compile(
-    request: _Request, mesh: Mesh, plan: MeshConfigReport
-) -> dict[str, Any]:
+def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str, Any]:
     """Lower and compile the step on ``mesh``; XLA's numbers as plain values."""
     model, tx, loss = request.model, request.tx, request.loss
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
-    graphdef, params, rest = nnx.split(model, nnx.Param, ...)
-    params = _shard_state(params, specs, "", mesh)
-    rest = _shard_state(rest, specs, "", mesh)
+    graphdef, *states = nnx.split(model, nnx.Param, ...)
+    params = _shard_state(states[0], specs, "", mesh)
+    rest = _shard_state(states[1], specs, "", mesh)
     batch = tuple(
         jax.ShapeDtypeStruct(b.shape, b.dtype, sharding=NamedSharding(mesh, s))
         for b, s in zip(request.batch, request.batch_specs, strict=True)
@@ -854,7 +870,7 @@ def _compile(
         ) -> tuple[Any, Any]:
             model = nnx.merge(graphdef, params, rest)
             value = objective(model, batch)
-            return value, nnx.split(model, nnx.Param, ...)[2]
+            return value, _split_state(model)[1]
 
         grad_fn = jax.value_and_grad(loss_and_state, has_aux=True)
         if tx is None:
@@ -863,7 +879,7 @@ def _compile(
                 (value, new_rest), grads = grad_fn(params, rest, batch)
                 return value, grads, new_rest
 
-            out = (replicated, _shardings(params), _shardings(rest))
+            out: tuple[Any, ...] = (replicated, _shardings(params), _shardings(rest))
             jitted = jax.jit(backward, out_shardings=out, keep_unused=True)
             args = (params, rest, batch)
         else:
@@ -881,7 +897,7 @@ def _compile(
                 model = nnx.merge(graphdef, params, new_rest)
                 opt = nnx.merge(opt_graphdef, opt_state)
                 opt.update(model, grads)
-                _, new_params, new_rest = nnx.split(model, nnx.Param, ...)
+                new_params, new_rest = _split_state(model)
                 return value, new_params, new_rest, nnx.state(opt)
 
             out = (
@@ -935,9 +951,7 @@ def _compile(
 def _compiler(backend: str, device_kind: str) -> str:
     if backend == "tpu":
         return f"XLA:TPU (libtpu {_libtpu_version()}, {device_kind})"
-    import jaxlib
-
-    return f"XLA:{backend.upper()} (jaxlib {jaxlib.__version__})"
+    return f"XLA:{backend.upper()} (jaxlib {importlib.metadata.version('jaxlib')})"
 
 
 # ----------------------------------------------------------------------------
@@ -1023,7 +1037,9 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
     mesh_axes = tuple((str(a), int(s)) for a, s in data["mesh"])
     rules = data["rules"]
     if rules is not None:
-        rules = [(p, _spec_from_json(s) if isinstance(s, list) else s) for p, s in rules]
+        rules = [
+            (p, _spec_from_json(s) if isinstance(s, list) else s) for p, s in rules
+        ]
     logical = data["logical_rules"]
     if logical is not None:
         logical = [(k, tuple(v) if isinstance(v, list) else v) for k, v in logical]
@@ -1216,7 +1232,8 @@ def step_memory_report(
     )
     leaves = _as_batch(batch)
     specs, spec_name = _as_batch_specs(batch_spec, leaves, mesh_axes[0][0])
-    loss_name = _as_loss(loss, leaves)
+    loss = _as_loss(loss, leaves)
+    loss_name = _loss_name(loss)
     tx, optimizer_name = _as_optimizer(optimizer)
     if tx is not None and loss is None:
         raise ValueError(
@@ -1238,7 +1255,8 @@ def step_memory_report(
         )
     request = _Request(
         model=model,
-        target_name=_importable_name(target) if not isinstance(target, nnx.Module)
+        target_name=_importable_name(target)
+        if not isinstance(target, nnx.Module)
         else None,
         mesh_axes=mesh_axes,
         batch=leaves,

@@ -11,6 +11,7 @@ traceback on stderr and exit code 1.
 
 import json
 import sys
+from typing import Any
 
 from nnx_introspect._step import run_child_request
 from nnx_introspect._targets import TargetError
@@ -21,6 +22,7 @@ __all__ = ["main"]
 def main() -> int:
     """Serve one request from stdin; the exit code."""
     request = json.loads(sys.stdin.read())
+    answer: dict[str, Any]
     try:
         answer = {"result": run_child_request(request)}
     except TargetError as error:

@@ -55,7 +55,8 @@ def parse_batch(text: str) -> jax.ShapeDtypeStruct:
         dtype = jnp.dtype(name)
     except TypeError:
         raise ValueError(
-            f"`--batch` {text!r}: {name!r} is not a dtype (int32, float32, bfloat16...)."
+            f"`--batch` {text!r}: {name!r} is not a dtype (int32, float32, "
+            "bfloat16...)."
         ) from None
     parts = [d.strip() for d in dims.split(",")] if dims.strip() else []
     if any(not p.isdigit() for p in parts):
