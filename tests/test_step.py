@@ -25,10 +25,12 @@ from jax.sharding import PartitionSpec as P
 
 from nnx_introspect import _step
 from nnx_introspect._step import StepMemoryReport, parse_topology, step_memory_report
-from nnx_introspect.examples import LLAMA_TINY, llama
+from nnx_introspect.examples import LLAMA_TINY, LlamaConfig, llama
 
 B, T = 8, 128
 TINY = dataclasses.replace(LLAMA_TINY, partitioned=True)
+MICRO = LlamaConfig(vocab=512, d_model=64, n_layers=2, n_heads=2, d_ff=128)
+"""A Llama small enough that XLA:TPU compiles its step in seconds."""
 
 
 def tokens(b: int = B, t: int = T) -> jax.ShapeDtypeStruct:
@@ -59,13 +61,16 @@ def hand_spec(path: tuple[Any, ...], ndim: int) -> P:
     return HAND_SPECS[names[-1]]
 
 
-def hand_compiled(mesh: Mesh, b: int = B, t: int = T) -> Any:
-    """The llama_tiny AdamW LM step, written the way a training script does."""
-    model = nnx.eval_shape(lambda: llama(LLAMA_TINY)(nnx.Rngs(0)))
+def hand_compiled(
+    mesh: Mesh, cfg: LlamaConfig = LLAMA_TINY, b: int = B, t: int = T
+) -> Any:
+    """The Llama AdamW LM step, written the way a training script does.
+
+    ``cfg`` carries no sharding metadata: the specs are :data:`HAND_SPECS`.
+    """
+    model = nnx.eval_shape(lambda: llama(cfg)(nnx.Rngs(0)))
     optimizer = nnx.eval_shape(
-        lambda: nnx.Optimizer(
-            llama(LLAMA_TINY)(nnx.Rngs(0)), optax.adamw(1e-3), wrt=nnx.Param
-        )
+        lambda: nnx.Optimizer(llama(cfg)(nnx.Rngs(0)), optax.adamw(1e-3), wrt=nnx.Param)
     )
     graphdef, params = nnx.split(model, nnx.Param)
     opt_graphdef, opt_state = nnx.split(optimizer)
@@ -517,7 +522,7 @@ def _libtpu_missing() -> bool:
 @pytest.mark.skipif(_libtpu_missing(), reason="libtpu is not installed (the tpu extra)")
 def test_v5e_2x2_equals_hand_written_xla_tpu(monkeypatch: pytest.MonkeyPatch) -> None:
     report = step_memory_report(
-        llama(TINY),
+        llama(dataclasses.replace(MICRO, partitioned=True)),
         "fsdp=2,tp=2",
         tokens(),
         loss="lm",
@@ -530,7 +535,7 @@ def test_v5e_2x2_equals_hand_written_xla_tpu(monkeypatch: pytest.MonkeyPatch) ->
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     devices = topologies.get_topology_desc("v5e:2x2", "tpu").devices
     mesh = Mesh(np.array(devices).reshape(2, 2), ("fsdp", "tp"))
-    compiled = hand_compiled(mesh)
+    compiled = hand_compiled(mesh, MICRO)
     memory = compiled.memory_analysis()
     assert report.backend == "tpu" and report.device_kind == "TPU v5 lite"
     assert report.compiler.startswith("XLA:TPU (libtpu ")

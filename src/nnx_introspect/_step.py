@@ -156,7 +156,6 @@ class StepMemoryReport(Report):
     Example:
         >>> import jax, jax.numpy as jnp
         >>> from flax import nnx
-        >>> from nnx_introspect import step_memory_report
         >>> batch = jax.ShapeDtypeStruct((8, 4), jnp.float32)
         >>> report = step_memory_report(
         ...     lambda rngs: nnx.Linear(4, 6, rngs=rngs), "data=8", batch
@@ -1219,9 +1218,9 @@ def step_memory_report(
         >>> report.num_devices, report.step
         (4, 'forward + backward + optimizer update')
         >>> params = (16 * 64 + 64 + 64 * 16 + 16) * 4  # replicated float32
-        >>> report.argument_bytes == 3 * params + 8 * 16 * 4 + 4 + 4
+        >>> report.argument_bytes == 3 * params + 8 * 16 * 4 + 8  # + 2 counters
         True
-        >>> report.plan.bytes_by_category["optimizer state"] == 2 * params + 4
+        >>> report.plan.bytes_by_category["optimizer state"] == 2 * params + 8
         True
     """
     model = _as_model(target)
