@@ -545,3 +545,20 @@ def test_v5e_2x2_equals_hand_written_xla_tpu(monkeypatch: pytest.MonkeyPatch) ->
     assert report.alias_bytes == memory.alias_size_in_bytes
     assert not any("many times over" in n for n in report.table().notes)
     assert jax.default_backend() == "cpu"  # the process's own devices unchanged
+
+
+def test_other_state_is_carried_and_donated(
+    bn_dropout: Any, assert_readonly: Any
+) -> None:
+    """BatchNorm statistics and Dropout's RNG state: updated by the step, donated."""
+    x = jax.ShapeDtypeStruct((4, 3), jnp.float32)
+    report = assert_readonly(
+        bn_dropout,
+        lambda: step_memory_report(bn_dropout, "data=2", x, optimizer="adamw"),
+    )
+    cats = report.plan.bytes_by_category
+    params, other = (3 * 5 + 5 + 5 + 5 + 5 * 2 + 2) * 4, cats["other state"]
+    assert cats["params"] == params and other > 0
+    # params, batch stats + RNG state, AdamW's mu and nu + 2 counters, 2 rows of x
+    assert report.argument_bytes == params + other + 2 * params + 8 + 2 * 3 * 4
+    assert report.alias_bytes == report.argument_bytes - 2 * 3 * 4

@@ -864,19 +864,22 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
     else:
         objective = _objective(loss)
 
-        def loss_and_state(
-            params: Any, rest: Any, batch: tuple[Any, ...]
-        ) -> tuple[Any, Any]:
-            model = nnx.merge(graphdef, params, rest)
-            value = objective(model, batch)
-            return value, _split_state(model)[1]
+        def grad_step(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
+            """The loss and gradients, as an NNX training loop writes them.
 
-        grad_fn = jax.value_and_grad(loss_and_state, has_aux=True)
+            ``nnx.value_and_grad`` differentiates the ``nnx.Param`` state and
+            carries the other state's updates (batch statistics, RNG counts)
+            back into ``model``.
+            """
+            model = nnx.merge(graphdef, params, rest)
+            value, grads = nnx.value_and_grad(lambda m: objective(m, batch))(model)
+            return value, grads, model
+
         if tx is None:
 
             def backward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-                (value, new_rest), grads = grad_fn(params, rest, batch)
-                return value, grads, new_rest
+                value, grads, model = grad_step(params, rest, batch)
+                return value, grads, _split_state(model)[1]
 
             out: tuple[Any, ...] = (replicated, _shardings(params), _shardings(rest))
             jitted = jax.jit(backward, out_shardings=out, keep_unused=True)
@@ -892,8 +895,7 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
             def train(
                 params: Any, rest: Any, opt_state: Any, batch: tuple[Any, ...]
             ) -> Any:
-                (value, new_rest), grads = grad_fn(params, rest, batch)
-                model = nnx.merge(graphdef, params, new_rest)
+                value, grads, model = grad_step(params, rest, batch)
                 opt = nnx.merge(opt_graphdef, opt_state)
                 opt.update(model, grads)
                 new_params, new_rest = _split_state(model)
