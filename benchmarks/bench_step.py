@@ -24,18 +24,22 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
 
-import argparse  # noqa: E402
-import dataclasses  # noqa: E402
-import math  # noqa: E402
-import resource  # noqa: E402
-import time  # noqa: E402
+import argparse
+import dataclasses
+import math
+import resource
+import time
 
-import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
+import jax
+import jax.numpy as jnp
 
-from nnx_introspect._render import format_bytes  # noqa: E402
-from nnx_introspect._step import _libtpu_version, step_memory_report  # noqa: E402
-from nnx_introspect.examples import LLAMA_TINY, llama  # noqa: E402
+from nnx_introspect._render import format_bytes
+from nnx_introspect._step import (
+    StepMemoryReport,
+    _libtpu_version,
+    step_memory_report,
+)
+from nnx_introspect.examples import LLAMA_TINY, llama
 
 TINY = llama(dataclasses.replace(LLAMA_TINY, partitioned=True))
 
@@ -52,9 +56,9 @@ def row(name: str, value: str, target: str = "") -> None:
     print(f"| {name} | {value} | {target} |")
 
 
-def six_nt(report: object, b: int, t: int) -> float:
-    total: float = report.total_flops  # type: ignore[attr-defined]
-    return total / (6 * report.plan.n_params * b * t)  # type: ignore[attr-defined]
+def six_nt(report: StepMemoryReport, b: int, t: int) -> float:
+    """FLOPs x devices over the ``6 x params x tokens`` training estimate."""
+    return report.total_flops / (6 * report.plan.n_params * b * t)
 
 
 def main() -> None:
