@@ -2,13 +2,16 @@
 
 Not collected by pytest (no ``test_`` prefix). Run as::
 
-    python tests/_multiprocess_worker.py PROCESS_ID PORT CHECKPOINT_DIR
+    python tests/_multiprocess_worker.py PROCESS_ID PORT CHECKPOINT_DIR SAVE_DIR
 
 Each process owns 4 CPU devices; together they form one global mesh of 8
 (``data=2, model=4``: process 0 holds the ``data=0`` row, process 1 the other).
 The models are built from :func:`global_values`, the same NumPy arrays the test
 process uses for its single-process answer, and each process prints one line
-``RESULT <json>``. Everything talks over the loopback address only: the
+``RESULT <json>``. After the measurements both processes save the globally
+sharded model together with orbax into ``SAVE_DIR`` (each writes its own shards:
+``ocdbt.process_<i>/`` and ``array_metadatas/process_<i>``), then each reads
+that checkpoint back with the library. Everything talks over the loopback address only: the
 coordinator binds ``127.0.0.1`` and the gloo CPU collectives are created on
 ``127.0.0.1`` too (by default gloo uses the machine's host name).
 
@@ -24,13 +27,21 @@ from typing import Any
 import jax
 import ml_dtypes
 import numpy as np
+import orbax.checkpoint as ocp
 from flax import nnx
 from jax._src import distributed, xla_bridge
 from jax._src.lib import _jax  # type: ignore[attr-defined]
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import compare_states, param_fingerprint, param_sum, verify_restore
+from nnx_introspect import (
+    check_checkpoint,
+    checkpoint_report,
+    compare_states,
+    param_fingerprint,
+    param_sum,
+    verify_restore,
+)
 
 NUM_PROCESSES = 2
 DEVICES_PER_PROCESS = 4
@@ -45,6 +56,8 @@ SPECS: dict[str, tuple[tuple[Any, ...], tuple[Any, ...]]] = {
     "qkernel": (("data", "model"), ("model", None)),
     "scale": ((), ("model",)),
     "keys": ((("data", "model"),), ((),)),
+    # Only in the checkpoint both processes save (see `checkpoint_values`).
+    "embed": (("data", "model"), (None, "model")),
 }
 
 
@@ -59,6 +72,18 @@ def global_values(seed: int) -> dict[str, np.ndarray]:
         "scale": (rng.integers(1, 9, (4,)) / 8).astype(ml_dtypes.bfloat16),
         "keys": np.asarray([seed], np.uint32),
     }
+
+
+def checkpoint_values(seed: int) -> dict[str, np.ndarray]:
+    """:func:`global_values` and ``embed``, the arrays both processes save.
+
+    ``embed`` is large and random enough that every shard (32 x 64 float32,
+    8 KiB) lands in a data file of the process that writes it: orbax inlines
+    values up to 1 KiB in the array index, where the small arrays stay.
+    """
+    rng = np.random.default_rng(seed + 1)
+    embed = rng.standard_normal((64, 256)).astype(np.float32)
+    return {**global_values(seed), "embed": embed}
 
 
 def perturbed(values: dict[str, np.ndarray]) -> dict[str, np.ndarray]:
@@ -95,6 +120,8 @@ def build(values: dict[str, np.ndarray], mesh: Any, layout: int = 0) -> Any:
             self.qkernel = nnx.Param(place("qkernel"))
             self.scale = nnx.Param(place("scale"))
             self.keys = nnx.RngKey(place("keys"))
+            if "embed" in values:
+                self.embed = nnx.Param(place("embed"))
 
     return Sharded()
 
@@ -138,7 +165,33 @@ def _loopback_cpu_backend() -> None:
     xla_bridge.register_backend_factory("cpu", factory, priority=0)
 
 
-def main(process_id: int, port: int, checkpoint: str) -> None:
+def save_and_read_back(model: Any, path: str) -> dict[str, Any]:
+    """Save ``model`` from every process into ``path``, then read it back here.
+
+    Every process calls ``save`` with its own shards (orbax synchronizes them
+    and process 0 finalizes the checkpoint); ``close`` waits until it is done.
+    """
+    checkpointer = ocp.StandardCheckpointer()
+    try:
+        checkpointer.save(path, nnx.state(model))
+        checkpointer.wait_until_finished()
+    finally:
+        checkpointer.close()
+    check = check_checkpoint(path, model)
+    result: dict[str, Any] = {
+        "saved_report": checkpoint_report(path).json_data(),
+        "saved_check_equal": check.equal,
+        "saved_check_entries": [(e.path, e.problem) for e in check.entries],
+    }
+    try:
+        verify_restore(path, model)
+        result["saved_verify_error"] = None
+    except ValueError as error:
+        result["saved_verify_error"] = str(error)
+    return result
+
+
+def main(process_id: int, port: int, checkpoint: str, save_dir: str) -> None:
 
     jax.config.update("jax_platforms", "cpu")
     jax.config.update("jax_num_cpu_devices", DEVICES_PER_PROCESS)
@@ -169,9 +222,10 @@ def main(process_id: int, port: int, checkpoint: str) -> None:
             result[name] = None
         except ValueError as error:
             result[name] = str(error)
+    result.update(save_and_read_back(build(checkpoint_values(0), mesh), save_dir))
     print("RESULT " + json.dumps(result), flush=True)
     jax.distributed.shutdown()
 
 
 if __name__ == "__main__":
-    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3])
+    main(int(sys.argv[1]), int(sys.argv[2]), sys.argv[3], sys.argv[4])

@@ -17,13 +17,17 @@ take it in between (the coordinator's gRPC server binds with ``SO_REUSEPORT``
 too). No retry: a run either passes or fails with both children's output.
 """
 
+import dataclasses
+import gc
 import json
 import os
+import re
+import shutil
 import socket
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 from typing import Any
@@ -34,7 +38,13 @@ import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
 
-from nnx_introspect import compare_states, param_fingerprint, verify_restore
+from nnx_introspect import (
+    check_checkpoint,
+    checkpoint_report,
+    compare_states,
+    param_fingerprint,
+    verify_restore,
+)
 from tests import _multiprocess_worker as worker
 
 WORKER = Path(worker.__file__).resolve()
@@ -70,7 +80,9 @@ def child_env() -> dict[str, str]:
     return env
 
 
-def run_two_processes(tmp_path: Path, checkpoint: Path) -> list[dict[str, Any]]:
+def run_two_processes(
+    tmp_path: Path, checkpoint: Path, save_dir: Path
+) -> list[dict[str, Any]]:
     """Start both workers, wait (bounded), kill on failure; their RESULT lines."""
     logs = [tmp_path / f"process_{i}.log" for i in range(worker.NUM_PROCESSES)]
     procs: list[subprocess.Popen[bytes]] = []
@@ -86,6 +98,7 @@ def run_two_processes(tmp_path: Path, checkpoint: Path) -> list[dict[str, Any]]:
                                 str(i),
                                 str(port),
                                 str(checkpoint),
+                                str(save_dir),
                             ],
                             stdout=out,
                             stderr=subprocess.STDOUT,
@@ -127,10 +140,14 @@ def mesh() -> jax.sharding.Mesh:
     return jax.make_mesh(worker.MESH_SHAPE, worker.MESH_AXES, devices=jax.devices())
 
 
+@dataclasses.dataclass(frozen=True)
+class Run:
+    results: list[dict[str, Any]]  # each process's RESULT line
+    saved: Path  # the checkpoint both processes saved together
+
+
 @pytest.fixture(scope="module")
-def two_processes(
-    tmp_path_factory: pytest.TempPathFactory, mesh: jax.sharding.Mesh
-) -> list[dict[str, Any]]:
+def run(tmp_path_factory: pytest.TempPathFactory, mesh: jax.sharding.Mesh) -> Run:
     tmp_path = tmp_path_factory.mktemp("multiprocess")
     checkpoint = tmp_path / "ckpt"
     model = worker.build(worker.global_values(0), mesh)
@@ -138,7 +155,13 @@ def two_processes(
         checkpointer.save(checkpoint, nnx.state(model))
     # The checkpoint is sound: in one process it verifies clean.
     assert verify_restore(checkpoint, model).equal
-    return run_two_processes(tmp_path, checkpoint)
+    saved = tmp_path / "saved_by_two"
+    return Run(run_two_processes(tmp_path, checkpoint, saved), saved)
+
+
+@pytest.fixture(scope="module")
+def two_processes(run: Run) -> list[dict[str, Any]]:
+    return run.results
 
 
 def normalized(data: dict[str, Any]) -> dict[str, Any]:
@@ -254,3 +277,227 @@ def test_in_one_process_the_same_arrays_fingerprint_and_compare(
     assert fp.leaves[1].sum == float(values["kernel"].astype(np.float64).sum())
     diff = compare_states(model, host)
     assert [(e.path, e.problem) for e in diff.entries] == [("keys", "missing")]
+
+
+# --- a checkpoint written by both processes ---------------------------------------
+
+MESH = "on data=2, model=4"
+# path -> global shape, stored dtype, packed bytes, save-time spec. Orbax stores a
+# PRNG key array as its uint32 key data (a threefry key is two words); int4 packs
+# two elements per byte.
+SAVED = {
+    "bias": ((16,), "float32", 16 * 4, "P('model')"),
+    "embed": ((64, 256), "float32", 64 * 256 * 4, "P('data', 'model')"),
+    "kernel": ((8, 16), "float32", 8 * 16 * 4, "P('data', 'model')"),
+    "keys": ((8, 2), "uint32", 8 * 2 * 4, "P(('data', 'model'), None)"),
+    "qkernel": ((8, 16), "int4", 8 * 16 // 2, "P('data', 'model')"),
+    "scale": ((4,), "bfloat16", 4 * 2, "P()"),
+}
+
+
+def expected_leaves() -> list[dict[str, Any]]:
+    values = worker.checkpoint_values(0)
+    leaves = []
+    for path, (shape, dtype, nbytes, spec) in SAVED.items():
+        if path != "keys":  # the shapes are the global arrays' own
+            assert values[path].shape == shape and values[path].dtype.name == dtype
+        size = int(np.prod(shape))
+        leaves.append(
+            {
+                "path": path,
+                "shape": list(shape),
+                "dtype": dtype,
+                "size": size,
+                "nbytes": nbytes,
+                "sharding": f"{spec} {MESH}",
+            }
+        )
+    return leaves
+
+
+def test_every_process_reads_the_checkpoint_they_saved_together(
+    run: Run,
+) -> None:
+    for result in run.results:
+        report = result["saved_report"]
+        assert report["path"] == str(run.saved)
+        assert report["layout"] == "nnx-state"
+        assert report["leaves"] == expected_leaves()
+        assert result["saved_check_equal"] is True
+        assert result["saved_check_entries"] == []
+        message = result["saved_verify_error"]
+        assert message is not None
+        assert message.startswith(
+            "`target` holds 6 array(s) that are not fully addressable"
+        )
+
+
+def restores_with_orbax(path: str | Path) -> bool:
+    """Whether orbax's own restore, in one process, gives back the global values.
+
+    Restores onto this process's 8 devices in the reference layout and compares
+    with :func:`worker.checkpoint_values` in NumPy; never raises.
+    """
+    mesh = jax.make_mesh(worker.MESH_SHAPE, worker.MESH_AXES, devices=jax.devices())
+    values = worker.checkpoint_values(0)
+    state = nnx.state(worker.build(values, mesh))
+    abstract = jax.tree.map(
+        lambda x: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=x.sharding), state
+    )
+    want = {k: v for k, v in values.items() if k != "keys"}
+    want["keys"] = np.asarray(
+        jax.random.key_data(jax.random.split(jax.random.key(0), 8))
+    )
+    try:
+        with ocp.StandardCheckpointer() as checkpointer:
+            restored = checkpointer.restore(path, abstract)
+        got = {
+            str(k[0]): np.asarray(
+                jax.random.key_data(v[...]) if k == ("keys",) else v[...]
+            )
+            for k, v in nnx.to_flat_state(restored)
+        }
+    except Exception:  # orbax and tensorstore raise anything, bare ones included
+        return False
+    return sorted(got) == sorted(want) and all(
+        got[k].dtype == want[k].dtype and np.array_equal(got[k], want[k]) for k in want
+    )
+
+
+def test_one_process_reads_and_restores_what_two_saved(
+    run: Run, mesh: jax.sharding.Mesh
+) -> None:
+    saved = run.saved
+    # Both processes wrote their shards: process 1 has its own files.
+    assert (saved / "array_metadatas" / "process_1").is_file()
+    assert any((saved / "ocdbt.process_1" / "d").iterdir())
+    report = checkpoint_report(saved)
+    assert report.json_data()["leaves"] == expected_leaves()
+    assert report.json_data() == run.results[0]["saved_report"]
+    values = worker.checkpoint_values(0)
+    assert restores_with_orbax(saved)  # orbax itself restores it in one process
+    assert check_checkpoint(saved, worker.build(values, mesh)).equal
+    # The values written by both processes restore and compare in one, into the
+    # saved layout and another (orbax reshards).
+    for layout in (0, 1):
+        diff = verify_restore(saved, worker.build(values, mesh, layout=layout))
+        assert diff.equal and diff.values_compared, layout
+    # Both halves were read: changes in process 0's and process 1's rows count.
+    other = worker.perturbed(values)
+    other["embed"][40, 200] += 1.0  # a shard in one of process 1's data files
+    diff = verify_restore(saved, worker.build(other, mesh))
+    assert [(e.path, e.problem, e.n_different) for e in diff.entries] == [
+        ("bias", "value", 1),
+        ("embed", "value", 1),
+        ("kernel", "value", 3),
+        ("qkernel", "value", 1),
+    ]
+
+
+def _flip_first_byte(f: Path) -> None:
+    data = bytearray(f.read_bytes())
+    data[0] ^= 0xFF
+    f.write_bytes(bytes(data))
+
+
+def _truncate(f: Path) -> None:
+    data = f.read_bytes()
+    f.write_bytes(data[: len(data) // 2])
+
+
+DAMAGES: dict[str, Callable[[Path], None]] = {
+    "delete": Path.unlink,
+    "truncate": _truncate,
+    "flip": _flip_first_byte,
+}
+
+# Orbax's failing restores leave "Event loop is closed" and abandoned coroutines
+# behind, so its verdicts on damaged copies are computed in a child process.
+ORACLE = """
+import json, sys
+from tests.test_multiprocess import restores_with_orbax
+print(json.dumps({p: restores_with_orbax(p) for p in sys.argv[1:]}))
+"""
+
+
+# A restore that fails on one chunk abandons the reads of the others in flight
+# (orbax wraps the GeneratorExit of closing them in a new Exception): collected
+# within this test, and ignored.
+@pytest.mark.filterwarnings("ignore::pytest.PytestUnraisableExceptionWarning")
+def test_damage_to_process_1_files_is_named_or_harmless(
+    run: Run, mesh: jax.sharding.Mesh, tmp_path: Path
+) -> None:
+    saved = run.saved
+    rels = sorted(
+        str(f.relative_to(saved))
+        for f in saved.rglob("*")
+        if f.is_file() and "process_1" in str(f.relative_to(saved))
+    )
+    data_files = [r for r in rels if r.startswith("ocdbt.process_1/d/")]
+    assert "array_metadatas/process_1" in rels and data_files
+    copies: dict[tuple[str, str], Path] = {}
+    for rel in rels:
+        for how, damage in DAMAGES.items():
+            copy = tmp_path / f"{len(copies)}"
+            shutil.copytree(saved, copy)
+            damage(copy / rel)
+            copies[rel, how] = copy
+    result = subprocess.run(
+        [sys.executable, "-c", ORACLE, *map(str, copies.values())],
+        capture_output=True,
+        text=True,
+        cwd=WORKER.parent.parent,
+        timeout=TIMEOUT_S,
+        check=True,
+    )
+    orbax_ok = json.loads(result.stdout.splitlines()[-1])
+    model = worker.build(worker.checkpoint_values(0), mesh)
+    verdicts = {}
+    for (rel, how), copy in copies.items():
+        try:
+            ours: bool | str = verify_restore(copy, model).equal
+        except ValueError as error:
+            ours = str(error)
+        verdicts[rel, how] = (orbax_ok[str(copy)], ours)
+    gc.collect()  # here, not in a later test: see the filterwarnings mark
+    for (rel, how), (orbax_restores, ours) in verdicts.items():
+        copy = copies[rel, how]
+        if orbax_restores:  # never red for a damage orbax does not mind
+            assert ours is True, (rel, how, ours)
+        else:  # never green, and the message names the damaged file
+            assert isinstance(ours, str), (rel, how)
+            assert ours.startswith(
+                f"`path` '{copy}' is a damaged orbax checkpoint, not an empty one: "
+            )
+            assert f"`{rel}`" in ours, (rel, how, ours)
+    # Orbax reads every `array_metadatas/process_<i>` file present (a missing
+    # one is not needed) and process 1's data file, through the merged index
+    # that supersedes process 1's own `manifest.ocdbt`.
+    (data_file,) = data_files
+    assert {k: v[0] for k, v in verdicts.items()} == {
+        ("array_metadatas/process_1", "delete"): True,
+        ("array_metadatas/process_1", "truncate"): False,
+        ("array_metadatas/process_1", "flip"): False,
+        ("ocdbt.process_1/manifest.ocdbt", "delete"): True,
+        ("ocdbt.process_1/manifest.ocdbt", "truncate"): True,
+        ("ocdbt.process_1/manifest.ocdbt", "flip"): True,
+        (data_file, "delete"): False,
+        (data_file, "truncate"): False,
+        (data_file, "flip"): False,
+    }
+    assert "is not valid JSON" in str(verdicts["array_metadatas/process_1", "flip"][1])
+    assert f"`{data_file}` (holds data of `embed.value`) is missing" in str(
+        verdicts[data_file, "delete"][1]
+    )
+    assert re.search(
+        rf"`{data_file}` \(holds data of `embed.value`\) is truncated: \d+ bytes, "
+        r"the array store references \d+",
+        str(verdicts[data_file, "truncate"][1]),
+    )
+    # Same length, wrong bytes: only the restore finds it, and names the chunk
+    # (rows 32-63, process 1's half) and the file of the process that wrote it.
+    assert re.search(
+        r"the data of `embed.value` could not be read \(ZSTD_decompress.*\): "
+        rf"chunk `1.0`, stored in `{data_file}`\. Restore it",
+        str(verdicts[data_file, "flip"][1]),
+    )

@@ -195,6 +195,9 @@ class _Checkpoint:
     tree: Any
     layout: Layout
     records: tuple[VarRecord, ...]  # paths without the nnx-state "value" key
+    # Array-store key ("embed.value/1.0") -> the data file holding it, relative
+    # to `path` ("ocdbt.process_1/d/..."); values inlined in the index are absent.
+    data_files: tuple[tuple[str, str], ...] = ()
 
 
 class CheckpointNotFoundError(FileNotFoundError, ValueError):
@@ -396,13 +399,15 @@ def _location(location: str) -> tuple[str, int]:
     return base + file_id, int(offset) + int(length)
 
 
-def _check_array_store(p: pathlib.Path, expected: set[str]) -> None:
+def _check_array_store(p: pathlib.Path, expected: set[str]) -> dict[str, str]:
     """Check that every file the OCDBT array store references is whole.
 
     Walks the store's B-tree from ``manifest.ocdbt``: every index node and every
     data file it references must exist and be long enough, and every array
     ``_METADATA`` lists (``expected``) must have keys in it. Reads the small
-    index nodes only, never array data.
+    index nodes only, never array data. Returns the data file of every key not
+    inlined in the index (``ocdbt.process_<i>/d/...`` for the process that
+    wrote it), to name the file when a restore finds its bytes damaged.
     """
     import tensorstore as ts  # deferred, as orbax
 
@@ -413,6 +418,7 @@ def _check_array_store(p: pathlib.Path, expected: set[str]) -> None:
     holders: dict[str, set[str]] = {}
     ends: dict[str, int] = {}
     found: set[str] = set()
+    data_files: dict[str, str] = {}
 
     def need(location: str, holder: str) -> str:
         rel, end = _location(location)
@@ -439,14 +445,15 @@ def _check_array_store(p: pathlib.Path, expected: set[str]) -> None:
         while pending:
             node = ts.ocdbt.dump(base, pending.pop()).result()
             for entry in node.get("entries", []):
-                key = entry.get("key", b"")
-                name = bytes(key).split(b"/")[0].decode("utf-8", "replace")
+                key = bytes(entry.get("key", b"")).decode("utf-8", "replace")
+                name = key.split("/")[0]
                 found.add(name)
                 for value in entry.values():
                     if isinstance(value, str) and value.startswith("btreenode:"):
                         pending.append(need(value, "the array index"))
                     elif isinstance(value, str) and value.startswith("value:"):
                         need(value, f"data of `{name}`")
+                        data_files[key] = _location(value)[0]
     except ValueError as error:
         if str(error).startswith("`path`"):
             raise
@@ -462,6 +469,7 @@ def _check_array_store(p: pathlib.Path, expected: set[str]) -> None:
             f"`_METADATA` lists {shown}{more}, which the array store "
             "(`manifest.ocdbt`) does not hold",
         )
+    return data_files
 
 
 def _held(holders: set[str]) -> str:
@@ -488,8 +496,17 @@ def _is_read_error(error: BaseException) -> bool:
     )
 
 
-def _store_error(error: BaseException, p: pathlib.Path) -> str:
-    """What an orbax or tensorstore read error says is damaged, on one line."""
+def _store_error(
+    error: BaseException,
+    p: pathlib.Path,
+    data_files: tuple[tuple[str, str], ...] = (),
+) -> str:
+    """What an orbax or tensorstore read error says is damaged, on one line.
+
+    ``data_files`` maps array-store keys to their data files: a key the error
+    names is followed by its file (in a multi-process checkpoint, the file of
+    the process that wrote that chunk).
+    """
     texts = _chain(error)
     for text in reversed(texts):  # the innermost error names the file
         text = text.split(" [tensorstore_spec=")[0]
@@ -498,15 +515,19 @@ def _store_error(error: BaseException, p: pathlib.Path) -> str:
             for f in re.findall(r'local file "([^"]*)"', text)
             if f and not f.endswith("/")
         ]
-        key = re.search(r'"([^"/]+)/[^"]*" in OCDBT', text)
+        key = re.search(r'"(([^"/]+)/([^"]*))" in OCDBT', text)
+        where = ""
         if files:
             part = f"`{os.path.relpath(files[-1], p)}`"
         elif key:
-            part = f"the data of `{key.group(1)}`"
+            part = f"the data of `{key.group(2)}`"
+            data_file = dict(data_files).get(key.group(1))
+            if data_file is not None:
+                where = f": chunk `{key.group(3)}`, stored in `{data_file}`"
         else:
             continue
         reason = _one_line(text.rsplit('": ', 1)[-1], p)
-        return f"{part} could not be read ({reason})"
+        return f"{part} could not be read ({reason}){where}"
     return f"its array store could not be read ({_one_line(texts[-1], p)})"
 
 
@@ -515,8 +536,7 @@ def _read(path: PathLike) -> _Checkpoint:
 
     p = resolve_checkpoint(path)
     n_stored, in_store, use_ocdbt = _check_json_files(p)
-    if use_ocdbt and in_store:
-        _check_array_store(p, in_store)
+    data_files = _check_array_store(p, in_store) if use_ocdbt and in_store else {}
     handler = ocp.PyTreeCheckpointHandler()
     try:
         meta = handler.metadata(p)
@@ -543,6 +563,7 @@ def _read(path: PathLike) -> _Checkpoint:
         tree=tree,
         layout="nnx-state" if state_layout else "pure-dict",
         records=records,
+        data_files=tuple(sorted(data_files.items())),
     )
 
 
@@ -555,9 +576,17 @@ def _sharding_str(meta: Any) -> str:
         return "-"
     spec = getattr(meta, "partition_spec", None)
     if spec is not None:
-        names = getattr(meta, "axis_names", None) or ()
-        sizes = getattr(meta, "shape", None) or ()
-        mesh = ", ".join(f"{n}={s}" for n, s in zip(names, sizes, strict=False))
+        # Orbax keeps the mesh shape as a NumPy array: never test its truth.
+        names = getattr(meta, "axis_names", None)
+        sizes = getattr(meta, "shape", None)
+        mesh = ", ".join(
+            f"{n}={int(s)}"
+            for n, s in zip(
+                () if names is None else names,
+                () if sizes is None else sizes,
+                strict=False,
+            )
+        )
         return f"{_spec_str(tuple(spec))} on {mesh}"
     device = getattr(meta, "device_str", None)
     if device is not None:
@@ -566,7 +595,12 @@ def _sharding_str(meta: Any) -> str:
 
 
 def _spec_str(spec: tuple[Any, ...]) -> str:
-    return "P(" + ", ".join(repr(a) for a in spec) + ")"
+    """``P(...)`` as JAX and the mesh planner write it (orbax stores lists)."""
+    return (
+        "P("
+        + ", ".join(repr(tuple(a) if isinstance(a, list) else a) for a in spec)
+        + ")"
+    )
 
 
 def _normalize_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:
@@ -927,7 +961,9 @@ def _restore(ckpt: _Checkpoint, item: Any) -> dict[Key, Any]:
             )
     except Exception as error:  # tensorstore raises a bare `Exception`
         if _is_read_error(error):
-            raise _damaged(ckpt.path, _store_error(error, ckpt.path)) from error
+            raise _damaged(
+                ckpt.path, _store_error(error, ckpt.path, ckpt.data_files)
+            ) from error
         raise ValueError(
             f"orbax could not restore `path` {str(ckpt.path)!r}: "
             f"{_one_line(str(error), ckpt.path)}."
