@@ -10,6 +10,11 @@ process's 8 devices, from the same global values, and against NumPy arithmetic.
 * ``param_fingerprint`` and ``verify_restore`` raise ``ValueError`` naming
   ``target`` (a content hash and a one-process restore need every byte on one
   host).
+* A checkpoint both processes save together (each writes its own
+  ``ocdbt.process_<i>/`` and ``array_metadatas/process_<i>``) reads whole in
+  each of them and here, restores here to the global values (orbax's own
+  restore agrees), and damage to process 1's files is an error naming the file
+  exactly when orbax's own restore fails on it (computed in a child process).
 
 The coordinator port is reserved before the children start: this process binds
 it with ``SO_REUSEPORT`` and holds it until they exit, so no other program can

@@ -22,6 +22,12 @@ checks that the files orbax wrote are whole (its JSON metadata parses, and every
 index node and data file the array store references exists and is long enough)
 and raises a ``ValueError`` naming ``path`` and the damaged file otherwise. A
 checkpoint that really holds no array reads as an empty report.
+
+A checkpoint saved by several ``jax.distributed`` processes reads the same way,
+in any number of processes: each process wrote its shards to its own
+``ocdbt.process_<i>/`` data files and ``array_metadatas/process_<i>``, and the
+merged index (``manifest.ocdbt``) names every data file, so damage to any
+process's files is found and named.
 """
 
 import dataclasses
