@@ -97,3 +97,13 @@ def test_bad_filter_is_named_before_flax_sees_it() -> None:
         r"type int\.$",
     ):
         inventory(model, (nnx.Param, 3))
+
+
+def test_numpy_scalars_are_concrete_values() -> None:
+    # A NumPy scalar in a variable has a value to read: it is not abstract.
+    model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
+    model.scale = nnx.Param(np.float64(1.5))
+    (record,) = inventory(model, (lambda path, _: path[-1] == "scale",))
+    assert record.array is not None
+    assert not record.is_abstract
+    assert float(record.array) == 1.5

@@ -16,7 +16,7 @@ M = TypeVar("M")
 _EXAMPLE = "Pass a callable such as `lambda rngs: nnx.Linear(3, 2, rngs=rngs)`."
 
 
-def _check_takes_rngs(factory: Callable[..., Any]) -> None:
+def check_takes_rngs(factory: Callable[..., Any]) -> None:
     """Raise if ``factory`` visibly cannot be called with one positional ``rngs``."""
     try:
         signature = inspect.signature(factory)
@@ -88,6 +88,6 @@ def abstract_model(factory: Callable[[nnx.Rngs], M], /, *, seed: IntLike = 0) ->
         ((4096, 4096), dtype('float32'))
     """
     key = as_int(seed, "seed", minimum=0)
-    _check_takes_rngs(factory)
+    check_takes_rngs(factory)
     model: M = _nnx.abstract_build(_returning_a_graph_node(factory), key)
     return model

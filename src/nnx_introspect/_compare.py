@@ -18,6 +18,7 @@ import numpy as np
 from flax import nnx
 from jax.experimental import multihost_utils
 
+from nnx_introspect._abstract import check_takes_rngs
 from nnx_introspect._inventory import VarRecord, inventory
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import Report, Table
@@ -139,6 +140,11 @@ class StateDiff(Report):
 
     def at(self, path: str) -> tuple[DiffEntry, ...]:
         """The differences found at ``path`` (``"l1/kernel"``)."""
+        if not isinstance(path, str):
+            raise TypeError(
+                f"`path` must be a string of keys joined by '/' (such as "
+                f"'l1/kernel'), got {path!r} of type {type(path).__name__}."
+            )
         return tuple(e for e in self.entries if e.path == path)
 
     def reversed(self) -> "StateDiff":
@@ -736,6 +742,7 @@ def check_reproducible_init(
         (False, ('kernel',))
     """
     key = as_int(seed, "seed", minimum=0)
+    check_takes_rngs(factory)
     builds = []
     for _ in range(2):
         module = factory(nnx.Rngs(key))

@@ -100,6 +100,11 @@ class ParamFingerprint(Report):
             >>> a.changed_paths(b)
             ('kernel',)
         """
+        if not isinstance(other, ParamFingerprint):
+            raise TypeError(
+                "`other` must be a ParamFingerprint (from `param_fingerprint`), got "
+                f"{type(other).__name__}. Fingerprint the other model first."
+            )
         mine = {leaf.path: leaf.sha256 for leaf in self.leaves}
         theirs = {leaf.path: leaf.sha256 for leaf in other.leaves}
         paths = dict.fromkeys([*mine, *theirs])

@@ -9,6 +9,7 @@ import numpy as np
 from flax import nnx
 from jaxtyping import Array, Shaped
 
+from nnx_introspect._abstract import check_takes_rngs
 from nnx_introspect._typing import IntLike, as_int, check_finite, typechecked
 
 __all__ = ["fresh_init_forward"]
@@ -83,8 +84,8 @@ def fresh_init_forward(
     Raises:
         TypeError: If ``seed`` is not an integer-valued scalar or ``factory``
             does not return an ``nnx.Module``.
-        ValueError: If ``seed`` is negative or non-integral, or ``x`` holds NaN
-            or infinity.
+        ValueError: If ``seed`` is negative or non-integral, ``x`` holds NaN
+            or infinity, or the module rejects ``x`` (its shape or dtype).
 
     Example:
         >>> import jax.numpy as jnp
@@ -103,11 +104,20 @@ def fresh_init_forward(
     """
     key = as_int(seed, "seed", minimum=0)
     check_finite(x, "x")
+    check_takes_rngs(factory)
     if compiled:
         module = _compiled_init(factory)(jax.random.key(key))
     else:
         module = factory(nnx.Rngs(key))
     if not isinstance(module, nnx.Module):
         raise _not_a_module(module)
-    out: jax.Array = module(x)
+    try:
+        out: jax.Array = module(x)
+    except (TypeError, ValueError) as error:
+        text = " ".join(str(error).split())
+        raise ValueError(
+            f"`x` of shape {tuple(x.shape)} and dtype {x.dtype} cannot go through "
+            f"the {type(module).__name__} that `factory` builds: {text[:300]} "
+            "Pass an input the module accepts (check its last dimension)."
+        ) from error
     return out

@@ -166,7 +166,7 @@ def inventory(
                 kind = type(value)
             size = math.prod(shape)
             concrete = isinstance(value, jax.Array) or (
-                sd is None or isinstance(value, np.ndarray)
+                sd is None or isinstance(value, np.ndarray | np.generic)
             )
             records.append(
                 VarRecord(

@@ -299,7 +299,15 @@ class Report:
         return to_markdown(self.table())
 
     def to_json(self, *, indent: int | None = 2) -> str:
-        """The report as JSON with ``schema`` and ``version`` fields first."""
+        """The report as JSON with ``schema`` and ``version`` fields first.
+
+        Args:
+            indent: Spaces per nesting level (``None``: one line).
+        """
+        if indent is not None:
+            from nnx_introspect._typing import as_int  # _typing imports JAX
+
+            indent = as_int(indent, "indent", minimum=0)
         payload = {"schema": self.SCHEMA, "version": self.SCHEMA_VERSION}
         payload.update(self.json_data())
         return json.dumps(payload, indent=indent)
