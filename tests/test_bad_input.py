@@ -21,6 +21,7 @@ import pathlib
 from collections.abc import Callable
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 import numpy as np
 import orbax.checkpoint as ocp
@@ -35,6 +36,7 @@ from nnx_introspect import (
     ModelSummary,
     ParamFingerprint,
     StateDiff,
+    StepMemoryReport,
     abstract_model,
     check_checkpoint,
     check_reproducible_init,
@@ -47,6 +49,7 @@ from nnx_introspect import (
     mesh_config_report,
     param_fingerprint,
     param_sum,
+    step_memory_report,
     summarize,
     verify_restore,
 )
@@ -64,6 +67,7 @@ class World:
     diff: StateDiff
     fingerprint: ParamFingerprint
     checkpoint_summary: CheckpointReport
+    step_report: StepMemoryReport
 
 
 @pytest.fixture(scope="module")
@@ -84,6 +88,7 @@ def world(tmp_path_factory: pytest.TempPathFactory) -> World:
         diff=compare_states(model, model),
         fingerprint=param_fingerprint(model),
         checkpoint_summary=checkpoint_report(checkpoint),
+        step_report=step_memory_report(model, "data=2", STEP_BATCH),
     )
 
 
@@ -100,6 +105,7 @@ def no_rngs() -> nnx.Linear:
 
 
 X = jnp.ones((2, 3))
+STEP_BATCH = jax.ShapeDtypeStruct((2, 3), jnp.float32)
 NAN_X = X.at[0, 0].set(jnp.nan)
 INF_X = X.at[1, 2].set(jnp.inf)
 
@@ -367,6 +373,69 @@ for _what, _value in {"unknown-name": "adamz", "int": 3, "bool": True}.items():
         lambda w, v=_value: mesh_config_report(w.model, "model=2", optimizer=v),
     )
 
+# --- step_memory_report ------------------------------------------------------------
+target_cases(
+    "step_memory_report",
+    "target",
+    lambda w, t: step_memory_report(t, "data=2", STEP_BATCH),
+)
+for _what, _value in {
+    "int": 8,
+    "zero-axis": {"data": 0},
+    "huge-axis": {"data": 2**31},
+}.items():
+    case(
+        "step_memory_report",
+        "mesh",
+        _what,
+        lambda w, v=_value: step_memory_report(w.model, v, STEP_BATCH),
+    )
+for _what, _value in {
+    "int-leaf": (3,),
+    "string": "float32[2,3]",
+    "wrong-width": (jax.ShapeDtypeStruct((2, 5), jnp.float32),),
+    "wrong-rank": (jax.ShapeDtypeStruct((2, 3, 4, 5), jnp.float32),),
+    "nan": (NAN_X,),
+}.items():
+    case(
+        "step_memory_report",
+        "batch",
+        _what,
+        lambda w, v=_value: step_memory_report(w.model, "data=2", v),
+    )
+STEP_BAD: dict[str, dict[str, Any]] = {
+    "loss": {"unknown-name": "bogus", "int": 3},
+    "optimizer": {"unknown-name": "adamx", "int": 3},
+    "batch_spec": {"unknown-axis": jax.sharding.PartitionSpec("nope"), "int": 3},
+    "topology": {"unknown-family": "v9-4", "chip-count": "v5e-3", "int": 4},
+    "rules": {"int": 3},
+    "logical_rules": {"int": 3},
+}
+for _arg, _bad in STEP_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "step_memory_report",
+            _arg,
+            _what,
+            lambda w, a=_arg, v=_value: step_memory_report(
+                w.model, "data=2", STEP_BATCH, **{a: v}
+            ),
+        )
+for _what, _value in {
+    "negative": -1,
+    "non-integral": 1.5,
+    "nan": math.nan,
+    "bool": True,
+    "not-a-size": "lots",
+    "none": None,
+}.items():
+    case(
+        "StepMemoryReport.fits",
+        "max_device_bytes",
+        _what,
+        lambda w, v=_value: w.step_report.fits(v),
+    )
+
 # --- report methods ----------------------------------------------------------------
 int_cases("MeshConfigReport.top_waste", "n", lambda w, v: w.mesh_report.top_waste(v))
 int_cases(
@@ -401,6 +470,7 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "ModelSummary": lambda w: w.summary,
     "ParamFingerprint": lambda w: w.fingerprint,
     "StateDiff": lambda w: w.diff,
+    "StepMemoryReport": lambda w: w.step_report,
 }
 for _cls, _get in REPORTS.items():
     for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():

@@ -372,6 +372,10 @@ def test_importing_the_cli_and_the_package_imports_no_jax() -> None:
         ["diff", "only_one"],
         ["diff", "a", "b", "--rtol", "-1"],
         ["checkpoint"],
+        ["step", "--help"],
+        ["step", "--mesh", "data=2", "--batch", "int32(8)"],
+        ["step", "--mesh", "data=2", "--batch", "int32[8]", "--loss", "bogus"],
+        ["step", "--mesh", "data=2"],
     ],
 )
 def test_help_and_argument_errors_import_no_jax(argv: list[str]) -> None:

@@ -102,7 +102,7 @@ def test_bad_filter_is_named_before_flax_sees_it() -> None:
 def test_numpy_scalars_are_concrete_values() -> None:
     # A NumPy scalar in a variable has a value to read: it is not abstract.
     model = nnx.Linear(2, 2, rngs=nnx.Rngs(0))
-    model.scale = nnx.Param(np.float64(1.5))
+    model.scale = nnx.Param(np.float64(1.5))  # type: ignore[attr-defined]
     (record,) = inventory(model, (lambda path, _: path[-1] == "scale",))
     assert record.array is not None
     assert not record.is_abstract

@@ -1,6 +1,5 @@
 """The ``step`` subcommand: batches, losses, budgets and exit codes."""
 
-import argparse
 import json
 import sys
 import textwrap
@@ -9,7 +8,8 @@ from pathlib import Path
 import jax.numpy as jnp
 import pytest
 
-from nnx_introspect import _step_cli
+from nnx_introspect._step import parse_batch
+from nnx_introspect.cli import _batch_arg, main
 
 TARGETS = textwrap.dedent(
     """
@@ -34,19 +34,6 @@ def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
     monkeypatch.chdir(tmp_path)
     monkeypatch.delitem(sys.modules, "step_cli_targets", raising=False)
     return tmp_path
-
-
-def main(argv: list[str]) -> int:
-    """What ``cli.main`` does for a subcommand: parse, then call its handler."""
-    parser = argparse.ArgumentParser(prog="nnx-introspect")
-    subparsers = parser.add_subparsers(dest="command", required=True)
-    _step_cli.add_parser(subparsers)
-    try:
-        args = parser.parse_args(argv)
-    except SystemExit as exit_:
-        return exit_.code if isinstance(exit_.code, int) else 2
-    code: int = args.handler(args)
-    return code
 
 
 def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
@@ -88,7 +75,7 @@ def test_over_budget_exits_1(
     peak = json.loads(out)["peak_bytes"]
     assert peak > 100
     assert code == 1
-    assert f"({peak} bytes) per device exceeds the budget" in err
+    assert f"({peak:,} bytes) per device exceeds the budget" in err
     code, _, err = run([*BASE, "--max-device-bytes", str(peak)], capsys)
     assert code == 0, err
 
@@ -142,11 +129,11 @@ def test_custom_loss_rules_and_several_batches(
     [
         (["--batch", "float32[8,5]"], "`batch` (float32[8,4], float32[8,5])"),
         (["--loss", "lm"], "`loss='lm'` needs `batch[0]`"),
-        (["--loss", "bogus"], "`--loss` must be 'mean', 'lm', 'none'"),
+        (["--loss", "bogus"], "argument --loss: must be 'mean', 'lm', 'none'"),
         (["--loss", "step_cli_targets:nothing"], "has no attribute 'nothing'"),
         (["--topology", "v5e-3"], "`topology` 'v5e-3'"),
         (["--topology", "v5e-4"], "`topology` 'v5e-4' has 4 chip(s)"),
-        (["--rules", "missing.json"], "`--rules` file 'missing.json'"),
+        (["--rules", "missing.json"], "the rules file 'missing.json' does not exist"),
     ],
 )
 def test_bad_input_exits_2(
@@ -175,11 +162,11 @@ def test_indivisible_plan_exits_2(
 @pytest.mark.parametrize(
     ("argv", "match"),
     [
-        (["--batch", "int32(8,2)"], "`--batch` must look like 'int32[8,2048]'"),
+        (["--batch", "int32(8,2)"], "argument --batch: must look like 'int32[8,2048]'"),
         (["--batch", "int33[8]"], "'int33' is not a dtype"),
         (["--batch", "int32[8,x]"], "dimensions must be integers"),
-        (["--mesh", "data"], "`--mesh` must look like"),
-        (["--max-device-bytes", "lots"], "`max_device_bytes` must be a size"),
+        (["--mesh", "data"], "argument --mesh: must look like"),
+        (["--max-device-bytes", "lots"], "argument --max-device-bytes: must be a size"),
     ],
 )
 def test_unparsable_arguments_exit_2(
@@ -202,6 +189,8 @@ def test_bad_target_exits_2(
 
 
 def test_parse_batch() -> None:
-    leaf = _step_cli.parse_batch("bfloat16[2, 3]")
+    leaf = parse_batch(*_batch_arg("bfloat16[2, 3]"))
     assert leaf.shape == (2, 3) and leaf.dtype == jnp.bfloat16
-    assert _step_cli.parse_batch("int32[]").shape == ()
+    assert parse_batch(*_batch_arg("int32[]")).shape == ()
+    with pytest.raises(ValueError, match="'int33' is not a dtype"):
+        parse_batch("int33", (8,))

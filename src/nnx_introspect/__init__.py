@@ -35,6 +35,8 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import MeshProblem as MeshProblem
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
     from nnx_introspect._render import Table as Table
+    from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._summary import KindTotal as KindTotal
     from nnx_introspect._summary import ModelSummary as ModelSummary
     from nnx_introspect._summary import SummaryRow as SummaryRow
@@ -54,6 +56,7 @@ __all__ = [
     "ModelSummary",
     "ParamFingerprint",
     "StateDiff",
+    "StepMemoryReport",
     "SummaryRow",
     "Table",
     "VarRecord",
@@ -69,6 +72,7 @@ __all__ = [
     "mesh_config_report",
     "param_fingerprint",
     "param_sum",
+    "step_memory_report",
     "summarize",
     "verify_restore",
 ]
@@ -88,6 +92,7 @@ _LAZY: dict[str, str] = {
     "ModelSummary": "nnx_introspect._summary",
     "ParamFingerprint": "nnx_introspect._fingerprint",
     "StateDiff": "nnx_introspect._compare",
+    "StepMemoryReport": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",
     "Table": "nnx_introspect._render",
     "VarRecord": "nnx_introspect._inventory",
@@ -103,6 +108,7 @@ _LAZY: dict[str, str] = {
     "mesh_config_report": "nnx_introspect._mesh",
     "param_fingerprint": "nnx_introspect._fingerprint",
     "param_sum": "nnx_introspect._counting",
+    "step_memory_report": "nnx_introspect._step",
     "summarize": "nnx_introspect._summary",
     "verify_restore": "nnx_introspect._checkpoint",
 }

@@ -55,13 +55,14 @@ from nnx_introspect._mesh import (
 )
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
-from nnx_introspect._typing import IntLike, typechecked
+from nnx_introspect._typing import IntLike, check_finite, typechecked
 
 __all__ = [
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
     "StepMemoryReport",
+    "parse_batch",
     "parse_topology",
     "step_memory_report",
 ]
@@ -95,6 +96,26 @@ _CPU_CAVEAT = (
     "and alias bytes are exact on any backend. For TPU numbers pass a TPU "
     "`topology` (XLA:TPU compiles here without a TPU)."
 )
+
+
+def parse_batch(dtype: str, shape: Sequence[int], /) -> jax.ShapeDtypeStruct:
+    """The batch leaf the CLI's ``--batch "int32[8,2048]"`` names.
+
+    Raises:
+        ValueError: If ``dtype`` is not a dtype JAX knows.
+
+    Example:
+        >>> parse_batch("bfloat16", (2, 3))
+        ShapeDtypeStruct(shape=(2, 3), dtype=bfloat16)
+    """
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise ValueError(
+            f"{dtype!r} is not a dtype; use int32, float32, bfloat16, ..."
+        ) from None
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dt)
+
 
 BatchLike: TypeAlias = Any
 """The model's positional arguments: a tuple of ``jax.ShapeDtypeStruct`` or
@@ -431,6 +452,9 @@ def _as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
                 f"{leaf!r} of type {type(leaf).__name__}. Write e.g. "
                 "jax.ShapeDtypeStruct((8, 128), jnp.int32)."
             )
+        # Only shapes and dtypes are read, but NaN or inf in a concrete batch is a
+        # bug upstream worth reporting before anything is compiled.
+        check_finite(leaf, f"batch[{i}]")
         out.append(jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dtype))
     return tuple(out)
 

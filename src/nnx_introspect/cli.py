@@ -524,6 +524,184 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     return _verdict(diff)
 
 
+# --- step -------------------------------------------------------------------------
+
+_BATCH = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*")
+
+
+def _batch_arg(text: str) -> tuple[str, tuple[int, ...]]:
+    """``--batch "int32[8,2048]"`` -> ``("int32", (8, 2048))``, without JAX.
+
+    The dtype name is checked by the handler (``_step.parse_batch``).
+    """
+    match = _BATCH.fullmatch(text)
+    if match is None:
+        raise argparse.ArgumentTypeError(
+            f"must look like 'int32[8,2048]' (dtype[dims]), got {text!r}"
+        )
+    dims = (
+        [d.strip() for d in match.group(2).split(",")] if match.group(2).strip() else []
+    )
+    if any(not d.isdigit() for d in dims):
+        raise argparse.ArgumentTypeError(
+            f"dimensions must be integers separated by commas, got {text!r}"
+        )
+    return match.group(1), tuple(int(d) for d in dims)
+
+
+def _loss_arg(text: str) -> str:
+    """``--loss``: a loss name or a ``package.module:function`` (resolved later)."""
+    if text.lower() in ("mean", "lm", "none") or ":" in text:
+        return text
+    raise argparse.ArgumentTypeError(
+        f"must be 'mean', 'lm', 'none' or 'package.module:function', got {text!r}"
+    )
+
+
+def _add_step_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "step",
+        help="compile one training step and report XLA's memory per device",
+        description="Compile one step of TARGET (forward, backward and, with "
+        "--optimizer, the update) on a mesh without allocating anything, and "
+        "report XLA's per-device bytes (arguments, outputs, temporaries, donated "
+        "aliases, peak) beside the exact plan. Compiles on virtual CPU devices (in "
+        "a child process when the mesh needs more than this one has) or, with "
+        "--topology, with XLA:TPU for a TPU slice (needs the tpu extra). Exits "
+        "with 1 when the peak exceeds --max-device-bytes, 2 on bad input.",
+    )
+    parser.add_argument(
+        "target",
+        metavar="TARGET",
+        nargs="?",
+        default=DEFAULT_TARGET,
+        help="'package.module:callable', a factory taking `rngs` and returning an "
+        f"nnx.Module (default: {DEFAULT_TARGET})",
+    )
+    parser.add_argument(
+        "--mesh", required=True, type=_mesh_arg, help="the mesh, e.g. 'data=2,model=4'"
+    )
+    parser.add_argument(
+        "--batch",
+        required=True,
+        action="append",
+        type=_batch_arg,
+        metavar="DTYPE[DIMS]",
+        help="one positional argument of the model, e.g. 'int32[8,2048]'; repeat "
+        "for several; the leading dimension splits over the mesh's first axis",
+    )
+    parser.add_argument(
+        "--loss",
+        default="mean",
+        type=_loss_arg,
+        metavar="LOSS",
+        help="'mean' (default: the mean of the output), 'lm' (next-token "
+        "cross-entropy against the first --batch), 'none' (forward only) or "
+        "'package.module:function' taking (model, batch)",
+    )
+    parser.add_argument(
+        "--optimizer",
+        choices=OPTIMIZERS,
+        default=None,
+        help="compile the full training step with this optimizer",
+    )
+    parser.add_argument(
+        "--rules",
+        metavar="FILE",
+        type=_rules_arg,
+        default=None,
+        help='JSON file: [[regex, spec], ...] or {"rules": [...], '
+        '"logical_rules": [[name, axis], ...]}, as for the mesh subcommand',
+    )
+    parser.add_argument(
+        "--topology",
+        default=None,
+        metavar="NAME",
+        help="compile with XLA:TPU for this TPU slice, e.g. v5e-256, v6e-8, "
+        'v5p-8 (4 chips), v4-16 (8 chips); needs pip install "nnx-introspect[tpu]"',
+    )
+    parser.add_argument(
+        "--max-device-bytes",
+        type=_bytes_arg,
+        default=None,
+        metavar="SIZE",
+        help="per-device budget such as 80GiB; a larger peak exits with 1",
+    )
+    _add_output_args(parser, (*FORMATS, "html"))
+    parser.set_defaults(handler=_run_step)
+
+
+def _run_step(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from nnx_introspect._mesh import as_abstract_mesh, load_rules_file
+    from nnx_introspect._render import format_bytes
+    from nnx_introspect._step import parse_batch, step_memory_report
+
+    try:
+        mesh = as_abstract_mesh(args.mesh, "--mesh")
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"argument --mesh: {error}") from error
+    try:
+        batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
+    except ValueError as error:
+        raise UsageError(f"argument --batch: {error}") from error
+    rules: Any = None
+    logical: Any = None
+    if args.rules is not None:
+        try:
+            rules, logical = load_rules_file(args.rules)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"argument --rules: {error}") from error
+    loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
+    if ":" in args.loss:
+        loss = args.loss
+    where = f"XLA:TPU for {args.topology}" if args.topology else "XLA"
+    message = (
+        f"Compiling the step of {args.target} on {mesh.size} devices with {where}..."
+    )
+    console = Console(file=sys.stderr)
+    try:
+        if console.is_terminal:
+            with console.status(message):
+                report = step_memory_report(
+                    args.target,
+                    mesh,
+                    batch,
+                    loss=loss,
+                    optimizer=args.optimizer,
+                    rules=rules,
+                    logical_rules=logical,
+                    topology=args.topology,
+                )
+        else:
+            sys.stderr.write(f"{PROG}: {message}\n")
+            report = step_memory_report(
+                args.target,
+                mesh,
+                batch,
+                loss=loss,
+                optimizer=args.optimizer,
+                rules=rules,
+                logical_rules=logical,
+                topology=args.topology,
+            )
+    except (TypeError, ValueError, ImportError) as error:
+        # Bad input to the step (target, batch, loss, topology, a plan whose
+        # specs cannot be applied): a usage error, exit 2.
+        raise UsageError(_describe(error)) from error
+    _emit(report, args.format)
+    budget: int | None = args.max_device_bytes
+    if budget is not None and not report.fits(budget):
+        sys.stderr.write(
+            f"{PROG}: the step's peak of {format_bytes(report.peak_bytes)} "
+            f"({report.peak_bytes:,} bytes) per device exceeds the budget of "
+            f"{format_bytes(budget)} ({budget:,} bytes), by {report.compiler}.\n"
+        )
+        return 1
+    return 0
+
+
 # --- parser and entry point -----------------------------------------------------
 
 
@@ -538,6 +716,7 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_mesh_parser(subparsers)
     _add_diff_parser(subparsers)
     _add_checkpoint_parser(subparsers)
+    _add_step_parser(subparsers)
     return parser
 
 
