@@ -20,7 +20,7 @@ import re
 import sys
 import traceback
 from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, nullcontext
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from nnx_introspect._targets import DEFAULT_TARGET, TargetError, build_target
@@ -78,7 +78,7 @@ def _add_output_args(
     )
 
 
-def _add_target_args(parser: argparse.ArgumentParser) -> None:
+def _add_target_args(parser: argparse.ArgumentParser, *, seed: bool = True) -> None:
     """Add the ``TARGET`` positional (default: the 7B example) and ``--seed``."""
     parser.add_argument(
         "target",
@@ -88,6 +88,8 @@ def _add_target_args(parser: argparse.ArgumentParser) -> None:
         help="'package.module:callable', a factory taking `rngs` and returning an "
         f"nnx.Module (default: {DEFAULT_TARGET})",
     )
+    if not seed:
+        return
     parser.add_argument(
         "--seed",
         type=_seed,
@@ -570,14 +572,7 @@ def _add_step_parser(subparsers: Any) -> None:
         "--topology, with XLA:TPU for a TPU slice (needs the tpu extra). Exits "
         "with 1 when the peak exceeds --max-device-bytes, 2 on bad input.",
     )
-    parser.add_argument(
-        "target",
-        metavar="TARGET",
-        nargs="?",
-        default=DEFAULT_TARGET,
-        help="'package.module:callable', a factory taking `rngs` and returning an "
-        f"nnx.Module (default: {DEFAULT_TARGET})",
-    )
+    _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
     parser.add_argument(
         "--mesh", required=True, type=_mesh_arg, help="the mesh, e.g. 'data=2,model=4'"
     )
@@ -661,21 +656,13 @@ def _run_step(args: argparse.Namespace) -> int:
         f"Compiling the step of {args.target} on {mesh.size} devices with {where}..."
     )
     console = Console(file=sys.stderr)
+    if console.is_terminal:
+        progress: Any = console.status(message)
+    else:
+        sys.stderr.write(f"{PROG}: {message}\n")
+        progress = nullcontext()
     try:
-        if console.is_terminal:
-            with console.status(message):
-                report = step_memory_report(
-                    args.target,
-                    mesh,
-                    batch,
-                    loss=loss,
-                    optimizer=args.optimizer,
-                    rules=rules,
-                    logical_rules=logical,
-                    topology=args.topology,
-                )
-        else:
-            sys.stderr.write(f"{PROG}: {message}\n")
+        with progress:
             report = step_memory_report(
                 args.target,
                 mesh,
