@@ -562,3 +562,24 @@ def test_other_state_is_carried_and_donated(
     # params, batch stats + RNG state, AdamW's mu and nu + 2 counters, 2 rows of x
     assert report.argument_bytes == params + other + 2 * params + 8 + 2 * 3 * 4
     assert report.alias_bytes == report.argument_bytes - 2 * 3 * 4
+
+
+def test_model_built_under_a_mesh_plans_its_optimizer_step() -> None:
+    # flax's default way of building a sharded model: each variable carries
+    # `eager_sharding=True`, so an abstract nnx.Optimizer built outside the mesh
+    # fails ("An auto mesh context or metadata is required"). The step derives the
+    # optimizer state from `tx.init` instead, like the plan.
+    mesh = jax.make_mesh((2,), ("data",), axis_types=(jax.sharding.AxisType.Explicit,))
+    with jax.set_mesh(mesh):
+        model = nnx.Linear(
+            4, 8, rngs=nnx.Rngs(0), kernel_metadata={"out_sharding": (None, "data")}
+        )
+    report = step_memory_report(
+        model, "data=2", jax.ShapeDtypeStruct((2, 4), jnp.float32), optimizer="adamw"
+    )
+    # Independent arithmetic: the kernel (4 x 8) split over data=2, the bias
+    # replicated, each three times (params, mu, nu); adam's count and the step
+    # counter; one row of the batch.
+    kernel, bias = 4 * 8 // 2 * 4, 8 * 4
+    assert report.argument_bytes == 3 * (kernel + bias) + 4 + 4 + 4 * 4
+    assert report.alias_bytes == 3 * (kernel + bias) + 4 + 4

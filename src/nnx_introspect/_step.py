@@ -41,7 +41,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._abstract import abstract_model
-from nnx_introspect._inventory import inventory
+from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import (
     OPTIMIZER_NAMES,
     LogicalRulesLike,
@@ -53,6 +53,7 @@ from nnx_introspect._mesh import (
     optimizer_from_name,
     parse_bytes,
 )
+from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
 from nnx_introspect._typing import IntLike, check_finite, typechecked
@@ -855,6 +856,33 @@ def _shard_state(
     return jax.tree.unflatten(treedef, out)
 
 
+def _optimizer_state(
+    tx: optax.GradientTransformation,
+    params: Any,
+    specs: Mapping[str, PartitionSpec],
+    mesh: Mesh,
+) -> tuple[Any, jax.ShapeDtypeStruct]:
+    """``tx.init(params)`` and the step counter, as sharded ``ShapeDtypeStruct``s.
+
+    The same derivation as the plan's optimizer leaves (``opt_state/...`` and
+    ``step`` of ``nnx.Optimizer``), whose specs they take by path.
+    """
+    abstract = jax.eval_shape(tx.init, nnx.as_pure(params))
+
+    def place(keypath: Any, leaf: Any) -> jax.ShapeDtypeStruct:
+        path = "optimizer/" + path_str(("opt_state", *keypath_keys(keypath)))
+        if path not in specs:  # pragma: no cover - the plan derives the same tree
+            raise AssertionError(f"the plan has no optimizer leaf {path!r}")
+        return jax.ShapeDtypeStruct(
+            leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, specs[path])
+        )
+
+    state = jax.tree_util.tree_map_with_path(place, abstract)
+    step_spec = specs.get("optimizer/step", PartitionSpec())
+    step = jax.ShapeDtypeStruct((), jnp.uint32, sharding=NamedSharding(mesh, step_spec))
+    return state, step
+
+
 def _split_state(model: Any) -> tuple[Any, Any]:
     """``(params, other state)`` of ``model``, as ``nnx.split`` orders them."""
     _, *states = nnx.split(model, nnx.Param, ...)
@@ -909,32 +937,40 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
             jitted = jax.jit(backward, out_shardings=out, keep_unused=True)
             args = (params, rest, batch)
         else:
-            with nnx.use_eager_sharding(False):
-                optimizer = nnx.eval_shape(
-                    lambda m: nnx.Optimizer(m, tx, wrt=nnx.Param), model
-                )
-            opt_graphdef, opt_state = nnx.split(optimizer)
-            opt_state = _shard_state(opt_state, specs, "optimizer/", mesh)
+            # What ``nnx.Optimizer(model, tx, wrt=nnx.Param).update`` does, on
+            # pure arrays: no optimizer object (and so no sharding metadata or
+            # mesh needed to build one), the plan's optimizer leaves exactly.
+            opt_state, step = _optimizer_state(tx, params, specs, mesh)
 
             def train(
-                params: Any, rest: Any, opt_state: Any, batch: tuple[Any, ...]
+                params: Any,
+                rest: Any,
+                opt_state: Any,
+                step: jax.Array,
+                batch: tuple[Any, ...],
             ) -> Any:
                 value, grads, model = grad_step(params, rest, batch)
-                opt = nnx.merge(opt_graphdef, opt_state)
-                opt.update(model, grads)
+                param_arrays = nnx.as_pure(nnx.state(model, nnx.Param))
+                grad_arrays = nnx.as_pure(nnx.state(grads, nnx.Param))
+                updates, new_opt_state = tx.update(grad_arrays, opt_state, param_arrays)
+                nnx.update(model, optax.apply_updates(param_arrays, updates))
                 new_params, new_rest = _split_state(model)
-                return value, new_params, new_rest, nnx.state(opt)
+                return value, new_params, new_rest, new_opt_state, step + 1
 
             out = (
                 replicated,
                 _shardings(params),
                 _shardings(rest),
                 _shardings(opt_state),
+                step.sharding,
             )
             jitted = jax.jit(
-                train, out_shardings=out, donate_argnums=(0, 1, 2), keep_unused=True
+                train,
+                out_shardings=out,
+                donate_argnums=(0, 1, 2, 3),
+                keep_unused=True,
             )
-            args = (params, rest, opt_state, batch)
+            args = (params, rest, opt_state, step, batch)
     start = time.perf_counter()
     try:
         with contextlib.ExitStack() as stack:
