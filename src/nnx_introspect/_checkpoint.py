@@ -201,8 +201,9 @@ class _Checkpoint:
     tree: Any
     layout: Layout
     records: tuple[VarRecord, ...]  # paths without the nnx-state "value" key
-    # Array-store key ("embed.value/1.0") -> the data file holding it, relative
-    # to `path` ("ocdbt.process_1/d/..."); values inlined in the index are absent.
+    # Array-store key (leaf name, field and chunk: "embed" "." "value/1.0") -> the
+    # data file holding it, relative to `path` ("ocdbt.process_1/d/..."); values
+    # inlined in the index are absent.
     data_files: tuple[tuple[str, str], ...] = ()
 
 

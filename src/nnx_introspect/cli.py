@@ -246,16 +246,10 @@ def _rules_arg(text: str) -> str:
     return text
 
 
-def _add_mesh_parser(subparsers: Any) -> None:
-    parser = subparsers.add_parser(
-        "mesh",
-        help="per-device memory of a model (and its training state) over a mesh",
-        description="Plan how every state leaf of TARGET splits over a proposed "
-        "mesh: partition spec and where it came from, shard shape, bytes per "
-        "device, replicated axes, problems. No devices are needed. Exits with 1 "
-        "when a spec cannot be applied or the budget is exceeded.",
-    )
-    _add_target_args(parser)
+def _add_plan_args(
+    parser: argparse.ArgumentParser, *, optimizer_help: str, budget_help: str
+) -> None:
+    """Add ``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``."""
     parser.add_argument(
         "--mesh",
         required=True,
@@ -271,17 +265,53 @@ def _add_mesh_parser(subparsers: Any) -> None:
         '"logical_rules": [[name, axis], ...]}; first matching regex wins',
     )
     parser.add_argument(
-        "--optimizer",
-        choices=OPTIMIZERS,
-        default=None,
-        help="also plan this optimizer's state and the gradients",
+        "--optimizer", choices=OPTIMIZERS, default=None, help=optimizer_help
     )
     parser.add_argument(
         "--max-device-bytes",
         type=_bytes_arg,
         default=None,
         metavar="SIZE",
-        help="per-device budget such as 16GiB; exceeding it exits with 1",
+        help=budget_help,
+    )
+
+
+def _mesh_and_rules(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The ``AbstractMesh`` and the rules of ``--mesh`` / ``--rules``.
+
+    The library's own checks (such as the largest mesh) are usage errors naming
+    the flag.
+    """
+    from nnx_introspect._mesh import as_abstract_mesh, load_rules_file
+
+    try:
+        mesh = as_abstract_mesh(args.mesh, "--mesh")
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"argument --mesh: {error}") from error
+    rules: Any = None
+    logical: Any = None
+    if args.rules is not None:
+        try:
+            rules, logical = load_rules_file(args.rules)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"argument --rules: {error}") from error
+    return mesh, rules, logical
+
+
+def _add_mesh_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "mesh",
+        help="per-device memory of a model (and its training state) over a mesh",
+        description="Plan how every state leaf of TARGET splits over a proposed "
+        "mesh: partition spec and where it came from, shard shape, bytes per "
+        "device, replicated axes, problems. No devices are needed. Exits with 1 "
+        "when a spec cannot be applied or the budget is exceeded.",
+    )
+    _add_target_args(parser)
+    _add_plan_args(
+        parser,
+        optimizer_help="also plan this optimizer's state and the gradients",
+        budget_help="per-device budget such as 16GiB; exceeding it exits with 1",
     )
     _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_mesh)
@@ -294,24 +324,10 @@ _RULES_ARGS = ("`rules", "`logical_rules")
 def _run_mesh(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from nnx_introspect._mesh import (
-        as_abstract_mesh,
-        load_rules_file,
-        mesh_config_report,
-    )
+    from nnx_introspect._mesh import mesh_config_report
     from nnx_introspect._render import format_bytes, to_rich
 
-    try:  # the library's own checks (such as the largest axis), named as the flag
-        mesh = as_abstract_mesh(args.mesh, "--mesh")
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"argument --mesh: {error}") from error
-    rules: Any = None
-    logical: Any = None
-    if args.rules is not None:
-        try:
-            rules, logical = load_rules_file(args.rules)
-        except (OSError, ValueError) as error:
-            raise UsageError(f"argument --rules: {error}") from error
+    mesh, rules, logical = _mesh_and_rules(args)
     model = build_target(args.target, seed=args.seed)
     try:
         report = mesh_config_report(
@@ -573,8 +589,10 @@ def _add_step_parser(subparsers: Any) -> None:
         "with 1 when the peak exceeds --max-device-bytes, 2 on bad input.",
     )
     _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
-    parser.add_argument(
-        "--mesh", required=True, type=_mesh_arg, help="the mesh, e.g. 'data=2,model=4'"
+    _add_plan_args(
+        parser,
+        optimizer_help="compile the full training step with this optimizer",
+        budget_help="per-device budget such as 80GiB; a larger peak exits with 1",
     )
     parser.add_argument(
         "--batch",
@@ -595,32 +613,11 @@ def _add_step_parser(subparsers: Any) -> None:
         "'package.module:function' taking (model, batch)",
     )
     parser.add_argument(
-        "--optimizer",
-        choices=OPTIMIZERS,
-        default=None,
-        help="compile the full training step with this optimizer",
-    )
-    parser.add_argument(
-        "--rules",
-        metavar="FILE",
-        type=_rules_arg,
-        default=None,
-        help='JSON file: [[regex, spec], ...] or {"rules": [...], '
-        '"logical_rules": [[name, axis], ...]}, as for the mesh subcommand',
-    )
-    parser.add_argument(
         "--topology",
         default=None,
         metavar="NAME",
         help="compile with XLA:TPU for this TPU slice, e.g. v5e-256, v6e-8, "
         'v5p-8 (4 chips), v4-16 (8 chips); needs pip install "nnx-introspect[tpu]"',
-    )
-    parser.add_argument(
-        "--max-device-bytes",
-        type=_bytes_arg,
-        default=None,
-        metavar="SIZE",
-        help="per-device budget such as 80GiB; a larger peak exits with 1",
     )
     _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_step)
@@ -629,25 +626,14 @@ def _add_step_parser(subparsers: Any) -> None:
 def _run_step(args: argparse.Namespace) -> int:
     from rich.console import Console
 
-    from nnx_introspect._mesh import as_abstract_mesh, load_rules_file
     from nnx_introspect._render import format_bytes
     from nnx_introspect._step import parse_batch, step_memory_report
 
-    try:
-        mesh = as_abstract_mesh(args.mesh, "--mesh")
-    except (TypeError, ValueError) as error:
-        raise UsageError(f"argument --mesh: {error}") from error
+    mesh, rules, logical = _mesh_and_rules(args)
     try:
         batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
     except ValueError as error:
         raise UsageError(f"argument --batch: {error}") from error
-    rules: Any = None
-    logical: Any = None
-    if args.rules is not None:
-        try:
-            rules, logical = load_rules_file(args.rules)
-        except (OSError, ValueError) as error:
-            raise UsageError(f"argument --rules: {error}") from error
     loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
     if ":" in args.loss:
         loss = args.loss
