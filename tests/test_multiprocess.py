@@ -477,32 +477,40 @@ def test_damage_to_process_1_files_is_named_or_harmless(
             assert f"`{rel}`" in ours, (rel, how, ours)
     # Orbax reads every `array_metadatas/process_<i>` file present (a missing
     # one is not needed) and process 1's data file, through the merged index
-    # that supersedes process 1's own `manifest.ocdbt`.
-    (data_file,) = data_files
-    assert {k: v[0] for k, v in verdicts.items()} == {
+    # that supersedes process 1's own `manifest.ocdbt`. Process 1 may also have
+    # written its own index nodes to files of their own under `d/` (whether it
+    # does depends on timing): the merged index replaces those too, so they are
+    # held above to agree with orbax, and not pinned here.
+    holding = [
+        f
+        for f in data_files
+        if "holds data of `embed.value`" in str(verdicts[f, "delete"][1])
+    ]
+    assert holding, {f: verdicts[f, "delete"] for f in data_files}
+    pinned = {k: v[0] for k, v in verdicts.items() if k[0] not in data_files}
+    assert pinned == {
         ("array_metadatas/process_1", "delete"): True,
         ("array_metadatas/process_1", "truncate"): False,
         ("array_metadatas/process_1", "flip"): False,
         ("ocdbt.process_1/manifest.ocdbt", "delete"): True,
         ("ocdbt.process_1/manifest.ocdbt", "truncate"): True,
         ("ocdbt.process_1/manifest.ocdbt", "flip"): True,
-        (data_file, "delete"): False,
-        (data_file, "truncate"): False,
-        (data_file, "flip"): False,
     }
     assert "is not valid JSON" in str(verdicts["array_metadatas/process_1", "flip"][1])
-    assert f"`{data_file}` (holds data of `embed.value`) is missing" in str(
-        verdicts[data_file, "delete"][1]
-    )
-    assert re.search(
-        rf"`{data_file}` \(holds data of `embed.value`\) is truncated: \d+ bytes, "
-        r"the array store references \d+",
-        str(verdicts[data_file, "truncate"][1]),
-    )
-    # Same length, wrong bytes: only the restore finds it, and names the chunk
-    # (rows 32-63, process 1's half) and the file of the process that wrote it.
-    assert re.search(
-        r"the data of `embed.value` could not be read \(ZSTD_decompress.*\): "
-        rf"chunk `1.0`, stored in `{data_file}`\. Restore it",
-        str(verdicts[data_file, "flip"][1]),
-    )
+    for data_file in holding:
+        assert [verdicts[data_file, how][0] for how in DAMAGES] == [False] * 3
+        assert f"`{data_file}` (holds data of `embed.value`) is missing" in str(
+            verdicts[data_file, "delete"][1]
+        )
+        assert re.search(
+            rf"`{data_file}` \(holds data of `embed.value`\) is truncated: \d+ "
+            r"bytes, the array store references \d+",
+            str(verdicts[data_file, "truncate"][1]),
+        )
+        # Same length, wrong bytes: only the restore finds it, and names the
+        # chunk (process 1's rows) and the file of the process that wrote it.
+        assert re.search(
+            r"the data of `embed.value` could not be read \(ZSTD_decompress.*\): "
+            rf"chunk `[0-9.]+`, stored in `{data_file}`\. Restore it",
+            str(verdicts[data_file, "flip"][1]),
+        )
