@@ -508,7 +508,7 @@ def test_entries_jax_cannot_place_are_problems(spec: P, kind: str, match: str) -
 
 def test_any_jax_refusal_becomes_a_problem(monkeypatch: pytest.MonkeyPatch) -> None:
     """Whatever JAX raises building a NamedSharding is collected, never raised."""
-    import nnx_introspect._mesh as mesh_module
+    import nnx_introspect._mesh.plan as mesh_module
 
     class Strict(NamedSharding):
         def shard_shape(self, shape: Any) -> Any:

@@ -1,0 +1,48 @@
+"""Mesh configuration reports: how each state leaf would split over a device mesh.
+
+All shard arithmetic is JAX's own: an ``AbstractMesh`` built from the proposed
+axes, a ``NamedSharding`` per leaf, and ``NamedSharding.shard_shape``. No device
+is needed, so a 2,048-device proposal can be planned on one CPU.
+
+Each leaf's partition spec comes from, in order: the user's ``rules`` (regular
+expressions searched in the leaf's ``/``-joined path, first match wins), the
+variable's NNX sharding metadata (``nnx.with_partitioning``), translated through
+logical-axis rules where names are logical; otherwise the leaf is replicated.
+Optimizer state mirrors the parameter it belongs to; gradients copy the
+parameters' sharding and dtype.
+
+Modules: ``parse`` (arguments), ``specs`` (partition-spec entries), ``plan``
+(each leaf's spec and problems), ``optimizer`` (the optimizer-state mirror),
+``report`` (records, table, JSON), ``html_page`` (the HTML page) and ``api``
+(:func:`mesh_config_report`, composing them).
+"""
+
+from nnx_introspect._mesh.api import mesh_config_report as mesh_config_report
+from nnx_introspect._mesh.parse import MAX_MESH_DEVICES as MAX_MESH_DEVICES
+from nnx_introspect._mesh.parse import OPTIMIZER_NAMES as OPTIMIZER_NAMES
+from nnx_introspect._mesh.parse import LogicalRulesLike as LogicalRulesLike
+from nnx_introspect._mesh.parse import MeshLike as MeshLike
+from nnx_introspect._mesh.parse import RulesLike as RulesLike
+from nnx_introspect._mesh.parse import SpecLike as SpecLike
+from nnx_introspect._mesh.parse import as_abstract_mesh as as_abstract_mesh
+from nnx_introspect._mesh.parse import load_rules_file as load_rules_file
+from nnx_introspect._mesh.parse import optimizer_from_name as optimizer_from_name
+from nnx_introspect._mesh.parse import parse_bytes as parse_bytes
+from nnx_introspect._mesh.report import CATEGORIES as CATEGORIES
+from nnx_introspect._mesh.report import LeafShard as LeafShard
+from nnx_introspect._mesh.report import MeshConfigReport as MeshConfigReport
+from nnx_introspect._mesh.report import MeshProblem as MeshProblem
+
+__all__ = [
+    "CATEGORIES",
+    "MAX_MESH_DEVICES",
+    "OPTIMIZER_NAMES",
+    "LeafShard",
+    "MeshConfigReport",
+    "MeshProblem",
+    "as_abstract_mesh",
+    "load_rules_file",
+    "mesh_config_report",
+    "optimizer_from_name",
+    "parse_bytes",
+]

@@ -1,0 +1,153 @@
+"""``mesh_config_report``: parse the arguments, plan model, optimizer, warnings."""
+
+import jax
+import optax
+
+from nnx_introspect._inventory import inventory
+from nnx_introspect._mesh.optimizer import (
+    _optimizer_records,
+    _plan_gradients,
+    _plan_optimizer_leaves,
+)
+from nnx_introspect._mesh.parse import (
+    LogicalRulesLike,
+    MeshLike,
+    RulesLike,
+    _as_logical_rules,
+    _compile_rules,
+    as_abstract_mesh,
+    optimizer_from_name,
+)
+from nnx_introspect._mesh.plan import _plan_model_leaves, _Planner, _unmatched_rules
+from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem
+from nnx_introspect._typing import Target, typechecked
+
+
+@typechecked
+def mesh_config_report(
+    target: Target,
+    mesh: MeshLike,
+    /,
+    *,
+    rules: RulesLike | None = None,
+    logical_rules: LogicalRulesLike | None = None,
+    optimizer: optax.GradientTransformation | str | None = None,
+) -> MeshConfigReport:
+    """Plan how every state leaf of ``target`` splits over ``mesh``.
+
+    Each leaf's partition spec comes from, in order: the first of ``rules`` whose
+    regular expression is found (``re.search``) in the leaf's path written as
+    its keys joined by ``/`` (``layers/0/attn/q/kernel``); the variable's NNX
+    sharding metadata (``nnx.with_partitioning`` / ``out_sharding``), whose
+    logical names are translated by ``logical_rules`` (or the active
+    ``nnx.logical_axis_rules`` context) exactly as flax translates them: an
+    entry that is a logical name becomes its rule's mesh axes, a tuple entry
+    is kept as written; otherwise the leaf is replicated. Shard shapes come
+    from ``NamedSharding(abstract_mesh, spec).shard_shape``. Every problem
+    (each indivisible dimension, unknown or repeated axes, rank mismatches,
+    anything else JAX refuses) is collected in ``problems``; warnings (a mesh
+    larger than the devices present, rules that gave no leaf its spec) too. No
+    device is needed, nothing is allocated, and the model is not mutated.
+
+    With ``optimizer``, the state ``nnx.Optimizer(model, optimizer,
+    wrt=nnx.Param)`` would hold is planned too, derived with
+    ``jax.eval_shape(optimizer.init, params)`` (no optimizer is built) under the
+    optimizer's own paths (``optimizer/opt_state/...``, ``optimizer/step``):
+    each leaf sharded like the parameter it mirrors (same path suffix and
+    shape), others replicated; and one gradient per parameter (same sharding
+    and dtype).
+
+    Args:
+        target: An ``nnx.Module``, graph node or ``nnx.State``, concrete or
+            abstract.
+        mesh: A mapping axis name -> size (``{"data": 2, "model": 4}``), a
+            string ``"data=2,model=4"``, a ``jax.sharding.Mesh`` or an
+            ``AbstractMesh``.
+        rules: Ordered ``(regular expression, PartitionSpec)`` pairs; the first
+            match wins over metadata. A spec may be a tuple of entries.
+        logical_rules: ``(logical name, mesh axis)`` pairs translating logical
+            names in sharding metadata; default: the active
+            ``nnx.logical_axis_rules``.
+        optimizer: An optax transformation (or a name such as ``"adamw"``) whose
+            state and gradients to plan.
+
+    Returns:
+        A frozen :class:`MeshConfigReport`.
+
+    Raises:
+        TypeError: If ``mesh``, ``rules`` or ``logical_rules`` (or any item of
+            them) have the wrong type.
+        ValueError: If a mesh size is not a positive integer, a mesh string is
+            malformed, the mesh has more than :data:`MAX_MESH_DEVICES` devices,
+            a rule's regular expression is invalid, an optimizer name is
+            unknown or the optimizer's ``init`` fails on the parameters.
+
+    Example:
+        >>> from flax import nnx
+        >>> from jax.sharding import PartitionSpec as P
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> rules = [("kernel", P("model"))]
+        >>> report = mesh_config_report(model, "model=4", rules=rules)
+        >>> report.num_devices, report.n_state_leaves, report.n_params
+        (4, 2, 30)
+        >>> report.leaves[1].path, report.leaves[1].shard_shape, report.leaves[1].source
+        ('kernel', (1, 6), "rule 0 'kernel'")
+        >>> report.leaves[0].shard_shape, report.leaves[0].replicated_over  # bias
+        ((6,), ('model',))
+        >>> report.bytes_per_device, report.ideal_bytes_per_device
+        (48, 30.0)
+    """
+    abstract = as_abstract_mesh(mesh)
+    compiled_rules = _compile_rules(rules)
+    logical = _as_logical_rules(logical_rules)
+    tx = optimizer_from_name(optimizer) if isinstance(optimizer, str) else optimizer
+    planner = _Planner(abstract)
+    records = inventory(target)
+    opt_records = _optimizer_records(records, tx) if tx is not None else ()
+
+    model = _plan_model_leaves(planner, records, compiled_rules, logical)
+    optimizer_leaves, optimizer_warnings = _plan_optimizer_leaves(
+        planner, records, opt_records, model.param_plans
+    )
+    gradient_leaves = (
+        _plan_gradients(planner, records, model.param_plans) if tx is not None else ()
+    )
+    unmatched, rule_warnings = _unmatched_rules(compiled_rules, model)
+    present = jax.device_count()
+    params = [r for r in records if r.is_param]
+    return MeshConfigReport(
+        axis_names=tuple(planner.sizes),
+        axis_sizes=tuple(planner.sizes.values()),
+        num_devices=planner.num_devices,
+        n_state_leaves=len(records),
+        n_params=sum(r.size for r in params),
+        param_bytes=sum(r.nbytes for r in params),
+        leaves=model.leaves,
+        problems=(
+            model.problems
+            + optimizer_warnings
+            + rule_warnings
+            + _mesh_too_large(planner.num_devices, present)
+        ),
+        optimizer_leaves=optimizer_leaves,
+        gradient_leaves=gradient_leaves,
+        rules=tuple(p for p, _, _ in compiled_rules),
+        unmatched_rules=unmatched,
+        devices_present=present,
+    )
+
+
+def _mesh_too_large(num_devices: int, present: int) -> tuple[MeshProblem, ...]:
+    """A warning when the mesh has more devices than this process sees."""
+    if num_devices <= present:
+        return ()
+    return (
+        MeshProblem(
+            "",
+            "mesh-too-large",
+            f"The mesh has {num_devices} devices but only {present} "
+            f"{'is' if present == 1 else 'are'} present: fine for a proposal, "
+            "but it cannot run here.",
+            severity="warning",
+        ),
+    )

@@ -1,0 +1,441 @@
+"""The mesh plan's records and report: leaves, problems, totals, table and JSON."""
+
+import dataclasses
+from typing import Any
+
+from jax.sharding import PartitionSpec
+
+from nnx_introspect._mesh.specs import _spec_str
+from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._typing import IntLike, as_int
+
+CATEGORIES = ("params", "other state", "optimizer state", "gradients")
+"""The kinds of memory a plan totals, in display order."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LeafShard:
+    """How one leaf is placed on the mesh.
+
+    Attributes:
+        path: The leaf's path, keys joined by ``/``.
+        kind: The variable type's name (``"Param"``; ``"Gradient"`` for planned
+            gradients).
+        shape: The global shape.
+        dtype: The dtype's name.
+        spec: The partition spec applied (``PartitionSpec()`` = replicated).
+        shard_shape: The per-device shape from ``NamedSharding.shard_shape``, or
+            ``None`` when the spec cannot be applied (see ``problems``).
+        global_bytes: Bytes of the whole array.
+        bytes_per_device: Bytes of one device's shard (the whole array when
+            replicated; ``global_bytes`` when the spec cannot be applied).
+        category: One of :data:`CATEGORIES`.
+        source: What gave the spec: ``"rule 0 'kernel$'"``, ``"metadata"``,
+            ``"metadata + logical rules"``, ``"mirrors <param path>"``,
+            ``"gradient of <param path>"`` or ``"default"`` (replicated).
+        replicated_over: The mesh axes (of size > 1) the spec does not use: every
+            device along them holds the same shard (every axis when the spec
+            cannot be applied).
+        num_devices: Devices in the mesh, for the ideal share.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> leaf = mesh_config_report(model, "model=4").leaves[1]
+        >>> leaf.path, leaf.spec, leaf.shard_shape, leaf.bytes_per_device
+        ('kernel', P(), (4, 6), 96)
+        >>> leaf.replicated_over
+        ('model',)
+    """
+
+    path: str
+    kind: str
+    shape: tuple[int, ...]
+    dtype: str
+    spec: PartitionSpec
+    shard_shape: tuple[int, ...] | None
+    global_bytes: int
+    bytes_per_device: int
+    category: str = "params"
+    source: str = "default"
+    replicated_over: tuple[str, ...] = ()
+    num_devices: int = 1
+
+    @property
+    def ideal_bytes(self) -> float:
+        """``global_bytes / num_devices``: accounting, not a placement."""
+        return self.global_bytes / self.num_devices
+
+    @property
+    def waste_bytes(self) -> float:
+        """Bytes per device above the ideal share (replication overhead)."""
+        return self.bytes_per_device - self.ideal_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshProblem:
+    """A reason a leaf cannot be placed as specified, or a warning about the plan.
+
+    Attributes:
+        path: The leaf's path (``""`` for mesh-wide problems).
+        kind: A short code: ``"indivisible"``, ``"unknown-axis"``,
+            ``"duplicate-axis"``, ``"rank"``, ``"invalid-spec"`` (an entry or
+            spec JAX refuses for another reason), ``"mesh-too-large"``,
+            ``"unmatched-rule"``, ``"optimizer-metadata"``.
+        message: A full sentence saying what is wrong and how to fix it.
+        severity: ``"error"`` (the plan cannot be applied) or ``"warning"``.
+        dimension: For ``"indivisible"``: the array dimension that does not divide.
+        size: For ``"indivisible"``: that dimension's size.
+        axes: The mesh axes involved.
+        product: For ``"indivisible"``: the product of those axes' sizes.
+
+    Example:
+        >>> from flax import nnx
+        >>> from jax.sharding import PartitionSpec as P
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> rules = [("kernel", P(None, "model"))]
+        >>> report = mesh_config_report(model, "model=4", rules=rules)
+        >>> problem = report.errors[0]
+        >>> problem.kind, problem.path, problem.dimension, problem.size, problem.product
+        ('indivisible', 'kernel', 1, 6, 4)
+    """
+
+    path: str
+    kind: str
+    message: str
+    severity: str = "error"
+    dimension: int | None = None
+    size: int | None = None
+    axes: tuple[str, ...] = ()
+    product: int | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshConfigReport(Report):
+    """Per-leaf placement of a model's state (and training memory) over a mesh.
+
+    Attributes:
+        axis_names: The mesh axis names, in order.
+        axis_sizes: The mesh axis sizes, in order.
+        num_devices: The product of the axis sizes.
+        n_state_leaves: Number of the model's state leaves (every kind).
+        n_params: Number of ``nnx.Param`` elements.
+        param_bytes: Global bytes of the ``nnx.Param`` leaves.
+        leaves: One :class:`LeafShard` per state leaf of the model.
+        problems: Every problem and warning found, collected (never
+            first-error-only).
+        optimizer_leaves: One entry per optimizer-state leaf (empty without
+            ``optimizer``).
+        gradient_leaves: One entry per parameter gradient (empty without
+            ``optimizer``).
+        rules: The rules' patterns, in order (empty without ``rules``).
+        unmatched_rules: Patterns that gave no leaf its spec.
+        devices_present: ``jax.device_count()`` when the plan was made.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+        >>> report = mesh_config_report(model, "data=2,model=4")
+        >>> report.num_devices, report.bytes_per_device, report.ideal_bytes_per_device
+        (8, 120, 15.0)
+        >>> report.ok
+        True
+    """
+
+    SCHEMA = "nnx-introspect/mesh-config"
+    SCHEMA_VERSION = 2
+
+    axis_names: tuple[str, ...]
+    axis_sizes: tuple[int, ...]
+    num_devices: int
+    n_state_leaves: int
+    n_params: int
+    param_bytes: int
+    leaves: tuple[LeafShard, ...]
+    problems: tuple[MeshProblem, ...] = ()
+    optimizer_leaves: tuple[LeafShard, ...] = ()
+    gradient_leaves: tuple[LeafShard, ...] = ()
+    rules: tuple[str, ...] = ()
+    unmatched_rules: tuple[str, ...] = ()
+    devices_present: int = 1
+
+    @property
+    def all_leaves(self) -> tuple[LeafShard, ...]:
+        """Model leaves, then optimizer state, then gradients."""
+        return self.leaves + self.optimizer_leaves + self.gradient_leaves
+
+    @property
+    def bytes_per_device(self) -> int:
+        """Bytes each device holds under this plan (optimizer and gradients too)."""
+        return sum(leaf.bytes_per_device for leaf in self.all_leaves)
+
+    @property
+    def global_bytes(self) -> int:
+        """Bytes of every planned array, counted once."""
+        return sum(leaf.global_bytes for leaf in self.all_leaves)
+
+    @property
+    def ideal_bytes_per_device(self) -> float:
+        """``global_bytes / num_devices``: the share if nothing were replicated."""
+        return self.global_bytes / self.num_devices
+
+    @property
+    def replication_overhead(self) -> float:
+        """Bytes per device above the ideal share."""
+        return self.bytes_per_device - self.ideal_bytes_per_device
+
+    @property
+    def bytes_by_category(self) -> dict[str, int]:
+        """Bytes per device for each of :data:`CATEGORIES` (zeros included)."""
+        out = dict.fromkeys(CATEGORIES, 0)
+        for leaf in self.all_leaves:
+            out[leaf.category] += leaf.bytes_per_device
+        return out
+
+    @property
+    def global_bytes_by_category(self) -> dict[str, int]:
+        """Global bytes for each of :data:`CATEGORIES`."""
+        out = dict.fromkeys(CATEGORIES, 0)
+        for leaf in self.all_leaves:
+            out[leaf.category] += leaf.global_bytes
+        return out
+
+    @property
+    def errors(self) -> tuple[MeshProblem, ...]:
+        """The problems that make the plan inapplicable (not warnings)."""
+        return tuple(p for p in self.problems if p.severity == "error")
+
+    @property
+    def warnings(self) -> tuple[MeshProblem, ...]:
+        """Warnings: a mesh larger than the devices present, unmatched rules."""
+        return tuple(p for p in self.problems if p.severity != "error")
+
+    @property
+    def ok(self) -> bool:
+        """Whether every leaf could be placed as specified (warnings allowed)."""
+        return not self.errors
+
+    def top_waste(self, n: IntLike = 5) -> tuple[LeafShard, ...]:
+        """The ``n`` leaves with the most bytes per device above their ideal share.
+
+        Args:
+            n: How many leaves, a nonnegative integer (fewer if fewer waste).
+
+        Raises:
+            TypeError: If ``n`` is not an integer-valued scalar.
+            ValueError: If ``n`` is negative or not integral.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> report = mesh_config_report(model, "model=4")
+            >>> [leaf.path for leaf in report.top_waste(1)]
+            ['kernel']
+        """
+        count = as_int(n, "n", minimum=0)
+        wasting = [leaf for leaf in self.all_leaves if leaf.waste_bytes > 0]
+        wasting.sort(key=lambda leaf: leaf.waste_bytes, reverse=True)
+        return tuple(wasting[:count])
+
+    def fits(self, max_device_bytes: IntLike) -> bool:
+        """Whether the plan's bytes per device are at most ``max_device_bytes``.
+
+        Args:
+            max_device_bytes: The per-device budget in bytes, a nonnegative
+                integer (use :func:`parse_bytes` for ``"16GiB"``).
+
+        Raises:
+            TypeError: If ``max_device_bytes`` is not an integer-valued scalar.
+            ValueError: If it is negative or not integral.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> report = mesh_config_report(model, "model=4")
+            >>> report.bytes_per_device, report.fits(120), report.fits(119)
+            (120, True, False)
+        """
+        budget = as_int(max_device_bytes, "max_device_bytes", minimum=0)
+        return self.bytes_per_device <= budget
+
+    def table(self) -> Table:
+        """The plan as a :class:`~nnx_introspect.Table`."""
+        rows = tuple(
+            (
+                leaf.path,
+                str(leaf.shape),
+                _spec_str(leaf.spec),
+                _short_source(leaf.source),
+                "-" if leaf.shard_shape is None else str(leaf.shard_shape),
+                ", ".join(leaf.replicated_over) or "-",
+                format_bytes(leaf.bytes_per_device),
+                format_bytes(leaf.ideal_bytes),
+            )
+            for leaf in self.all_leaves
+        )
+        blank = ("",) * 5
+        by_cat = self.bytes_by_category
+        global_cat = self.global_bytes_by_category
+        totals = tuple(
+            (
+                cat,
+                *blank,
+                format_bytes(by_cat[cat]),
+                format_bytes(global_cat[cat] / self.num_devices),
+            )
+            for cat in CATEGORIES
+            if global_cat[cat] or cat in ("params", "other state")
+        )
+        totals += (
+            (
+                "total per device",
+                *blank,
+                format_bytes(self.bytes_per_device),
+                format_bytes(self.ideal_bytes_per_device),
+            ),
+            (
+                "replication overhead",
+                *blank,
+                format_bytes(self.replication_overhead),
+                "",
+            ),
+        )
+        notes = tuple(
+            ("Warning: " if p.severity != "error" else "") + p.message
+            for p in self.problems
+        )
+        if self.rules:
+            notes += (
+                "Rules: "
+                + "; ".join(f"rule {i} {p!r}" for i, p in enumerate(self.rules))
+                + ".",
+            )
+        notes += tuple(
+            f"Wastes {format_bytes(leaf.waste_bytes)} per device above its ideal "
+            f"share: {leaf.path} (replicated over "
+            f"{', '.join(leaf.replicated_over) or 'no axis'})."
+            for leaf in self.top_waste()
+        )
+        return Table(
+            title=f"Mesh plan ({_mesh_str(self)}; {self.num_devices} devices)",
+            columns=(
+                "path",
+                "shape",
+                "spec",
+                "source",
+                "shard shape",
+                "replicated over",
+                "bytes/device",
+                "ideal/device",
+            ),
+            rows=rows,
+            totals=totals,
+            notes=notes,
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Exact figures for JSON output."""
+        return {
+            "mesh": dict(zip(self.axis_names, self.axis_sizes, strict=True)),
+            "num_devices": self.num_devices,
+            "devices_present": self.devices_present,
+            "n_state_leaves": self.n_state_leaves,
+            "n_params": self.n_params,
+            "param_bytes": self.param_bytes,
+            "bytes_per_device": self.bytes_per_device,
+            "global_bytes": self.global_bytes,
+            "ideal_bytes_per_device": self.ideal_bytes_per_device,
+            "replication_overhead": self.replication_overhead,
+            "bytes_per_device_by_category": self.bytes_by_category,
+            "global_bytes_by_category": self.global_bytes_by_category,
+            "ok": self.ok,
+            "rules": list(self.rules),
+            "unmatched_rules": list(self.unmatched_rules),
+            "top_waste": [leaf.path for leaf in self.top_waste()],
+            "leaves": [_leaf_json(leaf) for leaf in self.all_leaves],
+            "problems": [
+                {**dataclasses.asdict(p), "axes": list(p.axes)} for p in self.problems
+            ],
+        }
+
+    def to_html(self, *, max_device_bytes: IntLike | None = None) -> str:
+        """A self-contained page: the verdict first, the per-leaf detail last.
+
+        The first screen holds the verdict (every leaf placeable or how many
+        problems; within the budget or not), the problems and warnings, the
+        bytes-per-device chart and the totals; then how each leaf splits (a
+        device grid whose cells say which slice of the array each device
+        holds) and the full per-leaf table.
+
+        Args:
+            max_device_bytes: A per-device budget: drawn on the chart and judged
+                in the verdict.
+
+        Returns:
+            The HTML page (inline CSS, no scripts, no external files).
+
+        Raises:
+            TypeError: If ``max_device_bytes`` is not an integer-valued scalar.
+            ValueError: If ``max_device_bytes`` is negative or not integral.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> report = mesh_config_report(model, "model=4")
+            >>> page = report.to_html(max_device_bytes=100)
+            >>> page.index("EXCEEDS the budget") < page.index("How each leaf splits")
+            True
+        """
+        # Imported here: the page module imports this one.
+        from nnx_introspect._mesh.html_page import report_html
+
+        budget = (
+            None
+            if max_device_bytes is None
+            else as_int(max_device_bytes, "max_device_bytes", minimum=0)
+        )
+        return report_html(self, budget)
+
+
+def _leaf_json(leaf: LeafShard) -> dict[str, Any]:
+    return {
+        "path": leaf.path,
+        "kind": leaf.kind,
+        "category": leaf.category,
+        "shape": list(leaf.shape),
+        "dtype": leaf.dtype,
+        "spec": _spec_json(leaf.spec),
+        "source": leaf.source,
+        "shard_shape": None if leaf.shard_shape is None else list(leaf.shard_shape),
+        "replicated_over": list(leaf.replicated_over),
+        "global_bytes": leaf.global_bytes,
+        "bytes_per_device": leaf.bytes_per_device,
+        "ideal_bytes": leaf.ideal_bytes,
+    }
+
+
+def _short_source(source: str) -> str:
+    """The table's compact source: the path column already names the parameter."""
+    if source.startswith("mirrors "):
+        return "mirrors param"
+    if source.startswith("gradient of "):
+        return "as param"
+    if source.startswith("rule "):
+        return " ".join(source.split(" ")[:2])  # the notes list each rule's pattern
+    return source
+
+
+def _mesh_str(report: MeshConfigReport) -> str:
+    return ", ".join(
+        f"{n}={s}" for n, s in zip(report.axis_names, report.axis_sizes, strict=True)
+    )
+
+
+def _spec_json(spec: PartitionSpec) -> list[Any]:
+    return [list(a) if isinstance(a, tuple) else a for a in spec]
