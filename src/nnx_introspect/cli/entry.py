@@ -1,0 +1,70 @@
+"""The entry point: parse, run the handler, turn every failure into an exit code."""
+
+import sys
+import traceback
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+from nnx_introspect._targets import TargetError
+from nnx_introspect.cli.args import PROG
+from nnx_introspect.cli.errors import UsageError, _describe
+from nnx_introspect.cli.parser import Handler, _build_parser
+
+
+def _fail(message: str, error: BaseException, debug: bool, code: int) -> int:
+    if debug:
+        traceback.print_exception(error, file=sys.stderr)
+    text = " ".join(message.split())  # one line, whatever the message holds
+    sys.stderr.write(f"{PROG}: error: {text}\n")
+    return code
+
+
+@contextmanager
+def _quiet_library_logs(debug: bool) -> Iterator[None]:
+    """Silence absl warnings (orbax logs through absl) unless ``--debug``.
+
+    Failures reach the user as one line from the exception; the warnings orbax
+    logs on the way would only add noise to stderr. Restored on exit, so calling
+    :func:`main` in-process leaves the logging state as it was.
+    """
+    if debug:
+        yield
+        return
+    from absl import logging as absl_logging
+
+    before = absl_logging.get_verbosity()
+    absl_logging.set_verbosity(absl_logging.ERROR)
+    try:
+        yield
+    finally:
+        absl_logging.set_verbosity(before)
+
+
+def main(argv: list[str] | None = None) -> int:
+    """Run the command line with ``argv`` (default ``sys.argv[1:]``).
+
+    Every failure is one line on stderr (``--debug`` adds the traceback).
+    ``KeyboardInterrupt`` (Ctrl-C) stops the command with code 130; any other
+    exception or exit, including ``sys.exit()`` called by the user's code, is a
+    failure, never a success.
+
+    Returns:
+        The exit code: 0 on success, 2 for a usage or target error, 1 for a
+        difference, a problem or any other failure, 130 when interrupted.
+    """
+    parser = _build_parser()
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exit_:
+        return exit_.code if isinstance(exit_.code, int) else 2
+    handler: Handler = args.handler
+    debug = bool(getattr(args, "debug", False))
+    try:
+        with _quiet_library_logs(debug):
+            return handler(args)
+    except (TargetError, UsageError) as error:
+        return _fail(str(error), error, debug, 2)
+    except KeyboardInterrupt as error:
+        return _fail("interrupted", error, debug, 130)
+    except BaseException as error:  # SystemExit from a library or a model too
+        return _fail(_describe(error), error, debug, 1)

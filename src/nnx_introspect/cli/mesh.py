@@ -1,0 +1,76 @@
+"""The ``mesh`` subcommand: per-device memory of a model over a proposed mesh."""
+
+import argparse
+import sys
+from typing import Any
+
+from nnx_introspect._targets import build_target
+from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
+from nnx_introspect.cli.errors import UsageError
+from nnx_introspect.cli.output import _emit
+from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules
+
+
+def _add_mesh_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "mesh",
+        help="per-device memory of a model (and its training state) over a mesh",
+        description="Plan how every state leaf of TARGET splits over a proposed "
+        "mesh: partition spec and where it came from, shard shape, bytes per "
+        "device, replicated axes, problems. No devices are needed. Exits with 1 "
+        "when a spec cannot be applied or the budget is exceeded.",
+    )
+    _add_target_args(parser)
+    _add_plan_args(
+        parser,
+        optimizer_help="also plan this optimizer's state and the gradients",
+        budget_help="per-device budget such as 16GiB; exceeding it exits with 1",
+    )
+    _add_output_args(parser, (*FORMATS, "html"))
+    parser.set_defaults(handler=_run_mesh)
+
+
+_RULES_ARGS = ("`rules", "`logical_rules")
+"""How the planner's messages about the rules start (they name the argument)."""
+
+
+def _run_mesh(args: argparse.Namespace) -> int:
+    from rich.console import Console
+
+    from nnx_introspect._mesh import mesh_config_report
+    from nnx_introspect._render import format_bytes, to_rich
+
+    mesh, rules, logical = _mesh_and_rules(args)
+    model = build_target(args.target, seed=args.seed)
+    try:
+        report = mesh_config_report(
+            model, mesh, rules=rules, logical_rules=logical, optimizer=args.optimizer
+        )
+    except (TypeError, ValueError) as error:
+        # A rule the file holds but the planner rejects is still a bad --rules.
+        if args.rules is not None and str(error).startswith(_RULES_ARGS):
+            raise UsageError(f"argument --rules: {args.rules!r}: {error}") from error
+        raise
+    budget: int | None = args.max_device_bytes
+    if args.format == "html":
+        sys.stdout.write(report.to_html(max_device_bytes=budget))
+    elif args.format == "table" and not Console(file=sys.stdout).is_terminal:
+        # Plans are wide: into a file or pipe, print the table at its full width.
+        table = to_rich(report.table())
+        width = Console(file=sys.stdout, width=10_000).measure(table).maximum
+        Console(file=sys.stdout, width=max(120, width)).print(table)
+    else:
+        _emit(report, args.format)
+    failures = []
+    if not report.ok:
+        failures.append(f"mesh plan has {len(report.errors)} problem(s); see the notes")
+    if budget is not None and not report.fits(budget):
+        used = report.bytes_per_device
+        failures.append(
+            f"{format_bytes(used)} ({used:,} bytes) per device exceed the budget of "
+            f"{format_bytes(budget)} ({budget:,} bytes)"
+        )
+    if failures:  # one line on stderr, whatever failed
+        sys.stderr.write(f"{PROG}: {'; '.join(failures)}.\n")
+        return 1
+    return 0

@@ -1,0 +1,36 @@
+"""Writing a report to stdout, and a comparison's verdict to stderr and exit code."""
+
+import sys
+from typing import TYPE_CHECKING
+
+from nnx_introspect.cli.args import PROG
+
+if TYPE_CHECKING:
+    from nnx_introspect._compare import StateDiff
+    from nnx_introspect._render import Report
+
+
+def _emit(report: "Report", fmt: str) -> None:
+    """Write ``report`` to stdout in ``fmt`` (``table`` uses rich)."""
+    from rich.console import Console
+
+    if fmt == "json":
+        sys.stdout.write(report.to_json() + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(report.to_markdown())
+    elif fmt == "html":
+        sys.stdout.write(report.to_html())
+    else:
+        console = Console(file=sys.stdout)
+        if not console.is_terminal:
+            console = Console(file=sys.stdout, width=120)
+        console.print(report)
+
+
+def _verdict(diff: "StateDiff") -> int:
+    if diff.equal:
+        return 0
+    sys.stderr.write(
+        f"{PROG}: {len(diff.entries)} difference(s) at {len(diff.paths)} path(s).\n"
+    )
+    return 1

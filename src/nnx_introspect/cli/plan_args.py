@@ -1,0 +1,153 @@
+"""The plan flags of ``mesh`` and ``step``, checked without JAX and read with it.
+
+``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``.
+"""
+
+import argparse
+import math
+import os
+import re
+from typing import Any
+
+from nnx_introspect.cli.errors import UsageError
+
+OPTIMIZERS = (
+    "adafactor",
+    "adagrad",
+    "adam",
+    "adamw",
+    "lion",
+    "momentum",
+    "rmsprop",
+    "sgd",
+)
+"""``--optimizer`` choices: ``_mesh.OPTIMIZER_NAMES``, spelt out to keep JAX out of
+``--help`` (a test holds the two equal)."""
+
+
+def _integral(text: str) -> int | None:
+    """``text`` as an integer (``"4"``, ``"4.0"``, ``"1e3"``), else ``None``."""
+    try:
+        return int(text)
+    except ValueError:
+        pass
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    return int(value) if math.isfinite(value) and value.is_integer() else None
+
+
+def _mesh_arg(text: str) -> str:
+    """Check the syntax of ``--mesh`` without JAX; the handler checks the rest.
+
+    This accepts at least every string ``as_abstract_mesh`` accepts (a test holds
+    them together); limits such as the largest axis are left to the library.
+    """
+    seen: set[str] = set()
+    for part in text.split(","):
+        axis, sep, size = (x.strip() for x in part.partition("="))
+        if not sep or not axis.isidentifier():
+            raise argparse.ArgumentTypeError(
+                f"must look like 'data=2,model=4', got {text!r}: {part!r} is not "
+                "'axis=size'"
+            )
+        if axis in seen:
+            raise argparse.ArgumentTypeError(
+                f"names axis {axis!r} twice in {text!r}; name each axis once"
+            )
+        seen.add(axis)
+        number = _integral(size)
+        if number is None or number < 1:
+            raise argparse.ArgumentTypeError(
+                f"the size of axis {axis!r} must be a positive integer, got "
+                f"{size!r} in {text!r}"
+            )
+    return text
+
+
+_SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*")
+_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
+
+
+def _bytes_arg(text: str) -> int:
+    """``--max-device-bytes``: what ``_mesh.parse_bytes`` gives, without JAX.
+
+    A test holds the two equal (same value, or both reject).
+    """
+    match = _SIZE.fullmatch(text)
+    unit = match.group(2).lower() if match else ""
+    if match is None or unit not in _UNITS:
+        raise argparse.ArgumentTypeError(
+            f"must be a size like '16GiB', '500MB' or '4096', got {text!r} "
+            "(units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
+        )
+    value = float(match.group(1)) * _UNITS[unit]
+    if not math.isfinite(value) or not value.is_integer():
+        raise argparse.ArgumentTypeError(
+            f"must be a whole number of bytes, got {text!r} ({value:g} bytes)"
+        )
+    return int(value)
+
+
+def _rules_arg(text: str) -> str:
+    """``--rules``: an existing file (its content is checked by the handler)."""
+    if not os.path.isfile(text):
+        what = "is a directory" if os.path.isdir(text) else "does not exist"
+        raise argparse.ArgumentTypeError(
+            f"the rules file {text!r} {what}; pass a JSON file of [regex, spec] pairs"
+        )
+    return text
+
+
+def _add_plan_args(
+    parser: argparse.ArgumentParser, *, optimizer_help: str, budget_help: str
+) -> None:
+    """Add ``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``."""
+    parser.add_argument(
+        "--mesh",
+        required=True,
+        type=_mesh_arg,
+        help="the proposed mesh, e.g. 'data=2,model=4' (any size)",
+    )
+    parser.add_argument(
+        "--rules",
+        metavar="FILE",
+        type=_rules_arg,
+        default=None,
+        help='JSON file: [[regex, spec], ...] or {"rules": [...], '
+        '"logical_rules": [[name, axis], ...]}; first matching regex wins',
+    )
+    parser.add_argument(
+        "--optimizer", choices=OPTIMIZERS, default=None, help=optimizer_help
+    )
+    parser.add_argument(
+        "--max-device-bytes",
+        type=_bytes_arg,
+        default=None,
+        metavar="SIZE",
+        help=budget_help,
+    )
+
+
+def _mesh_and_rules(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+    """The ``AbstractMesh`` and the rules of ``--mesh`` / ``--rules``.
+
+    The library's own checks (such as the largest mesh) are usage errors naming
+    the flag.
+    """
+    from nnx_introspect._mesh import as_abstract_mesh, load_rules_file
+
+    try:
+        mesh = as_abstract_mesh(args.mesh, "--mesh")
+    except (TypeError, ValueError) as error:
+        raise UsageError(f"argument --mesh: {error}") from error
+    rules: Any = None
+    logical: Any = None
+    if args.rules is not None:
+        try:
+            rules, logical = load_rules_file(args.rules)
+        except (OSError, ValueError) as error:
+            raise UsageError(f"argument --rules: {error}") from error
+    return mesh, rules, logical

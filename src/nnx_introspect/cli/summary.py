@@ -1,0 +1,35 @@
+"""The ``summary`` subcommand: every variable of a model, with totals."""
+
+import argparse
+from typing import Any
+
+from nnx_introspect._targets import build_target
+from nnx_introspect.cli.args import _add_output_args, _add_target_args, _positive_int
+from nnx_introspect.cli.output import _emit
+
+
+def _add_summary_parser(subparsers: Any) -> None:
+    parser = subparsers.add_parser(
+        "summary",
+        help="every variable of a model, with totals per type and dtype",
+        description="Summarize a model built abstractly from TARGET: one row per "
+        "variable (path, type, shape, dtype, elements, bytes), totals per "
+        "variable type and per dtype. Nothing is allocated.",
+    )
+    _add_target_args(parser)
+    parser.add_argument(
+        "--depth",
+        type=_positive_int,
+        default=None,
+        help="aggregate rows by module prefix of this many path keys",
+    )
+    _add_output_args(parser)
+    parser.set_defaults(handler=_run_summary)
+
+
+def _run_summary(args: argparse.Namespace) -> int:
+    from nnx_introspect._summary import summarize
+
+    model = build_target(args.target, seed=args.seed)
+    _emit(summarize(model, depth=args.depth), args.format)
+    return 0
