@@ -508,7 +508,7 @@ def test_parse_topology() -> None:
 
 
 def test_missing_libtpu_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_step, "_libtpu_version", lambda: None)
+    monkeypatch.setattr(_step.topology, "_libtpu_version", lambda: None)
     with pytest.raises(
         ImportError, match=re.escape('pip install "nnx-introspect[tpu]"')
     ):

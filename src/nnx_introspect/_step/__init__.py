@@ -1,0 +1,51 @@
+"""Step memory: what XLA's own compile says one step needs on each device.
+
+:func:`step_memory_report` compiles the real step (forward, backward, optimizer
+update) with ``jax.jit(...).lower(...).compile()`` on a mesh, with every input a
+``jax.ShapeDtypeStruct`` carrying its ``NamedSharding``: nothing is allocated.
+Each leaf's partition spec comes from :func:`~nnx_introspect.mesh_config_report`
+(one resolution of rules, metadata and logical rules), and the report reads
+``memory_analysis()`` and ``cost_analysis()`` of the compiled executable.
+
+Where the compile runs:
+
+* in this process, when it has enough devices (the first ``prod(mesh)`` of
+  ``jax.devices()``, or the devices of a concrete ``Mesh``);
+* in a child Python process with enough virtual CPU devices
+  (``--xla_force_host_platform_device_count``) otherwise; the child rebuilds
+  the model from a ``"package.module:factory"`` name and returns plain numbers;
+* with XLA:TPU for a named TPU topology (``topology="v5e-4"``), in this process,
+  via ``jax.experimental.topologies.get_topology_desc`` and the ``libtpu``
+  package: compile-only TPU devices, no TPU needed.
+
+The modules: ``inputs`` (the arguments checked), ``topology`` (named accelerator
+slices, a table of families), ``loss`` and ``compile`` (the step and XLA's
+analyses), ``child`` (the child-process compile; ``python -m nnx_introspect._step``
+is the child), ``report`` (:class:`StepMemoryReport`) and ``measure``
+(:func:`step_memory_report`, composing them).
+"""
+
+from nnx_introspect._step.child import CHILD_TIMEOUT_SECONDS as CHILD_TIMEOUT_SECONDS
+from nnx_introspect._step.child import MAX_CHILD_DEVICES as MAX_CHILD_DEVICES
+from nnx_introspect._step.child import run_child_request as run_child_request
+from nnx_introspect._step.inputs import LOSSES as LOSSES
+from nnx_introspect._step.inputs import BatchLike as BatchLike
+from nnx_introspect._step.inputs import LossLike as LossLike
+from nnx_introspect._step.inputs import SpecsLike as SpecsLike
+from nnx_introspect._step.inputs import _importable_name as _importable_name
+from nnx_introspect._step.inputs import parse_batch as parse_batch
+from nnx_introspect._step.measure import step_memory_report as step_memory_report
+from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
+from nnx_introspect._step.topology import TPU_FAMILIES as TPU_FAMILIES
+from nnx_introspect._step.topology import _libtpu_version as _libtpu_version
+from nnx_introspect._step.topology import parse_topology as parse_topology
+
+__all__ = [
+    "LOSSES",
+    "MAX_CHILD_DEVICES",
+    "TPU_FAMILIES",
+    "StepMemoryReport",
+    "parse_batch",
+    "parse_topology",
+    "step_memory_report",
+]

@@ -1,0 +1,266 @@
+"""The step's arguments checked and normalised: target, batch, specs, loss..."""
+
+import dataclasses
+import math
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeAlias
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from jax.sharding import PartitionSpec
+
+from nnx_introspect._abstract import abstract_model
+from nnx_introspect._mesh import optimizer_from_name
+from nnx_introspect._step.formats import _batch_str, _one_line, _spec_str
+from nnx_introspect._targets import TargetError, build_target, resolve_factory
+from nnx_introspect._typing import check_finite
+
+LOSSES = ("mean", "lm")
+"""The loss names :func:`step_memory_report` knows (``None`` = forward only)."""
+
+
+def parse_batch(dtype: str, shape: Sequence[int], /) -> jax.ShapeDtypeStruct:
+    """The batch leaf the CLI's ``--batch "int32[8,2048]"`` names.
+
+    Raises:
+        ValueError: If ``dtype`` is not a dtype JAX knows.
+
+    Example:
+        >>> parse_batch("bfloat16", (2, 3))
+        ShapeDtypeStruct(shape=(2, 3), dtype=bfloat16)
+    """
+    try:
+        dt = jnp.dtype(dtype)
+    except TypeError:
+        raise ValueError(
+            f"{dtype!r} is not a dtype; use int32, float32, bfloat16, ..."
+        ) from None
+    return jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dt)
+
+
+BatchLike: TypeAlias = Any
+"""The model's positional arguments: a tuple of ``jax.ShapeDtypeStruct`` or
+arrays, or one bare leaf."""
+
+SpecsLike: TypeAlias = PartitionSpec | Sequence[Any] | None
+"""One ``PartitionSpec`` for every batch leaf, or one per leaf."""
+
+LossLike: TypeAlias = str | Callable[..., Any] | None
+"""``None``, ``"mean"``, ``"lm"``, a callable ``loss(model, batch) -> scalar`` or
+its ``"package.module:function"`` name."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _Request:
+    """Everything a compile needs, normalised (and JSON-able for a child)."""
+
+    model: Any
+    target_name: str | None
+    mesh_axes: tuple[tuple[str, int], ...]
+    batch: tuple[jax.ShapeDtypeStruct, ...]
+    batch_specs: tuple[PartitionSpec, ...]
+    loss: LossLike
+    loss_name: str | None
+    tx: optax.GradientTransformation | None
+    optimizer_name: str | None
+    rules: Any
+    logical_rules: Any
+
+    @property
+    def num_devices(self) -> int:
+        return math.prod(s for _, s in self.mesh_axes)
+
+
+def _as_model(target: Any) -> Any:
+    """An abstract module for ``target`` (never the caller's own object)."""
+    if isinstance(target, str):
+        try:
+            return build_target(target)
+        except TargetError as error:
+            raise ValueError(f"`target` {target!r} cannot be built: {error}") from None
+    if isinstance(target, nnx.State):
+        raise TypeError(
+            "`target` must be an nnx.Module, a factory taking `rngs` or a "
+            "'package.module:factory' string, got an nnx.State: a step needs the "
+            "module to call. Pass the model."
+        )
+    if isinstance(target, nnx.Module):
+        graphdef, state = nnx.split(target)
+        abstract = jax.tree.map(
+            lambda x: jax.ShapeDtypeStruct(jnp.shape(x), jnp.result_type(x)), state
+        )
+        return nnx.merge(graphdef, abstract)
+    if callable(target):
+        try:
+            model = abstract_model(target)
+        except Exception as error:
+            raise ValueError(
+                f"`target` factory {getattr(target, '__name__', target)!r} raised "
+                f"{_one_line(error)}"
+            ) from None
+        if not isinstance(model, nnx.Module):
+            raise TypeError(
+                f"`target` factory returned a {type(model).__name__}, not an "
+                "nnx.Module."
+            )
+        return model
+    raise TypeError(  # pragma: no cover - beartype rejects these first
+        f"`target` must be an nnx.Module, a factory or a string, got {target!r}."
+    )
+
+
+def _importable_name(obj: Any) -> str | None:
+    """``"module:qualname"`` if that name imports back to ``obj`` itself."""
+    if isinstance(obj, str):
+        return obj
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        return None
+    name = f"{module}:{qualname}"
+    try:
+        found = resolve_factory(name)
+    except TargetError:
+        return None
+    return name if found is obj else None
+
+
+def _as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
+    leaves = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
+    if not leaves:
+        raise ValueError(
+            "`batch` must hold the model's positional arguments, got an empty "
+            "tuple. Pass e.g. (jax.ShapeDtypeStruct((8, 128), jnp.int32),)."
+        )
+    out: list[jax.ShapeDtypeStruct] = []
+    for i, leaf in enumerate(leaves):
+        shape = getattr(leaf, "shape", None)
+        dtype = getattr(leaf, "dtype", None)
+        if shape is None or dtype is None or isinstance(leaf, type):
+            raise TypeError(
+                f"`batch[{i}]` must be a jax.ShapeDtypeStruct or an array, got "
+                f"{leaf!r} of type {type(leaf).__name__}. Write e.g. "
+                "jax.ShapeDtypeStruct((8, 128), jnp.int32)."
+            )
+        # Only shapes and dtypes are read, but NaN or inf in a concrete batch is a
+        # bug upstream worth reporting before anything is compiled.
+        check_finite(leaf, f"batch[{i}]")
+        out.append(jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dtype))
+    return tuple(out)
+
+
+def _as_batch_specs(
+    batch_spec: Any, batch: tuple[jax.ShapeDtypeStruct, ...], first_axis: str
+) -> tuple[tuple[PartitionSpec, ...], str]:
+    """Per-leaf specs and the argument name to blame for their problems."""
+    if batch_spec is None:
+        specs = tuple(
+            PartitionSpec(first_axis) if leaf.shape else PartitionSpec()
+            for leaf in batch
+        )
+        return specs, "batch"
+    if isinstance(batch_spec, PartitionSpec):
+        return (batch_spec,) * len(batch), "batch_spec"
+    items = list(batch_spec)
+    if len(items) != len(batch):
+        raise ValueError(
+            f"`batch_spec` must be one PartitionSpec or one per batch leaf "
+            f"({len(batch)}), got {len(items)}: {batch_spec!r}."
+        )
+    specs_list: list[PartitionSpec] = []
+    for i, item in enumerate(items):
+        if item is None:
+            specs_list.append(PartitionSpec())
+        elif isinstance(item, PartitionSpec):
+            specs_list.append(item)
+        else:
+            raise TypeError(
+                f"`batch_spec[{i}]` must be a PartitionSpec or None, got {item!r}."
+            )
+    return tuple(specs_list), "batch_spec"
+
+
+def _spec_problems(
+    name: str,
+    batch: tuple[jax.ShapeDtypeStruct, ...],
+    specs: tuple[PartitionSpec, ...],
+    sizes: Mapping[str, int],
+) -> list[str]:
+    problems: list[str] = []
+    for i, (leaf, spec) in enumerate(zip(batch, specs, strict=True)):
+        where = f"`{name}` leaf {i} ({_batch_str(leaf)}) with spec {_spec_str(spec)}"
+        if len(spec) > len(leaf.shape):
+            problems.append(
+                f"{where}: the spec has {len(spec)} entries for rank {len(leaf.shape)}."
+            )
+            continue
+        for dim, entry in enumerate(spec):
+            axes = (
+                ()
+                if entry is None
+                else ((entry,) if isinstance(entry, str) else tuple(entry))
+            )
+            unknown = [a for a in axes if a not in sizes]
+            if unknown:
+                problems.append(
+                    f"{where}: axis {unknown[0]!r} is not in the mesh {tuple(sizes)}."
+                )
+                continue
+            product = math.prod(sizes[a] for a in axes)
+            if leaf.shape[dim] % product:
+                problems.append(
+                    f"{where}: dimension {dim} (size {leaf.shape[dim]}) does not "
+                    f"divide over {'x'.join(axes)} (product {product}). Use a "
+                    f"multiple of {product} or pass `batch_spec`."
+                )
+    return problems
+
+
+def _as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
+    """Validate ``loss``: ``None``, a name in :data:`LOSSES` or a callable."""
+    if loss is None:
+        return None
+    if isinstance(loss, str) and ":" in loss:
+        try:
+            return resolve_factory(loss)
+        except TargetError as error:
+            raise ValueError(f"`loss` {loss!r} cannot be imported: {error}") from None
+    if isinstance(loss, str):
+        if loss not in LOSSES:
+            raise ValueError(
+                f"`loss` must be None, one of {list(LOSSES)} or a callable "
+                f"`loss(model, batch) -> scalar`, got {loss!r}."
+            )
+        if loss == "lm":
+            tokens = batch[0]
+            if len(tokens.shape) != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
+                raise ValueError(
+                    "`loss='lm'` needs `batch[0]` to be (batch, sequence) integer "
+                    f"tokens, got {_batch_str(tokens)}. Pass int32 tokens first, "
+                    "or a callable `loss`."
+                )
+            if tokens.shape[1] < 2:
+                raise ValueError(
+                    "`loss='lm'` predicts each next token, so `batch[0]` needs a "
+                    f"sequence of at least 2 tokens, got {_batch_str(tokens)}."
+                )
+        return loss
+    return loss
+
+
+def _loss_name(loss: Any) -> str | None:
+    if loss is None or isinstance(loss, str):
+        return loss
+    return str(getattr(loss, "__name__", type(loss).__name__))
+
+
+def _as_optimizer(
+    optimizer: Any,
+) -> tuple[optax.GradientTransformation | None, str | None]:
+    if optimizer is None:
+        return None, None
+    if isinstance(optimizer, str):
+        return optimizer_from_name(optimizer), optimizer.lower()
+    return optimizer, None
