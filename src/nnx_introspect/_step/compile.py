@@ -1,8 +1,6 @@
 """The jitted step, lowered and compiled on a mesh; XLA's memory and cost analyses."""
 
 import contextlib
-import importlib.metadata
-import math
 import time
 from collections.abc import Mapping
 from typing import Any
@@ -19,16 +17,7 @@ from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._step.formats import _batch_str
 from nnx_introspect._step.inputs import _Request
 from nnx_introspect._step.loss import _call_model, _LossError, _ModelError, _objective
-from nnx_introspect._step.topology import _libtpu_version
-
-# LLVM's optimisation of the generated machine code dominates large XLA:CPU
-# compiles (a 2,048-device Llama step spends minutes in LLVM loop analysis) and
-# changes nothing the report reads: buffer assignment (memory_analysis) and
-# cost_analysis are computed on the optimised HLO, before LLVM runs.
-_CPU_COMPILER_OPTIONS: dict[str, Any] = {
-    "xla_backend_optimization_level": 0,
-    "xla_llvm_disable_expensive_passes": True,
-}
+from nnx_introspect._step.xla import compile_lowered
 
 
 def _shard_state(
@@ -182,30 +171,4 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
         ) from None
     except _LossError as error:
         raise ValueError(f"`loss` {request.loss_name!r} failed: {error}") from None
-    device = mesh.devices.flat[0]
-    options = _CPU_COMPILER_OPTIONS if device.platform == "cpu" else None
-    compiled = lowered.compile(compiler_options=options)
-    seconds = time.perf_counter() - start
-    memory = compiled.memory_analysis()
-    if memory is None:  # pragma: no cover - every XLA backend we know gives one
-        raise RuntimeError("XLA gave no memory analysis for the compiled step.")
-    cost = compiled.cost_analysis()
-    if isinstance(cost, list | tuple):  # pragma: no cover - older jax
-        cost = cost[0] if cost else None
-    flops = float(cost.get("flops", math.nan)) if isinstance(cost, dict) else math.nan
-    return {
-        "argument_bytes": int(memory.argument_size_in_bytes),
-        "output_bytes": int(memory.output_size_in_bytes),
-        "temp_bytes": int(memory.temp_size_in_bytes),
-        "alias_bytes": int(memory.alias_size_in_bytes),
-        "flops": flops if math.isfinite(flops) else None,
-        "backend": str(device.platform),
-        "device_kind": str(device.device_kind),
-        "compile_seconds": seconds,
-    }
-
-
-def _compiler(backend: str, device_kind: str) -> str:
-    if backend == "tpu":
-        return f"XLA:TPU (libtpu {_libtpu_version()}, {device_kind})"
-    return f"XLA:{backend.upper()} (jaxlib {importlib.metadata.version('jaxlib')})"
+    return compile_lowered(lowered, mesh, start)

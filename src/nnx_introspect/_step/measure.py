@@ -19,7 +19,7 @@ from nnx_introspect._mesh import (
     mesh_config_report,
 )
 from nnx_introspect._step.child import _child_request, _run_child
-from nnx_introspect._step.compile import _compile, _compiler
+from nnx_introspect._step.compile import _compile
 from nnx_introspect._step.formats import _batch_str
 from nnx_introspect._step.inputs import (
     BatchLike,
@@ -37,6 +37,7 @@ from nnx_introspect._step.inputs import (
 )
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.topology import _topology, _tpu_mesh
+from nnx_introspect._step.xla import compiler_name
 from nnx_introspect._typing import typechecked
 
 
@@ -252,7 +253,7 @@ def _report(
         flops=math.nan if flops is None else float(flops),
         plan=plan,
         backend=numbers["backend"],
-        compiler=_compiler(numbers["backend"], numbers["device_kind"]),
+        compiler=compiler_name(numbers["backend"], numbers["device_kind"]),
         device_kind=numbers["device_kind"],
         compile_seconds=float(numbers["compile_seconds"]),
         step=_step_name(request.loss, tx),
