@@ -3,6 +3,7 @@ import gc
 from collections.abc import Callable
 from typing import Any
 
+import flax.errors
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -318,3 +319,15 @@ def test_with_partitioning_initializers_build_without_mesh() -> None:
         fast = abstract_model(factory)
         plain = nnx.eval_shape(lambda: factory(nnx.Rngs(0)))
     assert structure(fast) == structure(plain)
+
+
+def test_a_factory_drawing_from_an_outer_rngs_is_a_value_error_naming_factory() -> None:
+    outer_rngs = nnx.Rngs(0)
+    with pytest.raises(
+        ValueError, match=r"`factory`.*draw from the rngs you are given"
+    ) as info:
+        abstract_model(lambda rngs: nnx.Linear(2, 2, rngs=outer_rngs))
+    # flax's own error stays reachable as the cause (the user's traceback).
+    assert isinstance(info.value.__cause__, flax.errors.TraceContextError)
+    # The outer Rngs is left as it was: still usable outside any trace.
+    assert nnx.Linear(2, 2, rngs=outer_rngs).kernel.shape == (2, 2)

@@ -376,6 +376,8 @@ def test_importing_the_cli_and_the_package_imports_no_jax() -> None:
         ["step", "--mesh", "data=2", "--batch", "int32(8)"],
         ["step", "--mesh", "data=2", "--batch", "int32[8]", "--loss", "bogus"],
         ["step", "--mesh", "data=2"],
+        ["--version"],
+        ["mesh", "--mesh", "data=2", "--mseh", "x"],
     ],
 )
 def test_help_and_argument_errors_import_no_jax(argv: list[str]) -> None:
@@ -387,7 +389,8 @@ def test_help_and_argument_errors_import_no_jax(argv: list[str]) -> None:
         f"    code = main({argv!r})\n"
         f"print(code, [m for m in {HEAVY} if m in sys.modules])"
     )
-    assert _python(code) == ("0 []" if "--help" in argv else "2 []")
+    ok = "--help" in argv or "--version" in argv
+    assert _python(code) == ("0 []" if ok else "2 []")
 
 
 def test_python_dash_m_help_imports_no_jax() -> None:
@@ -528,9 +531,9 @@ def test_diff_reads_in_argument_order(
     in_ckpt_only = [("l2/bias", "-"), ("l2/kernel", "-")]
     in_model_only = [("head/bias", "-"), ("head/kernel", "-")]
     for a, b, labels, missing, extras in [
-        (two_layer_ckpt, "cli_other_mod:other", ["checkpoint", "target"],
+        (two_layer_ckpt, "cli_other_mod:other", [two_layer_ckpt, "other"],
          in_ckpt_only, in_model_only),
-        ("cli_other_mod:other", two_layer_ckpt, ["target", "checkpoint"],
+        ("cli_other_mod:other", two_layer_ckpt, ["other", two_layer_ckpt],
          in_model_only, in_ckpt_only),
     ]:  # fmt: skip
         code, out, err = run(["diff", a, b, "--format", "json", *extra], capsys)
@@ -547,6 +550,12 @@ def test_diff_reads_in_argument_order(
             assert got["missing", path][0] != "-" and got["missing", path][1] == "-"
         for path, _ in extras:
             assert got["extra", path][0] == "-" and got["extra", path][1] != "-"
+        # The messages name the two sides as given, in argument order.
+        messages = {(e["problem"], e["path"]): e["message"] for e in data["entries"]}
+        path = missing[0][0]
+        assert messages["missing", path].startswith(
+            f"{path}: in {labels[0]} ("
+        ) and messages["missing", path].endswith(f"not in {labels[1]}.")
         code, out, _ = run(["diff", a, b, "--format", "markdown", *extra], capsys)
         assert f"State diff: {labels[0]} vs {labels[1]}: 4 difference(s)" in out
 
@@ -749,3 +758,42 @@ def test_main_restores_the_absl_verbosity(capsys: pytest.CaptureFixture[str]) ->
     before = logging.get_verbosity()
     assert run(["summary", "nnx_introspect.examples:tied_embedding"], capsys)[0] == 0
     assert logging.get_verbosity() == before
+
+
+# --- --version and misspelt flags (issue 14) ----------------------------------------
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    import nnx_introspect
+
+    code, out, err = run(["--version"], capsys)
+    assert code == 0 and err == ""
+    assert out == f"nnx-introspect {nnx_introspect.__version__}\n"
+    assert out == "nnx-introspect 0.1.0\n"
+
+
+@pytest.mark.parametrize(
+    ("argv", "command", "message"),
+    [
+        (["mesh", "nnx_introspect.examples:llama_tiny", "--mesh", "data=2",
+          "--mseh", "x"], "mesh", "unrecognized arguments: --mseh x (did you mean --mesh?)"),
+        (["mesh", "--mseh", "x"], "mesh",
+         "unrecognized arguments: --mseh (did you mean --mesh?); the following "
+         "arguments are required: --mesh"),
+        (["summary", "x:y", "--fromat", "json"], "summary",
+         "unrecognized arguments: --fromat json (did you mean --format?)"),
+        (["diff", "a:b", "c:d", "--shape-only"], "diff",
+         "unrecognized arguments: --shape-only (did you mean --shapes-only?)"),
+        (["checkpoint", "p", "--verfiy"], "checkpoint",
+         "unrecognized arguments: --verfiy (did you mean --verify?)"),
+    ],
+)  # fmt: skip
+def test_a_misspelt_flag_points_to_its_subcommands_help(
+    argv: list[str], command: str, message: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    code, out, err = run(argv, capsys)
+    assert code == 2 and out == ""
+    assert err == (
+        f"nnx-introspect {command}: error: {message} "
+        f"(see 'nnx-introspect {command} --help')\n"
+    )

@@ -1,6 +1,7 @@
 """The ``mesh`` subcommand: formats, rules files, budgets and exit codes."""
 
 import json
+import subprocess
 import sys
 import textwrap
 from pathlib import Path
@@ -309,3 +310,84 @@ def test_rules_the_planner_rejects_name_the_flag(
     assert code == 2 and out == "" and err.count("\n") == 1
     assert err.startswith(f"nnx-introspect: error: argument --rules: {str(rules)!r}: ")
     assert message in err
+
+
+# --- one verdict in every format and the exit code (issue 13) ---------------------
+
+
+def _verdict_line(text: str) -> str:
+    import html as html_lib
+    import re
+
+    match = re.search(r'<p class="verdict[^"]*">([^<]*)</p>', text)
+    if match:  # the HTML page: its verdict paragraph
+        return html_lib.unescape(match.group(1))
+    return next(line for line in text.splitlines() if line.startswith(("OK", "FAIL")))
+
+
+@pytest.mark.parametrize(("budget", "ok"), [("100", False), ("1KiB", True)])
+def test_every_format_and_the_exit_code_give_one_verdict(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str], budget: str, ok: bool
+) -> None:
+    # nnx.Linear(4, 6) replicated over model=4: (4 * 6 + 6) * 4 = 120 B per device.
+    argv = ["mesh", "mesh_targets_mod:linear", "--mesh", "model=4"]
+    argv += ["--max-device-bytes", budget]
+    code, out, err = run([*argv, "--format", "json"], capsys)
+    data = json.loads(out)
+    assert code == (0 if ok else 1)
+    assert (data["ok"], data["fits"], data["max_device_bytes"]) == (
+        ok,
+        ok,
+        100 if budget == "100" else 1024,
+    )
+    assert data["bytes_per_device"] == 120
+    assert (err == "") is ok
+    verdicts = {"json": data["verdict"]}
+    for fmt in ("markdown", "html", "table"):
+        code, out, err = run([*argv, "--format", fmt], capsys)
+        assert code == (0 if ok else 1), fmt
+        verdicts[fmt] = _verdict_line(out)
+        if fmt == "markdown":  # right under the title, before the table
+            assert out.splitlines()[2] == verdicts[fmt]
+        if fmt == "table":  # before the first leaf row
+            lines = out.splitlines()
+            first = next(i for i, line in enumerate(lines) if "kernel" in line)
+            assert lines.index(verdicts[fmt]) < first
+    assert len(set(verdicts.values())) == 1, verdicts
+    verdict = verdicts["json"]
+    assert verdict.startswith("OK: " if ok else "FAIL: ")
+    assert ("EXCEEDS the budget of 100 B" in verdict) is not ok
+
+
+# --- no accelerator start-up noise on stderr (issue 14) ----------------------------
+
+
+def _cli_process(*argv: str) -> "subprocess.CompletedProcess[str]":
+    import os
+    import subprocess
+
+    env = {k: v for k, v in os.environ.items() if k != "JAX_PLATFORMS"}
+    env.pop("XLA_FLAGS", None)  # as a user runs it: no virtual devices either
+    return subprocess.run(
+        [sys.executable, "-m", "nnx_introspect", *argv],
+        capture_output=True,
+        text=True,
+        check=False,
+        timeout=300,
+        env=env,
+    )
+
+
+def test_commands_print_nothing_on_stderr_without_jax_platforms() -> None:
+    result = _cli_process("summary", "nnx_introspect.examples:llama_tiny")
+    assert (result.returncode, result.stderr) == (0, "")
+    result = _cli_process(
+        "mesh", "nnx_introspect.examples:llama_tiny", "--mesh", "data=2"
+    )
+    assert (result.returncode, result.stderr) == (0, "")
+    result = _cli_process(
+        "mesh", "nnx_introspect.examples:llama_tiny_sharded", "--mesh", "fsdp=3,tp=5"
+    )
+    assert result.returncode == 1
+    assert result.stderr.count("\n") == 1
+    assert result.stderr.startswith("nnx-introspect: mesh plan has ")

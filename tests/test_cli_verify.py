@@ -179,3 +179,59 @@ def test_a_non_utf8_path_is_a_usage_error(
         assert code == 2 and out == "" and err.count("\n") == 1, err
         assert "is not a UTF-8 path (byte 0xff is not UTF-8)" in err
         assert "Rename the directory" in err
+
+
+# --- sharding-annotated models with values; names in the title (issue 14) ---------
+
+TINY = "nnx_introspect.examples:llama_tiny"
+TINY_SHARDED = "nnx_introspect.examples:llama_tiny_sharded"
+
+
+def test_diff_of_a_model_and_its_sharded_variant_compares_values(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    code, out, err = run(capsys, "diff", TINY, TINY_SHARDED, "--format", "json")
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["equal"] and data["values_compared"]
+    # llama_tiny: embed + 8 layers x 9 + norm + head = 75 leaves, all common.
+    assert (data["n_paths_a"], data["n_paths_b"], data["n_common"]) == (75, 75, 75)
+    assert (data["a_label"], data["b_label"]) == ("llama_tiny", "llama_tiny_sharded")
+    code, out, _ = run(capsys, "diff", TINY, TINY_SHARDED, "--format", "markdown")
+    assert out.startswith("**State diff: llama_tiny vs llama_tiny_sharded: equal")
+    # Another seed on one side: the values differ, and the diff says so.
+    code, out, err = run(capsys, "diff", TINY, TINY_SHARDED, "--seed-b", "1")
+    assert code == 1 and "difference(s)" in err
+
+
+def test_checkpoint_verify_builds_a_sharded_model(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    from nnx_introspect.examples import llama_tiny
+
+    path = save(tmp_path / "tiny", nnx.state(llama_tiny(nnx.Rngs(0))))
+    argv = ["checkpoint", path, "--model", TINY_SHARDED, "--verify", "--format", "json"]
+    code, out, err = run(capsys, *argv)
+    assert (code, err) == (0, "")
+    data = json.loads(out)
+    assert data["equal"] and data["values_compared"] and data["n_common"] == 75
+
+
+def test_diff_names_its_sides_as_given(
+    tmp_path: pathlib.Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    a = save(tmp_path / "a", nnx.state(two_layer(nnx.Rngs(0))))
+    b = save(tmp_path / "b", nnx.state(two_layer(nnx.Rngs(1))))
+    code, out, _ = run(capsys, "diff", a, b, "--format", "markdown")
+    assert code == 1
+    assert out.startswith(f"**State diff: {a} vs {b}: ")
+    code, out, _ = run(capsys, "diff", TWO_LAYER, TWO_LAYER, "--seed-b", "1")
+    assert code == 1
+    code, out, _ = run(
+        capsys, "diff", TWO_LAYER, TWO_LAYER, "--seed-b", "1", "--format", "json"
+    )
+    data = json.loads(out)
+    assert (data["a_label"], data["b_label"]) == (
+        "two_layer (seed 0)",
+        "two_layer (seed 1)",
+    )

@@ -420,3 +420,16 @@ def test_numbers_and_exotic_numeric_dtypes_are_accepted() -> None:
     assert compare_states(a, dict(a)).equal
     diff = compare_states(a, {**a, "i4": jnp.asarray([1, 3], jnp.int4)})
     assert problems(diff) == [("i4", "value")] and diff.entries[0].max_abs_diff == 5.0
+
+
+def test_no_value_compared_never_reads_as_values_compared() -> None:
+    """Two states that share no path, or whose common paths all differ in shape,
+    compared no value: the diff must not claim it did."""
+    a = {"x": np.zeros((2,), np.float32)}
+    disjoint = compare_states(a, {"y": np.zeros((2,), np.float32)})
+    assert not disjoint.values_compared
+    assert "compared values" not in disjoint.to_markdown()
+    reshaped = compare_states(a, {"x": np.zeros((3,), np.float32)})
+    assert not reshaped.values_compared
+    same = compare_states(a, {"x": np.zeros((2,), np.float32)})
+    assert same.values_compared and same.equal

@@ -1,5 +1,6 @@
 """The variable inventory: paths, kinds, shapes, dtypes and packed byte sizes."""
 
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -8,7 +9,7 @@ import numpy as np
 import pytest
 from flax import nnx
 
-from nnx_introspect._inventory import dtype_nbytes, inventory, path_str
+from nnx_introspect._inventory import dtype_nbytes, inventory, path_sort_key, path_str
 
 
 def test_records_of_bn_dropout(bn_dropout: Any) -> None:
@@ -107,3 +108,51 @@ def test_numpy_scalars_are_concrete_values() -> None:
     assert record.array is not None
     assert not record.is_abstract
     assert float(record.array) == 1.5
+
+
+# --- natural path order: layers/2 before layers/10 -------------------------------
+
+
+class Twelve(nnx.Module):
+    def __init__(self, rngs: nnx.Rngs) -> None:
+        self.layers = nnx.List([nnx.Linear(2, 2, rngs=rngs) for _ in range(12)])
+
+
+NATURAL = [f"layers/{i}/{leaf}" for i in range(12) for leaf in ("bias", "kernel")]
+"""The 12-layer model's paths in natural order, written out independently."""
+
+
+def test_path_sort_key_orders_integer_and_digit_keys_by_value() -> None:
+    shuffled = [("layers", "10"), ("layers", 2), ("layers", "1"), ("norm",), ("a",)]
+    ordered = sorted(shuffled, key=path_sort_key)
+    assert ordered == [
+        ("a",),
+        ("layers", "1"),
+        ("layers", 2),
+        ("layers", "10"),
+        ("norm",),
+    ]
+
+
+def test_reports_of_a_twelve_layer_model_list_layers_in_numeric_order(
+    tmp_path: Path,
+) -> None:
+    import orbax.checkpoint as ocp
+
+    from nnx_introspect import checkpoint_report, mesh_config_report, summarize
+
+    model = Twelve(nnx.Rngs(0))
+    assert [r.path_str for r in summarize(model).rows] == NATURAL
+    assert [leaf.path for leaf in mesh_config_report(model, "data=2").leaves] == NATURAL
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(tmp_path / "ckpt", nnx.state(model))
+    # orbax stores the keys as strings: plain sorting gives layers/1, layers/10.
+    report = checkpoint_report(tmp_path / "ckpt")
+    assert [leaf.path for leaf in report.leaves] == NATURAL
+
+
+def test_diff_entries_of_a_twelve_layer_model_are_in_numeric_order() -> None:
+    from nnx_introspect import compare_states
+
+    diff = compare_states(Twelve(nnx.Rngs(0)), Twelve(nnx.Rngs(1)))
+    assert list(diff.paths) == [p for p in NATURAL if p.endswith("kernel")]

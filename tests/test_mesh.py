@@ -1070,3 +1070,149 @@ def test_howto_page_doctests() -> None:
     runner.run(test, out=output.append)
     assert runner.tries > 20
     assert runner.failures == 0, "".join(output)
+
+
+# --- issue 13/14: sizes of every mesh form, the budget on the report, repr ------
+
+
+@pytest.mark.parametrize("size", [0, -2])
+def test_every_mesh_form_rejects_a_size_below_one(size: int) -> None:
+    model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+    no_device = Mesh(np.array(jax.devices()[:0]).reshape(0), ("data",))
+    forms: list[Any] = [
+        {"data": size},
+        f"data={size}",
+        AbstractMesh((size,), ("data",)),
+        AbstractMesh((2, size), ("model", "data")),
+    ]
+    if size == 0:
+        forms.append(no_device)  # JAX builds a Mesh of no device, too
+    for mesh in forms:
+        with pytest.raises(
+            ValueError,
+            match=rf"`mesh\['data'\]` must be a positive integer, got {size}",
+        ):
+            mesh_config_report(model, mesh)
+
+
+def test_an_abstract_mesh_of_integral_floats_plans_as_integers() -> None:
+    model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+    report = mesh_config_report(model, AbstractMesh((2.0,), ("data",)))  # type: ignore[arg-type]
+    assert report.axis_sizes == (2,) and type(report.axis_sizes[0]) is int
+
+
+def test_the_optimizer_init_error_keeps_the_users_traceback() -> None:
+    class BoomError(Exception):
+        pass
+
+    def init(params: Any) -> Any:
+        raise BoomError("no state for you")
+
+    tx = optax.GradientTransformation(init, lambda u, s, p=None: (u, s))
+    with pytest.raises(ValueError, match="`optimizer`'s init failed") as info:
+        mesh_config_report(nnx.Linear(2, 2, rngs=nnx.Rngs(0)), "data=2", optimizer=tx)
+    assert isinstance(info.value.__cause__, BoomError)
+
+
+def test_the_budget_travels_with_the_report() -> None:
+    model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+    used = (4 * 6 + 6) * F32  # replicated: every device holds kernel and bias
+    fits = mesh_config_report(model, "model=4", max_device_bytes=used)
+    over = mesh_config_report(model, "model=4", max_device_bytes=used - 1)
+    kib = mesh_config_report(model, "model=4", max_device_bytes="1KiB")
+    none = mesh_config_report(model, "model=4")
+    assert (fits.max_device_bytes, over.max_device_bytes, kib.max_device_bytes) == (
+        used,
+        used - 1,
+        1024,
+    )
+    assert fits.ok and fits.fits() and kib.ok
+    assert not over.ok and not over.fits() and over.errors == ()
+    assert none.ok and none.max_device_bytes is None
+    # An explicit argument still judges against any budget.
+    assert over.fits(used) and not fits.fits(used - 1)
+    with pytest.raises(ValueError, match="`max_device_bytes` is needed"):
+        none.fits()
+    for data, budget, ok in [
+        (json.loads(fits.to_json()), used, True),
+        (json.loads(over.to_json()), used - 1, False),
+    ]:
+        assert data["version"] == 3
+        assert (data["ok"], data["fits"], data["max_device_bytes"]) == (ok, ok, budget)
+    data = json.loads(none.to_json())
+    assert (data["ok"], data["fits"], data["max_device_bytes"]) == (True, None, None)
+    with pytest.raises(ValueError, match="`max_device_bytes` must be a size"):
+        mesh_config_report(model, "model=4", max_device_bytes="lots")
+    with pytest.raises(ValueError, match="`max_device_bytes` must be a nonnegative"):
+        mesh_config_report(model, "model=4", max_device_bytes=-1)
+
+
+def _first_verdict(text: str) -> str:
+    return next(line for line in text.splitlines() if line.startswith(("OK", "FAIL")))
+
+
+def test_no_failing_verdict_begins_with_ok_in_any_format() -> None:
+    model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+    rules = [("kernel", P(None, "model"))]  # 6 over model=4: indivisible
+    cases = [
+        (mesh_config_report(model, "model=4", max_device_bytes=100), False),
+        (mesh_config_report(model, "model=4", rules=rules), False),
+        (mesh_config_report(model, "model=4", max_device_bytes=10**6), True),
+    ]
+    for report, ok in cases:
+        assert report.ok is ok
+        assert report.verdict.startswith("OK: " if ok else "FAIL: ")
+        assert json.loads(report.to_json())["verdict"] == report.verdict
+        markdown = report.to_markdown().splitlines()
+        assert markdown[2] == report.verdict  # right under the title
+        page = report.to_html()
+        assert html.unescape(
+            re.findall(r'<p class="verdict[^"]*">([^<]*)</p>', page)[0]
+        ) == (report.verdict)
+        assert ('class="verdict ok"' in page) is ok
+        assert "OK:" not in page or ok
+    # to_html's argument overrides the stored budget, both ways.
+    tight = mesh_config_report(model, "model=4", max_device_bytes=100)
+    assert "fits the budget of 1000 B" in tight.to_html(max_device_bytes=1000)
+    assert 'class="verdict ok"' in tight.to_html(max_device_bytes=1000)
+
+
+def test_repr_is_short_for_a_7b_plan() -> None:
+    cfg = LlamaConfig(vocab=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008)
+    model = abstract_model(llama(cfg))
+    report = mesh_config_report(model, "fsdp=2,tp=4", max_device_bytes="16GiB")
+    text = repr(report)
+    assert len(text) <= 300
+    # Unannotated: every device holds all 6,738,415,616 float32 parameters.
+    assert text == (
+        "MeshConfigReport(mesh={'fsdp': 2, 'tp': 4}, leaves=291, "
+        f"bytes_per_device={6_738_415_616 * F32}, "
+        f"max_device_bytes={16 * 2**30}, errors=0, warnings=0, ok=False)"
+    )
+
+
+def test_integer_params_get_no_optimizer_state_and_no_gradient() -> None:
+    """Quantized (int8) parameters are carried by a training step, not trained:
+    the plan's gradients and AdamW moments cover the float parameters only."""
+    import optax
+
+    class Quantized(nnx.Module):
+        def __init__(self) -> None:
+            self.qweight = nnx.Param(jnp.zeros((4, 6), jnp.int8))
+            self.scale = nnx.Param(jnp.ones((6,), jnp.float32))
+            self.bias = nnx.Param(jnp.zeros((3,), jnp.float32))
+
+    report = mesh_config_report(Quantized(), "data=1", optimizer=optax.adamw(1e-3))
+    float_bytes = (6 + 3) * 4
+    grads = report.global_bytes_by_category["gradients"]
+    assert grads == float_bytes
+    assert {leaf.path for leaf in report.gradient_leaves} == {
+        "grads/scale",
+        "grads/bias",
+    }
+    # adamw: mu and nu per float parameter, adam's count (int32) and the step.
+    moments = sum(
+        leaf.global_bytes for leaf in report.optimizer_leaves if "qweight" in leaf.path
+    )
+    assert moments == 0
+    assert report.global_bytes_by_category["optimizer state"] == 2 * float_bytes + 4 + 4

@@ -6,10 +6,19 @@ import json
 from typing import Any
 
 import pytest
+from flax import nnx
 from rich.console import Console
 
-from nnx_introspect import Table
+from nnx_introspect import (
+    Table,
+    abstract_model,
+    compare_states,
+    mesh_config_report,
+    param_fingerprint,
+    summarize,
+)
 from nnx_introspect._render import Report, format_bytes, to_html, to_markdown, to_rich
+from nnx_introspect.examples import llama_7b, llama_7b_sharded
 
 TABLE = Table(
     title="Demo",
@@ -131,8 +140,8 @@ def test_wide_console_keeps_a_table_with_whole_paths() -> None:
     assert text.count("┃") > 0  # a table, not blocks
     rows = [line for line in text.splitlines() if "embed/embedding" in line]
     assert len(rows) == 1 and "bfloat16" in rows[0] and "1.50 GiB" in rows[0]
-    # At a width that holds the paths but not every column whole, the other
-    # columns fold and the paths still stand whole in the first column.
+    # At the narrowest width that holds every cell whole, still a boxed table
+    # with the paths whole in the first column.
     fitted = to_rich(WIDE)
     narrow = fitted.min_table_width()
     text = render(WIDE, narrow)
@@ -155,3 +164,88 @@ def test_rich_measure_is_the_full_table() -> None:
     assert (
         console.measure(fitted).maximum == console.measure(fitted.rich_table()).maximum
     )
+
+
+# --- issue 13/14: at 80 columns no cell is split and the verdict comes first ------
+
+
+def _numbers_whole(table: Table, text: str) -> None:
+    """Every cell holding a digit stands whole on one line of ``text``."""
+    lines = text.splitlines()
+    for row in (*table.rows, *table.totals):
+        for cell in row[1:]:
+            if any(ch.isdigit() for ch in cell):
+                assert any(cell in line for line in lines), cell
+
+
+@pytest.mark.parametrize("width", [200, 120, 100, 80, 60, 40])
+def test_numbers_never_wrap_at_any_width(width: int) -> None:
+    text = render(WIDE, width)
+    _numbers_whole(WIDE, text)
+    assert max(len(line.rstrip()) for line in text.splitlines()) <= width
+
+
+def test_the_7b_summary_at_80_columns_keeps_every_number_whole() -> None:
+    summary = summarize(abstract_model(llama_7b))
+    console = Console(width=80, file=io.StringIO(), record=True)
+    console.print(summary)
+    text = console.export_text()
+    _numbers_whole(summary.table(), text)
+    assert "6,738,415,616" in text  # the total, on one line
+    # One line per variable (a borderless table), not a block of several.
+    assert len(text.splitlines()) < 2 * len(summary.rows)
+
+
+def test_the_7b_mesh_plan_at_80_columns_gives_verdict_and_totals_first() -> None:
+    report = mesh_config_report(
+        abstract_model(llama_7b_sharded),
+        "fsdp=2,tp=4",
+        optimizer="adamw",
+        max_device_bytes="8GiB",
+    )
+    console = Console(width=80, file=io.StringIO(), record=True)
+    console.print(report)
+    lines = console.export_text().splitlines()
+    first_leaf = next(i for i, line in enumerate(lines) if "embed/embedding" in line)
+    verdict = next(i for i, line in enumerate(lines) if line.startswith("FAIL: "))
+    totals = next(i for i, line in enumerate(lines) if line.startswith("Per device: "))
+    assert verdict < totals < first_leaf < 10
+    assert "EXCEEDS the budget of 8 GiB" in " ".join(lines[verdict : verdict + 2])
+    _numbers_whole(report.table(), "\n".join(lines))
+
+
+def test_markdown_and_html_put_the_lead_before_the_rows() -> None:
+    table = Table("T", ("path", "n"), (("a", "1"),), lead=("FAIL: it does not fit.",))
+    assert to_markdown(table).splitlines()[:3] == [
+        "**T**",
+        "",
+        "FAIL: it does not fit.",
+    ]
+    page = to_html(table)
+    assert page.index("FAIL: it does not fit.") < page.index("<td>a</td>")
+
+
+def test_every_report_repr_is_short() -> None:
+    model = abstract_model(llama_7b)
+    summary = summarize(model)
+    text = repr(summary)
+    assert len(text) <= 300 and text.startswith("ModelSummary(title='Llama', rows=291,")
+    plan = mesh_config_report(model, "data=8")
+    assert len(repr(plan)) <= 300
+    small = nnx.Linear(4, 3, rngs=nnx.Rngs(0))
+    diff = compare_states(small, nnx.Linear(4, 3, rngs=nnx.Rngs(1)))
+    assert repr(diff).startswith("StateDiff(a_label='a', b_label='b', entries=1,")
+    assert repr(diff).endswith("equal=False)")
+    fingerprint = param_fingerprint(small)
+    assert repr(fingerprint) == "ParamFingerprint(leaves=2)"
+    # The base class wins over the dataclass-generated repr, also in a subclass
+    # defined elsewhere (StepMemoryReport, a user's report).
+
+    @dataclasses.dataclass(frozen=True)
+    class Mine(Report):
+        name: str
+        rows: tuple[int, ...]
+
+    assert repr(Mine("x", tuple(range(1000)))) == "Mine(name='x', rows=1000)"
+    long = Mine("y" * 1000, ())
+    assert len(repr(long)) <= 300

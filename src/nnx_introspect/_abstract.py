@@ -4,6 +4,7 @@ import inspect
 from collections.abc import Callable
 from typing import Any, TypeVar
 
+import flax.errors
 from flax import nnx
 
 from nnx_introspect import _nnx
@@ -29,7 +30,7 @@ def check_takes_rngs(factory: Callable[..., Any]) -> None:
             f"`factory` must take one positional argument, `rngs`, but "
             f"{short_repr(factory)} has the signature {signature} ({error}). "
             f"{_EXAMPLE}"
-        ) from None
+        ) from error
 
 
 def _returning_a_graph_node(
@@ -75,10 +76,13 @@ def abstract_model(factory: Callable[[nnx.Rngs], M], /, *, seed: IntLike = 0) ->
         TypeError: If ``factory`` is not callable, cannot take ``rngs`` or does
             not return an NNX graph node (``nnx.Module``, ``nnx.Optimizer``...),
             or ``seed`` is not an integer-valued scalar.
-        ValueError: If ``seed`` is negative or non-integral.
+        ValueError: If ``seed`` is negative or non-integral, or ``factory``
+            draws from an ``nnx.Rngs`` (or changes a variable) created outside
+            it, which flax refuses under the abstract build's trace (its
+            ``TraceContextError`` is the ``__cause__``).
 
-    Whatever ``factory`` itself raises propagates unchanged (it is the caller's
-    error); the garbage collector and flax's eager-sharding setting are left as
+    Whatever else ``factory`` itself raises propagates unchanged (it is the
+    caller's error); the garbage collector and flax's eager-sharding setting are left as
     they were.
 
     Example:
@@ -89,5 +93,16 @@ def abstract_model(factory: Callable[[nnx.Rngs], M], /, *, seed: IntLike = 0) ->
     """
     key = as_int(seed, "seed", minimum=0)
     check_takes_rngs(factory)
-    model: M = _nnx.abstract_build(_returning_a_graph_node(factory), key)
+    try:
+        model: M = _nnx.abstract_build(_returning_a_graph_node(factory), key)
+    except flax.errors.TraceContextError as err:
+        # The build runs under a trace: an Rngs (or any variable) made outside
+        # the factory cannot be drawn from or mutated there.
+        first = str(err).splitlines()[0] if str(err) else type(err).__name__
+        raise ValueError(
+            "`factory` changed flax state created outside it (typically an "
+            "`nnx.Rngs` made before the call), which an abstract build cannot "
+            "trace: draw from the rngs you are given and build every module "
+            f"inside `factory`. {_EXAMPLE} flax said: {first}"
+        ) from err
     return model

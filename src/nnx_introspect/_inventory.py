@@ -21,6 +21,7 @@ __all__ = [
     "dtype_nbytes",
     "inventory",
     "metadata_inventory",
+    "path_sort_key",
     "path_str",
     "require_values",
 ]
@@ -106,6 +107,31 @@ def require_values(
         )
 
 
+def path_sort_key(path: Path) -> tuple[tuple[int, int, str], ...]:
+    """A key that orders paths naturally: ``layers/2`` before ``layers/10``.
+
+    Keys compare one by one: integer keys, and strings of digits (a
+    checkpoint's ``"10"``), by their value, before any other key; other keys
+    by their text. Flax orders a model's state this way already; orbax
+    metadata, whose keys are strings, and plain string sorting do not.
+
+    Example:
+        >>> paths = [("layers", "10"), ("layers", 2), ("layers", "1"), ("norm",)]
+        >>> [path_str(p) for p in sorted(paths, key=path_sort_key)]
+        ['layers/1', 'layers/2', 'layers/10', 'norm']
+    """
+    out = []
+    for key in path:
+        text = str(key)
+        if isinstance(key, int) and not isinstance(key, bool):
+            out.append((0, int(key), text))
+        elif text.isdecimal() and text.isascii():
+            out.append((0, int(text), text))
+        else:
+            out.append((1, 0, text))
+    return tuple(out)
+
+
 def path_str(path: Path) -> str:
     """Join path keys with ``/``, the way rules and reports write paths."""
     return "/".join(str(k) for k in path)
@@ -189,7 +215,10 @@ def metadata_inventory(tree: Any) -> tuple[VarRecord, ...]:
     Leaves are anything with ``shape`` and ``dtype`` (orbax ``ArrayMetadata``,
     ``jax.ShapeDtypeStruct``); ``kind`` is the leaf's own type, ``sharding`` its
     ``sharding`` attribute (orbax sharding metadata) and ``value`` is ``None``.
-    Paths are the tree's keys in ``jax.tree.leaves`` order, unchanged.
+    Paths are the tree's keys, unchanged, in natural order
+    (:func:`path_sort_key`: ``layers/2`` before ``layers/10``, as flax orders
+    the model they were saved from), not ``jax.tree.leaves`` order, which sorts
+    orbax's string keys as text.
     """
     records: list[VarRecord] = []
     for path, leaf in _nnx.flat_state_public(tree):
@@ -209,4 +238,5 @@ def metadata_inventory(tree: Any) -> tuple[VarRecord, ...]:
                 array=None,
             )
         )
+    records.sort(key=lambda r: path_sort_key(r.path))
     return tuple(records)

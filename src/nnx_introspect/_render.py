@@ -41,6 +41,9 @@ class Table:
         rows: One tuple of cells per row (already human-formatted strings).
         totals: Summary rows shown after a rule.
         notes: Sentences shown below the table (caveats, problems).
+        lead: Sentences shown first, under the title and before any row: a
+            report's verdict and headline figures, so a long table never
+            hides them.
 
     Example:
         >>> from flax import nnx
@@ -57,6 +60,7 @@ class Table:
     rows: tuple[tuple[str, ...], ...]
     totals: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
+    lead: tuple[str, ...] = ()
 
 
 def format_bytes(n: float) -> str:
@@ -71,17 +75,15 @@ def format_bytes(n: float) -> str:
     raise AssertionError("unreachable")  # pragma: no cover
 
 
-_MIN_FOLD = 8
-"""Columns other than the first may be folded down to this many characters."""
-
-
 def to_rich(table: Table) -> "FittedTable":
-    """A rich renderable for terminals and notebooks; paths are never truncated.
+    """A rich renderable for terminals and notebooks; nothing is cut or split.
 
-    The first column (paths) is never wrapped, folded or cut: the other columns
-    fold to make room. When the console is too narrow even for that, each row
-    is printed as a block (the path on its own line, then ``column: value``
-    lines), so nothing is cut at any width. Cells are plain
+    The title and the lead sentences (a verdict, headline totals) come first.
+    No cell is ever wrapped, folded or cut: a number, a shape or a path always
+    stands whole on one line. When the console is too narrow for the boxed
+    table, the borders go; narrower still, each row is printed as a block (the
+    path on its own line, then ``column: value`` fields, packed into lines
+    without splitting one), so nothing is cut at any width. Cells are plain
     :class:`rich.text.Text`, never parsed as console markup, so a path or spec
     containing ``[...]`` shows as written.
 
@@ -102,10 +104,11 @@ def to_rich(table: Table) -> "FittedTable":
 class FittedTable:
     """A :class:`Table` rendered by rich at whatever width the console has.
 
-    At a width that holds the whole first column plus a few characters of each
-    other column, a ``rich.table.Table`` (first column ``no_wrap``, the others
-    ``overflow="fold"``); below it, one block per row. :meth:`rich_table` gives
-    the table itself.
+    At a width that holds every cell whole, a ``rich.table.Table`` (each column
+    at least as wide as its widest cell; a header of several words may wrap);
+    a little narrower, the same table without borders; below that, one block
+    per row. The title and the lead
+    sentences come first either way. :meth:`rich_table` gives the table itself.
     """
 
     def __init__(self, table: Table) -> None:
@@ -115,16 +118,40 @@ class FittedTable:
             [len(table.columns[0]) if table.columns else 0, *map(len, first)]
         )
 
-    def rich_table(self) -> RichTable:
-        """The ``rich.table.Table``: first column whole, the others fold."""
+    def rich_table(self, *, title: bool = True, compact: bool = False) -> RichTable:
+        """The ``rich.table.Table``: every cell whole, on one line.
+
+        Args:
+            title: Whether the table carries the title (off when the title
+                and lead sentences are printed above it).
+            compact: No borders and one space between columns (for consoles
+                narrower than the boxed table).
+        """
         table = self.table
         caption = Text("\n".join(table.notes)) if table.notes else None
-        out = RichTable(title=Text(table.title), caption=caption)
+        out = RichTable(title=Text(table.title) if title else None, caption=caption)
+        if compact:
+            out = RichTable(
+                title=Text(table.title) if title else None,
+                caption=caption,
+                box=None,
+                padding=(0, 1, 0, 0),
+                pad_edge=False,
+                header_style="bold underline",
+                caption_justify="left",
+            )
         for i, name in enumerate(table.columns):
             if i == 0:
                 out.add_column(Text(name), no_wrap=True, min_width=self.first_width)
             else:
-                out.add_column(Text(name), justify="right", overflow="fold")
+                # At least as wide as its widest cell, so no cell ever wraps;
+                # only a header of several words may.
+                out.add_column(
+                    Text(name),
+                    justify="right",
+                    overflow="fold",
+                    min_width=self._widest(i),
+                )
         last = len(table.rows) - 1
         for i, row in enumerate(table.rows):
             # A rule between the body and the totals.
@@ -135,24 +162,43 @@ class FittedTable:
             out.add_row(*(Text(c) for c in row), style="bold")
         return out
 
-    def min_table_width(self) -> int:
-        """The narrowest console that shows the table with whole paths."""
+    def _widest(self, i: int) -> int:
+        """The widest cell of column ``i`` (at least one character)."""
+        cells = [r[i] for r in (*self.table.rows, *self.table.totals) if len(r) > i]
+        return max([1, *map(len, cells)])
+
+    def min_table_width(self, *, compact: bool = False) -> int:
+        """The narrowest console that shows the table with every cell whole.
+
+        Headers may wrap between their words, never inside one.
+
+        Args:
+            compact: For the borderless table (one space between columns).
+        """
         n = len(self.table.columns)
-        others = 0
-        for i in range(1, n):
-            cells = [r[i] for r in (*self.table.rows, *self.table.totals) if len(r) > i]
-            widest = max([len(self.table.columns[i]), *map(len, cells)])
-            others += min(widest, _MIN_FOLD)
+        others = sum(
+            max(self._widest(i), *map(len, self.table.columns[i].split() or [""]))
+            for i in range(1, n)
+        )
+        if compact:
+            return self.first_width + others + n - 1  # one space between columns
         return self.first_width + others + 3 * n + 1  # padding and borders
 
     def __rich_console__(
         self, console: Console, options: ConsoleOptions
     ) -> RenderResult:
-        if options.max_width >= self.min_table_width():
+        table = self.table
+        boxed = options.max_width >= self.min_table_width()
+        if boxed and not table.lead:
             yield self.rich_table()
             return
-        table = self.table
         yield Text(table.title, style="bold")
+        for sentence in table.lead:
+            yield Text(sentence)
+        if boxed or options.max_width >= self.min_table_width(compact=True):
+            yield self.rich_table(title=False, compact=not boxed)
+            return
+        width = max(1, options.max_width - 2)
         blocks = [(row, None) for row in table.rows] + [
             (row, "bold") for row in table.totals
         ]
@@ -160,13 +206,13 @@ class FittedTable:
             if not row:
                 continue
             yield Text(row[0], style=style or "", overflow="fold")
-            fields = "; ".join(
+            fields = [
                 f"{name}: {cell}"
                 for name, cell in zip(table.columns[1:], row[1:], strict=False)
                 if cell
-            )
-            if fields:
-                yield Padding(Text(fields, overflow="fold"), (0, 0, 0, 2))
+            ]
+            for line in _pack(fields, width):
+                yield Padding(Text(line, overflow="fold"), (0, 0, 0, 2))
         for note in table.notes:
             yield Text(note)
 
@@ -177,6 +223,20 @@ class FittedTable:
         return measured
 
 
+def _pack(fields: list[str], width: int) -> list[str]:
+    """``fields`` joined by ``"; "`` into lines of at most ``width``, none split.
+
+    A field longer than ``width`` has a line of its own (and only it folds).
+    """
+    lines: list[str] = []
+    for field in fields:
+        if lines and len(lines[-1]) + 2 + len(field) <= width:
+            lines[-1] += "; " + field
+        else:
+            lines.append(field)
+    return lines
+
+
 def _md_cell(text: str) -> str:
     return text.replace("|", "\\|").replace("\n", " ")
 
@@ -184,6 +244,8 @@ def _md_cell(text: str) -> str:
 def to_markdown(table: Table) -> str:
     """A GitHub-flavoured markdown table, totals in bold, notes as a list."""
     lines = [f"**{_md_cell(table.title)}**", ""]
+    for sentence in table.lead:
+        lines += [_md_cell(sentence), ""]
     lines.append("| " + " | ".join(_md_cell(c) for c in table.columns) + " |")
     aligns = [":---"] + ["---:"] * (len(table.columns) - 1)
     lines.append("| " + " | ".join(aligns) + " |")
@@ -245,7 +307,8 @@ details.more{margin:0 0 12px 1.5rem;cursor:pointer}
 def table_html(table: Table) -> str:
     """The ``<table>`` element (and notes) for ``table``, without a page around it."""
     esc = html.escape
-    parts = [f"<table><caption>{esc(table.title)}</caption><thead><tr>"]
+    parts = [f'<p class="lead">{esc(sentence)}</p>' for sentence in table.lead]
+    parts.append(f"<table><caption>{esc(table.title)}</caption><thead><tr>")
     parts += [f"<th>{esc(c)}</th>" for c in table.columns]
     parts.append("</tr></thead><tbody>")
     for row in table.rows:
@@ -276,15 +339,77 @@ def page_html(title: str, body: str) -> str:
     )
 
 
+_REPR_LIMIT = 300
+"""The longest ``repr`` of a report; the full view is rich, markdown or HTML."""
+
+_VERDICTS = ("ok", "equal")
+"""Properties a report's ``repr`` ends with when the class has them."""
+
+
 class Report:
     """Mixin giving a report every output format from its :meth:`table`.
 
     Subclasses implement :meth:`table` and :meth:`json_data`, and set
-    ``SCHEMA`` / ``SCHEMA_VERSION``.
+    ``SCHEMA`` / ``SCHEMA_VERSION``. Every subclass, dataclass or not, gets the
+    short :meth:`__repr__` below (at most 300 characters) unless it defines its
+    own in its class body: a dataclass's generated ``repr`` would spell out every
+    row, 75,000 characters for a 7B plan. Override :meth:`_repr_items` to choose
+    what it shows.
+
+    Example:
+        >>> from flax import nnx
+        >>> from nnx_introspect import summarize
+        >>> summarize(nnx.Linear(4, 3, rngs=nnx.Rngs(0)))
+        ModelSummary(title='Linear', rows=2, by_kind=1, by_dtype=1, n_params=15, \
+n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
     """
 
     SCHEMA: str = "nnx-introspect/report"
     SCHEMA_VERSION: int = 1
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        # ``@dataclass`` only writes ``__repr__`` when the class body has none:
+        # putting the short one there first keeps it (``repr=False`` needed on
+        # no subclass).
+        if "__repr__" not in cls.__dict__:
+            cls.__repr__ = Report.__repr__  # type: ignore[method-assign]
+
+    def _repr_items(self) -> dict[str, Any]:
+        """The ``name: value`` pairs of the ``repr``: scalars and sizes.
+
+        Scalar and short string fields as they are, a long container by its
+        length (``rows=291``), other objects left out; then ``ok`` or
+        ``equal`` when the class has that verdict.
+        """
+        items: dict[str, Any] = {}
+        fields: tuple[dataclasses.Field[Any], ...] = (
+            dataclasses.fields(self) if dataclasses.is_dataclass(self) else ()
+        )
+        for field in fields:
+            value = getattr(self, field.name)
+            if value is None or isinstance(value, bool | int | float):
+                items[field.name] = value
+            elif isinstance(value, str):
+                items[field.name] = value if len(value) <= 60 else value[:57] + "..."
+            elif isinstance(value, tuple | list | dict):
+                short = len(repr(value)) <= 60 and all(
+                    isinstance(v, str | int | float) for v in value
+                )
+                items[field.name] = value if short else _Len(len(value))
+        for name in _VERDICTS:
+            if name not in items and isinstance(
+                getattr(type(self), name, None), property
+            ):
+                items[name] = getattr(self, name)
+        return items
+
+    def __repr__(self) -> str:
+        inner = ", ".join(f"{k}={v!r}" for k, v in self._repr_items().items())
+        text = f"{type(self).__name__}({inner})"
+        if len(text) > _REPR_LIMIT:
+            text = text[: _REPR_LIMIT - 4] + "...)"
+        return text
 
     def table(self) -> Table:
         """The report as a :class:`Table`."""
@@ -322,6 +447,13 @@ class Report:
 
     def _repr_html_(self) -> str:
         return table_html(self.table())
+
+
+class _Len(int):
+    """A container's length in a report's ``repr``: prints as the number."""
+
+    def __repr__(self) -> str:
+        return str(int(self))
 
 
 def bar_chart_html(

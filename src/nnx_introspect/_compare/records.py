@@ -5,7 +5,7 @@ from typing import Any
 
 from nnx_introspect._compare.diff import DiffEntry, Problem, StateDiff, sentence
 from nnx_introspect._compare.values import value_entry
-from nnx_introspect._inventory import VarRecord
+from nnx_introspect._inventory import VarRecord, path_sort_key
 
 
 def _key(record: VarRecord) -> tuple[str, ...]:
@@ -34,7 +34,7 @@ def diff_records(
     """
     a_map = {_key(r): r for r in a}
     b_map = {_key(r): r for r in b}
-    order = {k: i for i, k in enumerate(sorted(set(a_map) | set(b_map)))}
+    order = {k: i for i, k in enumerate(sorted(set(a_map) | set(b_map), key=path_sort_key))}
     entries: list[tuple[int, DiffEntry]] = []
 
     def add(k: tuple[str, ...], problem: Problem, x: str, y: str) -> None:
@@ -47,6 +47,7 @@ def diff_records(
         a_map[k].is_variable and b_map[k].is_variable for k in common
     )
     all_values = compare_values
+    n_values = 0  # paths whose values were compared
     for k, ra in a_map.items():
         if k not in b_map:
             add(k, "missing", _describe(ra), "-")
@@ -64,6 +65,7 @@ def diff_records(
         if not compare_values or ra.array is None or vb is None:
             all_values = False
             continue
+        n_values += 1
         entry = value_entry("/".join(k), ra.array, vb, rtol=rtol, atol=atol)
         if entry is not None:
             entries.append((order[k], entry))
@@ -71,6 +73,9 @@ def diff_records(
         if k not in a_map:
             add(k, "extra", "-", _describe(rb))
     entries.sort(key=lambda pair: pair[0])
+    # No value compared (no common path, or none whose shape and dtype match)
+    # is not "values compared": never let an empty comparison read as one.
+    all_values = all_values and n_values > 0
     all_notes = list(notes)
     if not kinds_compared and common:
         all_notes.append(

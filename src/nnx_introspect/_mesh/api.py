@@ -19,8 +19,8 @@ from nnx_introspect._mesh.parse import (
     optimizer_from_name,
 )
 from nnx_introspect._mesh.plan import _plan_model_leaves, _Planner, _unmatched_rules
-from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem
-from nnx_introspect._typing import Target, typechecked
+from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, _budget
+from nnx_introspect._typing import IntLike, Target, typechecked
 
 
 @typechecked
@@ -32,6 +32,7 @@ def mesh_config_report(
     rules: RulesLike | None = None,
     logical_rules: LogicalRulesLike | None = None,
     optimizer: optax.GradientTransformation | str | None = None,
+    max_device_bytes: IntLike | str | None = None,
 ) -> MeshConfigReport:
     """Plan how every state leaf of ``target`` splits over ``mesh``.
 
@@ -70,6 +71,10 @@ def mesh_config_report(
             ``nnx.logical_axis_rules``.
         optimizer: An optax transformation (or a name such as ``"adamw"``) whose
             state and gradients to plan.
+        max_device_bytes: A per-device budget, in bytes or as a size such as
+            ``"16GiB"`` (:func:`parse_bytes`), kept on the report: ``ok`` is
+            then ``False`` when the plan exceeds it, and every rendering states
+            the budget with the verdict. ``None`` (default): no budget.
 
     Returns:
         A frozen :class:`MeshConfigReport`.
@@ -80,7 +85,9 @@ def mesh_config_report(
         ValueError: If a mesh size is not a positive integer, a mesh string is
             malformed, the mesh has more than :data:`MAX_MESH_DEVICES` devices,
             a rule's regular expression is invalid, an optimizer name is
-            unknown or the optimizer's ``init`` fails on the parameters.
+            unknown, the optimizer's ``init`` fails on the parameters (its
+            exception is the ``__cause__``) or ``max_device_bytes`` is not a
+            nonnegative size.
 
     Example:
         >>> from flax import nnx
@@ -96,8 +103,11 @@ def mesh_config_report(
         ((6,), ('model',))
         >>> report.bytes_per_device, report.ideal_bytes_per_device
         (48, 30.0)
+        >>> mesh_config_report(model, "model=4", max_device_bytes=40).ok  # 48 > 40
+        False
     """
     abstract = as_abstract_mesh(mesh)
+    budget = None if max_device_bytes is None else _budget(max_device_bytes)
     compiled_rules = _compile_rules(rules)
     logical = _as_logical_rules(logical_rules)
     tx = optimizer_from_name(optimizer) if isinstance(optimizer, str) else optimizer
@@ -134,6 +144,7 @@ def mesh_config_report(
         rules=tuple(p for p, _, _ in compiled_rules),
         unmatched_rules=unmatched,
         devices_present=present,
+        max_device_bytes=budget,
     )
 
 

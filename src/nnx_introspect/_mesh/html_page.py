@@ -8,26 +8,14 @@ from nnx_introspect._mesh.specs import _entry_axes, _spec_str
 from nnx_introspect._render import format_bytes
 
 
-def report_html(report: MeshConfigReport, budget: int | None) -> str:
-    """The page of :meth:`MeshConfigReport.to_html`, ``budget`` already checked."""
+def report_html(report: MeshConfigReport) -> str:
+    """The page of :meth:`MeshConfigReport.to_html`, judged on its own budget."""
     esc = html.escape
     used = report.bytes_per_device
-    over = budget is not None and used > budget
-    if report.ok:
-        verdict = "OK: every leaf can be placed as specified"
-    else:
-        verdict = (
-            f"{len(report.errors)} problem(s): the plan cannot be applied as specified"
-        )
-    if budget is not None:
-        verdict += f"; {format_bytes(used)} per device " + (
-            f"EXCEEDS the budget of {format_bytes(budget)} by "
-            f"{format_bytes(used - budget)}"
-            if over
-            else f"fits the budget of {format_bytes(budget)}"
-        )
-    good = report.ok and not over
-    verdict = f'<p class="verdict {"ok" if good else "bad"}">{esc(verdict)}.</p>'
+    budget = report.max_device_bytes
+    verdict = (
+        f'<p class="verdict {"ok" if report.ok else "bad"}">{esc(report.verdict)}</p>'
+    )
     lists = _problem_list_html("Problems", "problems", report.errors)
     lists += _problem_list_html("Warnings", "warnings", report.warnings)
     chart = _render.bar_chart_html(

@@ -5,6 +5,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
@@ -32,7 +33,7 @@ def _optimizer_records(
     tree: dict[Any, Any] = {}
     param_paths = set()
     for record in records:
-        if not record.is_param:
+        if not is_trained(record):
             continue
         node = tree
         for key in record.path[:-1]:
@@ -47,7 +48,7 @@ def _optimizer_records(
             f"`optimizer`'s init failed on the model's parameters: "
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
             "Pass an optax transformation whose init takes the parameter tree."
-        ) from None
+        ) from err
     out: list[VarRecord] = []
     nbytes: dict[tuple[Any, tuple[int, ...]], int] = {}
     for keypath, leaf in flat:
@@ -63,6 +64,16 @@ def _optimizer_records(
     except TypeError:  # int and str keys at one level: flax could not sort either
         out.sort(key=lambda r: tuple(_sort_key(k) for k in r.path))
     return tuple(out)
+
+
+def is_trained(record: VarRecord) -> bool:
+    """Whether a training step differentiates and updates ``record``.
+
+    Floating (and complex) ``nnx.Param`` s only: integer parameters (quantized
+    weights) have no gradient and are carried unchanged, as a quantized trainer
+    and :func:`~nnx_introspect.step_memory_report` do.
+    """
+    return record.is_param and bool(jnp.issubdtype(record.dtype, jnp.inexact))
 
 
 def _sort_key(key: Any) -> tuple[int, Any]:
@@ -181,7 +192,7 @@ def _plan_gradients(
     gradient_leaves: list[LeafShard] = []
     for record in records:
         plan = param_plans.get(record.path)
-        if plan is None:
+        if plan is None or not is_trained(record):
             continue
         gradient_leaves.append(
             planner.leaf(

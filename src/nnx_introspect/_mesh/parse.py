@@ -40,19 +40,34 @@ integer (jax 0.10: ``NamedSharding`` on a larger ``AbstractMesh`` raises
 def as_abstract_mesh(mesh: Any, name: str = "mesh") -> AbstractMesh:
     """An ``AbstractMesh`` from a mapping, ``"a=2,b=4"``, Mesh or AbstractMesh.
 
+    Every form is checked alike: an ``AbstractMesh((0,), ("data",))`` (which
+    JAX builds without complaint) is as much an error as ``"data=0"``.
+
     Raises:
         TypeError: If ``mesh`` or an axis name or size has the wrong type.
-        ValueError: If a size is not a positive integer, the string is malformed
-            or the mesh has more than :data:`MAX_MESH_DEVICES` devices.
+        ValueError: If a size is not a positive integer (``0`` or negative, in
+            any form), the string is malformed or the mesh has more than
+            :data:`MAX_MESH_DEVICES` devices.
     """
     if isinstance(mesh, Mesh):
+        device_axes = tuple(str(n) for n in mesh.axis_names)
+        for axis, size in zip(device_axes, mesh.devices.shape, strict=True):
+            # A Mesh of no device fails in `abstract_mesh` with an IndexError.
+            as_int(size, f"{name}[{axis!r}]", minimum=1)
         mesh = mesh.abstract_mesh
     if isinstance(mesh, AbstractMesh):
-        _check_mesh_size(
-            tuple(str(n) for n in mesh.axis_names),
-            tuple(int(s) for s in mesh.axis_sizes),
-            name,
+        # JAX builds an AbstractMesh (and even a Mesh of no device) with any
+        # sizes, 0 and negative ones included: check them as a mapping's.
+        axis_names = tuple(str(n) for n in mesh.axis_names)
+        axis_sizes = tuple(
+            as_int(size, f"{name}[{axis!r}]", minimum=1)
+            for axis, size in zip(axis_names, mesh.axis_sizes, strict=True)
         )
+        _check_mesh_size(axis_names, axis_sizes, name)
+        if axis_sizes != tuple(mesh.axis_sizes) or not all(
+            type(s) is int for s in mesh.axis_sizes
+        ):  # integral floats or NumPy integers: the sizes JAX expects
+            return AbstractMesh(axis_sizes, mesh.axis_names, mesh.axis_types)
         return mesh
     if isinstance(mesh, str):
         mesh = _parse_mesh_str(mesh, name)
@@ -159,7 +174,7 @@ def _compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec
                 raise ValueError(
                     f"`{label}` has an invalid regular expression {pattern!r}: "
                     f"{err}. Fix the pattern (rules are searched with re.search)."
-                ) from None
+                ) from err
         else:
             raise TypeError(
                 f"`{label}` must start with a regular expression string, got "
@@ -292,7 +307,7 @@ def load_rules_file(
         except json.JSONDecodeError as err:
             raise ValueError(
                 f"`--rules` file {str(path)!r} is not JSON: {err}."
-            ) from None
+            ) from err
     logical: list[tuple[str, Any]] | None = None
     if isinstance(data, dict):
         raw_logical = data.get("logical_rules")

@@ -5,6 +5,7 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
+from nnx_introspect._mesh.parse import parse_bytes
 from nnx_introspect._mesh.specs import _spec_str
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import IntLike, as_int
@@ -133,6 +134,14 @@ class MeshConfigReport(Report):
         rules: The rules' patterns, in order (empty without ``rules``).
         unmatched_rules: Patterns that gave no leaf its spec.
         devices_present: ``jax.device_count()`` when the plan was made.
+        max_device_bytes: The per-device budget the plan is judged against
+            (``None``: no budget). :attr:`ok` is ``False`` when the plan
+            exceeds it, and every rendering states it with the verdict.
+
+    JSON schema ``nnx-introspect/mesh-config`` version 3: version 2 plus
+    ``max_device_bytes`` and ``fits`` (``null`` without a budget) and
+    ``verdict``; ``ok`` is now also ``false`` when the plan exceeds the budget
+    (in version 2 it judged placement only).
 
     Example:
         >>> from flax import nnx
@@ -143,10 +152,16 @@ class MeshConfigReport(Report):
         (8, 120, 15.0)
         >>> report.ok
         True
+        >>> tight = mesh_config_report(model, "data=2,model=4", max_device_bytes=100)
+        >>> tight.ok, tight.fits(), tight.errors
+        (False, False, ())
+        >>> print(tight.verdict)  # doctest: +NORMALIZE_WHITESPACE
+        FAIL: 120 B per device EXCEEDS the budget of 100 B by 20 B; every leaf
+        can be placed as specified.
     """
 
     SCHEMA = "nnx-introspect/mesh-config"
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     axis_names: tuple[str, ...]
     axis_sizes: tuple[int, ...]
@@ -161,6 +176,20 @@ class MeshConfigReport(Report):
     rules: tuple[str, ...] = ()
     unmatched_rules: tuple[str, ...] = ()
     devices_present: int = 1
+    max_device_bytes: int | None = None
+
+    def _repr_items(self) -> dict[str, Any]:
+        items: dict[str, Any] = {
+            "mesh": dict(zip(self.axis_names, self.axis_sizes, strict=True)),
+            "leaves": len(self.all_leaves),
+            "bytes_per_device": self.bytes_per_device,
+        }
+        if self.max_device_bytes is not None:
+            items["max_device_bytes"] = self.max_device_bytes
+        items["errors"] = len(self.errors)
+        items["warnings"] = len(self.warnings)
+        items["ok"] = self.ok
+        return items
 
     @property
     def all_leaves(self) -> tuple[LeafShard, ...]:
@@ -215,8 +244,46 @@ class MeshConfigReport(Report):
 
     @property
     def ok(self) -> bool:
-        """Whether every leaf could be placed as specified (warnings allowed)."""
-        return not self.errors
+        """Whether the plan can be applied and, with a budget, fits it.
+
+        ``False`` when a leaf cannot be placed as specified (warnings are
+        allowed) or the plan exceeds :attr:`max_device_bytes`.
+        """
+        over = self.max_device_bytes is not None and not self.fits()
+        return not self.errors and not over
+
+    @property
+    def verdict(self) -> str:
+        """One sentence: ``"OK: ..."`` when :attr:`ok`, else ``"FAIL: ..."``.
+
+        It says whether every leaf can be placed and, with a budget, whether
+        the bytes per device fit it; what failed comes first. Every rendering
+        (rich, markdown, HTML, JSON) shows this sentence first.
+        """
+        used = format_bytes(self.bytes_per_device)
+        budget = self.max_device_bytes
+        if budget is None:
+            memory = f"{used} per device (no budget set)"
+            over = False
+        elif self.bytes_per_device > budget:
+            memory = (
+                f"{used} per device EXCEEDS the budget of {format_bytes(budget)} "
+                f"by {format_bytes(self.bytes_per_device - budget)}"
+            )
+            over = True
+        else:
+            memory = f"{used} per device fits the budget of {format_bytes(budget)}"
+            over = False
+        if self.errors:
+            placement = (
+                f"{len(self.errors)} problem(s): the plan cannot be applied as "
+                "specified"
+            )
+            parts = [placement, memory]
+        else:
+            placement = "every leaf can be placed as specified"
+            parts = [memory, placement] if over else [placement, memory]
+        return f"{'OK' if self.ok else 'FAIL'}: {'; '.join(parts)}."
 
     def top_waste(self, n: IntLike = 5) -> tuple[LeafShard, ...]:
         """The ``n`` leaves with the most bytes per device above their ideal share.
@@ -241,16 +308,18 @@ class MeshConfigReport(Report):
         wasting.sort(key=lambda leaf: leaf.waste_bytes, reverse=True)
         return tuple(wasting[:count])
 
-    def fits(self, max_device_bytes: IntLike) -> bool:
+    def fits(self, max_device_bytes: IntLike | None = None) -> bool:
         """Whether the plan's bytes per device are at most ``max_device_bytes``.
 
         Args:
             max_device_bytes: The per-device budget in bytes, a nonnegative
-                integer (use :func:`parse_bytes` for ``"16GiB"``).
+                integer (use :func:`parse_bytes` for ``"16GiB"``); ``None``
+                (default) uses the report's own :attr:`max_device_bytes`.
 
         Raises:
             TypeError: If ``max_device_bytes`` is not an integer-valued scalar.
-            ValueError: If it is negative or not integral.
+            ValueError: If it is negative or not integral, or it is ``None``
+                and the report has no budget.
 
         Example:
             >>> from flax import nnx
@@ -259,8 +328,20 @@ class MeshConfigReport(Report):
             >>> report = mesh_config_report(model, "model=4")
             >>> report.bytes_per_device, report.fits(120), report.fits(119)
             (120, True, False)
+            >>> mesh_config_report(model, "model=4", max_device_bytes="1KiB").fits()
+            True
         """
-        budget = as_int(max_device_bytes, "max_device_bytes", minimum=0)
+        if max_device_bytes is None:
+            if self.max_device_bytes is None:
+                raise ValueError(
+                    "`max_device_bytes` is needed: this report has no budget "
+                    "(mesh_config_report(..., max_device_bytes=None)). Pass one, "
+                    "such as report.fits('16GiB'), or plan with "
+                    "max_device_bytes=... ."
+                )
+            budget = self.max_device_bytes
+        else:
+            budget = as_int(max_device_bytes, "max_device_bytes", minimum=0)
         return self.bytes_per_device <= budget
 
     def table(self) -> Table:
@@ -323,6 +404,7 @@ class MeshConfigReport(Report):
         )
         return Table(
             title=f"Mesh plan ({_mesh_str(self)}; {self.num_devices} devices)",
+            lead=self.headline(),
             columns=(
                 "path",
                 "shape",
@@ -338,9 +420,45 @@ class MeshConfigReport(Report):
             notes=notes,
         )
 
+    def headline(self) -> tuple[str, ...]:
+        """The sentences every rendering shows first: the verdict, then totals.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> model = nnx.Linear(4, 6, rngs=nnx.Rngs(0))
+            >>> lines = mesh_config_report(model, "model=4").headline()
+            >>> for line in lines:
+            ...     print(line)  # doctest: +NORMALIZE_WHITESPACE
+            OK: every leaf can be placed as specified; 120 B per device (no
+            budget set).
+            Per device: 120 B (ideal 30 B, replication overhead 90 B); params
+            120 B, other state 0 B.
+            0 problem(s), 0 warning(s); 2 leaves.
+        """
+        by_cat = self.bytes_by_category
+        shown = [
+            f"{cat} {format_bytes(by_cat[cat])}"
+            for cat, total in self.global_bytes_by_category.items()
+            if total or cat in ("params", "other state")
+        ]
+        return (
+            self.verdict,
+            f"Per device: {format_bytes(self.bytes_per_device)} (ideal "
+            f"{format_bytes(self.ideal_bytes_per_device)}, replication overhead "
+            f"{format_bytes(self.replication_overhead)}); {', '.join(shown)}.",
+            f"{len(self.errors)} problem(s), {len(self.warnings)} warning(s); "
+            f"{len(self.all_leaves)} leaves.",
+        )
+
     def json_data(self) -> dict[str, Any]:
-        """Exact figures for JSON output."""
+        """Exact figures for JSON output (schema version 3: see the class)."""
+        budget = self.max_device_bytes
         return {
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "max_device_bytes": budget,
+            "fits": None if budget is None else self.fits(),
             "mesh": dict(zip(self.axis_names, self.axis_sizes, strict=True)),
             "num_devices": self.num_devices,
             "devices_present": self.devices_present,
@@ -353,7 +471,6 @@ class MeshConfigReport(Report):
             "replication_overhead": self.replication_overhead,
             "bytes_per_device_by_category": self.bytes_by_category,
             "global_bytes_by_category": self.global_bytes_by_category,
-            "ok": self.ok,
             "rules": list(self.rules),
             "unmatched_rules": list(self.unmatched_rules),
             "top_waste": [leaf.path for leaf in self.top_waste()],
@@ -366,15 +483,16 @@ class MeshConfigReport(Report):
     def to_html(self, *, max_device_bytes: IntLike | None = None) -> str:
         """A self-contained page: the verdict first, the per-leaf detail last.
 
-        The first screen holds the verdict (every leaf placeable or how many
-        problems; within the budget or not), the problems and warnings, the
-        bytes-per-device chart and the totals; then how each leaf splits (a
-        device grid whose cells say which slice of the array each device
-        holds) and the full per-leaf table.
+        The first screen holds the verdict (:attr:`verdict`: every leaf
+        placeable or how many problems; within the budget or not), the
+        problems and warnings, the bytes-per-device chart and the totals; then
+        how each leaf splits (a device grid whose cells say which slice of the
+        array each device holds) and the full per-leaf table.
 
         Args:
-            max_device_bytes: A per-device budget: drawn on the chart and judged
-                in the verdict.
+            max_device_bytes: A per-device budget in bytes, drawn on the chart
+                and judged in the verdict; it overrides the report's own
+                :attr:`max_device_bytes` (default: that one).
 
         Returns:
             The HTML page (inline CSS, no scripts, no external files).
@@ -395,12 +513,18 @@ class MeshConfigReport(Report):
         # Imported here: the page module imports this one.
         from nnx_introspect._mesh.html_page import report_html
 
-        budget = (
-            None
-            if max_device_bytes is None
-            else as_int(max_device_bytes, "max_device_bytes", minimum=0)
-        )
-        return report_html(self, budget)
+        report = self
+        if max_device_bytes is not None:
+            budget = as_int(max_device_bytes, "max_device_bytes", minimum=0)
+            report = dataclasses.replace(self, max_device_bytes=budget)
+        return report_html(report)
+
+
+def _budget(value: IntLike | str) -> int:
+    """A per-device budget in bytes, from an integer or a size such as ``"16GiB"``."""
+    if isinstance(value, str):
+        return parse_bytes(value)
+    return as_int(value, "max_device_bytes", minimum=0)
 
 
 def _leaf_json(leaf: LeafShard) -> dict[str, Any]:

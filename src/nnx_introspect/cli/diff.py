@@ -1,6 +1,7 @@
 """The ``diff`` subcommand: two models or checkpoints compared path by path."""
 
 import argparse
+import dataclasses
 import os
 from typing import TYPE_CHECKING, Any
 
@@ -37,7 +38,8 @@ def _add_diff_parser(subparsers: Any) -> None:
         help="compare two models or checkpoints path by path (exit 1 if they differ)",
         description="Compare A with B path by path: missing paths (in A, not in "
         "B), extra paths (in B, not in A), variable types, shapes, dtypes and "
-        "values; the report reads 'A vs B'. A and B are each a checkpoint "
+        "values; the report reads 'A vs B', each named as given (a target by its "
+        "callable's name, a checkpoint by its path). A and B are each a checkpoint "
         "directory (an existing path) or a 'package.module:callable' target, built "
         "concretely from --seed (values are needed). A model against a checkpoint "
         "restores the checkpoint into the model's abstract state. Exit code 1 when "
@@ -60,7 +62,7 @@ def _add_diff_parser(subparsers: Any) -> None:
     )
     _add_tolerance_args(parser)
     _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_diff)
+    parser.set_defaults(handler=_run_diff, cpu_only=True)
 
 
 def _run_diff(args: argparse.Namespace) -> int:
@@ -89,5 +91,36 @@ def _run_diff(args: argparse.Namespace) -> int:
         a = build_target(args.a, seed=args.seed, abstract=not values)
         b = build_target(args.b, seed=seed_b, abstract=not values)
         diff = compare_states(a, b, rtol=rtol, atol=atol)
+    a_label, b_label = _labels(args.a, args.b, a_is_ckpt, b_is_ckpt, args.seed, seed_b)
+    diff = _relabelled(diff, a_label, b_label)
     _emit(diff, args.format)
     return _verdict(diff)
+
+
+def _labels(
+    a: str, b: str, a_is_ckpt: bool, b_is_ckpt: bool, seed_a: int, seed_b: int
+) -> tuple[str, str]:
+    """What the report calls A and B: the names given, as short as stays distinct.
+
+    A checkpoint is its path as typed; a target its callable's name
+    (``llama_tiny``), or the whole ``package.module:callable`` when both
+    callables share a name; the seed is added when it alone tells them apart.
+    """
+    short_a = a if a_is_ckpt else a.partition(":")[2]
+    short_b = b if b_is_ckpt else b.partition(":")[2]
+    if short_a == short_b and a != b:
+        short_a, short_b = a, b
+    if a == b and seed_a != seed_b:
+        short_a, short_b = f"{short_a} (seed {seed_a})", f"{short_b} (seed {seed_b})"
+    return short_a, short_b
+
+
+def _relabelled(diff: "StateDiff", a_label: str, b_label: str) -> "StateDiff":
+    """``diff`` with its sides named ``a_label`` and ``b_label``, messages too.
+
+    :meth:`StateDiff.reversed` rewrites every structural message for the
+    labels it holds and keeps the measured figures, so reversing twice gives
+    the same comparison with its messages under the new names.
+    """
+    named = dataclasses.replace(diff, a_label=a_label, b_label=b_label)
+    return named.reversed().reversed()

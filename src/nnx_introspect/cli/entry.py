@@ -1,5 +1,6 @@
 """The entry point: parse, run the handler, turn every failure into an exit code."""
 
+import os
 import sys
 import traceback
 from collections.abc import Iterator
@@ -9,6 +10,7 @@ from nnx_introspect._targets import TargetError
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.errors import UsageError, _describe
 from nnx_introspect.cli.parser import Handler, _build_parser
+from nnx_introspect.cli.quiet import start_jax_quietly
 
 
 def _fail(message: str, error: BaseException, debug: bool, code: int) -> int:
@@ -40,10 +42,35 @@ def _quiet_library_logs(debug: bool) -> Iterator[None]:
         absl_logging.set_verbosity(before)
 
 
+@contextmanager
+def _cpu_only(enabled: bool) -> Iterator[None]:
+    """Run with ``JAX_PLATFORMS=cpu`` unless the user set ``JAX_PLATFORMS``.
+
+    ``summary``, ``mesh``, ``diff`` and ``checkpoint`` never need an
+    accelerator, but JAX initialises every backend it finds: with ``libtpu``
+    installed (the ``tpu`` extra) on a machine without a TPU, that prints
+    several ``E0000 ... INVALID_ARGUMENT`` lines on stderr. JAX reads the
+    variable when it is imported, which the command line does only in the
+    handler, after this is set. Restored on exit, so :func:`main` called
+    in-process leaves the environment as it was.
+    """
+    if not enabled or "JAX_PLATFORMS" in os.environ:
+        yield
+        return
+    os.environ["JAX_PLATFORMS"] = "cpu"
+    try:
+        yield
+    finally:
+        os.environ.pop("JAX_PLATFORMS", None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``).
 
     Every failure is one line on stderr (``--debug`` adds the traceback).
+    Subcommands that never need an accelerator (``summary``, ``mesh``,
+    ``diff``, ``checkpoint``) run JAX on the CPU unless ``JAX_PLATFORMS`` is
+    set, so no accelerator plugin logs its start-up failures.
     ``KeyboardInterrupt`` (Ctrl-C) stops the command with code 130; any other
     exception or exit, including ``sys.exit()`` called by the user's code, is a
     failure, never a success.
@@ -59,8 +86,11 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     handler: Handler = args.handler
     debug = bool(getattr(args, "debug", False))
+    cpu_only = bool(getattr(args, "cpu_only", False))
     try:
-        with _quiet_library_logs(debug):
+        with _cpu_only(cpu_only), _quiet_library_logs(debug):
+            if not debug:  # plugins' native start-up lines stay off stderr
+                start_jax_quietly()
             return handler(args)
     except (TargetError, UsageError) as error:
         return _fail(str(error), error, debug, 2)

@@ -27,7 +27,7 @@ def _add_mesh_parser(subparsers: Any) -> None:
         budget_help="per-device budget such as 16GiB; exceeding it exits with 1",
     )
     _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_mesh)
+    parser.set_defaults(handler=_run_mesh, cpu_only=True)
 
 
 _RULES_ARGS = ("`rules", "`logical_rules")
@@ -38,39 +38,44 @@ def _run_mesh(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from nnx_introspect._mesh import mesh_config_report
-    from nnx_introspect._render import format_bytes, to_rich
+    from nnx_introspect._render import format_bytes
 
     mesh, rules, logical = _mesh_and_rules(args)
     model = build_target(args.target, seed=args.seed)
+    budget: int | None = args.max_device_bytes
     try:
+        # The budget travels with the report, so every format, the JSON `ok`
+        # and this exit code give one verdict.
         report = mesh_config_report(
-            model, mesh, rules=rules, logical_rules=logical, optimizer=args.optimizer
+            model,
+            mesh,
+            rules=rules,
+            logical_rules=logical,
+            optimizer=args.optimizer,
+            max_device_bytes=budget,
         )
     except (TypeError, ValueError) as error:
         # A rule the file holds but the planner rejects is still a bad --rules.
         if args.rules is not None and str(error).startswith(_RULES_ARGS):
             raise UsageError(f"argument --rules: {args.rules!r}: {error}") from error
         raise
-    budget: int | None = args.max_device_bytes
-    if args.format == "html":
-        sys.stdout.write(report.to_html(max_device_bytes=budget))
-    elif args.format == "table" and not Console(file=sys.stdout).is_terminal:
+    if args.format == "table" and not Console(file=sys.stdout).is_terminal:
         # Plans are wide: into a file or pipe, print the table at its full width.
-        table = to_rich(report.table())
-        width = Console(file=sys.stdout, width=10_000).measure(table).maximum
-        Console(file=sys.stdout, width=max(120, width)).print(table)
+        width = Console(file=sys.stdout, width=10_000).measure(report).maximum
+        Console(file=sys.stdout, width=max(120, width)).print(report)
     else:
         _emit(report, args.format)
+    if report.ok:
+        return 0
     failures = []
-    if not report.ok:
+    if report.errors:
         failures.append(f"mesh plan has {len(report.errors)} problem(s); see the notes")
-    if budget is not None and not report.fits(budget):
+    if budget is not None and not report.fits():
         used = report.bytes_per_device
         failures.append(
             f"{format_bytes(used)} ({used:,} bytes) per device exceed the budget of "
             f"{format_bytes(budget)} ({budget:,} bytes)"
         )
-    if failures:  # one line on stderr, whatever failed
-        sys.stderr.write(f"{PROG}: {'; '.join(failures)}.\n")
-        return 1
-    return 0
+    # One line on stderr, whatever failed.
+    sys.stderr.write(f"{PROG}: {'; '.join(failures)}.\n")
+    return 1

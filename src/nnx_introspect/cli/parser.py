@@ -1,9 +1,12 @@
 """The argument parser: one-line argument errors, one subparser per subcommand."""
 
 import argparse
-from collections.abc import Callable
-from typing import NoReturn
+import difflib
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
 
+from nnx_introspect import __version__
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.checkpoint import _add_checkpoint_parser
 from nnx_introspect.cli.diff import _add_diff_parser
@@ -15,9 +18,56 @@ Handler = Callable[[argparse.Namespace], int]
 
 
 class _Parser(argparse.ArgumentParser):
-    """An ``ArgumentParser`` whose errors are one line: no usage block."""
+    """An ``ArgumentParser`` whose errors are one line: no usage block.
+
+    An unknown flag is reported by the subcommand it was given to, pointing to
+    that subcommand's ``--help`` and suggesting the closest flag.
+    """
+
+    _parsing: Sequence[str] = ()
+
+    def parse_known_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> tuple[argparse.Namespace, list[str]]:
+        self._parsing = list(args) if args is not None else sys.argv[1:]
+        return super().parse_known_args(args, namespace)
+
+    def parse_args(  # type: ignore[override]
+        self, args: Sequence[str] | None = None, namespace: Any = None
+    ) -> argparse.Namespace:
+        parsed, extras = self.parse_known_args(args, namespace)
+        if extras:
+            owner = self._subcommand(parsed) or self
+            owner.error(owner._unknown(extras))
+        return parsed
+
+    def _subcommand(self, parsed: argparse.Namespace) -> "_Parser | None":
+        """The subparser that parsed ``parsed`` (``None`` if there is none)."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                found = action.choices.get(str(getattr(parsed, action.dest, "")))
+                return found if isinstance(found, _Parser) else None
+        return None
+
+    def _unknown(self, extras: Sequence[str]) -> str:
+        """``unrecognized arguments: ...``, with the closest flag if one is close."""
+        text = f"unrecognized arguments: {' '.join(extras)}"
+        flags = [a.split("=")[0] for a in extras if a.startswith("--")]
+        for flag in flags:
+            close = difflib.get_close_matches(flag, self._option_string_actions, 1)
+            if close:
+                return f"{text} (did you mean {close[0]}?)"
+        return text
 
     def error(self, message: str) -> NoReturn:
+        unknown = [
+            a
+            for a in self._parsing
+            if a.startswith("--") and a.split("=")[0] not in self._option_string_actions
+        ]
+        if unknown and not message.startswith("unrecognized"):
+            # A missing required flag is often a misspelt one: say both.
+            message = f"{self._unknown(unknown)}; {message}"
         text = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
 
@@ -27,6 +77,7 @@ def _build_parser() -> argparse.ArgumentParser:
         prog=PROG,
         description="Exact, read-only introspection of Flax NNX models.",
     )
+    parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
     _add_summary_parser(subparsers)
