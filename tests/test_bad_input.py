@@ -24,9 +24,11 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import numpy as np
+import optax
 import orbax.checkpoint as ocp
 import pytest
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 import nnx_introspect
 import nnx_introspect.exercises as exercises
@@ -107,6 +109,8 @@ def no_rngs() -> nnx.Linear:
 X = jnp.ones((2, 3))
 STEP_BATCH = jax.ShapeDtypeStruct((2, 3), jnp.float32)
 NAN_X = X.at[0, 0].set(jnp.nan)
+DELETED_X = jnp.ones((2, 3))
+DELETED_X.delete()
 INF_X = X.at[1, 2].set(jnp.inf)
 
 Call = Callable[..., Any]  # called with the World; defaults bind loop values
@@ -383,6 +387,8 @@ for _what, _value in {
     "int": 8,
     "zero-axis": {"data": 0},
     "huge-axis": {"data": 2**31},
+    "negative-axis": {"data": -2},
+    "garbage-string": "data=x",
 }.items():
     case(
         "step_memory_report",
@@ -396,6 +402,16 @@ for _what, _value in {
     "wrong-width": (jax.ShapeDtypeStruct((2, 5), jnp.float32),),
     "wrong-rank": (jax.ShapeDtypeStruct((2, 3, 4, 5), jnp.float32),),
     "nan": (NAN_X,),
+    "negative-dim": jax.ShapeDtypeStruct((-2, 3), jnp.float32),
+    "float-dim": jax.ShapeDtypeStruct((2.5, 3), jnp.float32),
+    "zero-size": jax.ShapeDtypeStruct((0, 3), jnp.float32),
+    "exabytes": jax.ShapeDtypeStruct((10**12, 10**12), jnp.float32),
+    "xla-overflow": jax.ShapeDtypeStruct((2**60, 3), jnp.float32),
+    "object-dtype": jax.ShapeDtypeStruct((2, 3), np.dtype("O")),
+    "prng-keys": jax.random.split(jax.random.key(0), 2),
+    "deleted": DELETED_X,
+    "bfloat16-nan": NAN_X.astype(jnp.bfloat16),
+    "none-leaf": (STEP_BATCH, None),
 }.items():
     case(
         "step_memory_report",
@@ -404,12 +420,37 @@ for _what, _value in {
         lambda w, v=_value: step_memory_report(w.model, "data=2", v),
     )
 STEP_BAD: dict[str, dict[str, Any]] = {
-    "loss": {"unknown-name": "bogus", "int": 3},
-    "optimizer": {"unknown-name": "adamx", "int": 3},
-    "batch_spec": {"unknown-axis": jax.sharding.PartitionSpec("nope"), "int": 3},
+    "loss": {
+        "unknown-name": "bogus",
+        "int": 3,
+        "not-importable": "nope_module:f",
+        "returns-vector": lambda model, batch: model(*batch),
+        "raises": lambda model, batch: 1 / 0,
+    },
+    "optimizer": {
+        "unknown-name": "adamx",
+        "int": 3,
+        "update-needs-unknown-args": optax.GradientTransformationExtraArgs(
+            lambda params: optax.EmptyState(),
+            lambda updates, state, params=None, *, temperature: (updates, state),
+        ),
+        "init-raises": optax.GradientTransformation(
+            lambda params: 1 / 0, optax.identity().update
+        ),
+    },
+    "batch_spec": {
+        "unknown-axis": P("nope"),
+        "int": 3,
+        "duplicate-axis": P("data", "data"),
+        "int-entry": P(1),
+        "unconstrained": P(P.UNCONSTRAINED),
+        "too-many-entries": P(None, None, "data"),
+        "wrong-count": (P(), P()),
+        "string-item": ("data",),
+    },
     "topology": {"unknown-family": "v9-4", "chip-count": "v5e-3", "int": 4},
-    "rules": {"int": 3},
-    "logical_rules": {"int": 3},
+    "rules": {"int": 3, "bad-regex": [("(", P())], "spec-int": [("kernel", 3)]},
+    "logical_rules": {"int": 3, "int-item": [3]},
 }
 for _arg, _bad in STEP_BAD.items():
     for _what, _value in _bad.items():

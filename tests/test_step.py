@@ -180,7 +180,7 @@ def test_report_fields_and_rendering(tiny_report: StepMemoryReport) -> None:
     markdown = report.to_markdown()
     assert markdown.index("Peak") < markdown.index("arguments")
     data = json.loads(report.to_json())
-    assert data["schema"] == "nnx-introspect/step-memory" and data["version"] == 1
+    assert data["schema"] == "nnx-introspect/step-memory" and data["version"] == 2
     assert data["peak_bytes"] == report.peak_bytes
     assert data["mesh"] == {"fsdp": 4, "tp": 2}
     assert "many times over" in data["temporaries_caveat"]
@@ -330,12 +330,12 @@ X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
         (
             {"batch": jax.ShapeDtypeStruct((8, 5), jnp.float32)},
             ValueError,
-            r"`batch` \(float32\[8,5\]\) cannot be passed to the model: \w+Error",
+            r"`batch` \(float32\[8,5\]\) cannot be passed to the model: its forward raised \w+Error",
         ),
         (
             {"target": embed, "batch": X},
             ValueError,
-            r"`batch` \(float32\[8,4\]\) cannot be passed to the model: \w+Error",
+            r"`batch` \(float32\[8,4\]\) cannot be passed to the model: its forward raised \w+Error",
         ),
         (
             {"batch": jax.ShapeDtypeStruct((6, 4), jnp.float32)},

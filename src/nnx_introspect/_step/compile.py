@@ -1,22 +1,30 @@
 """The jitted step, lowered and compiled on a mesh; XLA's memory and cost analyses."""
 
 import contextlib
+import re
 import time
-from collections.abc import Mapping
-from typing import Any
+import warnings
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._step.formats import _batch_str
+from nnx_introspect._step.formats import _batch_str, _one_line
 from nnx_introspect._step.inputs import _Request
-from nnx_introspect._step.loss import _call_model, _LossError, _ModelError, _objective
+from nnx_introspect._step.loss import (
+    _call_model,
+    _LossError,
+    _ModelError,
+    _objective,
+    _OptimizerError,
+)
 from nnx_introspect._step.xla import compile_lowered
 
 
@@ -50,9 +58,18 @@ def _optimizer_state(
     """``tx.init(params)`` and the step counter, as sharded ``ShapeDtypeStruct``s.
 
     The same derivation as the plan's optimizer leaves (``opt_state/...`` and
-    ``step`` of ``nnx.Optimizer``), whose specs they take by path.
+    ``step`` of ``nnx.Optimizer``), whose specs they take by path, over the
+    parameters the step differentiates (integer ones have no optimizer state).
     """
-    abstract = jax.eval_shape(tx.init, nnx.as_pure(params))
+    try:
+        abstract = jax.eval_shape(
+            tx.init, nnx.as_pure(nnx.filter_state(params, _differentiable))
+        )
+    except Exception as err:
+        raise ValueError(
+            f"`optimizer`'s init failed on the model's parameters: {_one_line(err)}. "
+            "Pass an optax transformation whose init takes the parameter tree."
+        ) from err
 
     def place(keypath: Any, leaf: Any) -> jax.ShapeDtypeStruct:
         path = "optimizer/" + path_str(("opt_state", *keypath_keys(keypath)))
@@ -74,12 +91,124 @@ def _split_state(model: Any) -> tuple[Any, Any]:
     return states[0], states[1]
 
 
+def _differentiable(path: Any, variable: Any) -> bool:
+    """Whether ``variable`` is a floating (or complex) ``nnx.Param``.
+
+    What a step differentiates: integer parameters (int8 weights of a quantized
+    model) are carried unchanged, as a quantized trainer's ``wrt`` filter does.
+    """
+    if not isinstance(variable, nnx.Param):
+        return False
+    value = variable.get_value()
+    dtype = getattr(value, "dtype", None)
+    return jnp.issubdtype(dtype if dtype is not None else type(value), jnp.inexact)
+
+
 def _shardings(tree: Any) -> Any:
     return jax.tree.map(lambda s: s.sharding, tree)
 
 
+_CONSTRAINT = re.compile(r"\bsdy\.sharding_constraint\b|\bcustom_call @Sharding\(")
+"""A sharding constraint in lowered StableHLO: Shardy's op, or GSPMD's custom call
+when Shardy is switched off (``jax_use_shardy_partitioner=False``)."""
+
+
+def count_sharding_constraints(lowered: Any) -> int:
+    """How many sharding constraints the lowered step holds.
+
+    Forward and backward: the transpose of ``with_sharding_constraint`` is one too.
+    """
+    return len(_CONSTRAINT.findall(lowered.as_text()))
+
+
+def _auto_mesh(mesh: Mesh) -> Mesh | None:
+    """``mesh``'s devices and names with Auto axes; None without Explicit axes."""
+    types = tuple(getattr(mesh, "axis_types", ()) or ())
+    if not any(t == AxisType.Explicit for t in types):
+        return None
+    return Mesh(mesh.devices, mesh.axis_names, axis_types=(AxisType.Auto,) * len(types))
+
+
+@contextlib.contextmanager
+def _mesh_contexts(mesh: Mesh, logical_rules: Any) -> Iterator[None]:
+    """The contexts a trainer compiles under.
+
+    ``jax.set_mesh(mesh)`` and the legacy ``with mesh:`` (model zoos such as
+    tunix apply their activation constraints only when the legacy physical mesh
+    is set), no eager sharding, and the logical rules.
+    """
+    with contextlib.ExitStack() as stack:
+        with warnings.catch_warnings():
+            # `with mesh:` is deprecated in favour of `jax.set_mesh`, but models
+            # still read the mesh it sets (`thread_resources.env.physical_mesh`).
+            warnings.simplefilter("ignore", DeprecationWarning)
+            stack.enter_context(mesh)
+        stack.enter_context(jax.set_mesh(mesh))
+        stack.enter_context(nnx.use_eager_sharding(False))
+        if logical_rules is not None:
+            stack.enter_context(nnx.logical_axis_rules(logical_rules))
+        yield
+
+
 def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str, Any]:
-    """Lower and compile the step on ``mesh``; XLA's numbers as plain values."""
+    """Lower and compile the step on ``mesh``; XLA's numbers as plain values.
+
+    A ``mesh`` with Explicit axes (``jax.make_mesh``'s default) is used as is
+    when the step traces under it, as the user's own ``jax.jit`` would; when the
+    model does not (it was written for Auto axes, as most NNX models are), the
+    step is compiled on the same devices with Auto axes, and
+    ``numbers["explicit_axes_fallback"]`` says why.
+    """
+    start = time.perf_counter()
+    fallback: str | None = None
+    try:
+        lowered = _lower(request, mesh, plan)
+    except (_ModelError, _LossError, _OptimizerError) as error:
+        auto = _auto_mesh(mesh)
+        if auto is None:
+            _raise_as_argument_error(request, error)
+        try:
+            lowered = _lower(request, auto, plan)
+        except (_ModelError, _LossError, _OptimizerError) as auto_error:
+            _raise_as_argument_error(request, auto_error)
+        fallback = (
+            f"the step does not trace under the mesh's Explicit axes ({error}); "
+            "compiled on the same devices with Auto axes, as the mesh's "
+            "`.abstract_mesh` would be"
+        )
+        mesh = auto
+    numbers = compile_lowered(lowered, mesh, start)
+    numbers["sharding_constraints"] = count_sharding_constraints(lowered)
+    numbers["explicit_axes_fallback"] = fallback
+    if fallback is not None:
+        numbers["warnings"] = [*numbers.get("warnings", []), f"`mesh`: {fallback}."]
+    return numbers
+
+
+def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
+    """Raise the ValueError naming the argument to blame.
+
+    It is chained to the user's own exception, so its traceback is kept.
+    """
+    cause = error.__cause__ or error
+    batch = ", ".join(_batch_str(b) for b in request.batch)
+    if isinstance(error, _OptimizerError):
+        raise ValueError(f"`optimizer`'s update failed in the step: {error}") from cause
+    if isinstance(error, _ModelError) and callable(request.loss):
+        raise ValueError(
+            f"`loss` {request.loss_name!r} called the model, whose forward on "
+            f"`batch` ({batch}) raised {error}"
+        ) from cause
+    if isinstance(error, _ModelError):
+        raise ValueError(
+            f"`batch` ({batch}) cannot be passed to the model: its forward raised "
+            f"{error}"
+        ) from cause
+    raise ValueError(f"`loss` {request.loss_name!r} failed: {error}") from cause
+
+
+def _lower(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> Any:
+    """The step lowered on ``mesh``; the private errors of a failed trace."""
     model, tx, loss = request.model, request.tx, request.loss
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     graphdef, *states = nnx.split(model, nnx.Param, ...)
@@ -100,31 +229,37 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
         args = (params, rest, batch)
     else:
         objective = _objective(loss)
+        grad_shardings = _shardings(nnx.filter_state(params, _differentiable))
 
         def grad_step(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-            """The loss and gradients, as an NNX training loop writes them.
+            """The loss, its aux and the gradients, as an NNX training loop does.
 
-            ``nnx.value_and_grad`` differentiates the ``nnx.Param`` state and
+            ``nnx.value_and_grad`` differentiates the floating ``nnx.Param``
+            state (integer parameters are carried, not differentiated) and
             carries the other state's updates (batch statistics, RNG counts)
             back into ``model``.
             """
             model = nnx.merge(graphdef, params, rest)
-            value, grads = nnx.value_and_grad(lambda m: objective(m, batch))(model)
-            return value, grads, model
+            (value, aux), grads = nnx.value_and_grad(
+                lambda m: objective(m, batch),
+                argnums=nnx.DiffState(0, _differentiable),
+                has_aux=True,
+            )(model)
+            return value, aux, grads, model
 
         if tx is None:
 
             def backward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-                value, grads, model = grad_step(params, rest, batch)
-                return value, grads, _split_state(model)[1]
+                value, aux, grads, model = grad_step(params, rest, batch)
+                return value, aux, grads, _split_state(model)[1]
 
-            out: tuple[Any, ...] = (replicated, _shardings(params), _shardings(rest))
+            out: tuple[Any, ...] = (replicated, None, grad_shardings, _shardings(rest))
             jitted = jax.jit(backward, out_shardings=out, keep_unused=True)
             args = (params, rest, batch)
         else:
-            # What ``nnx.Optimizer(model, tx, wrt=nnx.Param).update`` does, on
-            # pure arrays: no optimizer object (and so no sharding metadata or
-            # mesh needed to build one), the plan's optimizer leaves exactly.
+            # What ``nnx.Optimizer(model, tx, wrt=<floating params>).update``
+            # does, on pure arrays: no optimizer object (and so no sharding
+            # metadata or mesh needed to build one), the plan's optimizer leaves.
             opt_state, step = _optimizer_state(tx, params, specs, mesh)
 
             def train(
@@ -134,16 +269,25 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
                 step: jax.Array,
                 batch: tuple[Any, ...],
             ) -> Any:
-                value, grads, model = grad_step(params, rest, batch)
-                param_arrays = nnx.as_pure(nnx.state(model, nnx.Param))
+                value, aux, grads, model = grad_step(params, rest, batch)
+                param_arrays = nnx.as_pure(nnx.state(model, _differentiable))
                 grad_arrays = nnx.as_pure(nnx.state(grads, nnx.Param))
-                updates, new_opt_state = tx.update(grad_arrays, opt_state, param_arrays)
+
+                def value_fn(new_params: Any) -> Any:
+                    trial = nnx.merge(graphdef, params, rest, copy=True)
+                    nnx.update(trial, new_params)
+                    return objective(trial, batch)[0]
+
+                updates, new_opt_state = _update(
+                    tx, grad_arrays, opt_state, param_arrays, value, value_fn
+                )
                 nnx.update(model, optax.apply_updates(param_arrays, updates))
                 new_params, new_rest = _split_state(model)
-                return value, new_params, new_rest, new_opt_state, step + 1
+                return value, aux, new_params, new_rest, new_opt_state, step + 1
 
             out = (
                 replicated,
+                None,
                 _shardings(params),
                 _shardings(rest),
                 _shardings(opt_state),
@@ -156,19 +300,43 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
                 keep_unused=True,
             )
             args = (params, rest, opt_state, step, batch)
-    start = time.perf_counter()
+    with _mesh_contexts(mesh, request.logical_rules):
+        return jitted.lower(*args)
+
+
+def _update(
+    tx: optax.GradientTransformation,
+    grads: Any,
+    opt_state: Any,
+    params: Any,
+    value: Any,
+    value_fn: Callable[[Any], Any],
+) -> Any:
+    """``tx.update``, as optax's own examples call it.
+
+    Plain transformations take ``(grads, state, params)``; those whose update
+    needs the objective (``optax.lbfgs``' line search,
+    ``optax.contrib.reduce_on_plateau``) also take ``value``, ``grad`` and
+    ``value_fn``, passed when the plain call asks for them.
+    """
     try:
-        with contextlib.ExitStack() as stack:
-            stack.enter_context(jax.set_mesh(mesh))
-            stack.enter_context(nnx.use_eager_sharding(False))
-            if request.logical_rules is not None:
-                stack.enter_context(nnx.logical_axis_rules(request.logical_rules))
-            lowered = jitted.lower(*args)
-    except _ModelError as error:
-        raise ValueError(
-            f"`batch` ({', '.join(_batch_str(b) for b in request.batch)}) cannot "
-            f"be passed to the model: {error}"
-        ) from None
-    except _LossError as error:
-        raise ValueError(f"`loss` {request.loss_name!r} failed: {error}") from None
-    return compile_lowered(lowered, mesh, start)
+        return tx.update(grads, opt_state, params)
+    except TypeError as error:
+        if not isinstance(tx, optax.GradientTransformationExtraArgs):
+            raise _OptimizerError(_one_line(error)) from error
+        first = error
+    except Exception as error:
+        raise _OptimizerError(_one_line(error)) from error
+    try:
+        return tx.update(
+            grads, opt_state, params, value=value, grad=grads, value_fn=value_fn
+        )
+    except (_ModelError, _LossError):
+        raise
+    except Exception as error:
+        raise _OptimizerError(
+            f"{_one_line(first)}; with value, grad and value_fn passed too (as "
+            f"optax's L-BFGS needs) it raised {_one_line(error)}. Pass an optax "
+            "transformation whose update takes (grads, state, params) and at "
+            "most those extra arguments"
+        ) from error

@@ -7,6 +7,7 @@ from typing import Any, TypeAlias
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import optax
 from flax import nnx
 from jax.sharding import PartitionSpec
@@ -15,7 +16,7 @@ from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import optimizer_from_name
 from nnx_introspect._step.formats import _batch_str, _one_line, _spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
-from nnx_introspect._typing import check_finite
+from nnx_introspect._typing import is_traced, short_repr
 
 LOSSES = ("mean", "lm")
 """The loss names :func:`step_memory_report` knows (``None`` = forward only)."""
@@ -127,6 +128,11 @@ def _importable_name(obj: Any) -> str | None:
     return name if found is obj else None
 
 
+MAX_BATCH_BYTES = 2**62
+"""The most bytes a batch may hold: XLA counts bytes in signed 64 bits, and a
+shape past that aborts the process instead of raising."""
+
+
 def _as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
     leaves = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
     if not leaves:
@@ -134,21 +140,124 @@ def _as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
             "`batch` must hold the model's positional arguments, got an empty "
             "tuple. Pass e.g. (jax.ShapeDtypeStruct((8, 128), jnp.int32),)."
         )
-    out: list[jax.ShapeDtypeStruct] = []
-    for i, leaf in enumerate(leaves):
-        shape = getattr(leaf, "shape", None)
-        dtype = getattr(leaf, "dtype", None)
-        if shape is None or dtype is None or isinstance(leaf, type):
+    out = tuple(_as_leaf(leaf, f"batch[{i}]") for i, leaf in enumerate(leaves))
+    total = sum(math.prod(b.shape) * _itemsize(b.dtype) for b in out)
+    if total > MAX_BATCH_BYTES:
+        raise ValueError(
+            f"`batch` ({', '.join(_batch_str(b) for b in out)}) holds {total:,} "
+            f"bytes, more than the {MAX_BATCH_BYTES:,} (2**62) any device or XLA "
+            "can address. Check the shapes."
+        )
+    return out
+
+
+def _as_leaf(leaf: Any, name: str) -> jax.ShapeDtypeStruct:
+    """One batch leaf as an unsharded ``ShapeDtypeStruct``, every field checked."""
+    shape = getattr(leaf, "shape", None)
+    dtype = getattr(leaf, "dtype", None)
+    if shape is None or dtype is None or isinstance(leaf, type):
+        raise TypeError(
+            f"`{name}` must be a jax.ShapeDtypeStruct or an array, got "
+            f"{short_repr(leaf)} of type {type(leaf).__name__}. Write e.g. "
+            "jax.ShapeDtypeStruct((8, 128), jnp.int32)."
+        )
+    if isinstance(leaf, jax.Array) and leaf.is_deleted():
+        raise ValueError(
+            f"`{name}` is a deleted jax.Array (donated or `.delete()`d): its shape "
+            f"{tuple(leaf.shape)} is known but the array is gone. Pass "
+            "jax.ShapeDtypeStruct(x.shape, x.dtype) or a live array."
+        )
+    dt = _leaf_dtype(dtype, name)
+    dims = _leaf_shape(shape, name)
+    if 0 in dims:
+        raise ValueError(
+            f"`{name}` has shape {dims}: a batch with no elements gives a step on "
+            "no data, which measures nothing. Give every dimension a size >= 1."
+        )
+    if math.prod(dims) * _itemsize(dt) > MAX_BATCH_BYTES:
+        raise ValueError(
+            f"`{name}` has shape {dims} of {dt.name}: "
+            f"{math.prod(dims) * _itemsize(dt):,} bytes, more than the "
+            f"{MAX_BATCH_BYTES:,} (2**62) any device or XLA can address. Check "
+            "the shape."
+        )
+    # Only shapes and dtypes are read, but NaN or inf in a concrete batch is a
+    # bug upstream worth reporting before anything is compiled.
+    _check_finite(leaf, dt, name)
+    return jax.ShapeDtypeStruct(dims, dt)
+
+
+def _leaf_dtype(dtype: Any, name: str) -> np.dtype[Any]:
+    try:
+        is_key = bool(jnp.issubdtype(dtype, jax.dtypes.prng_key))
+    except TypeError:
+        is_key = False
+    if is_key:
+        raise TypeError(
+            f"`{name}` is an array of PRNG keys ({dtype}): a step's inputs are "
+            "numbers. Pass the key data (jax.random.key_data(keys)) or a uint32 "
+            "jax.ShapeDtypeStruct of its shape, or let the model hold its RNG "
+            "state (nnx.Rngs)."
+        )
+    try:
+        dt: np.dtype[Any] | None = np.dtype(dtype)
+    except TypeError:
+        dt = None
+    if dt is None or not (
+        jnp.issubdtype(dt, jnp.number) or jnp.issubdtype(dt, jnp.bool_)
+    ):
+        raise TypeError(
+            f"`{name}` has dtype {dtype!r}, not a numeric dtype JAX can compile. "
+            "Use int32, float32, bfloat16, bool, ..."
+        )
+    return dt
+
+
+def _leaf_shape(shape: Any, name: str) -> tuple[int, ...]:
+    try:
+        dims = tuple(shape)
+    except TypeError:
+        raise TypeError(
+            f"`{name}` has shape {shape!r}, not a tuple of integers."
+        ) from None
+    out = []
+    for axis, dim in enumerate(dims):
+        if isinstance(dim, bool | np.bool_) or not isinstance(dim, int | np.integer):
             raise TypeError(
-                f"`batch[{i}]` must be a jax.ShapeDtypeStruct or an array, got "
-                f"{leaf!r} of type {type(leaf).__name__}. Write e.g. "
-                "jax.ShapeDtypeStruct((8, 128), jnp.int32)."
+                f"`{name}` dimension {axis} must be an integer, got {dim!r} of type "
+                f"{type(dim).__name__} in shape {dims!r}. Write e.g. (8, 128)."
             )
-        # Only shapes and dtypes are read, but NaN or inf in a concrete batch is a
-        # bug upstream worth reporting before anything is compiled.
-        check_finite(leaf, f"batch[{i}]")
-        out.append(jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dtype))
+        if dim < 0:
+            raise ValueError(
+                f"`{name}` dimension {axis} must be a nonnegative integer, got "
+                f"{int(dim)} in shape {dims!r}."
+            )
+        out.append(int(dim))
     return tuple(out)
+
+
+def _itemsize(dtype: Any) -> int:
+    """Bytes per element, at least 1 (int4 and friends are padded to a byte)."""
+    return max(1, int(np.dtype(dtype).itemsize))
+
+
+def _check_finite(leaf: Any, dtype: np.dtype[Any], name: str) -> None:
+    """Refuse NaN or infinity in a concrete floating leaf.
+
+    bfloat16 and float8 included: ``ml_dtypes`` floats are not ``np.inexact``,
+    so this asks JAX's dtypes.
+    """
+    if is_traced(leaf) or not isinstance(leaf, np.ndarray | jax.Array):
+        return
+    if not jnp.issubdtype(dtype, jnp.inexact):
+        return
+    finite = np.isfinite(np.asarray(leaf))
+    if not finite.all():
+        bad = int(finite.size - np.count_nonzero(finite))
+        raise ValueError(
+            f"`{name}` must be finite, got {bad} NaN or infinite value(s) among "
+            f"{finite.size}. Clean the input (e.g. `jnp.nan_to_num`) first."
+        )
 
 
 def _as_batch_specs(
@@ -162,6 +271,7 @@ def _as_batch_specs(
         )
         return specs, "batch"
     if isinstance(batch_spec, PartitionSpec):
+        _check_spec_entries(batch_spec, "batch_spec")
         return (batch_spec,) * len(batch), "batch_spec"
     items = list(batch_spec)
     if len(items) != len(batch):
@@ -174,12 +284,31 @@ def _as_batch_specs(
         if item is None:
             specs_list.append(PartitionSpec())
         elif isinstance(item, PartitionSpec):
+            _check_spec_entries(item, f"batch_spec[{i}]")
             specs_list.append(item)
         else:
             raise TypeError(
                 f"`batch_spec[{i}]` must be a PartitionSpec or None, got {item!r}."
             )
     return tuple(specs_list), "batch_spec"
+
+
+def _check_spec_entries(spec: PartitionSpec, name: str) -> None:
+    """Each entry of ``spec`` is None, an axis name or a tuple of axis names."""
+    for dim, entry in enumerate(spec):
+        if entry is PartitionSpec.UNCONSTRAINED:
+            raise TypeError(
+                f"`{name}` entry {dim} is P.UNCONSTRAINED, which only a sharding "
+                "constraint inside a step may use: an input's layout must be "
+                "given. Name a mesh axis, or None to replicate that dimension."
+            )
+        axes = entry if isinstance(entry, tuple | list) else (entry,)
+        if entry is not None and not all(isinstance(a, str) for a in axes):
+            raise TypeError(
+                f"`{name}` entry {dim} must be None, a mesh axis name or a tuple "
+                f"of them, got {entry!r} in {_spec_str(spec)}. Write e.g. "
+                "P('data') or P(('data', 'fsdp'), None)."
+            )
 
 
 def _spec_problems(
@@ -196,12 +325,21 @@ def _spec_problems(
                 f"{where}: the spec has {len(spec)} entries for rank {len(leaf.shape)}."
             )
             continue
+        seen: set[str] = set()
         for dim, entry in enumerate(spec):
             axes = (
                 ()
                 if entry is None
                 else ((entry,) if isinstance(entry, str) else tuple(entry))
             )
+            repeated = [a for k, a in enumerate(axes) if a in seen or a in axes[:k]]
+            seen.update(axes)
+            if repeated:
+                problems.append(
+                    f"{where}: axis {repeated[0]!r} is used twice; a mesh axis "
+                    "can split at most one dimension (and once)."
+                )
+                continue
             unknown = [a for a in axes if a not in sizes]
             if unknown:
                 problems.append(

@@ -1,12 +1,18 @@
-"""The objectives a step differentiates (``"mean"``, ``"lm"``, callables)."""
+"""The objectives a step differentiates (``"mean"``, ``"lm"``, callables).
 
-import math
+Every objective returns ``(loss, aux)``: ``aux`` is ``None`` for the built-in
+losses and for a callable returning a scalar, and the callable's second item when
+it returns ``(loss, aux)`` (the ``has_aux=True`` idiom of flax and optax).
+"""
+
+import types
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import optax
+from flax import nnx
 
 from nnx_introspect._step.formats import _one_line
 from nnx_introspect._step.inputs import LossLike
@@ -20,6 +26,13 @@ class _LossError(Exception):
     """The loss raised or returned something other than a scalar."""
 
 
+class _OptimizerError(Exception):
+    """The optimizer's update raised (inside the trace)."""
+
+
+Objective = Callable[[Any, tuple[Any, ...]], tuple[Any, Any]]
+
+
 def _call_model(model: Any, batch: tuple[Any, ...]) -> Any:
     try:
         return model(*batch)
@@ -27,52 +40,100 @@ def _call_model(model: Any, batch: tuple[Any, ...]) -> Any:
         raise _ModelError(_one_line(error)) from error
 
 
-def _objective(loss: LossLike) -> Callable[[Any, tuple[Any, ...]], Any]:
+def _describe(value: Any, depth: int = 0) -> str:
+    """``float32[2,16,64]``, ``a tuple of 2 (float32[2,16,64], dict)``, ``None``..."""
+    shape, dtype = getattr(value, "shape", None), getattr(value, "dtype", None)
+    if shape is not None and dtype is not None and not isinstance(value, type):
+        name = getattr(dtype, "name", str(dtype))
+        return f"{name}[{','.join(str(d) for d in shape)}]"
+    if isinstance(value, tuple | list) and depth == 0:
+        items = ", ".join(_describe(v, 1) for v in value[:4])
+        more = ", ..." if len(value) > 4 else ""
+        return f"a {type(value).__name__} of {len(value)} ({items}{more})"
+    return "None" if value is None else type(value).__name__
+
+
+def _is_array(value: Any) -> bool:
+    return isinstance(value, jax.Array | jax.core.Tracer)
+
+
+def _is_float_scalar(value: Any) -> bool:
+    return (
+        _is_array(value)
+        and jnp.shape(value) == ()
+        and jnp.issubdtype(jnp.result_type(value), jnp.floating)
+    )
+
+
+def _raised_in_model(error: BaseException) -> bool:
+    """Whether ``error`` was raised inside a method of an ``nnx.Module``."""
+    tb: types.TracebackType | None = error.__traceback__
+    while tb is not None:
+        if isinstance(tb.tb_frame.f_locals.get("self"), nnx.Module):
+            return True
+        tb = tb.tb_next
+    return False
+
+
+def _one_array(output: Any, loss: str) -> Any:
+    if not _is_array(output):
+        raise _LossError(
+            f"`loss={loss!r}` needs the model to return one array, but it returned "
+            f"{_describe(output)}; pass a loss callable that picks the logits, "
+            "e.g. `lambda model, batch: model(*batch)[0].mean()` (importable by "
+            "name for a child compile)"
+        )
+    return output
+
+
+def _objective(loss: LossLike) -> Objective:
     if loss == "mean":
 
-        def mean(model: Any, batch: tuple[Any, ...]) -> Any:
-            leaves = jax.tree.leaves(_call_model(model, batch))
-            if not leaves:
-                raise _LossError("the model returned no array to average")
-            total = sum(jnp.sum(jnp.asarray(x, jnp.float32)) for x in leaves)
-            return total / sum(math.prod(jnp.shape(x)) for x in leaves)
+        def mean(model: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
+            out = _one_array(_call_model(model, batch), "mean")
+            return jnp.mean(jnp.asarray(out, jnp.float32)), None
 
         return mean
     if loss == "lm":
 
-        def lm(model: Any, batch: tuple[Any, ...]) -> Any:
-            logits = _call_model(model, batch)
+        def lm(model: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
+            logits = _one_array(_call_model(model, batch), "lm")
             tokens = batch[0]
-            shape = tuple(getattr(logits, "shape", ()))
+            shape = tuple(logits.shape)
             if len(shape) != 3 or shape[:2] != tuple(tokens.shape):
                 raise _LossError(
                     "`loss='lm'` needs (batch, sequence, vocab) logits for "
                     f"(batch, sequence) tokens {tuple(tokens.shape)}, but the "
-                    f"model returned shape {shape}"
+                    f"model returned {_describe(logits)}"
                 )
             logits = jnp.asarray(logits[:, :-1], jnp.float32)
-            return optax.softmax_cross_entropy_with_integer_labels(
+            value = optax.softmax_cross_entropy_with_integer_labels(
                 logits, tokens[:, 1:]
             ).mean()
+            return value, None
 
         return lm
     assert callable(loss)
     user: Callable[..., Any] = loss
 
-    def custom(model: Any, batch: tuple[Any, ...]) -> Any:
+    def custom(model: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
         try:
             value = user(model, batch)
-        except _ModelError:
-            raise
         except Exception as error:
+            if _raised_in_model(error):
+                raise _ModelError(_one_line(error)) from error
             raise _LossError(_one_line(error)) from error
-        if jnp.shape(value) != () or not jnp.issubdtype(
-            jnp.result_type(value), jnp.floating
+        if _is_float_scalar(value):
+            return value, None
+        if (
+            isinstance(value, tuple | list)
+            and len(value) == 2
+            and _is_float_scalar(value[0])
         ):
-            raise _LossError(
-                f"it must return a float scalar, got shape {jnp.shape(value)} "
-                f"dtype {jnp.result_type(value)}"
-            )
-        return value
+            return value[0], value[1]
+        raise _LossError(
+            "it must return a float scalar or a (float scalar, aux) pair, got "
+            f"{_describe(value)}"
+        )
 
     return custom
