@@ -48,6 +48,7 @@ from nnx_introspect import (
     count_state_leaves,
     fresh_init_forward,
     ideal_share,
+    max_batch,
     mesh_config_report,
     param_fingerprint,
     param_sum,
@@ -477,6 +478,77 @@ for _what, _value in {
         lambda w, v=_value: w.step_report.fits(v),
     )
 
+
+# --- max_batch ---------------------------------------------------------------------
+def _search(w: World, **kwargs: Any) -> Any:
+    return max_batch(
+        w.model, "data=2", STEP_BATCH, **{"max_device_bytes": 10**6, **kwargs}
+    )
+
+
+target_cases(
+    "max_batch",
+    "target",
+    lambda w, t: max_batch(t, "data=2", STEP_BATCH, max_device_bytes=10**6),
+)
+for _what, _value in {"int": 8, "zero-axis": {"data": 0}}.items():
+    case(
+        "max_batch",
+        "mesh",
+        _what,
+        lambda w, v=_value: max_batch(w.model, v, STEP_BATCH, max_device_bytes=10**6),
+    )
+for _what, _value in {
+    "int-leaf": (3,),
+    "string": "float32[2,3]",
+    "scalar": jax.ShapeDtypeStruct((), jnp.float32),
+    "leading-sizes-differ": (STEP_BATCH, jax.ShapeDtypeStruct((4,), jnp.int32)),
+    "nan": (NAN_X,),
+}.items():
+    case(
+        "max_batch",
+        "batch",
+        _what,
+        lambda w, v=_value: max_batch(w.model, "data=2", v, max_device_bytes=10**6),
+    )
+for _what, _value in {
+    "none-without-topology": None,
+    "negative": -1,
+    "not-a-size": "lots",
+    "bool": True,
+    "nan": math.nan,
+    "non-integral": 1.5,
+}.items():
+    case(
+        "max_batch",
+        "max_device_bytes",
+        _what,
+        lambda w, v=_value: _search(w, max_device_bytes=v),
+    )
+for _arg in ("lo", "hi"):
+    for _what, _value in {
+        "zero": 0,
+        "negative": -2,
+        "non-integral": 1.5,
+        "bool": True,
+        "nan": math.nan,
+        "str": "2",
+        "not-a-multiple-of-dp": 3,
+    }.items():
+        case("max_batch", _arg, _what, lambda w, a=_arg, v=_value: _search(w, **{a: v}))
+case("max_batch", "hi", "below-lo", lambda w: _search(w, lo=4, hi=2))
+case("max_batch", "progress", "int", lambda w: _search(w, progress=3))
+for _arg, _bad in {
+    "loss": {"unknown-name": "bogus", "int": 3},
+    "optimizer": {"unknown-name": "adamx", "int": 3},
+    "batch_spec": {"unknown-axis": P("nope"), "int": 3},
+    "topology": {"unknown-family": "v9-4", "chip-count": "v5e-3", "int": 4},
+    "rules": {"int": 3},
+    "logical_rules": {"int": 3},
+}.items():
+    for _what, _value in _bad.items():
+        case("max_batch", _arg, _what, lambda w, a=_arg, v=_value: _search(w, **{a: v}))
+
 # --- report methods ----------------------------------------------------------------
 int_cases("MeshConfigReport.top_waste", "n", lambda w, v: w.mesh_report.top_waste(v))
 int_cases(
@@ -512,6 +584,9 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "ParamFingerprint": lambda w: w.fingerprint,
     "StateDiff": lambda w: w.diff,
     "StepMemoryReport": lambda w: w.step_report,
+    "BatchSearch": lambda w: max_batch(
+        w.model, "data=2", STEP_BATCH, max_device_bytes=10**6, hi=4
+    ),
 }
 for _cls, _get in REPORTS.items():
     for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():

@@ -37,6 +37,8 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._render import Table as Table
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
     from nnx_introspect._step import step_memory_report as step_memory_report
+    from nnx_introspect._step.search import BatchSearch as BatchSearch
+    from nnx_introspect._step.search import max_batch as max_batch
     from nnx_introspect._summary import KindTotal as KindTotal
     from nnx_introspect._summary import ModelSummary as ModelSummary
     from nnx_introspect._summary import SummaryRow as SummaryRow
@@ -45,6 +47,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
 __version__ = "0.1.0"
 
 __all__ = [
+    "BatchSearch",
     "CheckpointLeaf",
     "CheckpointReport",
     "DiffEntry",
@@ -69,6 +72,7 @@ __all__ = [
     "count_state_leaves",
     "fresh_init_forward",
     "ideal_share",
+    "max_batch",
     "mesh_config_report",
     "param_fingerprint",
     "param_sum",
@@ -81,6 +85,7 @@ __all__ = [
 # cheap (no JAX, no flax): each module is imported the first time one of its names
 # is used (PEP 562). Every name here is also imported above for type checkers.
 _LAZY: dict[str, str] = {
+    "BatchSearch": "nnx_introspect._step.search",
     "CheckpointLeaf": "nnx_introspect._checkpoint",
     "CheckpointReport": "nnx_introspect._checkpoint",
     "DiffEntry": "nnx_introspect._compare",
@@ -105,6 +110,7 @@ _LAZY: dict[str, str] = {
     "count_state_leaves": "nnx_introspect._counting",
     "fresh_init_forward": "nnx_introspect._init",
     "ideal_share": "nnx_introspect._counting",
+    "max_batch": "nnx_introspect._step.search",
     "mesh_config_report": "nnx_introspect._mesh",
     "param_fingerprint": "nnx_introspect._fingerprint",
     "param_sum": "nnx_introspect._counting",

@@ -3,7 +3,8 @@
 import argparse
 import re
 import sys
-from contextlib import nullcontext
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
@@ -52,8 +53,10 @@ def _add_step_parser(subparsers: Any) -> None:
         "report XLA's per-device bytes (arguments, outputs, temporaries, donated "
         "aliases, peak) beside the exact plan. Compiles on virtual CPU devices (in "
         "a child process when the mesh needs more than this one has) or, with "
-        "--topology, with XLA:TPU for a TPU slice (needs the tpu extra). Exits "
-        "with 1 when the peak exceeds --max-device-bytes, 2 on bad input.",
+        "--topology, with XLA:TPU or XLA:GPU for a named slice (no device "
+        "needed). With --max-batch, search the largest global batch that fits "
+        "instead. Exits with 1 when the step does not fit --max-device-bytes (or "
+        "the topology's device memory) or no batch fits, 2 on bad input.",
     )
     _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
     _add_plan_args(
@@ -83,18 +86,85 @@ def _add_step_parser(subparsers: Any) -> None:
         "--topology",
         default=None,
         metavar="NAME",
-        help="compile with XLA:TPU for this TPU slice, e.g. v5e-256, v6e-8, "
-        'v5p-8 (4 chips), v4-16 (8 chips); needs pip install "nnx-introspect[tpu]"',
+        help="compile for this accelerator slice with its compiler, no device "
+        "needed: a TPU slice (v5e-256, v6e-8, v5p-8 = 4 chips, v4-16 = 8 chips; "
+        'pip install "nnx-introspect[tpu]") or NVIDIA GPUs (h100-8, a100-64; '
+        'pip install "nnx-introspect[gpu]"); its device memory is the default '
+        "budget",
+    )
+    parser.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="search the largest global batch whose step fits --max-device-bytes "
+        "instead (each --batch's leading dimension is the batch dimension; its "
+        "size is where the search starts); exits with 1 when no batch fits",
     )
     _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_step)
 
 
-def _run_step(args: argparse.Namespace) -> int:
+_FLAGS = {
+    "target": "TARGET",
+    "batch": "--batch",
+    "batch_spec": "--batch",
+    "loss": "--loss",
+    "optimizer": "--optimizer",
+    "topology": "--topology",
+    "mesh": "--mesh",
+    "rules": "--rules",
+    "logical_rules": "--rules",
+    "max_device_bytes": "--max-device-bytes",
+}
+"""The library's argument names (in backticks in its messages) and their flags."""
+
+_ARGUMENT = re.compile(r"`([A-Za-z_]+)")
+
+
+def _usage_error(
+    error: BaseException, *, rules_given: bool, topology_given: bool
+) -> UsageError:
+    """The library's ``error`` about bad input, as one line naming the flag.
+
+    The first argument the message names in backticks that is a flag's gives
+    the flag. ``rules`` and ``logical_rules`` count only when ``--rules`` was
+    given: a plan problem of the model's own sharding metadata names them as
+    the fix, not the cause. An ``ImportError`` naming no flag is the
+    ``--topology``'s compiler missing when one was given; any other message
+    naming no flag is kept whole.
+    """
+    text = " ".join(str(error).split())
+    for name in _ARGUMENT.findall(text):
+        flag = _FLAGS.get(name)
+        if flag == "--rules" and not rules_given:
+            continue
+        if flag is not None:
+            return UsageError(f"argument {flag}: {text}")
+    if isinstance(error, ImportError) and topology_given:
+        return UsageError(f"argument --topology: {_describe(error)}")
+    return UsageError(_describe(error))
+
+
+@contextmanager
+def _progress(message: str) -> Iterator[Callable[[str], None]]:
+    """A status line on stderr while the body runs, only when stderr is a terminal.
+
+    Yields a function that replaces the line's text (a no-op off a terminal):
+    into a file or a pipe, a successful run writes nothing on stderr.
+    """
+    if not sys.stderr.isatty():
+        yield lambda text: None
+        return
     from rich.console import Console
 
+    console = Console(file=sys.stderr, force_terminal=True)
+    with console.status(message) as status:
+        yield lambda text: status.update(text)
+
+
+def _run_step(args: argparse.Namespace) -> int:
     from nnx_introspect._render import format_bytes
     from nnx_introspect._step import parse_batch, step_memory_report
+    from nnx_introspect._step.search import max_batch
 
     mesh, rules, logical = _mesh_and_rules(args)
     try:
@@ -104,39 +174,62 @@ def _run_step(args: argparse.Namespace) -> int:
     loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
     if ":" in args.loss:
         loss = args.loss
-    where = f"XLA:TPU for {args.topology}" if args.topology else "XLA"
-    message = (
-        f"Compiling the step of {args.target} on {mesh.size} devices with {where}..."
-    )
-    console = Console(file=sys.stderr)
-    if console.is_terminal:
-        progress: Any = console.status(message)
-    else:
-        sys.stderr.write(f"{PROG}: {message}\n")
-        progress = nullcontext()
+    budget: int | None = args.max_device_bytes
+    if args.max_batch and budget is None and args.topology is None:
+        raise UsageError(
+            "argument --max-batch: needs --max-device-bytes SIZE, the per-device "
+            "budget the step must fit (for example --max-device-bytes 16GiB), or "
+            "a --topology whose device memory is the budget"
+        )
+    where = f"XLA for {args.topology}" if args.topology else "XLA"
+    what = "Searching the largest batch" if args.max_batch else "Compiling the step"
+    message = f"{what} of {args.target} on {mesh.size} devices with {where}..."
+    common: dict[str, Any] = {
+        "loss": loss,
+        "optimizer": args.optimizer,
+        "rules": rules,
+        "logical_rules": logical,
+        "topology": args.topology,
+        "max_device_bytes": budget,
+    }
     try:
-        with progress:
-            report = step_memory_report(
-                args.target,
-                mesh,
-                batch,
-                loss=loss,
-                optimizer=args.optimizer,
-                rules=rules,
-                logical_rules=logical,
-                topology=args.topology,
-            )
+        with _progress(message) as show:
+            if args.max_batch:
+
+                def point(p: tuple[int, int, bool]) -> None:
+                    verdict = "fits" if p[2] else "does not fit"
+                    show(
+                        f"{message} batch {p[0]}: {format_bytes(p[1])} per "
+                        f"device, {verdict}"
+                    )
+
+                search = max_batch(args.target, mesh, batch, progress=point, **common)
+            else:
+                report = step_memory_report(args.target, mesh, batch, **common)
     except (TypeError, ValueError, ImportError) as error:
         # Bad input to the step (target, batch, loss, topology, a plan whose
         # specs cannot be applied): a usage error, exit 2.
-        raise UsageError(_describe(error)) from error
+        raise _usage_error(
+            error,
+            rules_given=args.rules is not None,
+            topology_given=args.topology is not None,
+        ) from error
+    if args.max_batch:
+        _emit(search, args.format)
+        if not search.ok:
+            sys.stderr.write(f"{PROG}: {search.verdict}.\n")
+            return 1
+        return 0
     _emit(report, args.format)
-    budget: int | None = args.max_device_bytes
-    if budget is not None and not report.fits(budget):
+    if report.ok:  # the report's own verdict: its JSON, markdown and HTML say so
+        return 0
+    limit = report.max_device_bytes
+    if report.out_of_memory or limit is None:
+        sys.stderr.write(f"{PROG}: {report.verdict}.\n")
+    else:
         sys.stderr.write(
             f"{PROG}: the step's peak of {format_bytes(report.peak_bytes)} "
             f"({report.peak_bytes:,} bytes) per device exceeds the budget of "
-            f"{format_bytes(budget)} ({budget:,} bytes), by {report.compiler}.\n"
+            f"{format_bytes(limit)} ({limit:,} bytes), by {report.compiler}.\n"
         )
-        return 1
-    return 0
+    return 1
