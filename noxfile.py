@@ -29,8 +29,11 @@ DEVICES = {
 @nox.session(python=PYTHON)
 def tests(session: nox.Session) -> None:
     """Run the test suite and the doctests of ``src`` on 8 virtual CPU devices."""
-    # The tpu extra (libtpu) lets the step-memory tests compile with XLA:TPU.
-    session.install("-e", ".[tpu]", *nox.project.dependency_groups(PYPROJECT, "test"))
+    # The tpu extra (libtpu) and the gpu extra (the CUDA plugin and ptxas) let
+    # the step-memory tests compile with XLA:TPU and XLA:GPU, with no device.
+    session.install(
+        "-e", ".[tpu,gpu]", *nox.project.dependency_groups(PYPROJECT, "test")
+    )
     # pytest exits 5 when it collects nothing; nox treats that as a failure.
     session.run("pytest", *session.posargs, env=DEVICES)
 

@@ -8,12 +8,16 @@ Measures (issue 9), on 8 virtual CPU devices set before JAX starts:
 * doubling the batch: ``temp_bytes(B=16) / temp_bytes(B=8)`` (target ~2);
 * forward-only temporaries against training temporaries (target < 1);
 * with libtpu installed: the same step on XLA:TPU for ``v5e-4`` against XLA:CPU;
-* the 7B example (``llama_7b_sharded``, B=256, T=2048) on a 2,048-device mesh
-  ``fsdp=256,tp=8`` compiled in a child process: wall time (target <= 120 s),
-  the child's compile time, peak RSS of this process (target <= 2 GiB: nothing
-  is allocated) and of the child, FLOPs ratio.
+* the llama_tiny report by name on each backend: XLA:CPU (8 devices), XLA:TPU
+  ``v5e-8`` and XLA:GPU ``h100-8`` (each compiled in a child; skipped without
+  the ``tpu`` or ``gpu`` extra);
+* the 7B example (``llama_7b_sharded``, B=256, T=2048, AdamW) on 256 and 2,048
+  H100s and on v5e-256 and the 2,048-chip ``v5p-4096``: wall time (target
+  <= 120 s), peak RSS of this process (target <= 2 GiB) and of the largest
+  child, the verdict;
+* a ``max_batch`` search (compiles, wall time) when the package has one.
 
-    python benchmarks/bench_step.py [--skip-7b] [--7b-mesh fsdp=256,tp=8]
+    python benchmarks/bench_step.py [--skip-7b]
 """
 
 import os
@@ -37,8 +41,10 @@ from nnx_introspect._render import format_bytes
 from nnx_introspect._step import (
     StepMemoryReport,
     _libtpu_version,
+    parse_topology,
     step_memory_report,
 )
+from nnx_introspect._step.topology import check_compiler
 from nnx_introspect.examples import LLAMA_TINY, llama
 
 TINY = llama(dataclasses.replace(LLAMA_TINY, partitioned=True))
@@ -118,53 +124,106 @@ def main() -> None:
     else:
         row("XLA:TPU", "skipped: libtpu not installed")
     row("peak RSS of this process so far", f"{rss_gib(resource.RUSAGE_SELF):.2f} GiB")
+    tiny_per_backend()
     if args.skip_7b:
         return
-    start = time.perf_counter()
+    for topology, mesh in (
+        ("h100-256", "fsdp=32,tp=8"),
+        ("h100-2048", "fsdp=256,tp=8"),
+        ("v5e-256", "fsdp=32,tp=8"),
+        ("v5p-4096", "fsdp=256,tp=8"),
+    ):
+        big_on(topology, mesh, args.batch_7b)
+    search()
+
+
+def _available(topology: str) -> str | None:
+    """Why ``topology`` cannot compile here, or ``None``."""
     try:
-        big = step_memory_report(
-            "nnx_introspect.examples:llama_7b_sharded",
-            args.mesh_7b,
-            tokens(args.batch_7b, 2048),
-            **kwargs,
+        check_compiler(topology, (("d", parse_topology(topology)[1]),))
+    except ImportError as error:
+        return f"skipped: {str(error).split('Install')[0].strip()}"
+    return None
+
+
+def tiny_per_backend() -> None:
+    """The llama_tiny AdamW report by name, on each backend: wall time."""
+    name = "nnx_introspect.examples:llama_tiny_sharded"
+    kwargs = {"loss": "lm", "optimizer": "adamw"}
+    for topology in (None, "v5e-8", "h100-8"):
+        skip = None if topology is None else _available(topology)
+        label = f"llama_tiny report by name on {topology or 'XLA:CPU, 8 devices'}"
+        if skip:
+            row(label, skip)
+            continue
+        start = time.perf_counter()
+        report = step_memory_report(
+            name, "fsdp=4,tp=2", tokens(8, 128), topology=topology, **kwargs
         )
-    except RuntimeError as error:  # the child compile timed out or crashed
         row(
-            f"7B AdamW step, {args.mesh_7b} in a child",
-            f"failed after {time.perf_counter() - start:.0f} s: {error}",
-            "<= 120 s",
+            label + ": wall (compile), peak",
+            f"{time.perf_counter() - start:.1f} s ({report.compile_seconds:.1f} s), "
+            f"{format_bytes(report.peak_bytes)}",
         )
-        row(
-            "7B peak RSS: this process / the child",
-            f"{rss_gib(resource.RUSAGE_SELF):.2f} GiB / "
-            f"{rss_gib(resource.RUSAGE_CHILDREN):.2f} GiB",
-            "<= 2 GiB (this process)",
-        )
+
+
+def big_on(topology: str, mesh: str, batch: int) -> None:
+    """The 7B example's AdamW step on a named topology, compiled in a child."""
+    label = f"7B (llama_7b_sharded) B={batch} on {topology} ({mesh})"
+    skip = _available(topology)
+    if skip:
+        row(label, skip)
         return
-    wall = time.perf_counter() - start
+    start = time.perf_counter()
+    report = step_memory_report(
+        "nnx_introspect.examples:llama_7b_sharded",
+        mesh,
+        tokens(batch, 2048),
+        loss="lm",
+        optimizer="adamw",
+        topology=topology,
+    )
     row(
-        f"7B AdamW step, {big.num_devices} devices in a child: wall (child compile)",
-        f"{wall:.1f} s ({big.compile_seconds:.1f} s)",
+        label + ": wall (compile)",
+        f"{time.perf_counter() - start:.1f} s ({report.compile_seconds:.1f} s)",
         "<= 120 s",
     )
     row(
-        "7B peak RSS: this process / the child",
+        "  peak RSS: this process / largest child",
         f"{rss_gib(resource.RUSAGE_SELF):.2f} GiB / "
         f"{rss_gib(resource.RUSAGE_CHILDREN):.2f} GiB",
         "<= 2 GiB (this process)",
     )
-    row(
-        "7B flops x devices / (6 N T)",
-        f"{six_nt(big, args.batch_7b, 2048):.3f}",
-        "0.8-1.25",
+    row(f"  verdict (fits={report.fits()})", report.verdict.split(";")[0])
+    if math.isfinite(report.flops):
+        row("  flops x devices / (6 N T)", f"{six_nt(report, batch, 2048):.3f}")
+
+
+def search() -> None:
+    """A max_batch search, when the package has one."""
+    try:
+        from nnx_introspect._step.search import max_batch
+    except ImportError:
+        row("max_batch search", "skipped: nnx_introspect._step.search.max_batch absent")
+        return
+    topology = "h100-8" if _available("h100-8") is None else None
+    budget = None if topology else "64MiB"
+    start = time.perf_counter()
+    found = max_batch(
+        "nnx_introspect.examples:llama_tiny_sharded",
+        "fsdp=4,tp=2",
+        tokens(8, 128),
+        loss="lm",
+        optimizer="adamw",
+        topology=topology,
+        max_device_bytes=budget,
     )
+    points = getattr(found, "points", ())
     row(
-        "7B per device: arguments / temporaries / peak (XLA:CPU)",
-        f"{format_bytes(big.argument_bytes)} / {format_bytes(big.temp_bytes)} / "
-        f"{format_bytes(big.peak_bytes)}",
+        f"max_batch on {topology or 'XLA:CPU, budget 64MiB'}: compiles, wall",
+        f"{len(points)} compiles, {time.perf_counter() - start:.1f} s; "
+        f"largest batch {getattr(found, 'batch', found)}",
     )
-    row("7B plan bytes per device", format_bytes(big.plan.bytes_per_device))
-    assert math.isfinite(big.flops)
 
 
 if __name__ == "__main__":

@@ -14,9 +14,12 @@ Where the compile runs:
 * in a child Python process with enough virtual CPU devices
   (``--xla_force_host_platform_device_count``) otherwise; the child rebuilds
   the model from a ``"package.module:factory"`` name and returns plain numbers;
-* with XLA:TPU for a named TPU topology (``topology="v5e-4"``), in this process,
-  via ``jax.experimental.topologies.get_topology_desc`` and the ``libtpu``
-  package: compile-only TPU devices, no TPU needed.
+* with XLA:TPU for a named TPU topology (``topology="v5e-4"``, the ``libtpu``
+  package) or XLA:GPU for named NVIDIA GPUs (``topology="h100-8"``, the CUDA
+  PJRT plugin), via ``jax.experimental.topologies.get_topology_desc``:
+  compile-only devices, no TPU or GPU needed; in a child process with a
+  controlled environment (``JAX_PLATFORMS=cpu``, the libtpu variables) that
+  receives every leaf's resolved spec and returns plain numbers.
 
 The modules: ``inputs`` (the arguments checked), ``topology`` (named accelerator
 slices, a table of families), ``loss`` and ``compile`` (the step and XLA's
@@ -36,11 +39,13 @@ from nnx_introspect._step.inputs import _importable_name as _importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
+from nnx_introspect._step.topology import GPU_FAMILIES as GPU_FAMILIES
 from nnx_introspect._step.topology import TPU_FAMILIES as TPU_FAMILIES
 from nnx_introspect._step.topology import _libtpu_version as _libtpu_version
 from nnx_introspect._step.topology import parse_topology as parse_topology
 
 __all__ = [
+    "GPU_FAMILIES",
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",

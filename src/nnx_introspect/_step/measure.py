@@ -5,10 +5,11 @@ from collections.abc import Callable
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import optax
 from flax import nnx
-from jax.sharding import Mesh, PartitionSpec
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._mesh import (
     LogicalRulesLike,
@@ -17,6 +18,7 @@ from nnx_introspect._mesh import (
     RulesLike,
     as_abstract_mesh,
     mesh_config_report,
+    parse_bytes,
 )
 from nnx_introspect._step.child import _child_request, _run_child
 from nnx_introspect._step.compile import _compile
@@ -36,9 +38,9 @@ from nnx_introspect._step.inputs import (
     _spec_problems,
 )
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.topology import _topology, _tpu_mesh
+from nnx_introspect._step.topology import _topology, check_compiler, target_mesh
 from nnx_introspect._step.xla import compiler_name
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import IntLike, typechecked
 
 
 @typechecked
@@ -54,6 +56,7 @@ def step_memory_report(
     logical_rules: LogicalRulesLike | None = None,
     batch_spec: SpecsLike = None,
     topology: str | None = None,
+    max_device_bytes: IntLike | str | None = None,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -76,10 +79,19 @@ def step_memory_report(
 
     The numbers come from the compiler: XLA:CPU on this process's devices, or
     in a child process with ``prod(mesh)`` virtual CPU devices (at most
-    :data:`MAX_CHILD_DEVICES`) when this process has fewer; XLA:TPU when a
-    ``topology`` is named (needs ``pip install "nnx-introspect[tpu]"``, no TPU).
+    :data:`MAX_CHILD_DEVICES`) when this process has fewer; XLA:TPU for a named
+    TPU ``topology`` (``pip install "nnx-introspect[tpu]"``) and XLA:GPU for a
+    named NVIDIA one (``pip install "nnx-introspect[gpu]"``), with no TPU or
+    GPU present. A named topology compiles in a child process with a
+    controlled environment (it needs ``target`` and a callable ``loss`` by
+    name; a TPU compile of an unnamed target runs in this process instead).
     Argument bytes are exact anywhere; temporaries depend on the compiler, and
     XLA:CPU's can differ from an accelerator's many times over.
+
+    The budget is ``max_device_bytes``, else the topology's device memory.
+    A step the compiler refuses for memory is an answer, not an error: the
+    report has ``out_of_memory=True``, ``fits()`` False and the compiler's own
+    words and figures.
 
     Args:
         target: An ``nnx.Module`` (concrete or abstract; it is not touched), a
@@ -103,8 +115,13 @@ def step_memory_report(
             default: each leaf's leading dimension split over the mesh's first
             axis (scalars replicated).
         topology: A Cloud TPU slice such as ``"v5e-4"``, ``"v6e-256"``,
-            ``"v5p-8"`` or ``"v4-16"`` (see :func:`parse_topology`): compile
-            with XLA:TPU for it; the mesh must have one device per chip.
+            ``"v5p-8"`` or ``"v4-16"``, or NVIDIA GPUs such as ``"h100-8"``
+            (one host) or ``"h100-256"`` (32 hosts of 8) (see
+            :func:`parse_topology`): compile with XLA:TPU or XLA:GPU for it;
+            the mesh must have one device per chip or GPU.
+        max_device_bytes: The memory budget of one device, a byte count or a
+            size such as ``"80GiB"``; default: the topology's device memory
+            (none on XLA:CPU).
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -116,7 +133,8 @@ def step_memory_report(
             compiled), the batch does not divide over the mesh, the model cannot
             take the batch, the loss fails, ``topology`` is unknown or does not
             match the mesh, or a child compile cannot rebuild a target by name.
-        ImportError: If ``topology`` is given and ``libtpu`` is not installed.
+        ImportError: If ``topology`` names a TPU and ``libtpu`` is not
+            installed, or a GPU and the ``gpu`` extra is not.
         RuntimeError: If a child compile crashes or times out.
 
     Example:
@@ -148,8 +166,9 @@ def step_memory_report(
     loss = _as_loss(loss, leaves)
     tx, optimizer_name = _as_optimizer(optimizer)
     _check_optimizer_has_a_loss(optimizer, tx, loss)
-    if topology is not None:
-        _topology(topology)  # a bad name is reported before any work
+    budget = None if max_device_bytes is None else parse_bytes(max_device_bytes)
+    if topology is not None:  # a bad name, size or missing compiler: before work
+        check_compiler(topology, mesh_axes)
     plan = mesh_config_report(
         model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
     )
@@ -172,7 +191,7 @@ def step_memory_report(
     numbers, compiled_in = _compile_where_the_devices_are(
         request, mesh, abstract_mesh.axis_names, plan, topology
     )
-    return _report(request, plan, numbers, topology, compiled_in)
+    return _report(request, plan, numbers, topology, compiled_in, budget)
 
 
 def _check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
@@ -210,20 +229,33 @@ def _compile_where_the_devices_are(
 ) -> tuple[dict[str, Any], str]:
     """XLA's numbers and where they were compiled.
 
-    On a TPU topology, on a concrete ``mesh``'s own devices, on this process's
-    first devices, or in a child process with enough virtual CPU devices.
+    A named topology compiles in a child process (its compiler started in a
+    controlled environment, its memory not this process's), or here when the
+    target cannot be named; otherwise on a concrete ``mesh``'s own devices, on
+    this process's first devices, or in a child process with enough virtual
+    CPU devices.
     """
     n = request.num_devices
     if topology is not None:
-        tpu_mesh = _tpu_mesh(topology, request.mesh_axes)
-        return _compile(request, tpu_mesh, plan), "this process"
+        try:
+            payload = _child_request(request, n, plan, topology)
+        except ValueError:
+            # Unnamed: compile here (XLA:GPU only where JAX started with
+            # JAX_PLATFORMS=cpu; target_mesh says so otherwise).
+            target_mesh_, order = target_mesh(topology, request.mesh_axes)
+            numbers = _compile(request, target_mesh_, plan) | {"device_order": order}
+            return numbers, "this process"
+        return _run_child(payload, n), f"a child process ({topology})"
     if isinstance(mesh, Mesh):
-        return _compile(request, mesh, plan), "this process"
+        return _compile(request, mesh, plan) | {"device_order": "the mesh's"}, (
+            "this process"
+        )
     if n <= jax.device_count():
         sizes = [s for _, s in request.mesh_axes]
         devices = np.array(jax.devices()[:n]).reshape(sizes)
-        return _compile(request, Mesh(devices, axis_names), plan), "this process"
-    numbers = _run_child(_child_request(request, n), n)
+        numbers = _compile(request, Mesh(devices, axis_names), plan)
+        return numbers | {"device_order": "plain"}, "this process"
+    numbers = _run_child(_child_request(request, n, plan), n)
     return numbers, f"a child process with {n} virtual CPU devices"
 
 
@@ -235,21 +267,47 @@ def _step_name(loss: LossLike, tx: optax.GradientTransformation | None) -> str:
     )
 
 
+def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
+    """Bytes of the step's arguments on one device, from the plan's shards.
+
+    What XLA's ``argument_size_in_bytes`` counts, without the compiler's
+    padding: for a compile refused for memory, which gives no analysis.
+    """
+    state = sum(leaf.bytes_per_device for leaf in plan.leaves)
+    if request.tx is not None:
+        state += sum(leaf.bytes_per_device for leaf in plan.optimizer_leaves)
+    abstract = as_abstract_mesh(dict(request.mesh_axes))
+    for leaf, spec in zip(request.batch, request.batch_specs, strict=True):
+        shard = NamedSharding(abstract, spec).shard_shape(leaf.shape)
+        state += math.prod(shard) * jnp.dtype(leaf.dtype).itemsize
+    return state
+
+
 def _report(
     request: _Request,
     plan: MeshConfigReport,
     numbers: dict[str, Any],
     topology: str | None,
     compiled_in: str,
+    budget: int | None,
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
     flops = numbers["flops"]
+    memory = None if topology is None else _topology(topology).device_memory_bytes
+    oom = bool(numbers.get("out_of_memory", False))
+    warnings = list(numbers.get("warnings", []))
+    arguments = numbers["argument_bytes"]
+    if arguments is None:  # refused for memory: the plan's exact shards
+        arguments = _planned_argument_bytes(request, plan)
+    temp = numbers["temp_bytes"]
+    if oom and temp is None:
+        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
     return StepMemoryReport(
         num_devices=request.num_devices,
-        argument_bytes=numbers["argument_bytes"],
-        output_bytes=numbers["output_bytes"],
-        temp_bytes=numbers["temp_bytes"],
-        alias_bytes=numbers["alias_bytes"],
+        argument_bytes=arguments,
+        output_bytes=numbers["output_bytes"] or 0,
+        temp_bytes=temp,
+        alias_bytes=numbers["alias_bytes"] or 0,
         flops=math.nan if flops is None else float(flops),
         plan=plan,
         backend=numbers["backend"],
@@ -263,4 +321,20 @@ def _report(
         batch_specs=request.batch_specs,
         topology=topology,
         compiled_in=compiled_in,
+        device_memory_bytes=memory,
+        max_device_bytes=budget if budget is not None else memory,
+        out_of_memory=oom,
+        compiler_message=numbers.get("compiler_message"),
+        compiler_required_bytes=numbers.get("compiler_required_bytes"),
+        compiler_available_bytes=numbers.get("compiler_available_bytes"),
+        warnings=tuple(warnings),
+        device_order=_device_order(numbers.get("device_order", "plain"), topology),
     )
+
+
+def _device_order(order: str, topology: str | None) -> str:
+    if order == "plain":
+        return "plain device order" if topology is None else order
+    if order == "the mesh's":
+        return "the given mesh's device order"
+    return order

@@ -55,9 +55,30 @@ class StepMemoryReport(Report):
         optimizer: The optimizer's name, or ``None``.
         batch: Each batch leaf as ``"int32[8,128]"``.
         batch_specs: Each batch leaf's partition spec.
-        topology: The TPU topology name, or ``None``.
-        compiled_in: ``"this process"`` or ``"a child process with N virtual
-            CPU devices"``.
+        topology: The TPU or GPU topology name, or ``None``.
+        compiled_in: ``"this process"``, ``"a child process with N virtual
+            CPU devices"`` or ``"a child process (h100-8)"``.
+        device_memory_bytes: The memory of one device of ``topology`` (TPU
+            HBM per chip, the GPU's memory), or ``None`` on XLA:CPU.
+        max_device_bytes: The budget :meth:`fits` uses by default: the
+            ``max_device_bytes`` given, else ``device_memory_bytes``, else
+            ``None``.
+        out_of_memory: Whether the compiler refused the step for memory, or
+            its peak exceeds the device's memory.
+        compiler_message: The compiler's own words when it refused the step
+            (``"RESOURCE_EXHAUSTED: ... CompileTimeHbmOom ..."``), or ``None``.
+        compiler_required_bytes: The bytes the compiler said it needed (its
+            two-decimal figure), or ``None``.
+        compiler_available_bytes: The bytes it said the device has, or ``None``.
+        warnings: The compiler's warnings and the caveats of this compile
+            (XLA:GPU without autotuning, rematerialization that fell short).
+        device_order: How the mesh's devices were laid out:
+            ``"physical (topologies.make_mesh)"``, or ``"plain device order
+            (make_mesh could not lay ...)"``.
+
+    When the compiler refused the step for memory, ``temp_bytes`` is its
+    required figure for temporaries, ``argument_bytes`` the plan's exact
+    shards, and output and aliased bytes are 0 (not known).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -79,7 +100,7 @@ class StepMemoryReport(Report):
     """
 
     SCHEMA = "nnx-introspect/step-memory"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     num_devices: int
     argument_bytes: int
@@ -99,6 +120,21 @@ class StepMemoryReport(Report):
     batch_specs: tuple[PartitionSpec, ...]
     topology: str | None = None
     compiled_in: str = "this process"
+    device_memory_bytes: int | None = None
+    max_device_bytes: int | None = None
+    out_of_memory: bool = False
+    compiler_message: str | None = None
+    compiler_required_bytes: int | None = None
+    compiler_available_bytes: int | None = None
+    warnings: tuple[str, ...] = ()
+    device_order: str = "plain device order"
+
+    def __post_init__(self) -> None:
+        over = self.device_memory_bytes is not None and (
+            self.peak_bytes > self.device_memory_bytes
+        )
+        if over and not self.out_of_memory:
+            object.__setattr__(self, "out_of_memory", True)
 
     @property
     def peak_bytes(self) -> int:
@@ -113,45 +149,113 @@ class StepMemoryReport(Report):
         return self.flops * self.num_devices
 
     @typechecked
-    def fits(self, max_device_bytes: IntLike | str) -> bool:
-        """Whether ``peak_bytes`` is at most ``max_device_bytes`` per device.
+    def fits(self, max_device_bytes: IntLike | str | None = None) -> bool:
+        """Whether the step fits: compiled, and ``peak_bytes`` within the budget.
 
         Args:
             max_device_bytes: A byte count (``>= 0``) or a size such as
-                ``"16GiB"``.
+                ``"16GiB"``; default: the report's ``max_device_bytes`` (the
+                argument given to the report, else the device's memory).
+
+        Returns:
+            ``False`` when the compiler refused the step for memory, else
+            ``peak_bytes <= max_device_bytes``.
 
         Raises:
-            ValueError: If ``max_device_bytes`` is negative or not a size.
+            ValueError: If ``max_device_bytes`` is negative or not a size, or
+                is not given and the report has no budget (XLA:CPU without
+                one).
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> from nnx_introspect import step_memory_report
+            >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+            >>> linear = lambda rngs: nnx.Linear(4, 6, rngs=rngs)
+            >>> report = step_memory_report(linear, "data=8", x, max_device_bytes=100)
+            >>> report.fits(), report.fits("1MiB"), report.ok
+            (False, True, False)
         """
-        return self.peak_bytes <= _budget(max_device_bytes)
+        if max_device_bytes is None:
+            if self.max_device_bytes is None:
+                raise ValueError(
+                    "`max_device_bytes` must be given: this report has no budget "
+                    f"(compiled by {self.compiler}, no device memory known). Pass "
+                    "a size such as '16GiB', or a `topology` to the report."
+                )
+            budget = self.max_device_bytes
+        else:
+            budget = _budget(max_device_bytes)
+        return not self.out_of_memory and self.peak_bytes <= budget
+
+    @property
+    def ok(self) -> bool:
+        """``False`` when out of memory or over the budget, else ``True``.
+
+        ``True`` also when there is no budget to hold the step to.
+        """
+        if self.out_of_memory:
+            return False
+        return self.max_device_bytes is None or self.fits()
 
     def table(self) -> Table:
         """The report as a :class:`~nnx_introspect.Table`, the verdict first."""
         cats = self.plan.bytes_by_category
+        refused = self.compiler_message is not None
         rows: list[tuple[str, str, str]] = [
-            ("arguments", format_bytes(self.argument_bytes), _n(self.argument_bytes)),
-            ("outputs", format_bytes(self.output_bytes), _n(self.output_bytes)),
-            ("temporaries", format_bytes(self.temp_bytes), _n(self.temp_bytes)),
             (
+                "arguments (the plan's shards)" if refused else "arguments",
+                format_bytes(self.argument_bytes),
+                _n(self.argument_bytes),
+            ),
+            ("outputs", "not given", "-")
+            if refused
+            else ("outputs", format_bytes(self.output_bytes), _n(self.output_bytes)),
+            (
+                "temporaries (the compiler's figure)" if refused else "temporaries",
+                format_bytes(self.temp_bytes),
+                _n(self.temp_bytes),
+            ),
+            ("aliased (donated)", "not given", "-")
+            if refused
+            else (
                 "aliased (donated)",
-                "-" + format_bytes(self.alias_bytes),
-                _n(-self.alias_bytes),
+                _minus(format_bytes(self.alias_bytes), self.alias_bytes),
+                _minus(_n(self.alias_bytes), self.alias_bytes),
             ),
         ]
-        totals = (
+        totals: tuple[tuple[str, str, str], ...] = (
             ("peak per device", format_bytes(self.peak_bytes), _n(self.peak_bytes)),
         )
+        if self.max_device_bytes is not None:
+            budget = self.max_device_bytes
+            name = (
+                "device memory (budget)"
+                if budget == self.device_memory_bytes
+                else "budget per device"
+            )
+            totals = ((name, format_bytes(budget), _n(budget)), *totals)
+        if (
+            self.device_memory_bytes is not None
+            and self.device_memory_bytes != self.max_device_bytes
+        ):
+            memory = self.device_memory_bytes
+            totals += (("device memory", format_bytes(memory), _n(memory)),)
         plan_rows = tuple(
             (f"plan: {cat}", format_bytes(cats[cat]), _n(cats[cat]))
             for cat in cats
             if cats[cat]
         )
-        notes = [
+        notes = [*self._verdict_notes()]
+        notes += [
             f"Compiled in {self.compiled_in}, "
             f"{self.compile_seconds:.1f} s; step: {self.step}; batch: "
             f"{', '.join(self.batch)} split as "
             f"{', '.join(_spec_str(s) for s in self.batch_specs)}."
         ]
+        if self.topology is not None:
+            notes.append(f"Device order: {self.device_order}.")
+        notes += [f"Warning: {w}" for w in self.warnings]
         if self.backend == "cpu":
             notes.append(_CPU_CAVEAT)
         if math.isfinite(self.flops):
@@ -173,16 +277,48 @@ class StepMemoryReport(Report):
 
     @property
     def verdict(self) -> str:
-        """One line: the peak per device, the mesh and the compiler."""
-        return (
-            f"Peak {format_bytes(self.peak_bytes)} per device for one step on "
-            f"{self.num_devices} devices ({_mesh_str(self.plan)}; "
+        """One line, the answer first: fits or not, the peak, the budget."""
+        where = (
+            f"one step on {self.num_devices} devices ({_mesh_str(self.plan)}; "
             f"{self.device_kind}), by {self.compiler}"
         )
+        peak = format_bytes(self.peak_bytes)
+        budget = self.max_device_bytes
+        if self.out_of_memory:
+            has = self.device_memory_bytes
+            if has is None:
+                has = self.compiler_available_bytes
+            what = " (the compiler refused the step)" if self.compiler_message else ""
+            has_text = "" if has is None else f", the device has {format_bytes(has)}"
+            return f"Out of memory{what}: needs {peak} per device{has_text}; {where}"
+        if budget is None:
+            return f"Peak {peak} per device for {where}"
+        if self.fits():
+            return f"Fits in {peak} of {format_bytes(budget)} per device: {where}"
+        device = (
+            "the device has"
+            if budget == self.device_memory_bytes
+            else ("the budget is")
+        )
+        return (
+            f"Does not fit: needs {peak} per device, {device} "
+            f"{format_bytes(budget)}; {where}"
+        )
+
+    def _verdict_notes(self) -> list[str]:
+        if self.compiler_message is None:
+            return []
+        return [f"The compiler's words: {self.compiler_message}"]
 
     def json_data(self) -> dict[str, Any]:
         """Exact figures for JSON output."""
         return {
+            "ok": self.ok,
+            "fits": None if self.max_device_bytes is None else self.fits(),
+            "max_device_bytes": self.max_device_bytes,
+            "device_memory_bytes": self.device_memory_bytes,
+            "out_of_memory": self.out_of_memory,
+            "verdict": self.verdict,
             "num_devices": self.num_devices,
             "mesh": dict(zip(self.plan.axis_names, self.plan.axis_sizes, strict=True)),
             "peak_bytes": self.peak_bytes,
@@ -197,6 +333,11 @@ class StepMemoryReport(Report):
             "topology": self.topology,
             "compiled_in": self.compiled_in,
             "compile_seconds": self.compile_seconds,
+            "compiler_message": self.compiler_message,
+            "compiler_required_bytes": self.compiler_required_bytes,
+            "compiler_available_bytes": self.compiler_available_bytes,
+            "warnings": list(self.warnings),
+            "device_order": self.device_order,
             "step": self.step,
             "loss": self.loss,
             "optimizer": self.optimizer,
@@ -220,6 +361,11 @@ def _mesh_str(plan: MeshConfigReport) -> str:
     return ", ".join(
         f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes, strict=True)
     )
+
+
+def _minus(text: str, value: int) -> str:
+    """``"-" + text`` for a deduction, never a negative zero."""
+    return text if value == 0 else "-" + text
 
 
 def _budget(value: Any) -> int:

@@ -1,14 +1,18 @@
-"""Named accelerator slices (``v5e-4``...) as a table of families; their devices.
+"""Named accelerator targets (``v5e-4``, ``h100-8``...) as a table of families.
 
 A family is one row of :data:`_FAMILIES`: its names, its device count rule (which
 ``N`` exist, the slice's shape, the compiler's options), the memory of one device
-and the names the compiler knows it by. Adding a family is adding a row.
+and the names the compiler knows it by; an NVIDIA family also carries the figures
+of XLA:GPU's target config (:class:`_GpuSpec`), rendered here as the
+``GpuTargetConfig`` text proto the CUDA plugin compiles against. Adding a family
+is adding a row.
 """
 
 import contextlib
 import dataclasses
 import importlib.metadata
 import importlib.util
+import json
 import math
 import os
 import re
@@ -22,6 +26,10 @@ from nnx_introspect._step.formats import _one_line
 from nnx_introspect._typing import typechecked
 
 _INSTALL_TPU = 'pip install "nnx-introspect[tpu]"'
+_INSTALL_GPU = 'pip install "nnx-introspect[gpu]"'
+
+_MAX_COUNT_DIGITS = 6
+"""A device count longer than this is refused before ``int()`` reads it."""
 
 _GIB = 2**30
 
@@ -35,6 +43,34 @@ class _Topology:
     devices: int
     options: tuple[tuple[str, Any], ...]
     accelerator_type: str
+    platform: str = "tpu"
+    device_memory_bytes: int | None = None
+    target_config: str | None = None
+    """XLA:GPU's ``GpuTargetConfig`` text proto (``None`` for a TPU)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class _GpuSpec:
+    """The figures of one NVIDIA GPU that XLA:GPU's cost and tiling models read.
+
+    Field names follow XLA's ``stream_executor.GpuDeviceInfoProto``; see
+    :func:`_gpu_target_config` for how they become the compiler's config.
+    """
+
+    device_name: str
+    """``device_description_str``: what ``device_kind`` reports."""
+    compute_capability: tuple[int, int]
+    core_count: int
+    """Streaming multiprocessors."""
+    fpus_per_core: int
+    memory_bandwidth: int
+    """Bytes per second."""
+    l2_cache_size: int
+    clock_rate_ghz: float
+    shared_memory_per_core: int
+    shared_memory_per_block_optin: int
+    dnn_version: tuple[int, int]
+    """The cuDNN version the config claims (XLA's published spec's)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -46,17 +82,21 @@ class _Family:
     aliases: tuple[str, ...]
     """Other spellings of ``name`` in slice names: ``v5litepod`` in ``v5litepod-4``."""
     platform: str
-    """The compiler's platform: ``"tpu"`` (XLA:TPU, through ``libtpu``)."""
+    """The compiler's platform: ``"tpu"`` (XLA:TPU, through ``libtpu``) or
+    ``"cuda"`` (XLA:GPU, through the CUDA PJRT plugin)."""
     compiler_family: str
     """The family in the compiler's topology name: ``v5`` in ``v5:2x2x1``."""
     accelerator_type: str
     """The family in the accelerator type the compiler is told: ``v5litepod-4``."""
     device_memory_bytes: int | None
-    """High-bandwidth memory of one device (one chip), as the vendor's data sheet
-    gives it (Cloud TPU's "16 GB" read as GiB), or ``None``. Not read yet."""
+    """High-bandwidth memory of one device (one chip, one GPU): Cloud TPU's data
+    sheet ("16 GB" read as GiB), or the ``device_memory_size`` XLA's published
+    GPU spec gives (what CUDA reports). The report's default budget."""
     slice_rule: Callable[["_Family", str, int], _Topology]
     """The device count rule: ``(family, name, N)`` to the resolved slice, or a
     ``ValueError`` saying which ``N`` the family has."""
+    gpu: _GpuSpec | None = None
+    """XLA:GPU's target figures, for a ``"cuda"`` family."""
 
 
 # --- Device count rules ----------------------------------------------------------
@@ -100,6 +140,8 @@ def _chips_2d(family: _Family, topology: str, count: int) -> _Topology:
         count,
         tuple(options.items()),
         f"{family.accelerator_type}-{count}",
+        "tpu",
+        family.device_memory_bytes,
     )
 
 
@@ -126,7 +168,135 @@ def _megacores_3d(family: _Family, topology: str, count: int) -> _Topology:
         chips,
         tuple(options.items()),
         f"{family.accelerator_type}-{count}",
+        "tpu",
+        family.device_memory_bytes,
     )
+
+
+_GPUS_PER_HOST = 8
+_MAX_GPUS = 16384
+
+
+def _gpu_hosts(family: _Family, topology: str, count: int) -> _Topology:
+    """``N`` counts GPUs: one host of 1, 2, 4 or 8, or ``N / 8`` hosts of 8."""
+    one_host = count in (1, 2, 4, _GPUS_PER_HOST)
+    if not one_host and (count % _GPUS_PER_HOST or not 0 < count <= _MAX_GPUS):
+        raise ValueError(
+            f"`topology` {topology!r}: {family.name}-N counts GPUs: one host of 1, "
+            f"2, 4 or 8, or hosts of 8 (N a multiple of 8 up to {_MAX_GPUS}), got "
+            f"{count}."
+        )
+    hosts, per_host = (1, count) if one_host else (count // 8, _GPUS_PER_HOST)
+    if family.gpu is None:  # pragma: no cover - the table's invariant
+        raise AssertionError(f"GPU family {family.name} has no target figures")
+    return _Topology(
+        topology,
+        f"1x{hosts}x{per_host}",
+        count,
+        (),
+        family.gpu.device_name,
+        "cuda",
+        family.device_memory_bytes,
+        _gpu_target_config(family.gpu, family.device_memory_bytes),
+    )
+
+
+def _gpu_target_config(gpu: _GpuSpec, memory: int | None) -> str:
+    """The ``GpuTargetConfig`` text proto XLA:GPU compiles against, from a row.
+
+    The fixed limits (threads, blocks, registers, 48 KiB of shared memory per
+    block without opt-in) are the same on every CUDA GPU since compute
+    capability 7.0 (NVIDIA's CUDA C++ Programming Guide, "Technical
+    Specifications per Compute Capability").
+    """
+    major, minor = gpu.compute_capability
+    dnn_major, dnn_minor = gpu.dnn_version
+    info = {
+        "threads_per_block_limit": 1024,
+        "threads_per_warp": 32,
+        "shared_memory_per_block": 49152,
+        "shared_memory_per_core": gpu.shared_memory_per_core,
+        "threads_per_core_limit": 2048,
+        "core_count": gpu.core_count,
+        "fpus_per_core": gpu.fpus_per_core,
+        "block_dim_limit_x": 2**31 - 1,
+        "block_dim_limit_y": 65535,
+        "block_dim_limit_z": 65535,
+        "memory_bandwidth": gpu.memory_bandwidth,
+        "l2_cache_size": gpu.l2_cache_size,
+        "clock_rate_ghz": gpu.clock_rate_ghz,
+        "device_memory_size": memory,
+        "shared_memory_per_block_optin": gpu.shared_memory_per_block_optin,
+        "registers_per_core_limit": 65536,
+        "registers_per_block_limit": 65536,
+        "thread_dim_limit_x": 1024,
+        "thread_dim_limit_y": 1024,
+        "thread_dim_limit_z": 64,
+    }
+    fields = " ".join(f"{k}: {v}" for k, v in info.items())
+    return (
+        f"gpu_device_info {{ {fields} cuda_compute_capability {{ major: {major} "
+        f'minor: {minor} }} }} platform_name: "CUDA" dnn_version_info {{ major: '
+        f"{dnn_major} minor: {dnn_minor} }} device_description_str: "
+        f"{json.dumps(gpu.device_name)}"
+    )
+
+
+# XLA:GPU's figures for each NVIDIA family, from NVIDIA's data sheets (A100
+# "NVIDIA A100 Tensor Core GPU" 80GB SXM, H100 SXM5 80GB, H200 SXM 141GB, HGX
+# B200) and XLA's published target specs, which record what CUDA reports on each
+# (openxla/xla: xla/backends/gpu/target_config/specs/a100_sxm_80.txtpb,
+# h100_sxm.txtpb, h200.txtpb, b200.txtpb): SM count, FP32 lanes per SM, memory
+# bandwidth (B/s), L2 bytes, boost clock, shared memory per SM and per block
+# (opt-in), device memory as CUDA reports it (bytes).
+_A100 = _GpuSpec(
+    "NVIDIA A100-SXM4-80GB",
+    (8, 0),
+    108,
+    64,
+    2_039_040_000_000,
+    41_943_040,
+    1.41,
+    167_936,
+    166_912,
+    (8, 9),
+)
+_H100 = _GpuSpec(
+    "NVIDIA H100 80GB HBM3",
+    (9, 0),
+    132,
+    128,
+    3_352_320_000_000,
+    52_428_800,
+    1.98,
+    233_472,
+    232_448,
+    (9, 10),
+)
+_H200 = _GpuSpec(
+    "NVIDIA H200 141GB HBM3e",
+    (9, 0),
+    132,
+    128,
+    4_800_000_000_000,
+    52_428_800,
+    1.98,
+    233_472,
+    232_448,
+    (9, 10),
+)
+_B200 = _GpuSpec(
+    "NVIDIA B200",
+    (10, 0),
+    148,
+    128,
+    7_672_320_000_000,
+    132_644_864,
+    1.965,
+    233_472,
+    232_448,
+    (9, 7),
+)
 
 
 # --- The families ----------------------------------------------------------------
@@ -137,6 +307,10 @@ _FAMILIES: tuple[_Family, ...] = (
     _Family("v5e", ("v5litepod",), "tpu", "v5e", "v5litepod", 16 * _GIB, _chips_2d),
     _Family("v5p", (), "tpu", "v5", "v5p", 95 * _GIB, _megacores_3d),
     _Family("v6e", (), "tpu", "v6e", "v6e", 32 * _GIB, _chips_2d),
+    _Family("a100", (), "cuda", "", "", 85_100_068_864, _gpu_hosts, _A100),
+    _Family("h100", (), "cuda", "", "", 84_942_979_072, _gpu_hosts, _H100),
+    _Family("h200", (), "cuda", "", "", 151_397_597_184, _gpu_hosts, _H200),
+    _Family("b200", (), "cuda", "", "", 191_514_411_008, _gpu_hosts, _B200),
 )
 
 _FAMILY_BY_SPELLING = {
@@ -152,31 +326,39 @@ _TOPOLOGY_RE = re.compile(
 TPU_FAMILIES = tuple(f.name for f in _FAMILIES if f.platform == "tpu")
 """The TPU families ``topology`` names: ``v5e-4``, ``v5p-8``, ``v6e-256``..."""
 
+GPU_FAMILIES = tuple(f.name for f in _FAMILIES if f.platform == "cuda")
+"""The NVIDIA families ``topology`` names: ``h100-8``, ``a100-16``, ``b200-64``..."""
+
 
 # --- Names to slices -------------------------------------------------------------
 
 
 @typechecked
 def parse_topology(topology: str, /) -> tuple[str, int]:
-    """The libtpu topology of a Cloud TPU name, and its number of chips.
+    """The compiler's topology of a named target, and its number of devices.
 
     ``v5e-N`` and ``v6e-N`` count chips (``v5e-4`` is a 2x2 slice of 4 chips);
     ``v4-N`` and ``v5p-N`` count TensorCores, two per chip (``v5p-8`` is a
     2x2x1 slice of 4 chips, one JAX device per chip), as Cloud TPU, MaxText
     and axlearn name them. ``v5litepod-N`` is accepted for ``v5e-N``.
+    ``a100-N``, ``h100-N``, ``h200-N`` and ``b200-N`` count NVIDIA GPUs: one
+    host of 1, 2, 4 or 8, or ``N / 8`` hosts of 8 (the CUDA plugin's
+    ``"1x<hosts>x<gpus per host>"``).
 
     Args:
-        topology: The name, such as ``"v5e-256"``.
+        topology: The name, such as ``"v5e-256"`` or ``"h100-64"``.
 
     Returns:
-        ``(libtpu topology name, chips)``, e.g. ``("v5e:2x2", 4)``.
+        ``(compiler topology name, devices)``, e.g. ``("v5e:2x2", 4)``.
 
     Raises:
-        ValueError: If the name is not a supported TPU slice.
+        ValueError: If the name is not a supported TPU slice or GPU target.
 
     Example:
         >>> parse_topology("v5e-4"), parse_topology("v5p-8"), parse_topology("v4-16")
         (('v5e:2x2', 4), ('v5:2x2x1', 4), ('v4:2x2x2', 8))
+        >>> parse_topology("h100-8"), parse_topology("h100-2048")
+        (('1x1x8', 8), ('1x256x8', 2048))
     """
     topo = _topology(topology)
     return topo.compiler_topology, topo.devices
@@ -186,12 +368,23 @@ def _topology(topology: str) -> _Topology:
     match = _TOPOLOGY_RE.fullmatch(topology.strip().lower())
     examples = "'v5e-4', 'v5e-256', 'v6e-8', 'v5p-8' (4 chips) or 'v4-16' (8 chips)"
     if match is None:
+        shown = topology if len(topology) <= 60 else topology[:57] + "..."
         raise ValueError(
             f"`topology` must name a Cloud TPU slice of the families "
-            f"{list(TPU_FAMILIES)} such as {examples}, got {topology!r}."
+            f"{list(TPU_FAMILIES)} such as {examples}, or NVIDIA GPUs of the "
+            f"families {list(GPU_FAMILIES)} such as 'h100-8' or 'a100-64', got "
+            f"{shown!r}."
         )
     family = _FAMILY_BY_SPELLING[match.group(1)]
-    return family.slice_rule(family, topology, int(match.group(2)))
+    digits = match.group(2).lstrip("0") or "0"
+    if len(digits) > _MAX_COUNT_DIGITS:
+        raise ValueError(
+            f"`topology` {match.group(1)}-N: the device count N has {len(digits)} "
+            f"digits; no {family.name} target has more than "
+            f"{10**_MAX_COUNT_DIGITS - 1} devices. Pass a count such as "
+            f"'{family.name}-8'."
+        )
+    return family.slice_rule(family, topology, int(digits))
 
 
 # --- The compiler's devices ------------------------------------------------------
@@ -231,37 +424,105 @@ def _libtpu_environment(accelerator_type: str) -> Iterator[None]:
             os.environ.pop(key, None)
 
 
-def _tpu_mesh(topology: str, mesh_axes: tuple[tuple[str, int], ...]) -> Mesh:
+def _cuda_plugin_version() -> str | None:
+    """The installed CUDA PJRT plugin's version, or ``None`` when it is absent."""
+    try:
+        if importlib.util.find_spec("jax_plugins.xla_cuda12") is None:
+            return None
+    except ImportError:  # no jax_plugins namespace at all
+        return None
+    try:
+        return importlib.metadata.version("jax-cuda12-plugin")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown version"
+
+
+def check_compiler(topology: str, mesh_axes: tuple[tuple[str, int], ...]) -> _Topology:
+    """The resolved target, its compiler's package checked; nothing is started.
+
+    ``ValueError`` when the mesh does not match, ``ImportError`` without the
+    compiler's package.
+    """
     topo = _topology(topology)
     n = math.prod(s for _, s in mesh_axes)
+    unit = "chip(s) (one JAX device each)" if topo.platform == "tpu" else "GPU(s)"
     if n != topo.devices:
         raise ValueError(
-            f"`topology` {topology!r} has {topo.devices} chip(s) (one JAX device "
-            f"each) but `mesh` {dict(mesh_axes)} has {n} devices. Make the mesh's "
-            "axis sizes multiply to the chip count, or pick another topology."
+            f"`topology` {topology!r} has {topo.devices} {unit} but `mesh` "
+            f"{dict(mesh_axes)} has {n} devices. Make the mesh's axis sizes "
+            "multiply to the device count, or pick another topology."
         )
-    version = _libtpu_version()
-    if version is None:
+    if topo.platform == "tpu" and _libtpu_version() is None:
         raise ImportError(
             f"`topology={topology!r}` compiles with XLA:TPU, which needs the "
             f"`libtpu` package (not installed). Install it with: {_INSTALL_TPU}"
         )
+    if topo.platform == "cuda" and _cuda_plugin_version() is None:
+        raise ImportError(
+            f"`topology={topology!r}` compiles with XLA:GPU, which needs the CUDA "
+            "PJRT plugin and ptxas (`jax-cuda12-plugin`, `jax-cuda12-pjrt`, "
+            f"`nvidia-cuda-nvcc-cu12`; not installed). Install them with: "
+            f"{_INSTALL_GPU} (no GPU or CUDA runtime needed)."
+        )
+    return topo
+
+
+def target_mesh(
+    topology: str, mesh_axes: tuple[tuple[str, int], ...]
+) -> tuple[Mesh, str]:
+    """A mesh of the target's compile-only devices, and the device order used.
+
+    ``topologies.make_mesh`` lays the mesh onto the physical layout (ICI rings
+    of a TPU slice, hosts of GPUs); when it cannot (``(32, 8)`` on a 16x16
+    v5e-256), the devices are taken in plain order, and the order says so.
+    """
+    topo = check_compiler(topology, mesh_axes)
     from jax.experimental import topologies
 
     try:
-        with _libtpu_environment(topo.accelerator_type):
+        if topo.platform == "tpu":
+            with _libtpu_environment(topo.accelerator_type):
+                desc = topologies.get_topology_desc(
+                    topo.compiler_topology, "tpu", **dict(topo.options)
+                )
+        else:
             desc = topologies.get_topology_desc(
-                topo.compiler_topology, "tpu", **dict(topo.options)
+                platform="cuda",
+                target_config=topo.target_config,
+                topology=topo.compiler_topology,
             )
-    except Exception as error:  # libtpu's JaxRuntimeError and friends
+    except Exception as error:  # the compiler's JaxRuntimeError and friends
+        compiler = (
+            f"libtpu {_libtpu_version()}"
+            if topo.platform == "tpu"
+            else f"the CUDA plugin {_cuda_plugin_version()}"
+        )
+        hint = ""
+        if "not implemented for cuda" in str(error):
+            hint = (
+                " (the CUDA plugin makes compile-only devices only when JAX "
+                "started with JAX_PLATFORMS=cpu; pass `target` by name so the "
+                "step compiles in a child process that sets it)"
+            )
         raise ValueError(
-            f"`topology` {topology!r} (libtpu topology "
-            f"{topo.compiler_topology!r}) could not be created by libtpu "
-            f"{version}: {_one_line(error)}"
+            f"`topology` {topology!r} (compiler topology "
+            f"{topo.compiler_topology!r}) could not be created by {compiler}: "
+            f"{_one_line(error)}{hint}"
         ) from None
     names = tuple(a for a, _ in mesh_axes)
     sizes = tuple(s for _, s in mesh_axes)
     try:
-        return topologies.make_mesh(desc, sizes, names)
-    except Exception:  # shapes the physical layout cannot follow: plain order
-        return Mesh(np.array(desc.devices).reshape(sizes), names)
+        mesh = topologies.make_mesh(desc, sizes, names)
+    except Exception as error:  # shapes the physical layout cannot follow
+        layout = topo.compiler_topology.split(":")[-1]
+        order = (
+            f"plain device order (make_mesh could not lay {sizes} onto {layout}: "
+            f"{_one_line(error)[:120]})"
+        )
+        return Mesh(np.array(desc.devices).reshape(sizes), names), order
+    return mesh, "physical (topologies.make_mesh)"
+
+
+def _tpu_mesh(topology: str, mesh_axes: tuple[tuple[str, int], ...]) -> Mesh:
+    """The mesh of :func:`target_mesh` alone (kept for the in-process path)."""
+    return target_mesh(topology, mesh_axes)[0]

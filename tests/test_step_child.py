@@ -1,0 +1,148 @@
+"""The child-process compile compiles exactly the plan the report shows.
+
+The child receives every leaf's resolved spec (never rules to resolve again), so
+for every way of giving specs (a pattern string, a compiled regular expression
+with flags, a mapping, logical rules, metadata) its figures equal the
+in-process compile's, and its argument bytes equal the plan's shards plus the
+batch's, computed here by hand.
+"""
+
+import re
+import subprocess
+import sys
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import pytest
+from jax.sharding import PartitionSpec as P
+
+from nnx_introspect import _step, step_memory_report
+from nnx_introspect.examples import LLAMA_TINY
+
+MESH = {"data": 4, "model": 2}
+TOKENS = jax.ShapeDtypeStruct((8, 16), jnp.int32)
+VOCAB, WIDTH = LLAMA_TINY.vocab, LLAMA_TINY.d_model
+
+# (target, keyword arguments) per way of giving specs
+RULE_FORMS: dict[str, tuple[str, dict[str, Any]]] = {
+    "str pattern": (
+        "nnx_introspect.examples:llama_tiny",
+        {"rules": [("embed/embedding", P("data", "model"))]},
+    ),
+    "compiled regex with flags": (
+        "nnx_introspect.examples:llama_tiny",
+        {"rules": [(re.compile("EMBEDDING", re.I), P("data", None))]},
+    ),
+    "mapping": (
+        "nnx_introspect.examples:llama_tiny",
+        {"rules": {r"kernel$": P(None, "model"), "embedding": P("data")}},
+    ),
+    "logical rules": (
+        "nnx_introspect.examples:llama_tiny_sharded",
+        {"logical_rules": [("fsdp", "data"), ("tp", "model")]},
+    ),
+    "metadata": (
+        "nnx_introspect.examples:llama_tiny_sharded",
+        {"rules": None},
+    ),
+}
+
+
+def _report(target: str, kwargs: dict[str, Any], *, child: bool) -> Any:
+    mesh = MESH
+    if "fsdp" not in str(kwargs) and "sharded" in target:
+        mesh = {"fsdp": 4, "tp": 2}
+    if not child:
+        return step_memory_report(target, mesh, TOKENS, loss=None, **kwargs)
+    with pytest.MonkeyPatch.context() as patch:
+        # this process "has" one device: the compile goes to a child process
+        patch.setattr(jax, "device_count", lambda *a: 1)
+        return step_memory_report(target, mesh, TOKENS, loss=None, **kwargs)
+
+
+@pytest.mark.parametrize("form", sorted(RULE_FORMS))
+def test_child_compiles_the_plan_the_report_shows(form: str) -> None:
+    target, kwargs = RULE_FORMS[form]
+    here = _report(target, kwargs, child=False)
+    there = _report(target, kwargs, child=True)
+    assert here.compiled_in == "this process"
+    assert there.compiled_in == "a child process with 8 virtual CPU devices"
+    assert there.argument_bytes == here.argument_bytes
+    assert there.output_bytes == here.output_bytes
+    assert there.temp_bytes == here.temp_bytes
+    # the plan's shards and one device's 2 of 8 rows of tokens: XLA's arguments
+    batch_shard = 8 // 4 * 16 * 4
+    assert there.argument_bytes == there.plan.bytes_per_device + batch_shard
+
+
+def test_flagged_regex_reaches_the_child_as_its_resolved_spec() -> None:
+    """Issue 14.1: only ``.pattern`` travelled, so ``re.I`` was lost in the child
+    and the embedding compiled replicated (41,698,368 B instead of the plan's)."""
+    tokens = jax.ShapeDtypeStruct((16, 16), jnp.int32)
+    report = step_memory_report(
+        "nnx_introspect.examples:llama_tiny",
+        {"data": 16},
+        tokens,
+        loss=None,
+        rules=[(re.compile("EMBEDDING", re.I), P("data", None))],
+    )
+    assert report.compiled_in == "a child process with 16 virtual CPU devices"
+    params = 10_424_576 * 4
+    embedding = VOCAB * WIDTH * 4
+    # everything replicated but the embedding, split 16 ways; one row of tokens
+    assert report.argument_bytes == params - embedding + embedding // 16 + 16 * 4
+
+
+def test_child_refuses_a_target_that_rebuilds_differently() -> None:
+    request = {"target": "nnx_introspect.examples:two_layer", "mesh": [["data", 1]]}
+    request |= {"leaves": [["w", "Param", [2], "float32", []]]}
+    answer = _serve(request)
+    assert '"error": "ValueError"' in answer
+    assert "rebuilt in the child process differs" in answer
+
+
+def _serve(request: dict[str, Any]) -> str:
+    import json
+
+    done = subprocess.run(
+        [sys.executable, "-m", "nnx_introspect._step"],
+        input=json.dumps(request),
+        capture_output=True,
+        text=True,
+        check=True,
+        env=_step.child._child_env(1, None),
+    )
+    return done.stdout
+
+
+def test_child_type_errors_stay_type_errors(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 14.5: a TypeError subclass (JAX's TracerArrayConversionError...)
+    in the child came back as a RuntimeError; bad input must stay a TypeError."""
+    from nnx_introspect._step import child
+
+    class TracerLikeError(TypeError):
+        pass
+
+    def boom(data: Any) -> Any:
+        raise TracerLikeError("`loss` returned a tuple")
+
+    monkeypatch.setattr(child, "run_child_request", boom)
+    monkeypatch.setattr(sys, "stdin", _Stdin("{}"))
+    out: list[str] = []
+    monkeypatch.setattr(sys.stdout, "write", out.append)
+    assert child.main() == 0
+    assert out == ['{"error": "TypeError", "message": "`loss` returned a tuple"}\n']
+    monkeypatch.undo()
+    completed = subprocess.CompletedProcess([], 0, out[0], "")
+    monkeypatch.setattr(subprocess, "run", lambda *a, **k: completed)
+    with pytest.raises(TypeError, match="`loss` returned a tuple"):
+        child._run_child({"topology": None}, 2)
+
+
+class _Stdin:
+    def __init__(self, text: str) -> None:
+        self.text = text
+
+    def read(self) -> str:
+        return self.text
