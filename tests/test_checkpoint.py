@@ -7,7 +7,7 @@ import json
 import os
 import pathlib
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
@@ -28,8 +28,15 @@ from nnx_introspect._checkpoint import (
 )
 from nnx_introspect._inventory import inventory, metadata_inventory
 from tests.conftest import BNDropoutMLP, assert_unchanged, snapshot
+from tests.test_checkpoint_damage import nothing_left_behind
 
 Flat = dict[tuple[Any, ...], Any]
+
+
+@pytest.fixture(autouse=True)
+def _leaves_nothing_behind() -> Iterator[None]:
+    with nothing_left_behind():
+        yield
 
 
 def build(seed: int = 0) -> BNDropoutMLP:

@@ -75,7 +75,7 @@ def _add_checkpoint_parser(subparsers: Any) -> None:
     )
     _add_tolerance_args(parser)
     _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_checkpoint, cpu_only=True)
+    parser.set_defaults(handler=_run_checkpoint)
 
 
 def _run_checkpoint(args: argparse.Namespace) -> int:

@@ -62,7 +62,7 @@ def _add_diff_parser(subparsers: Any) -> None:
     )
     _add_tolerance_args(parser)
     _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_diff, cpu_only=True)
+    parser.set_defaults(handler=_run_diff)
 
 
 def _run_diff(args: argparse.Namespace) -> int:

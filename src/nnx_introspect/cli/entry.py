@@ -43,18 +43,19 @@ def _quiet_library_logs(debug: bool) -> Iterator[None]:
 
 
 @contextmanager
-def _cpu_only(enabled: bool) -> Iterator[None]:
+def _cpu_only() -> Iterator[None]:
     """Run with ``JAX_PLATFORMS=cpu`` unless the user set ``JAX_PLATFORMS``.
 
-    ``summary``, ``mesh``, ``diff`` and ``checkpoint`` never need an
-    accelerator, but JAX initialises every backend it finds: with ``libtpu``
-    installed (the ``tpu`` extra) on a machine without a TPU, that prints
-    several ``E0000 ... INVALID_ARGUMENT`` lines on stderr. JAX reads the
+    No subcommand needs an accelerator (``step`` compiles a named TPU or GPU
+    topology in a child process with its own environment), but JAX initialises
+    every backend it finds: with ``libtpu`` installed (the ``tpu`` extra) on a
+    machine without a TPU, that prints several ``E0000 ... INVALID_ARGUMENT``
+    lines on stderr, and the CUDA plugin (the ``gpu`` extra) a traceback. JAX reads the
     variable when it is imported, which the command line does only in the
     handler, after this is set. Restored on exit, so :func:`main` called
     in-process leaves the environment as it was.
     """
-    if not enabled or "JAX_PLATFORMS" in os.environ:
+    if "JAX_PLATFORMS" in os.environ:
         yield
         return
     os.environ["JAX_PLATFORMS"] = "cpu"
@@ -68,9 +69,8 @@ def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``).
 
     Every failure is one line on stderr (``--debug`` adds the traceback).
-    Subcommands that never need an accelerator (``summary``, ``mesh``,
-    ``diff``, ``checkpoint``) run JAX on the CPU unless ``JAX_PLATFORMS`` is
-    set, so no accelerator plugin logs its start-up failures.
+    Every subcommand runs JAX on the CPU unless ``JAX_PLATFORMS`` is set, so
+    no accelerator plugin logs its start-up failures.
     ``KeyboardInterrupt`` (Ctrl-C) stops the command with code 130; any other
     exception or exit, including ``sys.exit()`` called by the user's code, is a
     failure, never a success.
@@ -86,9 +86,8 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     handler: Handler = args.handler
     debug = bool(getattr(args, "debug", False))
-    cpu_only = bool(getattr(args, "cpu_only", False))
     try:
-        with _cpu_only(cpu_only), _quiet_library_logs(debug):
+        with _cpu_only(), _quiet_library_logs(debug):
             if not debug:  # plugins' native start-up lines stay off stderr
                 start_jax_quietly()
             return handler(args)

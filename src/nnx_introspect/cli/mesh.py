@@ -27,7 +27,7 @@ def _add_mesh_parser(subparsers: Any) -> None:
         budget_help="per-device budget such as 16GiB; exceeding it exits with 1",
     )
     _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_mesh, cpu_only=True)
+    parser.set_defaults(handler=_run_mesh)
 
 
 _RULES_ARGS = ("`rules", "`logical_rules")

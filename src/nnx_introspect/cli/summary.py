@@ -24,7 +24,7 @@ def _add_summary_parser(subparsers: Any) -> None:
         help="aggregate rows by module prefix of this many path keys",
     )
     _add_output_args(parser)
-    parser.set_defaults(handler=_run_summary, cpu_only=True)
+    parser.set_defaults(handler=_run_summary)
 
 
 def _run_summary(args: argparse.Namespace) -> int:
