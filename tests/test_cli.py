@@ -797,3 +797,59 @@ def test_a_misspelt_flag_points_to_its_subcommands_help(
         f"nnx-introspect {command}: error: {message} "
         f"(see 'nnx-introspect {command} --help')\n"
     )
+
+
+def test_orbax_restore_leftovers_are_dropped_and_others_kept() -> None:
+    """The command line drops the unraisable echoes of a failed orbax restore
+    (abandoned coroutines, callbacks on a closed loop), and nothing else."""
+    import gc
+    import os
+    import sys
+    import types
+    from typing import Any
+
+    from nnx_introspect.cli.quiet import orbax_leftovers_dropped
+
+    def coroutine_from(filename: str) -> "types.CoroutineType[Any, Any, None]":
+        namespace: dict[str, Any] = {}
+        source = "async def read():\n    raise ValueError('gone')\n"
+        exec(compile(source, filename, "exec"), namespace)
+        coroutine: "types.CoroutineType[Any, Any, None]" = namespace["read"]()
+        return coroutine
+
+    orbax_file = os.sep.join(["", "site-packages", "orbax", "checkpoint", "x.py"])
+    seen: list[Any] = []
+    before = sys.unraisablehook
+    test_hook = seen.append
+    sys.unraisablehook = test_hook
+    try:
+        with orbax_leftovers_dropped():
+            for source in (orbax_file, "user_code.py"):
+                cor = coroutine_from(source)
+                sys.unraisablehook(
+                    types.SimpleNamespace(
+                        exc_value=Exception("x"), object=cor, exc_type=Exception
+                    )
+                )
+                cor.close()
+            sys.unraisablehook(
+                types.SimpleNamespace(
+                    exc_value=RuntimeError("Event loop is closed"),
+                    object=None,
+                    exc_type=RuntimeError,
+                )
+            )
+            sys.unraisablehook(
+                types.SimpleNamespace(
+                    exc_value=RuntimeError("something else"),
+                    object=None,
+                    exc_type=RuntimeError,
+                )
+            )
+        assert sys.unraisablehook is test_hook  # restored on exit
+    finally:
+        sys.unraisablehook = before
+        gc.collect()
+    kept = [(type(u.exc_value).__name__, str(u.exc_value)) for u in seen]
+    assert kept == [("Exception", "x"), ("RuntimeError", "something else")]
+    assert seen[0].object.cr_code.co_filename == "user_code.py"

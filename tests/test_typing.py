@@ -190,3 +190,12 @@ def test_short_repr_cuts_long_values() -> None:
     assert short_repr("x" * 10) == repr("x" * 10)
     cut = short_repr("x" * 200, limit=20)
     assert len(cut) == 20 and cut.endswith("...")
+
+
+@pytest.mark.parametrize("dtype", ["bfloat16", "float8_e4m3fn", "float16", "float32"])
+def test_check_finite_sees_nan_in_every_float_dtype(dtype: str) -> None:
+    """ml_dtypes floats (bfloat16, float8) are not np.inexact: NaN must still be seen."""
+    x = jnp.array([1.0, jnp.nan], dtype=dtype)
+    with pytest.raises(ValueError, match="`x` must be finite"):
+        check_finite(x, "x")
+    check_finite(jnp.ones(2, dtype=dtype), "x")

@@ -133,10 +133,12 @@ def check_finite(x: object, name: str) -> None:
     """Raise ``ValueError`` if the concrete array ``x`` holds NaN or infinity.
 
     Traced arrays (inside ``jit``) cannot be inspected and are let through.
+    bfloat16 and float8 are checked too: ``ml_dtypes`` floats are not
+    ``np.inexact``, so this asks JAX's dtype lattice.
     """
     if is_traced(x) or not isinstance(x, np.ndarray | jax.Array):
         return
-    if not np.issubdtype(x.dtype, np.inexact):
+    if not jax.numpy.issubdtype(x.dtype, jax.numpy.inexact):
         return
     finite = np.isfinite(np.asarray(x))
     if not finite.all():

@@ -34,7 +34,9 @@ def diff_records(
     """
     a_map = {_key(r): r for r in a}
     b_map = {_key(r): r for r in b}
-    order = {k: i for i, k in enumerate(sorted(set(a_map) | set(b_map), key=path_sort_key))}
+    order = {
+        k: i for i, k in enumerate(sorted(set(a_map) | set(b_map), key=path_sort_key))
+    }
     entries: list[tuple[int, DiffEntry]] = []
 
     def add(k: tuple[str, ...], problem: Problem, x: str, y: str) -> None:

@@ -16,7 +16,7 @@ from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import optimizer_from_name
 from nnx_introspect._step.formats import _batch_str, _one_line, _spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
-from nnx_introspect._typing import is_traced, short_repr
+from nnx_introspect._typing import check_finite, short_repr
 
 LOSSES = ("mean", "lm")
 """The loss names :func:`step_memory_report` knows (``None`` = forward only)."""
@@ -183,7 +183,7 @@ def _as_leaf(leaf: Any, name: str) -> jax.ShapeDtypeStruct:
         )
     # Only shapes and dtypes are read, but NaN or inf in a concrete batch is a
     # bug upstream worth reporting before anything is compiled.
-    _check_finite(leaf, dt, name)
+    check_finite(leaf, name)
     return jax.ShapeDtypeStruct(dims, dt)
 
 
@@ -239,25 +239,6 @@ def _leaf_shape(shape: Any, name: str) -> tuple[int, ...]:
 def _itemsize(dtype: Any) -> int:
     """Bytes per element, at least 1 (int4 and friends are padded to a byte)."""
     return max(1, int(np.dtype(dtype).itemsize))
-
-
-def _check_finite(leaf: Any, dtype: np.dtype[Any], name: str) -> None:
-    """Refuse NaN or infinity in a concrete floating leaf.
-
-    bfloat16 and float8 included: ``ml_dtypes`` floats are not ``np.inexact``,
-    so this asks JAX's dtypes.
-    """
-    if is_traced(leaf) or not isinstance(leaf, np.ndarray | jax.Array):
-        return
-    if not jnp.issubdtype(dtype, jnp.inexact):
-        return
-    finite = np.isfinite(np.asarray(leaf))
-    if not finite.all():
-        bad = int(finite.size - np.count_nonzero(finite))
-        raise ValueError(
-            f"`{name}` must be finite, got {bad} NaN or infinite value(s) among "
-            f"{finite.size}. Clean the input (e.g. `jnp.nan_to_num`) first."
-        )
 
 
 def _as_batch_specs(

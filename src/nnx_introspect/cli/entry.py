@@ -1,5 +1,6 @@
 """The entry point: parse, run the handler, turn every failure into an exit code."""
 
+import contextlib
 import os
 import sys
 import traceback
@@ -10,7 +11,7 @@ from nnx_introspect._targets import TargetError
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.errors import UsageError, _describe
 from nnx_introspect.cli.parser import Handler, _build_parser
-from nnx_introspect.cli.quiet import start_jax_quietly
+from nnx_introspect.cli.quiet import orbax_leftovers_dropped, start_jax_quietly
 
 
 def _fail(message: str, error: BaseException, debug: bool, code: int) -> int:
@@ -87,8 +88,11 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     debug = bool(getattr(args, "debug", False))
     try:
-        with _cpu_only(), _quiet_library_logs(debug):
-            if not debug:  # plugins' native start-up lines stay off stderr
+        with contextlib.ExitStack() as stack:
+            stack.enter_context(_cpu_only())
+            stack.enter_context(_quiet_library_logs(debug))
+            if not debug:  # dependencies' native and leftover noise stays off stderr
+                stack.enter_context(orbax_leftovers_dropped())
                 start_jax_quietly()
             return handler(args)
     except (TargetError, UsageError) as error:
