@@ -538,14 +538,15 @@ for _arg in ("lo", "hi"):
         case("max_batch", _arg, _what, lambda w, a=_arg, v=_value: _search(w, **{a: v}))
 case("max_batch", "hi", "below-lo", lambda w: _search(w, lo=4, hi=2))
 case("max_batch", "progress", "int", lambda w: _search(w, progress=3))
-for _arg, _bad in {
+SEARCH_BAD: dict[str, dict[str, Any]] = {
     "loss": {"unknown-name": "bogus", "int": 3},
     "optimizer": {"unknown-name": "adamx", "int": 3},
     "batch_spec": {"unknown-axis": P("nope"), "int": 3},
     "topology": {"unknown-family": "v9-4", "chip-count": "v5e-3", "int": 4},
     "rules": {"int": 3},
     "logical_rules": {"int": 3},
-}.items():
+}
+for _arg, _bad in SEARCH_BAD.items():
     for _what, _value in _bad.items():
         case("max_batch", _arg, _what, lambda w, a=_arg, v=_value: _search(w, **{a: v}))
 
