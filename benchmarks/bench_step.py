@@ -207,7 +207,7 @@ def search() -> None:
         row("max_batch search", "skipped: nnx_introspect._step.search.max_batch absent")
         return
     topology = "h100-8" if _available("h100-8") is None else None
-    budget = None if topology else "64MiB"
+    budget = "2GiB" if topology else "256MiB"
     start = time.perf_counter()
     found = max_batch(
         "nnx_introspect.examples:llama_tiny_sharded",
@@ -218,12 +218,13 @@ def search() -> None:
         topology=topology,
         max_device_bytes=budget,
     )
-    points = getattr(found, "points", ())
     row(
-        f"max_batch on {topology or 'XLA:CPU, budget 64MiB'}: compiles, wall",
-        f"{len(points)} compiles, {time.perf_counter() - start:.1f} s; "
-        f"largest batch {getattr(found, 'batch', found)}",
+        f"max_batch, llama_tiny AdamW T=128 on {topology or 'XLA:CPU'}, "
+        f"budget {budget}: largest batch, compiles, wall",
+        f"{found.best}, {found.compiles} compiles, {time.perf_counter() - start:.1f} s",
     )
+    if found.best is not None:
+        assert found.report is not None and found.report.fits()
 
 
 if __name__ == "__main__":

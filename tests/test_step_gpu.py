@@ -267,6 +267,28 @@ def test_single_matmul_flops_are_exact() -> None:
 
 
 @needs_plugin
+def test_a_peak_above_jaxs_allocator_share_is_a_warning() -> None:
+    """A step that fits the H100's 79.11 GiB but not the 75% JAX's GPU
+    allocator takes by default fits, with a warning naming the variable."""
+    rows = 3_932_160  # a float32[rows, 4096] batch: exactly 60 GiB
+    report = step_memory_report(
+        lambda rngs: nnx.Linear(4096, 1, use_bias=False, rngs=rngs),
+        {"data": 1},
+        jax.ShapeDtypeStruct((rows, 4096), jnp.float32),
+        loss=None,
+        topology="h100-1",
+    )
+    memory = report.device_memory_bytes
+    assert memory == 84_942_979_072  # CUDA's figure for an H100 SXM5 80GB
+    assert rows * 4096 * 4 == 60 * 2**30
+    assert 0.75 * memory < report.peak_bytes <= memory
+    assert report.fits() and not report.out_of_memory
+    assert any("XLA_PYTHON_CLIENT_MEM_FRACTION" in w for w in report.warnings)
+    small = _matmul_report(1, jax.ShapeDtypeStruct((64, 256), jnp.float32))
+    assert not any("XLA_PYTHON_CLIENT_MEM_FRACTION" in w for w in small.warnings)
+
+
+@needs_plugin
 def test_library_matmul_flops_are_counted() -> None:
     """With cuBLAS instead of Triton the generic cost analysis misses the
     matmul (a custom call); the count adds it back."""

@@ -7,6 +7,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
+from jax.sharding import PartitionSpec as P
 
 from nnx_introspect import step_memory_report
 
@@ -78,3 +79,30 @@ def test_no_negative_zero_in_the_donated_row() -> None:
     markdown = report.to_markdown()
     assert "| aliased (donated) | 0 B | 0 |" in markdown
     assert "-0" not in markdown
+
+
+def test_a_sharded_step_with_no_activation_constraint_says_so() -> None:
+    """Parameters split over 8 devices, no activation constrained: the report
+    counts 0 constraints and warns that XLA chose every activation's layout;
+    a model that constrains its activations gets no such warning."""
+    from tests.test_step_inputs import Constrained
+
+    tokens = jax.ShapeDtypeStruct((8, 16), jnp.int32)
+    report = step_memory_report(
+        "nnx_introspect.examples:llama_tiny_sharded", "fsdp=2,tp=4", tokens, loss=None
+    )
+    assert report.sharding_constraints == 0
+    assert any("no activation sharding constraint" in w for w in report.warnings)
+    assert report.json_data()["sharding_constraints"] == 0
+    constrained = step_memory_report(
+        Constrained,
+        "data=4",
+        jax.ShapeDtypeStruct((32, 16), jnp.float32),
+        loss=None,
+        rules=[("kernel", P(None, "data"))],
+    )
+    assert constrained.sharding_constraints is not None
+    assert constrained.sharding_constraints >= 1
+    assert not any(
+        "no activation sharding constraint" in w for w in constrained.warnings
+    )

@@ -1,5 +1,6 @@
 """The public :func:`step_memory_report`: check, plan, compile, report."""
 
+import dataclasses
 import math
 from collections.abc import Callable
 from typing import Any
@@ -20,6 +21,7 @@ from nnx_introspect._mesh import (
     mesh_config_report,
     parse_bytes,
 )
+from nnx_introspect._render import format_bytes
 from nnx_introspect._step.child import _child_request, _run_child
 from nnx_introspect._step.compile import _compile
 from nnx_introspect._step.formats import _batch_str
@@ -302,7 +304,7 @@ def _report(
     temp = numbers["temp_bytes"]
     if oom and temp is None:
         temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
-    return StepMemoryReport(
+    report = StepMemoryReport(
         num_devices=request.num_devices,
         argument_bytes=arguments,
         output_bytes=numbers["output_bytes"] or 0,
@@ -329,7 +331,49 @@ def _report(
         compiler_available_bytes=numbers.get("compiler_available_bytes"),
         warnings=tuple(warnings),
         device_order=_device_order(numbers.get("device_order", "plain"), topology),
+        sharding_constraints=numbers.get("sharding_constraints"),
     )
+    extra = _caveats(report, request, plan)
+    return (
+        dataclasses.replace(report, warnings=report.warnings + extra)
+        if extra
+        else report
+    )
+
+
+# JAX's GPU allocator takes this share of a GPU's memory unless
+# XLA_PYTHON_CLIENT_MEM_FRACTION (XLA_CLIENT_MEM_FRACTION) says otherwise.
+JAX_GPU_MEMORY_FRACTION = 0.75
+
+NO_CONSTRAINT_WARNING = (
+    "The compiled step holds no activation sharding constraint, so XLA chose every "
+    "activation's layout. If your model constrains activations only under a "
+    "condition this compile did not meet (tunix, for one, skips them when "
+    "jax.devices()[0].platform == 'cpu'), your trainer's temporaries may differ."
+)
+
+
+def _caveats(
+    report: StepMemoryReport, request: _Request, plan: MeshConfigReport
+) -> tuple[str, ...]:
+    """Warnings judged on the finished report: what its numbers may not show."""
+    out: list[str] = []
+    sharded = any(leaf.bytes_per_device < leaf.global_bytes for leaf in plan.leaves)
+    if report.sharding_constraints == 0 and request.num_devices > 1 and sharded:
+        out.append(NO_CONSTRAINT_WARNING)
+    memory = report.device_memory_bytes
+    if report.backend == "gpu" and memory is not None and not report.out_of_memory:
+        share = int(memory * JAX_GPU_MEMORY_FRACTION)
+        if report.peak_bytes > share:
+            out.append(
+                f"The peak ({format_bytes(report.peak_bytes)}) is above the "
+                f"{JAX_GPU_MEMORY_FRACTION:.0%} of the device's memory "
+                f"({format_bytes(share)}) that JAX's GPU allocator takes by "
+                "default: run the step with XLA_PYTHON_CLIENT_MEM_FRACTION (or "
+                "XLA_CLIENT_MEM_FRACTION) raised, e.g. to .95, or it may run out "
+                "of memory."
+            )
+    return tuple(out)
 
 
 def _device_order(order: str, topology: str | None) -> str:

@@ -75,6 +75,9 @@ class StepMemoryReport(Report):
         device_order: How the mesh's devices were laid out:
             ``"physical (topologies.make_mesh)"``, or ``"plain device order
             (make_mesh could not lay ...)"``.
+        sharding_constraints: How many sharding constraints (activation
+            ``with_sharding_constraint`` s, forward and transposed) the lowered
+            step holds; ``None`` when not counted.
 
     When the compiler refused the step for memory, ``temp_bytes`` is its
     required figure for temporaries, ``argument_bytes`` the plan's exact
@@ -128,6 +131,7 @@ class StepMemoryReport(Report):
     compiler_available_bytes: int | None = None
     warnings: tuple[str, ...] = ()
     device_order: str = "plain device order"
+    sharding_constraints: int | None = None
 
     def __post_init__(self) -> None:
         over = self.device_memory_bytes is not None and (
@@ -255,6 +259,11 @@ class StepMemoryReport(Report):
         ]
         if self.topology is not None:
             notes.append(f"Device order: {self.device_order}.")
+        if self.sharding_constraints is not None:
+            notes.append(
+                "Activation sharding constraints in the lowered step: "
+                f"{self.sharding_constraints}."
+            )
         notes += [f"Warning: {w}" for w in self.warnings]
         if self.backend == "cpu":
             notes.append(_CPU_CAVEAT)
@@ -338,6 +347,7 @@ class StepMemoryReport(Report):
             "compiler_available_bytes": self.compiler_available_bytes,
             "warnings": list(self.warnings),
             "device_order": self.device_order,
+            "sharding_constraints": self.sharding_constraints,
             "step": self.step,
             "loss": self.loss,
             "optimizer": self.optimizer,
