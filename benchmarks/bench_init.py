@@ -7,6 +7,11 @@ traced, and confirms every compiled output is bitwise equal to the eager one.
     python benchmarks/bench_init.py [--seeds 100]
 """
 
+import os
+
+# The CPU is all this measures; with libtpu installed, JAX would probe for a TPU.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 import argparse
 import time
 

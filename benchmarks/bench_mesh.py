@@ -11,6 +11,11 @@ for the before/after figure.
     python benchmarks/bench_mesh.py [--repeat 15]
 """
 
+import os
+
+# The CPU is all this measures; with libtpu installed, JAX would probe for a TPU.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 import argparse
 import dataclasses
 import time

@@ -8,6 +8,11 @@ comparison) and a plain orbax restore. Prints the ratios.
     python benchmarks/checkpoint_metadata.py [--width 2048] [--layers 4] [--repeat 5]
 """
 
+import os
+
+# The CPU is all this measures; with libtpu installed, JAX would probe for a TPU.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 import argparse
 import pathlib
 import tempfile

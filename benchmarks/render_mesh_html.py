@@ -12,6 +12,11 @@ screen); exits 1 if Chromium fails. ``--mesh fsdp=3,tp=5`` shows a plan with
 problems.
 """
 
+import os
+
+# The CPU is all this measures; with libtpu installed, JAX would probe for a TPU.
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
 import argparse
 import shutil
 import subprocess
