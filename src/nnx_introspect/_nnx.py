@@ -8,13 +8,15 @@ reaching into ``flax.nnx`` internals themselves.
 import contextlib
 import gc
 from collections.abc import Callable, Iterator
-from typing import Any
+from typing import Any, TypeVar
 
 import jax
 import numpy as np
 from flax import nnx
 
 from nnx_introspect._typing import check_filters
+
+T = TypeVar("T")
 
 __all__ = [
     "abstract_build",
@@ -214,19 +216,28 @@ def _no_mesh() -> bool:
     return bool(jax.sharding.get_abstract_mesh().empty)
 
 
-def _build(factory: Callable[[nnx.Rngs], Any], seed: int, fast: bool) -> Any:
+def build_without_mesh(build: Callable[[], T]) -> T:
+    """``build()``; for a model annotated with shardings, also with no mesh set.
+
+    Variables annotated with ``out_sharding`` (``nnx.with_partitioning``) need a
+    mesh under flax's eager sharding. With no mesh there is nothing to shard
+    over: ``build`` runs again with eager sharding off (flax's public, restoring
+    ``nnx.use_eager_sharding(False)``), which keeps the annotations as metadata
+    for mesh planning; the values the seed draws do not depend on them. Only
+    when flax refused and no mesh is active, so any other model builds once.
+    """
     try:
-        return _eval_shape(factory, seed, fast)
+        return build()
     except ValueError as error:
-        # Variables annotated with ``out_sharding`` need a mesh under flax's eager
-        # sharding. With no mesh there is nothing to shard over: build again with
-        # eager sharding off (a public, restoring context manager), which keeps the
-        # annotations as metadata for mesh planning.
         lazy = getattr(nnx, "use_eager_sharding", None)
         if lazy is None or _MESH_REQUIRED not in str(error) or not _no_mesh():
             raise
-        with lazy(False):
-            return _eval_shape(factory, seed, fast)
+    with lazy(False):
+        return build()
+
+
+def _build(factory: Callable[[nnx.Rngs], Any], seed: int, fast: bool) -> Any:
+    return build_without_mesh(lambda: _eval_shape(factory, seed, fast))
 
 
 def abstract_build(factory: Callable[[nnx.Rngs], Any], seed: int) -> Any:

@@ -109,34 +109,18 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
     return obj  # type: ignore[no-any-return]
 
 
-_MESH_REQUIRED = "mesh context or metadata is required"
-"""How flax refuses a variable annotated with ``out_sharding`` when no mesh is set."""
-
-
 def _build_concrete(factory: Callable[..., Any], seed: int) -> Any:
     """``factory(nnx.Rngs(seed))``, also for models annotated with shardings.
 
-    Flax's eager sharding refuses to create a variable annotated with
-    ``nnx.with_partitioning`` / ``out_sharding`` when no mesh is set. A user
-    without a mesh builds such a model with eager sharding off (flax's public,
-    restoring ``nnx.use_eager_sharding(False)``): the annotations stay as
-    metadata and the values are the ones the same seed gives the unannotated
-    model (the draws do not depend on the annotations). Done only when flax
-    refused and no mesh is active, so any other model is built exactly once.
+    A user without a mesh builds such a model with eager sharding off: the
+    annotations stay as metadata and the values are the ones the same seed
+    gives the unannotated model (:func:`~nnx_introspect._nnx.build_without_mesh`).
     """
     from flax import nnx
 
-    try:
-        return factory(nnx.Rngs(seed))
-    except ValueError as error:
-        lazy = getattr(nnx, "use_eager_sharding", None)
-        import jax
+    from nnx_introspect._nnx import build_without_mesh
 
-        no_mesh = bool(jax.sharding.get_abstract_mesh().empty)
-        if lazy is None or _MESH_REQUIRED not in str(error) or not no_mesh:
-            raise
-    with lazy(False):
-        return factory(nnx.Rngs(seed))
+    return build_without_mesh(lambda: factory(nnx.Rngs(seed)))
 
 
 def build_target(spec: str, *, seed: int = 0, abstract: bool = True) -> Any:
