@@ -4,6 +4,8 @@ import html
 import json
 import math
 import re
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -181,6 +183,7 @@ def test_mesh_size_limit_is_jax_own() -> None:
 
 
 def test_2048_device_proposal_on_one_cpu() -> None:
+    jax.devices()  # a started backend: the plan compares with its devices
     cfg = LlamaConfig(
         vocab=32000, d_model=4096, n_layers=2, n_heads=32, d_ff=11008, partitioned=True
     )
@@ -618,6 +621,24 @@ def test_mesh_too_large_warning_grammar(monkeypatch: pytest.MonkeyPatch) -> None
     monkeypatch.setattr(jax, "device_count", lambda: 3)
     report = mesh_config_report(sharded_model(), "data=4")
     assert "The mesh has 4 devices but only 3 are present" in report.warnings[0].message
+
+
+def test_a_plan_starts_no_jax_backend() -> None:
+    """In a process whose JAX backend is not started, a plan does not start
+    one (with a plugin installed and its device absent, that start writes
+    the plugin's errors to stderr): it says no devices were counted."""
+    code = (
+        "from jax._src import xla_bridge\n"
+        "from nnx_introspect import abstract_model, mesh_config_report\n"
+        "from nnx_introspect.examples import llama_tiny_sharded\n"
+        "r = mesh_config_report(abstract_model(llama_tiny_sharded), 'fsdp=2,tp=4')\n"
+        "print(r.devices_present, xla_bridge.backends_are_initialized(), r.ok)\n"
+        "print([w.kind for w in r.warnings])\n"
+    )
+    done = subprocess.run(
+        [sys.executable, "-c", code], capture_output=True, text=True, check=True
+    )
+    assert done.stdout.splitlines() == ["None False True", "[]"]
 
 
 def test_optimizer_state_and_gradients() -> None:

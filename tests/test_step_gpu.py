@@ -130,8 +130,13 @@ def test_rematerialization_warning_is_read_from_the_compiler_log() -> None:
         "77.27GiB (82970500376 bytes), down from 77.27GiB (82970500376 bytes) "
         "originally\n"
     )
-    (warning,) = _step.child._stderr_warnings(log)
-    assert "Can't reduce memory use below 60.13GiB by rematerialization" in warning
+    (statement,) = _step.xla.remat_statements(log)
+    assert statement["quote"] == log[log.index("Can't") :].strip()
+    assert (statement["limit"], statement["reduced_to"], statement["original"]) == (
+        64567591812,
+        82970500376,
+        82970500376,
+    )
 
 
 # --- Compiles -------------------------------------------------------------------

@@ -254,3 +254,22 @@ def abstract_build(factory: Callable[[nnx.Rngs], Any], seed: int) -> Any:
 def abstract_build_public(factory: Callable[[nnx.Rngs], Any], seed: int) -> Any:
     """The fallback for :func:`abstract_build`: plain ``nnx.eval_shape``."""
     return _build(factory, seed, fast=False)
+
+
+def devices_present() -> int | None:
+    """``jax.device_count()`` when a JAX backend is already started, else ``None``.
+
+    Asking for the devices starts JAX's backends, and with a PJRT plugin
+    installed on a machine without its device (the CUDA plugin, libtpu) that
+    start writes the plugin's errors to stderr. A plan needs no backend, so
+    it asks only when one is running. ``jax._src.xla_bridge`` is private: where
+    it lacks ``backends_are_initialized``, the public ``jax.device_count()``
+    answers (starting the backends).
+    """
+    try:
+        from jax._src import xla_bridge
+
+        started = bool(xla_bridge.backends_are_initialized())
+    except (ImportError, AttributeError):  # pragma: no cover - another jax
+        return int(jax.device_count())
+    return int(jax.device_count()) if started else None

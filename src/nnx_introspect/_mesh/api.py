@@ -1,9 +1,9 @@
 """``mesh_config_report``: parse the arguments, plan model, optimizer, warnings."""
 
-import jax
 import optax
 
 from nnx_introspect._inventory import inventory
+from nnx_introspect._nnx import devices_present
 from nnx_introspect._mesh.optimizer import (
     _optimizer_records,
     _plan_gradients,
@@ -123,7 +123,7 @@ def mesh_config_report(
         _plan_gradients(planner, records, model.param_plans) if tx is not None else ()
     )
     unmatched, rule_warnings = _unmatched_rules(compiled_rules, model)
-    present = jax.device_count()
+    present = devices_present()
     params = [r for r in records if r.is_param]
     return MeshConfigReport(
         axis_names=tuple(planner.sizes),
@@ -148,9 +148,12 @@ def mesh_config_report(
     )
 
 
-def _mesh_too_large(num_devices: int, present: int) -> tuple[MeshProblem, ...]:
-    """A warning when the mesh has more devices than this process sees."""
-    if num_devices <= present:
+def _mesh_too_large(num_devices: int, present: int | None) -> tuple[MeshProblem, ...]:
+    """A warning when the mesh has more devices than this process sees.
+
+    None when no JAX backend is started: the plan does not start one to ask.
+    """
+    if present is None or num_devices <= present:
         return ()
     return (
         MeshProblem(

@@ -133,7 +133,10 @@ class MeshConfigReport(Report):
             ``optimizer``).
         rules: The rules' patterns, in order (empty without ``rules``).
         unmatched_rules: Patterns that gave no leaf its spec.
-        devices_present: ``jax.device_count()`` when the plan was made.
+        devices_present: ``jax.device_count()`` when the plan was made, or
+            ``None`` when no JAX backend was started (a plan does not start
+            one: with a PJRT plugin installed and its device absent, starting
+            it writes the plugin's errors to stderr).
         max_device_bytes: The per-device budget the plan is judged against
             (``None``: no budget). :attr:`ok` is ``False`` when the plan
             exceeds it, and every rendering states it with the verdict.
@@ -175,7 +178,7 @@ class MeshConfigReport(Report):
     gradient_leaves: tuple[LeafShard, ...] = ()
     rules: tuple[str, ...] = ()
     unmatched_rules: tuple[str, ...] = ()
-    devices_present: int = 1
+    devices_present: int | None = 1
     max_device_bytes: int | None = None
 
     def _repr_items(self) -> dict[str, Any]:

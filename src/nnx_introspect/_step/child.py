@@ -36,7 +36,6 @@ from nnx_introspect._step.compile import _compile
 from nnx_introspect._step.formats import _spec_from_json, _spec_json
 from nnx_introspect._step.inputs import LOSSES, _importable_name, _Request
 from nnx_introspect._step.topology import _topology, target_mesh
-from nnx_introspect._step.xla import REMAT_WARNING_RE
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
 
 MAX_CHILD_DEVICES = 2048
@@ -104,6 +103,7 @@ def _child_request(
         "loss": loss,
         "optimizer": request.optimizer_name,
         "logical_rules": _json_logical_rules(request.logical_rules),
+        "trace_as_target": request.trace_as_target,
     }
 
 
@@ -191,6 +191,7 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
         optimizer_name=data["optimizer"],
         rules=None,
         logical_rules=logical,
+        trace_as_target=bool(data.get("trace_as_target", True)),
     )
     # Only the specs are read by the compile: the plan the parent resolved.
     plan = MeshConfigReport(
@@ -204,12 +205,15 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
         optimizer_leaves=_planned(data, "optimizer_leaves", n),
     )
     topology = data.get("topology")
+    trace_devices = None
     if topology is not None:
         mesh, order = target_mesh(topology, mesh_axes)
+        if request.trace_as_target:
+            trace_devices = list(mesh.devices.flat)
     else:
         devices = np.array(jax.devices()[:n]).reshape([s for _, s in mesh_axes])
         mesh, order = Mesh(devices, tuple(a for a, _ in mesh_axes)), "plain"
-    return _compile(request, mesh, plan) | {"device_order": order}
+    return _compile(request, mesh, plan, trace_devices) | {"device_order": order}
 
 
 def _child_env(n: int, topology: str | None) -> dict[str, str]:
@@ -278,22 +282,11 @@ def _run_child(payload: dict[str, Any], n: int) -> dict[str, Any]:
     if "error" in answer:
         raise _ERRORS.get(answer["error"], RuntimeError)(answer["message"])
     result: dict[str, Any] = answer["result"]
-    result["warnings"] = list(result.get("warnings", [])) + _stderr_warnings(
-        done.stderr
-    )
+    # The child's own native lines (plugin messages on import) and the
+    # compiler's log: kept for `debug=True`, never written to this stderr.
+    log = "".join(part for part in (done.stderr, result.get("compiler_log")) if part)
+    result["compiler_log"] = log
     return result
-
-
-def _stderr_warnings(stderr: str) -> list[str]:
-    """The compiler's warnings the report must carry, from the child's log."""
-    out = []
-    for match in REMAT_WARNING_RE.finditer(stderr):
-        figure = match.group("figure") or match.group("figure2")
-        out.append(
-            f"XLA:GPU: \"Can't reduce memory use below {figure} by "
-            "rematerialization\" (the step stays above the device's memory)."
-        )
-    return list(dict.fromkeys(out))
 
 
 def main() -> int:

@@ -4,7 +4,7 @@ import contextlib
 import re
 import time
 import warnings
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
 
 import jax
@@ -18,6 +18,7 @@ from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._step.formats import _batch_str, _one_line
 from nnx_introspect._step.inputs import _Request
+from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._step.loss import (
     _call_model,
     _LossError,
@@ -150,8 +151,19 @@ def _mesh_contexts(mesh: Mesh, logical_rules: Any) -> Iterator[None]:
         yield
 
 
-def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str, Any]:
+def _compile(
+    request: _Request,
+    mesh: Mesh,
+    plan: MeshConfigReport,
+    trace_devices: Sequence[Any] | None = None,
+) -> dict[str, Any]:
     """Lower and compile the step on ``mesh``; XLA's numbers as plain values.
+
+    With ``trace_devices`` (a named target's compile-only devices, in its
+    child process), the model is traced with JAX's device lookups answering
+    with them (:func:`~nnx_introspect._step.platform.devices_seen_as`), so
+    code that asks for its platform sees the target's;
+    ``numbers["traced_platform"]`` says which platform the model saw.
 
     A ``mesh`` with Explicit axes (``jax.make_mesh``'s default) is used as is
     when the step traces under it, as the user's own ``jax.jit`` would; when the
@@ -162,13 +174,13 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
     start = time.perf_counter()
     fallback: str | None = None
     try:
-        lowered = _lower(request, mesh, plan)
+        lowered, seen = _lower(request, mesh, plan, trace_devices)
     except (_ModelError, _LossError, _OptimizerError) as error:
         auto = _auto_mesh(mesh)
         if auto is None:
             _raise_as_argument_error(request, error)
         try:
-            lowered = _lower(request, auto, plan)
+            lowered, seen = _lower(request, auto, plan, trace_devices)
         except (_ModelError, _LossError, _OptimizerError) as auto_error:
             _raise_as_argument_error(request, auto_error)
         fallback = (
@@ -179,6 +191,7 @@ def _compile(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> dict[str,
         mesh = auto
     numbers = compile_lowered(lowered, mesh, start)
     numbers["sharding_constraints"] = count_sharding_constraints(lowered)
+    numbers["traced_platform"] = seen
     numbers["explicit_axes_fallback"] = fallback
     if fallback is not None:
         numbers["warnings"] = [*numbers.get("warnings", []), f"`mesh`: {fallback}."]
@@ -207,8 +220,16 @@ def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
     raise ValueError(f"`loss` {request.loss_name!r} failed: {error}") from cause
 
 
-def _lower(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> Any:
-    """The step lowered on ``mesh``; the private errors of a failed trace."""
+def _lower(
+    request: _Request,
+    mesh: Mesh,
+    plan: MeshConfigReport,
+    trace_devices: Sequence[Any] | None = None,
+) -> tuple[Any, str]:
+    """The step lowered on ``mesh`` and the platform the model saw.
+
+    Raises the private errors of a failed trace.
+    """
     model, tx, loss = request.model, request.tx, request.loss
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     graphdef, *states = nnx.split(model, nnx.Param, ...)
@@ -300,8 +321,11 @@ def _lower(request: _Request, mesh: Mesh, plan: MeshConfigReport) -> Any:
                 keep_unused=True,
             )
             args = (params, rest, opt_state, step, batch)
-    with _mesh_contexts(mesh, request.logical_rules):
-        return jitted.lower(*args)
+    with (
+        _mesh_contexts(mesh, request.logical_rules),
+        devices_seen_as(trace_devices) as seen,
+    ):
+        return jitted.lower(*args), seen
 
 
 def _update(

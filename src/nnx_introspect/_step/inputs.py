@@ -68,6 +68,9 @@ class _Request:
     optimizer_name: str | None
     rules: Any
     logical_rules: Any
+    trace_as_target: bool = True
+    """Trace a named target's step with JAX's device lookups answering with
+    the target's devices (see :mod:`nnx_introspect._step.platform`)."""
 
     @property
     def num_devices(self) -> int:

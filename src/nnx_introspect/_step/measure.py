@@ -40,6 +40,7 @@ from nnx_introspect._step.inputs import (
     _spec_problems,
 )
 from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step.budget import Budget, step_budget
 from nnx_introspect._step.topology import _topology, check_compiler, target_mesh
 from nnx_introspect._step.xla import compiler_name
 from nnx_introspect._typing import IntLike, typechecked
@@ -59,6 +60,8 @@ def step_memory_report(
     batch_spec: SpecsLike = None,
     topology: str | None = None,
     max_device_bytes: IntLike | str | None = None,
+    trace_as_target: bool = True,
+    debug: bool = False,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -122,8 +125,20 @@ def step_memory_report(
             :func:`parse_topology`): compile with XLA:TPU or XLA:GPU for it;
             the mesh must have one device per chip or GPU.
         max_device_bytes: The memory budget of one device, a byte count or a
-            size such as ``"80GiB"``; default: the topology's device memory
-            (none on XLA:CPU).
+            size such as ``"80GiB"``; default: the memory the run will have:
+            on a GPU target the share JAX's allocator takes of the device
+            (``XLA_CLIENT_MEM_FRACTION`` or ``XLA_PYTHON_CLIENT_MEM_FRACTION``
+            as this process's environment sets it, else 0.75), on a TPU
+            target the chip's HBM; none on XLA:CPU.
+        trace_as_target: For a named ``topology`` compiled in a child
+            process, trace the model with JAX's device lookups
+            (``jax.devices()``, ``jax.default_backend()``...) answering with
+            the target's devices, so a model that shards its activations only
+            off the CPU (as tunix does) compiles as on the real machine. The
+            report's ``traced_platform`` says what the model saw.
+        debug: Keep what the compiler and the child process wrote to stderr
+            on the report (``compiler_log``); it never reaches this process's
+            stderr.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -168,9 +183,10 @@ def step_memory_report(
     loss = _as_loss(loss, leaves)
     tx, optimizer_name = _as_optimizer(optimizer)
     _check_optimizer_has_a_loss(optimizer, tx, loss)
-    budget = None if max_device_bytes is None else parse_bytes(max_device_bytes)
+    given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
     if topology is not None:  # a bad name, size or missing compiler: before work
         check_compiler(topology, mesh_axes)
+    budget = step_budget(given, topology)
     plan = mesh_config_report(
         model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
     )
@@ -189,11 +205,12 @@ def step_memory_report(
         optimizer_name=optimizer_name,
         rules=rules,
         logical_rules=logical_rules,
+        trace_as_target=trace_as_target,
     )
     numbers, compiled_in = _compile_where_the_devices_are(
         request, mesh, abstract_mesh.axis_names, plan, topology
     )
-    return _report(request, plan, numbers, topology, compiled_in, budget)
+    return _report(request, plan, numbers, topology, compiled_in, budget, debug)
 
 
 def _check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
@@ -291,13 +308,15 @@ def _report(
     numbers: dict[str, Any],
     topology: str | None,
     compiled_in: str,
-    budget: int | None,
+    budget: Budget,
+    debug: bool = False,
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
     flops = numbers["flops"]
     memory = None if topology is None else _topology(topology).device_memory_bytes
     oom = bool(numbers.get("out_of_memory", False))
     warnings = list(numbers.get("warnings", []))
+    warnings += [_remat_warning(s, budget) for s in numbers.get("remat", [])]
     arguments = numbers["argument_bytes"]
     if arguments is None:  # refused for memory: the plan's exact shards
         arguments = _planned_argument_bytes(request, plan)
@@ -324,7 +343,11 @@ def _report(
         topology=topology,
         compiled_in=compiled_in,
         device_memory_bytes=memory,
-        max_device_bytes=budget if budget is not None else memory,
+        max_device_bytes=budget.bytes,
+        budget_basis=budget.basis,
+        allocator_fraction=budget.fraction,
+        traced_platform=numbers.get("traced_platform"),
+        compiler_log=numbers.get("compiler_log") if debug else None,
         out_of_memory=oom,
         compiler_message=numbers.get("compiler_message"),
         compiler_required_bytes=numbers.get("compiler_required_bytes"),
@@ -340,10 +363,6 @@ def _report(
         else report
     )
 
-
-# JAX's GPU allocator takes this share of a GPU's memory unless
-# XLA_PYTHON_CLIENT_MEM_FRACTION (XLA_CLIENT_MEM_FRACTION) says otherwise.
-JAX_GPU_MEMORY_FRACTION = 0.75
 
 NO_CONSTRAINT_WARNING = (
     "The compiled step holds no activation sharding constraint, so XLA chose every "
@@ -361,19 +380,21 @@ def _caveats(
     sharded = any(leaf.bytes_per_device < leaf.global_bytes for leaf in plan.leaves)
     if report.sharding_constraints == 0 and request.num_devices > 1 and sharded:
         out.append(NO_CONSTRAINT_WARNING)
-    memory = report.device_memory_bytes
-    if report.backend == "gpu" and memory is not None and not report.out_of_memory:
-        share = int(memory * JAX_GPU_MEMORY_FRACTION)
-        if report.peak_bytes > share:
-            out.append(
-                f"The peak ({format_bytes(report.peak_bytes)}) is above the "
-                f"{JAX_GPU_MEMORY_FRACTION:.0%} of the device's memory "
-                f"({format_bytes(share)}) that JAX's GPU allocator takes by "
-                "default: run the step with XLA_PYTHON_CLIENT_MEM_FRACTION (or "
-                "XLA_CLIENT_MEM_FRACTION) raised, e.g. to .95, or it may run out "
-                "of memory."
-            )
     return tuple(out)
+
+
+def _remat_warning(statement: dict[str, Any], budget: Budget) -> str:
+    """XLA's rematerialization line, quoted whole, and what its limit is."""
+    limit = statement["limit"]
+    text = (
+        f"XLA: \"{statement['quote']}\". {format_bytes(limit)} is the limit XLA "
+        "rematerialised towards (on XLA:GPU its scheduler's limit, from the "
+        "device memory the compile was given, less the step's arguments and "
+        "outputs), not the device's memory"
+    )
+    if budget.bytes is not None:
+        text += f"; the budget is {format_bytes(budget.bytes)}"
+    return text + "."
 
 
 def _device_order(order: str, topology: str | None) -> str:

@@ -8,6 +8,7 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh import MeshConfigReport, parse_bytes
 from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._step.budget import MAX_ADVISED_FRACTION, Budget
 from nnx_introspect._step.formats import _spec_json, _spec_str
 from nnx_introspect._typing import IntLike, typechecked
 
@@ -78,6 +79,20 @@ class StepMemoryReport(Report):
         sharding_constraints: How many sharding constraints (activation
             ``with_sharding_constraint`` s, forward and transposed) the lowered
             step holds; ``None`` when not counted.
+        budget_basis: What ``max_device_bytes`` is, in words: ``"the budget
+            given"``, ``"the device's memory"`` (TPU) or, on a GPU target,
+            ``"the 75% of the device's 79.11 GiB that JAX's GPU allocator
+            takes (JAX's default)"``; ``None`` without a budget.
+        allocator_fraction: On a GPU target without ``max_device_bytes``, the
+            share of the device's memory JAX's allocator takes (from
+            ``XLA_CLIENT_MEM_FRACTION`` / ``XLA_PYTHON_CLIENT_MEM_FRACTION``,
+            else 0.75); else ``None``.
+        traced_platform: The platform the model's code saw while the step
+            was traced (``jax.devices()[0].platform``): a named target's
+            (``"gpu"``, ``"tpu"``) unless ``trace_as_target=False`` or the
+            step compiled in this process; ``None`` when not known.
+        compiler_log: With ``debug=True``, what the compiler and the child
+            process wrote to stderr (kept off the caller's); else ``None``.
 
     When the compiler refused the step for memory, ``temp_bytes`` is its
     required figure for temporaries, ``argument_bytes`` the plan's exact
@@ -132,6 +147,10 @@ class StepMemoryReport(Report):
     warnings: tuple[str, ...] = ()
     device_order: str = "plain device order"
     sharding_constraints: int | None = None
+    budget_basis: str | None = None
+    allocator_fraction: float | None = None
+    traced_platform: str | None = None
+    compiler_log: str | None = None
 
     def __post_init__(self) -> None:
         over = self.device_memory_bytes is not None and (
@@ -259,10 +278,17 @@ class StepMemoryReport(Report):
         ]
         if self.topology is not None:
             notes.append(f"Device order: {self.device_order}.")
+        if self.budget_basis is not None:
+            notes.append(f"Budget: {self.budget_basis}.")
         if self.sharding_constraints is not None:
+            seen = (
+                ""
+                if self.traced_platform is None
+                else f"; the model saw the platform {self.traced_platform!r}"
+            )
             notes.append(
                 "Activation sharding constraints in the lowered step: "
-                f"{self.sharding_constraints}."
+                f"{self.sharding_constraints}{seen}."
             )
         notes += [f"Warning: {w}" for w in self.warnings]
         if self.backend == "cpu":
@@ -285,6 +311,25 @@ class StepMemoryReport(Report):
         )
 
     @property
+    def needed_fraction(self) -> float | None:
+        """The allocator fraction at which a GPU step that does not fit would.
+
+        ``XLA_CLIENT_MEM_FRACTION`` rounded up to two decimals; ``None`` off
+        GPU targets, with a budget given, when the step fits, or when no
+        fraction up to 0.95 makes it fit (the CUDA context and NCCL's buffers
+        need the rest of the device).
+        """
+        if self.out_of_memory and self.compiler_message is not None:
+            return None
+        budget = Budget(
+            self.max_device_bytes,
+            self.budget_basis,
+            self.device_memory_bytes,
+            self.allocator_fraction,
+        )
+        return budget.needed_fraction(self.peak_bytes)
+
+    @property
     def verdict(self) -> str:
         """One line, the answer first: fits or not, the peak, the budget."""
         where = (
@@ -293,6 +338,7 @@ class StepMemoryReport(Report):
         )
         peak = format_bytes(self.peak_bytes)
         budget = self.max_device_bytes
+        basis = "" if self.budget_basis is None else f" ({self.budget_basis})"
         if self.out_of_memory:
             has = self.device_memory_bytes
             if has is None:
@@ -303,16 +349,21 @@ class StepMemoryReport(Report):
         if budget is None:
             return f"Peak {peak} per device for {where}"
         if self.fits():
-            return f"Fits in {peak} of {format_bytes(budget)} per device: {where}"
-        device = (
-            "the device has"
-            if budget == self.device_memory_bytes
-            else ("the budget is")
-        )
+            return f"Fits in {peak} of {format_bytes(budget)} per device{basis}: {where}"
         return (
-            f"Does not fit: needs {peak} per device, {device} "
-            f"{format_bytes(budget)}; {where}"
+            f"Does not fit: needs {peak} per device, the budget is "
+            f"{format_bytes(budget)}{basis}{self._fraction_advice()}; {where}"
         )
+
+    def _fraction_advice(self) -> str:
+        if self.allocator_fraction is None:
+            return ""
+        needed = self.needed_fraction
+        if needed is None:
+            return (
+                f"; no allocator fraction up to {MAX_ADVISED_FRACTION} makes it fit"
+            )
+        return f"; it fits with XLA_CLIENT_MEM_FRACTION={needed:.2f}"
 
     def _verdict_notes(self) -> list[str]:
         if self.compiler_message is None:
@@ -348,6 +399,10 @@ class StepMemoryReport(Report):
             "warnings": list(self.warnings),
             "device_order": self.device_order,
             "sharding_constraints": self.sharding_constraints,
+            "budget_basis": self.budget_basis,
+            "allocator_fraction": self.allocator_fraction,
+            "needed_fraction": self.needed_fraction,
+            "traced_platform": self.traced_platform,
             "step": self.step,
             "loss": self.loss,
             "optimizer": self.optimizer,

@@ -6,11 +6,16 @@ figures with ``out_of_memory`` set. The message formats read here are pinned by
 tests, so a libtpu or jaxlib that words them differently fails loudly.
 """
 
+import contextlib
 import importlib.metadata
 import json
 import math
+import os
 import re
+import sys
+import tempfile
 import time
+from collections.abc import Iterator
 from typing import Any
 
 from jax.sharding import Mesh
@@ -45,13 +50,81 @@ _OOM_USED_OF = re.compile(
 )
 _UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
 
-REMAT_WARNING_RE = re.compile(
-    r"Can't reduce memory use below (?P<figure>[0-9.]+\s*[KMGT]?i?B) "
-    r"\(\d+ bytes\) by rematerialization|"
-    r"Can't reduce memory use below (?P<figure2>[0-9.]+\s*[KMGT]?i?B) by "
-    r"rematerialization"
+REMAT_LINE_RE = re.compile(
+    r"Can't reduce memory use below (?P<limit>[0-9.]+\s*[KMGT]?i?B) "
+    r"\((?P<limit_bytes>\d+) bytes\) by rematerialization"
+    r"(?:; only reduced to (?P<reduced>[0-9.]+\s*[KMGT]?i?B) "
+    r"\((?P<reduced_bytes>\d+) bytes\), down from (?P<original>[0-9.]+\s*[KMGT]?i?B) "
+    r"\((?P<original_bytes>\d+) bytes\) originally)?[^\n]*"
 )
-"""XLA:GPU's warning when the step stays above the device's memory."""
+"""XLA's ``HloRematerialization`` warning: it could not bring the step's memory
+under the limit it rematerialises towards (``xla/service/hlo_rematerialization.cc``).
+"""
+
+
+def remat_statements(log: str) -> list[dict[str, Any]]:
+    """Each rematerialization warning in a compiler log, quoted and read.
+
+    ``limit`` is the memory XLA tried to bring the program under (XLA:GPU's
+    scheduler limit), ``reduced_to`` what it reached and ``original`` what
+    the program needed before; ``quote`` is XLA's line, whole.
+
+    Example:
+        >>> log = (
+        ...     "W0101 hlo_rematerialization.cc:3170] Can't reduce memory use below "
+        ...     "60.13GiB (64567591812 bytes) by rematerialization; only reduced to "
+        ...     "77.27GiB (82970500376 bytes), down from 77.27GiB (82970500376 bytes) "
+        ...     "originally\n"
+        ... )
+        >>> (s,) = remat_statements(log)
+        >>> s["limit"], s["reduced_to"], s["original"]
+        (64567591812, 82970500376, 82970500376)
+        >>> s["quote"].startswith("Can't reduce memory use below 60.13GiB")
+        True
+    """
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for match in REMAT_LINE_RE.finditer(log):
+        quote = match.group(0).strip()
+        if quote in seen:
+            continue
+        seen.add(quote)
+        reduced, original = match.group("reduced_bytes", "original_bytes")
+        out.append(
+            {
+                "quote": quote,
+                "limit": int(match.group("limit_bytes")),
+                "reduced_to": None if reduced is None else int(reduced),
+                "original": None if original is None else int(original),
+            }
+        )
+    return out
+
+
+@contextlib.contextmanager
+def native_stderr_captured() -> Iterator[list[str]]:
+    """What native code writes to file descriptor 2 in the block, kept off it.
+
+    Yields a list that holds the captured text (one string) once the block
+    ends; file descriptor 2 is restored, also on an error. XLA's C++ logging
+    (a rematerialization that fell short, plugin messages) goes there, below
+    anything Python's logging can filter.
+    """
+    captured: list[str] = []
+    sys.stderr.flush()
+    saved = os.dup(2)
+    try:
+        with tempfile.TemporaryFile(mode="w+b") as capture:
+            os.dup2(capture.fileno(), 2)
+            try:
+                yield captured
+            finally:
+                sys.stderr.flush()
+                os.dup2(saved, 2)
+                capture.seek(0)
+                captured.append(capture.read().decode("utf-8", "replace"))
+    finally:
+        os.close(saved)
 
 
 def _figure(text: str) -> int:
@@ -110,12 +183,18 @@ def compile_lowered(lowered: Any, mesh: Mesh, start: float) -> dict[str, Any]:
         "compiler_available_bytes": None,
         "warnings": [GPU_AUTOTUNE_WARNING] if backend == "gpu" else [],
     }
-    try:
-        compiled = lowered.compile(compiler_options=options)
-    except Exception as error:  # the compiler's JaxRuntimeError
-        oom = read_oom(str(error))
+    with native_stderr_captured() as log:
+        try:
+            compiled: Any = lowered.compile(compiler_options=options)
+        except Exception as error:  # the compiler's JaxRuntimeError
+            compiled = error
+    numbers["compiler_log"] = log[0]
+    numbers["remat"] = remat_statements(log[0])
+    if isinstance(compiled, Exception):
+        refusal: Exception = compiled
+        oom = read_oom(str(refusal))
         if oom is None:
-            raise
+            raise refusal
         what = oom["what"]
         return numbers | {
             "argument_bytes": None,
@@ -125,7 +204,7 @@ def compile_lowered(lowered: Any, mesh: Mesh, start: float) -> dict[str, Any]:
             "flops": None,
             "compile_seconds": time.perf_counter() - start,
             "out_of_memory": True,
-            "compiler_message": " ".join(str(error).split()),
+            "compiler_message": " ".join(str(refusal).split()),
             "compiler_required_bytes": oom["required"],
             "compiler_available_bytes": oom["available"],
         }
