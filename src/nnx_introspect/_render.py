@@ -7,9 +7,11 @@ free and no report formats its own strings.
 
 import dataclasses
 import html
+import io
 import json
 import math
-from typing import Any
+import shutil
+from typing import Any, Literal, TypeAlias
 
 from rich.console import Console, ConsoleOptions, RenderResult
 from rich.measure import Measurement
@@ -28,7 +30,11 @@ __all__ = [
     "to_html",
     "to_markdown",
     "to_rich",
+    "verdict_html",
 ]
+
+Tone: TypeAlias = Literal["ok", "bad", "neutral"]
+"""The colour of a verdict box: green (fits), red (does not) or grey (no budget)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -108,11 +114,14 @@ class FittedTable:
     at least as wide as its widest cell; a header of several words may wrap);
     a little narrower, the same table without borders; below that, one block
     per row. The title and the lead
-    sentences come first either way. :meth:`rich_table` gives the table itself.
+    sentences come first either way (with ``title_above``, the title is always
+    its own first line, never centred over the table). :meth:`rich_table` gives
+    the table itself.
     """
 
-    def __init__(self, table: Table) -> None:
+    def __init__(self, table: Table, *, title_above: bool = False) -> None:
         self.table = table
+        self.title_above = title_above
         first = [row[0] for row in (*table.rows, *table.totals) if row]
         self.first_width = max(
             [len(table.columns[0]) if table.columns else 0, *map(len, first)]
@@ -129,7 +138,11 @@ class FittedTable:
         """
         table = self.table
         caption = Text("\n".join(table.notes)) if table.notes else None
-        out = RichTable(title=Text(table.title) if title else None, caption=caption)
+        out = RichTable(
+            title=Text(table.title) if title else None,
+            caption=caption,
+            caption_justify="left" if self.title_above else "center",
+        )
         if compact:
             out = RichTable(
                 title=Text(table.title) if title else None,
@@ -189,7 +202,7 @@ class FittedTable:
     ) -> RenderResult:
         table = self.table
         boxed = options.max_width >= self.min_table_width()
-        if boxed and not table.lead:
+        if boxed and not table.lead and not self.title_above:
             yield self.rich_table()
             return
         yield Text(table.title, style="bold")
@@ -298,17 +311,25 @@ p.verdict{font-size:18px;font-weight:600;padding:8px 12px;border-radius:6px;
 max-width:960px}
 p.verdict.ok{background:#dafbe1;color:#116329}
 p.verdict.bad{background:#ffebe9;color:#a40e26}
+p.verdict.neutral{background:#f6f8fa;color:#24292f}
 ul.problems{color:#a40e26}ul.warnings{color:#9a6700}
 p.legend{font-size:13px;color:#57606a;max-width:960px}
 details.more{margin:0 0 12px 1.5rem;cursor:pointer}
 """
 
 
-def table_html(table: Table) -> str:
-    """The ``<table>`` element (and notes) for ``table``, without a page around it."""
+def table_html(table: Table, *, caption: bool = True) -> str:
+    """The ``<table>`` element (and notes) for ``table``, without a page around it.
+
+    Args:
+        table: The table.
+        caption: Whether the title is the table's caption (off when the page
+            shows it already, as a verdict's box).
+    """
     esc = html.escape
     parts = [f'<p class="lead">{esc(sentence)}</p>' for sentence in table.lead]
-    parts.append(f"<table><caption>{esc(table.title)}</caption><thead><tr>")
+    head = f"<caption>{esc(table.title)}</caption>" if caption else ""
+    parts.append(f"<table>{head}<thead><tr>")
     parts += [f"<th>{esc(c)}</th>" for c in table.columns]
     parts.append("</tr></thead><tbody>")
     for row in table.rows:
@@ -328,6 +349,28 @@ def table_html(table: Table) -> str:
 def to_html(table: Table, *, extra: str = "") -> str:
     """A self-contained HTML page (inline CSS, no scripts or external files)."""
     return page_html(table.title, extra + table_html(table))
+
+
+def verdict_html(text: str, tone: Tone) -> str:
+    """A report's verdict as a coloured box: the first thing a page shows.
+
+    Args:
+        text: The verdict, one sentence (a full stop is added if it has none).
+        tone: ``"ok"`` (green: fits), ``"bad"`` (red: out of memory, over the
+            budget, a problem) or ``"neutral"`` (grey: nothing to judge
+            against, such as no budget).
+
+    Example:
+        >>> verdict_html("Fits in 1 KiB of 2 KiB per device", "ok")
+        '<p class="verdict ok">Fits in 1 KiB of 2 KiB per device.</p>'
+    """
+    if tone not in ("ok", "bad", "neutral"):
+        raise ValueError(
+            f"`tone` must be 'ok', 'bad' or 'neutral', got {tone!r}. Pass the "
+            "verdict's colour: green, red or grey."
+        )
+    sentence = text if text.endswith((".", "!", "?")) else text + "."
+    return f'<p class="verdict {tone}">{html.escape(sentence)}</p>'
 
 
 def page_html(title: str, body: str) -> str:
@@ -438,15 +481,92 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
         return json.dumps(payload, indent=indent)
 
     def to_html(self) -> str:
-        """The report as a self-contained HTML page."""
-        return to_html(self.table())
+        """The report as a self-contained HTML page, its verdict boxed first.
+
+        A report with a ``verdict`` and an ``ok`` opens with the verdict in a
+        coloured box (:meth:`_verdict_tone`); the table follows.
+        """
+        table = self.table()
+        return page_html(table.title, self._body_html(table))
 
     def __rich__(self) -> "FittedTable":
         """The report as a rich table (``rich.print(report)``)."""
         return to_rich(self.table())
 
     def _repr_html_(self) -> str:
-        return table_html(self.table())
+        return self._body_html(self.table())
+
+    def _verdict_tone(self) -> Tone | None:
+        """The colour of the verdict's box, or ``None`` for a report without one.
+
+        A report has a box when it has a ``verdict`` (a string) and an ``ok``
+        (a bool): red when not ``ok``; grey when ``ok`` only because there is
+        no budget to judge (a ``max_device_bytes`` of ``None``), green
+        otherwise. A subclass may override this.
+        """
+        verdict = getattr(self, "verdict", None)
+        ok = getattr(self, "ok", None)
+        if not isinstance(verdict, str) or not isinstance(ok, bool):
+            return None
+        if not ok:
+            return "bad"
+        if getattr(self, "max_device_bytes", 0) is None:
+            return "neutral"
+        return "ok"
+
+    def _body_html(self, table: Table) -> str:
+        """The verdict's box (if any), then the table.
+
+        The table's caption is left out when it is the verdict already boxed.
+        """
+        tone = self._verdict_tone()
+        if tone is None:
+            return table_html(table)
+        verdict = str(getattr(self, "verdict"))  # noqa: B009  # checked by the tone
+        if table.title == verdict:
+            return verdict_html(verdict, tone) + table_html(table, caption=False)
+        return verdict_html(verdict, tone) + table_html(table)
+
+    def __str__(self) -> str:
+        """The report as plain text: what ``print(report)`` shows.
+
+        The verdict (or, for a report without one, the title) on the first
+        line, then the table as the terminal would show it (at the terminal's
+        width, 100 columns when there is none), without colours. ``repr`` stays
+        the short one.
+
+        Example:
+            >>> from flax import nnx
+            >>> from nnx_introspect import mesh_config_report
+            >>> report = mesh_config_report(nnx.Linear(4, 3, rngs=nnx.Rngs(0)), "a=2")
+            >>> print(str(report).splitlines()[0])
+            OK: every leaf can be placed as specified; 60 B per device (no budget set).
+        """
+        table = self.table()
+        verdict = getattr(self, "verdict", None)
+        lines: list[str] = []
+        if isinstance(verdict, str):
+            lines.append(verdict)
+            if table.title == verdict:
+                table = dataclasses.replace(table, title="")
+            table = dataclasses.replace(
+                table, lead=tuple(s for s in table.lead if s != verdict)
+            )
+        width = shutil.get_terminal_size((100, 24)).columns
+        buffer = io.StringIO()
+        console = Console(
+            file=buffer,
+            width=max(20, width),
+            color_system=None,
+            force_terminal=False,
+            force_jupyter=False,
+            legacy_windows=False,
+        )
+        console.print(FittedTable(table, title_above=True))
+        rendered = [line.rstrip() for line in buffer.getvalue().splitlines()]
+        if rendered and not rendered[0]:  # an emptied title
+            rendered = rendered[1:]
+        return "\n".join([*lines, *rendered]).rstrip("\n")
 
 
 class _Len(int):

@@ -1,0 +1,242 @@
+"""Issue 17: every report's verdict box in HTML, and ``print(report)`` as text."""
+
+import dataclasses
+import importlib
+import pkgutil
+import re
+from pathlib import Path
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+import pytest
+from flax import nnx
+
+import nnx_introspect
+from nnx_introspect import (
+    Table,
+    checkpoint_report,
+    compare_states,
+    mesh_config_report,
+    param_fingerprint,
+    summarize,
+)
+from nnx_introspect._render import Report, verdict_html
+from nnx_introspect._step import step_memory_report
+from nnx_introspect._step.search import max_batch
+
+X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+
+
+def linear(rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(4, 6, rngs=rngs)
+
+
+def _box(page: str) -> tuple[str, str]:
+    """The verdict box's class and text: the first element of the page's body."""
+    body = page[page.index("<body>") + len("<body>") :]
+    match = re.match(r'<p class="verdict (\w+)">([^<]*)</p>', body)
+    assert match is not None, body[:200]
+    return match.group(1), match.group(2)
+
+
+@pytest.fixture(scope="module")
+def peak() -> int:
+    return step_memory_report(linear, "data=8", X).peak_bytes
+
+
+@pytest.mark.parametrize(
+    ("budget", "tone"),
+    [(None, "neutral"), ("1MiB", "ok"), (100, "bad")],
+)
+def test_step_page_opens_with_a_coloured_verdict(
+    peak: int, budget: int | str | None, tone: str
+) -> None:
+    report = step_memory_report(linear, "data=8", X, max_device_bytes=budget)
+    # independent: the peak against the budget, in bytes
+    expected: dict[int | str | None, str] = {
+        None: "neutral",
+        "1MiB": "ok" if peak <= 2**20 else "bad",
+        100: "ok" if peak <= 100 else "bad",
+    }
+    assert tone == expected[budget]
+    page = report.to_html()
+    colour, text = _box(page)
+    assert colour == tone
+    assert text == report.verdict + "."
+    # the box comes before the table and the verdict is not repeated as caption
+    assert page.index('class="verdict') < page.index("<table>")
+    assert page.count(report.verdict) == 2  # the page's <title> and the box
+    assert report._repr_html_().startswith(f'<p class="verdict {tone}">')
+
+
+def test_out_of_memory_is_red_and_the_box_css_has_three_colours() -> None:
+    page = step_memory_report(linear, "data=8", X, max_device_bytes=0).to_html()
+    assert _box(page)[0] == "bad"
+    for tone in ("ok", "bad", "neutral"):
+        assert f"p.verdict.{tone}{{background:" in page
+
+
+@dataclasses.dataclass(frozen=True)
+class Judged(Report):
+    """A report of someone else's: a verdict, ``ok`` and maybe a budget."""
+
+    ok: bool
+    max_device_bytes: int | None = 10
+
+    @property
+    def verdict(self) -> str:
+        return "All good" if self.ok else "Not good"
+
+    def table(self) -> Table:
+        return Table("Judged", ("path", "n"), (("a", "1"),))
+
+    def json_data(self) -> dict[str, Any]:
+        return {}
+
+
+@pytest.mark.parametrize(
+    ("report", "tone", "caption"),
+    [
+        (Judged(ok=True), "ok", True),
+        (Judged(ok=False), "bad", True),
+        (Judged(ok=True, max_device_bytes=None), "neutral", True),
+    ],
+)
+def test_any_report_with_a_verdict_gets_the_box(
+    report: Judged, tone: str, caption: bool
+) -> None:
+    page = report.to_html()
+    assert _box(page) == (tone, report.verdict + ".")
+    assert ("<caption>Judged</caption>" in page) is caption  # a title, not the verdict
+
+
+def test_a_report_without_a_verdict_has_no_box() -> None:
+    page = summarize(nnx.Linear(2, 2, rngs=nnx.Rngs(0))).to_html()
+    assert 'class="verdict' not in page
+
+
+def test_verdict_html_escapes_and_refuses_an_unknown_tone() -> None:
+    assert verdict_html("a < b!", "neutral") == (
+        '<p class="verdict neutral">a &lt; b!</p>'
+    )
+    with pytest.raises(ValueError, match="`tone` must be 'ok', 'bad' or 'neutral'"):
+        verdict_html("x", "green")  # type: ignore[arg-type]
+
+
+def test_the_max_batch_page_uses_the_same_box() -> None:
+    fits = max_batch(linear, "data=8", X, max_device_bytes="2KiB", loss=None)
+    assert _box_after_h1(fits.to_html()) == ("ok", fits.verdict + ".")
+    none = max_batch(linear, "data=8", X, max_device_bytes=100, loss=None)
+    assert _box_after_h1(none.to_html()) == ("bad", none.verdict + ".")
+
+
+def _box_after_h1(page: str) -> tuple[str, str]:
+    match = re.search(r'</h1><p class="verdict (\w+)">([^<]*)</p>', page)
+    assert match is not None
+    return match.group(1), match.group(2)
+
+
+# --- print(report) -------------------------------------------------------------------
+
+
+def _report_classes() -> set[type[Report]]:
+    """Every ``Report`` subclass the package defines (all its modules imported)."""
+    for module in pkgutil.walk_packages(
+        nnx_introspect.__path__, nnx_introspect.__name__ + "."
+    ):
+        if not module.name.endswith("__main__"):
+            importlib.import_module(module.name)
+    found: set[type[Report]] = set()
+    todo = list(Report.__subclasses__())
+    while todo:
+        cls = todo.pop()
+        if cls.__module__.startswith("nnx_introspect."):
+            found.add(cls)
+        todo += cls.__subclasses__()
+    return found
+
+
+@pytest.fixture(scope="module")
+def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    path = tmp_path_factory.mktemp("issue17") / "ckpt"
+    with ocp.StandardCheckpointer() as checkpointer:
+        checkpointer.save(path, nnx.state(model))
+    other = nnx.Linear(3, 2, rngs=nnx.Rngs(1))
+    return {
+        "CheckpointReport": checkpoint_report(path),
+        "MeshConfigReport": mesh_config_report(model, "model=2", max_device_bytes=8),
+        "ModelSummary": summarize(model),
+        "ParamFingerprint": param_fingerprint(model),
+        "StateDiff": compare_states(model, other),
+        "StepMemoryReport": step_memory_report(linear, "data=8", X),
+        "BatchSearch": max_batch(linear, "data=8", X, max_device_bytes="2KiB"),
+    }
+
+
+def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
+    classes = _report_classes()
+    assert {cls.__name__ for cls in classes} == set(reports)
+    for cls in classes:
+        assert cls.__str__ is Report.__str__, cls  # one implementation, inherited
+
+
+@pytest.mark.parametrize(
+    "name",
+    [
+        "CheckpointReport",
+        "MeshConfigReport",
+        "ModelSummary",
+        "ParamFingerprint",
+        "StateDiff",
+        "StepMemoryReport",
+        "BatchSearch",
+    ],
+)
+def test_print_leads_with_the_verdict_then_the_table(
+    reports: dict[str, Report], name: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    report = reports[name]
+    print(report)
+    text = capsys.readouterr().out
+    lines = text.splitlines()
+    table = report.table()
+    verdict = getattr(report, "verdict", None)
+    assert lines[0] == (verdict if isinstance(verdict, str) else table.title)
+    assert text.count(lines[0]) == 1  # not repeated as the table's title
+    for row in table.rows:  # every row's first cell, whole
+        cells = [line.lstrip(" │┃") for line in lines]  # a box's left border
+        assert any(cell.startswith(row[0]) for cell in cells), row[0]
+    assert "\x1b[" not in text  # no colour codes
+    assert f"{type(report).__name__}(" not in text  # not the repr
+    assert repr(report).startswith(f"{type(report).__name__}(")  # repr unchanged
+    assert all(line == line.rstrip() for line in lines)
+
+
+def test_print_of_a_mesh_plan_gives_its_verdict_first(
+    reports: dict[str, Report],
+) -> None:
+    lines = str(reports["MeshConfigReport"]).splitlines()
+    # 3x2 kernel + 2 bias of float32, replicated over model=2: 32 B > 8 B
+    assert lines[0].startswith("FAIL: 32 B per device EXCEEDS the budget of 8 B")
+    assert lines[1] == "Mesh plan (model=2; 2 devices)"
+
+
+def test_str_fits_the_terminal(
+    reports: dict[str, Report], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("COLUMNS", "40")
+    narrow = str(reports["MeshConfigReport"]).splitlines()
+    assert max(len(line) for line in narrow[1:]) <= 40
+    monkeypatch.setenv("COLUMNS", "200")
+    wide = str(reports["MeshConfigReport"]).splitlines()
+    assert len(wide) < len(narrow)
+
+
+def test_the_notes_read_left_to_right(tmp_path: Path) -> None:
+    report = summarize(nnx.Linear(2, 2, rngs=nnx.Rngs(0)))
+    lines = str(report).splitlines()
+    note = report.table().notes[0]
+    assert any(line.startswith(note[:30]) for line in lines)
