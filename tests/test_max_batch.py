@@ -27,6 +27,8 @@ def mlp(rngs: nnx.Rngs) -> nnx.Sequential:
 
 X = jax.ShapeDtypeStruct((8, 16), jnp.float32)
 BUDGET = 40_000  # a forward step of mlp on 8 devices: ~9 KiB at 8, ~57 KiB at 1024
+PARAMS = (16 * 64 + 64 + 64 * 16 + 16) * 4  # mlp's float32 parameters, replicated
+TIGHT = PARAMS + 8 * 16 * 4 // 8 + 400  # the arguments of batch 8 fit, its step not
 
 
 @pytest.fixture(scope="module")
@@ -61,9 +63,10 @@ def test_points_are_sorted_and_judged_against_the_budget(search: BatchSearch) ->
 
 
 def test_compiles_are_logarithmic(search: BatchSearch) -> None:
-    # the default upper end: the batch shards alone (8 bytes of float32[., 16]
-    # per example per device, over 8 devices) fill the budget
-    assert search.hi == BUDGET // (16 * 4 // 8) // 8 * 8
+    # the default upper end: the batch shards (8 bytes of float32[., 16] per
+    # example per device, over 8 devices) fill the budget beside the parameters
+    assert search.plan_bytes == PARAMS
+    assert search.hi == (BUDGET - PARAMS) // (16 * 4 // 8) // 8 * 8
     assert search.compiles <= 2 * math.log2(search.hi / 8) + 4
 
 
@@ -75,14 +78,15 @@ def test_hi_caps_the_search() -> None:
 
 
 def test_nothing_fits() -> None:
-    found = max_batch(mlp, "data=8", X, max_device_bytes=1000, loss=None)
+    found = max_batch(mlp, "data=8", X, max_device_bytes=TIGHT, loss=None)
     assert found.best is None and found.report is None and not found.ok
-    assert found.converged
+    assert found.converged and found.compiles == 1
     assert found.points[0][0] == 8 and not found.points[0][2]
-    assert peak_at(8) > 1000  # the smallest batch, compiled directly
+    assert peak_at(8) > TIGHT  # the smallest batch, compiled directly
     data = json.loads(found.to_json())
     assert data["ok"] is False and data["best"] is None and data["report"] is None
     assert found.verdict.startswith("No batch fits: batch 8 needs")
+    assert not found.fits()
 
 
 def test_starts_at_the_given_batch_and_calls_progress_per_compile() -> None:
@@ -97,12 +101,13 @@ def test_starts_at_the_given_batch_and_calls_progress_per_compile() -> None:
 
 
 def test_starts_high_and_halves_down() -> None:
-    x = jax.ShapeDtypeStruct((4096, 16), jnp.float32)
+    x = jax.ShapeDtypeStruct((2048, 16), jnp.float32)
     seen: list[tuple[int, int, bool]] = []
     found = max_batch(
         mlp, "data=8", x, max_device_bytes=BUDGET, loss=None, progress=seen.append
     )
-    assert [b for b, _, _ in seen[:2]] == [4096, 2048]
+    assert found.hi > 2048  # the search starts at the given batch
+    assert [b for b, _, _ in seen[:2]] == [2048, 1024]
     assert found.best is not None and found.converged
     assert peak_at(found.best) <= BUDGET < peak_at(found.best + 8)
 
@@ -189,9 +194,11 @@ def test_renders_in_every_format(search: BatchSearch) -> None:
     assert "BatchSearch(best=" in repr(search) and len(repr(search)) <= 300
 
 
-def test_html_verdict_of_a_search_where_nothing_fits() -> None:
-    page = max_batch(mlp, "data=8", X, max_device_bytes=1000, loss=None).to_html()
+@pytest.mark.parametrize("budget", [1000, TIGHT])  # nothing compiled; one compile
+def test_html_verdict_of_a_search_where_nothing_fits(budget: int) -> None:
+    page = max_batch(mlp, "data=8", X, max_device_bytes=budget, loss=None).to_html()
     assert 'class="verdict bad"' in page and "No batch fits" in page
+    assert ("<svg" in page) is (budget == TIGHT)  # no chart without a point
 
 
 @pytest.mark.parametrize(
@@ -270,7 +277,9 @@ def test_a_compile_refused_for_memory_does_not_fit() -> None:
 def test_a_search_stopped_before_lo_does_not_claim_nothing_fits() -> None:
     # starting 2**30 examples up, 24 halvings end before reaching lo = 8
     x = jax.ShapeDtypeStruct((2**30 * 8, 16), jnp.float32)
-    found = max_batch(mlp, "data=8", x, max_device_bytes=1000, loss=None, hi=x.shape[0])
+    found = max_batch(
+        mlp, "data=8", x, max_device_bytes=TIGHT, loss=None, hi=x.shape[0]
+    )
     assert found.compiles == MAX_COMPILES and not found.converged
     assert found.best is None and not found.ok
     assert found.points[0][0] > found.lo == 8

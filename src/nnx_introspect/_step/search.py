@@ -22,10 +22,19 @@ from nnx_introspect._mesh import (
     MeshLike,
     RulesLike,
     as_abstract_mesh,
+    mesh_config_report,
     parse_bytes,
 )
 from nnx_introspect._mesh.specs import _entry_axes
-from nnx_introspect._render import Report, Table, format_bytes, page_html, table_html
+from nnx_introspect._render import (
+    Report,
+    Table,
+    format_bytes,
+    page_html,
+    table_html,
+    verdict_html,
+)
+from nnx_introspect._step.budget import step_budget
 from nnx_introspect._step.formats import _batch_str
 from nnx_introspect._step.inputs import (
     BatchLike,
@@ -33,10 +42,17 @@ from nnx_introspect._step.inputs import (
     SpecsLike,
     _as_batch,
     _as_batch_specs,
+    _as_loss,
+    _as_model,
+    _as_optimizer,
 )
-from nnx_introspect._step.measure import step_memory_report
+from nnx_introspect._step.measure import (
+    _check_optimizer_has_a_loss,
+    _check_shardable,
+    step_memory_report,
+)
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.topology import _topology
+from nnx_introspect._step.topology import check_compiler
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
 MAX_COMPILES = 24
@@ -52,30 +68,40 @@ class BatchSearch(Report):
 
     Each point is one compile of the step by :func:`step_memory_report`, the
     batch's leading dimension set to that size: ``(batch, peak_bytes, fits)``
-    with ``fits`` XLA's verdict against the budget (``peak_bytes <=
+    with ``fits`` XLA's verdict against the search's budget (``peak_bytes <=
     max_device_bytes``, and not refused for memory by the compiler).
 
     Attributes:
         best: The largest global batch tried that fits, or ``None`` when even
             ``lo`` does not fit.
-        max_device_bytes: The per-device budget.
+        max_device_bytes: The per-device budget every point is judged against.
+        budget_basis: How the budget was found: ``"the budget given"``,
+            ``"the device's memory"`` (a TPU), or on a GPU target the share of
+            the device JAX's allocator takes (see ``step_budget``).
         data_parallel: The data-parallel size: every batch tried is a multiple
             of it (the product of the mesh axes the batch's leading dimension
             splits over; the least common multiple over batch leaves).
         lo: The smallest batch the search may try.
         hi: The largest batch the search may try: ``hi`` if given, else the
-            largest multiple of ``data_parallel`` whose batch shards alone fit
-            the budget (a step's peak holds its arguments).
+            largest multiple of ``data_parallel`` whose batch shards fit the
+            budget beside ``plan_bytes`` (a step's peak holds its arguments).
+        plan_bytes: Bytes per device of the parameters, the other state and
+            (with an optimizer) the optimizer state, as the plan shards them:
+            arguments of every step, whatever the batch.
         points: Every batch size tried, sorted by batch.
         converged: Whether ``best`` is the exact answer: ``best + data_parallel``
-            was tried and does not fit, ``best == hi``, or ``lo`` does not fit.
-            ``False`` when the search stopped after :data:`MAX_COMPILES`
-            compiles: ``best`` then fits, a larger batch may too.
-        compiles: Compiles made (``len(points)``).
+            was tried and does not fit, ``best == hi``, or ``lo`` does not fit
+            (compiled, or known from the arguments alone). ``False`` when the
+            search stopped after :data:`MAX_COMPILES` compiles: ``best`` then
+            fits, a larger batch may too.
+        compiles: Compiles made (``len(points)``): 0 when the arguments of the
+            smallest batch (``plan_bytes`` and batch ``lo``'s shards) already
+            exceed the budget.
         seconds: Wall time of the whole search.
         report: The :class:`StepMemoryReport` of ``best`` (``None`` when
             nothing fits).
-        compiler: The compiler of the step, as the reports name it.
+        compiler: The compiler of the step, as the reports name it (``None``
+            when nothing was compiled).
         num_devices: Devices in the mesh.
         batch: Each batch leaf, its leading dimension written ``B``.
 
@@ -89,24 +115,26 @@ class BatchSearch(Report):
         ... )
         >>> search.best % search.data_parallel, search.ok, search.converged
         (0, True, True)
-        >>> search.report.peak_bytes <= 2048
-        True
+        >>> search.report.peak_bytes <= 2048, search.budget_basis
+        (True, 'the budget given')
     """
 
     SCHEMA = "nnx-introspect/max-batch"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     best: int | None
     max_device_bytes: int
+    budget_basis: str
     data_parallel: int
     lo: int
     hi: int
+    plan_bytes: int
     points: tuple[Point, ...]
     converged: bool
     compiles: int
     seconds: float
     report: StepMemoryReport | None
-    compiler: str
+    compiler: str | None
     num_devices: int
     batch: tuple[str, ...]
 
@@ -115,30 +143,64 @@ class BatchSearch(Report):
         """Whether some batch fits (``best is not None``)."""
         return self.best is not None
 
+    def fits(self) -> bool:
+        """Whether a batch was found that fits the budget: :attr:`ok`.
+
+        The search's answer to the question :meth:`StepMemoryReport.fits`
+        asks of one step: ``True`` when ``best`` is a batch whose step fits.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+            >>> linear = lambda rngs: nnx.Linear(4, 6, rngs=rngs)
+            >>> max_batch(linear, "data=8", x, max_device_bytes="2KiB").fits()
+            True
+            >>> max_batch(linear, "data=8", x, max_device_bytes="100B").fits()
+            False
+        """
+        return self.ok
+
     @property
     def verdict(self) -> str:
-        """One line: the answer, the budget and the compiler."""
+        """One line: the answer, the budget (and what it is) and the compiler."""
         budget = format_bytes(self.max_device_bytes)
+        basis = (
+            ""
+            if self.budget_basis == "the budget given"
+            else f"; the budget is {self.budget_basis}"
+        )
+        devices = f"{self.num_devices} devices"
+        if self.compiles == 0:
+            state = format_bytes(self.plan_bytes)
+            if self.plan_bytes > self.max_device_bytes:
+                why = f"the plan alone needs {state} per device of the budget {budget}"
+            else:
+                room = format_bytes(self.max_device_bytes - self.plan_bytes)
+                why = (
+                    f"the plan's {state} per device leaves {room} of the budget "
+                    f"{budget}, less than batch {self.lo}'s shards need"
+                )
+            return f"No batch fits: {why} (nothing compiled; {devices}){basis}"
         if self.best is None:
-            smallest = self.points[0] if self.points else (self.lo, 0, False)
+            smallest = self.points[0]
             if not self.converged:
                 return (
                     f"No batch tried fits: the smallest, {smallest[0]}, needs "
                     f"{format_bytes(smallest[1])} per device, over the budget of "
                     f"{budget}; the search stopped after {self.compiles} compiles, "
-                    f"before trying {self.lo} ({self.num_devices} devices), by "
-                    f"{self.compiler}"
+                    f"before trying {self.lo} ({devices}), by {self.compiler}{basis}"
                 )
             return (
                 f"No batch fits: batch {smallest[0]} needs "
                 f"{format_bytes(smallest[1])} per device, over the budget of "
-                f"{budget} ({self.num_devices} devices), by {self.compiler}"
+                f"{budget} ({devices}), by {self.compiler}{basis}"
             )
         peak = format_bytes(self.report.peak_bytes if self.report else 0)
         answer = "Largest" if self.converged else "At least (search stopped early)"
         return (
             f"{answer} global batch: {self.best} (peak {peak} per device of "
-            f"{budget}; {self.num_devices} devices), by {self.compiler}"
+            f"{budget}; {devices}), by {self.compiler}{basis}"
         )
 
     def table(self) -> Table:
@@ -168,9 +230,11 @@ class BatchSearch(Report):
             )
         notes = [
             f"Budget: {format_bytes(self.max_device_bytes)} "
-            f"({self.max_device_bytes:,} bytes) per device. Batch "
-            f"{', '.join(self.batch)}; every size tried is a multiple of the "
+            f"({self.max_device_bytes:,} bytes) per device: {self.budget_basis}. "
+            f"Batch {', '.join(self.batch)}; every size tried is a multiple of the "
             f"data-parallel size {dp} (the 'per shard' column is batch / {dp}).",
+            f"Parameters, other state and any optimizer state: "
+            f"{format_bytes(self.plan_bytes)} per device (the plan), in every step.",
             f"{self.compiles} compile(s) in {self.seconds:.1f} s, sizes {self.lo} "
             f"to {self.hi}.",
         ]
@@ -196,9 +260,12 @@ class BatchSearch(Report):
         """Exact figures for JSON output; ``report`` is the best step's payload."""
         return {
             "ok": self.ok,
+            "verdict": self.verdict,
             "best": self.best,
             "converged": self.converged,
             "max_device_bytes": self.max_device_bytes,
+            "budget_basis": self.budget_basis,
+            "plan_bytes": self.plan_bytes,
             "data_parallel": self.data_parallel,
             "lo": self.lo,
             "hi": self.hi,
@@ -231,40 +298,108 @@ class BatchSearch(Report):
             >>> page.index('class="verdict ok"') < page.index("<svg")
             True
         """
-        esc = html.escape
-        verdict = (
-            f'<p class="verdict {"ok" if self.ok else "bad"}">{esc(self.verdict)}.</p>'
-        )
+        table = self.table()
         parts = [
-            f"<h1>Largest batch: {esc(', '.join(self.batch))} on "
+            f"<h1>Largest batch: {html.escape(', '.join(self.batch))} on "
             f"{self.num_devices} devices</h1>",
-            verdict,
-            _chart_svg(self.points, self.max_device_bytes),
-            table_html(self.table()),
+            verdict_html(self.verdict, self._verdict_tone() or "neutral"),
         ]
+        if self.points:
+            parts.append(_chart_svg(self.points, self.max_device_bytes))
+        parts.append(table_html(table, caption=False))
         if self.report is not None:
             parts.append(f"<h2>The step at batch {self.best}</h2>")
             parts.append(table_html(self.report.table()))
         return page_html(self.verdict, "".join(parts))
 
 
+_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
+
+
+def _nice_step(span: float, intervals: int = 5) -> float:
+    """The 1-2-5 step cutting ``span`` in about ``intervals`` pieces.
+
+    1, 2, 5, 10, 20, 50...: ``_nice_step(82.31) == 20``.
+    """
+    raw = max(span, 1e-12) / intervals
+    magnitude = 10.0 ** math.floor(math.log10(raw))
+    return next(
+        round(m * magnitude, 12)
+        for m in (1, 2, 5, 10)
+        if m * magnitude >= raw * (1 - 1e-9)
+    )
+
+
+def _byte_ticks(top: float) -> tuple[str, int, tuple[float, ...]]:
+    """Round ticks of a bytes axis from 0 to at least ``top``.
+
+    Returns:
+        ``(unit, its bytes, ticks in that unit)``: ``top`` = 82.31 GiB gives
+        ``("GiB", 2**30, (0, 20, 40, 60, 80, 100))``.
+    """
+    unit, size = next(((u, b) for u, b in reversed(_UNITS) if top >= b), _UNITS[0])
+    span = max(top, 1) / size
+    step = _nice_step(span)
+    count = math.ceil(span / step - 1e-9)
+    return unit, size, tuple(round(i * step, 12) for i in range(count + 1))
+
+
+def _batch_ticks(
+    sizes: list[int], log: bool, share: Callable[[float], float]
+) -> list[int]:
+    """The batches the x axis labels.
+
+    Each one tried while their labels have room (``share`` gives a batch's
+    place along the axis, 0 to 1), else round ones: powers of two on a log
+    axis, 1-2-5 steps from 0 on a linear one.
+    """
+    tried = sorted(set(sizes))
+    places = [share(b) for b in tried]
+    widths = [(len(str(b)) * 7 + 8) / _PLOT_WIDTH for b in tried]
+    if all(
+        places[i + 1] - places[i] >= (widths[i] + widths[i + 1]) / 2
+        for i in range(len(tried) - 1)
+    ):
+        return tried
+    x_min, x_max = tried[0], tried[-1]
+    if not log:
+        step = max(1, round(_nice_step(x_max)))
+        return list(range(0, x_max + 1, step))
+    exponents = range(math.ceil(math.log2(x_min)), math.floor(math.log2(x_max)) + 1)
+    stride = max(1, math.ceil(len(exponents) / 8))
+    return [2**e for e in exponents[::stride]]
+
+
+_WIDTH, _HEIGHT = 720, 320
+_LEFT, _RIGHT, _TOP, _BOTTOM = 90, 20, 20, 50
+_PLOT_WIDTH = _WIDTH - _LEFT - _RIGHT
+
+
 def _chart_svg(points: tuple[Point, ...], budget: int) -> str:
     """Peak bytes per device against batch, the budget as a dashed line (SVG).
 
     The batch axis is logarithmic when the sizes tried span 16x or more (the
-    search doubles), linear otherwise; the bytes axis is linear from 0.
+    search doubles), linear from 0 otherwise; it labels each batch tried, or
+    round sizes when those labels would collide. The bytes axis is linear from
+    0, with round ticks (1-2-5 steps in one unit); the budget line carries its
+    own label.
     """
-    width, height = 720, 320
-    left, right, top, bottom = 90, 20, 20, 50
+    esc = html.escape
+    width, height = _WIDTH, _HEIGHT
+    left, right, top, bottom = _LEFT, _RIGHT, _TOP, _BOTTOM
     sizes = [b for b, _, _ in points] or [1]
     x_min, x_max = min(sizes), max(sizes)
     log = x_max >= 16 * x_min
-    y_max = max([1, budget, *(p for _, p, _ in points)]) * 1.05
+    unit, unit_bytes, y_ticks = _byte_ticks(max([budget, *(p for _, p, _ in points)]))
+    y_max = y_ticks[-1] * unit_bytes or 1
+
+    def share(b: float) -> float:
+        if log:
+            return math.log2(b / x_min) / math.log2(x_max / x_min)
+        return b / x_max
 
     def x(b: float) -> float:
-        linear = b / x_max
-        share = math.log2(b / x_min) / math.log2(x_max / x_min) if log else linear
-        return left + (width - left - right) * share
+        return left + _PLOT_WIDTH * share(b)
 
     def y(v: float) -> float:
         return height - bottom - (height - top - bottom) * v / y_max
@@ -273,16 +408,20 @@ def _chart_svg(points: tuple[Point, ...], budget: int) -> str:
         f'<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" '
         f'width="{width}" height="{height}" role="img" '
         f'aria-label="peak bytes per device against global batch">',
+    ]
+    for tick in y_ticks:
+        at = y(tick * unit_bytes)
+        parts.append(
+            f'<line x1="{left}" y1="{at:.1f}" x2="{width - right}" y2="{at:.1f}" '
+            f'stroke="#d0d7de"/><text x="{left - 6}" y="{at + 4:.1f}" '
+            f'font-size="11" text-anchor="end">{tick:g} {unit}</text>'
+        )
+    parts += [
         f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" '
         'stroke="#57606a"/>',
         f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(0):.1f}" stroke="#57606a"/>',
     ]
-    for value in (0.0, y_max / 2, y_max / 1.05):
-        parts.append(
-            f'<text x="{left - 6}" y="{y(value) + 4:.1f}" font-size="11" '
-            f'text-anchor="end">{html.escape(format_bytes(round(value)))}</text>'
-        )
-    for b in sorted({x_min, x_max} if log else {0, x_max}):
+    for b in _batch_ticks(sizes, log, share):
         parts.append(
             f'<text x="{x(b):.1f}" y="{height - bottom + 16}" font-size="11" '
             f'text-anchor="middle">{b}</text>'
@@ -297,8 +436,7 @@ def _chart_svg(points: tuple[Point, ...], budget: int) -> str:
         f'y2="{y(budget):.1f}" stroke="#cf222e" stroke-width="2" '
         'stroke-dasharray="6 4"/>'
         f'<text x="{width - right}" y="{y(budget) - 6:.1f}" font-size="11" '
-        f'text-anchor="end" fill="#cf222e">budget '
-        f"{html.escape(format_bytes(budget))}</text>"
+        f'text-anchor="end" fill="#cf222e">budget {esc(format_bytes(budget))}</text>'
     )
     if points:
         line = " ".join(f"{x(b):.1f},{y(p):.1f}" for b, p, _ in points)
@@ -310,7 +448,7 @@ def _chart_svg(points: tuple[Point, ...], budget: int) -> str:
         colour = "#1a7f37" if fits else "#cf222e"
         parts.append(
             f'<circle cx="{x(b):.1f}" cy="{y(peak):.1f}" r="4" fill="{colour}">'
-            f"<title>batch {b}: {html.escape(format_bytes(peak))} "
+            f"<title>batch {b}: {esc(format_bytes(peak))} "
             f"({'fits' if fits else 'does not fit'})</title></circle>"
         )
     parts.append(
@@ -337,6 +475,7 @@ def max_batch(
     lo: IntLike | None = None,
     hi: IntLike | None = None,
     progress: Callable[[Point], object] | None = None,
+    compiling: Callable[[int, int], object] | None = None,
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
@@ -350,6 +489,13 @@ def max_batch(
     it for memory. The search assumes the peak grows with the batch (it does
     for a step's arguments and activations); it makes at most
     :data:`MAX_COMPILES` compiles, about ``2 * log2(hi / data_parallel)``.
+
+    Before any compile, the plan (:func:`~nnx_introspect.mesh_config_report`
+    of the same model, mesh, rules and optimizer) gives the bytes per device
+    of the parameters, other state and optimizer state: arguments of every
+    step. When they and batch ``lo``'s shards alone exceed the budget, the
+    answer comes at once, with no compile; otherwise the default ``hi`` is the
+    largest batch whose shards fit beside them.
 
     The data-parallel size is the product of the mesh axes the batch's leading
     dimension splits over (``batch_spec``; default: the mesh's first axis), the
@@ -368,23 +514,31 @@ def max_batch(
         batch_spec: As there; its first entry per leaf gives the data-parallel
             axes.
         topology: As there.
-        max_device_bytes: The per-device budget: a byte count or a size such as
-            ``"16GiB"``; default: the memory of one device of ``topology``
-            (required without a topology).
+        max_device_bytes: The per-device budget: a byte count (an ``int``
+            such as ``80`` is 80 bytes) or a size with its unit such as
+            ``"16GiB"``; default: what one device of ``topology`` gives a
+            step (a TPU chip's memory; on a GPU the share JAX's allocator takes,
+            75% unless ``XLA_CLIENT_MEM_FRACTION`` says otherwise), required
+            without a topology. Every point is judged against it.
         lo: The smallest batch to try (a multiple of the data-parallel size;
             default: the data-parallel size).
         hi: The largest batch to try (a multiple of the data-parallel size;
-            default: the largest whose batch shards alone fit the budget).
+            default: the largest whose batch shards fit the budget beside the
+            plan's state).
         progress: Called with each point ``(batch, peak_bytes, fits)`` after
-            its compile (the command line shows progress with it).
+            its compile.
+        compiling: Called with ``(batch, n)`` just before the ``n``-th compile
+            (from 1) starts, at batch ``batch`` (the command line's progress
+            line shows it).
 
     Returns:
         A frozen :class:`BatchSearch`.
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``max_device_bytes`` is not a size or is missing with no
-            ``topology`` to give a device's memory, a batch
+        ValueError: If ``max_device_bytes`` is not a size (a string without
+            a unit included) or is missing with no ``topology`` to give a
+            device's memory, a batch
             leaf has no leading dimension or the leaves' leading dimensions
             differ, ``lo`` or ``hi`` is not a multiple of the data-parallel size
             or ``lo > hi``, or :func:`step_memory_report` rejects the step.
@@ -405,7 +559,9 @@ def max_batch(
         ...     peak <= 2048 for _, peak, _ in search.points]
         True
     """
-    budget = _budget(max_device_bytes, topology)
+    began = time.perf_counter()
+    given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
+    limit, basis = _budget(given, topology)
     leaves = _as_batch(batch)
     start = _leading_size(leaves)
     abstract_mesh = as_abstract_mesh(mesh)
@@ -413,21 +569,58 @@ def max_batch(
         str(a): int(s)
         for a, s in zip(abstract_mesh.axis_names, abstract_mesh.axis_sizes, strict=True)
     }
-    specs, _ = _as_batch_specs(batch_spec, leaves, next(iter(sizes)))
+    specs, spec_name = _as_batch_specs(batch_spec, leaves, next(iter(sizes)))
     dp = math.lcm(*(_leading_split(spec, sizes) for spec in specs))
     low = dp if lo is None else _multiple(lo, "lo", dp)
-    bound = max(low, _largest_by_arguments(leaves, specs, sizes, dp, budget))
-    high = bound if hi is None else _multiple(hi, "hi", dp)
-    if low > high:
+    top = None if hi is None else _multiple(hi, "hi", dp)
+    if top is not None and low > top:
         raise ValueError(
-            f"`lo` ({low}) must be at most `hi` ({high}). Pass a smaller `lo` or a "
+            f"`lo` ({low}) must be at most `hi` ({top}). Pass a smaller `lo` or a "
             "larger `hi`."
         )
-    began = time.perf_counter()
+    at_lo = tuple(  # every size tried is a multiple of dp: splits as `lo` does
+        jax.ShapeDtypeStruct((low, *leaf.shape[1:]), leaf.dtype) for leaf in leaves
+    )
+    state = _plan_bytes(
+        target,
+        abstract_mesh,
+        (at_lo, specs, spec_name),
+        loss,
+        optimizer,
+        rules,
+        logical_rules,
+        topology,
+    )
+    room = limit - state
+    bound = -1 if room < 0 else _largest_by_arguments(leaves, specs, sizes, dp, room)
+    high = max(low, bound) if top is None else top
+    common: dict[str, Any] = {
+        "max_device_bytes": limit,
+        "budget_basis": basis,
+        "data_parallel": dp,
+        "lo": low,
+        "hi": high,
+        "plan_bytes": state,
+        "num_devices": math.prod(sizes.values()),
+        "batch": tuple(_leaf_with_b(leaf) for leaf in leaves),
+    }
+    if bound < low:  # the arguments of batch `lo` alone exceed the budget
+        return BatchSearch(
+            best=None,
+            points=(),
+            converged=True,
+            compiles=0,
+            seconds=time.perf_counter() - began,
+            report=None,
+            compiler=None,
+            **common,
+        )
     reports: dict[int, StepMemoryReport] = {}
     points: dict[int, Point] = {}
 
     def fits(size: int) -> bool:
+        if compiling is not None:
+            compiling(size, len(points) + 1)
         report = step_memory_report(
             target,
             mesh,
@@ -441,9 +634,9 @@ def max_batch(
             logical_rules=logical_rules,
             batch_spec=batch_spec,
             topology=topology,
-            max_device_bytes=budget,
+            max_device_bytes=given,  # none given: the report finds the same one
         )
-        point = (size, report.peak_bytes, report.fits())
+        point = (size, report.peak_bytes, report.fits(limit))
         reports[size], points[size] = report, point
         if progress is not None:
             progress(point)
@@ -455,21 +648,15 @@ def max_batch(
         or good == high
         or (good is not None and bad is not None and bad - good == dp)
     )
-    last = reports[max(reports)]
     return BatchSearch(
         best=good,
-        max_device_bytes=budget,
-        data_parallel=dp,
-        lo=low,
-        hi=high,
         points=tuple(points[b] for b in sorted(points)),
         converged=converged,
         compiles=len(points),
         seconds=time.perf_counter() - began,
         report=None if good is None else reports[good],
-        compiler=last.compiler,
-        num_devices=last.num_devices,
-        batch=tuple(_leaf_with_b(leaf) for leaf in leaves),
+        compiler=reports[max(reports)].compiler,
+        **common,
     )
 
 
@@ -514,18 +701,55 @@ def _search(
     return good, bad
 
 
-def _budget(max_device_bytes: Any, topology: str | None) -> int:
-    """``max_device_bytes`` in bytes, else the memory of a ``topology`` device."""
-    if max_device_bytes is not None:
-        return parse_bytes(max_device_bytes)
-    memory = None if topology is None else _topology(topology).device_memory_bytes
-    if memory is None:
+def _budget(given: int | None, topology: str | None) -> tuple[int, str]:
+    """The budget ``given``, else what a ``topology`` device gives a step.
+
+    Returns:
+        ``(bytes, basis)``: the budget and how it was found, in words.
+    """
+    budget = step_budget(given, topology)
+    if budget.bytes is None or budget.basis is None:
         raise ValueError(
             "`max_device_bytes` is required: the per-device budget the step must "
             "fit, such as '16GiB' or 17179869184 (a `topology` such as 'v5e-4' "
             "gives its device's memory instead)."
         )
-    return memory
+    return budget.bytes, budget.basis
+
+
+def _plan_bytes(
+    target: Any,
+    mesh: Any,
+    batch: tuple[tuple[jax.ShapeDtypeStruct, ...], tuple[PartitionSpec, ...], str],
+    loss: Any,
+    optimizer: Any,
+    rules: Any,
+    logical_rules: Any,
+    topology: str | None,
+) -> int:
+    """Bytes per device of the parameters, other state and optimizer state.
+
+    The plan's exact shards of what every step holds as arguments, whatever
+    its batch (gradients, which XLA may never hold whole, are left out). The
+    step's inputs are checked as :func:`step_memory_report` checks them, in
+    its order, so a search that compiles nothing raises what its first
+    compile would have.
+    """
+    leaves, specs, spec_name = batch
+    mesh_axes = tuple(
+        (str(a), int(s)) for a, s in zip(mesh.axis_names, mesh.axis_sizes, strict=True)
+    )
+    model = _as_model(target)
+    checked_loss = _as_loss(loss, leaves)
+    tx, _ = _as_optimizer(optimizer)
+    _check_optimizer_has_a_loss(optimizer, tx, checked_loss)
+    if topology is not None:
+        check_compiler(topology, mesh_axes)
+    plan = mesh_config_report(
+        model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
+    )
+    _check_shardable(plan, spec_name, leaves, specs, mesh_axes)
+    return sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
 
 
 def _leading_size(leaves: tuple[jax.ShapeDtypeStruct, ...]) -> int:
