@@ -59,3 +59,19 @@ class CpuShyMLP(nnx.Module):
 def cpu_shy_mlp(rngs: nnx.Rngs) -> CpuShyMLP:
     """The factory the step's child process builds by name."""
     return CpuShyMLP(rngs=rngs)
+
+
+class TwoLayerMLP(nnx.Module):
+    """f32 ``512 -> 4096 -> 512`` with biases: the MLP of the peak tests."""
+
+    def __init__(self, *, rngs: nnx.Rngs) -> None:
+        self.l1 = nnx.Linear(512, 4096, rngs=rngs)
+        self.l2 = nnx.Linear(4096, 512, rngs=rngs)
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        return self.l2(jax.nn.relu(self.l1(x)))
+
+
+def two_layer_mlp(rngs: nnx.Rngs) -> TwoLayerMLP:
+    """The factory the step's child process builds by name."""
+    return TwoLayerMLP(rngs=rngs)

@@ -23,7 +23,8 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import _step
+from nnx_introspect import _step, abstract_model
+from nnx_introspect._inventory import inventory
 from nnx_introspect._step import StepMemoryReport, parse_topology, step_memory_report
 from nnx_introspect.examples import LLAMA_TINY, LlamaConfig, llama
 
@@ -383,16 +384,38 @@ def test_bad_input_names_the_argument(
         step_memory_report(target, mesh, batch, **args)
 
 
-def test_every_plan_problem_is_listed_and_nothing_compiles() -> None:
+def test_every_kind_of_plan_problem_is_named_and_nothing_compiles() -> None:
     rules = [("kernel", P(None, "data")), ("bias", P("nope"))]
-    with pytest.raises(ValueError, match=r"\(2 problem\(s\); nothing was compiled\)"):
+    with pytest.raises(ValueError, match=r"\(2 problems, nothing compiled\)"):
         step_memory_report(two, "data=4", X, rules=rules)
     try:
         step_memory_report(two, "data=4", X, rules=rules)
     except ValueError as error:
         text = str(error)
-    assert "`kernel` with shape (4, 6): dimension 1 (size 6)" in text
-    assert "names axis 'nope'" in text
+    assert (
+        "1 dimension does not divide over its axes (e.g. `kernel` dimension 1, size 6, over data = 4)"
+        in text
+    )
+    assert "1 leaf names axes the mesh lacks ('nope'; e.g. `bias`)" in text
+
+
+def test_hundreds_of_problems_are_summarised_in_one_short_line() -> None:
+    """A mesh whose axis names the 7B model does not use: 1 problem per
+    kernel (226), summarised by kind in at most 300 characters, naming the
+    flag, never repeating the fix per leaf."""
+    from nnx_introspect.examples import llama_7b_sharded
+
+    tokens = jax.ShapeDtypeStruct((8, 2048), jnp.int32)
+    with pytest.raises(ValueError) as caught:
+        step_memory_report(llama_7b_sharded, "data=2,model=4", tokens)
+    text = str(caught.value)
+    annotated = [r for r in inventory(abstract_model(llama_7b_sharded)) if r.sharding]
+    # every annotated leaf names both missing axes, one problem each
+    problems = sum(sum(a is not None for a in r.sharding) for r in annotated)
+    assert f"({problems} problems, nothing compiled)" in text
+    assert f"{len(annotated)} leaves name axes the mesh lacks ('fsdp', 'tp'" in text
+    assert "--mesh" in text and text.count("logical_rules") == 1
+    assert len(text) <= 300 and "\n" not in text
 
 
 @pytest.mark.parametrize(

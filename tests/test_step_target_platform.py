@@ -99,7 +99,9 @@ def test_gpu_target_traces_the_model_as_on_a_gpu() -> None:
 def test_tpu_target_traces_the_model_as_on_a_tpu() -> None:
     report = _report("v5e-8", loss="mean")
     assert report.traced_platform == "tpu" and report.sharding_constraints == 4
-    assert _report("v5e-8", loss="mean", trace_as_target=False).sharding_constraints == 0
+    assert (
+        _report("v5e-8", loss="mean", trace_as_target=False).sharding_constraints == 0
+    )
 
 
 def test_an_in_process_cpu_compile_sees_the_cpu() -> None:
@@ -118,7 +120,12 @@ def test_device_lookups_are_restored_after_an_error() -> None:
         assert jax.devices()[0].platform == "tpu" and jax.local_device_count() == 4
         assert jax.devices("cpu")[0].platform == "cpu"  # an explicit backend
         raise RuntimeError("inside")
-    assert (jax.devices, jax.device_count, jax.default_backend, jax.local_devices) == real
+    assert (
+        jax.devices,
+        jax.device_count,
+        jax.default_backend,
+        jax.local_devices,
+    ) == real
     assert jax.default_backend() == "cpu"
     with pytest.raises(ValueError, match="at least one device"), devices_seen_as([]):
         pass

@@ -85,12 +85,12 @@ def test_a_sharded_step_with_no_activation_constraint_says_so() -> None:
     """Parameters split over 8 devices, no activation constrained: the report
     counts 0 constraints and warns that XLA chose every activation's layout;
     a model that constrains its activations gets no such warning."""
+    from tests.platform_models import WIDTH, cpu_shy_mlp
     from tests.test_step_inputs import Constrained
 
-    tokens = jax.ShapeDtypeStruct((8, 16), jnp.int32)
-    report = step_memory_report(
-        "nnx_introspect.examples:llama_tiny_sharded", "fsdp=2,tp=4", tokens, loss=None
-    )
+    # traced on the CPU in this process, the model constrains nothing
+    x = jax.ShapeDtypeStruct((8, WIDTH), jnp.float32)
+    report = step_memory_report(cpu_shy_mlp, "fsdp=2,tp=4", x, loss=None)
     assert report.sharding_constraints == 0
     assert any("no activation sharding constraint" in w for w in report.warnings)
     assert report.json_data()["sharding_constraints"] == 0

@@ -6,7 +6,10 @@ models alike.
 """
 
 import importlib
+import sys
 import typing
+
+from nnx_introspect._native_log import native_stderr_filtered
 
 if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._abstract import abstract_model as abstract_model
@@ -129,7 +132,11 @@ if not typing.TYPE_CHECKING:
         module = _LAZY.get(name)
         if module is None:
             raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
+        if "jax" in sys.modules:
+            value = getattr(importlib.import_module(module), name)
+        else:  # JAX's first import here: its plugins' native noise kept off
+            with native_stderr_filtered():
+                value = getattr(importlib.import_module(module), name)
         globals()[name] = value
         return value
 

@@ -3,7 +3,6 @@
 import optax
 
 from nnx_introspect._inventory import inventory
-from nnx_introspect._nnx import devices_present
 from nnx_introspect._mesh.optimizer import (
     _optimizer_records,
     _plan_gradients,
@@ -20,6 +19,7 @@ from nnx_introspect._mesh.parse import (
 )
 from nnx_introspect._mesh.plan import _plan_model_leaves, _Planner, _unmatched_rules
 from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, _budget
+from nnx_introspect._nnx import devices_present
 from nnx_introspect._typing import IntLike, Target, typechecked
 
 

@@ -125,8 +125,9 @@ def step_budget(
         >>> b = step_budget(None, "h100-8", {})
         >>> b.bytes == int(84_942_979_072 * 0.75), b.fraction
         (True, 0.75)
-        >>> b.basis
-        "the 75% of the device's 79.11 GiB that JAX's GPU allocator takes (JAX's default)"
+        >>> print(b.basis)
+        the 75% of the device's 79.11 GiB that JAX's GPU allocator takes
+        (JAX's default)
         >>> step_budget(2**30, "h100-8", {}).basis
         'the budget given'
         >>> step_budget(None, "v5e-4", {}).basis

@@ -18,7 +18,6 @@ from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._step.formats import _batch_str, _one_line
 from nnx_introspect._step.inputs import _Request
-from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._step.loss import (
     _call_model,
     _LossError,
@@ -26,6 +25,7 @@ from nnx_introspect._step.loss import (
     _objective,
     _OptimizerError,
 )
+from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._step.xla import compile_lowered
 
 

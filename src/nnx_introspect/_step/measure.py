@@ -22,6 +22,7 @@ from nnx_introspect._mesh import (
     parse_bytes,
 )
 from nnx_introspect._render import format_bytes
+from nnx_introspect._step.budget import Budget, step_budget
 from nnx_introspect._step.child import _child_request, _run_child
 from nnx_introspect._step.compile import _compile
 from nnx_introspect._step.formats import _batch_str
@@ -40,7 +41,6 @@ from nnx_introspect._step.inputs import (
     _spec_problems,
 )
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.budget import Budget, step_budget
 from nnx_introspect._step.topology import _topology, check_compiler, target_mesh
 from nnx_introspect._step.xla import compiler_name
 from nnx_introspect._typing import IntLike, typechecked
@@ -229,14 +229,57 @@ def _check_shardable(
     specs: tuple[PartitionSpec, ...],
     mesh_axes: tuple[tuple[str, int], ...],
 ) -> None:
-    """Raise every problem of the plan and of the batch's split, or none."""
-    problems = [p.message for p in plan.errors]
-    problems += _spec_problems(spec_name, leaves, specs, dict(mesh_axes))
-    if problems:
-        raise ValueError(
-            f"The step cannot be sharded as planned ({len(problems)} problem(s); "
-            "nothing was compiled):\n- " + "\n- ".join(problems)
+    """Raise a summary of every problem of the plan and the batch's split, or none.
+
+    Hundreds of leaves can share one cause (a mesh whose axis names the model
+    does not use): the message counts each kind, shows one example of it and
+    its fix, and points to the full list, in a few hundred characters.
+    """
+    batch = _spec_problems(spec_name, leaves, specs, dict(mesh_axes))
+    errors = plan.errors
+    if not errors and not batch:
+        return
+    total = len(errors) + len(batch)
+    by_kind: dict[str, list[Any]] = {}
+    for problem in errors:
+        by_kind.setdefault(problem.kind, []).append(problem)
+    clauses = [_kind_clause(kind, found, mesh_axes) for kind, found in by_kind.items()]
+    if batch:
+        more = f" (and {len(batch) - 1} more)" if len(batch) > 1 else ""
+        clauses.append(f"{batch[0]}{more}")
+    full = " All: `nnx-introspect mesh`." if len(errors) > len(by_kind) else ""
+    raise ValueError(
+        f"`mesh` {dict(mesh_axes)} cannot shard the step ({total} problem"
+        f"{'s' if total > 1 else ''}, nothing compiled): "
+        + "; ".join(clauses)
+        + "."
+        + full
+    )
+
+
+def _kind_clause(
+    kind: str, problems: list[Any], mesh_axes: tuple[tuple[str, int], ...]
+) -> str:
+    """One kind of plan problem: how many, one example, the fix."""
+    first, n = problems[0], len(problems)
+    if kind == "unknown-axis":
+        missing = sorted({a for p in problems for a in p.axes})
+        paths = len({p.path for p in problems})
+        leaves = f"{paths} lea{'ves name' if paths > 1 else 'f names'}"
+        return (
+            f"{leaves} axes the mesh lacks ({', '.join(map(repr, missing))}; "
+            f"e.g. `{first.path}`): name them in `mesh` (--mesh), map them with "
+            "`logical_rules` or override with `rules`"
         )
+    if kind == "indivisible":
+        return (
+            f"{n} dimension{'s do' if n > 1 else ' does'} not divide over its axes "
+            f"(e.g. `{first.path}` dimension {first.dimension}, size {first.size}, "
+            f"over {'x'.join(first.axes)} = {first.product}): pick sizes in "
+            "`mesh` (--mesh) that divide them or override with `rules`"
+        )
+    more = f" (and {n - 1} more like it)" if n > 1 else ""
+    return f"{first.message.rstrip('.')}{more}"
 
 
 def _compile_where_the_devices_are(
@@ -316,7 +359,8 @@ def _report(
     memory = None if topology is None else _topology(topology).device_memory_bytes
     oom = bool(numbers.get("out_of_memory", False))
     warnings = list(numbers.get("warnings", []))
-    warnings += [_remat_warning(s, budget) for s in numbers.get("remat", [])]
+    remat = list(numbers.get("remat", []))
+    warnings += [_remat_warning(s, budget) for s in remat]
     arguments = numbers["argument_bytes"]
     if arguments is None:  # refused for memory: the plan's exact shards
         arguments = _planned_argument_bytes(request, plan)
@@ -348,6 +392,12 @@ def _report(
         allocator_fraction=budget.fraction,
         traced_platform=numbers.get("traced_platform"),
         compiler_log=numbers.get("compiler_log") if debug else None,
+        xla_peak_bytes=numbers.get("xla_peak_bytes"),
+        remat_limit_bytes=max((r["limit"] for r in remat), default=None),
+        remat_reduced_to_bytes=max(
+            (r["reduced_to"] for r in remat if r["reduced_to"] is not None),
+            default=None,
+        ),
         out_of_memory=oom,
         compiler_message=numbers.get("compiler_message"),
         compiler_required_bytes=numbers.get("compiler_required_bytes"),
@@ -387,7 +437,7 @@ def _remat_warning(statement: dict[str, Any], budget: Budget) -> str:
     """XLA's rematerialization line, quoted whole, and what its limit is."""
     limit = statement["limit"]
     text = (
-        f"XLA: \"{statement['quote']}\". {format_bytes(limit)} is the limit XLA "
+        f'XLA: "{statement["quote"]}". {format_bytes(limit)} is the limit XLA '
         "rematerialised towards (on XLA:GPU its scheduler's limit, from the "
         "device memory the compile was given, less the step's arguments and "
         "outputs), not the device's memory"

@@ -52,8 +52,10 @@ def _answers(devices: Sequence[Any]) -> dict[str, Callable[..., Any]]:
         return list(devices)
 
     def device_count(backend: Any = None) -> int:
-        return int(real["device_count"](backend)) if asks_another(backend) else len(
-            devices
+        return (
+            int(real["device_count"](backend))
+            if asks_another(backend)
+            else len(devices)
         )
 
     def local_device_count(backend: Any = None) -> int:

@@ -93,6 +93,15 @@ class StepMemoryReport(Report):
             step compiled in this process; ``None`` when not known.
         compiler_log: With ``debug=True``, what the compiler and the child
             process wrote to stderr (kept off the caller's); else ``None``.
+        xla_peak_bytes: XLA's own ``memory_analysis().peak_memory_in_bytes``:
+            the static buffers plus the peak of live temporaries, without
+            their packing into one buffer (see :attr:`peak_bytes` for when it
+            is used); ``None`` when not given.
+        remat_limit_bytes: When XLA warned that rematerialization could not
+            bring the step under its limit: that limit (on XLA:GPU, its
+            scheduler's: 80% of the device's memory less the step's arguments
+            and outputs, times 0.95, plus the outputs); else ``None``.
+        remat_reduced_to_bytes: What XLA brought the step down to then.
 
     When the compiler refused the step for memory, ``temp_bytes`` is its
     required figure for temporaries, ``argument_bytes`` the plan's exact
@@ -151,6 +160,9 @@ class StepMemoryReport(Report):
     allocator_fraction: float | None = None
     traced_platform: str | None = None
     compiler_log: str | None = None
+    xla_peak_bytes: int | None = None
+    remat_limit_bytes: int | None = None
+    remat_reduced_to_bytes: int | None = None
 
     def __post_init__(self) -> None:
         over = self.device_memory_bytes is not None and (
@@ -161,10 +173,36 @@ class StepMemoryReport(Report):
 
     @property
     def peak_bytes(self) -> int:
-        """``argument + output + temp - alias`` bytes on one device."""
-        return (
+        """The memory one device holds during the step.
+
+        ``argument + output + temp - alias``: XLA allocates the arguments, the
+        outputs (less those that reuse a donated argument's buffer) and one
+        preallocated buffer for every temporary, and holds them for the whole
+        step. Where XLA's own ``peak_memory_in_bytes`` (:attr:`xla_peak_bytes`)
+        is larger, it is the peak (XLA:TPU reports small programs with no HBM
+        temporaries but a larger peak); it never lowers the figure. XLA:CPU's
+        is not used: jaxlib 0.10.2's CPU executable clears its heap traces
+        before the figure is computed, so it counts no temporary.
+        """
+        held = (
             self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
         )
+        if self.xla_peak_bytes is None or self.backend == "cpu":
+            return held
+        return max(held, self.xla_peak_bytes)
+
+    @property
+    def peak_basis(self) -> str:
+        """Which figure :attr:`peak_bytes` is, in words."""
+        held = (
+            self.argument_bytes + self.output_bytes + self.temp_bytes - self.alias_bytes
+        )
+        if self.peak_bytes > held:
+            return (
+                "XLA's peak_memory_in_bytes, above arguments + outputs + "
+                "temporaries - aliased"
+            )
+        return "arguments + outputs + temporaries - aliased"
 
     @property
     def total_flops(self) -> float:
@@ -209,6 +247,9 @@ class StepMemoryReport(Report):
             budget = self.max_device_bytes
         else:
             budget = _budget(max_device_bytes)
+        remat = self.remat_reduced_to_bytes
+        if remat is not None and remat > budget:  # XLA says it stays above
+            return False
         return not self.out_of_memory and self.peak_bytes <= budget
 
     @property
@@ -250,6 +291,15 @@ class StepMemoryReport(Report):
         totals: tuple[tuple[str, str, str], ...] = (
             ("peak per device", format_bytes(self.peak_bytes), _n(self.peak_bytes)),
         )
+        if self.xla_peak_bytes is not None and self.backend != "cpu":
+            xla_peak = self.xla_peak_bytes
+            totals += (
+                (
+                    "XLA's peak_memory_in_bytes",
+                    format_bytes(xla_peak),
+                    _n(xla_peak),
+                ),
+            )
         if self.max_device_bytes is not None:
             budget = self.max_device_bytes
             name = (
@@ -278,6 +328,7 @@ class StepMemoryReport(Report):
         ]
         if self.topology is not None:
             notes.append(f"Device order: {self.device_order}.")
+        notes.append(f"Peak per device: {self.peak_basis}.")
         if self.budget_basis is not None:
             notes.append(f"Budget: {self.budget_basis}.")
         if self.sharding_constraints is not None:
@@ -349,7 +400,8 @@ class StepMemoryReport(Report):
         if budget is None:
             return f"Peak {peak} per device for {where}"
         if self.fits():
-            return f"Fits in {peak} of {format_bytes(budget)} per device{basis}: {where}"
+            of = format_bytes(budget)
+            return f"Fits in {peak} of {of} per device{basis}: {where}"
         return (
             f"Does not fit: needs {peak} per device, the budget is "
             f"{format_bytes(budget)}{basis}{self._fraction_advice()}; {where}"
@@ -360,9 +412,7 @@ class StepMemoryReport(Report):
             return ""
         needed = self.needed_fraction
         if needed is None:
-            return (
-                f"; no allocator fraction up to {MAX_ADVISED_FRACTION} makes it fit"
-            )
+            return f"; no allocator fraction up to {MAX_ADVISED_FRACTION} makes it fit"
         return f"; it fits with XLA_CLIENT_MEM_FRACTION={needed:.2f}"
 
     def _verdict_notes(self) -> list[str]:
@@ -382,6 +432,10 @@ class StepMemoryReport(Report):
             "num_devices": self.num_devices,
             "mesh": dict(zip(self.plan.axis_names, self.plan.axis_sizes, strict=True)),
             "peak_bytes": self.peak_bytes,
+            "peak_basis": self.peak_basis,
+            "xla_peak_bytes": self.xla_peak_bytes,
+            "remat_limit_bytes": self.remat_limit_bytes,
+            "remat_reduced_to_bytes": self.remat_reduced_to_bytes,
             "argument_bytes": self.argument_bytes,
             "output_bytes": self.output_bytes,
             "temp_bytes": self.temp_bytes,

@@ -6,20 +6,16 @@ figures with ``out_of_memory`` set. The message formats read here are pinned by
 tests, so a libtpu or jaxlib that words them differently fails loudly.
 """
 
-import contextlib
 import importlib.metadata
 import json
 import math
-import os
 import re
-import sys
-import tempfile
 import time
-from collections.abc import Iterator
 from typing import Any
 
 from jax.sharding import Mesh
 
+from nnx_introspect._native_log import native_stderr_captured
 from nnx_introspect._step.topology import _cuda_plugin_version, _libtpu_version
 
 # LLVM's optimisation of the generated machine code dominates large XLA:CPU
@@ -63,7 +59,7 @@ under the limit it rematerialises towards (``xla/service/hlo_rematerialization.c
 
 
 def remat_statements(log: str) -> list[dict[str, Any]]:
-    """Each rematerialization warning in a compiler log, quoted and read.
+    r"""Each rematerialization warning in a compiler log, quoted and read.
 
     ``limit`` is the memory XLA tried to bring the program under (XLA:GPU's
     scheduler limit), ``reduced_to`` what it reached and ``original`` what
@@ -99,32 +95,6 @@ def remat_statements(log: str) -> list[dict[str, Any]]:
             }
         )
     return out
-
-
-@contextlib.contextmanager
-def native_stderr_captured() -> Iterator[list[str]]:
-    """What native code writes to file descriptor 2 in the block, kept off it.
-
-    Yields a list that holds the captured text (one string) once the block
-    ends; file descriptor 2 is restored, also on an error. XLA's C++ logging
-    (a rematerialization that fell short, plugin messages) goes there, below
-    anything Python's logging can filter.
-    """
-    captured: list[str] = []
-    sys.stderr.flush()
-    saved = os.dup(2)
-    try:
-        with tempfile.TemporaryFile(mode="w+b") as capture:
-            os.dup2(capture.fileno(), 2)
-            try:
-                yield captured
-            finally:
-                sys.stderr.flush()
-                os.dup2(saved, 2)
-                capture.seek(0)
-                captured.append(capture.read().decode("utf-8", "replace"))
-    finally:
-        os.close(saved)
 
 
 def _figure(text: str) -> int:
@@ -217,9 +187,16 @@ def compile_lowered(lowered: Any, mesh: Mesh, start: float) -> dict[str, Any]:
         "output_bytes": int(memory.output_size_in_bytes),
         "temp_bytes": int(memory.temp_size_in_bytes),
         "alias_bytes": int(memory.alias_size_in_bytes),
+        "xla_peak_bytes": _peak(memory),
         "flops": _flops(compiled, backend),
         "compile_seconds": seconds,
     }
+
+
+def _peak(memory: Any) -> int | None:
+    """``peak_memory_in_bytes`` where this jaxlib gives it (0.4.36 and newer)."""
+    peak = getattr(memory, "peak_memory_in_bytes", None)
+    return None if peak is None else int(peak)
 
 
 def _flops(compiled: Any, backend: str) -> float | None:
