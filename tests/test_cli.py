@@ -637,7 +637,8 @@ SWEEP = [
     (["mesh", T, "--mesh", "a=2", "--rules", "{rules_bad_regex}"], 2),
     (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "lots"], 2),
     (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "-1"], 2),
-    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "0.5"], 2),
+    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "0.5B"], 2),
+    (["mesh", T, "--mesh", "a=2", "--max-device-bytes", "80"], 2),
     (["mesh", T, "--mesh", "a=2", "--optimizer", "adamx"], 2),
     (["mesh", T, "--mesh", "a=2", "--seed", "-1"], 2),
     # diff

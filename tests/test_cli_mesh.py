@@ -136,7 +136,7 @@ def test_indivisible_exit_1(
     assert "`bias` with shape (6,): dimension 0 (size 6)" in out
 
 
-@pytest.mark.parametrize(("budget", "code"), [("120B", 0), ("119", 1), ("1KiB", 0)])
+@pytest.mark.parametrize(("budget", "code"), [("120B", 0), ("119B", 1), ("1KiB", 0)])
 def test_budget_exit_code(
     budget: str, code: int, targets_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
@@ -182,7 +182,7 @@ def test_problems_and_budget_are_one_line(
 ) -> None:
     code, _, err = run(
         ["mesh", "mesh_targets_mod:sharded", "--mesh", "model=2",
-         "--max-device-bytes", "100", "--format", "json"],
+         "--max-device-bytes", "100B", "--format", "json"],
         capsys,
     )  # fmt: skip
     assert code == 1
@@ -202,7 +202,7 @@ def test_html_format(targets_dir: Path, capsys: pytest.CaptureFixture[str]) -> N
             "--format",
             "html",
             "--max-device-bytes",
-            "100",
+            "100B",
         ],
         capsys,
     )
@@ -228,9 +228,12 @@ def test_table_format_is_full_width(
          "positive integer, got '0' in 'model=0'"),
         (["--mesh", "a=2,a=4"], "argument --mesh: names axis 'a' twice in 'a=2,a=4'"),
         (["--mesh", "model=2", "--max-device-bytes", "lots"], "argument "
-         "--max-device-bytes: must be a size like '16GiB', '500MB' or '4096', got 'lots'"),
-        (["--mesh", "model=2", "--max-device-bytes", "0.1"], "argument "
-         "--max-device-bytes: must be a whole number of bytes, got '0.1'"),
+         "--max-device-bytes: must be a size like '16GiB', '500MB' or '4096B', got 'lots'"),
+        (["--mesh", "model=2", "--max-device-bytes", "0.1B"], "argument "
+         "--max-device-bytes: must be a whole number of bytes, got '0.1B'"),
+        (["--mesh", "model=2", "--max-device-bytes", "80"], "argument "
+         "--max-device-bytes: needs a unit, got '80': write 80GiB, 80GB, or 80B for "
+         "bytes"),
         (["--mesh", "model=2", "--optimizer", "adamx"], "argument --optimizer: invalid "
          "choice: 'adamx'"),
         ([], "the following arguments are required: --mesh"),
@@ -325,7 +328,7 @@ def _verdict_line(text: str) -> str:
     return next(line for line in text.splitlines() if line.startswith(("OK", "FAIL")))
 
 
-@pytest.mark.parametrize(("budget", "ok"), [("100", False), ("1KiB", True)])
+@pytest.mark.parametrize(("budget", "ok"), [("100B", False), ("1KiB", True)])
 def test_every_format_and_the_exit_code_give_one_verdict(
     targets_dir: Path, capsys: pytest.CaptureFixture[str], budget: str, ok: bool
 ) -> None:
@@ -338,7 +341,7 @@ def test_every_format_and_the_exit_code_give_one_verdict(
     assert (data["ok"], data["fits"], data["max_device_bytes"]) == (
         ok,
         ok,
-        100 if budget == "100" else 1024,
+        100 if budget == "100B" else 1024,
     )
     assert data["bytes_per_device"] == 120
     assert (err == "") is ok

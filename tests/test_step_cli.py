@@ -112,7 +112,7 @@ def test_over_budget_exits_1(
     targets_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     code, out, err = run(
-        [*BASE, "--max-device-bytes", "100", "--format", "json"], capsys
+        [*BASE, "--max-device-bytes", "100B", "--format", "json"], capsys
     )
     data = json.loads(out)
     peak = data["peak_bytes"]
@@ -123,11 +123,11 @@ def test_over_budget_exits_1(
     assert data["ok"] is False and data["fits"] is False
     assert data["max_device_bytes"] == 100
     code, out, _ = run(
-        [*BASE, "--max-device-bytes", "100", "--format", "markdown"], capsys
+        [*BASE, "--max-device-bytes", "100B", "--format", "markdown"], capsys
     )
     assert code == 1 and out.startswith("**Does not fit")
     code, out, err = run(
-        [*BASE, "--max-device-bytes", str(peak), "--format", "json"], capsys
+        [*BASE, "--max-device-bytes", f"{peak}B", "--format", "json"], capsys
     )
     assert code == 0, err
     assert json.loads(out)["ok"] is True and json.loads(out)["fits"] is True
@@ -209,7 +209,9 @@ def test_indivisible_plan_exits_2(
         capsys,
     )
     assert code == 2
-    assert "dimension 1 (size 6) does not divide over tp" in err
+    # the kernel's 6 columns over tp = 4: the mesh is the flag to change
+    assert err.startswith("nnx-introspect: error: argument --mesh: ")
+    assert "`kernel` dimension 1, size 6, over tp = 4" in err
 
 
 @pytest.mark.parametrize(
@@ -285,11 +287,15 @@ SWEEP: dict[str, tuple[list[str], str]] = {
         "--max-device-bytes",
     ),
     "budget-fraction": (
-        [STEP[1], *MESH, *BATCH, "--max-device-bytes", "1.5"],
+        [STEP[1], *MESH, *BATCH, "--max-device-bytes", "1.5B"],
         "--max-device-bytes",
     ),
     "budget-infinite": (
-        [STEP[1], *MESH, *BATCH, "--max-device-bytes", "1e400"],
+        [STEP[1], *MESH, *BATCH, "--max-device-bytes", "1e400B"],
+        "--max-device-bytes",
+    ),
+    "budget-no-unit": (
+        [STEP[1], *MESH, *BATCH, "--max-device-bytes", "80"],
         "--max-device-bytes",
     ),
     "batch-syntax": ([STEP[1], *MESH, "--batch", "int32(8,2)"], "argument --batch"),
@@ -375,7 +381,7 @@ def test_max_batch_json_and_exit_0(
             "none",
             "--max-batch",
             "--max-device-bytes",
-            str(budget),
+            f"{budget}B",
             "--format",
             "json",
         ],
@@ -401,11 +407,15 @@ def test_max_batch_json_and_exit_0(
 def test_max_batch_nothing_fits_exits_1(
     targets_dir: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    argv = [*BASE, "--max-batch", "--max-device-bytes", "100"]
+    argv = [*BASE, "--max-batch", "--max-device-bytes", "100B"]
     code, out, err = run([*argv, "--format", "json"], capsys)
     assert code == 1
     assert json.loads(out)["ok"] is False
-    assert err.startswith("nnx-introspect: No batch fits: batch 8 needs")
+    # Linear(4, 6): (4 * 6 + 6) float32 parameters on every device, 120 B
+    assert err.startswith(
+        "nnx-introspect: No batch fits: the plan alone needs 120 B per device of "
+        "the budget 100 B (nothing compiled"
+    )
     assert err.count("\n") == 1
     code, out, _ = run([*argv, "--format", "html"], capsys)
     assert code == 1

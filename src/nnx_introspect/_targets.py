@@ -63,7 +63,8 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
     directory is importable during the lookup, as with ``python -m``.
 
     Raises:
-        TargetError: If ``spec`` is malformed, the module cannot be imported, the
+        TargetError: If ``spec`` is malformed or written like a file path
+            (``models/my_model.py:make``), the module cannot be imported, the
             attribute is missing or is not callable.
     """
     module_name, sep, attr_path = spec.partition(":")
@@ -72,6 +73,7 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
             f"TARGET must look like 'package.module:callable', got {spec!r}. "
             f"For example: {DEFAULT_TARGET}."
         )
+    _refuse_a_path(spec, module_name, attr_path)
     cwd = os.getcwd()
     added = cwd not in sys.path
     if added:
@@ -107,6 +109,26 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
             "`rngs` and returning an nnx.Module."
         )
     return obj  # type: ignore[no-any-return]
+
+
+def _refuse_a_path(spec: str, module_name: str, attr_path: str) -> None:
+    """A target written as a file (``./my_model.py:make``) is named as a module.
+
+    Python's import system would answer ``the 'package' argument is
+    required`` (a leading dot) or ``No module named 'models/my_model'``.
+    """
+    path = module_name.replace("\\", "/")
+    if "/" not in path and not path.endswith(".py") and not path.startswith("."):
+        return
+    stem = path.rstrip("/").rsplit("/", 1)[-1].lstrip(".")
+    stem = stem.removesuffix(".py") or "my_model"
+    folder = path.rsplit("/", 1)[0] if "/" in path.strip("/") else "."
+    where = "the current folder" if folder in ("", ".") else f"{folder!r}"
+    raise TargetError(
+        f"TARGET {spec!r} is written like a file path; use `module:callable`, "
+        f"e.g. `{stem}:{attr_path}`, run from the folder holding {stem}.py "
+        f"({where}) or with that folder on PYTHONPATH."
+    )
 
 
 def _build_concrete(factory: Callable[..., Any], seed: int) -> Any:

@@ -208,7 +208,6 @@ def _as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
 
 
 _UNITS = {
-    "": 1,
     "b": 1,
     "kb": 10**3,
     "mb": 10**6,
@@ -223,34 +222,47 @@ _UNITS = {
 
 @typechecked
 def parse_bytes(text: str | IntLike, /) -> int:
-    """Parse a byte size: ``"16GiB"``, ``"1.5 GB"``, ``"4096"`` or a number.
+    """Parse a byte size: ``"16GiB"``, ``"1.5 GB"``, ``"4096B"`` or a number.
 
-    Binary units (KiB, MiB, GiB, TiB) are powers of 1024, decimal ones (kB, MB,
-    GB, TB) powers of 1000; case does not matter.
+    A string needs its unit: binary units (KiB, MiB, GiB, TiB) are powers of
+    1024, decimal ones (kB, MB, GB, TB) powers of 1000, ``B`` is bytes; case
+    does not matter. A number (``80``, ``4096.0``) is a count of bytes.
 
     Args:
-        text: The size, as a string with an optional unit or an integer-valued
-            number.
+        text: The size: a string with its unit, or an integer-valued number of
+            bytes.
 
     Returns:
         The number of bytes, a Python ``int``.
 
     Raises:
-        ValueError: If ``text`` is not a nonnegative size with a known unit, or
-            names a fraction of a byte.
+        ValueError: If ``text`` is not a nonnegative size with a known unit (a
+            string without one, such as ``"80"``, included: 80 bytes or 80
+            GiB?), or names a fraction of a byte.
 
     Example:
         >>> parse_bytes("16GiB"), parse_bytes("1.5 kB"), parse_bytes(4096)
         (17179869184, 1500, 4096)
+        >>> parse_bytes("80")
+        Traceback (most recent call last):
+        ...
+        ValueError: `max_device_bytes` needs a unit, got '80': write '80GiB', ...
     """
     if not isinstance(text, str):
         return as_int(text, "max_device_bytes", minimum=0)
     match = re.fullmatch(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*", text)
     unit = match.group(2).lower() if match else ""
+    if match is not None and not unit:
+        number = match.group(1)
+        raise ValueError(
+            f"`max_device_bytes` needs a unit, got {text!r}: write '{number}GiB', "
+            f"'{number}GB', or '{number}B' for bytes (an int such as {number} is "
+            "bytes)."
+        )
     if match is None or unit not in _UNITS:
         raise ValueError(
-            f"`max_device_bytes` must be a size like '16GiB', '500MB' or '4096', got "
-            f"{text!r}. Units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB."
+            "`max_device_bytes` must be a size like '16GiB', '500MB' or '4096B', "
+            f"got {text!r}. Units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB."
         )
     value = float(match.group(1)) * _UNITS[unit]
     return as_int(value, "max_device_bytes", minimum=0)

@@ -24,7 +24,8 @@ def _add_mesh_parser(subparsers: Any) -> None:
     _add_plan_args(
         parser,
         optimizer_help="also plan this optimizer's state and the gradients",
-        budget_help="per-device budget such as 16GiB; exceeding it exits with 1",
+        budget_help="per-device budget with its unit, such as 16GiB, 16GB or 4096B; "
+        "exceeding it exits with 1",
     )
     _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_mesh)

@@ -67,20 +67,27 @@ def _mesh_arg(text: str) -> str:
 
 
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*")
-_UNITS = {"": 1, "b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
+_UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
 def _bytes_arg(text: str) -> int:
     """``--max-device-bytes``: what ``_mesh.parse_bytes`` gives, without JAX.
 
+    A size needs its unit: a bare ``80`` (80 bytes or 80 GiB?) is refused.
     A test holds the two equal (same value, or both reject).
     """
     match = _SIZE.fullmatch(text)
     unit = match.group(2).lower() if match else ""
+    if match is not None and not unit:
+        number = match.group(1)
+        raise argparse.ArgumentTypeError(
+            f"needs a unit, got {text!r}: write {number}GiB, {number}GB, or "
+            f"{number}B for bytes"
+        )
     if match is None or unit not in _UNITS:
         raise argparse.ArgumentTypeError(
-            f"must be a size like '16GiB', '500MB' or '4096', got {text!r} "
+            f"must be a size like '16GiB', '500MB' or '4096B', got {text!r} "
             "(units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB)"
         )
     value = float(match.group(1)) * _UNITS[unit]

@@ -3,6 +3,7 @@
 import argparse
 import re
 import sys
+import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any
@@ -62,7 +63,8 @@ def _add_step_parser(subparsers: Any) -> None:
     _add_plan_args(
         parser,
         optimizer_help="compile the full training step with this optimizer",
-        budget_help="per-device budget such as 80GiB; a larger peak exits with 1",
+        budget_help="per-device budget with its unit, such as 80GiB, 80GB or 4096B; a "
+        "larger peak exits with 1",
     )
     parser.add_argument(
         "--batch",
@@ -128,12 +130,20 @@ def _usage_error(
     The first argument the message names in backticks that is a flag's gives
     the flag. ``rules`` and ``logical_rules`` count only when ``--rules`` was
     given: a plan problem of the model's own sharding metadata names them as
-    the fix, not the cause. An ``ImportError`` naming no flag is the
-    ``--topology``'s compiler missing when one was given; any other message
-    naming no flag is kept whole.
+    the fix, not the cause. A step that cannot be sharded ("`mesh` {...}
+    cannot shard the step (...): problems") is judged by its problems: a
+    batch leaf's gives ``--batch``, a plan's ``--rules`` when rules were given
+    (they name the axes), else ``--mesh``. An ``ImportError`` naming no flag
+    is the ``--topology``'s compiler missing when one was given; any other
+    message naming no flag is kept whole.
     """
     text = " ".join(str(error).split())
-    for name in _ARGUMENT.findall(text):
+    _, shard, problems = text.partition("cannot shard the step")
+    if shard:
+        problems = problems.partition("): ")[2]
+        if rules_given and "`rules`" in problems and not problems.startswith("`batch"):
+            return UsageError(f"argument --rules: {text}")
+    for name in _ARGUMENT.findall(problems if shard else text):
         flag = _FLAGS.get(name)
         if flag == "--rules" and not rules_given:
             continue
@@ -144,21 +154,92 @@ def _usage_error(
     return UsageError(_describe(error))
 
 
-@contextmanager
-def _progress(message: str) -> Iterator[Callable[[str], None]]:
-    """A status line on stderr while the body runs, only when stderr is a terminal.
+def _duration(seconds: float) -> str:
+    """``72.4`` -> ``"1m 12s"``: whole seconds, minutes and hours."""
+    total = int(seconds)
+    if total < 60:
+        return f"{total}s"
+    if total < 3600:
+        return f"{total // 60}m {total % 60:02d}s"
+    return f"{total // 3600}h {total // 60 % 60:02d}m"
 
-    Yields a function that replaces the line's text (a no-op off a terminal):
-    into a file or a pipe, a successful run writes nothing on stderr.
+
+class _SearchLine:
+    """The ``--max-batch`` progress line, its text recomputed at each redraw.
+
+    Before the first compile, ``message``; from it on, the batch compiling now,
+    the compile's number and the time since the search began (``compiling
+    batch 24 (compile 5, 1m 12s)``), then the last batch's answer.
     """
-    if not sys.stderr.isatty():
-        yield lambda text: None
-        return
-    from rich.console import Console
 
-    console = Console(file=sys.stderr, force_terminal=True)
-    with console.status(message) as status:
-        yield lambda text: status.update(text)
+    def __init__(
+        self, message: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.message = message
+        self.clock = clock
+        self.began = clock()
+        self.batch: int | None = None
+        self.count = 0
+        self.last: tuple[int, int, bool] | None = None
+        self.redraw: Callable[[], None] = lambda: None
+
+    def compiling(self, batch: int, count: int) -> None:
+        """``max_batch``'s ``compiling``: batch ``batch``, compile ``count``."""
+        self.batch, self.count = batch, count
+        self.redraw()
+
+    def done(self, point: tuple[int, int, bool]) -> None:
+        """``max_batch``'s ``progress``: a compile's answer."""
+        self.last = point
+        self.redraw()
+
+    def text(self) -> str:
+        """The line as it reads now."""
+        if self.batch is None:
+            return self.message
+        from nnx_introspect._render import format_bytes
+
+        elapsed = _duration(self.clock() - self.began)
+        line = f"compiling batch {self.batch} (compile {self.count}, {elapsed})"
+        if self.last is not None:
+            batch, peak, fits = self.last
+            verdict = "fits" if fits else "does not fit"
+            line += f"; batch {batch} {verdict} ({format_bytes(peak)} per device)"
+        return line
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(self.text())  # never console markup: a target may hold "[...]"
+
+
+@contextmanager
+def _status(
+    renderable: Any, console: Any = None, redraw_every: float = 0.25
+) -> Iterator[Callable[[], None]]:
+    """A spinner and ``renderable`` on one line of stderr while the body runs.
+
+    Only when stderr is a terminal (or on the rich ``console`` given): into a
+    file or a pipe, a successful run writes nothing on stderr. The line is
+    redrawn every ``redraw_every`` seconds (a clock in it moves) and cleared at
+    the end. Yields a function that redraws it at once (a no-op off a
+    terminal).
+    """
+    if console is None:
+        if not sys.stderr.isatty():
+            yield lambda: None
+            return
+        from rich.console import Console
+
+        console = Console(file=sys.stderr, force_terminal=True)
+    from rich.live import Live
+    from rich.spinner import Spinner
+
+    line = Spinner("dots", text=renderable)
+    with Live(
+        line, console=console, refresh_per_second=1 / redraw_every, transient=True
+    ) as live:
+        yield live.refresh
 
 
 def _run_step(args: argparse.Namespace) -> int:
@@ -193,18 +274,20 @@ def _run_step(args: argparse.Namespace) -> int:
         "max_device_bytes": budget,
     }
     try:
-        with _progress(message) as show:
-            if args.max_batch:
-
-                def point(p: tuple[int, int, bool]) -> None:
-                    verdict = "fits" if p[2] else "does not fit"
-                    show(
-                        f"{message} batch {p[0]}: {format_bytes(p[1])} per "
-                        f"device, {verdict}"
-                    )
-
-                search = max_batch(args.target, mesh, batch, progress=point, **common)
-            else:
+        if args.max_batch:
+            line = _SearchLine(message)
+            with _status(line) as redraw:
+                line.redraw = redraw
+                search = max_batch(
+                    args.target,
+                    mesh,
+                    batch,
+                    progress=line.done,
+                    compiling=line.compiling,
+                    **common,
+                )
+        else:
+            with _status(message):
                 report = step_memory_report(args.target, mesh, batch, **common)
     except (TypeError, ValueError, ImportError) as error:
         # Bad input to the step (target, batch, loss, topology, a plan whose
