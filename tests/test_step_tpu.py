@@ -22,6 +22,7 @@ needs_libtpu = pytest.mark.skipif(
 )
 
 V5E_HBM = 16 * 2**30
+V5E_AVAILABLE = round(15.75 * 2**30)  # what libtpu 0.0.52 says a program may use
 
 # libtpu 0.0.52's words when a program's temporaries exceed the chip's HBM
 OOM_MESSAGE = re.compile(
@@ -55,7 +56,8 @@ def test_out_of_memory_is_a_verdict_with_the_compilers_figures(oom_report: Any) 
     # the arguments: the kernel and the batch, each 1024 x 65536 float32
     assert report.argument_bytes == 2 * 1024 * 65536 * 4
     assert report.peak_bytes == report.argument_bytes + need > V5E_HBM
-    assert report.device_memory_bytes == V5E_HBM == report.max_device_bytes
+    assert report.device_memory_bytes == V5E_HBM
+    assert report.max_device_bytes == V5E_AVAILABLE == report.compiler_available_bytes
     assert not report.fits("1TiB")  # the compiler refused it: no budget helps
     assert report.verdict.startswith(
         "Out of memory (the compiler refused the step): needs 17 GiB per device, "
@@ -68,7 +70,8 @@ def test_out_of_memory_verdict_is_the_same_in_every_format(oom_report: Any) -> N
     data = json.loads(oom_report.to_json())
     assert data["version"] == 2
     assert (data["ok"], data["fits"], data["out_of_memory"]) == (False, False, True)
-    assert data["max_device_bytes"] == data["device_memory_bytes"] == V5E_HBM
+    assert data["device_memory_bytes"] == V5E_HBM
+    assert data["max_device_bytes"] == V5E_AVAILABLE
     assert OOM_MESSAGE.search(data["compiler_message"])
     markdown = oom_report.to_markdown()
     assert markdown.startswith("**Out of memory (the compiler refused the step)")
@@ -96,6 +99,11 @@ def test_named_target_compiles_in_a_child_like_in_process() -> None:
     assert child.flops == here.flops
     assert child.device_order == here.device_order == "physical (topologies.make_mesh)"
     assert child.fits() and child.verdict.startswith("Fits in ")
+    # the budget is the HBM the compiler lets a program use, and says so
+    assert child.max_device_bytes == V5E_AVAILABLE
+    assert "of 15.75 GiB per device (the 15.75 GiB of HBM XLA:TPU lets a" in (
+        child.verdict
+    )
     assert jax.default_backend() == "cpu"
 
 

@@ -6,8 +6,9 @@ makes one pool (the BFC allocator) of ``XLA_CLIENT_MEM_FRACTION`` (or the older
 every compiled program's buffers come from that pool. The budget of a GPU
 target is that pool, less :data:`GPU_POOL_RESERVE_BYTES` for what the pool
 holds that XLA's figures for the step do not. On a TPU the budget is the HBM
-of one chip: XLA:TPU itself refuses, at compile time, a program over the HBM
-libtpu makes available, and says so.
+XLA:TPU lets a program use (15.75 of a v5e chip's 16 GiB in libtpu 0.0.52; the
+rest is reserved for the TPU runtime, outside every ``memory_analysis()``
+figure), and XLA:TPU itself refuses, at compile time, a program over it.
 """
 
 import dataclasses
@@ -130,16 +131,27 @@ def step_budget(
         (JAX's default)
         >>> step_budget(2**30, "h100-8", {}).basis
         'the budget given'
-        >>> step_budget(None, "v5e-4", {}).basis
-        "the device's memory"
+        >>> tpu = step_budget(None, "v5e-4", {})
+        >>> tpu.bytes == round(15.75 * 2**30), tpu.device_memory_bytes == 16 * 2**30
+        (True, True)
+        >>> print(tpu.basis)
+        the 15.75 GiB of HBM XLA:TPU lets a program use on a v5e chip; the rest of
+        its 16 GiB is the TPU runtime's
     """
     memory = None if topology is None else _topology(topology).device_memory_bytes
     if max_device_bytes is not None:
         return Budget(max_device_bytes, "the budget given", memory)
     if topology is None or memory is None:
         return Budget(None, None)
-    if _topology(topology).platform != "cuda":
-        return Budget(memory, "the device's memory", memory)
+    topo = _topology(topology)
+    if topo.platform != "cuda":
+        available = topo.available_bytes or memory
+        basis = (
+            f"the {format_bytes(available)} of HBM XLA:TPU lets a program use on a "
+            f"{topology.rsplit('-', 1)[0]} chip; the rest of its "
+            f"{format_bytes(memory)} is the TPU runtime's"
+        )
+        return Budget(available, basis, memory)
     fraction, source = gpu_fraction(environ)
     pool = int(memory * fraction) - GPU_POOL_RESERVE_BYTES
     basis = (
