@@ -360,7 +360,7 @@ def _report(
     oom = bool(numbers.get("out_of_memory", False))
     warnings = list(numbers.get("warnings", []))
     remat = list(numbers.get("remat", []))
-    warnings += [_remat_warning(s, budget) for s in remat]
+    warnings += [_remat_warning(s, budget, numbers["backend"]) for s in remat]
     arguments = numbers["argument_bytes"]
     if arguments is None:  # refused for memory: the plan's exact shards
         arguments = _planned_argument_bytes(request, plan)
@@ -433,15 +433,20 @@ def _caveats(
     return tuple(out)
 
 
-def _remat_warning(statement: dict[str, Any], budget: Budget) -> str:
+def _remat_warning(statement: dict[str, Any], budget: Budget, backend: str) -> str:
     """XLA's rematerialization line, quoted whole, and what its limit is."""
-    limit = statement["limit"]
-    text = (
-        f'XLA: "{statement["quote"]}". {format_bytes(limit)} is the limit XLA '
-        "rematerialised towards (on XLA:GPU its scheduler's limit, from the "
-        "device memory the compile was given, less the step's arguments and "
-        "outputs), not the device's memory"
-    )
+    limit = format_bytes(statement["limit"])
+    if backend == "gpu":
+        what = (
+            f"{limit} is XLA:GPU's scheduler limit (80% of the device's memory as "
+            "CUDA reports it, less the step's arguments and outputs, times 0.95, "
+            "plus the outputs: the same on a real GPU), not the device's memory"
+        )
+    else:
+        what = (
+            f"{limit} is the limit XLA rematerialised towards, not the device's memory"
+        )
+    text = f'XLA: "{statement["quote"]}". {what}'
     if budget.bytes is not None:
         text += f"; the budget is {format_bytes(budget.bytes)}"
     return text + "."

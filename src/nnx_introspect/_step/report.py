@@ -127,7 +127,7 @@ class StepMemoryReport(Report):
     """
 
     SCHEMA = "nnx-introspect/step-memory"
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     num_devices: int
     argument_bytes: int
