@@ -1,6 +1,7 @@
 """Issue 17: every report's verdict box in HTML, and ``print(report)`` as text."""
 
 import dataclasses
+import html
 import importlib
 import pkgutil
 import re
@@ -240,3 +241,13 @@ def test_the_notes_read_left_to_right(tmp_path: Path) -> None:
     lines = str(report).splitlines()
     note = report.table().notes[0]
     assert any(line.startswith(note[:30]) for line in lines)
+
+
+def test_a_verdict_in_the_lead_is_not_repeated_under_its_box() -> None:
+    model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
+    report = mesh_config_report(model, "model=2", max_device_bytes=8)  # 32 B > 8 B
+    assert report.verdict in report.table().lead
+    fragment = report._repr_html_()
+    assert fragment.startswith('<p class="verdict bad">')
+    assert fragment.count(html.escape(report.verdict)) == 1
+    assert "Per device: 32 B" in fragment  # the other lead sentences stay

@@ -517,15 +517,18 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
     def _body_html(self, table: Table) -> str:
         """The verdict's box (if any), then the table.
 
-        The table's caption is left out when it is the verdict already boxed.
+        The verdict, already boxed, is left out of the table's caption and
+        lead sentences.
         """
         tone = self._verdict_tone()
         if tone is None:
             return table_html(table)
         verdict = str(getattr(self, "verdict"))  # noqa: B009  # checked by the tone
-        if table.title == verdict:
-            return verdict_html(verdict, tone) + table_html(table, caption=False)
-        return verdict_html(verdict, tone) + table_html(table)
+        lead = tuple(s for s in table.lead if s != verdict)
+        rest = dataclasses.replace(table, lead=lead)
+        return verdict_html(verdict, tone) + table_html(
+            rest, caption=table.title != verdict
+        )
 
     def __str__(self) -> str:
         """The report as plain text: what ``print(report)`` shows.
