@@ -267,7 +267,9 @@ def test_a_compile_refused_for_memory_does_not_fit() -> None:
     size = 2**21
     x = jax.ShapeDtypeStruct((size, 1024), jnp.float32)
     found = max_batch(wide, "data=4", x, loss=None, topology="v5e-4", lo=size - 4)
-    assert found.max_device_bytes == 16 * 2**30  # a v5e chip's HBM: the budget
+    # the budget: the 15.75 of a v5e chip's 16 GiB that XLA:TPU lets a program use
+    assert found.max_device_bytes == round(15.75 * 2**30)
+    assert found.budget_basis.startswith("the 15.75 GiB of HBM XLA:TPU lets")
     assert found.best is None and found.converged
     assert [(b, f) for b, _, f in found.points] == [(size - 4, False), (size, False)]
     direct = step_memory_report(wide, "data=4", x, loss=None, topology="v5e-4")
