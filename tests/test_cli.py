@@ -422,9 +422,16 @@ def test_lazy_names_match_the_type_checking_imports_and_all() -> None:
     import nnx_introspect
 
     tree = ast.parse(Path(nnx_introspect.__file__).read_text())
+    # the re-exports: the `if typing.TYPE_CHECKING:` block (other imports, such
+    # as a private helper the lazy lookup uses, are not part of the API)
+    (block,) = (
+        node
+        for node in tree.body
+        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING"
+    )
     imports: dict[str, str] = {}
-    for node in ast.walk(tree):
-        if isinstance(node, ast.ImportFrom) and node.module != "typing":
+    for node in ast.walk(block):
+        if isinstance(node, ast.ImportFrom):
             for alias in node.names:
                 assert alias.asname == alias.name, "re-export as `X as X`"
                 imports[alias.name] = str(node.module)
