@@ -6,12 +6,14 @@ Every factory takes an ``nnx.Rngs`` and returns a module, so each one works with
 """
 
 import dataclasses
+import math
 from collections.abc import Callable
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
+from jax.sharding import AxisType, PartitionSpec
 from jaxtyping import Array, Float, Int
 
 __all__ = [
@@ -174,6 +176,11 @@ class LlamaConfig:
         param_dtype: Parameter dtype.
         partitioned: Annotate kernels with sharding names (``"fsdp"``, ``"tp"``),
             as model zoos do, so mesh planning has specs to work with.
+        shard_activations: Constrain the activations as production trainers
+            do: the batch over ``data`` and ``fsdp``; the heads, the MLP's
+            hidden units and the vocabulary over ``tp``; the residual stream's
+            sequence over ``tp`` (sequence parallelism). Only under a mesh with
+            those axes; with no mesh the forward is the unconstrained one.
 
     Example:
         >>> from nnx_introspect import abstract_model, count_params
@@ -190,6 +197,7 @@ class LlamaConfig:
     d_ff: int
     param_dtype: Any = jnp.float32
     partitioned: bool = False
+    shard_activations: bool = False
 
 
 LLAMA_TINY = LlamaConfig(vocab=8000, d_model=256, n_layers=8, n_heads=4, d_ff=688)
@@ -201,6 +209,95 @@ LLAMA_7B = LlamaConfig(vocab=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=
 
 def _meta(cfg: LlamaConfig, names: tuple[str | None, ...]) -> dict[str, Any]:
     return {"out_sharding": names} if cfg.partitioned else {}
+
+
+_BATCH_AXES = ("data", "fsdp")
+"""The mesh axes an activation's batch dimension is split over, outermost first
+(MaxText's ``activation_batch`` order); an axis the mesh lacks is left out."""
+
+_MODEL_AXES = ("tp",)
+"""The mesh axes the heads, the MLP's hidden units and the vocabulary are split over
+(the ``"tp"`` of the kernels' annotations)."""
+
+_RESIDUAL = (_BATCH_AXES, _MODEL_AXES, ())
+"""``(batch, seq, d_model)``: the batch split, and the sequence over ``tp``.
+
+Megatron's sequence parallelism (Korthikanti et al. 2022): between the blocks
+the ``tp`` devices hold a slice of the tokens each instead of a copy of all of
+them, for the same traffic (the row-parallel output's all-reduce becomes a
+reduce-scatter, the next block's input an all-gather). Trainers split the
+residual over ``tp`` too (tunix's ``act_btd`` splits its width, MaxText's
+``activation_embed``) rather than replicate it. Of the three, the sequence split
+needs the fewest temporaries in XLA:GPU's compile of the 7B's training step
+(``benchmarks/bench_activations.py``)."""
+
+_HEADS = (_BATCH_AXES, (), _MODEL_AXES, ())
+"""``(batch, seq, heads, head_dim)``: column-parallel q, k, v and attention's output."""
+
+_HIDDEN = (_BATCH_AXES, (), _MODEL_AXES)
+"""``(batch, seq, d_ff or vocab)``: the MLP's hidden units and the logits."""
+
+
+def _constrain(x: Array, *dims: tuple[str, ...]) -> Array:
+    """``x`` with dimension ``i`` split over the mesh axes named in ``dims[i]``.
+
+    A ``jax.lax.with_sharding_constraint`` on the current mesh (the one
+    ``jax.set_mesh`` sets, read with ``jax.sharding.get_abstract_mesh()``, also
+    inside ``jax.jit``), as trainers constrain activations. Of each dimension's
+    names, only those of the mesh's Auto axes are used, outermost first, while
+    their sizes' product divides the dimension; a dimension with none is
+    replicated. With no such axis at all (no mesh, only Explicit or Manual axes,
+    or other names) ``x`` is returned as is, so a model runs unsharded eagerly.
+    The legacy ``with mesh:`` alone sets no abstract mesh and so constrains
+    nothing.
+
+    Args:
+        x: The activation.
+        *dims: One tuple of mesh axis names per dimension of ``x``, ``()`` to
+            replicate that dimension.
+
+    Returns:
+        ``x``, constrained when the mesh has any of the named axes.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> x = jnp.ones((8, 4))
+        >>> _constrain(x, ("data", "fsdp"), ()) is x  # no mesh: unchanged
+        True
+        >>> mesh = jax.make_mesh((2, 4), ("fsdp", "tp"),
+        ...                      axis_types=(jax.sharding.AxisType.Auto,) * 2)
+        >>> with jax.set_mesh(mesh):
+        ...     y = jax.jit(lambda x: _constrain(x, ("data", "fsdp"), ("tp",)))(x)
+        >>> tuple(y.sharding.spec)
+        ('fsdp', 'tp')
+    """
+    if len(dims) != x.ndim:
+        raise ValueError(
+            f"`dims` must name the axes of each of the {x.ndim} dimensions of `x` "
+            f"{tuple(x.shape)}, got {len(dims)}: {dims!r}."
+        )
+    mesh = jax.sharding.get_abstract_mesh()
+    auto = {
+        name: size
+        for name, size, kind in zip(
+            mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True
+        )
+        if kind == AxisType.Auto
+    }
+    if not any(name in auto for names in dims for name in names):
+        return x
+    entries: list[str | tuple[str, ...] | None] = []
+    for size, names in zip(x.shape, dims, strict=True):
+        used: list[str] = []
+        for name in names:
+            if (
+                name in auto
+                and size % (math.prod(auto[u] for u in used) * auto[name]) == 0
+            ):
+                used.append(name)
+        entries.append(None if not used else used[0] if len(used) == 1 else tuple(used))
+    y: Array = jax.lax.with_sharding_constraint(x, PartitionSpec(*entries))
+    return y
 
 
 def _rope(x: Float[Array, "b s h d"]) -> Float[Array, "b s h d"]:
@@ -226,6 +323,7 @@ class LlamaLayer(nnx.Module):
             )
 
         self.n_heads = cfg.n_heads
+        self.shard_activations = cfg.shard_activations
         self.attn_norm = nnx.RMSNorm(d, param_dtype=dt, rngs=rngs)
         self.q = linear(d, d, col)
         self.k = linear(d, d, col)
@@ -237,19 +335,31 @@ class LlamaLayer(nnx.Module):
         self.down = linear(f, d, row)
 
     def __call__(self, x: Float[Array, "b s d"]) -> Float[Array, "b s d"]:
-        """Causal self-attention with rotary positions, then the SiLU-gated MLP."""
+        """Causal self-attention with rotary positions, then the SiLU-gated MLP.
+
+        With ``shard_activations``: q, k, v and attention's output split by
+        head, the MLP's gate, up and their product by hidden unit (both over
+        ``tp``, as the column-parallel kernels produce them), the residual
+        stream after each block by batch and, over ``tp``, by sequence.
+        """
         b, s, d = x.shape
         h = self.attn_norm(x)
         shape = (b, s, self.n_heads, d // self.n_heads)
-        q = _rope(self.q(h).reshape(shape))
-        k = _rope(self.k(h).reshape(shape))
-        v = self.v(h).reshape(shape)
+        q = _rope(self._shard(self.q(h).reshape(shape), _HEADS))
+        k = _rope(self._shard(self.k(h).reshape(shape), _HEADS))
+        v = self._shard(self.v(h).reshape(shape), _HEADS)
         mask = jnp.tril(jnp.ones((s, s), dtype=bool))
         att = jax.nn.dot_product_attention(q, k, v, mask=mask[None, None])
-        x = x + self.o(att.reshape(b, s, d))
+        att = self._shard(att, _HEADS)
+        x = self._shard(x + self.o(att.reshape(b, s, d)), _RESIDUAL)
         h = self.mlp_norm(x)
-        y: jax.Array = x + self.down(jax.nn.silu(self.gate(h)) * self.up(h))
-        return y
+        gate = self._shard(self.gate(h), _HIDDEN)
+        up = self._shard(self.up(h), _HIDDEN)
+        hidden = self._shard(jax.nn.silu(gate) * up, _HIDDEN)
+        return self._shard(x + self.down(hidden), _RESIDUAL)
+
+    def _shard(self, x: Array, dims: tuple[tuple[str, ...], ...]) -> Array:
+        return _constrain(x, *dims) if self.shard_activations else x
 
 
 class Llama(nnx.Module):
@@ -291,14 +401,21 @@ class Llama(nnx.Module):
             rngs=rngs,
             kernel_metadata=_meta(cfg, ("fsdp", "tp")),
         )
+        self.shard_activations = cfg.shard_activations
 
     def __call__(self, tokens: Int[Array, "b s"]) -> Float[Array, "b s v"]:
-        """Next-token logits for ``tokens``."""
+        """Next-token logits for ``tokens``.
+
+        With ``shard_activations``, the embedded tokens are constrained like
+        the residual stream and the logits by batch and vocabulary.
+        """
         x = self.embed(tokens)
+        if self.shard_activations:
+            x = _constrain(x, *_RESIDUAL)
         for layer in self.layers:
             x = layer(x)
         y: jax.Array = self.lm_head(self.norm(x))
-        return y
+        return _constrain(y, *_HIDDEN) if self.shard_activations else y
 
 
 def llama(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
@@ -351,6 +468,10 @@ def llama_7b(rngs: nnx.Rngs) -> Llama:
     return Llama(LLAMA_7B, rngs=rngs)
 
 
+def _sharded(cfg: LlamaConfig) -> LlamaConfig:
+    return dataclasses.replace(cfg, partitioned=True, shard_activations=True)
+
+
 def llama_tiny_sharded(rngs: nnx.Rngs) -> Llama:
     """:func:`llama_tiny` with sharding annotations on every kernel and the embedding.
 
@@ -360,6 +481,12 @@ def llama_tiny_sharded(rngs: nnx.Rngs) -> Llama:
     the same way); the RMSNorm scales carry none and stay replicated. Plan it on
     a mesh with axes ``fsdp`` and ``tp``, or map the names with logical rules.
 
+    Under a mesh with those axes (``jax.set_mesh``) its activations are
+    constrained as trainers constrain them (``LlamaConfig.shard_activations``):
+    the batch over ``data`` and ``fsdp``, heads, MLP units, vocabulary and the
+    residual stream's sequence over ``tp``. With no mesh it computes exactly
+    what :func:`llama_tiny` does.
+
     Example:
         >>> from nnx_introspect import abstract_model, mesh_config_report
         >>> model = abstract_model(llama_tiny_sharded)
@@ -367,13 +494,14 @@ def llama_tiny_sharded(rngs: nnx.Rngs) -> Llama:
         >>> report.ok, sum(1 for leaf in report.leaves if not leaf.replicated_over)
         (True, 58)
     """
-    return Llama(dataclasses.replace(LLAMA_TINY, partitioned=True), rngs=rngs)
+    return Llama(_sharded(LLAMA_TINY), rngs=rngs)
 
 
 def llama_7b_sharded(rngs: nnx.Rngs) -> Llama:
     """:func:`llama_7b` with sharding annotations (``fsdp``, ``tp``): a real split.
 
-    The same annotations as :func:`llama_tiny_sharded`. On ``fsdp=2,tp=4`` the
+    The same annotations and activation constraints as
+    :func:`llama_tiny_sharded`. On ``fsdp=2,tp=4`` the
     embedding, the head and the 224 layer kernels split 8 ways and the 65 norm
     scales stay replicated; on ``fsdp=3,tp=5`` nothing divides 4096 or 11008,
     and the plan lists 450 indivisible dimensions.
@@ -388,4 +516,4 @@ def llama_7b_sharded(rngs: nnx.Rngs) -> Llama:
         >>> bad.ok, len(bad.errors)
         (False, 450)
     """
-    return Llama(dataclasses.replace(LLAMA_7B, partitioned=True), rngs=rngs)
+    return Llama(_sharded(LLAMA_7B), rngs=rngs)
