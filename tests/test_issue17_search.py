@@ -14,13 +14,13 @@ from jax.sharding import PartitionSpec as P
 
 from nnx_introspect._render import format_bytes
 from nnx_introspect._step import search as search_module
-from nnx_introspect._step.search import (
+from nnx_introspect._step.chart import (
     _batch_ticks,
     _byte_ticks,
     _chart_svg,
     _nice_step,
-    max_batch,
 )
+from nnx_introspect._step.search import max_batch
 from nnx_introspect._step.topology import _cuda_plugin_version
 
 X = jax.ShapeDtypeStruct((8, 16), jnp.float32)

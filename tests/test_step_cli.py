@@ -118,7 +118,10 @@ def test_over_budget_exits_1(
     peak = data["peak_bytes"]
     assert peak > 100
     assert code == 1
-    assert f"({peak:,} bytes) per device exceeds the budget" in err
+    # stderr's one line is the report's verdict, word for word
+    assert err == f"nnx-introspect: {data['verdict']}.\n"
+    assert data["verdict"].startswith("Does not fit: needs ")
+    assert "the budget is 100 B (the budget given)" in data["verdict"]
     # the report's verdict is the exit code's, in every format
     assert data["ok"] is False and data["fits"] is False
     assert data["max_device_bytes"] == 100

@@ -129,3 +129,26 @@ def test_device_lookups_are_restored_after_an_error() -> None:
     assert jax.default_backend() == "cpu"
     with pytest.raises(ValueError, match="at least one device"), devices_seen_as([]):
         pass
+
+
+@needs_plugin
+def test_cli_traces_as_the_target_unless_told_and_debug_shows_the_log(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    import json
+
+    from nnx_introspect.cli import main
+
+    argv = ["step", TARGET, "--mesh", "fsdp=2,tp=4", "--batch", "float32[64,256]"]
+    argv += ["--topology", "h100-8", "--format", "json"]
+    assert main(argv) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert (data["traced_platform"], data["sharding_constraints"]) == ("gpu", 4)
+    assert err == ""
+    assert main([*argv, "--trace-as-cpu", "--debug"]) == 0
+    out, err = capsys.readouterr()
+    data = json.loads(out)
+    assert (data["traced_platform"], data["sharding_constraints"]) == ("cpu", 0)
+    # --debug: the child's and the compiler's own lines, kept off stderr otherwise
+    assert "cudart_stub.cc" in err

@@ -13,9 +13,7 @@ def report_html(report: MeshConfigReport) -> str:
     esc = html.escape
     used = report.bytes_per_device
     budget = report.max_device_bytes
-    verdict = (
-        f'<p class="verdict {"ok" if report.ok else "bad"}">{esc(report.verdict)}</p>'
-    )
+    verdict = _render.verdict_html(report.verdict, "ok" if report.ok else "bad")
     lists = _problem_list_html("Problems", "problems", report.errors)
     lists += _problem_list_html("Warnings", "warnings", report.warnings)
     chart = _render.bar_chart_html(

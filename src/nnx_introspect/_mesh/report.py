@@ -7,7 +7,7 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh.parse import parse_bytes
 from nnx_introspect._mesh.specs import _spec_str
-from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._render import Report, Table, Tone, format_bytes
 from nnx_introspect._typing import IntLike, as_int
 
 CATEGORIES = ("params", "other state", "optimizer state", "gradients")
@@ -254,6 +254,10 @@ class MeshConfigReport(Report):
         """
         over = self.max_device_bytes is not None and not self.fits()
         return not self.errors and not over
+
+    def _verdict_tone(self) -> Tone:
+        """Green or red: without a budget the verdict still judges placement."""
+        return "ok" if self.ok else "bad"
 
     @property
     def verdict(self) -> str:
