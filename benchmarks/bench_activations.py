@@ -1,0 +1,85 @@
+"""Activation memory of the sharded 7B example: XLA:GPU's figure against the formula.
+
+Measures (issue 17, item 4) the AdamW training step of ``llama_7b_sharded``
+(next-token loss, T=2048) on ``h100-8`` (``fsdp=2,tp=4``) at B=4, 8 and 16 and on
+``h100-2048`` (``fsdp=256,tp=8``) at B=256, each compiled deviceless by XLA:GPU
+in a child process. Per step:
+
+* **compiled temporaries**: the report's ``temp_bytes``, XLA's temporaries per
+  device (saved activations, the loss's logits and their gradient, the
+  FSDP-gathered weights, gradients, optimizer temporaries);
+* **formula**: the activation count of Korthikanti et al. 2022 (sequence
+  parallelism on, their eq. 4) adapted to the example (float32, no dropout,
+  RMSNorm, SwiGLU, materialised attention scores, the LM loss) plus the
+  FSDP-gathered weights: ``expected_temp_bytes`` of
+  ``tests/test_examples_activations.py``, whose docstring lists every adapted
+  term;
+* **ratio**: compiled / formula (the test holds B=4 and B=256 within 0.6-1.6);
+* **constraints**: the sharding constraints in the lowered step (forward and
+  transposed);
+* **verdict**: the report's verdict line.
+
+From B=8 on ``h100-8`` the step reaches the memory XLA:GPU's scheduler
+rematerialises towards, or the device's: the figure is then what
+rematerialisation left of the step (or the compiler's required bytes), and the
+ratio says less about the example's activations.
+
+    python benchmarks/bench_activations.py
+"""
+
+import os
+
+os.environ.setdefault("JAX_PLATFORMS", "cpu")
+
+import sys
+import time
+from pathlib import Path
+
+import jax
+import jax.numpy as jnp
+
+from nnx_introspect import step_memory_report
+from nnx_introspect._render import format_bytes
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+from tests.test_examples_activations import SEQ, TARGET, expected_temp_bytes
+
+CASES = (
+    ("h100-8", {"fsdp": 2, "tp": 4}, 4),
+    ("h100-8", {"fsdp": 2, "tp": 4}, 8),
+    ("h100-8", {"fsdp": 2, "tp": 4}, 16),
+    ("h100-2048", {"fsdp": 256, "tp": 8}, 256),
+)
+
+
+def main() -> None:
+    print(
+        "| Step (llama_7b_sharded, AdamW, T=2048) | compiled temporaries | formula "
+        "| ratio | constraints | verdict |"
+    )
+    print("| :--- | ---: | ---: | ---: | ---: | :--- |")
+    for topology, mesh, batch in CASES:
+        start = time.perf_counter()
+        report = step_memory_report(
+            TARGET,
+            mesh,
+            jax.ShapeDtypeStruct((batch, SEQ), jnp.int32),
+            loss="lm",
+            optimizer="adamw",
+            topology=topology,
+        )
+        wall = time.perf_counter() - start
+        expected = expected_temp_bytes(batch, mesh["fsdp"], mesh["tp"])
+        axes = ",".join(f"{a}={n}" for a, n in mesh.items())
+        print(
+            f"| {topology} ({axes}) B={batch} ({wall:.0f} s) "
+            f"| {format_bytes(report.temp_bytes)} "
+            f"| {format_bytes(round(expected))} "
+            f"| {report.temp_bytes / expected:.2f} "
+            f"| {report.sharding_constraints} "
+            f"| {report.verdict} |"
+        )
+
+
+if __name__ == "__main__":
+    main()
