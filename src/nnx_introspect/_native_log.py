@@ -79,10 +79,7 @@ def native_stderr_captured() -> Iterator[list[str]]:
 def native_stderr_filtered() -> Iterator[None]:
     """Capture file descriptor 2 for the block; write back all but the noise."""
     with native_stderr_captured() as captured:
-        try:
-            yield
-        finally:
-            pass
+        yield
     rest = drop_noise("".join(captured))
     if rest:
         sys.stderr.write(rest)

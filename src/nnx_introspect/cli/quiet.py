@@ -3,7 +3,8 @@
 Importing JAX with the CUDA PJRT plugin installed on a machine without a GPU
 makes its C++ code write ``Could not find cuda drivers`` lines straight to file
 descriptor 2, below anything Python's logging or ``warnings`` can filter. The
-command line starts JAX inside :func:`native_stderr_filtered`, which points file
+command line starts JAX inside :func:`native_stderr_filtered` (from
+:mod:`nnx_introspect._native_log`, which the library shares), which points file
 descriptor 2 at a temporary file while JAX loads its plugins and backends, then
 writes back every line that is not known plugin noise, so real errors still
 reach the user.
@@ -12,12 +13,12 @@ reach the user.
 import contextlib
 import gc
 import os
-import re
 import sys
-import tempfile
 import types
 from collections.abc import Iterator
 from typing import Any
+
+from nnx_introspect._native_log import NOISE, drop_noise, native_stderr_filtered
 
 __all__ = [
     "NOISE",
@@ -26,54 +27,6 @@ __all__ = [
     "orbax_leftovers_dropped",
     "start_jax_quietly",
 ]
-
-# Lines the CUDA plugin's stub and absl print when no GPU (or CUDA library) is
-# present, and libtpu's probes of a TPU VM that is not there. Anything else
-# that JAX writes while starting is passed through.
-NOISE = re.compile(
-    r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
-    r"|[IWE]\d{4} [\d:.]+\s+\d+ (cudart_stub|cuda_executor|cuda_diagnostics"
-    r"|cuda_dnn|cuda_fft|cuda_blas|xla_bridge|tpu_[a-z_]+|[a-z_]*tpu[a-z_]*)\.cc:"
-    r"|.*\bINVALID_ARGUMENT\b.*\b(metadata|TPU)\b)"
-)
-
-
-def drop_noise(text: str) -> str:
-    r"""``text`` without the lines :data:`NOISE` matches.
-
-    Example:
-        >>> drop_noise(
-        ...     "WARNING: All log messages before absl::InitializeLog() is called "
-        ...     "are written to STDERR\n"
-        ...     "I0000 00:00:1796285128.637274   20770 cudart_stub.cc:31] Could not "
-        ...     "find cuda drivers on your machine, GPU will not be used.\n"
-        ...     "a real error\n"
-        ... )
-        'a real error\n'
-    """
-    kept = [line for line in text.splitlines(True) if not NOISE.match(line)]
-    return "".join(kept)
-
-
-@contextlib.contextmanager
-def native_stderr_filtered() -> Iterator[None]:
-    """Capture file descriptor 2 for the block; write back all but the noise."""
-    sys.stderr.flush()
-    saved = os.dup(2)
-    with tempfile.TemporaryFile(mode="w+b") as capture:
-        os.dup2(capture.fileno(), 2)
-        try:
-            yield
-        finally:
-            sys.stderr.flush()
-            os.dup2(saved, 2)
-            os.close(saved)
-            capture.seek(0)
-            text = capture.read().decode("utf-8", "replace")
-            rest = drop_noise(text)
-            if rest:
-                sys.stderr.write(rest)
-                sys.stderr.flush()
 
 
 def start_jax_quietly() -> None:
