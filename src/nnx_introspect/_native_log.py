@@ -78,9 +78,12 @@ def native_stderr_captured() -> Iterator[list[str]]:
 @contextlib.contextmanager
 def native_stderr_filtered() -> Iterator[None]:
     """Capture file descriptor 2 for the block; write back all but the noise."""
-    with native_stderr_captured() as captured:
-        yield
-    rest = drop_noise("".join(captured))
-    if rest:
-        sys.stderr.write(rest)
-        sys.stderr.flush()
+    captured: list[str] = []
+    try:
+        with native_stderr_captured() as captured:
+            yield
+    finally:  # also when the block raises: real errors still reach the user
+        rest = drop_noise("".join(captured))
+        if rest:
+            sys.stderr.write(rest)
+            sys.stderr.flush()
