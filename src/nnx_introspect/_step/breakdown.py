@@ -1,0 +1,740 @@
+"""What XLA's peak is made of: each buffer live there with a kind, a path or a source.
+
+A pure function of :class:`~nnx_introspect._step.dump.PeakBuffers` (what XLA's
+dumps say) and of what the step knows about its arguments (their state paths);
+nothing here compiles or reads a file.
+
+The kinds, in the order they are decided:
+
+1. ``parameter``, ``optimizer state``, ``other model state``, ``batch``: an entry
+   parameter of the jitted step, by its :class:`ArgumentLeaf` (XLA numbers the
+   entry parameters as ``jax.jit`` flattens its arguments: the leaf index).
+2. ``output``: (part of) the step's result (new parameters, new optimizer state,
+   gradients, the loss), with its output index.
+3. ``collective buffer``: the result of a collective the SPMD partitioner
+   inserted (all-gather, all-reduce, reduce-scatter, all-to-all,
+   collective-permute and their ``-start``/``-done`` halves).
+4. ``activation kept for backward``: a buffer made by the forward pass and still
+   live once the backward pass has begun. JAX names every op under
+   ``jax.value_and_grad`` by the transformation that made it: forward ops carry
+   ``jvp(`` (``jit(step)/jvp()/dot_general``), backward ops ``transpose(``
+   (``jit(step)/transpose(jvp())/dot_general``). The rule: the op name contains
+   ``jvp(`` and no ``transpose(``, and at least one buffer live at the peak was
+   made by a backward op, so the backward pass has begun by the peak and this
+   forward value lives across it (XLA may interleave the passes: on XLA:CPU a
+   Llama's peak falls in the optimizer update of the last layers while the
+   first layers' forward values still wait for their backward).
+   At a peak inside the forward pass nothing proves a forward value is kept,
+   so it stays a temporary.
+5. ``temporary``: everything else (XLA's copies, fusions of the optimizer
+   update, index tables of tuples).
+
+Example:
+    >>> import tempfile
+    >>> import jax, jax.numpy as jnp
+    >>> from nnx_introspect._step.dump import dump_options, read_peak
+    >>> def step(w, x):
+    ...     return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     compiled = (
+    ...         jax.jit(step)
+    ...         .lower(jax.ShapeDtypeStruct((64, 64), jnp.float32),
+    ...                jax.ShapeDtypeStruct((128, 64), jnp.float32))
+    ...         .compile(compiler_options=dump_options(directory))
+    ...     )
+    ...     peak = read_peak(directory, backend="cpu")
+    >>> arguments = [
+    ...     ArgumentLeaf(0, "w", "parameter"), ArgumentLeaf(1, "batch[0]", "batch")
+    ... ]
+    >>> breakdown = classify(peak, arguments, held_bytes=peak.peak_bytes)
+    >>> sum(row.nbytes for row in breakdown.rows) == breakdown.live_peak_bytes
+    True
+    >>> [row.label for row in breakdown.rows if row.kind == "parameter"]
+    ['w']
+"""
+
+import os
+import re
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._step.dump import PeakBuffer, PeakBuffers, SourceLocation
+from nnx_introspect._typing import typechecked
+
+__all__ = [
+    "ARGUMENT_KINDS",
+    "KINDS",
+    "ArgumentLeaf",
+    "Breakdown",
+    "BreakdownRow",
+    "Group",
+    "argument_leaves",
+    "classify",
+    "what_to_change",
+]
+
+ARGUMENT_KINDS: Final = ("parameter", "optimizer state", "other model state", "batch")
+"""The kinds of the step's arguments, as :class:`ArgumentLeaf` names them."""
+
+KINDS: Final = (
+    *ARGUMENT_KINDS,
+    "output",
+    "activation kept for backward",
+    "collective buffer",
+    "temporary",
+)
+"""Every kind a buffer live at the peak can have."""
+
+_COLLECTIVES: Final = frozenset(
+    f"{op}{suffix}"
+    for op in (
+        "all-gather",
+        "all-reduce",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+    )
+    for suffix in ("", "-start", "-done")
+)
+_TIMES: Final = "\N{MULTIPLICATION SIGN}"
+_FORWARD: Final = "jvp("
+_BACKWARD: Final = "transpose("
+
+
+@dataclass(frozen=True)
+class ArgumentLeaf:
+    """One flattened argument of the jitted step: XLA's entry parameter number.
+
+    Attributes:
+        parameter: XLA's entry parameter number (the leaf's index when
+            ``jax.jit`` flattens the step's arguments in order).
+        path: its state path (``"layers/3/attn/q/kernel"``,
+            ``"optimizer/opt_state/0/mu/..."``, ``"batch[0]"``).
+        kind: one of :data:`ARGUMENT_KINDS`.
+
+    Example:
+        >>> ArgumentLeaf(0, "l1/kernel", "parameter").kind
+        'parameter'
+    """
+
+    parameter: int
+    path: str
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARGUMENT_KINDS:
+            raise ValueError(
+                f"`kind` must be one of {list(ARGUMENT_KINDS)}, got {self.kind!r}."
+            )
+        if self.parameter < 0:
+            raise ValueError(
+                f"`parameter` must be a non-negative integer, got {self.parameter}."
+            )
+
+
+@typechecked
+def argument_leaves(
+    parameters: Sequence[str],
+    other_state: Sequence[str],
+    optimizer_state: Sequence[str],
+    n_batch: int,
+) -> tuple[ArgumentLeaf, ...]:
+    """The step's arguments numbered as XLA numbers its entry parameters.
+
+    For the library's training step ``train(params, rest, opt_state, step,
+    batch)`` (``jax.jit`` flattens them in that order, ``keep_unused=True``
+    keeps every leaf): the parameters' paths, the other model state's, the
+    optimizer's (its state's leaves, then ``"optimizer/step"``), then the batch
+    as ``batch[0]``, ``batch[1]``, ... Steps without an optimizer pass an empty
+    ``optimizer_state``.
+
+    Args:
+        parameters: the ``nnx.Param`` leaves' paths, in tree order.
+        other_state: the other model state's paths, in tree order.
+        optimizer_state: the optimizer's paths, in tree order.
+        n_batch: how many arrays the batch has.
+
+    Returns:
+        One :class:`ArgumentLeaf` per entry parameter, numbered from 0.
+
+    Example:
+        >>> leaves = argument_leaves(["w"], ["bn/mean"], ["optimizer/step"], 1)
+        >>> [(leaf.parameter, leaf.path, leaf.kind) for leaf in leaves]
+        [(0, 'w', 'parameter'), (1, 'bn/mean', 'other model state'), \
+(2, 'optimizer/step', 'optimizer state'), (3, 'batch[0]', 'batch')]
+    """
+    if n_batch < 0:
+        raise ValueError(f"`n_batch` must be a non-negative integer, got {n_batch}.")
+    kinds = (
+        [(path, "parameter") for path in parameters]
+        + [(path, "other model state") for path in other_state]
+        + [(path, "optimizer state") for path in optimizer_state]
+        + [(f"batch[{i}]", "batch") for i in range(n_batch)]
+    )
+    return tuple(ArgumentLeaf(i, path, kind) for i, (path, kind) in enumerate(kinds))
+
+
+@dataclass(frozen=True)
+class BreakdownRow:
+    """One buffer live at the peak, classified.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        label: the argument's path, the output's name, or the source location
+            (``"_mlp model.py:12"``), else XLA's op name or instruction.
+        nbytes: its bytes in XLA's live-range accounting.
+        shape: the array shape (``()`` for a tuple's index table).
+        dtype: XLA's element type (``f32``, ``bf16``, ``tuple``, ...).
+        instruction: the HLO instruction that defines it.
+        opcode: that instruction's opcode.
+        op_name: JAX's op name, if any.
+        path: the argument's state path, for an entry parameter.
+        source: the innermost user frame, if any.
+        parameter: XLA's entry parameter number, for an entry parameter.
+        output_index: its index in the step's output, for an output.
+    """
+
+    kind: str
+    label: str
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    instruction: str
+    opcode: str
+    op_name: str | None
+    path: str | None
+    source: SourceLocation | None
+    parameter: int | None
+    output_index: tuple[int, ...] | None
+
+    @property
+    def type_str(self) -> str:
+        """``f32[1024,4096]``, as XLA writes a shape."""
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Buffers of a grouped view: their label, kind (if one), count and bytes.
+
+    Attributes:
+        label: the group's name (a kind, ``"Attention.__call__ model.py:120"``,
+            ``layers/*/attn/q/kernel`` and its count after a multiplication sign).
+        count: how many buffers.
+        nbytes: their bytes.
+        kind: the kind all of them share, or ``None`` for a group of several.
+        source: the source location they share, if grouped by source.
+    """
+
+    label: str
+    count: int
+    nbytes: int
+    kind: str | None = None
+    source: SourceLocation | None = None
+
+
+@dataclass(frozen=True)
+class Breakdown(Report):
+    """The buffers live at XLA's peak of a compiled step, each with its kind.
+
+    Attributes:
+        backend: ``cpu``, ``gpu`` or ``tpu``.
+        module: XLA's module name (``jit_train``).
+        peak_time: the program point of the peak, as XLA numbers it.
+        peak_instruction: the instruction scheduled there.
+        live_peak_bytes: XLA's live-range peak: the rows add up to it exactly.
+        held_bytes: what the device holds for the step (arguments + outputs +
+            XLA's temp buffer - aliased, from ``memory_analysis()``).
+        rows: every buffer live at the peak, largest first.
+
+    Example:
+        >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
+"parameter", "x", "batch[0]", None, 0, None)
+        >>> breakdown = Breakdown("cpu", "jit_f", 3, "dot", 96, 128, (row,))
+        >>> breakdown.gap_bytes, breakdown.by_kind()[0].label
+        (32, 'batch')
+    """
+
+    SCHEMA = "nnx-introspect/peak-breakdown"
+    SCHEMA_VERSION = 1
+
+    backend: str
+    module: str
+    peak_time: int
+    peak_instruction: str
+    live_peak_bytes: int
+    held_bytes: int
+    rows: tuple[BreakdownRow, ...]
+
+    @property
+    def gap_bytes(self) -> int:
+        """``held_bytes - live_peak_bytes``; negative when the live ranges say more."""
+        return self.held_bytes - self.live_peak_bytes
+
+    @property
+    def gap_reason(self) -> str:
+        """Why what the device holds differs from the buffers live at the peak."""
+        gap = self.gap_bytes
+        if gap > 0:
+            return (
+                f"The device holds {format_bytes(gap)} more than the buffers live at"
+                " the peak: XLA packs every temporary into one preallocated buffer"
+                " sized for the whole program (with alignment padding), and holds"
+                " the arguments and outputs for the whole step, live or not."
+            )
+        if gap < 0:
+            return (
+                f"XLA's live-range peak is {format_bytes(-gap)} above what"
+                " memory_analysis() counts as held (arguments + outputs + temp"
+                " buffer - aliased): the live ranges count every value live at that"
+                " point, while XLA may place values in the same bytes (an in-place"
+                " output over its operand) or outside the temp buffer it reports"
+                " (as XLA:TPU and XLA:GPU do here), so neither figure alone is the"
+                " device's peak."
+            )
+        return "The device holds exactly the buffers live at the peak."
+
+    def top(self, n: int = 20) -> tuple[BreakdownRow, ...]:
+        """The ``n`` largest buffers (ties in XLA's order)."""
+        if n < 1:
+            raise ValueError(f"`n` must be a positive integer, got {n}.")
+        return tuple(sorted(self.rows, key=lambda row: -row.nbytes)[:n])
+
+    def by_kind(self) -> tuple[Group, ...]:
+        """Bytes and count per kind, largest first."""
+        return _groups(self.rows, lambda row: row.kind, lambda row, n: row.kind)
+
+    def by_source(self) -> tuple[Group, ...]:
+        """Bytes and count per source location (file, line, function), largest first.
+
+        Buffers without a source (entry parameters, XLA's own copies) make one
+        group labelled ``"(no source)"``.
+        """
+        groups = _groups(
+            self.rows,
+            lambda row: row.source,
+            lambda row, n: _where(row.source) if row.source else "(no source)",
+        )
+        return tuple(
+            Group(g.label, g.count, g.nbytes, g.kind, _source_of(g, self.rows))
+            for g in groups
+        )
+
+    def by_layer(self, container: str = "layers") -> tuple[Group, ...]:
+        """One row per layer pattern: ``layers/N`` collapsed, repeats counted.
+
+        An argument's path becomes a pattern with ``{container}/*`` in place of
+        ``{container}/N`` (``layers/*/attn/q/kernel``, then a multiplication sign
+        and the count when more than one); any other buffer is grouped by its
+        kind, source location, dtype and shape, so one line of a layer's code run
+        by every layer is one row, counted the same way.
+
+        Args:
+            container: the path component that holds the layers by number.
+        """
+        pattern = re.compile(rf"(^|/){re.escape(container)}/\d+(?=/|$)")
+
+        def key(row: BreakdownRow) -> Hashable:
+            if row.path is not None:
+                return (row.kind, pattern.sub(rf"\1{container}/*", row.path))
+            if row.source is not None:
+                return (row.kind, row.source, row.type_str)
+            return (row.kind, row.opcode, row.type_str)
+
+        def label(row: BreakdownRow, count: int) -> str:
+            if row.path is not None:
+                text = pattern.sub(rf"\1{container}/*", row.path)
+            elif row.source is not None:
+                text = f"{_where(row.source)} {row.type_str}"
+            else:
+                text = f"{row.opcode} {row.type_str}"
+            return f"{text} {_TIMES}{count}" if count > 1 else text
+
+        return _groups(self.rows, key, label)
+
+    def table(self, top: int = 20) -> Table:
+        """The ``top`` largest buffers, then the totals by kind and the gap."""
+        peak = self.live_peak_bytes
+        rows = tuple(
+            (
+                row.label,
+                row.kind,
+                row.type_str,
+                format_bytes(row.nbytes),
+                _percent(row.nbytes, peak),
+            )
+            for row in self.top(top)
+        )
+        kinds = tuple(
+            (
+                g.label,
+                "",
+                f"{g.count} buffers",
+                format_bytes(g.nbytes),
+                _percent(g.nbytes, peak),
+            )
+            for g in self.by_kind()
+        )
+        totals = (
+            *kinds,
+            (
+                "live-range peak",
+                "",
+                f"{len(self.rows)} buffers",
+                format_bytes(peak),
+                "100%",
+            ),
+            ("held by the device", "", "", format_bytes(self.held_bytes), ""),
+            ("gap (held - peak)", "", "", _signed_bytes(self.gap_bytes), ""),
+        )
+        notes = [self.gap_reason]
+        if len(self.rows) > len(rows):
+            notes.append(f"{len(self.rows) - len(rows)} smaller buffers not shown.")
+        return Table(
+            title=f"Buffers live at XLA's peak ({self.backend}, {self.module})",
+            columns=("Buffer", "Kind", "Type", "Bytes", "Share of peak"),
+            rows=rows,
+            totals=totals,
+            notes=tuple(notes),
+            lead=(
+                f"Peak at program point {self.peak_time} ({self.peak_instruction}):"
+                f" {format_bytes(peak)} in {len(self.rows)} buffers.",
+            ),
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Every row, the grouped views and the gap, in exact integers."""
+        return {
+            "backend": self.backend,
+            "module": self.module,
+            "peak_time": self.peak_time,
+            "peak_instruction": self.peak_instruction,
+            "live_peak_bytes": self.live_peak_bytes,
+            "held_bytes": self.held_bytes,
+            "gap": {"bytes": self.gap_bytes, "reason": self.gap_reason},
+            "rows": [_row_json(row) for row in self.rows],
+            "groups": {
+                "by_kind": [_group_json(g) for g in self.by_kind()],
+                "by_source": [_group_json(g) for g in self.by_source()],
+                "by_layer": [_group_json(g) for g in self.by_layer()],
+            },
+        }
+
+
+@typechecked
+def classify(
+    peak: PeakBuffers,
+    arguments: Sequence[ArgumentLeaf],
+    *,
+    held_bytes: int,
+    outputs: Sequence[str] = (),
+) -> Breakdown:
+    """Each buffer live at XLA's peak with its kind and its path or source.
+
+    The rules are the module's (see its docstring): arguments by their
+    :class:`ArgumentLeaf`, then outputs, collectives, activations kept for the
+    backward pass, temporaries.
+
+    Args:
+        peak: XLA's peak, from :func:`~nnx_introspect._step.dump.read_peak`.
+        arguments: one leaf per entry parameter of the step, any order.
+        held_bytes: what the device holds (arguments + outputs + XLA's temp
+            buffer - aliased, from ``compiled.memory_analysis()``).
+        outputs: a name per top-level output index (``"loss"``, ``"new
+            params"``), used in the outputs' labels; unnamed ones show their
+            index.
+
+    Returns:
+        The classified :class:`Breakdown`; its rows add up to XLA's live-range
+        peak.
+
+    Raises:
+        ValueError: two leaves share a parameter number, an entry parameter
+            live at the peak has no leaf, or ``held_bytes`` is negative.
+    """
+    if held_bytes < 0:
+        raise ValueError(
+            f"`held_bytes` must be a non-negative integer, got {held_bytes}."
+        )
+    by_number: dict[int, ArgumentLeaf] = {}
+    for leaf in arguments:
+        if leaf.parameter in by_number:
+            raise ValueError(
+                f"`arguments` has two leaves numbered {leaf.parameter}"
+                f" ({by_number[leaf.parameter].path!r} and {leaf.path!r}); number"
+                " each entry parameter once."
+            )
+        by_number[leaf.parameter] = leaf
+    missing = sorted(
+        {b.parameter for b in peak.buffers if b.parameter is not None} - set(by_number)
+    )
+    if missing:
+        raise ValueError(
+            f"`arguments` has no leaf for XLA's entry parameters {missing} (it"
+            f" numbers {len(by_number)}); pass one ArgumentLeaf per flattened"
+            " argument of the jitted step."
+        )
+    backward_begun = any(_BACKWARD in (b.op_name or "") for b in peak.buffers)
+    rows = tuple(
+        _row(buffer, by_number, outputs, backward_begun) for buffer in peak.buffers
+    )
+    return Breakdown(
+        backend=peak.backend,
+        module=peak.module,
+        peak_time=peak.peak_time,
+        peak_instruction=peak.peak_instruction,
+        live_peak_bytes=peak.peak_bytes,
+        held_bytes=held_bytes,
+        rows=rows,
+    )
+
+
+def _row(
+    buffer: PeakBuffer,
+    arguments: dict[int, ArgumentLeaf],
+    outputs: Sequence[str],
+    backward_begun: bool,
+) -> BreakdownRow:
+    path: str | None = None
+    if buffer.parameter is not None:
+        leaf = arguments[buffer.parameter]
+        kind, path, label = leaf.kind, leaf.path, leaf.path
+        if buffer.parameter_index:
+            path = label = f"{leaf.path}{list(buffer.parameter_index)}"
+    elif buffer.output_index is not None:
+        kind = "output"
+        first = buffer.output_index[0] if buffer.output_index else None
+        name = (
+            outputs[first]
+            if first is not None and first < len(outputs)
+            else f"output {list(buffer.output_index)}"
+        )
+        label = f"{name} ({_where(buffer.source)})" if buffer.source else name
+    else:
+        if buffer.opcode in _COLLECTIVES:
+            kind = "collective buffer"
+        elif backward_begun and _is_forward(buffer.op_name):
+            kind = "activation kept for backward"
+        else:
+            kind = "temporary"
+        label = (
+            _where(buffer.source)
+            if buffer.source
+            else buffer.op_name or buffer.instruction
+        )
+    return BreakdownRow(
+        kind=kind,
+        label=label,
+        nbytes=buffer.nbytes,
+        shape=buffer.shape,
+        dtype=buffer.dtype,
+        instruction=buffer.instruction,
+        opcode=buffer.opcode,
+        op_name=buffer.op_name,
+        path=path,
+        source=buffer.source,
+        parameter=buffer.parameter,
+        output_index=buffer.output_index,
+    )
+
+
+def _is_forward(op_name: str | None) -> bool:
+    return op_name is not None and _FORWARD in op_name and _BACKWARD not in op_name
+
+
+def _where(source: SourceLocation | None) -> str:
+    if source is None:
+        return "(no source)"
+    return f"{source.function} {os.path.basename(source.file)}:{source.line}"
+
+
+def _groups(
+    rows: Sequence[BreakdownRow],
+    key: Callable[[BreakdownRow], Hashable],
+    label: Callable[[BreakdownRow, int], str],
+) -> tuple[Group, ...]:
+    members: dict[Hashable, list[BreakdownRow]] = {}
+    for row in rows:
+        members.setdefault(key(row), []).append(row)
+    groups = []
+    for group in members.values():
+        kinds = {row.kind for row in group}
+        groups.append(
+            Group(
+                label=label(group[0], len(group)),
+                count=len(group),
+                nbytes=sum(row.nbytes for row in group),
+                kind=kinds.pop() if len(kinds) == 1 else None,
+            )
+        )
+    return tuple(sorted(groups, key=lambda g: -g.nbytes))
+
+
+def _source_of(group: Group, rows: Sequence[BreakdownRow]) -> SourceLocation | None:
+    return next(
+        (r.source for r in rows if r.source and _where(r.source) == group.label), None
+    )
+
+
+def _percent(part: int, whole: int) -> str:
+    """``part`` as a whole percent of ``whole``, halves rounded up, in exact ints."""
+    if not whole:
+        return "-"
+    return f"{(200 * part + whole) // (2 * whole)}%"
+
+
+def _signed_bytes(n: int) -> str:
+    return format_bytes(n) if n >= 0 else "-" + format_bytes(-n)
+
+
+def _row_json(row: BreakdownRow) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "label": row.label,
+        "bytes": row.nbytes,
+        "shape": list(row.shape),
+        "dtype": row.dtype,
+        "instruction": row.instruction,
+        "opcode": row.opcode,
+        "op_name": row.op_name,
+        "path": row.path,
+        "source": _source_json(row.source),
+        "parameter": row.parameter,
+        "output_index": None if row.output_index is None else list(row.output_index),
+    }
+
+
+def _source_json(source: SourceLocation | None) -> dict[str, Any] | None:
+    if source is None:
+        return None
+    return {"file": source.file, "line": source.line, "function": source.function}
+
+
+def _group_json(group: Group) -> dict[str, Any]:
+    return {
+        "label": group.label,
+        "kind": group.kind,
+        "count": group.count,
+        "bytes": group.nbytes,
+        "source": _source_json(group.source),
+    }
+
+
+# --- what to change ----------------------------------------------------------------
+
+_SHARE: Final = 0.10
+"""A kind is stated when it holds at least this share of the peak."""
+_ONE_BUFFER: Final = 0.20
+"""One buffer is stated when it alone holds at least this share of the peak."""
+
+
+@typechecked
+def what_to_change(breakdown: Breakdown) -> tuple[str, ...]:
+    """Facts from the breakdown that point at what to change; no guesses.
+
+    Stated, each only when the data holds it:
+
+    - each kind holding at least 10% of the peak, with its share, bytes and
+      count; for the activations kept for the backward pass, the share of them
+      from the one source function that made the most, with its line range and
+      the most buffers one of those lines made (one per layer when a loop over
+      layers runs it);
+    - the largest collective buffer, whenever there is one;
+    - one buffer holding at least 20% of the peak on its own;
+    - the gap between what the device holds and the live-range peak when it is
+      at least 10% of what the device holds, either sign.
+
+    Args:
+        breakdown: the classified peak.
+
+    Returns:
+        Sentences, largest kind first.
+
+    Example:
+        >>> row = BreakdownRow("optimizer state", "opt/mu/w", 41, (41,), "u8", "p", \
+"parameter", None, "opt/mu/w", None, 0, None)
+        >>> rest = BreakdownRow("temporary", "t", 59, (59,), "u8", "t", \
+"fusion", None, None, None, None, None)
+        >>> what_to_change(Breakdown("cpu", "jit_f", 0, "t", 100, 100, (row, rest)))
+        ('temporary is 59% of the peak (59 B in 1 buffer).', \
+'optimizer state is 41% of the peak (41 B in 1 buffer).', \
+'one buffer is 59% of the peak: t, u8[59] (59 B).')
+    """
+    peak = breakdown.live_peak_bytes
+    facts: list[str] = []
+    if peak <= 0:
+        return ()
+    for group in breakdown.by_kind():
+        if group.nbytes < _SHARE * peak:
+            continue
+        if group.label == "activation kept for backward":
+            facts.append(_activations(breakdown, group))
+        else:
+            plural = "buffer" if group.count == 1 else "buffers"
+            facts.append(
+                f"{group.label} is {_percent(group.nbytes, peak)} of the peak"
+                f" ({format_bytes(group.nbytes)} in {group.count} {plural})."
+            )
+    collectives = [r for r in breakdown.rows if r.kind == "collective buffer"]
+    if collectives:
+        largest = max(collectives, key=lambda r: r.nbytes)
+        total = sum(r.nbytes for r in collectives)
+        facts.append(
+            f"the largest collective buffer is one {largest.opcode} buffer of"
+            f" {format_bytes(largest.nbytes)} ({largest.type_str},"
+            f" {largest.op_name or largest.instruction}); {len(collectives)}"
+            f" collective buffers hold {format_bytes(total)},"
+            f" {_percent(total, peak)} of the peak."
+        )
+    largest_row = max(breakdown.rows, key=lambda r: r.nbytes, default=None)
+    if largest_row is not None and largest_row.nbytes >= _ONE_BUFFER * peak:
+        facts.append(
+            f"one buffer is {_percent(largest_row.nbytes, peak)} of the peak:"
+            f" {largest_row.label}, {largest_row.type_str}"
+            f" ({format_bytes(largest_row.nbytes)})."
+        )
+    gap, held = breakdown.gap_bytes, breakdown.held_bytes
+    if held and abs(gap) >= _SHARE * held:
+        if gap > 0:
+            facts.append(
+                f"the device holds {format_bytes(gap)} ({_percent(gap, held)} of"
+                f" {format_bytes(held)}) beyond the buffers live at the peak."
+            )
+        else:
+            facts.append(
+                f"XLA's live-range peak is {format_bytes(-gap)} above the"
+                f" {format_bytes(held)} memory_analysis() counts as held."
+            )
+    return tuple(facts)
+
+
+def _activations(breakdown: Breakdown, group: Group) -> str:
+    peak = breakdown.live_peak_bytes
+    kept = [r for r in breakdown.rows if r.kind == "activation kept for backward"]
+    text = (
+        f"activations kept for the backward pass: {_percent(group.nbytes, peak)} of"
+        f" the peak ({format_bytes(group.nbytes)} in {group.count} buffers)"
+    )
+    by_function: dict[tuple[str, str], list[BreakdownRow]] = {}
+    for row in kept:
+        if row.source is not None:
+            by_function.setdefault((row.source.file, row.source.function), []).append(
+                row
+            )
+    if not by_function:
+        return text + "."
+    (file, function), rows = max(
+        by_function.items(), key=lambda item: sum(r.nbytes for r in item[1])
+    )
+    lines = sorted({r.source.line for r in rows if r.source})
+    span = f"line {lines[0]}" if len(lines) == 1 else f"lines {lines[0]}-{lines[-1]}"
+    per_line = max(
+        sum(1 for r in rows if r.source and r.source.line == line) for line in lines
+    )
+    repeat = f", up to {per_line} buffers per line" if per_line > 1 else ""
+    return (
+        f"{text}, {_percent(sum(r.nbytes for r in rows), group.nbytes)} of it from"
+        f" `{function}` {span} of {os.path.basename(file)}{repeat}."
+    )
