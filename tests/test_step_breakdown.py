@@ -278,6 +278,79 @@ def test_mlp_renders(mlp: Classified) -> None:
     assert breakdown.to_markdown().startswith("**Buffers live at XLA's peak")
 
 
+def test_mlp_by_source(mlp: Classified) -> None:
+    breakdown = mlp.breakdown
+    for group in breakdown.by_source():
+        members = [r for r in breakdown.rows if r.source == group.source]
+        assert (group.count, group.nbytes) == (
+            len(members),
+            sum(r.nbytes for r in members),
+        )
+    hidden = [
+        g
+        for g in breakdown.by_source()
+        if g.source is not None and g.source.line == HIDDEN_LINE
+    ]
+    assert len(hidden) == 1 and hidden[0].source is not None
+    assert hidden[0].source.file == __file__ and hidden[0].source.function == "_mlp"
+    assert hidden[0].label == f"_mlp test_step_breakdown.py:{HIDDEN_LINE}"
+    # the arguments have no source: one group
+    assert [g.count for g in breakdown.by_source() if g.source is None] == [
+        sum(1 for r in breakdown.rows if r.source is None)
+    ]
+
+
+def test_mlp_text(mlp: Classified) -> None:
+    text = str(mlp.breakdown)
+    assert text.startswith("Buffers live at XLA's peak")
+    assert "activation kept for backward" in text or mlp.backend == "cpu"
+    assert repr(mlp.breakdown).startswith(f"Breakdown(backend='{mlp.backend}'")
+
+
+# --- remat: what is recomputed is not kept -------------------------------------------
+
+
+def _remat_layer(w: jax.Array, x: jax.Array) -> jax.Array:
+    return jnp.tanh(x @ w)  # the checkpointed layer
+
+
+def _remat_step(ws: list[jax.Array], x: jax.Array) -> Any:
+    def loss(ws: list[jax.Array]) -> jax.Array:
+        y = x
+        for w in ws:
+            y = jax.checkpoint(_remat_layer)(w, y)
+        return jnp.mean(y**2)
+
+    return jax.grad(loss)(ws)
+
+
+def test_remat_recomputation_is_not_kept() -> None:
+    directory = tempfile.mkdtemp(prefix="nnx-introspect-breakdown-")
+    try:
+        ws = [jax.ShapeDtypeStruct((256, 256), jnp.float32)] * 3
+        x = jax.ShapeDtypeStruct((512, 256), jnp.float32)
+        jax.jit(_remat_step).lower(ws, x).compile(
+            compiler_options=_options("cpu", directory)
+        )
+        peak = read_peak(directory, backend="cpu")
+    finally:
+        shutil.rmtree(directory)
+    breakdown = classify(
+        peak, argument_leaves(["w0", "w1", "w2"], [], [], 1), held_bytes=0
+    )
+    kept = [r for r in breakdown.rows if r.kind == "activation kept for backward"]
+    remat = [r for r in breakdown.rows if "/checkpoint/" in (r.op_name or "")]
+    assert kept and remat
+    assert all(
+        r.op_name and r.op_name.startswith("jit(_remat_step)/jvp()/") for r in kept
+    )
+    assert all(r.kind in ("temporary", "output") for r in remat)
+    # each kept value is one layer's f32[512,256] activation: 524,288 bytes
+    assert {(r.type_str, r.nbytes) for r in kept} == {("f32[512,256]", 512 * 256 * 4)}
+    line = _line("the checkpointed layer")
+    assert all(r.source and r.source.line == line for r in kept)
+
+
 # --- a multi-layer model: layers/N collapsed --------------------------------------
 
 

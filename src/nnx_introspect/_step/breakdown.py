@@ -25,7 +25,10 @@ The kinds, in the order they are decided:
    Llama's peak falls in the optimizer update of the last layers while the
    first layers' forward values still wait for their backward).
    At a peak inside the forward pass nothing proves a forward value is kept,
-   so it stays a temporary.
+   so it stays a temporary. Under ``jax.checkpoint`` / ``nnx.remat`` the
+   recomputed forward ops are backward ops by name
+   (``transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general``), so
+   only what the remat keeps (each checkpointed block's input) is "kept".
 5. ``temporary``: everything else (XLA's copies, fusions of the optimizer
    update, index tables of tuples).
 
@@ -288,11 +291,12 @@ class Breakdown(Report):
             return (
                 f"XLA's live-range peak is {format_bytes(-gap)} above what"
                 " memory_analysis() counts as held (arguments + outputs + temp"
-                " buffer - aliased): the live ranges count every value live at that"
-                " point, while XLA may place values in the same bytes (an in-place"
-                " output over its operand) or outside the temp buffer it reports"
-                " (as XLA:TPU and XLA:GPU do here), so neither figure alone is the"
-                " device's peak."
+                " buffer - aliased), so neither figure alone is the device's peak:"
+                " the live ranges count every value live at that point, while XLA"
+                " may place two values in the same bytes (on XLA:GPU, a fusion's"
+                " output written in place over its operand) or in a memory space"
+                " memory_analysis() does not count (on XLA:TPU, values with S(1) in"
+                " their layout, in a temp allocation of their own)."
             )
         return "The device holds exactly the buffers live at the peak."
 
@@ -312,14 +316,11 @@ class Breakdown(Report):
         Buffers without a source (entry parameters, XLA's own copies) make one
         group labelled ``"(no source)"``.
         """
-        groups = _groups(
+        return _groups(
             self.rows,
             lambda row: row.source,
             lambda row, n: _where(row.source) if row.source else "(no source)",
-        )
-        return tuple(
-            Group(g.label, g.count, g.nbytes, g.kind, _source_of(g, self.rows))
-            for g in groups
+            with_source=True,
         )
 
     def by_layer(self, container: str = "layers") -> tuple[Group, ...]:
@@ -554,6 +555,8 @@ def _groups(
     rows: Sequence[BreakdownRow],
     key: Callable[[BreakdownRow], Hashable],
     label: Callable[[BreakdownRow, int], str],
+    *,
+    with_source: bool = False,
 ) -> tuple[Group, ...]:
     members: dict[Hashable, list[BreakdownRow]] = {}
     for row in rows:
@@ -567,15 +570,10 @@ def _groups(
                 count=len(group),
                 nbytes=sum(row.nbytes for row in group),
                 kind=kinds.pop() if len(kinds) == 1 else None,
+                source=group[0].source if with_source else None,
             )
         )
     return tuple(sorted(groups, key=lambda g: -g.nbytes))
-
-
-def _source_of(group: Group, rows: Sequence[BreakdownRow]) -> SourceLocation | None:
-    return next(
-        (r.source for r in rows if r.source and _where(r.source) == group.label), None
-    )
 
 
 def _percent(part: int, whole: int) -> str:
