@@ -372,7 +372,7 @@ class Breakdown(Report):
             (
                 g.label,
                 "",
-                f"{g.count} buffers",
+                _buffers(g.count),
                 format_bytes(g.nbytes),
                 _percent(g.nbytes, peak),
             )
@@ -383,7 +383,7 @@ class Breakdown(Report):
             (
                 "live-range peak",
                 "",
-                f"{len(self.rows)} buffers",
+                _buffers(len(self.rows)),
                 format_bytes(peak),
                 "100%",
             ),
@@ -401,7 +401,7 @@ class Breakdown(Report):
             notes=tuple(notes),
             lead=(
                 f"Peak at program point {self.peak_time} ({self.peak_instruction}):"
-                f" {format_bytes(peak)} in {len(self.rows)} buffers.",
+                f" {format_bytes(peak)} in {_buffers(len(self.rows))}.",
             ),
         )
 
@@ -576,6 +576,10 @@ def _groups(
     return tuple(sorted(groups, key=lambda g: -g.nbytes))
 
 
+def _buffers(n: int) -> str:
+    return f"{n} buffer" if n == 1 else f"{n} buffers"
+
+
 def _percent(part: int, whole: int) -> str:
     """``part`` as a whole percent of ``whole``, halves rounded up, in exact ints."""
     if not whole:
@@ -670,10 +674,9 @@ def what_to_change(breakdown: Breakdown) -> tuple[str, ...]:
         if group.label == "activation kept for backward":
             facts.append(_activations(breakdown, group))
         else:
-            plural = "buffer" if group.count == 1 else "buffers"
             facts.append(
                 f"{group.label} is {_percent(group.nbytes, peak)} of the peak"
-                f" ({format_bytes(group.nbytes)} in {group.count} {plural})."
+                f" ({format_bytes(group.nbytes)} in {_buffers(group.count)})."
             )
     collectives = [r for r in breakdown.rows if r.kind == "collective buffer"]
     if collectives:
@@ -713,7 +716,7 @@ def _activations(breakdown: Breakdown, group: Group) -> str:
     kept = [r for r in breakdown.rows if r.kind == "activation kept for backward"]
     text = (
         f"activations kept for the backward pass: {_percent(group.nbytes, peak)} of"
-        f" the peak ({format_bytes(group.nbytes)} in {group.count} buffers)"
+        f" the peak ({format_bytes(group.nbytes)} in {_buffers(group.count)})"
     )
     by_function: dict[tuple[str, str], list[BreakdownRow]] = {}
     for row in kept:
