@@ -360,9 +360,19 @@ def test_remat_recomputation_is_not_kept() -> None:
 # --- a multi-layer model: layers/N collapsed --------------------------------------
 
 
-@pytest.fixture(scope="module")
-def llama() -> Iterator[tuple[Breakdown, list[tuple[str, Any]], Any]]:
-    """A 2-layer llama_tiny step shaped like the library's, compiled on XLA:CPU."""
+@pytest.fixture(
+    scope="module",
+    params=[
+        "cpu",
+        pytest.param("gpu", marks=needs_plugin),
+        pytest.param("tpu", marks=needs_libtpu),
+    ],
+)
+def llama(
+    request: pytest.FixtureRequest,
+) -> Iterator[tuple[Breakdown, list[tuple[str, Any]], Any]]:
+    """A 2-layer llama_tiny step shaped like the library's, on one device."""
+    backend: str = request.param
     from nnx_introspect._inventory import inventory, path_str
     from nnx_introspect._nnx import keypath_keys
 
@@ -386,7 +396,11 @@ def llama() -> Iterator[tuple[Breakdown, list[tuple[str, Any]], Any]]:
         _, *new_states = nnx.split(model, nnx.Param, ...)
         return value, *new_states, new_opt_state, step + 1
 
-    args = (params, rest, opt_state, step, batch)
+    sharding = NamedSharding(Mesh(np.array(_devices(backend)), ("d",)), P())
+    args = jax.tree.map(
+        lambda a: jax.ShapeDtypeStruct(a.shape, a.dtype, sharding=sharding),
+        (params, rest, opt_state, step, batch),
+    )
     opt_paths = [
         "optimizer/" + path_str(("opt_state", *keypath_keys(keypath)))
         for keypath, _ in jax.tree_util.tree_flatten_with_path(opt_state)[0]
@@ -404,9 +418,9 @@ def llama() -> Iterator[tuple[Breakdown, list[tuple[str, Any]], Any]]:
         compiled = (
             jax.jit(train, donate_argnums=(0, 1, 2, 3), keep_unused=True)
             .lower(*args)
-            .compile(compiler_options=_options("cpu", directory))
+            .compile(compiler_options=_options(backend, directory))
         )
-        peak = read_peak(directory, backend="cpu")
+        peak = read_peak(directory, backend=backend)
         breakdown = classify(peak, arguments, held_bytes=_held(compiled))
         yield (
             breakdown,
@@ -426,7 +440,9 @@ def test_llama_parameter_numbers_are_leaf_indices(llama: Any) -> None:
     breakdown, leaves, peak = llama
     names = {b.parameter: b.op_name for b in peak.buffers if b.parameter is not None}
     arguments = [row for row in breakdown.rows if row.parameter is not None]
-    assert len(arguments) > 40
+    # the donated state is overwritten in place: how much of it is still live at
+    # the peak is each compiler's schedule (XLA:TPU: 8 of the 66 leaves)
+    assert len(arguments) > (40 if breakdown.backend == "cpu" else 0)
     for row in arguments:
         path, leaf = leaves[row.parameter]
         assert row.path == path and row.shape == tuple(leaf.shape)
@@ -446,12 +462,6 @@ def test_llama_by_layer_collapses_layers(llama: Any) -> None:
     assert not any(re.search(r"layers/\d", label) for label in groups)
     assert sum(g.nbytes for g in groups.values()) == breakdown.live_peak_bytes
     assert sum(g.count for g in groups.values()) == len(breakdown.rows)
-    d, ff = LLAMA_TINY.d_model, LLAMA_TINY.d_ff
-    mu = "optimizer/opt_state/0/mu/layers/*"
-    # hand sums: both layers' Adam first moments are live at the peak
-    assert groups[f"{mu}/down/kernel \N{MULTIPLICATION SIGN}2"].nbytes == 2 * ff * d * 4
-    assert groups[f"{mu}/q/kernel \N{MULTIPLICATION SIGN}2"].nbytes == 2 * d * d * 4
-    assert groups[f"{mu}/attn_norm/scale \N{MULTIPLICATION SIGN}2"].count == 2
     # every pattern row against the rows it stands for
     for label, group in groups.items():
         if "layers/*" not in label:
@@ -462,6 +472,31 @@ def test_llama_by_layer_collapses_layers(llama: Any) -> None:
         ]
         assert group.count == len(members)
         assert group.nbytes == sum(r.nbytes for r in members)
+    # every source row against the rows it stands for
+    for group in groups.values():
+        members = [
+            r
+            for r in breakdown.rows
+            if r.path is None
+            and r.source
+            and group.label.split(" \N{MULTIPLICATION SIGN}")[0]
+            == f"{r.source.function} {Path(r.source.file).name}:{r.source.line}"
+            f" {r.type_str}"
+            and r.kind == group.kind
+        ]
+        if members:
+            assert (group.count, group.nbytes) == (
+                len(members),
+                sum(r.nbytes for r in members),
+            )
+    if breakdown.backend != "cpu":
+        return  # which buffers are live at the peak is each compiler's schedule
+    d, ff = LLAMA_TINY.d_model, LLAMA_TINY.d_ff
+    mu = "optimizer/opt_state/0/mu/layers/*"
+    # hand sums: both layers' Adam first moments are live at XLA:CPU's peak
+    assert groups[f"{mu}/down/kernel \N{MULTIPLICATION SIGN}2"].nbytes == 2 * ff * d * 4
+    assert groups[f"{mu}/q/kernel \N{MULTIPLICATION SIGN}2"].nbytes == 2 * d * d * 4
+    assert groups[f"{mu}/attn_norm/scale \N{MULTIPLICATION SIGN}2"].count == 2
     # one line of the layer's code, run by both layers, is one row: the SiLU
     # gate (f32[2,64,688] per layer, its forward values kept for the backward)
     import nnx_introspect.examples as examples
@@ -480,23 +515,6 @@ def test_llama_by_layer_collapses_layers(llama: Any) -> None:
     label = f"LlamaLayer.__call__ examples.py:{silu} f32[2,64,{ff}]"
     row = groups[f"{label} \N{MULTIPLICATION SIGN}{len(gate)}"]
     assert (row.count, row.nbytes) == (len(gate), len(gate) * batch_ff)
-    # and every source row against the rows it stands for
-    for group in groups.values():
-        members = [
-            r
-            for r in breakdown.rows
-            if r.path is None
-            and r.source
-            and group.label.split(" \N{MULTIPLICATION SIGN}")[0]
-            == f"{r.source.function} {Path(r.source.file).name}:{r.source.line}"
-            f" {r.type_str}"
-            and r.kind == group.kind
-        ]
-        if members:
-            assert (group.count, group.nbytes) == (
-                len(members),
-                sum(r.nbytes for r in members),
-            )
 
 
 def test_llama_activations_and_kinds(llama: Any) -> None:
