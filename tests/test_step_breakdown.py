@@ -26,13 +26,13 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from nnx_introspect import _step
+from nnx_introspect._step.advice import what_to_change
 from nnx_introspect._step.breakdown import (
     ArgumentLeaf,
     Breakdown,
     BreakdownRow,
     argument_leaves,
     classify,
-    what_to_change,
 )
 from nnx_introspect._step.dump import (
     PeakBuffer,

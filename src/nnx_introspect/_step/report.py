@@ -396,10 +396,15 @@ class StepMemoryReport(Report):
         basis = "" if self.budget_basis is None else f" ({self.budget_basis})"
         if self.out_of_memory:
             has = self.device_memory_bytes
-            if has is None:
-                has = self.compiler_available_bytes
+            available = self.compiler_available_bytes
             what = " (the compiler refused the step)" if self.compiler_message else ""
-            has_text = "" if has is None else f", the device has {format_bytes(has)}"
+            if available is not None and available != has:
+                of = "" if has is None else f" of the device's {format_bytes(has)}"
+                has_text = f", the compiler has {format_bytes(available)}{of}"
+            else:
+                has_text = (
+                    "" if has is None else f", the device has {format_bytes(has)}"
+                )
             return f"Out of memory{what}: needs {peak} per device{has_text}; {where}"
         if budget is None:
             return f"Peak {peak} per device for {where}"
