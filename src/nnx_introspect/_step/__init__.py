@@ -22,10 +22,15 @@ Where the compile runs:
   receives every leaf's resolved spec and returns plain numbers.
 
 The modules: ``inputs`` (the arguments checked), ``topology`` (named accelerator
-slices, a table of families), ``loss`` and ``compile`` (the step and XLA's
-analyses), ``child`` (the child-process compile; ``python -m nnx_introspect._step``
-is the child), ``report`` (:class:`StepMemoryReport`) and ``measure``
-(:func:`step_memory_report`, composing them).
+slices, a table of families), ``budget`` (the memory a run gets: a GPU's
+allocator pool, a TPU's usable HBM), ``platform`` (the target's devices as the
+model sees them while tracing), ``loss`` and ``compile`` (the step), ``xla``
+(XLA's analyses and warnings), ``child`` (the child-process compile;
+``python -m nnx_introspect._step`` is the child), ``report``
+(:class:`StepMemoryReport`), ``measure`` (:func:`step_memory_report`, composing
+them), ``search`` and ``chart`` (:func:`max_batch`), and, for the peak's
+breakdown, ``dump`` (XLA's dump files read), ``breakdown`` (the buffers at the
+peak classified) and ``advice`` (what to change).
 """
 
 from nnx_introspect._step.child import CHILD_TIMEOUT_SECONDS as CHILD_TIMEOUT_SECONDS

@@ -129,7 +129,8 @@ def step_memory_report(
             on a GPU target the share JAX's allocator takes of the device
             (``XLA_CLIENT_MEM_FRACTION`` or ``XLA_PYTHON_CLIENT_MEM_FRACTION``
             as this process's environment sets it, else 0.75), on a TPU
-            target the chip's HBM; none on XLA:CPU.
+            target the HBM XLA:TPU lets a program use (15.75 GiB of a v5e
+            chip's 16); none on XLA:CPU. A string needs its unit.
         trace_as_target: For a named ``topology`` compiled in a child
             process, trace the model with JAX's device lookups
             (``jax.devices()``, ``jax.default_backend()``...) answering with
@@ -243,7 +244,7 @@ def _check_shardable(
     by_kind: dict[str, list[Any]] = {}
     for problem in errors:
         by_kind.setdefault(problem.kind, []).append(problem)
-    clauses = [_kind_clause(kind, found, mesh_axes) for kind, found in by_kind.items()]
+    clauses = [_kind_clause(kind, found) for kind, found in by_kind.items()]
     if batch:
         more = f" (and {len(batch) - 1} more)" if len(batch) > 1 else ""
         clauses.append(f"{batch[0]}{more}")
@@ -257,9 +258,7 @@ def _check_shardable(
     )
 
 
-def _kind_clause(
-    kind: str, problems: list[Any], mesh_axes: tuple[tuple[str, int], ...]
-) -> str:
+def _kind_clause(kind: str, problems: list[Any]) -> str:
     """One kind of plan problem: how many, one example, the fix."""
     first, n = problems[0], len(problems)
     if kind == "unknown-axis":
@@ -273,7 +272,8 @@ def _kind_clause(
         )
     if kind == "indivisible":
         return (
-            f"{n} dimension{'s do' if n > 1 else ' does'} not divide over its axes "
+            f"{n} dimension{'s do' if n > 1 else ' does'} not divide over "
+            f"{'their' if n > 1 else 'its'} axes "
             f"(e.g. `{first.path}` dimension {first.dimension}, size {first.size}, "
             f"over {'x'.join(first.axes)} = {first.product}): pick sizes in "
             "`mesh` (--mesh) that divide them or override with `rules`"
