@@ -117,3 +117,15 @@ def test_select_state_rejects_what_flax_cannot_use(
     for target in (bn_dropout, nnx.state(bn_dropout)):
         with pytest.raises(TypeError, match=rf"^`{where}` must be an NNX filter"):
             _nnx.select_state(target, filters)
+
+
+def test_devices_present_agrees_with_the_public_count_once_a_backend_runs() -> None:
+    """The private check (``backends_are_initialized``) and the public API give
+    the same count once JAX's backend is started; before, the plan asks for
+    none (tested in a fresh process in test_mesh.py)."""
+    import jax
+
+    from nnx_introspect._nnx import devices_present
+
+    jax.devices()
+    assert devices_present() == jax.device_count() == 8
