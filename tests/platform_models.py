@@ -28,7 +28,10 @@ def shard_off_cpu(x: jax.Array, spec: P) -> jax.Array:
         mesh: Any = pxla.thread_resources.env.physical_mesh
     if jax.devices()[0].platform == "cpu" or mesh.empty:
         return x
-    return jax.lax.with_sharding_constraint(x, NamedSharding(mesh, spec))
+    constrained: jax.Array = jax.lax.with_sharding_constraint(
+        x, NamedSharding(mesh, spec)
+    )
+    return constrained
 
 
 class CpuShyMLP(nnx.Module):

@@ -25,6 +25,7 @@ from nnx_introspect import (
 )
 from nnx_introspect._render import Report, verdict_html
 from nnx_introspect._step import step_memory_report
+from nnx_introspect._step.breakdown import Breakdown, BreakdownRow
 from nnx_introspect._step.search import max_batch
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
@@ -174,6 +175,44 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
         "StateDiff": compare_states(model, other),
         "StepMemoryReport": step_memory_report(linear, "data=8", X),
         "BatchSearch": max_batch(linear, "data=8", X, max_device_bytes="2KiB"),
+        "Breakdown": Breakdown(
+            "cpu",
+            "jit_f",
+            0,
+            "t",
+            100,
+            100,
+            (
+                BreakdownRow(
+                    "optimizer state",
+                    "opt/mu/w",
+                    41,
+                    (41,),
+                    "u8",
+                    "p",
+                    "parameter",
+                    None,
+                    "opt/mu/w",
+                    None,
+                    0,
+                    None,
+                ),
+                BreakdownRow(
+                    "temporary",
+                    "t",
+                    59,
+                    (59,),
+                    "u8",
+                    "t",
+                    "fusion",
+                    None,
+                    None,
+                    None,
+                    None,
+                    None,
+                ),
+            ),
+        ),
     }
 
 
@@ -194,6 +233,7 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "StateDiff",
         "StepMemoryReport",
         "BatchSearch",
+        "Breakdown",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(
