@@ -34,8 +34,12 @@ def tests(session: nox.Session) -> None:
     session.install(
         "-e", ".[tpu,gpu]", *nox.project.dependency_groups(PYPROJECT, "test")
     )
-    # pytest exits 5 when it collects nothing; nox treats that as a failure.
-    session.run("pytest", *session.posargs, env=DEVICES)
+    # Two pytest workers (pytest-xdist): most step tests wait on a child
+    # process's compile, so two workers halve the run on a 2-core machine
+    # (PYTEST_WORKERS=0 runs in one process). pytest exits 5 when it collects
+    # nothing; nox treats that as a failure.
+    workers = os.environ.get("PYTEST_WORKERS", "2")
+    session.run("pytest", "-n", workers, *session.posargs, env=DEVICES)
 
 
 @nox.session(python=PYTHON)

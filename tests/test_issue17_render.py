@@ -291,3 +291,16 @@ def test_a_verdict_in_the_lead_is_not_repeated_under_its_box() -> None:
     assert fragment.startswith('<p class="verdict bad">')
     assert fragment.count(html.escape(report.verdict)) == 1
     assert "Per device: 32 B" in fragment  # the other lead sentences stay
+
+
+def test_the_first_line_is_never_wrapped(
+    reports: dict[str, Report], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A long verdict or title (a checkpoint's path) stays one line, however
+    narrow the terminal: a terminal soft-wraps it, a pipe keeps it whole."""
+    monkeypatch.setenv("COLUMNS", "30")
+    for report in reports.values():
+        verdict = getattr(report, "verdict", None)
+        first = verdict if isinstance(verdict, str) else report.table().title
+        assert len(first) > 30
+        assert str(report).splitlines()[0] == first

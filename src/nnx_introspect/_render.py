@@ -547,14 +547,15 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
         """
         table = self.table()
         verdict = getattr(self, "verdict", None)
-        lines: list[str] = []
-        if isinstance(verdict, str):
-            lines.append(verdict)
-            if table.title == verdict:
-                table = dataclasses.replace(table, title="")
-            table = dataclasses.replace(
-                table, lead=tuple(s for s in table.lead if s != verdict)
-            )
+        # The first line whole, never wrapped by the table's renderer (a long
+        # checkpoint path or verdict stays one line, as a terminal soft-wraps it)
+        first = verdict if isinstance(verdict, str) else table.title
+        lines: list[str] = [first] if first else []
+        if table.title == first:
+            table = dataclasses.replace(table, title="")
+        table = dataclasses.replace(
+            table, lead=tuple(s for s in table.lead if s != first)
+        )
         width = shutil.get_terminal_size((100, 24)).columns
         buffer = io.StringIO()
         console = Console(
