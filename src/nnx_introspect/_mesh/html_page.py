@@ -2,7 +2,7 @@
 
 import html
 
-from nnx_introspect import _render
+from nnx_introspect import _render, _render_charts
 from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, _mesh_str
 from nnx_introspect._mesh.specs import _entry_axes, _spec_str
 from nnx_introspect._render import format_bytes
@@ -16,7 +16,7 @@ def report_html(report: MeshConfigReport) -> str:
     verdict = _render.verdict_html(report.verdict, "ok" if report.ok else "bad")
     lists = _problem_list_html("Problems", "problems", report.errors)
     lists += _problem_list_html("Warnings", "warnings", report.warnings)
-    chart = _render.bar_chart_html(
+    chart = _render_charts.bar_chart_html(
         "Bytes per device by kind",
         [
             (cat, report.bytes_by_category[cat], gb / report.num_devices)
@@ -45,7 +45,7 @@ def report_html(report: MeshConfigReport) -> str:
     shown = report.leaves + report.optimizer_leaves
     sharded = [i for i, leaf in enumerate(shown) if any(leaf.spec)][:3]
     grids = "".join(
-        _render.split_grid_html(
+        _render_charts.split_grid_html(
             title=f"{leaf.path} {leaf.shape} {_spec_str(leaf.spec)}",
             shape=leaf.shape,
             spec=tuple(_entry_axes(e) for e in leaf.spec),
@@ -75,7 +75,7 @@ def report_html(report: MeshConfigReport) -> str:
         + totals
         + notes
         + "<h2>How each leaf splits</h2>"
-        + _render.GRID_LEGEND_HTML
+        + _render_charts.GRID_LEGEND_HTML
         + grids
         + "<h2>Every leaf</h2>"
         + detail
