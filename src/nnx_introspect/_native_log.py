@@ -14,7 +14,6 @@ import contextlib
 import os
 import re
 import sys
-import tempfile
 from collections.abc import Iterator
 
 __all__ = ["NOISE", "drop_noise", "native_stderr_captured", "native_stderr_filtered"]
@@ -54,6 +53,8 @@ def native_stderr_captured() -> Iterator[list[str]]:
     ends; file descriptor 2 is restored, also on an error. Where it cannot be
     duplicated (closed), nothing is captured and the list stays empty.
     """
+    import tempfile  # here, not at import: `nnx-introspect --help` stays fast
+
     captured: list[str] = []
     sys.stderr.flush()
     try:
