@@ -41,7 +41,7 @@ from nnx_introspect._step.inputs import (
     _spec_problems,
 )
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.topology import _topology, check_compiler, target_mesh
+from nnx_introspect._step.topology import check_compiler, target_mesh
 from nnx_introspect._step.xla import compiler_name
 from nnx_introspect._typing import IntLike, typechecked
 
@@ -356,7 +356,7 @@ def _report(
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
     flops = numbers["flops"]
-    memory = None if topology is None else _topology(topology).device_memory_bytes
+    memory = budget.device_memory_bytes  # the topology's, found once by step_budget
     oom = bool(numbers.get("out_of_memory", False))
     warnings = list(numbers.get("warnings", []))
     remat = list(numbers.get("remat", []))
