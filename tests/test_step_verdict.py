@@ -33,7 +33,7 @@ def test_budget_argument_sets_the_verdict() -> None:
         f"Does not fit: needs {report.peak_bytes} B per device, the budget is 100 B"
     )
     data = json.loads(report.to_json())
-    assert data["version"] == 3
+    assert data["version"] == 4
     assert (data["ok"], data["fits"], data["max_device_bytes"]) == (False, False, 100)
     assert data["device_memory_bytes"] is None and data["out_of_memory"] is False
     markdown = report.to_markdown()

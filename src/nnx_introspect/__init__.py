@@ -39,6 +39,8 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
     from nnx_introspect._render import Table as Table
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step.breakdown import Breakdown as Breakdown
+    from nnx_introspect._step.breakdown import BreakdownRow as BreakdownRow
     from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._step.search import BatchSearch as BatchSearch
     from nnx_introspect._step.search import max_batch as max_batch
@@ -51,6 +53,8 @@ __version__ = "0.1.0"
 
 __all__ = [
     "BatchSearch",
+    "Breakdown",
+    "BreakdownRow",
     "CheckpointLeaf",
     "CheckpointReport",
     "DiffEntry",
@@ -89,6 +93,8 @@ __all__ = [
 # is used (PEP 562). Every name here is also imported above for type checkers.
 _LAZY: dict[str, str] = {
     "BatchSearch": "nnx_introspect._step.search",
+    "Breakdown": "nnx_introspect._step.breakdown",
+    "BreakdownRow": "nnx_introspect._step.breakdown",
     "CheckpointLeaf": "nnx_introspect._checkpoint",
     "CheckpointReport": "nnx_introspect._checkpoint",
     "DiffEntry": "nnx_introspect._compare",

@@ -1,8 +1,9 @@
 """What to change, from a peak breakdown: only facts the breakdown supports."""
 
 import os
-from typing import Final
+from typing import Any, Final
 
+from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._render import format_bytes
 from nnx_introspect._step.breakdown import (
     Breakdown,
@@ -22,14 +23,19 @@ _ONE_BUFFER: Final = 0.20
 
 
 @typechecked
-def what_to_change(breakdown: Breakdown) -> tuple[str, ...]:
+def what_to_change(
+    breakdown: Breakdown, plan: MeshConfigReport | None = None
+) -> tuple[str, ...]:
     """Facts from the breakdown that point at what to change; no guesses.
 
     Stated, each only when the data holds it:
 
     - each kind holding at least 10% of the peak, with its share, bytes and
-      count; for the activations kept for the backward pass, the share of them
-      from the one source function that made the most, with its line range and
+      count; for parameters and optimizer state, with a ``plan``, the mesh
+      axes (of size 2 or more) over which most of those bytes are replicated
+      (their spec does not name the axis); for the activations kept for
+      the backward pass, the share of them from the one source function
+      that made the most, with its line range and
       the most buffers one of those lines made (one per layer when a loop over
       layers runs it);
     - the largest collective buffer, whenever there is one;
@@ -39,6 +45,7 @@ def what_to_change(breakdown: Breakdown) -> tuple[str, ...]:
 
     Args:
         breakdown: the classified peak.
+        plan: the step's mesh plan, whose leaves' specs say what is replicated.
 
     Returns:
         Sentences, largest kind first.
@@ -63,9 +70,11 @@ def what_to_change(breakdown: Breakdown) -> tuple[str, ...]:
         if group.label == "activation kept for backward":
             facts.append(_activations(breakdown, group))
         else:
+            replicated = _replicated(breakdown, group.label, plan)
             facts.append(
                 f"{group.label} is {_percent(group.nbytes, peak)} of the peak"
-                f" ({format_bytes(group.nbytes)} in {_buffers(group.count)})."
+                f" ({format_bytes(group.nbytes)} in {_buffers(group.count)})"
+                f"{replicated}."
             )
     collectives = [r for r in breakdown.rows if r.kind == "collective buffer"]
     if collectives:
@@ -98,6 +107,38 @@ def what_to_change(breakdown: Breakdown) -> tuple[str, ...]:
                 f" {format_bytes(held)} memory_analysis() counts as held."
             )
     return tuple(facts)
+
+
+def _replicated(breakdown: Breakdown, kind: str, plan: MeshConfigReport | None) -> str:
+    """``", 80% of it replicated over `tp`"``: axes most of a kind's bytes skip."""
+    if plan is None or kind not in ("parameter", "optimizer state"):
+        return ""
+    specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
+    rows = [
+        (r.nbytes, specs[r.path])
+        for r in breakdown.rows
+        if r.kind == kind and r.path is not None and r.path in specs
+    ]
+    total = sum(nbytes for nbytes, _ in rows)
+    if not total:
+        return ""
+    clauses = []
+    for axis, size in zip(plan.axis_names, plan.axis_sizes, strict=True):
+        if size < 2:
+            continue
+        over = sum(n for n, spec in rows if str(axis) not in _spec_axes(spec))
+        if 2 * over > total:
+            clauses.append(f"{_percent(over, total)} of it replicated over `{axis}`")
+    return (", " + ", ".join(clauses)) if clauses else ""
+
+
+def _spec_axes(spec: Any) -> set[str]:
+    axes: set[str] = set()
+    for entry in tuple(spec):
+        if entry is None:
+            continue
+        axes.update((entry,) if isinstance(entry, str) else tuple(entry))
+    return axes
 
 
 def _activations(breakdown: Breakdown, group: Group) -> str:

@@ -29,8 +29,17 @@ The kinds, in the order they are decided:
    recomputed forward ops are backward ops by name
    (``transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general``), so
    only what the remat keeps (each checkpointed block's input) is "kept".
-5. ``temporary``: everything else (XLA's copies, fusions of the optimizer
+5. ``gradient``: a value made by a backward op (its op name contains
+   ``transpose(``) with exactly the per-device shape and element type of a
+   differentiated parameter (``classify``'s ``gradient_types``): a gradient, or
+   a partial sum of one. A backward value of another shape stays a temporary;
+   an activation that happens to share a parameter's shape and dtype would be
+   counted here too (none does in the library's examples).
+6. ``temporary``: everything else (XLA's copies, fusions of the optimizer
    update, index tables of tuples).
+
+In a step without an optimizer the gradients are outputs; their output names
+say so (``gradients layers/0/...``).
 
 Example:
     >>> import tempfile
@@ -58,12 +67,17 @@ Example:
 
 import os
 import re
-from collections.abc import Callable, Hashable, Sequence
+from collections.abc import Callable, Collection, Hashable, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
 from nnx_introspect._render import Report, Table, format_bytes
-from nnx_introspect._step.dump import PeakBuffer, PeakBuffers, SourceLocation
+from nnx_introspect._step.dump import (
+    LiveCurve,
+    PeakBuffer,
+    PeakBuffers,
+    SourceLocation,
+)
 from nnx_introspect._typing import typechecked
 
 __all__ = [
@@ -83,6 +97,7 @@ ARGUMENT_KINDS: Final = ("parameter", "optimizer state", "other model state", "b
 KINDS: Final = (
     *ARGUMENT_KINDS,
     "output",
+    "gradient",
     "activation kept for backward",
     "collective buffer",
     "temporary",
@@ -196,6 +211,14 @@ class BreakdownRow:
         source: the innermost user frame, if any.
         parameter: XLA's entry parameter number, for an entry parameter.
         output_index: its index in the step's output, for an output.
+        memory_space: the memory space of its layout (``S(1)`` on XLA:TPU);
+            0 for the device's main memory.
+
+    Example:
+        >>> row = BreakdownRow("parameter", "l1/kernel", 8192, (512, 4), "f32", \
+"w.1", "parameter", None, "l1/kernel", None, 0, None)
+        >>> row.type_str
+        'f32[512,4]'
     """
 
     kind: str
@@ -210,6 +233,7 @@ class BreakdownRow:
     source: SourceLocation | None
     parameter: int | None
     output_index: tuple[int, ...] | None
+    memory_space: int = 0
 
     @property
     def type_str(self) -> str:
@@ -250,6 +274,8 @@ class Breakdown(Report):
         held_bytes: what the device holds for the step (arguments + outputs +
             XLA's temp buffer - aliased, from ``memory_analysis()``).
         rows: every buffer live at the peak, largest first.
+        curve: the bytes live at each program point, or ``None``.
+        top: how many of the largest buffers :meth:`table` shows.
 
     Example:
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
@@ -269,6 +295,15 @@ class Breakdown(Report):
     live_peak_bytes: int
     held_bytes: int
     rows: tuple[BreakdownRow, ...]
+    curve: LiveCurve | None = None
+    top_n: int = 20
+
+    def __post_init__(self) -> None:
+        if self.top_n < 1:
+            raise ValueError(
+                f"`top_n` must be a positive integer, got {self.top_n}: the table"
+                " shows that many of the largest buffers."
+            )
 
     @property
     def gap_bytes(self) -> int:
@@ -354,12 +389,17 @@ class Breakdown(Report):
 
         return _groups(self.rows, key, label)
 
-    def table(self, top: int = 20) -> Table:
-        """The ``top`` largest buffers, then the totals by kind and the gap."""
+    def table(self, top: int | None = None) -> Table:
+        """The ``top`` largest buffers, then the totals by kind and the gap.
+
+        Args:
+            top: how many buffers; default :attr:`top_n`.
+        """
+        top = self.top_n if top is None else top
         peak = self.live_peak_bytes
         rows = tuple(
             (
-                row.label,
+                row.label + (f" [S({row.memory_space})]" if row.memory_space else ""),
                 row.kind,
                 row.type_str,
                 format_bytes(row.nbytes),
@@ -390,6 +430,26 @@ class Breakdown(Report):
             ("gap (held - peak)", "", "", _signed_bytes(self.gap_bytes), ""),
         )
         notes = [self.gap_reason]
+        curve = self.curve
+        if curve is not None and curve.highest_bytes > peak:
+            notes.append(
+                f"The memory curve is highest at program point {curve.highest_time}:"
+                f" {format_bytes(curve.highest_bytes)} live, above XLA's peak point"
+                f" {self.peak_time}. XLA picks its peak with a sweep that keeps each"
+                " value one point past its last use"
+                " (HloLiveRange::ComputePeakMemoryMoment), and by that count point"
+                f" {self.peak_time} is the highest; the buffers listed are those"
+                " live there."
+            )
+        spaces = sorted({row.memory_space for row in self.rows} - {0})
+        if spaces:
+            on_chip = sum(r.nbytes for r in self.rows if r.memory_space)
+            notes.append(
+                f"{format_bytes(on_chip)} of the peak is in memory space"
+                f" {', '.join(f'S({n})' for n in spaces)} (on XLA:TPU, S(1) is the"
+                " core's on-chip VMEM), not in the device's main memory; rows"
+                " marked [S(n)]."
+            )
         if len(self.rows) > len(rows):
             notes.append(f"{len(self.rows) - len(rows)} smaller buffers not shown.")
         return Table(
@@ -415,12 +475,44 @@ class Breakdown(Report):
             "held_bytes": self.held_bytes,
             "gap": {"bytes": self.gap_bytes, "reason": self.gap_reason},
             "rows": [_row_json(row) for row in self.rows],
+            "curve": _curve_json(self.curve),
             "groups": {
                 "by_kind": [_group_json(g) for g in self.by_kind()],
                 "by_source": [_group_json(g) for g in self.by_source()],
                 "by_layer": [_group_json(g) for g in self.by_layer()],
             },
         }
+
+    @classmethod
+    def from_json_data(cls, data: dict[str, Any]) -> "Breakdown":
+        """The breakdown :meth:`json_data` wrote (for a compile in a child process).
+
+        Example:
+            >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
+"parameter", "x", "batch[0]", None, 0, None)
+            >>> b = Breakdown("cpu", "jit_f", 3, "dot", 96, 128, (row,))
+            >>> Breakdown.from_json_data(b.json_data()) == b
+            True
+        """
+        curve = data.get("curve")
+        return cls(
+            backend=str(data["backend"]),
+            module=str(data["module"]),
+            peak_time=int(data["peak_time"]),
+            peak_instruction=str(data["peak_instruction"]),
+            live_peak_bytes=int(data["live_peak_bytes"]),
+            held_bytes=int(data["held_bytes"]),
+            rows=tuple(_row_from_json(row) for row in data["rows"]),
+            curve=None
+            if curve is None
+            else LiveCurve(
+                points=int(curve["points"]),
+                times=tuple(int(t) for t in curve["times"]),
+                live_bytes=tuple(int(b) for b in curve["live_bytes"]),
+                highest_time=int(curve["highest_time"]),
+                highest_bytes=int(curve["highest_bytes"]),
+            ),
+        )
 
 
 @typechecked
@@ -430,6 +522,7 @@ def classify(
     *,
     held_bytes: int,
     outputs: Sequence[str] = (),
+    gradient_types: Collection[tuple[str, tuple[int, ...]]] = (),
 ) -> Breakdown:
     """Each buffer live at XLA's peak with its kind and its path or source.
 
@@ -445,6 +538,9 @@ def classify(
         outputs: a name per top-level output index (``"loss"``, ``"new
             params"``), used in the outputs' labels; unnamed ones show their
             index.
+        gradient_types: ``(XLA element type, per-device shape)`` of each
+            differentiated parameter (``("f32", (512, 4096))``): a backward
+            value of one of them is a ``gradient``.
 
     Returns:
         The classified :class:`Breakdown`; its rows add up to XLA's live-range
@@ -477,8 +573,10 @@ def classify(
             " argument of the jitted step."
         )
     backward_begun = any(_BACKWARD in (b.op_name or "") for b in peak.buffers)
+    gradients = frozenset(gradient_types)
     rows = tuple(
-        _row(buffer, by_number, outputs, backward_begun) for buffer in peak.buffers
+        _row(buffer, by_number, outputs, backward_begun, gradients)
+        for buffer in peak.buffers
     )
     return Breakdown(
         backend=peak.backend,
@@ -488,6 +586,7 @@ def classify(
         live_peak_bytes=peak.peak_bytes,
         held_bytes=held_bytes,
         rows=rows,
+        curve=peak.curve,
     )
 
 
@@ -496,6 +595,7 @@ def _row(
     arguments: dict[int, ArgumentLeaf],
     outputs: Sequence[str],
     backward_begun: bool,
+    gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
 ) -> BreakdownRow:
     path: str | None = None
     if buffer.parameter is not None:
@@ -515,6 +615,11 @@ def _row(
     else:
         if buffer.opcode in _COLLECTIVES:
             kind = "collective buffer"
+        elif (
+            _BACKWARD in (buffer.op_name or "")
+            and (buffer.dtype, buffer.shape) in gradients
+        ):
+            kind = "gradient"
         elif backward_begun and _is_forward(buffer.op_name):
             kind = "activation kept for backward"
         else:
@@ -537,6 +642,7 @@ def _row(
         source=buffer.source,
         parameter=buffer.parameter,
         output_index=buffer.output_index,
+        memory_space=buffer.memory_space,
     )
 
 
@@ -604,6 +710,43 @@ def _row_json(row: BreakdownRow) -> dict[str, Any]:
         "source": _source_json(row.source),
         "parameter": row.parameter,
         "output_index": None if row.output_index is None else list(row.output_index),
+        "memory_space": row.memory_space,
+    }
+
+
+def _row_from_json(data: dict[str, Any]) -> BreakdownRow:
+    source = data.get("source")
+    index = data.get("output_index")
+    return BreakdownRow(
+        kind=str(data["kind"]),
+        label=str(data["label"]),
+        nbytes=int(data["bytes"]),
+        shape=tuple(int(d) for d in data["shape"]),
+        dtype=str(data["dtype"]),
+        instruction=str(data["instruction"]),
+        opcode=str(data["opcode"]),
+        op_name=data.get("op_name"),
+        path=data.get("path"),
+        source=None
+        if source is None
+        else SourceLocation(
+            str(source["file"]), int(source["line"]), str(source["function"])
+        ),
+        parameter=data.get("parameter"),
+        output_index=None if index is None else tuple(int(i) for i in index),
+        memory_space=int(data.get("memory_space", 0)),
+    )
+
+
+def _curve_json(curve: LiveCurve | None) -> dict[str, Any] | None:
+    if curve is None:
+        return None
+    return {
+        "points": curve.points,
+        "times": list(curve.times),
+        "live_bytes": list(curve.live_bytes),
+        "highest_time": curve.highest_time,
+        "highest_bytes": curve.highest_bytes,
     }
 
 

@@ -104,6 +104,7 @@ def _child_request(
         "optimizer": request.optimizer_name,
         "logical_rules": _json_logical_rules(request.logical_rules),
         "trace_as_target": request.trace_as_target,
+        "breakdown": request.breakdown,
     }
 
 
@@ -192,6 +193,7 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
         rules=None,
         logical_rules=logical,
         trace_as_target=bool(data.get("trace_as_target", True)),
+        breakdown=bool(data.get("breakdown", False)),
     )
     # Only the specs are read by the compile: the plan the parent resolved.
     plan = MeshConfigReport(

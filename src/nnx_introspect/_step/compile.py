@@ -1,7 +1,10 @@
 """The jitted step, lowered and compiled on a mesh; XLA's memory and cost analyses."""
 
 import contextlib
+import dataclasses
 import re
+import shutil
+import tempfile
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
@@ -16,6 +19,8 @@ from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
+from nnx_introspect._step.breakdown import ArgumentLeaf, argument_leaves, classify
+from nnx_introspect._step.dump import DumpFormatError, read_peak
 from nnx_introspect._step.formats import _batch_str, _one_line
 from nnx_introspect._step.inputs import _Request
 from nnx_introspect._step.loss import (
@@ -170,17 +175,22 @@ def _compile(
     model does not (it was written for Auto axes, as most NNX models are), the
     step is compiled on the same devices with Auto axes, and
     ``numbers["explicit_axes_fallback"]`` says why.
+
+    With ``request.breakdown``, XLA dumps the compiled step into a temporary directory
+    (removed before this returns) and ``numbers["breakdown"]`` is the
+    :class:`~nnx_introspect._step.breakdown.Breakdown` of its peak as JSON
+    data, or ``numbers["breakdown_error"]`` says why there is none.
     """
     start = time.perf_counter()
     fallback: str | None = None
     try:
-        lowered, seen = _lower(request, mesh, plan, trace_devices)
+        lowered, seen, names = _lower(request, mesh, plan, trace_devices)
     except (_ModelError, _LossError, _OptimizerError) as error:
         auto = _auto_mesh(mesh)
         if auto is None:
             _raise_as_argument_error(request, error)
         try:
-            lowered, seen = _lower(request, auto, plan, trace_devices)
+            lowered, seen, names = _lower(request, auto, plan, trace_devices)
         except (_ModelError, _LossError, _OptimizerError) as auto_error:
             _raise_as_argument_error(request, auto_error)
         fallback = (
@@ -189,13 +199,58 @@ def _compile(
             "`.abstract_mesh` would be"
         )
         mesh = auto
-    numbers = compile_lowered(lowered, mesh, start)
+    if request.breakdown:
+        numbers = _compile_with_breakdown(lowered, mesh, start, names)
+    else:
+        numbers = compile_lowered(lowered, mesh, start)
     numbers["sharding_constraints"] = count_sharding_constraints(lowered)
     numbers["traced_platform"] = seen
     numbers["explicit_axes_fallback"] = fallback
     if fallback is not None:
         numbers["warnings"] = [*numbers.get("warnings", []), f"`mesh`: {fallback}."]
     return numbers
+
+
+def _compile_with_breakdown(
+    lowered: Any, mesh: Mesh, start: float, names: "_Names"
+) -> dict[str, Any]:
+    """:func:`compile_lowered` with XLA's dumps read into a breakdown of the peak.
+
+    A breakdown that cannot be made (a compile refused for memory writes no
+    buffer assignment; a dump in a format this jaxlib's reader does not know)
+    is ``numbers["breakdown_error"]``, never an exception.
+    """
+    directory = tempfile.mkdtemp(prefix="nnx-introspect-dump-")
+    try:
+        numbers = compile_lowered(lowered, mesh, start, dump_to=directory)
+        if numbers.get("out_of_memory"):
+            numbers["breakdown_error"] = (
+                "the compiler refused the step for memory, so it assigned no "
+                "buffers to break down"
+            )
+            return numbers
+        try:
+            peak = read_peak(directory, backend=numbers["backend"])
+            held = (
+                numbers["argument_bytes"]
+                + numbers["output_bytes"]
+                + numbers["temp_bytes"]
+                - numbers["alias_bytes"]
+            )
+            found = classify(
+                peak,
+                names.arguments,
+                held_bytes=held,
+                outputs=names.outputs,
+                gradient_types=names.gradient_types,
+            )
+        except (DumpFormatError, ValueError) as error:
+            numbers["breakdown_error"] = _one_line(error)
+        else:
+            numbers["breakdown"] = found.json_data()
+        return numbers
+    finally:
+        shutil.rmtree(directory, ignore_errors=True)
 
 
 def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
@@ -220,13 +275,70 @@ def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
     raise ValueError(f"`loss` {request.loss_name!r} failed: {error}") from cause
 
 
+@dataclasses.dataclass(frozen=True)
+class _Names:
+    """What the step's flattened arguments and outputs are, for a breakdown."""
+
+    arguments: tuple[ArgumentLeaf, ...]
+    outputs: tuple[str, ...]
+    gradient_types: frozenset[tuple[str, tuple[int, ...]]]
+
+
+_XLA_TYPES = {
+    "float32": "f32",
+    "bfloat16": "bf16",
+    "float16": "f16",
+    "float64": "f64",
+    "complex64": "c64",
+    "complex128": "c128",
+}
+
+
+def _state_paths(state: Any, prefix: str = "") -> list[str]:
+    return [prefix + record.path_str for record in inventory(state)]
+
+
+def _names(
+    params: Any,
+    rest: Any,
+    opt_state: Any,
+    n_batch: int,
+    outputs: Sequence[str],
+    lowered: Any,
+) -> _Names:
+    """Each entry parameter's path and kind, each output leaf's name."""
+    optimizer: list[str] = []
+    if opt_state is not None:
+        optimizer = [
+            "optimizer/" + path_str(("opt_state", *keypath_keys(keypath)))
+            for keypath, _ in jax.tree_util.tree_flatten_with_path(opt_state)[0]
+        ] + ["optimizer/step"]
+    arguments = argument_leaves(
+        _state_paths(params), _state_paths(rest), optimizer, n_batch
+    )
+    out_names = []
+    for keypath, _ in jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]:
+        keys = keypath_keys(keypath)
+        group = outputs[int(keys[0])] if keys and str(keys[0]).isdigit() else "output"
+        rest_path = path_str(keys[1:]) if len(keys) > 1 else ""
+        out_names.append(f"{group} {rest_path}".strip())
+    gradient_types = frozenset(
+        (
+            _XLA_TYPES.get(jnp.dtype(leaf.dtype).name, jnp.dtype(leaf.dtype).name),
+            tuple(leaf.sharding.shard_shape(leaf.shape)),
+        )
+        for leaf in jax.tree.leaves(nnx.filter_state(params, _differentiable))
+    )
+    return _Names(arguments, tuple(out_names), gradient_types)
+
+
 def _lower(
     request: _Request,
     mesh: Mesh,
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,
-) -> tuple[Any, str]:
-    """The step lowered on ``mesh`` and the platform the model saw.
+) -> tuple[Any, str, _Names]:
+    """The step lowered on ``mesh``, the platform the model saw, and its names.
 
     Raises the private errors of a failed trace.
     """
@@ -325,7 +437,25 @@ def _lower(
         _mesh_contexts(mesh, request.logical_rules),
         devices_seen_as(trace_devices) as seen,
     ):
-        return jitted.lower(*args), seen
+        lowered = jitted.lower(*args)
+    n_batch = len(batch)
+    groups: tuple[str, ...]
+    if loss is None:
+        names = _names(params, rest, None, n_batch, ("output",), lowered)
+    elif tx is None:
+        groups = ("loss", "aux", "gradients", "new other state")
+        names = _names(params, rest, None, n_batch, groups, lowered)
+    else:
+        groups = (
+            "loss",
+            "aux",
+            "new parameters",
+            "new other state",
+            "new optimizer state",
+            "new optimizer step",
+        )
+        names = _names(params, rest, opt_state, n_batch, groups, lowered)
+    return lowered, seen, names
 
 
 def _update(

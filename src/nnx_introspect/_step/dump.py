@@ -31,14 +31,18 @@ Example:
 """
 
 import importlib.metadata
+import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+
+import numpy as np
 
 from nnx_introspect._typing import typechecked
 
 __all__ = [
     "DumpFormatError",
+    "LiveCurve",
     "PeakBuffer",
     "PeakBuffers",
     "SourceLocation",
@@ -63,6 +67,7 @@ _PEAK_ROW = re.compile(
     r"^    (\S+?)(\{[\d,]*\}): (\d+) bytes \(cumulative: (\d+) bytes\)$"
 )
 _SEQUENCE_ROW = re.compile(r"^    (\d+):(\S+)$")
+_RANGE_ROW = re.compile(r"^    (\S+?)(\{[\d,]*\}):(\d+)-(\d+)$")
 _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+), (.*):$")
 _PARAMETER = re.compile(
     r"(?:^|, )parameter (\d+), shape \|.*\| at ShapeIndex \{([\d,]*)\}"
@@ -116,6 +121,9 @@ class PeakBuffer:
         allocation: the kind of XLA allocation that holds it (``parameter``,
             ``output``, ``maybe-live-out``, ``preallocated-temp``, ``constant``,
             ``thread-local``, ``temp``).
+        memory_space: the memory space in its layout (``S(1)`` on XLA:TPU is
+            its on-chip VMEM, outside the HBM figures); 0, the device's main
+            memory, when the layout names none.
     """
 
     nbytes: int
@@ -131,11 +139,48 @@ class PeakBuffer:
     parameter_index: tuple[int, ...] | None
     output_index: tuple[int, ...] | None
     allocation: str
+    memory_space: int = 0
 
     @property
     def is_output(self) -> bool:
         """Whether the buffer is (part of) the entry computation's output."""
         return self.output_index is not None
+
+
+@dataclass(frozen=True)
+class LiveCurve:
+    """Bytes live at each program point of the step, as XLA scheduled it.
+
+    A value is live from the point its instruction runs to its last use,
+    inclusive (``start-end`` in XLA's live-range dump); the bytes are XLA's own
+    sizes (``ShapeUtil::ByteSizeOf``, 8 bytes per element of a tuple's index
+    table), the same the dump's peak list gives. At XLA's peak the curve equals
+    the peak list's sum exactly (:func:`read_peak` checks it).
+
+    XLA chooses its peak point with a sweep that keeps a value one point past
+    its last use (``HloLiveRange::ComputePeakMemoryMoment``), so the curve can
+    be higher elsewhere: :attr:`highest_time` says where.
+
+    Attributes:
+        points: program points in the schedule (``HloLiveRange (max N)``).
+        times: the program points kept, ascending (every one, or at most
+            ``max_points`` after downsampling).
+        live_bytes: the bytes live at each of ``times``; after downsampling,
+            the most live at any point a kept point stands for.
+        highest_time: the program point where the most bytes are live.
+        highest_bytes: the bytes live there.
+    """
+
+    points: int
+    times: tuple[int, ...]
+    live_bytes: tuple[int, ...]
+    highest_time: int
+    highest_bytes: int
+
+    @property
+    def downsampled(self) -> bool:
+        """Whether fewer points are kept than the schedule has."""
+        return len(self.times) < self.points
 
 
 @dataclass(frozen=True)
@@ -149,6 +194,7 @@ class PeakBuffers:
         peak_instruction: the instruction scheduled at that point.
         peak_bytes: XLA's live-range peak; the buffers add up to it exactly.
         buffers: the buffers live at the peak, largest first as XLA lists them.
+        curve: the bytes live at every program point, or ``None`` when not read.
     """
 
     backend: str
@@ -157,6 +203,7 @@ class PeakBuffers:
     peak_instruction: str
     peak_bytes: int
     buffers: tuple[PeakBuffer, ...]
+    curve: LiveCurve | None = None
 
 
 @typechecked
@@ -177,15 +224,22 @@ def dump_options(directory: str | Path) -> dict[str, str | bool]:
 
 
 @typechecked
-def read_peak(directory: str | Path, *, backend: str) -> PeakBuffers:
+def read_peak(
+    directory: str | Path, *, backend: str, max_points: int = 2000
+) -> PeakBuffers:
     """The buffers live at XLA's peak of the entry ``jit_*`` module in a dump.
 
     Args:
         directory: the ``xla_dump_to`` directory of exactly one compile.
         backend: ``"cpu"``, ``"gpu"`` or ``"tpu"``: which compiler wrote it.
+        max_points: the most points of the memory curve kept (at least 2); a
+            longer schedule is downsampled to the most bytes live in each of
+            ``max_points`` equal spans, XLA's peak point and the curve's
+            highest point kept exactly.
 
     Returns:
-        The peak's program point, XLA's live-range peak and every buffer live there.
+        The peak's program point, XLA's live-range peak, every buffer live there
+        and the memory curve.
 
     Raises:
         ValueError: `backend` is not one of the three.
@@ -194,6 +248,10 @@ def read_peak(directory: str | Path, *, backend: str) -> PeakBuffers:
     """
     if backend not in _STEMS:
         raise ValueError(f"`backend` must be one of {sorted(_STEMS)}, got {backend!r}.")
+    if max_points < 2:
+        raise ValueError(
+            f"`max_points` must be an integer of at least 2, got {max_points}."
+        )
     stem, module = _entry_stem(Path(directory), backend)
     peak_time, peak_rows, peak_bytes = _read_peak_list(stem, _LIVE_RANGE)
     sequence = _read_sequence(stem)
@@ -214,6 +272,10 @@ def read_peak(directory: str | Path, *, backend: str) -> PeakBuffers:
         buffers.append(_buffer(found, value, nbytes, frames, root, stem))
     if peak_time not in sequence:
         raise _error(stem, _LIVE_RANGE, f"the instruction at program point {peak_time}")
+    sizes = {(name, index): nbytes for name, index, nbytes in peak_rows}
+    for item in assigned.values():
+        sizes.setdefault((item.name, item.index), _byte_size(item.shape_text))
+    curve = _read_curve(stem, sizes, len(sequence), peak_time, peak_bytes, max_points)
     return PeakBuffers(
         backend=backend,
         module=module,
@@ -221,6 +283,7 @@ def read_peak(directory: str | Path, *, backend: str) -> PeakBuffers:
         peak_instruction=sequence[peak_time],
         peak_bytes=peak_bytes,
         buffers=tuple(buffers),
+        curve=curve,
     )
 
 
@@ -337,6 +400,128 @@ def _read_sequence(stem: Path) -> dict[int, str]:
             break
         sequence[int(row[1])] = row[2]
     return sequence
+
+
+def _read_curve(
+    stem: Path,
+    sizes: dict[tuple[str, tuple[int, ...]], int],
+    points: int,
+    peak_time: int,
+    peak_bytes: int,
+    max_points: int,
+) -> LiveCurve:
+    """The bytes live at each program point, from the dump's ``BufferLiveRange``."""
+    lines = _lines(stem, _LIVE_RANGE)
+    if "  BufferLiveRange:" not in lines:
+        raise _error(stem, _LIVE_RANGE, "a 'BufferLiveRange:' section")
+    delta = np.zeros(points + 2, dtype=np.int64)
+    for line in lines[lines.index("  BufferLiveRange:") + 1 :]:
+        row = _RANGE_ROW.match(line)
+        if row is None:
+            break
+        key = (row[1], _index(row[2]))
+        if key not in sizes:
+            raise _error(stem, _ASSIGNMENT, f"the size of the value {row[1]}{row[2]}")
+        start, end = int(row[3]), int(row[4])
+        if not 0 <= start <= end <= points:
+            raise _error(stem, _LIVE_RANGE, f"a live range within 0-{points}: {line!r}")
+        delta[start] += sizes[key]
+        delta[end + 1] -= sizes[key]
+    live = np.cumsum(delta)[: points + 1]
+    if int(live[peak_time]) != peak_bytes:
+        raise _error(
+            stem,
+            _LIVE_RANGE,
+            f"live ranges that add up to the peak's {peak_bytes} bytes at point"
+            f" {peak_time} (they add up to {int(live[peak_time])})",
+        )
+    highest = int(np.argmax(live))
+    times = np.arange(points + 1)
+    if len(live) > max_points:
+        edges = np.linspace(0, len(live), max_points - 1, dtype=np.int64)
+        starts = edges[:-1]
+        times = np.unique(np.concatenate([starts, [peak_time, highest]]))
+        bounds = np.searchsorted(times, np.arange(len(live)), side="right") - 1
+        kept = np.full(len(times), np.iinfo(np.int64).min, dtype=np.int64)
+        np.maximum.at(kept, bounds, live)
+        kept[np.searchsorted(times, peak_time)] = live[peak_time]
+        live = kept
+    return LiveCurve(
+        points=points + 1,
+        times=tuple(int(t) for t in times),
+        live_bytes=tuple(int(b) for b in live),
+        highest_time=highest,
+        highest_bytes=int(np.max(live)),
+    )
+
+
+_ITEM_BITS: dict[str, int] = {
+    "pred": 8,
+    "s2": 2,
+    "u2": 2,
+    "s4": 4,
+    "u4": 4,
+    "s8": 8,
+    "u8": 8,
+    "s16": 16,
+    "u16": 16,
+    "f16": 16,
+    "bf16": 16,
+    "s32": 32,
+    "u32": 32,
+    "f32": 32,
+    "s64": 64,
+    "u64": 64,
+    "f64": 64,
+    "c64": 64,
+    "c128": 128,
+    "token": 0,
+}
+
+
+def _byte_size(shape_text: str) -> int:
+    """``ShapeUtil::ByteSizeOf(shape, 8)`` from a value's shape text.
+
+    An array: its elements times the element's size (a sub-byte element packed
+    only when the layout says ``E(bits)``); a tuple: 8 bytes per element (its
+    index table of pointers). Tiling padding is not in it, as XLA's live ranges
+    do not count it either.
+    """
+    if shape_text.startswith("("):
+        depth, elements = 0, 1
+        for char in shape_text[1:-1] if shape_text.endswith(")") else "":
+            if char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+            elif char == "," and depth == 0:
+                elements += 1
+        return 0 if shape_text == "()" else 8 * elements
+    dtype, shape = _shape(shape_text)
+    if dtype.startswith("f8") or dtype.startswith("f4") or dtype.startswith("f6"):
+        bits = 8
+    else:
+        bits = _ITEM_BITS.get(dtype, -1)
+    if bits < 0:
+        raise DumpFormatError(
+            f"XLA's dump has a value of element type {dtype!r} ({shape_text[:80]}),"
+            " whose size this code does not know (written for jaxlib 0.10.2 /"
+            f" libtpu 0.0.52; installed jaxlib {_jaxlib()})."
+        )
+    packed = re.search(r"E\((\d+)\)", shape_text)
+    elements = math.prod(shape)
+    if packed is not None:
+        return -(-elements * int(packed[1]) // 8)
+    return elements * max(bits, 8) // 8 if bits else 0
+
+
+def _memory_space(shape_text: str) -> int:
+    """The ``S(n)`` memory space of an array's layout; 0 when it names none."""
+    if shape_text.startswith("("):
+        return 0
+    layout = re.search(r"\{[^{}]*\}\s*$", shape_text)
+    space = re.search(r"S\((\d+)\)", layout[0]) if layout else None
+    return int(space[1]) if space else 0
 
 
 def _read_assignment(stem: Path) -> dict[int, _Assigned]:
@@ -519,6 +704,7 @@ def _buffer(
         parameter_index=item.parameter_index if is_parameter else None,
         output_index=output,
         allocation=item.allocation,
+        memory_space=_memory_space(item.shape_text),
     )
 
 

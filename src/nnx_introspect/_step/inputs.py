@@ -71,6 +71,8 @@ class _Request:
     trace_as_target: bool = True
     """Trace a named target's step with JAX's device lookups answering with
     the target's devices (see :mod:`nnx_introspect._step.platform`)."""
+    breakdown: bool = False
+    """Read XLA's dumps of the compile into a breakdown of the peak."""
 
     @property
     def num_devices(self) -> int:

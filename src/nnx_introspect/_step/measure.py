@@ -22,6 +22,7 @@ from nnx_introspect._mesh import (
     parse_bytes,
 )
 from nnx_introspect._render import format_bytes
+from nnx_introspect._step.breakdown import Breakdown
 from nnx_introspect._step.budget import Budget, step_budget
 from nnx_introspect._step.child import _child_request, _run_child
 from nnx_introspect._step.compile import _compile
@@ -62,6 +63,7 @@ def step_memory_report(
     max_device_bytes: IntLike | str | None = None,
     trace_as_target: bool = True,
     debug: bool = False,
+    breakdown: bool = False,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -140,6 +142,13 @@ def step_memory_report(
         debug: Keep what the compiler and the child process wrote to stderr
             on the report (``compiler_log``); it never reaches this process's
             stderr.
+        breakdown: Also break the peak down (``report.breakdown``): XLA
+            dumps the compiled step into a temporary directory (removed
+            before this returns) and every buffer live at its peak is read
+            with its kind, its state path or source line. A breakdown that
+            cannot be made (a step the compiler refused for memory, a dump
+            format this jaxlib's reader does not know) leaves
+            ``report.breakdown`` ``None`` and says why in ``warnings``.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -207,6 +216,7 @@ def step_memory_report(
         rules=rules,
         logical_rules=logical_rules,
         trace_as_target=trace_as_target,
+        breakdown=breakdown,
     )
     numbers, compiled_in = _compile_where_the_devices_are(
         request, mesh, abstract_mesh.axis_names, plan, topology
@@ -361,6 +371,10 @@ def _report(
     warnings = list(numbers.get("warnings", []))
     remat = list(numbers.get("remat", []))
     warnings += [_remat_warning(s, budget, numbers["backend"]) for s in remat]
+    found = numbers.get("breakdown")
+    if request.breakdown and found is None:
+        why = numbers.get("breakdown_error") or "XLA wrote no dump to read"
+        warnings.append(f"No breakdown of the peak: {why}.")
     arguments = numbers["argument_bytes"]
     if arguments is None:  # refused for memory: the plan's exact shards
         arguments = _planned_argument_bytes(request, plan)
@@ -405,6 +419,7 @@ def _report(
         warnings=tuple(warnings),
         device_order=_device_order(numbers.get("device_order", "plain"), topology),
         sharding_constraints=numbers.get("sharding_constraints"),
+        breakdown=None if found is None else Breakdown.from_json_data(found),
     )
     extra = _caveats(report, request, plan)
     return (

@@ -1,13 +1,16 @@
 """The step memory report: XLA's bytes per device beside the plan, and its renderers."""
 
 import dataclasses
+import html
 import math
 from typing import Any
 
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh import MeshConfigReport, parse_bytes
-from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._render import Report, Table, format_bytes, to_markdown
+from nnx_introspect._step.advice import what_to_change
+from nnx_introspect._step.breakdown import Breakdown
 from nnx_introspect._step.budget import MAX_ADVISED_FRACTION, Budget
 from nnx_introspect._step.formats import _spec_json, _spec_str
 from nnx_introspect._typing import IntLike, typechecked
@@ -102,6 +105,11 @@ class StepMemoryReport(Report):
             scheduler's: 80% of the device's memory less the step's arguments
             and outputs, times 0.95, plus the outputs); else ``None``.
         remat_reduced_to_bytes: What XLA brought the step down to then.
+        breakdown: With ``step_memory_report(..., breakdown=True)``: every
+            buffer live at XLA's peak of the step, with its kind and its state
+            path or source line, the grouped views and the memory curve
+            (:class:`~nnx_introspect.Breakdown`); ``None`` otherwise, or when
+            it could not be made (``warnings`` says why).
 
     When the compiler refused the step for memory, ``temp_bytes`` is its
     required figure for temporaries, ``argument_bytes`` the plan's exact
@@ -127,7 +135,7 @@ class StepMemoryReport(Report):
     """
 
     SCHEMA = "nnx-introspect/step-memory"
-    SCHEMA_VERSION = 3
+    SCHEMA_VERSION = 4
 
     num_devices: int
     argument_bytes: int
@@ -163,6 +171,7 @@ class StepMemoryReport(Report):
     xla_peak_bytes: int | None = None
     remat_limit_bytes: int | None = None
     remat_reduced_to_bytes: int | None = None
+    breakdown: Breakdown | None = None
 
     def __post_init__(self) -> None:
         # XLA:TPU refuses a program over its available HBM itself; XLA:GPU
@@ -429,6 +438,63 @@ class StepMemoryReport(Report):
             return []
         return [f"The compiler's words: {self.compiler_message}"]
 
+    @property
+    def what_to_change(self) -> tuple[str, ...]:
+        """Facts from the breakdown that point at what to change; ``()`` without one.
+
+        See :func:`~nnx_introspect.what_to_change`; each sentence is a fact of
+        this compile (shares of the peak, where the bytes come from, what is
+        replicated over which mesh axis), never a guess.
+        """
+        if self.breakdown is None:
+            return ()
+        return what_to_change(self.breakdown, self.plan)
+
+    def _breakdown_table(self) -> Table | None:
+        if self.breakdown is None:
+            return None
+        table = self.breakdown.table()
+        facts = self.what_to_change
+        if not facts:
+            return table
+        return dataclasses.replace(
+            table,
+            lead=(*table.lead, "What to change, from the breakdown:")
+            + tuple(f"- {fact}" for fact in facts),
+        )
+
+    def __str__(self) -> str:
+        """The verdict, the report's table, then the breakdown of the peak (if any)."""
+        text = super().__str__()
+        table = self._breakdown_table()
+        if table is None:
+            return text
+        return text + "\n\n" + str(_TableReport(table))
+
+    def to_markdown(self) -> str:
+        """The report's table, then the breakdown's (if any), as markdown."""
+        text = super().to_markdown()
+        table = self._breakdown_table()
+        if table is None:
+            return text
+        return text.rstrip("\n") + "\n\n" + to_markdown(table)
+
+    def _body_html(self, table: Table) -> str:
+        body = super()._body_html(table)
+        if self.breakdown is None:
+            return body
+        from nnx_introspect._step.breakdown_chart import breakdown_html
+
+        facts = self.what_to_change
+        advice = ""
+        if facts:
+            items = "".join(f"<li>{html.escape(fact)}</li>" for fact in facts)
+            advice = (
+                '<p class="lead">What to change, from the breakdown:</p>'
+                f"<ul>{items}</ul>"
+            )
+        return body + breakdown_html(self.breakdown, self.max_device_bytes) + advice
+
     def json_data(self) -> dict[str, Any]:
         """Exact figures for JSON output."""
         return {
@@ -466,6 +532,8 @@ class StepMemoryReport(Report):
             "allocator_fraction": self.allocator_fraction,
             "needed_fraction": self.needed_fraction,
             "traced_platform": self.traced_platform,
+            "breakdown": None if self.breakdown is None else self.breakdown.json_data(),
+            "what_to_change": list(self.what_to_change),
             "step": self.step,
             "loss": self.loss,
             "optimizer": self.optimizer,
@@ -479,6 +547,19 @@ class StepMemoryReport(Report):
                 "ok": self.plan.ok,
             },
         }
+
+
+class _TableReport(Report):
+    """A bare table rendered as a report's text (no verdict of its own)."""
+
+    def __init__(self, table: Table) -> None:
+        self._table = table
+
+    def table(self) -> Table:
+        return self._table
+
+    def json_data(self) -> dict[str, Any]:  # pragma: no cover - never serialised
+        return {}
 
 
 def _n(value: int) -> str:

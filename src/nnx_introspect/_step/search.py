@@ -32,6 +32,7 @@ from nnx_introspect._render import (
     format_bytes,
     page_html,
     table_html,
+    to_markdown,
     verdict_html,
 )
 from nnx_introspect._step.budget import step_budget
@@ -52,7 +53,7 @@ from nnx_introspect._step.measure import (
     _check_shardable,
     step_memory_report,
 )
-from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step.report import StepMemoryReport, _TableReport
 from nnx_introspect._step.topology import check_compiler
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
@@ -98,6 +99,10 @@ class BatchSearch(Report):
         seconds: Wall time of the whole search.
         report: The :class:`StepMemoryReport` of ``best`` (``None`` when
             nothing fits).
+        failing_report: The :class:`StepMemoryReport` of the smallest batch
+            tried that does not fit (``None`` when every batch tried fits):
+            with ``breakdown=True``, its breakdown says what the peak of a
+            step one size too large is made of.
         compiler: The compiler of the step, as the reports name it (``None``
             when nothing was compiled).
         num_devices: Devices in the mesh.
@@ -118,7 +123,7 @@ class BatchSearch(Report):
     """
 
     SCHEMA = "nnx-introspect/max-batch"
-    SCHEMA_VERSION = 2
+    SCHEMA_VERSION = 3
 
     best: int | None
     max_device_bytes: int
@@ -135,6 +140,49 @@ class BatchSearch(Report):
     compiler: str | None
     num_devices: int
     batch: tuple[str, ...]
+    failing_report: StepMemoryReport | None = None
+
+    def with_top(self, n: int) -> "BatchSearch":
+        """The search with its reports' breakdowns showing the ``n`` largest buffers."""
+
+        def top(report: StepMemoryReport | None) -> StepMemoryReport | None:
+            if report is None or report.breakdown is None:
+                return report
+            return dataclasses.replace(
+                report, breakdown=dataclasses.replace(report.breakdown, top_n=n)
+            )
+
+        return dataclasses.replace(
+            self, report=top(self.report), failing_report=top(self.failing_report)
+        )
+
+    def _breakdowns(self) -> list[tuple[str, StepMemoryReport]]:
+        """``(heading, report)`` of the best and the smallest failing step."""
+        out = []
+        if self.report is not None and self.report.breakdown is not None:
+            out.append((f"The peak at batch {self.best} (fits)", self.report))
+        failing = self.failing_report
+        if failing is not None and failing.breakdown is not None:
+            size = min(b for b, _, fits in self.points if not fits)
+            out.append((f"The peak at batch {size} (does not fit)", failing))
+        return out
+
+    def __str__(self) -> str:
+        """The search's table, then each breakdown kept (``breakdown=True``)."""
+        text = super().__str__()
+        for heading, report in self._breakdowns():
+            text += f"\n\n{heading}: {report.verdict}\n" + str(
+                _TableReport(report._breakdown_table() or report.table())
+            )
+        return text
+
+    def to_markdown(self) -> str:
+        """The search's table, then each breakdown kept, as markdown."""
+        text = super().to_markdown().rstrip("\n")
+        for heading, report in self._breakdowns():
+            table = report._breakdown_table() or report.table()
+            text += f"\n\n**{heading}**: {report.verdict}\n\n" + to_markdown(table)
+        return text
 
     @property
     def ok(self) -> bool:
@@ -277,6 +325,9 @@ class BatchSearch(Report):
                 for b, peak, fits in self.points
             ],
             "report": None if self.report is None else self.report.json_data(),
+            "failing_report": None
+            if self.failing_report is None
+            else self.failing_report.json_data(),
         }
 
     def to_html(self) -> str:
@@ -308,6 +359,9 @@ class BatchSearch(Report):
         if self.report is not None:
             parts.append(f"<h2>The step at batch {self.best}</h2>")
             parts.append(table_html(self.report.table()))
+        for heading, report in self._breakdowns():
+            parts.append(f"<h2>{html.escape(heading)}</h2>")
+            parts.append(report._body_html(report.table()))
         return page_html(self.verdict, "".join(parts))
 
 
@@ -330,6 +384,7 @@ def max_batch(
     progress: Callable[[Point], object] | None = None,
     compiling: Callable[[int, int], object] | None = None,
     trace_as_target: bool = True,
+    breakdown: bool = False,
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
@@ -387,6 +442,9 @@ def max_batch(
         trace_as_target: As in :func:`step_memory_report`: a named target's
             model is traced with JAX's device lookups answering with the
             target's devices.
+        breakdown: As in :func:`step_memory_report`, for every compile; the
+            search keeps those of the largest batch that fits (``report``)
+            and the smallest that does not (``failing_report``).
 
     Returns:
         A frozen :class:`BatchSearch`.
@@ -493,6 +551,7 @@ def max_batch(
             topology=topology,
             max_device_bytes=given,  # none given: the report finds the same one
             trace_as_target=trace_as_target,
+            breakdown=breakdown,
         )
         point = (size, report.peak_bytes, report.fits(limit))
         reports[size], points[size] = report, point
@@ -514,6 +573,7 @@ def max_batch(
         seconds=time.perf_counter() - began,
         report=None if good is None else reports[good],
         compiler=reports[max(reports)].compiler,
+        failing_report=None if bad is None else reports.get(bad),
         **common,
     )
 

@@ -16,6 +16,7 @@ from typing import Any
 from jax.sharding import Mesh
 
 from nnx_introspect._native_log import native_stderr_captured
+from nnx_introspect._step.dump import dump_options
 from nnx_introspect._step.topology import _cuda_plugin_version, _libtpu_version
 
 # LLVM's optimisation of the generated machine code dominates large XLA:CPU
@@ -133,17 +134,25 @@ def read_oom(message: str) -> dict[str, Any] | None:
     }
 
 
-def compile_lowered(lowered: Any, mesh: Mesh, start: float) -> dict[str, Any]:
+def compile_lowered(
+    lowered: Any, mesh: Mesh, start: float, *, dump_to: str | None = None
+) -> dict[str, Any]:
     """Compile ``lowered`` for ``mesh``'s devices; XLA's numbers as plain values.
 
     ``start`` is the ``time.perf_counter()`` at which lowering began: the
     reported compile time covers lowering and compiling. A compile refused for
     memory returns ``out_of_memory=True``, the compiler's message and figures,
-    and ``None`` for the byte counts it could not give.
+    and ``None`` for the byte counts it could not give. With ``dump_to`` (an
+    empty directory), XLA writes what
+    :func:`~nnx_introspect._step.dump.read_peak` reads there.
     """
     device = mesh.devices.flat[0]
     backend = str(device.platform)
-    options = _CPU_COMPILER_OPTIONS if backend == "cpu" else None
+    options: dict[str, Any] | None = (
+        dict(_CPU_COMPILER_OPTIONS) if backend == "cpu" else None
+    )
+    if dump_to is not None:
+        options = (options or {}) | dump_options(dump_to)
     numbers: dict[str, Any] = {
         "backend": backend,
         "device_kind": str(device.device_kind),

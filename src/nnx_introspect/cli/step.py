@@ -1,6 +1,7 @@
 """The ``step`` subcommand: compile one training step, report XLA's memory."""
 
 import argparse
+import dataclasses
 import re
 import sys
 import time
@@ -111,8 +112,40 @@ def _add_step_parser(subparsers: Any) -> None:
         "instead (each --batch's leading dimension is the batch dimension; its "
         "size is where the search starts); exits with 1 when no batch fits",
     )
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also break the peak down: every buffer live at XLA's peak with its "
+        "kind (parameter, optimizer state, gradient, activation kept for the "
+        "backward pass...), its state path or source line, the totals by kind, "
+        "the memory curve (HTML) and what to change; with --max-batch, for the "
+        "largest batch that fits and the smallest that does not",
+    )
+    parser.add_argument(
+        "--top",
+        type=_top_arg,
+        default=None,
+        metavar="N",
+        help="with --breakdown: show the N largest buffers (default 20; JSON has "
+        "them all)",
+    )
     _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_step)
+
+
+def _top_arg(text: str) -> int:
+    """``--top``: a positive integer."""
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (how many buffers to show), got {text!r}"
+        ) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(
+            f"must be a positive integer (how many buffers to show), got {text!r}"
+        )
+    return value
 
 
 _FLAGS = {
@@ -265,6 +298,11 @@ def _run_step(args: argparse.Namespace) -> int:
     if ":" in args.loss:
         loss = args.loss
     budget: int | None = args.max_device_bytes
+    if args.top is not None and not args.breakdown:
+        raise UsageError(
+            "argument --top: shows the largest buffers of the breakdown; add "
+            "--breakdown"
+        )
     if args.max_batch and budget is None and args.topology is None:
         raise UsageError(
             "argument --max-batch: needs --max-device-bytes SIZE, the per-device "
@@ -282,6 +320,7 @@ def _run_step(args: argparse.Namespace) -> int:
         "topology": args.topology,
         "max_device_bytes": budget,
         "trace_as_target": not args.trace_as_cpu,
+        "breakdown": args.breakdown,
     }
     try:
         if args.max_batch:
@@ -310,6 +349,8 @@ def _run_step(args: argparse.Namespace) -> int:
             topology_given=args.topology is not None,
         ) from error
     if args.max_batch:
+        if args.top is not None:
+            search = search.with_top(args.top)
         _emit(search, args.format)
         if not search.ok:
             sys.stderr.write(f"{PROG}: {search.verdict}.\n")
@@ -317,6 +358,13 @@ def _run_step(args: argparse.Namespace) -> int:
         return 0
     if args.debug and report.compiler_log:  # the compiler's own log, asked for
         sys.stderr.write(report.compiler_log)
+    if args.top is not None and report.breakdown is not None:
+        report = dataclasses.replace(
+            report, breakdown=dataclasses.replace(report.breakdown, top_n=args.top)
+        )
+    for warning in report.warnings:
+        if warning.startswith("No breakdown of the peak"):
+            sys.stderr.write(f"{PROG}: warning: {warning}\n")
     _emit(report, args.format)
     if report.ok:  # the report's own verdict: its JSON, markdown and HTML say so
         return 0
