@@ -181,7 +181,7 @@ def test_report_fields_and_rendering(tiny_report: StepMemoryReport) -> None:
     markdown = report.to_markdown()
     assert markdown.index("Peak") < markdown.index("arguments")
     data = json.loads(report.to_json())
-    assert data["schema"] == "nnx-introspect/step-memory" and data["version"] == 3
+    assert data["schema"] == "nnx-introspect/step-memory" and data["version"] == 4
     assert data["peak_bytes"] == report.peak_bytes
     assert data["mesh"] == {"fsdp": 4, "tp": 2}
     assert "many times over" in data["temporaries_caveat"]

@@ -169,11 +169,18 @@ def mlp(request: pytest.FixtureRequest) -> Iterator[Classified]:
 
 def test_mlp_rows_add_up_to_xlas_peak(mlp: Classified) -> None:
     breakdown = mlp.breakdown
-    assert breakdown.live_peak_bytes == mlp.xla_peak
-    assert sum(row.nbytes for row in breakdown.rows) == mlp.xla_peak
-    assert sum(g.nbytes for g in breakdown.by_kind()) == mlp.xla_peak
-    assert sum(g.nbytes for g in breakdown.by_source()) == mlp.xla_peak
-    assert sum(g.nbytes for g in breakdown.by_layer()) == mlp.xla_peak
+    peak = breakdown.live_peak_bytes
+    assert breakdown.xla_peak_bytes == mlp.xla_peak
+    # XLA:CPU's live ranges hold more at another point than at the one it names
+    # (see test_step_dump): the breakdown is there
+    if mlp.backend == "cpu":
+        assert peak > mlp.xla_peak and breakdown.peak_time != breakdown.xla_peak_time
+    else:
+        assert peak == mlp.xla_peak and breakdown.peak_time == breakdown.xla_peak_time
+    assert sum(row.nbytes for row in breakdown.rows) == peak
+    assert sum(g.nbytes for g in breakdown.by_kind()) == peak
+    assert sum(g.nbytes for g in breakdown.by_source()) == peak
+    assert sum(g.nbytes for g in breakdown.by_layer()) == peak
 
 
 def test_mlp_arguments_map_to_their_paths(mlp: Classified) -> None:
@@ -224,12 +231,24 @@ def test_mlp_activations_kept_for_backward(mlp: Classified) -> None:
     hidden = (BATCH * HIDDEN * F32, f"f32[{BATCH},{HIDDEN}]", HIDDEN_LINE)
     assert hidden[0] == 16_777_216
     if mlp.backend == "cpu":
-        # XLA:CPU's peak is at the backward's first dot, after the fused relu mask
-        # has consumed the hidden pre-activation: no forward buffer is live there
-        assert found == []
+        # XLA:CPU's peak is the backward's gradient of w2, while the hidden
+        # pre-activation and relu's output wait for the hidden layer's backward
+        # (and the loss's f32 scalar, a forward value the output still needs)
+        loss_line = next(
+            i + 1
+            for i, text in enumerate(Path(__file__).read_text().splitlines())
+            if "jnp.mean(_mlp(p, x) ** 2)" in text
+        )
+        assert found == [(F32, "f32[]", loss_line), hidden, hidden]
+        assert sorted(row.op_name or "" for row in kept) == [
+            "jit(_step_fn)/jvp()/dot_general",
+            "jit(_step_fn)/jvp()/jit(relu)/max",
+            "jit(_step_fn)/jvp()/reduce_sum",
+        ]
     elif mlp.backend == "gpu":
         assert found == [hidden]
-        share = (200 * hidden[0] + mlp.xla_peak) // (2 * mlp.xla_peak)
+        peak = mlp.breakdown.live_peak_bytes
+        share = (200 * hidden[0] + peak) // (2 * peak)
         assert (
             f"activations kept for the backward pass: {share}% of the peak (16 MiB"
             f" in 1 buffer), 100% of it from `_mlp` line {HIDDEN_LINE} of"
@@ -243,8 +262,12 @@ def test_mlp_activations_kept_for_backward(mlp: Classified) -> None:
         ]
     for row in kept:
         assert row.source is not None and row.source.file == __file__
+        if row.type_str == "f32[]":
+            continue  # the loss, in _step_fn
         assert row.source.function == "_mlp"
-        assert row.op_name == "jit(_step_fn)/jvp()/dot_general"
+        assert row.op_name is not None and row.op_name.startswith(
+            "jit(_step_fn)/jvp()/"
+        )
     # the backward pass has begun at every backend's peak
     assert any("transpose(jvp" in (row.op_name or "") for row in rows)
 
@@ -252,7 +275,7 @@ def test_mlp_activations_kept_for_backward(mlp: Classified) -> None:
 def test_mlp_gap_is_held_minus_live_peak(mlp: Classified) -> None:
     breakdown = mlp.breakdown
     assert breakdown.held_bytes == mlp.held
-    assert breakdown.gap_bytes == mlp.held - mlp.xla_peak
+    assert breakdown.gap_bytes == mlp.held - breakdown.live_peak_bytes
     measured = {  # jaxlib 0.10.2 / libtpu 0.0.52 (pinned)
         "cpu": (88_117_292, 52_449_288),
         "gpu": (71_340_356, 77_631_508),
@@ -271,15 +294,17 @@ def test_mlp_renders(mlp: Classified) -> None:
     table = breakdown.table(top=3)
     assert len(table.rows) == 3
     # the largest buffer is f32[1024,4096]; its share rounded half up, by hand
-    share = (200 * 16 * MiB + mlp.xla_peak) // (2 * mlp.xla_peak)
+    peak = breakdown.live_peak_bytes
+    share = (200 * 16 * MiB + peak) // (2 * peak)
     assert table.rows[0][2:] == (f"f32[{BATCH},{HIDDEN}]", "16 MiB", f"{share}%")
     kinds = {row[0]: row for row in table.totals}
     assert kinds["live-range peak"][2] == f"{len(breakdown.rows)} buffers"
     assert {"parameter", "batch", "output"} <= set(kinds)
     data = json.loads(breakdown.to_json())
     assert data["schema"] == "nnx-introspect/peak-breakdown" and data["version"] == 1
-    assert sum(row["bytes"] for row in data["rows"]) == mlp.xla_peak
-    assert data["gap"]["bytes"] == mlp.held - mlp.xla_peak
+    assert sum(row["bytes"] for row in data["rows"]) == peak
+    assert data["gap"]["bytes"] == mlp.held - peak
+    assert data["xla_peak_bytes"] == mlp.xla_peak
     assert {g["label"] for g in data["groups"]["by_kind"]} >= {"parameter", "batch"}
     assert breakdown.to_markdown().startswith("**Buffers live at XLA's peak")
 
@@ -453,7 +478,10 @@ def test_llama_parameter_numbers_are_leaf_indices(llama: Any) -> None:
         expected = _words(path)
         assert words == (expected[1:] if expected[0] == "optimizer" else expected)
     kinds = {row.kind for row in arguments}
-    assert kinds == {"parameter", "optimizer state", "batch"}
+    # which arguments are still live at the peak is each compiler's schedule
+    # (XLA:TPU's peak is in the update, after the donated parameters are read)
+    assert "optimizer state" in kinds
+    assert kinds <= {"parameter", "optimizer state", "batch"}
 
 
 def test_llama_by_layer_collapses_layers(llama: Any) -> None:
@@ -523,9 +551,13 @@ def test_llama_activations_and_kinds(llama: Any) -> None:
     # XLA:CPU interleaves: the peak is in the last layers' optimizer update while
     # the first layers' forward values still wait for their backward
     kept = [r for r in breakdown.rows if r.kind == "activation kept for backward"]
-    assert kept and all("jvp(" in (r.op_name or "") for r in kept)
+    # (XLA:GPU's peak is in the optimizer update, once every activation is freed)
+    assert kept or breakdown.backend == "gpu"
+    assert all("jvp(" in (r.op_name or "") for r in kept)
     assert not any("transpose(" in (r.op_name or "") for r in kept)
-    assert kinds["activation kept for backward"].nbytes == sum(r.nbytes for r in kept)
+    if kept:
+        group = kinds["activation kept for backward"]
+        assert group.nbytes == sum(r.nbytes for r in kept)
     assert kinds["optimizer state"].count == sum(
         1 for r in breakdown.rows if r.path and r.path.startswith("optimizer/")
     )

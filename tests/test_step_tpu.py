@@ -68,7 +68,7 @@ def test_out_of_memory_is_a_verdict_with_the_compilers_figures(oom_report: Any) 
 @needs_libtpu
 def test_out_of_memory_verdict_is_the_same_in_every_format(oom_report: Any) -> None:
     data = json.loads(oom_report.to_json())
-    assert data["version"] == 3
+    assert data["version"] == 4
     assert (data["ok"], data["fits"], data["out_of_memory"]) == (False, False, True)
     assert data["device_memory_bytes"] == V5E_HBM
     assert data["max_device_bytes"] == V5E_AVAILABLE

@@ -65,6 +65,8 @@ Example:
     ['w']
 """
 
+import functools
+import importlib.util
 import os
 import re
 from collections.abc import Callable, Collection, Hashable, Sequence
@@ -270,12 +272,18 @@ class Breakdown(Report):
         module: XLA's module name (``jit_train``).
         peak_time: the program point of the peak, as XLA numbers it.
         peak_instruction: the instruction scheduled there.
-        live_peak_bytes: XLA's live-range peak: the rows add up to it exactly.
+        live_peak_bytes: the most bytes live at one program point by XLA's
+            live ranges (XLA's own peak point unless more are live at another):
+            the rows add up to it exactly.
         held_bytes: what the device holds for the step (arguments + outputs +
             XLA's temp buffer - aliased, from ``memory_analysis()``).
         rows: every buffer live at the peak, largest first.
         curve: the bytes live at each program point, or ``None``.
-        top: how many of the largest buffers :meth:`table` shows.
+        top_n: how many of the largest buffers :meth:`table` shows.
+        xla_peak_time: the point XLA's live-range dump names its peak; it is
+            ``peak_time`` unless more bytes are live at another point by XLA's
+            own live ranges (see :class:`PeakBuffers`), ``None`` when not read.
+        xla_peak_bytes: the bytes XLA lists live at its point.
 
     Example:
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
@@ -297,6 +305,8 @@ class Breakdown(Report):
     rows: tuple[BreakdownRow, ...]
     curve: LiveCurve | None = None
     top_n: int = 20
+    xla_peak_time: int | None = None
+    xla_peak_bytes: int | None = None
 
     def __post_init__(self) -> None:
         if self.top_n < 1:
@@ -430,16 +440,16 @@ class Breakdown(Report):
             ("gap (held - peak)", "", "", _signed_bytes(self.gap_bytes), ""),
         )
         notes = [self.gap_reason]
-        curve = self.curve
-        if curve is not None and curve.highest_bytes > peak:
+        moment, listed = self.xla_peak_time, self.xla_peak_bytes
+        if moment is not None and listed is not None and moment != self.peak_time:
             notes.append(
-                f"The memory curve is highest at program point {curve.highest_time}:"
-                f" {format_bytes(curve.highest_bytes)} live, above XLA's peak point"
-                f" {self.peak_time}. XLA picks its peak with a sweep that keeps each"
-                " value one point past its last use"
-                " (HloLiveRange::ComputePeakMemoryMoment), and by that count point"
-                f" {self.peak_time} is the highest; the buffers listed are those"
-                " live there."
+                f"XLA's live-range dump names point {moment} its peak, with"
+                f" {format_bytes(listed)} live; by XLA's own live ranges and sizes"
+                f" {format_bytes(peak)} are live at point {self.peak_time}, and those"
+                " are the buffers listed. XLA picks its point with a sweep"
+                " (HloLiveRange::ComputePeakMemoryMoment) that sizes each value by"
+                " its defining instruction's whole shape: an output of a"
+                " multi-output fusion counts as the tuple's 8-byte pointers there."
             )
         spaces = sorted({row.memory_space for row in self.rows} - {0})
         if spaces:
@@ -472,6 +482,8 @@ class Breakdown(Report):
             "peak_time": self.peak_time,
             "peak_instruction": self.peak_instruction,
             "live_peak_bytes": self.live_peak_bytes,
+            "xla_peak_time": self.xla_peak_time,
+            "xla_peak_bytes": self.xla_peak_bytes,
             "held_bytes": self.held_bytes,
             "gap": {"bytes": self.gap_bytes, "reason": self.gap_reason},
             "rows": [_row_json(row) for row in self.rows],
@@ -501,6 +513,8 @@ class Breakdown(Report):
             peak_time=int(data["peak_time"]),
             peak_instruction=str(data["peak_instruction"]),
             live_peak_bytes=int(data["live_peak_bytes"]),
+            xla_peak_time=data.get("xla_peak_time"),
+            xla_peak_bytes=data.get("xla_peak_bytes"),
             held_bytes=int(data["held_bytes"]),
             rows=tuple(_row_from_json(row) for row in data["rows"]),
             curve=None
@@ -587,6 +601,8 @@ def classify(
         held_bytes=held_bytes,
         rows=rows,
         curve=peak.curve,
+        xla_peak_time=peak.xla_peak_time,
+        xla_peak_bytes=peak.xla_peak_bytes,
     )
 
 
@@ -598,6 +614,7 @@ def _row(
     gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
 ) -> BreakdownRow:
     path: str | None = None
+    source = _user_frame(buffer)
     if buffer.parameter is not None:
         leaf = arguments[buffer.parameter]
         kind, path, label = leaf.kind, leaf.path, leaf.path
@@ -611,7 +628,7 @@ def _row(
             if first is not None and first < len(outputs)
             else f"output {list(buffer.output_index)}"
         )
-        label = f"{name} ({_where(buffer.source)})" if buffer.source else name
+        label = f"{name} ({_where(source)})" if source else name
     else:
         if buffer.opcode in _COLLECTIVES:
             kind = "collective buffer"
@@ -624,11 +641,7 @@ def _row(
             kind = "activation kept for backward"
         else:
             kind = "temporary"
-        label = (
-            _where(buffer.source)
-            if buffer.source
-            else buffer.op_name or buffer.instruction
-        )
+        label = _where(source) if source else buffer.op_name or buffer.instruction
     return BreakdownRow(
         kind=kind,
         label=label,
@@ -639,11 +652,36 @@ def _row(
         opcode=buffer.opcode,
         op_name=buffer.op_name,
         path=path,
-        source=buffer.source,
+        source=source,
         parameter=buffer.parameter,
         output_index=buffer.output_index,
         memory_space=buffer.memory_space,
     )
+
+
+_LIBRARIES: Final = ("jax", "jaxlib", "flax", "optax", "numpy")
+"""Packages whose frames are not the user's model: a buffer's source is the
+innermost frame outside them (``TwoLayerMLP.__call__``, not the
+``Linear.__call__`` of flax it calls)."""
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    roots = []
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(os.path.join(os.path.realpath(location), ""))
+    return tuple(roots)
+
+
+def _user_frame(buffer: PeakBuffer) -> SourceLocation | None:
+    """The innermost frame outside JAX, flax, optax and numpy; else the innermost."""
+    roots = _library_roots()
+    for frame in buffer.stack:
+        if not os.path.realpath(frame.file).startswith(roots):
+            return frame
+    return buffer.source
 
 
 def _is_forward(op_name: str | None) -> bool:

@@ -319,6 +319,8 @@ def _names(
     out_names = []
     for keypath, _ in jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]:
         keys = keypath_keys(keypath)
+        if len(keys) > 1 and keys[-1] == "value":  # an nnx.Variable's array
+            keys = keys[:-1]
         group = outputs[int(keys[0])] if keys and str(keys[0]).isdigit() else "output"
         rest_path = path_str(keys[1:]) if len(keys) > 1 else ""
         out_names.append(f"{group} {rest_path}".strip())

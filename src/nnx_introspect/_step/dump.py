@@ -35,6 +35,7 @@ import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 
@@ -195,6 +196,16 @@ class PeakBuffers:
         peak_bytes: XLA's live-range peak; the buffers add up to it exactly.
         buffers: the buffers live at the peak, largest first as XLA lists them.
         curve: the bytes live at every program point, or ``None`` when not read.
+        xla_peak_time: the point XLA's live-range dump names its peak, when read.
+        xla_peak_bytes: the bytes XLA lists live there.
+
+    The peak is XLA's own ("Live ranges at N (peak)") unless more bytes are live
+    at another point by XLA's own live ranges and sizes: XLA picks its moment
+    with a sweep (``HloLiveRange::ComputePeakMemoryMoment``) that keeps each
+    value one point past its last use and sizes it by its defining
+    instruction's whole shape, so an element of a multi-output fusion counts
+    as the tuple's 8-byte pointers there. Then the peak is that other point,
+    its buffers those live there, and ``xla_peak_*`` keep XLA's.
     """
 
     backend: str
@@ -204,6 +215,8 @@ class PeakBuffers:
     peak_bytes: int
     buffers: tuple[PeakBuffer, ...]
     curve: LiveCurve | None = None
+    xla_peak_time: int | None = None
+    xla_peak_bytes: int | None = None
 
 
 @typechecked
@@ -261,8 +274,25 @@ def read_peak(
     by_key: dict[tuple[str, tuple[int, ...]], _Assigned] = {}
     for item in assigned.values():
         by_key.setdefault((item.name, item.index), item)
+    if peak_time not in sequence:
+        raise _error(stem, _LIVE_RANGE, f"the instruction at program point {peak_time}")
+    sizes = {(name, index): nbytes for name, index, nbytes in peak_rows}
+    for item in assigned.values():
+        sizes.setdefault((item.name, item.index), _byte_size(item.shape_text))
+    ranges = _read_ranges(stem, len(sequence))
+    curve, live = _curve(stem, ranges, sizes, peak_time, peak_bytes, max_points)
+    # XLA's own moment unless more bytes are live elsewhere by its live ranges
+    at = peak_time if live[peak_time] == curve.highest_bytes else curve.highest_time
+    rows = peak_rows
+    if at != peak_time:
+        live_there = [
+            (name, index, sizes[(name, index)])
+            for name, index, start, end in ranges
+            if start <= at <= end
+        ]
+        rows = sorted(live_there, key=lambda r: (-r[2], r[0], r[1]))
     buffers = []
-    for name, index, nbytes in peak_rows:
+    for name, index, nbytes in rows:
         found = by_key.get((name, index))
         if found is None:
             raise _error(stem, _ASSIGNMENT, f"a value {name}{_index_text(index)}")
@@ -270,20 +300,16 @@ def read_peak(
         if value is None:
             raise _error(stem, _VALUES, f"the value <{found.value_id} {name}>")
         buffers.append(_buffer(found, value, nbytes, frames, root, stem))
-    if peak_time not in sequence:
-        raise _error(stem, _LIVE_RANGE, f"the instruction at program point {peak_time}")
-    sizes = {(name, index): nbytes for name, index, nbytes in peak_rows}
-    for item in assigned.values():
-        sizes.setdefault((item.name, item.index), _byte_size(item.shape_text))
-    curve = _read_curve(stem, sizes, len(sequence), peak_time, peak_bytes, max_points)
     return PeakBuffers(
         backend=backend,
         module=module,
-        peak_time=peak_time,
-        peak_instruction=sequence[peak_time],
-        peak_bytes=peak_bytes,
+        peak_time=at,
+        peak_instruction=sequence[at],
+        peak_bytes=sum(nbytes for _, _, nbytes in rows),
         buffers=tuple(buffers),
         curve=curve,
+        xla_peak_time=peak_time,
+        xla_peak_bytes=peak_bytes,
     )
 
 
@@ -402,31 +428,42 @@ def _read_sequence(stem: Path) -> dict[int, str]:
     return sequence
 
 
-def _read_curve(
-    stem: Path,
-    sizes: dict[tuple[str, tuple[int, ...]], int],
-    points: int,
-    peak_time: int,
-    peak_bytes: int,
-    max_points: int,
-) -> LiveCurve:
-    """The bytes live at each program point, from the dump's ``BufferLiveRange``."""
+def _read_ranges(stem: Path, points: int) -> list[tuple[str, tuple[int, ...], int, int]]:
+    """Each value's live range ``(name, index, start, end)`` from ``BufferLiveRange``."""
     lines = _lines(stem, _LIVE_RANGE)
     if "  BufferLiveRange:" not in lines:
         raise _error(stem, _LIVE_RANGE, "a 'BufferLiveRange:' section")
-    delta = np.zeros(points + 2, dtype=np.int64)
+    ranges = []
     for line in lines[lines.index("  BufferLiveRange:") + 1 :]:
         row = _RANGE_ROW.match(line)
         if row is None:
             break
-        key = (row[1], _index(row[2]))
-        if key not in sizes:
-            raise _error(stem, _ASSIGNMENT, f"the size of the value {row[1]}{row[2]}")
         start, end = int(row[3]), int(row[4])
         if not 0 <= start <= end <= points:
             raise _error(stem, _LIVE_RANGE, f"a live range within 0-{points}: {line!r}")
-        delta[start] += sizes[key]
-        delta[end + 1] -= sizes[key]
+        ranges.append((row[1], _index(row[2]), start, end))
+    return ranges
+
+
+def _curve(
+    stem: Path,
+    ranges: list[tuple[str, tuple[int, ...], int, int]],
+    sizes: dict[tuple[str, tuple[int, ...]], int],
+    peak_time: int,
+    peak_bytes: int,
+    max_points: int,
+) -> tuple[LiveCurve, "np.ndarray[Any, np.dtype[np.int64]]"]:
+    """The memory curve, and the bytes live at every point before downsampling."""
+    points = max((end for *_, end in ranges), default=peak_time)
+    points = max(points, peak_time)
+    delta = np.zeros(points + 2, dtype=np.int64)
+    for name, index, start, end in ranges:
+        if (name, index) not in sizes:
+            raise _error(
+                stem, _ASSIGNMENT, f"the size of the value {name}{_index_text(index)}"
+            )
+        delta[start] += sizes[(name, index)]
+        delta[end + 1] -= sizes[(name, index)]
     live = np.cumsum(delta)[: points + 1]
     if int(live[peak_time]) != peak_bytes:
         raise _error(
@@ -435,7 +472,7 @@ def _read_curve(
             f"live ranges that add up to the peak's {peak_bytes} bytes at point"
             f" {peak_time} (they add up to {int(live[peak_time])})",
         )
-    highest = int(np.argmax(live))
+    full, highest = live, int(np.argmax(live))
     times = np.arange(points + 1)
     if len(live) > max_points:
         edges = np.linspace(0, len(live), max_points - 1, dtype=np.int64)
@@ -446,13 +483,14 @@ def _read_curve(
         np.maximum.at(kept, bounds, live)
         kept[np.searchsorted(times, peak_time)] = live[peak_time]
         live = kept
-    return LiveCurve(
+    curve = LiveCurve(
         points=points + 1,
         times=tuple(int(t) for t in times),
         live_bytes=tuple(int(b) for b in live),
         highest_time=highest,
-        highest_bytes=int(np.max(live)),
+        highest_bytes=int(full[highest]),
     )
+    return curve, full
 
 
 _ITEM_BITS: dict[str, int] = {

@@ -8,7 +8,13 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh import MeshConfigReport, parse_bytes
-from nnx_introspect._render import Report, Table, format_bytes, to_markdown
+from nnx_introspect._render import (
+    Report,
+    Table,
+    format_bytes,
+    to_markdown,
+    to_rich,
+)
 from nnx_introspect._step.advice import what_to_change
 from nnx_introspect._step.breakdown import Breakdown
 from nnx_introspect._step.budget import MAX_ADVISED_FRACTION, Budget
@@ -470,6 +476,16 @@ class StepMemoryReport(Report):
         if table is None:
             return text
         return text + "\n\n" + str(_TableReport(table))
+
+    def __rich__(self) -> Any:
+        """The report's rich table, then the breakdown's (if any)."""
+        table = self._breakdown_table()
+        if table is None:
+            return super().__rich__()
+        from rich.console import Group
+        from rich.text import Text
+
+        return Group(to_rich(self.table()), Text(""), to_rich(table))
 
     def to_markdown(self) -> str:
         """The report's table, then the breakdown's (if any), as markdown."""

@@ -33,6 +33,7 @@ from nnx_introspect._render import (
     page_html,
     table_html,
     to_markdown,
+    to_rich,
     verdict_html,
 )
 from nnx_introspect._step.budget import step_budget
@@ -175,6 +176,20 @@ class BatchSearch(Report):
                 _TableReport(report._breakdown_table() or report.table())
             )
         return text
+
+    def __rich__(self) -> Any:
+        """The search's rich table, then each breakdown kept."""
+        kept = self._breakdowns()
+        if not kept:
+            return super().__rich__()
+        from rich.console import Group
+        from rich.text import Text
+
+        parts: list[Any] = [to_rich(self.table())]
+        for heading, report in kept:
+            table = report._breakdown_table() or report.table()
+            parts += [Text(""), Text(f"{heading}: {report.verdict}"), to_rich(table)]
+        return Group(*parts)
 
     def to_markdown(self) -> str:
         """The search's table, then each breakdown kept, as markdown."""
