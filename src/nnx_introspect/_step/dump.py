@@ -428,8 +428,11 @@ def _read_sequence(stem: Path) -> dict[int, str]:
     return sequence
 
 
-def _read_ranges(stem: Path, points: int) -> list[tuple[str, tuple[int, ...], int, int]]:
-    """Each value's live range ``(name, index, start, end)`` from ``BufferLiveRange``."""
+_Range = tuple[str, tuple[int, ...], int, int]
+
+
+def _read_ranges(stem: Path, points: int) -> list[_Range]:
+    """Each value's live range ``(name, index, start, end)``: ``BufferLiveRange``."""
     lines = _lines(stem, _LIVE_RANGE)
     if "  BufferLiveRange:" not in lines:
         raise _error(stem, _LIVE_RANGE, "a 'BufferLiveRange:' section")
@@ -447,7 +450,7 @@ def _read_ranges(stem: Path, points: int) -> list[tuple[str, tuple[int, ...], in
 
 def _curve(
     stem: Path,
-    ranges: list[tuple[str, tuple[int, ...], int, int]],
+    ranges: list[_Range],
     sizes: dict[tuple[str, tuple[int, ...]], int],
     peak_time: int,
     peak_bytes: int,
