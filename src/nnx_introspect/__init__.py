@@ -39,9 +39,9 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
     from nnx_introspect._render import Table as Table
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._step.breakdown import Breakdown as Breakdown
     from nnx_introspect._step.breakdown import BreakdownRow as BreakdownRow
-    from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._step.search import BatchSearch as BatchSearch
     from nnx_introspect._step.search import max_batch as max_batch
     from nnx_introspect._summary import KindTotal as KindTotal

@@ -26,6 +26,7 @@ __all__ = [
     "llama",
     "llama_7b",
     "llama_7b_sharded",
+    "llama_7b_sharded_remat",
     "llama_tiny",
     "llama_tiny_sharded",
     "tied_embedding",
@@ -181,6 +182,10 @@ class LlamaConfig:
             hidden units and the vocabulary over ``tp``; the residual stream's
             sequence over ``tp`` (sequence parallelism). Only under a mesh with
             those axes; with no mesh the forward is the unconstrained one.
+        remat: Rematerialise each decoder layer for the backward pass
+            (``nnx.remat``): the backward keeps only each layer's input and
+            recomputes the rest, trading FLOPs for memory. The forward's
+            values are the same.
 
     Example:
         >>> from nnx_introspect import abstract_model, count_params
@@ -198,6 +203,7 @@ class LlamaConfig:
     param_dtype: Any = jnp.float32
     partitioned: bool = False
     shard_activations: bool = False
+    remat: bool = False
 
 
 LLAMA_TINY = LlamaConfig(vocab=8000, d_model=256, n_layers=8, n_heads=4, d_ff=688)
@@ -402,6 +408,7 @@ class Llama(nnx.Module):
             kernel_metadata=_meta(cfg, ("fsdp", "tp")),
         )
         self.shard_activations = cfg.shard_activations
+        self.remat = cfg.remat
 
     def __call__(self, tokens: Int[Array, "b s"]) -> Float[Array, "b s v"]:
         """Next-token logits for ``tokens``.
@@ -413,9 +420,14 @@ class Llama(nnx.Module):
         if self.shard_activations:
             x = _constrain(x, *_RESIDUAL)
         for layer in self.layers:
-            x = layer(x)
+            x = nnx.remat(_call_layer)(layer, x) if self.remat else layer(x)
         y: jax.Array = self.lm_head(self.norm(x))
         return _constrain(y, *_HIDDEN) if self.shard_activations else y
+
+
+def _call_layer(layer: "LlamaLayer", x: Array) -> Array:
+    out: Array = layer(x)
+    return out
 
 
 def llama(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
@@ -517,3 +529,19 @@ def llama_7b_sharded(rngs: nnx.Rngs) -> Llama:
         (False, 450)
     """
     return Llama(_sharded(LLAMA_7B), rngs=rngs)
+
+
+def llama_7b_sharded_remat(rngs: nnx.Rngs) -> Llama:
+    """:func:`llama_7b_sharded` with each decoder layer rematerialised.
+
+    ``LlamaConfig.remat``: the backward pass keeps each layer's input and
+    recomputes its attention and MLP, instead of keeping their activations
+    (the attention probabilities, ``f32[B, heads, T, T]`` per layer, above
+    all). The same parameters and the same forward values.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> count_params(abstract_model(llama_7b_sharded_remat))
+        6738415616
+    """
+    return Llama(dataclasses.replace(_sharded(LLAMA_7B), remat=True), rngs=rngs)

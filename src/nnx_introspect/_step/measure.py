@@ -64,6 +64,7 @@ def step_memory_report(
     trace_as_target: bool = True,
     debug: bool = False,
     breakdown: bool = False,
+    network_bytes_per_second: IntLike | str | None = None,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -149,6 +150,12 @@ def step_memory_report(
             cannot be made (a step the compiler refused for memory, a dump
             format this jaxlib's reader does not know) leaves
             ``report.breakdown`` ``None`` and says why in ``warnings``.
+        network_bytes_per_second: For a GPU ``topology`` of several hosts:
+            the network bandwidth per GPU between hosts the report's
+            :attr:`~StepMemoryReport.roofline` uses, bytes per second or a
+            size such as ``"50GB"`` (per second); default: the family's
+            reference system's (400 Gb/s, 50 GB/s, per H100), as
+            :func:`~nnx_introspect._step.hardware.hardware_for` documents.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -197,6 +204,7 @@ def step_memory_report(
     if topology is not None:  # a bad name, size or missing compiler: before work
         check_compiler(topology, mesh_axes)
     budget = step_budget(given, topology)
+    network = _network(network_bytes_per_second, topology)
     plan = mesh_config_report(
         model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
     )
@@ -221,7 +229,30 @@ def step_memory_report(
     numbers, compiled_in = _compile_where_the_devices_are(
         request, mesh, abstract_mesh.axis_names, plan, topology
     )
-    return _report(request, plan, numbers, topology, compiled_in, budget, debug)
+    return _report(
+        request, plan, numbers, topology, compiled_in, budget, debug, network
+    )
+
+
+def _network(value: IntLike | str | None, topology: str | None) -> int | None:
+    """``network_bytes_per_second`` as bytes per second; only for a GPU target."""
+    if value is None:
+        return None
+    from nnx_introspect._step.topology import _topology
+
+    if topology is None or _topology(topology).platform != "cuda":
+        raise ValueError(
+            f"`network_bytes_per_second` {value!r} is the network between GPU hosts, "
+            f"but `topology` is {topology!r}. Pass a GPU topology such as "
+            "'h100-256', or leave it out."
+        )
+    rate = parse_bytes(value)
+    if rate <= 0:
+        raise ValueError(
+            f"`network_bytes_per_second` must be positive, got {value!r}. Pass the "
+            "bandwidth per GPU, such as '50GB' (400 Gb/s)."
+        )
+    return rate
 
 
 def _check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
@@ -363,6 +394,7 @@ def _report(
     compiled_in: str,
     budget: Budget,
     debug: bool = False,
+    network: int | None = None,
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
     flops = numbers["flops"]
@@ -371,6 +403,11 @@ def _report(
     warnings = list(numbers.get("warnings", []))
     remat = list(numbers.get("remat", []))
     warnings += [_remat_warning(s, budget, numbers["backend"]) for s in remat]
+    if numbers.get("collectives_error"):
+        warnings.append(
+            "The compiled program's collectives could not be read: "
+            f"{numbers['collectives_error']}"
+        )
     found = numbers.get("breakdown")
     if request.breakdown and found is None:
         why = numbers.get("breakdown_error") or "XLA wrote no dump to read"
@@ -420,6 +457,16 @@ def _report(
         device_order=_device_order(numbers.get("device_order", "plain"), topology),
         sharding_constraints=numbers.get("sharding_constraints"),
         breakdown=None if found is None else Breakdown.from_json_data(found),
+        bytes_accessed=numbers.get("bytes_accessed"),
+        matmul_dtype=numbers.get("matmul_dtype"),
+        collective_wire_bytes=None
+        if numbers.get("collective_wire_bytes") is None
+        else tuple(
+            (tuple(str(a) for a in axes), int(n), int(wire))
+            for axes, n, wire in numbers["collective_wire_bytes"]
+        ),
+        collectives_data=numbers.get("collectives"),
+        network_bytes_per_second=network,
     )
     extra = _caveats(report, request, plan)
     return (

@@ -19,6 +19,7 @@ from nnx_introspect._step.advice import what_to_change
 from nnx_introspect._step.breakdown import Breakdown
 from nnx_introspect._step.budget import MAX_ADVISED_FRACTION, Budget
 from nnx_introspect._step.formats import _spec_json, _spec_str
+from nnx_introspect._step.roofline import Roofline
 from nnx_introspect._typing import IntLike, typechecked
 
 _CPU_CAVEAT = (
@@ -111,6 +112,20 @@ class StepMemoryReport(Report):
             scheduler's: 80% of the device's memory less the step's arguments
             and outputs, times 0.95, plus the outputs); else ``None``.
         remat_reduced_to_bytes: What XLA brought the step down to then.
+        bytes_accessed: Bytes one device's program reads and writes
+            (``cost_analysis()["bytes accessed"]``), or ``None``.
+        matmul_dtype: The operand type of the dots doing most of the
+            program's matmul FLOPs (``"bf16"``, ``"f32"``), or ``None``.
+        collective_wire_bytes: Per mesh-axis combination the collectives of
+            the compiled program run over: ``(axes, bytes, wire bytes)`` per
+            device and step (``axes`` ``("?",)`` when XLA's groups are not
+            whole mesh axes); ``None`` when not read. Wire bytes use the ring
+            algorithm's factors (all-gather and reduce-scatter ``(n-1)/n``,
+            all-reduce ``2(n-1)/n``).
+        collectives_data: Every collective of the compiled program, as the
+            JSON ``collectives`` key shows it; ``None`` when not read.
+        network_bytes_per_second: The network bandwidth per GPU between
+            hosts the :attr:`roofline` uses (``None``: the family's default).
         breakdown: With ``step_memory_report(..., breakdown=True)``: every
             buffer live at XLA's peak of the step, with its kind and its state
             path or source line, the grouped views and the memory curve
@@ -178,6 +193,13 @@ class StepMemoryReport(Report):
     remat_limit_bytes: int | None = None
     remat_reduced_to_bytes: int | None = None
     breakdown: Breakdown | None = None
+    bytes_accessed: float | None = None
+    matmul_dtype: str | None = None
+    collective_wire_bytes: tuple[tuple[tuple[str, ...], int, int], ...] | None = None
+    collectives_data: dict[str, Any] | None = dataclasses.field(
+        default=None, compare=False
+    )
+    network_bytes_per_second: int | None = None
 
     def __post_init__(self) -> None:
         # XLA:TPU refuses a program over its available HBM itself; XLA:GPU
@@ -367,6 +389,21 @@ class StepMemoryReport(Report):
             notes.append(
                 f"{self.flops:.4g} FLOPs per device, {self.total_flops:.4g} in all."
             )
+        if self.collective_wire_bytes:
+            parts = [
+                f"{','.join(axes) or 'one device'}: {format_bytes(wire)}"
+                for axes, _, wire in self.collective_wire_bytes
+                if wire
+            ]
+            if parts:
+                notes.append(
+                    "Collectives on the wire per device and step (ring algorithm): "
+                    + "; ".join(parts)
+                    + "."
+                )
+        estimate = self.roofline
+        if estimate is not None:
+            notes.append(_roofline_note(estimate))
         notes.append(
             "Plan rows: the exact bytes per device of parameters, other state, "
             "optimizer state and gradients under the same mesh and rules; XLA's "
@@ -445,6 +482,71 @@ class StepMemoryReport(Report):
         return [f"The compiler's words: {self.compiler_message}"]
 
     @property
+    def roofline(self) -> Roofline | None:
+        """A step-time estimate for the named ``topology``; ``None`` without one.
+
+        :func:`~nnx_introspect._step.roofline.roofline` of this program's FLOPs,
+        bytes accessed and collective wire bytes per mesh axis on the target's
+        data-sheet figures, at the peak of :attr:`matmul_dtype`: a range from
+        perfect overlap to none, always an estimate, never a measurement.
+        Collectives over groups that are not whole mesh axes are left out (a
+        note in its assumptions says how many bytes). MFU counts ``6 N`` FLOPs
+        per token for a training step with the ``"lm"`` loss (``2 N``
+        forward only; ``N`` the parameters), else the program's FLOPs.
+        """
+        if (
+            self.topology is None
+            or (self.out_of_memory and self.compiler_message is not None)
+            or not math.isfinite(self.flops)
+            or self.bytes_accessed is None
+        ):
+            return None
+        from nnx_introspect._step.hardware import hardware_for
+        from nnx_introspect._step.roofline import roofline
+
+        sizes = dict(zip(self.plan.axis_names, self.plan.axis_sizes, strict=True))
+        comm: dict[tuple[str, ...], int] = {}
+        left_out = 0
+        for axes, _, wire in self.collective_wire_bytes or ():
+            if axes and all(a in sizes for a in axes):
+                if math.prod(sizes[a] for a in axes) > 1 and wire:
+                    comm[tuple(axes)] = comm.get(tuple(axes), 0) + wire
+            else:
+                left_out += wire
+        tokens = _tokens(self.batch) if self.loss == "lm" else None
+        model_flops = None
+        if tokens is not None:
+            per_token = 2 if self.step == "forward" else 6
+            model_flops = per_token * self.plan.n_params * tokens
+        hardware = hardware_for(
+            self.topology, network_bytes_per_second=self.network_bytes_per_second
+        )
+        dtype = self.matmul_dtype or "bf16"
+        try:
+            hardware.peak_flops_per_second(dtype)
+        except ValueError:
+            dtype = "f32"
+        estimate = roofline(
+            flops=self.flops,
+            bytes_accessed=self.bytes_accessed,
+            comm_bytes_by_axis=comm,
+            mesh_axes=tuple(sizes.items()),
+            hardware=hardware,
+            dtype=dtype,
+            tokens=tokens,
+            model_flops=model_flops,
+        )
+        if left_out:
+            note = (
+                f"{format_bytes(left_out)} on the wire over device groups that are "
+                "not whole mesh axes are left out of the communication terms."
+            )
+            estimate = dataclasses.replace(
+                estimate, assumptions=(*estimate.assumptions, note)
+            )
+        return estimate
+
+    @property
     def what_to_change(self) -> tuple[str, ...]:
         """Facts from the breakdown that point at what to change; ``()`` without one.
 
@@ -465,8 +567,11 @@ class StepMemoryReport(Report):
             return table
         return dataclasses.replace(
             table,
-            lead=(*table.lead, "What to change, from the breakdown:")
-            + tuple(f"- {fact}" for fact in facts),
+            lead=(
+                *table.lead,
+                "What to change, from the breakdown:",
+                *(f"- {fact}" for fact in facts),
+            ),
         )
 
     def __str__(self) -> str:
@@ -548,6 +653,16 @@ class StepMemoryReport(Report):
             "allocator_fraction": self.allocator_fraction,
             "needed_fraction": self.needed_fraction,
             "traced_platform": self.traced_platform,
+            "bytes_accessed": self.bytes_accessed,
+            "matmul_dtype": self.matmul_dtype,
+            "collective_wire_bytes": None
+            if self.collective_wire_bytes is None
+            else [
+                {"axes": list(axes), "bytes": n, "wire_bytes": wire}
+                for axes, n, wire in self.collective_wire_bytes
+            ],
+            "collectives": self.collectives_data,
+            "roofline": None if self.roofline is None else self.roofline.json_data(),
             "breakdown": None if self.breakdown is None else self.breakdown.json_data(),
             "what_to_change": list(self.what_to_change),
             "step": self.step,
@@ -563,6 +678,38 @@ class StepMemoryReport(Report):
                 "ok": self.plan.ok,
             },
         }
+
+
+def _tokens(batch: tuple[str, ...]) -> int | None:
+    """Tokens in a step: the elements of the first batch leaf (``int32[8,2048]``)."""
+    if not batch:
+        return None
+    dims = batch[0].partition("[")[2].rstrip("]")
+    try:
+        return math.prod(int(d) for d in dims.split(",") if d.strip())
+    except ValueError:
+        return None
+
+
+def _roofline_note(estimate: Roofline) -> str:
+    """One sentence: the range, what bounds it, the MFU ceiling, tokens per second."""
+
+    def seconds(value: float) -> str:
+        return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+    tokens = ""
+    if estimate.tokens_per_second_low is not None:
+        tokens = (
+            f"; {estimate.tokens_per_second_low:,.0f} to "
+            f"{estimate.tokens_per_second_high:,.0f} tokens/s"
+        )
+    return (
+        f"Step time, estimated (a roofline from the compiled program and "
+        f"data-sheet peaks at {estimate.dtype}, not a measurement): "
+        f"{seconds(estimate.low_seconds)} (perfect overlap) to "
+        f"{seconds(estimate.high_seconds)} (none), bound by {estimate.bound}; "
+        f"MFU ceiling {estimate.mfu_ceiling:.0%}{tokens}."
+    )
 
 
 class _TableReport(Report):

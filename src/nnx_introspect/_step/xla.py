@@ -191,21 +191,143 @@ def compile_lowered(
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
         raise RuntimeError("XLA gave no memory analysis for the compiled step.")
-    return numbers | {
-        "argument_bytes": int(memory.argument_size_in_bytes),
-        "output_bytes": int(memory.output_size_in_bytes),
-        "temp_bytes": int(memory.temp_size_in_bytes),
-        "alias_bytes": int(memory.alias_size_in_bytes),
-        "xla_peak_bytes": _peak(memory),
-        "flops": _flops(compiled, backend),
-        "compile_seconds": seconds,
-    }
+    flops, bytes_accessed = _costs(compiled, backend)
+    return (
+        numbers
+        | {
+            "argument_bytes": int(memory.argument_size_in_bytes),
+            "output_bytes": int(memory.output_size_in_bytes),
+            "temp_bytes": int(memory.temp_size_in_bytes),
+            "alias_bytes": int(memory.alias_size_in_bytes),
+            "xla_peak_bytes": _peak(memory),
+            "flops": flops,
+            "bytes_accessed": bytes_accessed,
+            "compile_seconds": seconds,
+        }
+        | program_figures(compiled, mesh)
+    )
+
+
+def program_figures(compiled: Any, mesh: Mesh) -> dict[str, Any]:
+    """What the compiled program's text says: its collectives and matmul dtype.
+
+    ``collectives`` is the :class:`~nnx_introspect._step.collectives.Collectives`
+    as JSON data and ``collective_wire_bytes`` its ``[axes, bytes, wire bytes]``
+    per mesh-axis combination; a program this jaxlib's reader cannot read
+    gives ``collectives_error`` instead, never an exception.
+    """
+    from nnx_introspect._step.collectives import compiled_hlo_text, read_collectives
+    from nnx_introspect._step.dump import DumpFormatError
+
+    out: dict[str, Any] = {"collectives": None, "collective_wire_bytes": None}
+    try:
+        text = compiled_hlo_text(compiled)
+        found = read_collectives(
+            text, tuple((str(a), int(s)) for a, s in mesh.shape.items())
+        )
+    except (DumpFormatError, ValueError) as error:
+        out["collectives_error"] = " ".join(str(error).split())
+        return out
+    out["matmul_dtype"] = matmul_dtype(text)
+    out["collectives"] = found.json_data()
+    out["collective_wire_bytes"] = [
+        [list(axes), int(total.nbytes), round(total.wire_bytes)]
+        for axes, total in found.by_axis().items()
+    ]
+    return out
+
+
+_DOT = re.compile(
+    r"= (?P<out>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]\S* dot\("
+    r"(?P<lhs>(?:[a-z0-9]+\[[0-9,]*\]\S*\s+)?%[^,)\s]+)"
+    r".*?lhs_contracting_dims=\{(?P<k>[0-9,]*)\}"
+)
+_DEFINITION = re.compile(
+    r"^\s*(?:ROOT )?%(?P<name>\S+) = (?P<type>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]"
+)
+_OPERAND = re.compile(
+    r"^\s*(?:(?P<type>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]\S*\s+)?%(?P<name>\S+)$"
+)
+
+
+def matmul_dtype(hlo_text: str) -> str | None:
+    """The operand type of the dots doing most of a program's matmul FLOPs.
+
+    Each ``dot`` (in fusions too) counts ``2 x output elements x contracted
+    size``; ``None`` when the program has no dot. An operand printed without
+    its shape (XLA:GPU's fused computations) takes its definition's.
+
+    Example:
+        >>> matmul_dtype(
+        ...     "%d = f32[8,16]{1,0} dot(bf16[8,4]{1,0} %a, bf16[4,16]{1,0} %b), "
+        ...     "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+        ... )
+        'bf16'
+    """
+    flops: dict[str, int] = {}
+    defined: dict[str, tuple[str, str]] | None = None
+    for match in _DOT.finditer(hlo_text):
+        operand = _OPERAND.match(match["lhs"])
+        if operand is None:
+            continue
+        kind, dims = operand["type"], operand["dims"]
+        if kind is None:
+            if defined is None:
+                defined = {
+                    d["name"]: (d["type"], d["dims"])
+                    for d in map(_DEFINITION.match, hlo_text.splitlines())
+                    if d is not None
+                }
+            if operand["name"] not in defined:
+                continue
+            kind, dims = defined[operand["name"]]
+        out = [int(d) for d in match["dims"].split(",") if d]
+        lhs = [int(d) for d in dims.split(",") if d]
+        contracted = [int(i) for i in match["k"].split(",") if i]
+        if any(i >= len(lhs) for i in contracted):
+            continue
+        work = 2 * math.prod(out) * math.prod(lhs[i] for i in contracted)
+        flops[kind] = flops.get(kind, 0) + work
+    return max(flops, key=lambda k: flops[k]) if flops else None
 
 
 def _peak(memory: Any) -> int | None:
     """``peak_memory_in_bytes`` where this jaxlib gives it (0.4.36 and newer)."""
     peak = getattr(memory, "peak_memory_in_bytes", None)
     return None if peak is None else int(peak)
+
+
+def _costs(compiled: Any, backend: str) -> tuple[float | None, float | None]:
+    """FLOPs and bytes accessed of one device's program (XLA's cost analysis).
+
+    See :func:`_flops`; bytes accessed is ``None`` where XLA gives none.
+    """
+    flops = _flops(compiled, backend)
+    if backend == "gpu":
+        return flops, _gpu_cost(compiled, "bytes accessed")
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list | tuple):  # pragma: no cover - older jax
+        cost = cost[0] if cost else None
+    moved = cost.get("bytes accessed", math.nan) if isinstance(cost, dict) else math.nan
+    moved = float(moved)
+    return flops, moved if math.isfinite(moved) and moved >= 0 else None
+
+
+def _gpu_cost(compiled: Any, key: str) -> float | None:
+    """One figure of XLA's generic HLO cost analysis of a deviceless GPU program."""
+    import jax
+    from jaxlib import _jax
+
+    try:
+        modules = compiled.runtime_executable().hlo_modules()
+        client = jax.devices("cpu")[0].client
+        total = 0.0
+        for module in modules:
+            cost = _jax.hlo_module_cost_analysis(client, module)
+            total += max(0.0, float(cost.get(key, 0.0)))
+    except Exception:  # pragma: no cover - a jaxlib without these hooks
+        return None
+    return total if math.isfinite(total) and total > 0 else None
 
 
 def _flops(compiled: Any, backend: str) -> float | None:
