@@ -165,7 +165,20 @@ def _activations(breakdown: Breakdown, group: Group) -> str:
         sum(1 for r in rows if r.source and r.source.line == line) for line in lines
     )
     repeat = f", up to {per_line} buffers per line" if per_line > 1 else ""
+    by_type: dict[tuple[int, str], list[BreakdownRow]] = {}
+    for r in rows:
+        if r.source is not None:
+            by_type.setdefault((r.source.line, r.type_str), []).append(r)
+    (line, kind), most = max(
+        by_type.items(), key=lambda item: sum(r.nbytes for r in item[1])
+    )
+    largest = (
+        f"; the most from line {line}: {_buffers(len(most))} of {kind}"
+        f" ({format_bytes(sum(r.nbytes for r in most))})"
+        if len(lines) > 1
+        else ""
+    )
     return (
         f"{text}, {_percent(sum(r.nbytes for r in rows), group.nbytes)} of it from"
-        f" `{function}` {span} of {os.path.basename(file)}{repeat}."
+        f" `{function}` {span} of {os.path.basename(file)}{repeat}{largest}."
     )

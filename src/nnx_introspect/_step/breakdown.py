@@ -400,23 +400,42 @@ class Breakdown(Report):
         return _groups(self.rows, key, label)
 
     def table(self, top: int | None = None) -> Table:
-        """The ``top`` largest buffers, then the totals by kind and the gap.
+        """The ``top`` largest rows of buffers, then the totals by kind and the gap.
+
+        Identical buffers (the same label, kind, type and memory space: one
+        line of a layer run by every layer) make one row, their count after a
+        multiplication sign and their bytes summed.
 
         Args:
-            top: how many buffers; default :attr:`top_n`.
+            top: how many rows; default :attr:`top_n`.
         """
         top = self.top_n if top is None else top
+        if top < 1:
+            raise ValueError(f"`top` must be a positive integer, got {top}.")
         peak = self.live_peak_bytes
+        same: dict[tuple[str, str, str, int], list[BreakdownRow]] = {}
+        for row in self.rows:
+            key = (row.label, row.kind, row.type_str, row.memory_space)
+            same.setdefault(key, []).append(row)
+        largest = sorted(same.values(), key=lambda g: -sum(r.nbytes for r in g))
         rows = tuple(
             (
-                row.label + (f" [S({row.memory_space})]" if row.memory_space else ""),
-                row.kind,
-                row.type_str,
-                format_bytes(row.nbytes),
-                _percent(row.nbytes, peak),
+                group[0].label
+                + (f" [S({group[0].memory_space})]" if group[0].memory_space else "")
+                + (f" {_TIMES}{len(group)}" if len(group) > 1 else ""),
+                group[0].kind,
+                group[0].type_str,
+                format_bytes(sum(r.nbytes for r in group))
+                + (
+                    f" ({len(group)} {_TIMES} {format_bytes(group[0].nbytes)})"
+                    if len(group) > 1
+                    else ""
+                ),
+                _percent(sum(r.nbytes for r in group), peak),
             )
-            for row in self.top(top)
+            for group in largest[:top]
         )
+        shown = sum(len(group) for group in largest[:top])
         kinds = tuple(
             (
                 g.label,
@@ -460,8 +479,8 @@ class Breakdown(Report):
                 " core's on-chip VMEM), not in the device's main memory; rows"
                 " marked [S(n)]."
             )
-        if len(self.rows) > len(rows):
-            notes.append(f"{len(self.rows) - len(rows)} smaller buffers not shown.")
+        if len(self.rows) > shown:
+            notes.append(f"{len(self.rows) - shown} smaller buffers not shown.")
         return Table(
             title=f"Buffers live at XLA's peak ({self.backend}, {self.module})",
             columns=("Buffer", "Kind", "Type", "Bytes", "Share of peak"),
