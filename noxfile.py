@@ -32,14 +32,16 @@ def tests(session: nox.Session) -> None:
     # The tpu extra (libtpu) and the gpu extra (the CUDA plugin and ptxas) let
     # the step-memory tests compile with XLA:TPU and XLA:GPU, with no device.
     session.install(
-        "-e", ".[tpu,gpu]", *nox.project.dependency_groups(PYPROJECT, "test")
+        "-e", ".[tpu,gpu,cluster]", *nox.project.dependency_groups(PYPROJECT, "test")
     )
     # Two pytest workers (pytest-xdist): most step tests wait on a child
     # process's compile, so two workers halve the run on a 2-core machine
     # (PYTEST_WORKERS=0 runs in one process). pytest exits 5 when it collects
     # nothing; nox treats that as a failure.
     workers = os.environ.get("PYTEST_WORKERS", "2")
-    session.run("pytest", "-n", workers, *session.posargs, env=DEVICES)
+    session.run(
+        "pytest", "-n", workers, "--dist", "loadscope", *session.posargs, env=DEVICES
+    )
 
 
 @nox.session(python=PYTHON)

@@ -1,5 +1,6 @@
 """Issue 17: every report's verdict box in HTML, and ``print(report)`` as text."""
 
+import concurrent.futures
 import dataclasses
 import html
 import importlib
@@ -26,6 +27,7 @@ from nnx_introspect import (
 from nnx_introspect._render import Report, verdict_html
 from nnx_introspect._step import step_memory_report
 from nnx_introspect._step.breakdown import Breakdown, BreakdownRow
+from nnx_introspect._step.compare import compare_meshes
 from nnx_introspect._step.search import max_batch
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
@@ -160,6 +162,24 @@ def _report_classes() -> set[type[Report]]:
     return found
 
 
+_ONE_THREAD = concurrent.futures.ThreadPoolExecutor(1)
+
+
+def _collectives() -> Any:
+    """The collectives of a sum over 8 devices' shards: one all-reduce."""
+    import numpy as np
+    from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+    from nnx_introspect._step.collectives import compiled_hlo_text, read_collectives
+
+    mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
+    x = jax.ShapeDtypeStruct(
+        (8, 4), jnp.float32, sharding=NamedSharding(mesh, PartitionSpec("data"))
+    )
+    compiled = jax.jit(lambda a: a.sum()).lower(x).compile()
+    return read_collectives(compiled_hlo_text(compiled), (("data", 8),))
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
     model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
@@ -175,6 +195,13 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
         "StateDiff": compare_states(model, other),
         "StepMemoryReport": step_memory_report(linear, "data=8", X),
         "BatchSearch": max_batch(linear, "data=8", X, max_device_bytes="2KiB"),
+        "Collectives": _collectives(),
+        "MeshComparison": compare_meshes(
+            "tests.test_issue17_render:linear",
+            ["data=8", "data=4,model=2"],
+            X,
+            executor=_ONE_THREAD,
+        ),
         "Breakdown": Breakdown(
             "cpu",
             "jit_f",
@@ -220,7 +247,10 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
     classes = _report_classes()
     assert {cls.__name__ for cls in classes} == set(reports)
     for cls in classes:
-        assert cls.__str__ is Report.__str__, cls  # one implementation, inherited
+        # one implementation, inherited; a step report and a batch search append
+        # their breakdowns to its text
+        if cls.__name__ not in ("StepMemoryReport", "BatchSearch"):
+            assert cls.__str__ is Report.__str__, cls
 
 
 @pytest.mark.parametrize(
@@ -234,6 +264,8 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "StepMemoryReport",
         "BatchSearch",
         "Breakdown",
+        "Collectives",
+        "MeshComparison",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(

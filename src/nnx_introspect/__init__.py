@@ -42,6 +42,10 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._step.breakdown import Breakdown as Breakdown
     from nnx_introspect._step.breakdown import BreakdownRow as BreakdownRow
+    from nnx_introspect._step.compare import MeshCandidate as MeshCandidate
+    from nnx_introspect._step.compare import MeshComparison as MeshComparison
+    from nnx_introspect._step.compare import compare_meshes as compare_meshes
+    from nnx_introspect._step.roofline import Roofline as Roofline
     from nnx_introspect._step.search import BatchSearch as BatchSearch
     from nnx_introspect._step.search import max_batch as max_batch
     from nnx_introspect._summary import KindTotal as KindTotal
@@ -61,10 +65,13 @@ __all__ = [
     "KindTotal",
     "LeafFingerprint",
     "LeafShard",
+    "MeshCandidate",
+    "MeshComparison",
     "MeshConfigReport",
     "MeshProblem",
     "ModelSummary",
     "ParamFingerprint",
+    "Roofline",
     "StateDiff",
     "StepMemoryReport",
     "SummaryRow",
@@ -74,6 +81,7 @@ __all__ = [
     "check_checkpoint",
     "check_reproducible_init",
     "checkpoint_report",
+    "compare_meshes",
     "compare_states",
     "count_params",
     "count_state_leaves",
@@ -93,6 +101,10 @@ __all__ = [
 # is used (PEP 562). Every name here is also imported above for type checkers.
 _LAZY: dict[str, str] = {
     "BatchSearch": "nnx_introspect._step.search",
+    "MeshCandidate": "nnx_introspect._step.compare",
+    "MeshComparison": "nnx_introspect._step.compare",
+    "compare_meshes": "nnx_introspect._step.compare",
+    "Roofline": "nnx_introspect._step.roofline",
     "Breakdown": "nnx_introspect._step.breakdown",
     "BreakdownRow": "nnx_introspect._step.breakdown",
     "CheckpointLeaf": "nnx_introspect._checkpoint",

@@ -543,32 +543,43 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
             >>> print(str(report).splitlines()[0])
             OK: every leaf can be placed as specified; 60 B per device (no budget set).
         """
-        table = self.table()
         verdict = getattr(self, "verdict", None)
-        # The first line whole, never wrapped by the table's renderer (a long
-        # checkpoint path or verdict stays one line, as a terminal soft-wraps it)
-        first = verdict if isinstance(verdict, str) else table.title
-        lines: list[str] = [first] if first else []
-        if table.title == first:
-            table = dataclasses.replace(table, title="")
-        table = dataclasses.replace(
-            table, lead=tuple(s for s in table.lead if s != first)
-        )
-        width = shutil.get_terminal_size((100, 24)).columns
-        buffer = io.StringIO()
-        console = Console(
-            file=buffer,
-            width=max(20, width),
-            color_system=None,
-            force_terminal=False,
-            force_jupyter=False,
-            legacy_windows=False,
-        )
-        console.print(FittedTable(table, title_above=True))
-        rendered = [line.rstrip() for line in buffer.getvalue().splitlines()]
-        if rendered and not rendered[0]:  # an emptied title
-            rendered = rendered[1:]
-        return "\n".join([*lines, *rendered]).rstrip("\n")
+        return table_text(self.table(), verdict if isinstance(verdict, str) else None)
+
+
+def table_text(table: Table, first: str | None = None) -> str:
+    """``table`` as plain text, ``first`` (else its title) on the first line whole.
+
+    What ``print(report)`` shows (see :meth:`Report.__str__`): the table at the
+    terminal's width (100 columns when there is none), without colours.
+
+    Example:
+        >>> table = Table("Totals", ("name", "bytes"), (("w", "8 B"),))
+        >>> print(table_text(table).splitlines()[0])
+        Totals
+    """
+    # The first line whole, never wrapped by the table's renderer (a long
+    # checkpoint path or verdict stays one line, as a terminal soft-wraps it)
+    first = first if first is not None else table.title
+    lines: list[str] = [first] if first else []
+    if table.title == first:
+        table = dataclasses.replace(table, title="")
+    table = dataclasses.replace(table, lead=tuple(s for s in table.lead if s != first))
+    width = shutil.get_terminal_size((100, 24)).columns
+    buffer = io.StringIO()
+    console = Console(
+        file=buffer,
+        width=max(20, width),
+        color_system=None,
+        force_terminal=False,
+        force_jupyter=False,
+        legacy_windows=False,
+    )
+    console.print(FittedTable(table, title_above=True))
+    rendered = [line.rstrip() for line in buffer.getvalue().splitlines()]
+    if rendered and not rendered[0]:  # an emptied title
+        rendered = rendered[1:]
+    return "\n".join([*lines, *rendered]).rstrip("\n")
 
 
 class _Len(int):

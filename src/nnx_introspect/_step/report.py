@@ -12,6 +12,7 @@ from nnx_introspect._render import (
     Report,
     Table,
     format_bytes,
+    table_text,
     to_markdown,
     to_rich,
 )
@@ -580,7 +581,7 @@ class StepMemoryReport(Report):
         table = self._breakdown_table()
         if table is None:
             return text
-        return text + "\n\n" + str(_TableReport(table))
+        return text + "\n\n" + table_text(table)
 
     def __rich__(self) -> Any:
         """The report's rich table, then the breakdown's (if any)."""
@@ -710,19 +711,6 @@ def _roofline_note(estimate: Roofline) -> str:
         f"{seconds(estimate.high_seconds)} (none), bound by {estimate.bound}; "
         f"MFU ceiling {estimate.mfu_ceiling:.0%}{tokens}."
     )
-
-
-class _TableReport(Report):
-    """A bare table rendered as a report's text (no verdict of its own)."""
-
-    def __init__(self, table: Table) -> None:
-        self._table = table
-
-    def table(self) -> Table:
-        return self._table
-
-    def json_data(self) -> dict[str, Any]:  # pragma: no cover - never serialised
-        return {}
 
 
 def _n(value: int) -> str:

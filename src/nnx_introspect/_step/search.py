@@ -32,6 +32,7 @@ from nnx_introspect._render import (
     format_bytes,
     page_html,
     table_html,
+    table_text,
     to_markdown,
     to_rich,
     verdict_html,
@@ -54,7 +55,7 @@ from nnx_introspect._step.measure import (
     _check_shardable,
     step_memory_report,
 )
-from nnx_introspect._step.report import StepMemoryReport, _TableReport
+from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.topology import check_compiler
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
@@ -172,8 +173,8 @@ class BatchSearch(Report):
         """The search's table, then each breakdown kept (``breakdown=True``)."""
         text = super().__str__()
         for heading, report in self._breakdowns():
-            text += f"\n\n{heading}: {report.verdict}\n" + str(
-                _TableReport(report._breakdown_table() or report.table())
+            text += f"\n\n{heading}: {report.verdict}\n" + table_text(
+                report._breakdown_table() or report.table()
             )
         return text
 

@@ -108,16 +108,40 @@ def _rules_arg(text: str) -> str:
     return text
 
 
+def _step_mesh_arg(text: str) -> str:
+    """``step --mesh``: a mesh as :func:`_mesh_arg` checks it, or ``auto``."""
+    return "auto" if text.strip().lower() == "auto" else _mesh_arg(text)
+
+
 def _add_plan_args(
-    parser: argparse.ArgumentParser, *, optimizer_help: str, budget_help: str
+    parser: argparse.ArgumentParser,
+    *,
+    optimizer_help: str,
+    budget_help: str,
+    several_meshes: bool = False,
 ) -> None:
-    """Add ``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``."""
-    parser.add_argument(
-        "--mesh",
-        required=True,
-        type=_mesh_arg,
-        help="the proposed mesh, e.g. 'data=2,model=4' (any size)",
-    )
+    """Add ``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``.
+
+    With ``several_meshes`` (``step``), ``--mesh`` may be repeated or be
+    ``auto``: the handler compares the meshes.
+    """
+    if several_meshes:
+        parser.add_argument(
+            "--mesh",
+            required=True,
+            action="append",
+            type=_step_mesh_arg,
+            help="the proposed mesh, e.g. 'data=2,model=4' (any size); repeat it "
+            "to compare meshes, or 'auto' to compare every factorisation of the "
+            "devices over the axes the model's sharding names",
+        )
+    else:
+        parser.add_argument(
+            "--mesh",
+            required=True,
+            type=_mesh_arg,
+            help="the proposed mesh, e.g. 'data=2,model=4' (any size)",
+        )
     parser.add_argument(
         "--rules",
         metavar="FILE",

@@ -10,9 +10,10 @@ from contextlib import contextmanager
 from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
+from nnx_introspect.cli.compare import jobs_arg, run_compare
 from nnx_introspect.cli.errors import UsageError, _describe
 from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules
+from nnx_introspect.cli.plan_args import _add_plan_args, _bytes_arg, _mesh_and_rules
 
 _BATCH = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*")
 
@@ -63,6 +64,7 @@ def _add_step_parser(subparsers: Any) -> None:
     _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
     _add_plan_args(
         parser,
+        several_meshes=True,
         optimizer_help="compile the full training step with this optimizer",
         budget_help="per-device budget with its unit, such as 80GiB, 80GB or 4096B; a "
         "larger peak exits with 1",
@@ -113,6 +115,23 @@ def _add_step_parser(subparsers: Any) -> None:
         "size is where the search starts); exits with 1 when no batch fits",
     )
     parser.add_argument(
+        "--jobs",
+        type=jobs_arg,
+        default=None,
+        metavar="N",
+        help="with several --mesh (or auto): compile N meshes at once in local "
+        "processes (default: the CPUs this process may use)",
+    )
+    parser.add_argument(
+        "--network-bandwidth",
+        type=_bytes_arg,
+        default=None,
+        metavar="SIZE",
+        help="for a GPU --topology of several hosts: the network bandwidth per GPU "
+        "between hosts, per second, for the step-time estimate (default: the "
+        "reference system's, 50GB for H100: one 400 Gb/s NIC per GPU)",
+    )
+    parser.add_argument(
         "--breakdown",
         action="store_true",
         help="also break the peak down: every buffer live at XLA's peak with its "
@@ -159,6 +178,7 @@ _FLAGS = {
     "rules": "--rules",
     "logical_rules": "--rules",
     "max_device_bytes": "--max-device-bytes",
+    "network_bytes_per_second": "--network-bandwidth",
 }
 """The library's argument names (in backticks in its messages) and their flags."""
 
@@ -289,6 +309,15 @@ def _run_step(args: argparse.Namespace) -> int:
     from nnx_introspect._step import parse_batch, step_memory_report
     from nnx_introspect._step.search import max_batch
 
+    meshes: list[str] = list(args.mesh)
+    if len(meshes) > 1 or meshes[0] == "auto":
+        return run_compare(args, meshes, args.jobs)
+    if args.jobs is not None:
+        raise UsageError(
+            "argument --jobs: compiles several meshes at once; give --mesh more "
+            "than once, or --mesh auto"
+        )
+    args.mesh = meshes[0]
     mesh, rules, logical = _mesh_and_rules(args)
     try:
         batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
@@ -322,6 +351,13 @@ def _run_step(args: argparse.Namespace) -> int:
         "trace_as_target": not args.trace_as_cpu,
         "breakdown": args.breakdown,
     }
+    if args.network_bandwidth is not None:
+        if args.max_batch:
+            raise UsageError(
+                "argument --network-bandwidth: sets the step-time estimate of one "
+                "step's report; --max-batch reports memory only"
+            )
+        common["network_bytes_per_second"] = args.network_bandwidth
     try:
         if args.max_batch:
             line = _SearchLine(message)
