@@ -14,6 +14,7 @@ Case ids read ``<public name>-<argument>-<what is bad>``; methods are named
 cannot ship without one.
 """
 
+import concurrent.futures
 import dataclasses
 import inspect
 import math
@@ -578,6 +579,116 @@ case(
     "diff",
     lambda w: w.fingerprint.changed_paths(w.diff),
 )
+
+
+# --- breakdowns and mesh comparisons -----------------------------------------------
+def _breakdown() -> Any:
+    from nnx_introspect import Breakdown, BreakdownRow
+
+    row = BreakdownRow(
+        "parameter",
+        "w",
+        64,
+        (4, 4),
+        "f32",
+        "w.1",
+        "parameter",
+        None,
+        "w",
+        None,
+        0,
+        None,
+    )
+    return Breakdown("cpu", "jit_f", 1, "dot", 64, 64, (row,))
+
+
+for _what, _value in {**BAD_POSITIVE, "str": "3"}.items():
+    case("Breakdown.top", "n", _what, lambda w, v=_value: _breakdown().top(v))
+    if _value is not None:  # table(None): the breakdown's own top_n
+        case("Breakdown.table", "top", _what, lambda w, v=_value: _breakdown().table(v))
+    case(
+        "BatchSearch.with_top",
+        "n",
+        _what,
+        lambda w, v=_value: max_batch(
+            w.model, "data=2", STEP_BATCH, max_device_bytes=10**6, hi=4
+        ).with_top(v),
+    )
+for _what, _value in {"int": 3, "empty": "", "path": "a/b"}.items():
+    case(
+        "Breakdown.by_layer",
+        "container",
+        _what,
+        lambda w, v=_value: _breakdown().by_layer(v),
+    )
+
+
+def _compare(w: World, **kwargs: Any) -> Any:
+    from nnx_introspect import compare_meshes
+
+    options: dict[str, Any] = {"executor": _ONE_THREAD}
+    options.update(kwargs)
+    meshes = options.pop("meshes", ["data=2", "data=1,model=2"])
+    return compare_meshes("tests.test_bad_input:_linear", meshes, STEP_BATCH, **options)
+
+
+def _linear(rngs: nnx.Rngs) -> nnx.Linear:
+    return nnx.Linear(3, 2, rngs=rngs)
+
+
+_ONE_THREAD = concurrent.futures.ThreadPoolExecutor(1)
+target_cases(
+    "compare_meshes",
+    "target",
+    lambda w, t: __import__("nnx_introspect").compare_meshes(
+        t, ["data=2", "data=1,model=2"], STEP_BATCH, executor=_ONE_THREAD
+    ),
+)
+COMPARE_BAD: dict[str, dict[str, Any]] = {
+    "meshes": {
+        "empty": [],
+        "int": 3,
+        "duplicate": ["data=2", "data=2"],
+        "sizes-differ": ["data=2", "data=4"],
+        "bad-axis": ["data=0"],
+    },
+    "batch": {"int": 3, "no-shape": [1, 2]},
+    "executor": {"str": "pool", "int": 2},
+    "max_workers": {
+        **{k: v for k, v in BAD_POSITIVE.items() if v is not None},  # None: default
+        "with-executor": 2,
+    },
+    "timeout": {"negative": -1.0, "nan": math.nan, "str": "1", "bool": True},
+    "loss": {"int": 3, "unknown": "nope"},
+    "optimizer": {"int": 3, "unknown": "nope"},
+    "topology": {"unknown-family": "v9-4", "int": 4},
+    "max_device_bytes": {"negative": -1, "not-a-size": "lots", "bool": True},
+    "network_bytes_per_second": {"no-topology": "50GB", "int-list": [1]},
+}
+for _arg, _bad in COMPARE_BAD.items():
+    for _what, _value in _bad.items():
+        if _arg in ("meshes", "batch"):
+            call = lambda w, a=_arg, v=_value: _compare(w, **{a: v})  # noqa: E731
+            if _arg == "batch":
+                call = lambda w, v=_value: __import__(  # noqa: E731
+                    "nnx_introspect"
+                ).compare_meshes(
+                    "tests.test_bad_input:_linear",
+                    ["data=2"],
+                    v,
+                    executor=_ONE_THREAD,
+                )
+        elif _arg == "max_workers" and _what == "with-executor":
+            call = lambda w: _compare(w, max_workers=2)  # noqa: E731
+        elif _arg == "max_workers":
+            call = lambda w, v=_value: _compare(  # noqa: E731
+                w, executor=None, max_workers=v
+            )
+        else:
+            call = lambda w, a=_arg, v=_value: _compare(w, **{a: v})  # noqa: E731
+        case("compare_meshes", _arg, _what, call)
+
+
 REPORTS: dict[str, Callable[[World], Any]] = {
     "CheckpointReport": lambda w: w.checkpoint_summary,
     "MeshConfigReport": lambda w: w.mesh_report,
@@ -588,6 +699,8 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "BatchSearch": lambda w: max_batch(
         w.model, "data=2", STEP_BATCH, max_device_bytes=10**6, hi=4
     ),
+    "Breakdown": lambda w: _breakdown(),
+    "MeshComparison": lambda w: _compare(w),
 }
 for _cls, _get in REPORTS.items():
     for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():

@@ -80,7 +80,7 @@ from nnx_introspect._step.dump import (
     PeakBuffers,
     SourceLocation,
 )
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import IntLike, as_int, typechecked
 
 __all__ = [
     "ARGUMENT_KINDS",
@@ -344,11 +344,14 @@ class Breakdown(Report):
             )
         return "The device holds exactly the buffers live at the peak."
 
-    def top(self, n: int = 20) -> tuple[BreakdownRow, ...]:
-        """The ``n`` largest buffers (ties in XLA's order)."""
-        if n < 1:
-            raise ValueError(f"`n` must be a positive integer, got {n}.")
-        return tuple(sorted(self.rows, key=lambda row: -row.nbytes)[:n])
+    def top(self, n: IntLike = 20) -> tuple[BreakdownRow, ...]:
+        """The ``n`` largest buffers (ties in XLA's order).
+
+        Args:
+            n: how many, a positive integer.
+        """
+        count = as_int(n, "n", minimum=1)
+        return tuple(sorted(self.rows, key=lambda row: -row.nbytes)[:count])
 
     def by_kind(self) -> tuple[Group, ...]:
         """Bytes and count per kind, largest first."""
@@ -379,6 +382,11 @@ class Breakdown(Report):
         Args:
             container: the path component that holds the layers by number.
         """
+        if not isinstance(container, str) or not container or "/" in container:
+            raise TypeError(
+                f"`container` must be one path component such as 'layers', got"
+                f" {container!r}."
+            )
         pattern = re.compile(rf"(^|/){re.escape(container)}/\d+(?=/|$)")
 
         def key(row: BreakdownRow) -> Hashable:
@@ -399,7 +407,7 @@ class Breakdown(Report):
 
         return _groups(self.rows, key, label)
 
-    def table(self, top: int | None = None) -> Table:
+    def table(self, top: IntLike | None = None) -> Table:
         """The ``top`` largest rows of buffers, then the totals by kind and the gap.
 
         Identical buffers (the same label, kind, type and memory space: one
@@ -409,9 +417,7 @@ class Breakdown(Report):
         Args:
             top: how many rows; default :attr:`top_n`.
         """
-        top = self.top_n if top is None else top
-        if top < 1:
-            raise ValueError(f"`top` must be a positive integer, got {top}.")
+        top = self.top_n if top is None else as_int(top, "top", minimum=1)
         peak = self.live_peak_bytes
         same: dict[tuple[str, str, str, int], list[BreakdownRow]] = {}
         for row in self.rows:

@@ -965,6 +965,11 @@ def _check_executor(executor: object, max_workers: Any) -> int | None:
 def _check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
+    if isinstance(timeout, bool):
+        raise TypeError(
+            f"`timeout` must be a number of seconds (per candidate) or None for no "
+            f"limit, got the bool {timeout!r}."
+        )
     value = float(timeout)
     if not (math.isfinite(value) and value > 0):
         raise ValueError(

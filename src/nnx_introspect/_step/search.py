@@ -144,8 +144,24 @@ class BatchSearch(Report):
     batch: tuple[str, ...]
     failing_report: StepMemoryReport | None = None
 
-    def with_top(self, n: int) -> "BatchSearch":
-        """The search with its reports' breakdowns showing the ``n`` largest buffers."""
+    def with_top(self, n: IntLike) -> "BatchSearch":
+        """The search with its reports' breakdowns showing the ``n`` largest buffers.
+
+        Args:
+            n: how many rows of buffers each breakdown's table shows.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+            >>> search = max_batch(
+            ...     lambda rngs: nnx.Linear(4, 6, rngs=rngs), "data=8", x,
+            ...     max_device_bytes="2KiB", loss=None, breakdown=True,
+            ... )
+            >>> search.with_top(1).report.breakdown.top_n
+            1
+        """
+        n = as_int(n, "n", minimum=1)
 
         def top(report: StepMemoryReport | None) -> StepMemoryReport | None:
             if report is None or report.breakdown is None:
