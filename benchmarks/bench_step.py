@@ -15,9 +15,17 @@ Measures (issue 9), on 8 virtual CPU devices set before JAX starts:
   H100s and on v5e-256 and the 2,048-chip ``v5p-4096``: wall time (target
   <= 120 s), peak RSS of this process (target <= 2 GiB) and of the largest
   child, the verdict;
-* a ``max_batch`` search (compiles, wall time) when the package has one.
+* a ``max_batch`` search (compiles, wall time) when the package has one;
+* ``--breakdown-cost`` (issue 18): the 7B report on 2,048 H100s and on
+  ``v5p-4096`` without and with ``breakdown=True``, each in a fresh process,
+  side by side: wall time (target: the breakdown adds <= 25%) and that
+  process's peak RSS (target: <= 0.5 GiB more);
+* ``--sweep`` (issue 19): ``compare_meshes`` of the 7B on ``h100-256``
+  (B=256, AdamW, ``meshes="auto"``) with 1 and 2 local jobs and on a Dask
+  ``LocalCluster`` of 2 workers: wall time (target <= 6 min with 2 jobs), the
+  speed-up, and whether the rows agree.
 
-    python benchmarks/bench_step.py [--skip-7b]
+    python benchmarks/bench_step.py [--skip-7b] [--breakdown-cost] [--sweep]
 """
 
 import os
@@ -72,7 +80,18 @@ def main() -> None:
     parser.add_argument("--skip-7b", action="store_true")
     parser.add_argument("--7b-mesh", dest="mesh_7b", default="fsdp=256,tp=8")
     parser.add_argument("--7b-batch", dest="batch_7b", type=int, default=256)
+    parser.add_argument("--breakdown-cost", action="store_true")
+    parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--only", action="store_true", help="only the flagged rows")
     args = parser.parse_args()
+    if args.only:
+        print("| Measurement | Result | Target |")
+        print("| :--- | ---: | ---: |")
+        if args.breakdown_cost:
+            breakdown_cost()
+        if args.sweep:
+            sweep()
+        return
 
     print("| Measurement | Result | Target |")
     print("| :--- | ---: | ---: |")
@@ -135,6 +154,150 @@ def main() -> None:
     ):
         big_on(topology, mesh, args.batch_7b)
     search()
+    if args.breakdown_cost:
+        breakdown_cost()
+    if args.sweep:
+        sweep()
+
+
+_ONE_REPORT = """
+import json, resource, sys, time
+import jax, jax.numpy as jnp
+from nnx_introspect import step_memory_report
+topology, mesh, breakdown = sys.argv[1], sys.argv[2], sys.argv[3] == "1"
+start = time.perf_counter()
+report = step_memory_report(
+    "nnx_introspect.examples:llama_7b_sharded", mesh,
+    jax.ShapeDtypeStruct((256, 2048), jnp.int32), loss="lm", optimizer="adamw",
+    topology=topology, breakdown=breakdown,
+)
+print(json.dumps({
+    "wall": time.perf_counter() - start,
+    "rss": resource.getrusage(resource.RUSAGE_SELF).ru_maxrss / 2**20,
+    "rows": None if report.breakdown is None else len(report.breakdown.rows),
+    "warnings": [w for w in report.warnings if "breakdown" in w],
+}))
+"""
+
+
+def breakdown_cost() -> None:
+    """The breakdown's cost on the 7B at 2,048 devices, each run a fresh process."""
+    import json
+    import subprocess
+    import sys
+
+    for topology in ("h100-2048", "v5p-4096"):
+        skip = _available(topology)
+        if skip:
+            row(f"breakdown cost on {topology}", skip)
+            continue
+        runs = {}
+        for breakdown in ("0", "1"):
+            done = subprocess.run(
+                [
+                    sys.executable,
+                    "-c",
+                    _ONE_REPORT,
+                    topology,
+                    "fsdp=256,tp=8",
+                    breakdown,
+                ],
+                capture_output=True,
+                text=True,
+                check=True,
+            )
+            runs[breakdown] = json.loads(done.stdout.strip().splitlines()[-1])
+        plain, full = runs["0"], runs["1"]
+        row(
+            f"7B B=256 on {topology}: wall without / with breakdown",
+            f"{plain['wall']:.1f} s / {full['wall']:.1f} s = "
+            f"{full['wall'] / plain['wall']:.2f}x ({full['rows']} buffers)",
+            "<= 1.25x",
+        )
+        row(
+            "  peak RSS of the calling process: without / with",
+            f"{plain['rss']:.2f} GiB / {full['rss']:.2f} GiB "
+            f"(+{full['rss'] - plain['rss']:.2f} GiB)",
+            "<= +0.5 GiB",
+        )
+        if full["warnings"]:
+            row("  breakdown warnings", "; ".join(full["warnings"])[:200])
+
+
+def sweep() -> None:
+    """compare_meshes('auto') of the 7B on h100-256: 1 and 2 jobs, Dask of 2."""
+    import concurrent.futures
+
+    from nnx_introspect import compare_meshes
+
+    skip = _available("h100-256")
+    if skip:
+        row("mesh sweep on h100-256", skip)
+        return
+    common = {
+        "loss": "lm",
+        "optimizer": "adamw",
+        "topology": "h100-256",
+    }
+    target = "nnx_introspect.examples:llama_7b_sharded"
+    results = {}
+    for jobs in (2, 1):
+        start = time.perf_counter()
+        results[jobs] = compare_meshes(
+            target, "auto", tokens(256, 2048), max_workers=jobs, **common
+        )
+        results[jobs] = (results[jobs], time.perf_counter() - start)
+    try:
+        from distributed import Client, LocalCluster
+    except ImportError:
+        dask = None
+    else:
+        with (
+            LocalCluster(n_workers=2, threads_per_worker=1, processes=True) as cluster,
+            Client(cluster) as client,
+        ):
+            executor = client.get_executor()
+            assert isinstance(executor, concurrent.futures.Executor)
+            start = time.perf_counter()
+            found = compare_meshes(
+                target, "auto", tokens(256, 2048), executor=executor, **common
+            )
+            dask = (found, time.perf_counter() - start)
+    two, two_wall = results[2]
+    one, one_wall = results[1]
+    out = os.environ.get("BENCH_SWEEP_OUT")
+    if out:  # the 2-job comparison whole, for the how-to
+        with open(out + ".txt", "w") as f:
+            f.write(str(two) + "\n")
+        with open(out + ".md", "w") as f:
+            f.write(two.to_markdown())
+        with open(out + ".json", "w") as f:
+            f.write(two.to_json())
+    compiled = sum(1 for c in two.candidates if c.report is not None)
+    row(
+        "7B mesh sweep (auto) on h100-256, B=256: candidates, compiled",
+        f"{len(two.candidates)}, {compiled}",
+    )
+    row("  wall with 2 jobs", f"{two_wall:.0f} s", "<= 360 s")
+    row(
+        "  wall with 1 job / with 2 jobs",
+        f"{one_wall:.0f} s / {two_wall:.0f} s = {one_wall / two_wall:.2f}x",
+        "~2x",
+    )
+
+    def key(c: object) -> tuple[object, ...]:
+        return (c.name, c.outcome, c.peak_bytes)  # type: ignore[attr-defined]
+
+    same = [key(c) for c in one.candidates] == [key(c) for c in two.candidates]
+    row("  rows identical, 1 job vs 2 jobs", str(same), "True")
+    if dask is None:
+        row("  Dask LocalCluster", "skipped: distributed not installed")
+    else:
+        found, wall = dask
+        same = [key(c) for c in found.candidates] == [key(c) for c in two.candidates]
+        row("  Dask LocalCluster(2 workers): wall", f"{wall:.0f} s")
+        row("  rows identical, Dask vs local pool", str(same), "True")
+    row("  best", two.verdict.split(";")[0][:160])
 
 
 def _available(topology: str) -> str | None:

@@ -121,10 +121,17 @@ def test_json_markdown_and_html(pooled: MeshComparison) -> None:
         assert entry["axis_names"] == ["fsdp", "tp"]
         assert entry["peak_bytes"] == row.peak_bytes
         assert entry["report"]["peak_bytes"] == row.peak_bytes
-        assert entry["estimated_seconds"] is None
-        assert entry["collective_bytes_by_axis"] is None
+        assert entry["estimated_seconds"] is None  # XLA:CPU: no target to estimate
+        # the wire bytes of the row's own compiled program, per axis
+        assert row.report is not None and row.report.collective_wire_bytes
+        assert entry["collective_bytes_by_axis"] == {
+            ",".join(axes) or "one device": wire
+            for axes, _, wire in row.report.collective_wire_bytes
+            if wire
+        }
     markdown = pooled.to_markdown()
     assert "| mesh | status | peak per device |" in markdown
+    assert "collectives on the wire per device |" in markdown
     page = pooled.to_html()
     assert page.index('class="verdict ok"') < page.index("<svg") < page.index("<table")
     assert page.count("<rect ") == 3 and "budget 8 MiB" in page
