@@ -104,11 +104,19 @@ def test_rows_sort_by_estimated_seconds_when_they_have_one(
     ]
     ordered = sorted(enumerate(timed), key=lambda item: _sort_key(*item))
     assert [r.estimated_seconds for _, r in ordered] == [(1, 2), (2, 3), (3, 4)]
-    table = MeshComparison(
+    timed_comparison = MeshComparison(
         **{**pooled.__dict__, "candidates": tuple(r for _, r in ordered)}
-    ).table()
+    )
+    table = timed_comparison.table()
     assert "step seconds (est.)" in table.columns
     assert table.rows[0][2] == "1-2"
+    # the HTML plots each mesh's peak against its estimated time, as a segment
+    # from perfect overlap to none
+    page = timed_comparison.to_html()
+    assert "peak per device against the estimated step time" in page
+    assert page.count("per step (estimated)</title>") == 3
+    best = timed_comparison.candidates[0]
+    assert f"{best.name}: " in page and "1-2 s per step (estimated)" in page
 
 
 def test_json_markdown_and_html(pooled: MeshComparison) -> None:

@@ -18,7 +18,7 @@ from nnx_introspect._render import (
     table_html,
     verdict_html,
 )
-from nnx_introspect._step.compare.chart import _peaks_svg
+from nnx_introspect._step.compare.chart import _peaks_svg, _time_peak_svg
 from nnx_introspect._step.report import StepMemoryReport
 
 Outcome: TypeAlias = Literal[
@@ -450,6 +450,7 @@ class MeshComparison(Report):
         ]
         if self.candidates:
             parts.append(_peaks_svg(self.candidates, self.max_device_bytes))
+            parts.append(_time_peak_svg(self.candidates, self.max_device_bytes))
         parts.append(table_html(self.table(), caption=False))
         best = self.best
         if best is not None and best.report is not None:
