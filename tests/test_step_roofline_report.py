@@ -130,3 +130,45 @@ def test_network_bandwidth_bad_input(
             network_bytes_per_second=value,
         )
     assert words in str(info.value)
+
+
+def test_a_program_xla_cannot_print_is_a_warning(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """libtpu 0.0.52 writes a v5p-4096 7B step jaxlib cannot read back to print.
+
+    Its words are quoted in a warning; the report is whole, without collectives
+    or an estimate (which would leave the communication out).
+    """
+    import nnx_introspect._step.collectives as collectives
+
+    said = (
+        "INTERNAL: RET_CHECK failure (external/xla/xla/hlo/ir/hlo_instruction.cc:390)"
+        " proto.operand_ids_size() == *arity async-update instruction should have 1"
+        " operands but sees 3"
+    )
+
+    class Refused(jax.stages.Compiled):  # a compiled step whose text XLA refuses
+        def __init__(self) -> None:
+            pass
+
+        def as_text(self) -> str:  # type: ignore[override]
+            raise RuntimeError(said)
+
+        def runtime_executable(self) -> Any:
+            raise RuntimeError(said)
+
+    with pytest.raises(collectives.CollectiveFormatError, match="async-update"):
+        collectives.compiled_hlo_text(Refused())
+
+    def refuse(compiled: Any) -> str:
+        raise RuntimeError(said)
+
+    monkeypatch.setattr(collectives, "compiled_hlo_text", refuse)
+    report = step_memory_report(
+        TARGET, "fsdp=2,tp=4", jax.ShapeDtypeStruct((8, 64), jnp.int32), loss="lm"
+    )
+    assert report.collective_wire_bytes is None and report.roofline is None
+    (warning,) = [w for w in report.warnings if "collectives" in w]
+    assert f"RuntimeError: {said}" in warning
+    assert report.argument_bytes > 0 and report.temp_bytes > 0

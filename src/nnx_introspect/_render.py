@@ -125,7 +125,9 @@ class FittedTable:
             [len(table.columns[0]) if table.columns else 0, *map(len, first)]
         )
 
-    def rich_table(self, *, title: bool = True, compact: bool = False) -> RichTable:
+    def rich_table(
+        self, *, title: bool = True, compact: bool = False, notes: bool = True
+    ) -> RichTable:
         """The ``rich.table.Table``: every cell whole, on one line.
 
         Args:
@@ -133,9 +135,13 @@ class FittedTable:
                 and lead sentences are printed above it).
             compact: No borders and one space between columns (for consoles
                 narrower than the boxed table).
+            notes: Whether the notes are the table's caption (off when they
+                are printed after it, wrapped at the console's width: rich
+                drops a character where it wraps a caption narrower than its
+                text).
         """
         table = self.table
-        caption = Text("\n".join(table.notes)) if table.notes else None
+        caption = Text("\n".join(table.notes)) if table.notes and notes else None
         out = RichTable(
             title=Text(table.title) if title else None,
             caption=caption,
@@ -207,7 +213,9 @@ class FittedTable:
         for sentence in table.lead:
             yield Text(sentence)
         if boxed or options.max_width >= self.min_table_width(compact=True):
-            yield self.rich_table(title=False, compact=not boxed)
+            yield self.rich_table(title=False, compact=not boxed, notes=False)
+            for note in table.notes:
+                yield Text(note)
             return
         width = max(1, options.max_width - 2)
         blocks = [(row, None) for row in table.rows] + [

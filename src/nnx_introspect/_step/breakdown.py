@@ -412,7 +412,7 @@ class Breakdown(Report):
 
         Identical buffers (the same label, kind, type and memory space: one
         line of a layer run by every layer) make one row, their count after a
-        multiplication sign and their bytes summed.
+        multiplication sign, the type one buffer's and the bytes their sum.
 
         Args:
             top: how many rows; default :attr:`top_n`.
@@ -431,12 +431,7 @@ class Breakdown(Report):
                 + (f" {_TIMES}{len(group)}" if len(group) > 1 else ""),
                 group[0].kind,
                 group[0].type_str,
-                format_bytes(sum(r.nbytes for r in group))
-                + (
-                    f" ({len(group)} {_TIMES} {format_bytes(group[0].nbytes)})"
-                    if len(group) > 1
-                    else ""
-                ),
+                format_bytes(sum(r.nbytes for r in group)),
                 _percent(sum(r.nbytes for r in group), peak),
             )
             for group in largest[:top]
@@ -465,6 +460,11 @@ class Breakdown(Report):
             ("gap (held - peak)", "", "", _signed_bytes(self.gap_bytes), ""),
         )
         notes = [self.gap_reason]
+        if any(len(group) > 1 for group in largest[:top]):
+            notes.append(
+                f"{_TIMES}N: N buffers alike (one line of a layer, run by every"
+                " layer): Type is one buffer's, Bytes their sum."
+            )
         moment, listed = self.xla_peak_time, self.xla_peak_bytes
         if moment is not None and listed is not None and moment != self.peak_time:
             notes.append(
@@ -489,7 +489,7 @@ class Breakdown(Report):
             notes.append(f"{len(self.rows) - shown} smaller buffers not shown.")
         return Table(
             title=f"Buffers live at XLA's peak ({self.backend}, {self.module})",
-            columns=("Buffer", "Kind", "Type", "Bytes", "Share of peak"),
+            columns=("Buffer", "Kind", "Type", "Bytes", "Share"),
             rows=rows,
             totals=totals,
             notes=tuple(notes),

@@ -486,6 +486,10 @@ class StepMemoryReport(Report):
     def roofline(self) -> Roofline | None:
         """A step-time estimate for the named ``topology``; ``None`` without one.
 
+        ``None`` too when the program's collectives could not be read (the
+        warnings say why): an estimate without its communication would be
+        too low.
+
         :func:`~nnx_introspect._step.roofline.roofline` of this program's FLOPs,
         bytes accessed and collective wire bytes per mesh axis on the target's
         data-sheet figures, at the peak of :attr:`matmul_dtype`: a range from
@@ -500,6 +504,7 @@ class StepMemoryReport(Report):
             or (self.out_of_memory and self.compiler_message is not None)
             or not math.isfinite(self.flops)
             or self.bytes_accessed is None
+            or self.collective_wire_bytes is None  # unread: no honest estimate
         ):
             return None
         from nnx_introspect._step.hardware import hardware_for

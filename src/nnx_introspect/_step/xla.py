@@ -228,6 +228,11 @@ def program_figures(compiled: Any, mesh: Mesh) -> dict[str, Any]:
     except (DumpFormatError, ValueError) as error:
         out["collectives_error"] = " ".join(str(error).split())
         return out
+    except Exception as error:  # XLA's own error printing the program
+        out["collectives_error"] = (
+            f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        )
+        return out
     out["matmul_dtype"] = matmul_dtype(text)
     out["collectives"] = found.json_data()
     out["collective_wire_bytes"] = [

@@ -20,7 +20,7 @@ from nnx_introspect._step.collectives.hlo import (
 )
 from nnx_introspect._step.collectives.loops import _call_counts, _Calls
 from nnx_introspect._step.collectives.report import KINDS, Collective, Collectives
-from nnx_introspect._step.dump import SourceLocation, _metadata
+from nnx_introspect._step.dump import SourceLocation, _jaxlib, _metadata
 from nnx_introspect._typing import typechecked
 
 _UNREAD: Final = frozenset(
@@ -52,6 +52,9 @@ def compiled_hlo_text(compiled: jax.stages.Compiled) -> str:
 
     Raises:
         ValueError: the executable has no single HLO module to print.
+        CollectiveFormatError: neither could print the program (jaxlib reads
+            the compiler's module back to print it; a libtpu newer than
+            jaxlib's XLA can write instructions jaxlib's reader refuses).
 
     Example:
         >>> import jax, jax.numpy as jnp
@@ -59,14 +62,22 @@ def compiled_hlo_text(compiled: jax.stages.Compiled) -> str:
         >>> text.startswith("HloModule jit_sin")
         True
     """
+    first: Exception | None = None
     try:
         text = compiled.as_text()
-    except Exception:  # a backend without the text: print the module instead
-        text = None
+    except Exception as error:  # a backend without the text: print the module
+        text, first = None, error
     if isinstance(text, str) and text.startswith("HloModule"):
         return text
-    executable = compiled.runtime_executable()
-    modules = [] if executable is None else executable.hlo_modules()
+    try:
+        executable = compiled.runtime_executable()
+        modules = [] if executable is None else executable.hlo_modules()
+    except Exception as error:
+        said = " ".join(str(first or error).split())[:300]
+        raise CollectiveFormatError(
+            "XLA could not print the compiled program, so its collectives cannot "
+            f'be read: "{said}" (jaxlib {_jaxlib()})'
+        ) from error
     if len(modules) != 1:
         raise ValueError(
             f"`compiled` holds {len(modules)} HLO modules, not one; pass the "
