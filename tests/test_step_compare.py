@@ -211,23 +211,24 @@ def test_the_planner_rejects_before_compiling(
 def test_auto_enumerates_every_factorisation(
     one_thread: concurrent.futures.Executor,
 ) -> None:
-    # down/kernel (tp, fsdp) is the plan's first leaf: tp appears first, and the
-    # batch of 2 splits over it, so tp=4 and tp=8 cannot take it.
+    # down/kernel (tp, fsdp) is the plan's first leaf, so tp appears first; fsdp,
+    # a data-parallel name, goes first (outermost). The batch of 2 splits over
+    # it, so fsdp=4 and fsdp=8 cannot take it.
     small = jax.ShapeDtypeStruct((2, 256), jnp.float32)
     comparison = compare_meshes(TARGET, "auto", small, executor=one_thread)
-    assert comparison.auto_axes == ("tp", "fsdp")
+    assert comparison.auto_axes == ("fsdp", "tp")
     by_hand = {
-        (("tp", 1), ("fsdp", 8)),
-        (("tp", 2), ("fsdp", 4)),
-        (("tp", 4), ("fsdp", 2)),
-        (("tp", 8), ("fsdp", 1)),
+        (("fsdp", 1), ("tp", 8)),
+        (("fsdp", 2), ("tp", 4)),
+        (("fsdp", 4), ("tp", 2)),
+        (("fsdp", 8), ("tp", 1)),
     }
     assert {c.mesh for c in comparison.candidates} == by_hand
     rows = by_name(comparison)
     assert comparison.compiles == 2 and comparison.max_device_bytes is None
-    for name in ("tp=4,fsdp=2", "tp=8,fsdp=1"):
+    for name in ("fsdp=4,tp=2", "fsdp=8,tp=1"):
         assert rows[name].outcome == "rejected"
-        assert "does not divide over tp" in rows[name].status
+        assert "does not divide over fsdp" in rows[name].status
     compiled = [c for c in comparison.candidates if c.report is not None]
     assert [c.outcome for c in compiled] == ["compiled", "compiled"]
     assert compiled[0].peak_bytes <= compiled[1].peak_bytes  # type: ignore[operator]

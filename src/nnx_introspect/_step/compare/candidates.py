@@ -92,11 +92,16 @@ def _listed_meshes(
 def _auto_axes(
     model: Any, rules: Any, logical_rules: Any, batch_spec: Any
 ) -> tuple[str, ...]:
-    """The mesh axes the step's sharding names, in the order they appear.
+    """The mesh axes the step's sharding names, data-parallel ones first.
 
     ``batch_spec``'s, then the mesh axes ``logical_rules`` map names to, then
     the axes of the plan's specs (rules first, then metadata translated by the
-    logical rules), planned on a one-axis probe mesh.
+    logical rules), planned on a one-axis probe mesh; then the axes named as
+    data-parallel axes conventionally are (:data:`_DATA_AXES`: ``data``,
+    ``dp``, ``batch``, ``replica``, ``fsdp``) move to the front, in that order.
+    The first axis is the outermost (its devices are the farthest apart: on
+    GPUs, across hosts) and the batch splits over it by default, so tensor
+    parallelism (``tp``) stays innermost, within a host, as trainers lay it out.
     """
     seen: dict[str, None] = {}
     specs: list[Any] = []
@@ -121,7 +126,19 @@ def _auto_axes(
             "`batch_spec` names one. List the meshes, or pass `rules` that shard "
             "the parameters."
         )
-    return tuple(seen)
+    order = list(seen)
+    return tuple(
+        sorted(
+            order,
+            key=lambda a: (
+                (0, _DATA_AXES.index(a)) if a in _DATA_AXES else (1, order.index(a))
+            ),
+        )
+    )
+
+
+_DATA_AXES = ("data", "dp", "batch", "replica", "fsdp")
+"""Axis names that conventionally shard the batch: outermost in ``'auto'``."""
 
 
 def _auto_meshes(axes: tuple[str, ...], devices: int) -> list[MeshAxes]:

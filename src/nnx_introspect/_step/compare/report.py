@@ -359,10 +359,11 @@ class MeshComparison(Report):
             devices = _plural(self.num_devices, "device")
             yield (
                 f"'auto': every factorisation of {devices} over "
-                f"the axes {', '.join(self.auto_axes)} (in the order they appear "
-                "in `batch_spec`, the logical rules and the plan's specs); the "
-                f"batch splits over each mesh's first axis ({first}) unless "
-                "`batch_spec` says otherwise."
+                f"the axes {', '.join(self.auto_axes)} (data-parallel names such "
+                "as data and fsdp first, the outermost; then the others in the "
+                "order `batch_spec`, the logical rules and the plan's specs name "
+                f"them); the batch splits over each mesh's first axis ({first}) "
+                "unless `batch_spec` says otherwise."
             )
         for c in self.candidates:
             if c.reason is not None:
