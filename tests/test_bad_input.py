@@ -640,7 +640,7 @@ _ONE_THREAD = concurrent.futures.ThreadPoolExecutor(1)
 target_cases(
     "compare_meshes",
     "target",
-    lambda w, t: __import__("nnx_introspect").compare_meshes(
+    lambda w, t: nnx_introspect.compare_meshes(
         t, ["data=2", "data=1,model=2"], STEP_BATCH, executor=_ONE_THREAD
     ),
 )
@@ -665,28 +665,24 @@ COMPARE_BAD: dict[str, dict[str, Any]] = {
     "max_device_bytes": {"negative": -1, "not-a-size": "lots", "bool": True},
     "network_bytes_per_second": {"no-topology": "50GB", "int-list": [1]},
 }
+
+
+def _compare_case(arg: str, what: str, value: Any) -> Callable[[World], Any]:
+    """The call that passes ``value`` as ``arg`` to ``compare_meshes``."""
+    if arg == "batch":
+        return lambda w: nnx_introspect.compare_meshes(
+            "tests.test_bad_input:_linear", ["data=2"], value, executor=_ONE_THREAD
+        )
+    if arg == "max_workers" and what == "with-executor":
+        return lambda w: _compare(w, max_workers=2)
+    if arg == "max_workers":  # the default pool, sized by max_workers
+        return lambda w: _compare(w, executor=None, max_workers=value)
+    return lambda w: _compare(w, **{arg: value})
+
+
 for _arg, _bad in COMPARE_BAD.items():
     for _what, _value in _bad.items():
-        if _arg in ("meshes", "batch"):
-            call = lambda w, a=_arg, v=_value: _compare(w, **{a: v})  # noqa: E731
-            if _arg == "batch":
-                call = lambda w, v=_value: __import__(  # noqa: E731
-                    "nnx_introspect"
-                ).compare_meshes(
-                    "tests.test_bad_input:_linear",
-                    ["data=2"],
-                    v,
-                    executor=_ONE_THREAD,
-                )
-        elif _arg == "max_workers" and _what == "with-executor":
-            call = lambda w: _compare(w, max_workers=2)  # noqa: E731
-        elif _arg == "max_workers":
-            call = lambda w, v=_value: _compare(  # noqa: E731
-                w, executor=None, max_workers=v
-            )
-        else:
-            call = lambda w, a=_arg, v=_value: _compare(w, **{a: v})  # noqa: E731
-        case("compare_meshes", _arg, _what, call)
+        case("compare_meshes", _arg, _what, _compare_case(_arg, _what, _value))
 
 
 REPORTS: dict[str, Callable[[World], Any]] = {

@@ -216,7 +216,7 @@ def test_no_dump_is_left_behind(monkeypatch: pytest.MonkeyPatch) -> None:
         made.append(real(*args, **kwargs))
         return made[-1]
 
-    monkeypatch.setattr(compile_module.tempfile, "mkdtemp", tracked)
+    monkeypatch.setattr(tempfile, "mkdtemp", tracked)
     report = step_memory_report(
         "tests.platform_models:two_layer_mlp",
         "data=1",
@@ -237,6 +237,7 @@ def test_mlp_kept_activation_has_its_bytes_and_line() -> None:
         topology="h100-1",
         breakdown=True,
     )
+    assert report.breakdown is not None
     kept = [
         row
         for row in report.breakdown.rows

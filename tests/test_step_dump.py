@@ -150,6 +150,7 @@ def test_buffers_add_up_to_xlas_peak_exactly(dumped: tuple[str, Path]) -> None:
     if peak.peak_time == peak.xla_peak_time:
         assert peak.peak_bytes == peak.xla_peak_bytes
     else:
+        assert peak.xla_peak_bytes is not None
         assert peak.peak_bytes > peak.xla_peak_bytes
 
 

@@ -152,7 +152,7 @@ def test_a_program_xla_cannot_print_is_a_warning(
         def __init__(self) -> None:
             pass
 
-        def as_text(self) -> str:  # type: ignore[override]
+        def as_text(self) -> str:
             raise RuntimeError(said)
 
         def runtime_executable(self) -> Any:
