@@ -47,7 +47,10 @@ def tests(session: nox.Session) -> None:
 @nox.session(python=PYTHON)
 def typecheck(session: nox.Session) -> None:
     """Run ``mypy --strict`` over ``src`` and ``tests``."""
-    session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "typecheck"))
+    # the cluster extra: the tests import distributed (Dask) for the mesh sweep
+    session.install(
+        "-e", ".[cluster]", *nox.project.dependency_groups(PYPROJECT, "typecheck")
+    )
     session.run("mypy", "--strict", *(session.posargs or ["src", "tests"]))
 
 
