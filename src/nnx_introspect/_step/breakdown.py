@@ -80,6 +80,7 @@ from nnx_introspect._step.dump import (
     PeakBuffers,
     SourceLocation,
 )
+from nnx_introspect._step.dump import source_json as _source_json
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
 __all__ = [
@@ -811,12 +812,6 @@ def _curve_json(curve: LiveCurve | None) -> dict[str, Any] | None:
         "highest_time": curve.highest_time,
         "highest_bytes": curve.highest_bytes,
     }
-
-
-def _source_json(source: SourceLocation | None) -> dict[str, Any] | None:
-    if source is None:
-        return None
-    return {"file": source.file, "line": source.line, "function": source.function}
 
 
 def _group_json(group: Group) -> dict[str, Any]:

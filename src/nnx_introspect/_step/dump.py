@@ -101,6 +101,13 @@ class SourceLocation:
     function: str
 
 
+def source_json(source: SourceLocation | None) -> dict[str, Any] | None:
+    """``source`` as JSON data (``file``, ``line``, ``function``), or ``None``."""
+    if source is None:
+        return None
+    return {"file": source.file, "line": source.line, "function": source.function}
+
+
 @dataclass(frozen=True)
 class PeakBuffer:
     """One buffer live at the peak.

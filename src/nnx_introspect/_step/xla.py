@@ -303,73 +303,56 @@ def _peak(memory: Any) -> int | None:
 
 
 def _costs(compiled: Any, backend: str) -> tuple[float | None, float | None]:
-    """FLOPs and bytes accessed of one device's program (XLA's cost analysis).
-
-    See :func:`_flops`; bytes accessed is ``None`` where XLA gives none.
-    """
-    flops = _flops(compiled, backend)
-    if backend == "gpu":
-        return flops, _gpu_cost(compiled, "bytes accessed")
-    cost = compiled.cost_analysis()
-    if isinstance(cost, list | tuple):  # pragma: no cover - older jax
-        cost = cost[0] if cost else None
-    moved = cost.get("bytes accessed", math.nan) if isinstance(cost, dict) else math.nan
-    moved = float(moved)
-    return flops, moved if math.isfinite(moved) and moved >= 0 else None
-
-
-def _gpu_cost(compiled: Any, key: str) -> float | None:
-    """One figure of XLA's generic HLO cost analysis of a deviceless GPU program."""
-    import jax
-    from jaxlib import _jax
-
-    try:
-        modules = compiled.runtime_executable().hlo_modules()
-        client = jax.devices("cpu")[0].client
-        total = 0.0
-        for module in modules:
-            cost = _jax.hlo_module_cost_analysis(client, module)
-            total += max(0.0, float(cost.get(key, 0.0)))
-    except Exception:  # pragma: no cover - a jaxlib without these hooks
-        return None
-    return total if math.isfinite(total) and total > 0 else None
-
-
-def _flops(compiled: Any, backend: str) -> float | None:
-    """FLOPs of one device's program.
+    """FLOPs and bytes accessed of one device's program, from one cost analysis.
 
     XLA:CPU and XLA:TPU give ``cost_analysis()``. A deviceless XLA:GPU compile
     gives none ("GetCostAnalysis is not supported" without a GPU client), so
     XLA's generic HLO cost analysis runs on the compiled per-device module
     (through the CPU client): it counts dots and Triton GEMM fusions; matmuls
     rewritten into cuBLAS library calls are custom calls it does not see, and
-    :func:`_library_gemm_flops` adds them.
+    :func:`_library_gemm_flops` adds them. ``None`` for a figure XLA gives
+    none of.
     """
     if backend == "gpu":
-        return _gpu_flops(compiled)
+        return _gpu_costs(compiled)
     cost = compiled.cost_analysis()
     if isinstance(cost, list | tuple):  # pragma: no cover - older jax
         cost = cost[0] if cost else None
-    flops = float(cost.get("flops", math.nan)) if isinstance(cost, dict) else math.nan
-    return flops if math.isfinite(flops) else None
+    cost = cost if isinstance(cost, dict) else {}
+    flops = float(cost.get("flops", math.nan))
+    moved = float(cost.get("bytes accessed", math.nan))
+    return (
+        flops if math.isfinite(flops) else None,
+        moved if math.isfinite(moved) and moved >= 0 else None,
+    )
 
 
-def _gpu_flops(compiled: Any) -> float | None:
+def _gpu_costs(compiled: Any) -> tuple[float | None, float | None]:
     import jax
     from jaxlib import _jax
 
     try:
         modules = compiled.runtime_executable().hlo_modules()
         client = jax.devices("cpu")[0].client
-        total = 0.0
+        flops = moved = 0.0
         for module in modules:
             cost = _jax.hlo_module_cost_analysis(client, module)
             # a module whose only work is a library call reports -1 (unknown)
-            total += max(0.0, float(cost.get("flops", 0.0)))
-            total += _library_gemm_flops(module.to_string())
+            flops += max(0.0, float(cost.get("flops", 0.0)))
+            flops += _library_gemm_flops(module.to_string())
+            moved += max(0.0, float(cost.get("bytes accessed", 0.0)))
     except Exception:  # pragma: no cover - a jaxlib without these hooks
-        return None
-    return total if math.isfinite(total) and total > 0 else None
+        return None, None
+
+    def positive(total: float) -> float | None:
+        return total if math.isfinite(total) and total > 0 else None
+
+    return positive(flops), positive(moved)
+
+
+def _gpu_flops(compiled: Any) -> float | None:
+    """The FLOPs of :func:`_gpu_costs`."""
+    return _gpu_costs(compiled)[0]
 
 
 _INSTRUCTION = re.compile(

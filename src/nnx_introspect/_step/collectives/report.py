@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._step.dump import SourceLocation
+from nnx_introspect._step.dump import source_json as _source_json
 from nnx_introspect._typing import typechecked
 
 KINDS: Final = (
@@ -400,12 +401,6 @@ def _totals(
 
 def _number(value: Fraction) -> int | float:
     return value.numerator if value.denominator == 1 else float(value)
-
-
-def _source_json(source: SourceLocation | None) -> dict[str, Any] | None:
-    if source is None:
-        return None
-    return {"file": source.file, "line": source.line, "function": source.function}
 
 
 def _row_json(row: Collective) -> dict[str, Any]:
