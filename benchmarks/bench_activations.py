@@ -39,7 +39,7 @@ import jax
 import jax.numpy as jnp
 
 from nnx_introspect import step_memory_report
-from nnx_introspect._render import format_bytes
+from nnx_introspect._render.table import format_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.test_examples_activations import SEQ, TARGET, expected_temp_bytes

@@ -47,14 +47,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from nnx_introspect._render import format_bytes
+from nnx_introspect._render.table import format_bytes
 from nnx_introspect._step import (
     StepMemoryReport,
-    _libtpu_version,
+    libtpu_version,
     parse_topology,
     step_memory_report,
 )
-from nnx_introspect._step.topology import check_compiler
+from nnx_introspect._xla.toolchain import check_compiler
 from nnx_introspect.examples import LLAMA_TINY, llama
 
 TINY = llama(dataclasses.replace(LLAMA_TINY, partitioned=True))
@@ -127,7 +127,7 @@ def main() -> None:
         "< 1",
     )
     row("llama_tiny peak per device (XLA:CPU)", format_bytes(train.peak_bytes))
-    if _libtpu_version() is not None:
+    if libtpu_version() is not None:
         start = time.perf_counter()
         tpu = step_memory_report(
             TINY, "fsdp=2,tp=2", tokens(8, 128), topology="v5e-4", **kwargs
@@ -374,9 +374,11 @@ def big_on(topology: str, mesh: str, batch: int) -> None:
 def search() -> None:
     """A max_batch search, when the package has one."""
     try:
-        from nnx_introspect._step.search import max_batch
+        from nnx_introspect._search.batch import max_batch
     except ImportError:
-        row("max_batch search", "skipped: nnx_introspect._step.search.max_batch absent")
+        row(
+            "max_batch search", "skipped: nnx_introspect._search.batch.max_batch absent"
+        )
         return
     topology = "h100-8" if _available("h100-8") is None else None
     budget = "2GiB" if topology else "256MiB"

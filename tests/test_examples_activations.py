@@ -87,10 +87,10 @@ import pytest
 
 from nnx_introspect import abstract_model, count_params, step_memory_report
 from nnx_introspect import examples as ex
-from nnx_introspect._step.topology import _cuda_plugin_version
+from nnx_introspect._xla.toolchain import cuda_plugin_version
 
 needs_plugin = pytest.mark.skipif(
-    _cuda_plugin_version() is None,
+    cuda_plugin_version() is None,
     reason='the CUDA PJRT plugin is not installed (pip install "nnx-introspect[gpu]")',
 )
 

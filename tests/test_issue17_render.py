@@ -24,11 +24,11 @@ from nnx_introspect import (
     param_fingerprint,
     summarize,
 )
-from nnx_introspect._render import Report, verdict_html
+from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
+from nnx_introspect._render.table import Report, verdict_html
+from nnx_introspect._search.batch import max_batch
+from nnx_introspect._search.meshes import compare_meshes
 from nnx_introspect._step import step_memory_report
-from nnx_introspect._step.breakdown import Breakdown, BreakdownRow
-from nnx_introspect._step.compare import compare_meshes
-from nnx_introspect._step.search import max_batch
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
 
@@ -170,7 +170,7 @@ def _collectives() -> Any:
     import numpy as np
     from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-    from nnx_introspect._step.collectives import compiled_hlo_text, read_collectives
+    from nnx_introspect._xla.collectives import compiled_hlo_text, read_collectives
 
     mesh = Mesh(np.array(jax.devices()[:8]), ("data",))
     x = jax.ShapeDtypeStruct(

@@ -12,16 +12,16 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect._render import format_bytes
-from nnx_introspect._step import search as search_module
-from nnx_introspect._step.chart import (
+from nnx_introspect._render.svg import (
     _batch_ticks,
-    _byte_ticks,
-    _chart_svg,
-    _nice_step,
+    byte_ticks,
+    chart_svg,
+    nice_step,
 )
-from nnx_introspect._step.search import max_batch
-from nnx_introspect._step.topology import _cuda_plugin_version
+from nnx_introspect._render.table import format_bytes
+from nnx_introspect._search import batch as search_module
+from nnx_introspect._search.batch import max_batch
+from nnx_introspect._xla.toolchain import cuda_plugin_version
 
 X = jax.ShapeDtypeStruct((8, 16), jnp.float32)
 GiB = 2**30
@@ -159,7 +159,7 @@ def big(rngs: nnx.Rngs) -> nnx.Linear:
 BIG_X = jax.ShapeDtypeStruct((8, 2**17), jnp.float32)
 
 
-@pytest.mark.skipif(_cuda_plugin_version() is None, reason="no CUDA plugin (gpu extra)")
+@pytest.mark.skipif(cuda_plugin_version() is None, reason="no CUDA plugin (gpu extra)")
 @pytest.mark.parametrize(
     ("env", "fraction", "basis"),
     [
@@ -188,7 +188,7 @@ def test_gpu_budget_is_the_allocators_pool(
     assert basis.replace("'", "&#x27;") in found.to_html()
 
 
-@pytest.mark.skipif(_cuda_plugin_version() is None, reason="no CUDA plugin (gpu extra)")
+@pytest.mark.skipif(cuda_plugin_version() is None, reason="no CUDA plugin (gpu extra)")
 def test_gpu_points_are_judged_against_the_pool(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -225,7 +225,7 @@ def test_a_given_budget_is_the_basis() -> None:
     [(82.31, 20), (79.11, 20), (100, 20), (101, 50), (9, 2), (0.7, 0.2), (4, 1)],
 )
 def test_nice_step_is_1_2_5(span: float, step: float) -> None:
-    assert _nice_step(span) == step
+    assert nice_step(span) == step
     assert span / step <= 5 * 1.0000001  # at most about five intervals
 
 
@@ -242,7 +242,7 @@ def test_nice_step_is_1_2_5(span: float, step: float) -> None:
 def test_byte_ticks_are_round_and_cover_the_top(
     top: float, unit: str, ticks: tuple[float, ...]
 ) -> None:
-    got_unit, size, got = _byte_ticks(top)
+    got_unit, size, got = byte_ticks(top)
     assert (got_unit, got) == (unit, ticks)
     assert size == {"B": 1, "KiB": 2**10, "GiB": 2**30, "TiB": 2**40}[unit]
     assert got[-2] * size < top <= got[-1] * size
@@ -287,7 +287,7 @@ def test_the_chart_of_an_h100_search_has_round_ticks_and_a_budget_label() -> Non
     budget = int(79.11 * GiB)
     peak = int(82.31 * GiB)
     points = ((8, int(40 * GiB), True), (16, int(60 * GiB), True), (24, peak, False))
-    texts = _svg_texts(_chart_svg(points, budget))
+    texts = _svg_texts(chart_svg(points, budget))
     assert texts[:6] == ["0 GiB", "20 GiB", "40 GiB", "60 GiB", "80 GiB", "100 GiB"]
     assert texts[6:9] == ["8", "16", "24"]  # every batch tried
     assert texts.count("budget 79.11 GiB") == 1
@@ -296,7 +296,7 @@ def test_the_chart_of_an_h100_search_has_round_ticks_and_a_budget_label() -> Non
 
 def test_the_budget_line_sits_at_the_budget() -> None:
     budget = int(79.11 * GiB)
-    svg = _chart_svg(((8, 10 * GiB, True),), budget)
+    svg = chart_svg(((8, 10 * GiB, True),), budget)
     lines = re.findall(r'<line x1="90" y1="([\d.]+)"[^>]*stroke="#cf222e"', svg)
     zero = float(
         re.findall(r'<line x1="90" y1="([\d.]+)"[^>]*stroke="#57606a"', svg)[0]

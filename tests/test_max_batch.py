@@ -15,8 +15,8 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
+from nnx_introspect._search.batch import MAX_COMPILES, BatchSearch, max_batch
 from nnx_introspect._step import step_memory_report
-from nnx_introspect._step.search import MAX_COMPILES, BatchSearch, max_batch
 
 
 def mlp(rngs: nnx.Rngs) -> nnx.Sequential:
@@ -249,9 +249,9 @@ def test_step_errors_pass_through_before_any_compile() -> None:
 
 
 def _libtpu_missing() -> bool:
-    from nnx_introspect._step import _libtpu_version
+    from nnx_introspect._step import libtpu_version
 
-    return _libtpu_version() is None
+    return libtpu_version() is None
 
 
 def wide(rngs: nnx.Rngs) -> nnx.Sequential:

@@ -28,7 +28,7 @@ from nnx_introspect._mesh import (
     optimizer_from_name,
     parse_bytes,
 )
-from nnx_introspect._render_charts import split_grid_html
+from nnx_introspect._render.mesh_charts import split_grid_html
 from nnx_introspect.examples import LlamaConfig, llama
 from tests.conftest import assert_unchanged, snapshot
 

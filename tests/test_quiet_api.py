@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from nnx_introspect import _step
+from nnx_introspect._xla import toolchain
 
 ROOT = Path(__file__).resolve().parent.parent
 HOWTO = ROOT / "docs" / "howto" / "step-gpu.md"
@@ -47,7 +47,7 @@ def _run(code: str) -> subprocess.CompletedProcess[str]:
 
 
 @pytest.mark.skipif(
-    _step.topology._cuda_plugin_version() is None or _step._libtpu_version() is None,
+    toolchain.cuda_plugin_version() is None or toolchain.libtpu_version() is None,
     reason="needs both the gpu and the tpu extras",
 )
 @pytest.mark.parametrize("topology", ["h100-8", "v5e-8"])
@@ -61,7 +61,7 @@ def test_the_documented_snippet_writes_nothing_to_stderr(topology: str) -> None:
 
 
 @pytest.mark.skipif(
-    _step.topology._cuda_plugin_version() is None,
+    toolchain.cuda_plugin_version() is None,
     reason="needs the gpu extra",
 )
 def test_jax_imported_first_writes_only_the_plugins_import_lines() -> None:

@@ -17,7 +17,13 @@ from nnx_introspect import (
     param_fingerprint,
     summarize,
 )
-from nnx_introspect._render import Report, format_bytes, to_html, to_markdown, to_rich
+from nnx_introspect._render.table import (
+    Report,
+    format_bytes,
+    to_html,
+    to_markdown,
+    to_rich,
+)
 from nnx_introspect.examples import llama_7b, llama_7b_sharded
 
 TABLE = Table(

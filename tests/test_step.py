@@ -26,6 +26,7 @@ from jax.sharding import PartitionSpec as P
 from nnx_introspect import _step, abstract_model
 from nnx_introspect._inventory import inventory
 from nnx_introspect._step import StepMemoryReport, parse_topology, step_memory_report
+from nnx_introspect._xla import toolchain
 from nnx_introspect.examples import LLAMA_TINY, LlamaConfig, llama
 
 B, T = 8, 128
@@ -508,9 +509,9 @@ def test_child_compile_needs_names() -> None:
 def test_a_module_level_factory_is_importable_by_name() -> None:
     from nnx_introspect.examples import llama_tiny
 
-    assert _step._importable_name(llama_tiny) == "nnx_introspect.examples:llama_tiny"
-    assert _step._importable_name(llama(TINY)) is None  # a closure
-    assert _step._importable_name(lambda rngs: None) is None
+    assert _step.importable_name(llama_tiny) == "nnx_introspect.examples:llama_tiny"
+    assert _step.importable_name(llama(TINY)) is None  # a closure
+    assert _step.importable_name(lambda rngs: None) is None
 
 
 # --- TPU topologies -------------------------------------------------------------------
@@ -531,7 +532,7 @@ def test_parse_topology() -> None:
 
 
 def test_missing_libtpu_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_step.topology, "_libtpu_version", lambda: None)
+    monkeypatch.setattr(toolchain, "libtpu_version", lambda: None)
     with pytest.raises(
         ImportError, match=re.escape('pip install "nnx-introspect[tpu]"')
     ):
@@ -539,7 +540,7 @@ def test_missing_libtpu_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> 
 
 
 def _libtpu_missing() -> bool:
-    return _step._libtpu_version() is None
+    return _step.libtpu_version() is None
 
 
 @pytest.mark.skipif(_libtpu_missing(), reason="libtpu is not installed (the tpu extra)")

@@ -24,13 +24,13 @@ import pytest
 from jax.sharding import Mesh
 
 from nnx_introspect import Breakdown, max_batch, step_memory_report
-from nnx_introspect._step import _libtpu_version
 from nnx_introspect._step import compile as compile_module
+from nnx_introspect._step import libtpu_version
 from nnx_introspect._step.compile import _lower
-from nnx_introspect._step.dump import DumpFormatError
 from nnx_introspect._step.inputs import _Request
-from nnx_introspect._step.topology import _cuda_plugin_version
-from nnx_introspect._step.xla import compile_lowered
+from nnx_introspect._xla.analysis import compile_lowered
+from nnx_introspect._xla.dump import DumpFormatError
+from nnx_introspect._xla.toolchain import cuda_plugin_version
 from nnx_introspect.cli import main
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -39,10 +39,10 @@ MESH = "fsdp=2,tp=4"
 TOKENS = jax.ShapeDtypeStruct((8, 64), jnp.int32)
 
 needs_plugin = pytest.mark.skipif(
-    _cuda_plugin_version() is None, reason="the CUDA PJRT plugin is not installed"
+    cuda_plugin_version() is None, reason="the CUDA PJRT plugin is not installed"
 )
 needs_libtpu = pytest.mark.skipif(
-    _libtpu_version() is None, reason="libtpu is not installed"
+    libtpu_version() is None, reason="libtpu is not installed"
 )
 
 
@@ -98,17 +98,17 @@ def test_cpu_peak_is_xlas_own(llama: Any) -> None:
     Or the breakdown's peak is higher, at another point, and XLA's own list at
     its point is kept beside it.
     """
-    from nnx_introspect._step.inputs import _as_loss, _as_model, _as_optimizer
+    from nnx_introspect._step.inputs import as_loss, as_model, as_optimizer
 
-    model = _as_model(TARGET)
-    tx, _ = _as_optimizer("adamw")
+    model = as_model(TARGET)
+    tx, _ = as_optimizer("adamw")
     request = _Request(
         model=model,
         target_name=TARGET,
         mesh_axes=(("fsdp", 2), ("tp", 4)),
         batch=(TOKENS,),
         batch_specs=llama.batch_specs,
-        loss=_as_loss("lm", (TOKENS,)),
+        loss=as_loss("lm", (TOKENS,)),
         loss_name="lm",
         tx=tx,
         optimizer_name="adamw",

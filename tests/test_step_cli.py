@@ -433,8 +433,9 @@ def test_a_missing_compiler_is_bad_input_naming_topology(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     import nnx_introspect._step as step_package
+    from nnx_introspect._xla import toolchain
 
-    monkeypatch.setattr(step_package.topology, "_libtpu_version", lambda: None)
+    monkeypatch.setattr(toolchain, "libtpu_version", lambda: None)
     argv = ["step", "step_cli_targets:linear", "--mesh", "data=4", *BATCH]
     code, out, err = run([*argv, "--topology", "v5e-4"], capsys)
     assert code == 2 and out == ""

@@ -24,8 +24,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect._step import topology
-from nnx_introspect._step.collectives import (
+from nnx_introspect._xla.collectives import (
     Collective,
     CollectiveFormatError,
     Collectives,
@@ -33,14 +32,19 @@ from nnx_introspect._step.collectives import (
     read_collectives,
     wire_factor,
 )
+from nnx_introspect._xla.toolchain import (
+    cuda_plugin_version,
+    libtpu_version,
+    topology_mesh,
+)
 from nnx_introspect.examples import llama_tiny
 
 needs_plugin = pytest.mark.skipif(
-    topology._cuda_plugin_version() is None,
+    cuda_plugin_version() is None,
     reason="the CUDA PJRT plugin is not installed (the gpu extra)",
 )
 needs_libtpu = pytest.mark.skipif(
-    topology._libtpu_version() is None, reason="libtpu is not installed (the tpu extra)"
+    libtpu_version() is None, reason="libtpu is not installed (the tpu extra)"
 )
 
 MESH = (("data", 2), ("fsdp", 4))
@@ -805,7 +809,7 @@ def test_mlp_on_xla_cpu_moves_what_fsdp_must(scan: bool) -> None:
 @needs_plugin
 @pytest.mark.parametrize("scan", [False, True])
 def test_mlp_on_deviceless_xla_gpu_h100_8_moves_what_fsdp_must(scan: bool) -> None:
-    mesh, _ = topology.target_mesh("h100-8", MESH)
+    mesh, _ = topology_mesh("h100-8", MESH)
     compiled = mlp_step(mesh, scan=scan).compile()
     text = compiled_hlo_text(compiled)
     assert text == compiled.as_text()  # as_text() works for a deviceless GPU too
@@ -829,7 +833,7 @@ def test_pipelined_gathers_on_xla_gpu_still_gather_each_layer_once() -> None:
     """With pipelined all-gathers XLA:GPU gathers the next layer's kernel while
     this one computes: one gather peeled out before the loop, the rest in a
     loop of LAYERS - 1 trips. Per step, still each of the LAYERS kernels once."""
-    mesh, _ = topology.target_mesh("h100-8", MESH)
+    mesh, _ = topology_mesh("h100-8", MESH)
     compiled = mlp_step(mesh, scan=True).compile(
         compiler_options={"xla_gpu_enable_pipelined_all_gather": True}
     )
@@ -847,7 +851,7 @@ def test_pipelined_gathers_on_xla_gpu_still_gather_each_layer_once() -> None:
 @pytest.mark.parametrize("scan", [False, True])
 def test_mlp_on_xla_tpu_v5e_4_moves_what_fsdp_must(scan: bool) -> None:
     axes = (("data", 2), ("fsdp", 2))
-    mesh, _ = topology.target_mesh("v5e-4", axes)
+    mesh, _ = topology_mesh("v5e-4", axes)
     found = read_collectives(
         compiled_hlo_text(mlp_step(mesh, scan=scan).compile()), axes
     )
@@ -916,7 +920,7 @@ def test_tpu_groups_are_positions_on_a_physically_ordered_mesh() -> None:
     0, 1, 3, 2: a psum over ``data`` groups positions {0, 2} and {1, 3}, which
     are devices {0, 3} and {1, 2}; XLA:TPU prints the positions."""
     axes = (("data", 2), ("fsdp", 2))
-    mesh, _ = topology.target_mesh("v5e-4", axes)
+    mesh, _ = topology_mesh("v5e-4", axes)
     assert [d.id for d in mesh.devices.flat] == [0, 1, 3, 2]
     compiled = (
         psum_over(mesh, "data")

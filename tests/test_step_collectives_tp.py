@@ -20,8 +20,12 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect._step import _libtpu_version, topology
-from nnx_introspect._step.collectives import compiled_hlo_text, read_collectives
+from nnx_introspect._xla.collectives import compiled_hlo_text, read_collectives
+from nnx_introspect._xla.toolchain import (
+    cuda_plugin_version,
+    libtpu_version,
+    topology_mesh,
+)
 
 BATCH, D, H = 64, 128, 512
 OUTPUT_BYTES = BATCH * D * 4
@@ -67,14 +71,14 @@ def test_xla_cpu() -> None:
 
 
 @pytest.mark.skipif(
-    topology._cuda_plugin_version() is None, reason="the CUDA PJRT plugin is absent"
+    cuda_plugin_version() is None, reason="the CUDA PJRT plugin is absent"
 )
 def test_deviceless_xla_gpu_h100_8() -> None:
-    mesh, _ = topology.target_mesh("h100-8", (("tp", 8),))
+    mesh, _ = topology_mesh("h100-8", (("tp", 8),))
     check(mesh, 8)
 
 
-@pytest.mark.skipif(_libtpu_version() is None, reason="libtpu is not installed")
+@pytest.mark.skipif(libtpu_version() is None, reason="libtpu is not installed")
 def test_deviceless_xla_tpu_v5e_4() -> None:
-    mesh, _ = topology.target_mesh("v5e-4", (("tp", 4),))
+    mesh, _ = topology_mesh("v5e-4", (("tp", 4),))
     check(mesh, 4)

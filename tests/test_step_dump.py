@@ -20,21 +20,21 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import _step
-from nnx_introspect._step.dump import (
+from nnx_introspect._xla import toolchain
+from nnx_introspect._xla.analysis import _CPU_COMPILER_OPTIONS
+from nnx_introspect._xla.dump import (
     DumpFormatError,
     PeakBuffers,
     dump_options,
     read_peak,
 )
-from nnx_introspect._step.xla import _CPU_COMPILER_OPTIONS
 
 needs_plugin = pytest.mark.skipif(
-    _step.topology._cuda_plugin_version() is None,
+    toolchain.cuda_plugin_version() is None,
     reason="the CUDA PJRT plugin is not installed",
 )
 needs_libtpu = pytest.mark.skipif(
-    _step._libtpu_version() is None, reason="libtpu is not installed"
+    toolchain.libtpu_version() is None, reason="libtpu is not installed"
 )
 
 BATCH, IN, HIDDEN, OUT = 1024, 512, 4096, 512
@@ -70,9 +70,9 @@ def _devices(backend: str) -> list[Any]:
         return h100_devices(1)
     from jax.experimental import topologies
 
-    from nnx_introspect._step.topology import _libtpu_environment
+    from nnx_introspect._xla.toolchain import libtpu_environment
 
-    with _libtpu_environment("v5litepod-1"):
+    with libtpu_environment("v5litepod-1"):
         return list(topologies.get_topology_desc("v5e:1x1", "tpu").devices)
 
 

@@ -24,11 +24,12 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import _step, step_memory_report
+from nnx_introspect import step_memory_report
 from nnx_introspect._step import StepMemoryReport, parse_topology
+from nnx_introspect._xla import analysis, toolchain
 from nnx_introspect.examples import llama_tiny_sharded
 
-_PLUGIN = _step.topology._cuda_plugin_version() is not None
+_PLUGIN = toolchain.cuda_plugin_version() is not None
 needs_plugin = pytest.mark.skipif(
     not _PLUGIN,
     reason='the CUDA PJRT plugin is not installed (pip install "nnx-introspect[gpu]")',
@@ -112,7 +113,7 @@ def test_mesh_must_match_the_gpus() -> None:
 
 
 def test_missing_plugin_says_how_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
-    monkeypatch.setattr(_step.topology, "_cuda_plugin_version", lambda: None)
+    monkeypatch.setattr(toolchain, "cuda_plugin_version", lambda: None)
     x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
     with pytest.raises(
         ImportError, match=r"`topology='h100-8'`.*nnx-introspect\[gpu\]"
@@ -130,7 +131,7 @@ def test_rematerialization_warning_is_read_from_the_compiler_log() -> None:
         "77.27GiB (82970500376 bytes), down from 77.27GiB (82970500376 bytes) "
         "originally\n"
     )
-    (statement,) = _step.xla.remat_statements(log)
+    (statement,) = analysis.remat_statements(log)
     assert statement["quote"] == log[log.index("Can't") :].strip()
     assert (statement["limit"], statement["reduced_to"], statement["original"]) == (
         64567591812,
@@ -346,7 +347,7 @@ def test_library_matmul_flops_are_counted() -> None:
     executable: Any = compiled.runtime_executable()
     text = executable.hlo_modules()[0].to_string()
     assert "__cublas$" in text  # the library call this test is about
-    assert _step.xla._gpu_flops(compiled) == 2 * 64 * 256 * 512
+    assert analysis._gpu_flops(compiled) == 2 * 64 * 256 * 512
 
 
 # --- ptxas from the gpu extra, with the system's CUDA toolkit hidden ----------

@@ -567,7 +567,7 @@ def test_the_none_and_mask_recipe_in_process() -> None:
 
 
 def test_the_none_and_mask_recipe_in_a_child() -> None:
-    assert _step._importable_name(masked_lm_loss) == (f"{__name__}:masked_lm_loss")
+    assert _step.importable_name(masked_lm_loss) == (f"{__name__}:masked_lm_loss")
     report = step_memory_report(
         f"{__name__}:masked", "data=16", _masked_batch(16), loss=masked_lm_loss
     )

@@ -27,8 +27,9 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import _step, step_memory_report
+from nnx_introspect import step_memory_report
 from nnx_introspect._step import StepMemoryReport
+from nnx_introspect._xla import toolchain
 from nnx_introspect.examples import LLAMA_TINY, llama
 from tests.platform_models import two_layer_mlp
 
@@ -37,11 +38,11 @@ X = jax.ShapeDtypeStruct((1024, 512), jnp.float32)
 H100_BYTES = 84_942_979_072
 
 needs_plugin = pytest.mark.skipif(
-    _step.topology._cuda_plugin_version() is None,
+    toolchain.cuda_plugin_version() is None,
     reason='the CUDA PJRT plugin is not installed (pip install "nnx-introspect[gpu]")',
 )
 needs_libtpu = pytest.mark.skipif(
-    _step._libtpu_version() is None, reason="libtpu is not installed"
+    toolchain.libtpu_version() is None, reason="libtpu is not installed"
 )
 
 
@@ -119,10 +120,10 @@ def test_gpu_peak_is_at_least_xlas() -> None:
 def test_tpu_peak_takes_xlas_figure_where_it_is_larger() -> None:
     from jax.experimental import topologies
 
-    from nnx_introspect._step.topology import _libtpu_environment
+    from nnx_introspect._xla.toolchain import libtpu_environment
 
     report = _report("v5e-1")
-    with _libtpu_environment("v5litepod-1"):
+    with libtpu_environment("v5litepod-1"):
         devices = list(topologies.get_topology_desc("v5e:1x1", "tpu").devices)
     hand = hand_compiled(devices)
     _check(report, hand)

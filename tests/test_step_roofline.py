@@ -13,9 +13,9 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from nnx_introspect._step.hardware import DTYPES, Hardware, hardware_for
-from nnx_introspect._step.roofline import LABEL, Roofline, roofline
-from nnx_introspect._step.topology import _FAMILIES
+from nnx_introspect._accelerators.hardware import DTYPES, Hardware, hardware_for
+from nnx_introspect._accelerators.topology import _FAMILIES
+from nnx_introspect._roofline.estimate import LABEL, Roofline, roofline
 
 # --- The table -------------------------------------------------------------------
 

@@ -16,7 +16,7 @@ import jax.numpy as jnp
 import pytest
 
 from nnx_introspect import step_memory_report
-from nnx_introspect._step.topology import _cuda_plugin_version
+from nnx_introspect._xla.toolchain import cuda_plugin_version
 
 TARGET = "nnx_introspect.examples:llama_tiny_sharded"
 TOKENS = jax.ShapeDtypeStruct((16, 64), jnp.int32)
@@ -24,7 +24,7 @@ NVLINK = 450e9  # H100 SXM5: 900 GB/s bidirectional, per direction
 NETWORK = 50e9  # DGX H100: one 400 Gb/s NIC per GPU
 
 needs_plugin = pytest.mark.skipif(
-    _cuda_plugin_version() is None, reason="the CUDA PJRT plugin is not installed"
+    cuda_plugin_version() is None, reason="the CUDA PJRT plugin is not installed"
 )
 
 
@@ -140,7 +140,7 @@ def test_a_program_xla_cannot_print_is_a_warning(
     Its words are quoted in a warning; the report is whole, without collectives
     or an estimate (which would leave the communication out).
     """
-    import nnx_introspect._step.collectives as collectives
+    import nnx_introspect._xla.collectives as collectives
 
     said = (
         "INTERNAL: RET_CHECK failure (external/xla/xla/hlo/ir/hlo_instruction.cc:390)"

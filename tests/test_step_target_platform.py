@@ -19,8 +19,9 @@ import pytest
 from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import _step, step_memory_report
+from nnx_introspect import step_memory_report
 from nnx_introspect._step.platform import devices_seen_as
+from nnx_introspect._xla import toolchain
 from tests.platform_models import HIDDEN, WIDTH, cpu_shy_mlp
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -29,11 +30,11 @@ X = jax.ShapeDtypeStruct((64, WIDTH), jnp.float32)
 MESH = {"fsdp": 2, "tp": 4}
 
 needs_plugin = pytest.mark.skipif(
-    _step.topology._cuda_plugin_version() is None,
+    toolchain.cuda_plugin_version() is None,
     reason='the CUDA PJRT plugin is not installed (pip install "nnx-introspect[gpu]")',
 )
 needs_libtpu = pytest.mark.skipif(
-    _step._libtpu_version() is None, reason="libtpu is not installed"
+    toolchain.libtpu_version() is None, reason="libtpu is not installed"
 )
 
 

@@ -18,7 +18,7 @@ from nnx_introspect import _step, step_memory_report
 from nnx_introspect.examples import two_layer
 
 needs_libtpu = pytest.mark.skipif(
-    _step._libtpu_version() is None, reason="libtpu is not installed (the tpu extra)"
+    _step.libtpu_version() is None, reason="libtpu is not installed (the tpu extra)"
 )
 
 V5E_HBM = 16 * 2**30

@@ -9,10 +9,12 @@ import importlib
 import sys
 import typing
 
-from nnx_introspect._native_log import native_stderr_filtered
+from nnx_introspect._xla.native_log import native_stderr_filtered
 
 if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._abstract import abstract_model as abstract_model
+    from nnx_introspect._breakdown.report import Breakdown as Breakdown
+    from nnx_introspect._breakdown.report import BreakdownRow as BreakdownRow
     from nnx_introspect._checkpoint import CheckpointLeaf as CheckpointLeaf
     from nnx_introspect._checkpoint import CheckpointReport as CheckpointReport
     from nnx_introspect._checkpoint import check_checkpoint as check_checkpoint
@@ -37,17 +39,15 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import MeshConfigReport as MeshConfigReport
     from nnx_introspect._mesh import MeshProblem as MeshProblem
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
-    from nnx_introspect._render import Table as Table
+    from nnx_introspect._render.table import Table as Table
+    from nnx_introspect._roofline.estimate import Roofline as Roofline
+    from nnx_introspect._search.batch import BatchSearch as BatchSearch
+    from nnx_introspect._search.batch import max_batch as max_batch
+    from nnx_introspect._search.meshes import MeshCandidate as MeshCandidate
+    from nnx_introspect._search.meshes import MeshComparison as MeshComparison
+    from nnx_introspect._search.meshes import compare_meshes as compare_meshes
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
     from nnx_introspect._step import step_memory_report as step_memory_report
-    from nnx_introspect._step.breakdown import Breakdown as Breakdown
-    from nnx_introspect._step.breakdown import BreakdownRow as BreakdownRow
-    from nnx_introspect._step.compare import MeshCandidate as MeshCandidate
-    from nnx_introspect._step.compare import MeshComparison as MeshComparison
-    from nnx_introspect._step.compare import compare_meshes as compare_meshes
-    from nnx_introspect._step.roofline import Roofline as Roofline
-    from nnx_introspect._step.search import BatchSearch as BatchSearch
-    from nnx_introspect._step.search import max_batch as max_batch
     from nnx_introspect._summary import KindTotal as KindTotal
     from nnx_introspect._summary import ModelSummary as ModelSummary
     from nnx_introspect._summary import SummaryRow as SummaryRow
@@ -100,13 +100,13 @@ __all__ = [
 # cheap (no JAX, no flax): each module is imported the first time one of its names
 # is used (PEP 562). Every name here is also imported above for type checkers.
 _LAZY: dict[str, str] = {
-    "BatchSearch": "nnx_introspect._step.search",
-    "MeshCandidate": "nnx_introspect._step.compare",
-    "MeshComparison": "nnx_introspect._step.compare",
-    "compare_meshes": "nnx_introspect._step.compare",
-    "Roofline": "nnx_introspect._step.roofline",
-    "Breakdown": "nnx_introspect._step.breakdown",
-    "BreakdownRow": "nnx_introspect._step.breakdown",
+    "BatchSearch": "nnx_introspect._search.batch",
+    "MeshCandidate": "nnx_introspect._search.meshes",
+    "MeshComparison": "nnx_introspect._search.meshes",
+    "compare_meshes": "nnx_introspect._search.meshes",
+    "Roofline": "nnx_introspect._roofline.estimate",
+    "Breakdown": "nnx_introspect._breakdown.report",
+    "BreakdownRow": "nnx_introspect._breakdown.report",
     "CheckpointLeaf": "nnx_introspect._checkpoint",
     "CheckpointReport": "nnx_introspect._checkpoint",
     "DiffEntry": "nnx_introspect._compare",
@@ -120,7 +120,7 @@ _LAZY: dict[str, str] = {
     "StateDiff": "nnx_introspect._compare",
     "StepMemoryReport": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",
-    "Table": "nnx_introspect._render",
+    "Table": "nnx_introspect._render.table",
     "VarRecord": "nnx_introspect._inventory",
     "abstract_model": "nnx_introspect._abstract",
     "check_checkpoint": "nnx_introspect._checkpoint",
@@ -131,7 +131,7 @@ _LAZY: dict[str, str] = {
     "count_state_leaves": "nnx_introspect._counting",
     "fresh_init_forward": "nnx_introspect._init",
     "ideal_share": "nnx_introspect._counting",
-    "max_batch": "nnx_introspect._step.search",
+    "max_batch": "nnx_introspect._search.batch",
     "mesh_config_report": "nnx_introspect._mesh",
     "param_fingerprint": "nnx_introspect._fingerprint",
     "param_sum": "nnx_introspect._counting",

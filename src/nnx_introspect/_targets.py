@@ -32,7 +32,7 @@ class TargetError(Exception):
     """A target that cannot be resolved or built; the message is one line."""
 
 
-def _one_line(error: BaseException) -> str:
+def error_line(error: BaseException) -> str:
     name = type(error).__name__
     try:
         if isinstance(error, SystemExit):  # `sys.exit("message")` or a code
@@ -84,7 +84,7 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
         _not_interrupt(error)
         raise TargetError(
             f"cannot import module {module_name!r} of target {spec!r}: "
-            f"{_one_line(error)}"
+            f"{error_line(error)}"
         ) from error
     finally:
         if added and cwd in sys.path:  # the module may have changed either
@@ -101,7 +101,7 @@ def resolve_factory(spec: str) -> Callable[..., Any]:
         except BaseException as error:
             _not_interrupt(error)
             raise TargetError(
-                f"looking up {part!r} of target {spec!r} failed: {_one_line(error)}"
+                f"looking up {part!r} of target {spec!r} failed: {error_line(error)}"
             ) from error
     if not callable(obj):
         raise TargetError(
@@ -171,7 +171,7 @@ def build_target(spec: str, *, seed: int = 0, abstract: bool = True) -> Any:
             model = _build_concrete(factory, seed)
     except BaseException as error:
         _not_interrupt(error)
-        raise TargetError(f"factory {spec!r} failed: {_one_line(error)}") from error
+        raise TargetError(f"factory {spec!r} failed: {error_line(error)}") from error
     if not isinstance(model, nnx.Pytree):
         raise TargetError(
             f"factory {spec!r} returned {_short_repr(model)}, not an nnx.Module."

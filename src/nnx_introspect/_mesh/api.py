@@ -12,9 +12,9 @@ from nnx_introspect._mesh.parse import (
     LogicalRulesLike,
     MeshLike,
     RulesLike,
-    _as_logical_rules,
     _compile_rules,
     as_abstract_mesh,
+    as_logical_rules,
     optimizer_from_name,
 )
 from nnx_introspect._mesh.plan import _plan_model_leaves, _Planner, _unmatched_rules
@@ -109,7 +109,7 @@ def mesh_config_report(
     abstract = as_abstract_mesh(mesh)
     budget = None if max_device_bytes is None else _budget(max_device_bytes)
     compiled_rules = _compile_rules(rules)
-    logical = _as_logical_rules(logical_rules)
+    logical = as_logical_rules(logical_rules)
     tx = optimizer_from_name(optimizer) if isinstance(optimizer, str) else optimizer
     planner = _Planner(abstract)
     records = inventory(target)

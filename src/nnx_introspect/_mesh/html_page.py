@@ -2,10 +2,11 @@
 
 import html
 
-from nnx_introspect import _render, _render_charts
 from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, _mesh_str
-from nnx_introspect._mesh.specs import _entry_axes, _spec_str
-from nnx_introspect._render import format_bytes
+from nnx_introspect._mesh.specs import entry_axes, spec_str
+from nnx_introspect._render import mesh_charts as _render_charts
+from nnx_introspect._render import table as _render
+from nnx_introspect._render.table import format_bytes
 
 
 def report_html(report: MeshConfigReport) -> str:
@@ -46,9 +47,9 @@ def report_html(report: MeshConfigReport) -> str:
     sharded = [i for i, leaf in enumerate(shown) if any(leaf.spec)][:3]
     grids = "".join(
         _render_charts.split_grid_html(
-            title=f"{leaf.path} {leaf.shape} {_spec_str(leaf.spec)}",
+            title=f"{leaf.path} {leaf.shape} {spec_str(leaf.spec)}",
             shape=leaf.shape,
-            spec=tuple(_entry_axes(e) for e in leaf.spec),
+            spec=tuple(entry_axes(e) for e in leaf.spec),
             axis_names=report.axis_names,
             axis_sizes=report.axis_sizes,
             shard_shape=leaf.shard_shape,

@@ -184,7 +184,7 @@ def _compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec
     return out
 
 
-def _as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
+def as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
     if rules is None:
         return None
     out: list[tuple[str, _Entry]] = []

@@ -13,10 +13,10 @@ from nnx_introspect._inventory import VarRecord, dtype_nbytes
 from nnx_introspect._mesh.report import LeafShard, MeshProblem
 from nnx_introspect._mesh.specs import (
     _Entry,
-    _entry_axes,
     _entry_names,
     _spec_of,
-    _spec_str,
+    entry_axes,
+    spec_str,
 )
 
 
@@ -59,7 +59,7 @@ class _Planner:
                     MeshProblem(
                         path,
                         "invalid-spec",
-                        f"`{path}`: entry {dim} of spec {_spec_str(spec)} is "
+                        f"`{path}`: entry {dim} of spec {spec_str(spec)} is "
                         f"{entry!r}; an entry must be None, a mesh axis name or a "
                         "tuple of axis names.",
                     )
@@ -76,7 +76,7 @@ class _Planner:
                         MeshProblem(
                             path,
                             "duplicate-axis",
-                            f"`{path}`: spec {_spec_str(spec)} uses axis {axis!r} "
+                            f"`{path}`: spec {spec_str(spec)} uses axis {axis!r} "
                             "twice; a mesh axis can split only one dimension, once.",
                             axes=(axis,),
                         )
@@ -88,7 +88,7 @@ class _Planner:
                 MeshProblem(
                     path,
                     "rank",
-                    f"`{path}`: spec {_spec_str(spec)} has {len(spec)} entries but "
+                    f"`{path}`: spec {spec_str(spec)} has {len(spec)} entries but "
                     f"the array has rank {len(shape)} (shape {shape}).",
                 )
             )
@@ -100,7 +100,7 @@ class _Planner:
             # is reported (JAX itself stops at the first).
             alone = PartitionSpec(*([None] * dim), entry)
             if self.shard_shape(alone, shape) is None:
-                axes = _entry_axes(entry)
+                axes = entry_axes(entry)
                 product = math.prod(self.sizes[a] for a in axes)
                 problems.append(
                     MeshProblem(
@@ -123,7 +123,7 @@ class _Planner:
                     path,
                     "invalid-spec",
                     f"`{path}`: JAX cannot build NamedSharding(mesh, "
-                    f"{_spec_str(spec)}) for shape {shape}: "
+                    f"{spec_str(spec)}) for shape {shape}: "
                     f"{self._errors[(spec, shape)]}",
                 )
             )
@@ -134,7 +134,7 @@ class _Planner:
     ) -> MeshProblem:
         if axis in untranslated:
             message = (
-                f"`{path}`: spec {_spec_str(spec)} names {axis!r} inside a tuple "
+                f"`{path}`: spec {spec_str(spec)} names {axis!r} inside a tuple "
                 "entry. Flax translates a logical name only when it is a whole "
                 "entry, so flax looks for a mesh axis "
                 f"{axis!r}, which the mesh {tuple(self.sizes)} lacks, and cannot "
@@ -144,7 +144,7 @@ class _Planner:
             )
         else:
             message = (
-                f"`{path}`: spec {_spec_str(spec)} names axis {axis!r}, which the "
+                f"`{path}`: spec {spec_str(spec)} names axis {axis!r}, which the "
                 f"mesh {tuple(self.sizes)} lacks. Add the axis, map the name with "
                 "`logical_rules`, or override the spec with `rules`."
             )
@@ -173,7 +173,7 @@ class _Planner:
     def replicated_over(self, spec: PartitionSpec | None) -> tuple[str, ...]:
         """Mesh axes of size > 1 that ``spec`` does not use (all of them for None)."""
         if spec not in self._replicated:
-            used = {a for entry in spec or () for a in _entry_axes(entry)}
+            used = {a for entry in spec or () for a in entry_axes(entry)}
             self._replicated[spec] = tuple(
                 n for n, s in self.sizes.items() if s > 1 and n not in used
             )

@@ -6,8 +6,8 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh.parse import parse_bytes
-from nnx_introspect._mesh.specs import _spec_str
-from nnx_introspect._render import Report, Table, Tone, format_bytes
+from nnx_introspect._mesh.specs import spec_str
+from nnx_introspect._render.table import Report, Table, Tone, format_bytes
 from nnx_introspect._typing import IntLike, as_int
 
 CATEGORIES = ("params", "other state", "optimizer state", "gradients")
@@ -357,7 +357,7 @@ class MeshConfigReport(Report):
             (
                 leaf.path,
                 str(leaf.shape),
-                _spec_str(leaf.spec),
+                spec_str(leaf.spec),
                 _short_source(leaf.source),
                 "-" if leaf.shard_shape is None else str(leaf.shard_shape),
                 ", ".join(leaf.replicated_over) or "-",
@@ -541,7 +541,7 @@ def _leaf_json(leaf: LeafShard) -> dict[str, Any]:
         "category": leaf.category,
         "shape": list(leaf.shape),
         "dtype": leaf.dtype,
-        "spec": _spec_json(leaf.spec),
+        "spec": spec_json(leaf.spec),
         "source": leaf.source,
         "shard_shape": None if leaf.shard_shape is None else list(leaf.shard_shape),
         "replicated_over": list(leaf.replicated_over),
@@ -568,5 +568,5 @@ def _mesh_str(report: MeshConfigReport) -> str:
     )
 
 
-def _spec_json(spec: PartitionSpec) -> list[Any]:
+def spec_json(spec: PartitionSpec) -> list[Any]:
     return [list(a) if isinstance(a, tuple) else a for a in spec]

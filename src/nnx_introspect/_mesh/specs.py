@@ -8,11 +8,11 @@ from jax.sharding import PartitionSpec
 _Entry: TypeAlias = str | tuple[str, ...] | None
 
 
-def _spec_str(spec: PartitionSpec) -> str:
+def spec_str(spec: PartitionSpec) -> str:
     return "P(" + ", ".join(repr(a) for a in spec) + ")"
 
 
-def _entry_axes(entry: Any) -> tuple[str, ...]:
+def entry_axes(entry: Any) -> tuple[str, ...]:
     if entry is None:
         return ()
     if isinstance(entry, tuple | list):

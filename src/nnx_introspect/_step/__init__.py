@@ -33,6 +33,9 @@ breakdown, ``dump`` (XLA's dump files read), ``breakdown`` (the buffers at the
 peak classified) and ``advice`` (what to change).
 """
 
+from nnx_introspect._accelerators.topology import GPU_FAMILIES as GPU_FAMILIES
+from nnx_introspect._accelerators.topology import TPU_FAMILIES as TPU_FAMILIES
+from nnx_introspect._accelerators.topology import parse_topology as parse_topology
 from nnx_introspect._step.child import CHILD_TIMEOUT_SECONDS as CHILD_TIMEOUT_SECONDS
 from nnx_introspect._step.child import MAX_CHILD_DEVICES as MAX_CHILD_DEVICES
 from nnx_introspect._step.child import run_child_request as run_child_request
@@ -40,14 +43,11 @@ from nnx_introspect._step.inputs import LOSSES as LOSSES
 from nnx_introspect._step.inputs import BatchLike as BatchLike
 from nnx_introspect._step.inputs import LossLike as LossLike
 from nnx_introspect._step.inputs import SpecsLike as SpecsLike
-from nnx_introspect._step.inputs import _importable_name as _importable_name
+from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
-from nnx_introspect._step.topology import GPU_FAMILIES as GPU_FAMILIES
-from nnx_introspect._step.topology import TPU_FAMILIES as TPU_FAMILIES
-from nnx_introspect._step.topology import _libtpu_version as _libtpu_version
-from nnx_introspect._step.topology import parse_topology as parse_topology
+from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
     "GPU_FAMILIES",

@@ -25,6 +25,7 @@ import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
+from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import (
     OPTIMIZER_NAMES,
@@ -32,11 +33,11 @@ from nnx_introspect._mesh import (
     MeshConfigReport,
     optimizer_from_name,
 )
+from nnx_introspect._render.formats import spec_from_json, spec_json
 from nnx_introspect._step.compile import _compile
-from nnx_introspect._step.formats import _spec_from_json, _spec_json
-from nnx_introspect._step.inputs import LOSSES, _importable_name, _Request
-from nnx_introspect._step.topology import _topology, target_mesh
+from nnx_introspect._step.inputs import LOSSES, _Request, importable_name
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
+from nnx_introspect._xla.toolchain import topology_mesh
 
 MAX_CHILD_DEVICES = 2048
 """The most virtual CPU devices a child compile may use (see the benchmarks)."""
@@ -81,7 +82,7 @@ def _child_request(
         )
     loss: Any = request.loss
     if callable(loss):
-        loss = _importable_name(loss)
+        loss = importable_name(loss)
         if loss is None:
             raise ValueError(
                 "`loss` must be 'mean', 'lm', None or a function importable as "
@@ -99,7 +100,7 @@ def _child_request(
         "leaves": [_leaf_json(leaf) for leaf in plan.leaves],
         "optimizer_leaves": [_leaf_json(leaf) for leaf in plan.optimizer_leaves],
         "batch": [[list(b.shape), jnp.dtype(b.dtype).name] for b in request.batch],
-        "batch_specs": [_spec_json(s) for s in request.batch_specs],
+        "batch_specs": [spec_json(s) for s in request.batch_specs],
         "loss": loss,
         "optimizer": request.optimizer_name,
         "logical_rules": _json_logical_rules(request.logical_rules),
@@ -109,7 +110,7 @@ def _child_request(
 
 
 def _leaf_json(leaf: LeafShard) -> list[Any]:
-    return [leaf.path, leaf.kind, list(leaf.shape), leaf.dtype, _spec_json(leaf.spec)]
+    return [leaf.path, leaf.kind, list(leaf.shape), leaf.dtype, spec_json(leaf.spec)]
 
 
 def _json_logical_rules(rules: Any) -> Any:
@@ -138,7 +139,7 @@ def _planned(data: Mapping[str, Any], key: str, n: int) -> tuple[LeafShard, ...]
             kind=str(kind),
             shape=tuple(int(d) for d in shape),
             dtype=str(dtype),
-            spec=_spec_from_json(spec),
+            spec=spec_from_json(spec),
             shard_shape=None,
             global_bytes=0,
             bytes_per_device=0,
@@ -185,7 +186,7 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
             jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
             for shape, dtype in data["batch"]
         ),
-        batch_specs=tuple(_spec_from_json(s) for s in data["batch_specs"]),
+        batch_specs=tuple(spec_from_json(s) for s in data["batch_specs"]),
         loss=loss,
         loss_name=data["loss"],
         tx=tx,
@@ -209,7 +210,7 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
     topology = data.get("topology")
     trace_devices = None
     if topology is not None:
-        mesh, order = target_mesh(topology, mesh_axes)
+        mesh, order = topology_mesh(topology, mesh_axes)
         if request.trace_as_target:
             trace_devices = list(mesh.devices.flat)
     else:
@@ -236,9 +237,11 @@ def _child_env(n: int, topology: str | None) -> dict[str, str]:
     env["XLA_FLAGS"] = " ".join(flags)
     env["JAX_PLATFORMS"] = "cpu"
     env["TF_CPP_MIN_LOG_LEVEL"] = env.get("TF_CPP_MIN_LOG_LEVEL", "1")
-    if topology is not None and _topology(topology).platform == "tpu":
+    if topology is not None and resolve_topology(topology).platform == "tpu":
         env.setdefault("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
-        env.setdefault("TPU_ACCELERATOR_TYPE", _topology(topology).accelerator_type)
+        env.setdefault(
+            "TPU_ACCELERATOR_TYPE", resolve_topology(topology).accelerator_type
+        )
         env.setdefault("TPU_WORKER_HOSTNAMES", "localhost")
     paths = [p for p in sys.path if p]
     if env.get("PYTHONPATH"):

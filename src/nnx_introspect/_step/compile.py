@@ -16,12 +16,11 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._breakdown.report import ArgumentLeaf, argument_leaves, classify
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._step.breakdown import ArgumentLeaf, argument_leaves, classify
-from nnx_introspect._step.dump import DumpFormatError, read_peak
-from nnx_introspect._step.formats import _batch_str, _one_line
+from nnx_introspect._render.formats import batch_str, error_line
 from nnx_introspect._step.inputs import _Request
 from nnx_introspect._step.loss import (
     _call_model,
@@ -31,7 +30,8 @@ from nnx_introspect._step.loss import (
     _OptimizerError,
 )
 from nnx_introspect._step.platform import devices_seen_as
-from nnx_introspect._step.xla import compile_lowered
+from nnx_introspect._xla.analysis import compile_lowered
+from nnx_introspect._xla.dump import DumpFormatError, read_peak
 
 
 def _shard_state(
@@ -73,7 +73,7 @@ def _optimizer_state(
         )
     except Exception as err:
         raise ValueError(
-            f"`optimizer`'s init failed on the model's parameters: {_one_line(err)}. "
+            f"`optimizer`'s init failed on the model's parameters: {error_line(err)}. "
             "Pass an optax transformation whose init takes the parameter tree."
         ) from err
 
@@ -178,7 +178,7 @@ def _compile(
 
     With ``request.breakdown``, XLA dumps the compiled step into a temporary directory
     (removed before this returns) and ``numbers["breakdown"]`` is the
-    :class:`~nnx_introspect._step.breakdown.Breakdown` of its peak as JSON
+    :class:`~nnx_introspect._breakdown.report.Breakdown` of its peak as JSON
     data, or ``numbers["breakdown_error"]`` says why there is none.
     """
     start = time.perf_counter()
@@ -245,7 +245,7 @@ def _compile_with_breakdown(
                 gradient_types=names.gradient_types,
             )
         except (DumpFormatError, ValueError) as error:
-            numbers["breakdown_error"] = _one_line(error)
+            numbers["breakdown_error"] = error_line(error)
         else:
             numbers["breakdown"] = found.json_data()
         return numbers
@@ -259,7 +259,7 @@ def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
     It is chained to the user's own exception, so its traceback is kept.
     """
     cause = error.__cause__ or error
-    batch = ", ".join(_batch_str(b) for b in request.batch)
+    batch = ", ".join(batch_str(b) for b in request.batch)
     if isinstance(error, _OptimizerError):
         raise ValueError(f"`optimizer`'s update failed in the step: {error}") from cause
     if isinstance(error, _ModelError) and callable(request.loss):
@@ -479,10 +479,10 @@ def _update(
         return tx.update(grads, opt_state, params)
     except TypeError as error:
         if not isinstance(tx, optax.GradientTransformationExtraArgs):
-            raise _OptimizerError(_one_line(error)) from error
+            raise _OptimizerError(error_line(error)) from error
         first = error
     except Exception as error:
-        raise _OptimizerError(_one_line(error)) from error
+        raise _OptimizerError(error_line(error)) from error
     try:
         return tx.update(
             grads, opt_state, params, value=value, grad=grads, value_fn=value_fn
@@ -491,8 +491,8 @@ def _update(
         raise
     except Exception as error:
         raise _OptimizerError(
-            f"{_one_line(first)}; with value, grad and value_fn passed too (as "
-            f"optax's L-BFGS needs) it raised {_one_line(error)}. Pass an optax "
+            f"{error_line(first)}; with value, grad and value_fn passed too (as "
+            f"optax's L-BFGS needs) it raised {error_line(error)}. Pass an optax "
             "transformation whose update takes (grads, state, params) and at "
             "most those extra arguments"
         ) from error

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import optimizer_from_name
-from nnx_introspect._step.formats import _batch_str, _one_line, _spec_str
+from nnx_introspect._render.formats import batch_str, error_line, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
 from nnx_introspect._typing import check_finite, short_repr
 
@@ -79,7 +79,7 @@ class _Request:
         return math.prod(s for _, s in self.mesh_axes)
 
 
-def _as_model(target: Any) -> Any:
+def as_model(target: Any) -> Any:
     """An abstract module for ``target`` (never the caller's own object)."""
     if isinstance(target, str):
         try:
@@ -104,7 +104,7 @@ def _as_model(target: Any) -> Any:
         except Exception as error:
             raise ValueError(
                 f"`target` factory {getattr(target, '__name__', target)!r} raised "
-                f"{_one_line(error)}"
+                f"{error_line(error)}"
             ) from None
         if not isinstance(model, nnx.Module):
             raise TypeError(
@@ -117,7 +117,7 @@ def _as_model(target: Any) -> Any:
     )
 
 
-def _importable_name(obj: Any) -> str | None:
+def importable_name(obj: Any) -> str | None:
     """``"module:qualname"`` if that name imports back to ``obj`` itself."""
     if isinstance(obj, str):
         return obj
@@ -138,7 +138,7 @@ MAX_BATCH_BYTES = 2**62
 shape past that aborts the process instead of raising."""
 
 
-def _as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
+def as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
     leaves = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
     if not leaves:
         raise ValueError(
@@ -149,7 +149,7 @@ def _as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
     total = sum(math.prod(b.shape) * _itemsize(b.dtype) for b in out)
     if total > MAX_BATCH_BYTES:
         raise ValueError(
-            f"`batch` ({', '.join(_batch_str(b) for b in out)}) holds {total:,} "
+            f"`batch` ({', '.join(batch_str(b) for b in out)}) holds {total:,} "
             f"bytes, more than the {MAX_BATCH_BYTES:,} (2**62) any device or XLA "
             "can address. Check the shapes."
         )
@@ -246,7 +246,7 @@ def _itemsize(dtype: Any) -> int:
     return max(1, int(np.dtype(dtype).itemsize))
 
 
-def _as_batch_specs(
+def as_batch_specs(
     batch_spec: Any, batch: tuple[jax.ShapeDtypeStruct, ...], first_axis: str
 ) -> tuple[tuple[PartitionSpec, ...], str]:
     """Per-leaf specs and the argument name to blame for their problems."""
@@ -292,12 +292,12 @@ def _check_spec_entries(spec: PartitionSpec, name: str) -> None:
         if entry is not None and not all(isinstance(a, str) for a in axes):
             raise TypeError(
                 f"`{name}` entry {dim} must be None, a mesh axis name or a tuple "
-                f"of them, got {entry!r} in {_spec_str(spec)}. Write e.g. "
+                f"of them, got {entry!r} in {spec_str(spec)}. Write e.g. "
                 "P('data') or P(('data', 'fsdp'), None)."
             )
 
 
-def _spec_problems(
+def spec_problems(
     name: str,
     batch: tuple[jax.ShapeDtypeStruct, ...],
     specs: tuple[PartitionSpec, ...],
@@ -305,7 +305,7 @@ def _spec_problems(
 ) -> list[str]:
     problems: list[str] = []
     for i, (leaf, spec) in enumerate(zip(batch, specs, strict=True)):
-        where = f"`{name}` leaf {i} ({_batch_str(leaf)}) with spec {_spec_str(spec)}"
+        where = f"`{name}` leaf {i} ({batch_str(leaf)}) with spec {spec_str(spec)}"
         if len(spec) > len(leaf.shape):
             problems.append(
                 f"{where}: the spec has {len(spec)} entries for rank {len(leaf.shape)}."
@@ -342,7 +342,7 @@ def _spec_problems(
     return problems
 
 
-def _as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
+def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
     """Validate ``loss``: ``None``, a name in :data:`LOSSES` or a callable."""
     if loss is None:
         return None
@@ -362,13 +362,13 @@ def _as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
             if len(tokens.shape) != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
                 raise ValueError(
                     "`loss='lm'` needs `batch[0]` to be (batch, sequence) integer "
-                    f"tokens, got {_batch_str(tokens)}. Pass int32 tokens first, "
+                    f"tokens, got {batch_str(tokens)}. Pass int32 tokens first, "
                     "or a callable `loss`."
                 )
             if tokens.shape[1] < 2:
                 raise ValueError(
                     "`loss='lm'` predicts each next token, so `batch[0]` needs a "
-                    f"sequence of at least 2 tokens, got {_batch_str(tokens)}."
+                    f"sequence of at least 2 tokens, got {batch_str(tokens)}."
                 )
         return loss
     return loss
@@ -380,7 +380,7 @@ def _loss_name(loss: Any) -> str | None:
     return str(getattr(loss, "__name__", type(loss).__name__))
 
 
-def _as_optimizer(
+def as_optimizer(
     optimizer: Any,
 ) -> tuple[optax.GradientTransformation | None, str | None]:
     if optimizer is None:

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from nnx_introspect._step.formats import _one_line
+from nnx_introspect._render.formats import error_line
 from nnx_introspect._step.inputs import LossLike
 
 
@@ -37,7 +37,7 @@ def _call_model(model: Any, batch: tuple[Any, ...]) -> Any:
     try:
         return model(*batch)
     except Exception as error:
-        raise _ModelError(_one_line(error)) from error
+        raise _ModelError(error_line(error)) from error
 
 
 def _describe(value: Any, depth: int = 0) -> str:
@@ -121,8 +121,8 @@ def _objective(loss: LossLike) -> Objective:
             value = user(model, batch)
         except Exception as error:
             if _raised_in_model(error):
-                raise _ModelError(_one_line(error)) from error
-            raise _LossError(_one_line(error)) from error
+                raise _ModelError(error_line(error)) from error
+            raise _LossError(error_line(error)) from error
         if _is_float_scalar(value):
             return value, None
         if (

@@ -12,6 +12,8 @@ import optax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._accelerators.budget import Budget, step_budget
+from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._mesh import (
     LogicalRulesLike,
     MeshConfigReport,
@@ -21,30 +23,28 @@ from nnx_introspect._mesh import (
     mesh_config_report,
     parse_bytes,
 )
-from nnx_introspect._render import format_bytes
-from nnx_introspect._step.breakdown import Breakdown
-from nnx_introspect._step.budget import Budget, step_budget
+from nnx_introspect._render.formats import batch_str
+from nnx_introspect._render.table import format_bytes
 from nnx_introspect._step.child import _child_request, _run_child
 from nnx_introspect._step.compile import _compile
-from nnx_introspect._step.formats import _batch_str
 from nnx_introspect._step.inputs import (
     BatchLike,
     LossLike,
     SpecsLike,
-    _as_batch,
-    _as_batch_specs,
-    _as_loss,
-    _as_model,
-    _as_optimizer,
-    _importable_name,
     _loss_name,
     _Request,
-    _spec_problems,
+    as_batch,
+    as_batch_specs,
+    as_loss,
+    as_model,
+    as_optimizer,
+    importable_name,
+    spec_problems,
 )
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.topology import check_compiler, target_mesh
-from nnx_introspect._step.xla import compiler_name
 from nnx_introspect._typing import IntLike, typechecked
+from nnx_introspect._xla.analysis import compiler_name
+from nnx_introspect._xla.toolchain import check_compiler, topology_mesh
 
 
 @typechecked
@@ -155,7 +155,7 @@ def step_memory_report(
             :attr:`~StepMemoryReport.roofline` uses, bytes per second or a
             size such as ``"50GB"`` (per second); default: the family's
             reference system's (400 Gb/s, 50 GB/s, per H100), as
-            :func:`~nnx_introspect._step.hardware.hardware_for` documents.
+            :func:`~nnx_introspect._accelerators.hardware.hardware_for` documents.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -189,17 +189,17 @@ def step_memory_report(
         >>> report.plan.bytes_by_category["optimizer state"] == 2 * params + 8
         True
     """
-    model = _as_model(target)
+    model = as_model(target)
     abstract_mesh = as_abstract_mesh(mesh)
     mesh_axes = tuple(
         (str(a), int(s))
         for a, s in zip(abstract_mesh.axis_names, abstract_mesh.axis_sizes, strict=True)
     )
-    leaves = _as_batch(batch)
-    specs, spec_name = _as_batch_specs(batch_spec, leaves, mesh_axes[0][0])
-    loss = _as_loss(loss, leaves)
-    tx, optimizer_name = _as_optimizer(optimizer)
-    _check_optimizer_has_a_loss(optimizer, tx, loss)
+    leaves = as_batch(batch)
+    specs, spec_name = as_batch_specs(batch_spec, leaves, mesh_axes[0][0])
+    loss = as_loss(loss, leaves)
+    tx, optimizer_name = as_optimizer(optimizer)
+    check_optimizer_has_a_loss(optimizer, tx, loss)
     given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
     if topology is not None:  # a bad name, size or missing compiler: before work
         check_compiler(topology, mesh_axes)
@@ -208,10 +208,10 @@ def step_memory_report(
     plan = mesh_config_report(
         model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
     )
-    _check_shardable(plan, spec_name, leaves, specs, mesh_axes)
+    check_shardable(plan, spec_name, leaves, specs, mesh_axes)
     request = _Request(
         model=model,
-        target_name=_importable_name(target)
+        target_name=importable_name(target)
         if not isinstance(target, nnx.Module)
         else None,
         mesh_axes=mesh_axes,
@@ -238,9 +238,9 @@ def _network(value: IntLike | str | None, topology: str | None) -> int | None:
     """``network_bytes_per_second`` as bytes per second; only for a GPU target."""
     if value is None:
         return None
-    from nnx_introspect._step.topology import _topology
+    from nnx_introspect._accelerators.topology import resolve_topology
 
-    if topology is None or _topology(topology).platform != "cuda":
+    if topology is None or resolve_topology(topology).platform != "cuda":
         raise ValueError(
             f"`network_bytes_per_second` {value!r} is the network between GPU hosts, "
             f"but `topology` is {topology!r}. Pass a GPU topology such as "
@@ -255,7 +255,7 @@ def _network(value: IntLike | str | None, topology: str | None) -> int | None:
     return rate
 
 
-def _check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
+def check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
     if tx is not None and loss is None:
         raise ValueError(
             f"`optimizer` {optimizer!r} needs a loss to differentiate, but "
@@ -264,7 +264,7 @@ def _check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
         )
 
 
-def _check_shardable(
+def check_shardable(
     plan: MeshConfigReport,
     spec_name: str,
     leaves: tuple[jax.ShapeDtypeStruct, ...],
@@ -277,7 +277,7 @@ def _check_shardable(
     does not use): the message counts each kind, shows one example of it and
     its fix, and points to the full list, in a few hundred characters.
     """
-    batch = _spec_problems(spec_name, leaves, specs, dict(mesh_axes))
+    batch = spec_problems(spec_name, leaves, specs, dict(mesh_axes))
     errors = plan.errors
     if not errors and not batch:
         return
@@ -344,8 +344,8 @@ def _compile_where_the_devices_are(
             payload = _child_request(request, n, plan, topology)
         except ValueError:
             # Unnamed: compile here (XLA:GPU only where JAX started with
-            # JAX_PLATFORMS=cpu; target_mesh says so otherwise).
-            target_mesh_, order = target_mesh(topology, request.mesh_axes)
+            # JAX_PLATFORMS=cpu; topology_mesh says so otherwise).
+            target_mesh_, order = topology_mesh(topology, request.mesh_axes)
             numbers = _compile(request, target_mesh_, plan) | {"device_order": order}
             return numbers, "this process"
         return _run_child(payload, n), f"a child process ({topology})"
@@ -433,7 +433,7 @@ def _report(
         step=_step_name(request.loss, tx),
         loss=request.loss_name,
         optimizer=optimizer_name if tx is None or optimizer_name else "optax object",
-        batch=tuple(_batch_str(b) for b in request.batch),
+        batch=tuple(batch_str(b) for b in request.batch),
         batch_specs=request.batch_specs,
         topology=topology,
         compiled_in=compiled_in,

@@ -7,8 +7,12 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
+from nnx_introspect._accelerators.budget import MAX_ADVISED_FRACTION, Budget
+from nnx_introspect._breakdown.advice import what_to_change
+from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._mesh import MeshConfigReport, parse_bytes
-from nnx_introspect._render import (
+from nnx_introspect._render.formats import spec_json, spec_str
+from nnx_introspect._render.table import (
     Report,
     Table,
     format_bytes,
@@ -16,11 +20,7 @@ from nnx_introspect._render import (
     to_markdown,
     to_rich,
 )
-from nnx_introspect._step.advice import what_to_change
-from nnx_introspect._step.breakdown import Breakdown
-from nnx_introspect._step.budget import MAX_ADVISED_FRACTION, Budget
-from nnx_introspect._step.formats import _spec_json, _spec_str
-from nnx_introspect._step.roofline import Roofline
+from nnx_introspect._roofline.estimate import Roofline
 from nnx_introspect._typing import IntLike, typechecked
 
 _CPU_CAVEAT = (
@@ -366,7 +366,7 @@ class StepMemoryReport(Report):
             f"Compiled in {self.compiled_in}, "
             f"{self.compile_seconds:.1f} s; step: {self.step}; batch: "
             f"{', '.join(self.batch)} split as "
-            f"{', '.join(_spec_str(s) for s in self.batch_specs)}."
+            f"{', '.join(spec_str(s) for s in self.batch_specs)}."
         ]
         if self.topology is not None:
             notes.append(f"Device order: {self.device_order}.")
@@ -490,7 +490,7 @@ class StepMemoryReport(Report):
         warnings say why): an estimate without its communication would be
         too low.
 
-        :func:`~nnx_introspect._step.roofline.roofline` of this program's FLOPs,
+        :func:`~nnx_introspect._roofline.estimate.roofline` of this program's FLOPs,
         bytes accessed and collective wire bytes per mesh axis on the target's
         data-sheet figures, at the peak of :attr:`matmul_dtype`: a range from
         perfect overlap to none, always an estimate, never a measurement.
@@ -507,8 +507,8 @@ class StepMemoryReport(Report):
             or self.collective_wire_bytes is None  # unread: no honest estimate
         ):
             return None
-        from nnx_introspect._step.hardware import hardware_for
-        from nnx_introspect._step.roofline import roofline
+        from nnx_introspect._accelerators.hardware import hardware_for
+        from nnx_introspect._roofline.estimate import roofline
 
         sizes = dict(zip(self.plan.axis_names, self.plan.axis_sizes, strict=True))
         comm: dict[tuple[str, ...], int] = {}
@@ -610,7 +610,7 @@ class StepMemoryReport(Report):
         body = super()._body_html(table)
         if self.breakdown is None:
             return body
-        from nnx_introspect._step.breakdown_chart import breakdown_html
+        from nnx_introspect._breakdown.chart import breakdown_html
 
         facts = self.what_to_change
         advice = ""
@@ -675,7 +675,7 @@ class StepMemoryReport(Report):
             "loss": self.loss,
             "optimizer": self.optimizer,
             "batch": list(self.batch),
-            "batch_specs": [_spec_json(s) for s in self.batch_specs],
+            "batch_specs": [spec_json(s) for s in self.batch_specs],
             "temporaries_caveat": _CPU_CAVEAT if self.backend == "cpu" else None,
             "plan": {
                 "bytes_per_device": self.plan.bytes_per_device,

@@ -39,7 +39,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from nnx_introspect._mesh import mesh_config_report
-    from nnx_introspect._render import format_bytes
+    from nnx_introspect._render.table import format_bytes
 
     mesh, rules, logical = _mesh_and_rules(args)
     model = build_target(args.target, seed=args.seed)

@@ -4,7 +4,7 @@ Importing JAX with the CUDA PJRT plugin installed on a machine without a GPU
 makes its C++ code write ``Could not find cuda drivers`` lines straight to file
 descriptor 2, below anything Python's logging or ``warnings`` can filter. The
 command line starts JAX inside :func:`native_stderr_filtered` (from
-:mod:`nnx_introspect._native_log`, which the library shares), which points file
+:mod:`nnx_introspect._xla.native_log`, which the library shares), which points file
 descriptor 2 at a temporary file while JAX loads its plugins and backends, then
 writes back every line that is not known plugin noise, so real errors still
 reach the user.
@@ -18,7 +18,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from nnx_introspect._native_log import NOISE, drop_noise, native_stderr_filtered
+from nnx_introspect._xla.native_log import NOISE, drop_noise, native_stderr_filtered
 
 __all__ = [
     "NOISE",

@@ -10,8 +10,8 @@ from contextlib import contextmanager
 from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
-from nnx_introspect.cli.compare import jobs_arg, run_compare
 from nnx_introspect.cli.errors import UsageError, _describe
+from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _add_plan_args, _bytes_arg, _mesh_and_rules
 
@@ -260,7 +260,7 @@ class _SearchLine:
         """The line as it reads now."""
         if self.batch is None:
             return self.message
-        from nnx_introspect._render import format_bytes
+        from nnx_introspect._render.table import format_bytes
 
         elapsed = _duration(self.clock() - self.began)
         line = f"compiling batch {self.batch} (compile {self.count}, {elapsed})"
@@ -306,8 +306,8 @@ def _status(
 
 
 def _run_step(args: argparse.Namespace) -> int:
+    from nnx_introspect._search.batch import max_batch
     from nnx_introspect._step import parse_batch, step_memory_report
-    from nnx_introspect._step.search import max_batch
 
     meshes: list[str] = list(args.mesh)
     if len(meshes) > 1 or meshes[0] == "auto":

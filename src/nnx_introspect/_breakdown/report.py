@@ -1,0 +1,824 @@
+"""What XLA's peak is made of: each buffer live there with a kind, a path or a source.
+
+A pure function of :class:`~nnx_introspect._xla.dump.PeakBuffers` (what XLA's
+dumps say) and of what the step knows about its arguments (their state paths);
+nothing here compiles or reads a file.
+
+The kinds, in the order they are decided:
+
+1. ``parameter``, ``optimizer state``, ``other model state``, ``batch``: an entry
+   parameter of the jitted step, by its :class:`ArgumentLeaf` (XLA numbers the
+   entry parameters as ``jax.jit`` flattens its arguments: the leaf index).
+2. ``output``: (part of) the step's result (new parameters, new optimizer state,
+   gradients, the loss), with its output index.
+3. ``collective buffer``: the result of a collective the SPMD partitioner
+   inserted (all-gather, all-reduce, reduce-scatter, all-to-all,
+   collective-permute and their ``-start``/``-done`` halves).
+4. ``activation kept for backward``: a buffer made by the forward pass and still
+   live once the backward pass has begun. JAX names every op under
+   ``jax.value_and_grad`` by the transformation that made it: forward ops carry
+   ``jvp(`` (``jit(step)/jvp()/dot_general``), backward ops ``transpose(``
+   (``jit(step)/transpose(jvp())/dot_general``). The rule: the op name contains
+   ``jvp(`` and no ``transpose(``, and at least one buffer live at the peak was
+   made by a backward op, so the backward pass has begun by the peak and this
+   forward value lives across it (XLA may interleave the passes: on XLA:CPU a
+   Llama's peak falls in the optimizer update of the last layers while the
+   first layers' forward values still wait for their backward).
+   At a peak inside the forward pass nothing proves a forward value is kept,
+   so it stays a temporary. Under ``jax.checkpoint`` / ``nnx.remat`` the
+   recomputed forward ops are backward ops by name
+   (``transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general``), so
+   only what the remat keeps (each checkpointed block's input) is "kept".
+5. ``gradient``: a value made by a backward op (its op name contains
+   ``transpose(``) with exactly the per-device shape and element type of a
+   differentiated parameter (``classify``'s ``gradient_types``): a gradient, or
+   a partial sum of one. A backward value of another shape stays a temporary;
+   an activation that happens to share a parameter's shape and dtype would be
+   counted here too (none does in the library's examples).
+6. ``temporary``: everything else (XLA's copies, fusions of the optimizer
+   update, index tables of tuples).
+
+In a step without an optimizer the gradients are outputs; their output names
+say so (``gradients layers/0/...``).
+
+Example:
+    >>> import tempfile
+    >>> import jax, jax.numpy as jnp
+    >>> from nnx_introspect._xla.dump import dump_options, read_peak
+    >>> def step(w, x):
+    ...     return jax.grad(lambda w: jnp.sum(jnp.tanh(x @ w) ** 2))(w)
+    >>> with tempfile.TemporaryDirectory() as directory:
+    ...     compiled = (
+    ...         jax.jit(step)
+    ...         .lower(jax.ShapeDtypeStruct((64, 64), jnp.float32),
+    ...                jax.ShapeDtypeStruct((128, 64), jnp.float32))
+    ...         .compile(compiler_options=dump_options(directory))
+    ...     )
+    ...     peak = read_peak(directory, backend="cpu")
+    >>> arguments = [
+    ...     ArgumentLeaf(0, "w", "parameter"), ArgumentLeaf(1, "batch[0]", "batch")
+    ... ]
+    >>> breakdown = classify(peak, arguments, held_bytes=peak.peak_bytes)
+    >>> sum(row.nbytes for row in breakdown.rows) == breakdown.live_peak_bytes
+    True
+    >>> [row.label for row in breakdown.rows if row.kind == "parameter"]
+    ['w']
+"""
+
+import functools
+import importlib.util
+import os
+import re
+from collections.abc import Callable, Collection, Hashable, Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._typing import IntLike, as_int, typechecked
+from nnx_introspect._xla.dump import (
+    LiveCurve,
+    PeakBuffer,
+    PeakBuffers,
+    SourceLocation,
+)
+from nnx_introspect._xla.dump import source_json as _source_json
+
+__all__ = [
+    "ARGUMENT_KINDS",
+    "KINDS",
+    "ArgumentLeaf",
+    "Breakdown",
+    "BreakdownRow",
+    "Group",
+    "argument_leaves",
+    "classify",
+]
+
+ARGUMENT_KINDS: Final = ("parameter", "optimizer state", "other model state", "batch")
+"""The kinds of the step's arguments, as :class:`ArgumentLeaf` names them."""
+
+KINDS: Final = (
+    *ARGUMENT_KINDS,
+    "output",
+    "gradient",
+    "activation kept for backward",
+    "collective buffer",
+    "temporary",
+)
+"""Every kind a buffer live at the peak can have."""
+
+_COLLECTIVES: Final = frozenset(
+    f"{op}{suffix}"
+    for op in (
+        "all-gather",
+        "all-reduce",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+    )
+    for suffix in ("", "-start", "-done")
+)
+_TIMES: Final = "\N{MULTIPLICATION SIGN}"
+_FORWARD: Final = "jvp("
+_BACKWARD: Final = "transpose("
+
+
+@dataclass(frozen=True)
+class ArgumentLeaf:
+    """One flattened argument of the jitted step: XLA's entry parameter number.
+
+    Attributes:
+        parameter: XLA's entry parameter number (the leaf's index when
+            ``jax.jit`` flattens the step's arguments in order).
+        path: its state path (``"layers/3/attn/q/kernel"``,
+            ``"optimizer/opt_state/0/mu/..."``, ``"batch[0]"``).
+        kind: one of :data:`ARGUMENT_KINDS`.
+
+    Example:
+        >>> ArgumentLeaf(0, "l1/kernel", "parameter").kind
+        'parameter'
+    """
+
+    parameter: int
+    path: str
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARGUMENT_KINDS:
+            raise ValueError(
+                f"`kind` must be one of {list(ARGUMENT_KINDS)}, got {self.kind!r}."
+            )
+        if self.parameter < 0:
+            raise ValueError(
+                f"`parameter` must be a non-negative integer, got {self.parameter}."
+            )
+
+
+@typechecked
+def argument_leaves(
+    parameters: Sequence[str],
+    other_state: Sequence[str],
+    optimizer_state: Sequence[str],
+    n_batch: int,
+) -> tuple[ArgumentLeaf, ...]:
+    """The step's arguments numbered as XLA numbers its entry parameters.
+
+    For the library's training step ``train(params, rest, opt_state, step,
+    batch)`` (``jax.jit`` flattens them in that order, ``keep_unused=True``
+    keeps every leaf): the parameters' paths, the other model state's, the
+    optimizer's (its state's leaves, then ``"optimizer/step"``), then the batch
+    as ``batch[0]``, ``batch[1]``, ... Steps without an optimizer pass an empty
+    ``optimizer_state``.
+
+    Args:
+        parameters: the ``nnx.Param`` leaves' paths, in tree order.
+        other_state: the other model state's paths, in tree order.
+        optimizer_state: the optimizer's paths, in tree order.
+        n_batch: how many arrays the batch has.
+
+    Returns:
+        One :class:`ArgumentLeaf` per entry parameter, numbered from 0.
+
+    Example:
+        >>> leaves = argument_leaves(["w"], ["bn/mean"], ["optimizer/step"], 1)
+        >>> [(leaf.parameter, leaf.path, leaf.kind) for leaf in leaves]
+        [(0, 'w', 'parameter'), (1, 'bn/mean', 'other model state'), \
+(2, 'optimizer/step', 'optimizer state'), (3, 'batch[0]', 'batch')]
+    """
+    if n_batch < 0:
+        raise ValueError(f"`n_batch` must be a non-negative integer, got {n_batch}.")
+    kinds = (
+        [(path, "parameter") for path in parameters]
+        + [(path, "other model state") for path in other_state]
+        + [(path, "optimizer state") for path in optimizer_state]
+        + [(f"batch[{i}]", "batch") for i in range(n_batch)]
+    )
+    return tuple(ArgumentLeaf(i, path, kind) for i, (path, kind) in enumerate(kinds))
+
+
+@dataclass(frozen=True)
+class BreakdownRow:
+    """One buffer live at the peak, classified.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        label: the argument's path, the output's name, or the source location
+            (``"_mlp model.py:12"``), else XLA's op name or instruction.
+        nbytes: its bytes in XLA's live-range accounting.
+        shape: the array shape (``()`` for a tuple's index table).
+        dtype: XLA's element type (``f32``, ``bf16``, ``tuple``, ...).
+        instruction: the HLO instruction that defines it.
+        opcode: that instruction's opcode.
+        op_name: JAX's op name, if any.
+        path: the argument's state path, for an entry parameter.
+        source: the innermost user frame, if any.
+        parameter: XLA's entry parameter number, for an entry parameter.
+        output_index: its index in the step's output, for an output.
+        memory_space: the memory space of its layout (``S(1)`` on XLA:TPU);
+            0 for the device's main memory.
+
+    Example:
+        >>> row = BreakdownRow("parameter", "l1/kernel", 8192, (512, 4), "f32", \
+"w.1", "parameter", None, "l1/kernel", None, 0, None)
+        >>> row.type_str
+        'f32[512,4]'
+    """
+
+    kind: str
+    label: str
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    instruction: str
+    opcode: str
+    op_name: str | None
+    path: str | None
+    source: SourceLocation | None
+    parameter: int | None
+    output_index: tuple[int, ...] | None
+    memory_space: int = 0
+
+    @property
+    def type_str(self) -> str:
+        """``f32[1024,4096]``, as XLA writes a shape."""
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+@dataclass(frozen=True)
+class Group:
+    """Buffers of a grouped view: their label, kind (if one), count and bytes.
+
+    Attributes:
+        label: the group's name (a kind, ``"Attention.__call__ model.py:120"``,
+            ``layers/*/attn/q/kernel`` and its count after a multiplication sign).
+        count: how many buffers.
+        nbytes: their bytes.
+        kind: the kind all of them share, or ``None`` for a group of several.
+        source: the source location they share, if grouped by source.
+    """
+
+    label: str
+    count: int
+    nbytes: int
+    kind: str | None = None
+    source: SourceLocation | None = None
+
+
+@dataclass(frozen=True)
+class Breakdown(Report):
+    """The buffers live at XLA's peak of a compiled step, each with its kind.
+
+    Attributes:
+        backend: ``cpu``, ``gpu`` or ``tpu``.
+        module: XLA's module name (``jit_train``).
+        peak_time: the program point of the peak, as XLA numbers it.
+        peak_instruction: the instruction scheduled there.
+        live_peak_bytes: the most bytes live at one program point by XLA's
+            live ranges (XLA's own peak point unless more are live at another):
+            the rows add up to it exactly.
+        held_bytes: what the device holds for the step (arguments + outputs +
+            XLA's temp buffer - aliased, from ``memory_analysis()``).
+        rows: every buffer live at the peak, largest first.
+        curve: the bytes live at each program point, or ``None``.
+        top_n: how many of the largest buffers :meth:`table` shows.
+        xla_peak_time: the point XLA's live-range dump names its peak; it is
+            ``peak_time`` unless more bytes are live at another point by XLA's
+            own live ranges (see :class:`PeakBuffers`), ``None`` when not read.
+        xla_peak_bytes: the bytes XLA lists live at its point.
+
+    Example:
+        >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
+"parameter", "x", "batch[0]", None, 0, None)
+        >>> breakdown = Breakdown("cpu", "jit_f", 3, "dot", 96, 128, (row,))
+        >>> breakdown.gap_bytes, breakdown.by_kind()[0].label
+        (32, 'batch')
+    """
+
+    SCHEMA = "nnx-introspect/peak-breakdown"
+    SCHEMA_VERSION = 1
+
+    backend: str
+    module: str
+    peak_time: int
+    peak_instruction: str
+    live_peak_bytes: int
+    held_bytes: int
+    rows: tuple[BreakdownRow, ...]
+    curve: LiveCurve | None = None
+    top_n: int = 20
+    xla_peak_time: int | None = None
+    xla_peak_bytes: int | None = None
+
+    def __post_init__(self) -> None:
+        if self.top_n < 1:
+            raise ValueError(
+                f"`top_n` must be a positive integer, got {self.top_n}: the table"
+                " shows that many of the largest buffers."
+            )
+
+    @property
+    def gap_bytes(self) -> int:
+        """``held_bytes - live_peak_bytes``; negative when the live ranges say more."""
+        return self.held_bytes - self.live_peak_bytes
+
+    @property
+    def gap_reason(self) -> str:
+        """Why what the device holds differs from the buffers live at the peak."""
+        gap = self.gap_bytes
+        if gap > 0:
+            return (
+                f"The device holds {format_bytes(gap)} more than the buffers live at"
+                " the peak: XLA packs every temporary into one preallocated buffer"
+                " sized for the whole program (with alignment padding), and holds"
+                " the arguments and outputs for the whole step, live or not."
+            )
+        if gap < 0:
+            return (
+                f"XLA's live-range peak is {format_bytes(-gap)} above what"
+                " memory_analysis() counts as held (arguments + outputs + temp"
+                " buffer - aliased), so neither figure alone is the device's peak:"
+                " the live ranges count every value live at that point, while XLA"
+                " may place two values in the same bytes (on XLA:GPU, a fusion's"
+                " output written in place over its operand) or in a memory space"
+                " memory_analysis() does not count (on XLA:TPU, values with S(1) in"
+                " their layout, in a temp allocation of their own)."
+            )
+        return "The device holds exactly the buffers live at the peak."
+
+    def top(self, n: IntLike = 20) -> tuple[BreakdownRow, ...]:
+        """The ``n`` largest buffers (ties in XLA's order).
+
+        Args:
+            n: how many, a positive integer.
+        """
+        count = as_int(n, "n", minimum=1)
+        return tuple(sorted(self.rows, key=lambda row: -row.nbytes)[:count])
+
+    def by_kind(self) -> tuple[Group, ...]:
+        """Bytes and count per kind, largest first."""
+        return _groups(self.rows, lambda row: row.kind, lambda row, n: row.kind)
+
+    def by_source(self) -> tuple[Group, ...]:
+        """Bytes and count per source location (file, line, function), largest first.
+
+        Buffers without a source (entry parameters, XLA's own copies) make one
+        group labelled ``"(no source)"``.
+        """
+        return _groups(
+            self.rows,
+            lambda row: row.source,
+            lambda row, n: _where(row.source) if row.source else "(no source)",
+            with_source=True,
+        )
+
+    def by_layer(self, container: str = "layers") -> tuple[Group, ...]:
+        """One row per layer pattern: ``layers/N`` collapsed, repeats counted.
+
+        An argument's path becomes a pattern with ``{container}/*`` in place of
+        ``{container}/N`` (``layers/*/attn/q/kernel``, then a multiplication sign
+        and the count when more than one); any other buffer is grouped by its
+        kind, source location, dtype and shape, so one line of a layer's code run
+        by every layer is one row, counted the same way.
+
+        Args:
+            container: the path component that holds the layers by number.
+        """
+        if not isinstance(container, str) or not container or "/" in container:
+            raise TypeError(
+                f"`container` must be one path component such as 'layers', got"
+                f" {container!r}."
+            )
+        pattern = re.compile(rf"(^|/){re.escape(container)}/\d+(?=/|$)")
+
+        def key(row: BreakdownRow) -> Hashable:
+            if row.path is not None:
+                return (row.kind, pattern.sub(rf"\1{container}/*", row.path))
+            if row.source is not None:
+                return (row.kind, row.source, row.type_str)
+            return (row.kind, row.opcode, row.type_str)
+
+        def label(row: BreakdownRow, count: int) -> str:
+            if row.path is not None:
+                text = pattern.sub(rf"\1{container}/*", row.path)
+            elif row.source is not None:
+                text = f"{_where(row.source)} {row.type_str}"
+            else:
+                text = f"{row.opcode} {row.type_str}"
+            return f"{text} {_TIMES}{count}" if count > 1 else text
+
+        return _groups(self.rows, key, label)
+
+    def table(self, top: IntLike | None = None) -> Table:
+        """The ``top`` largest rows of buffers, then the totals by kind and the gap.
+
+        Identical buffers (the same label, kind, type and memory space: one
+        line of a layer run by every layer) make one row, their count after a
+        multiplication sign, the type one buffer's and the bytes their sum.
+
+        Args:
+            top: how many rows; default :attr:`top_n`.
+        """
+        top = self.top_n if top is None else as_int(top, "top", minimum=1)
+        peak = self.live_peak_bytes
+        same: dict[tuple[str, str, str, int], list[BreakdownRow]] = {}
+        for row in self.rows:
+            key = (row.label, row.kind, row.type_str, row.memory_space)
+            same.setdefault(key, []).append(row)
+        largest = sorted(same.values(), key=lambda g: -sum(r.nbytes for r in g))
+        rows = tuple(
+            (
+                group[0].label
+                + (f" [S({group[0].memory_space})]" if group[0].memory_space else "")
+                + (f" {_TIMES}{len(group)}" if len(group) > 1 else ""),
+                group[0].kind,
+                group[0].type_str,
+                format_bytes(sum(r.nbytes for r in group)),
+                _percent(sum(r.nbytes for r in group), peak),
+            )
+            for group in largest[:top]
+        )
+        shown = sum(len(group) for group in largest[:top])
+        kinds = tuple(
+            (
+                g.label,
+                "",
+                _buffers(g.count),
+                format_bytes(g.nbytes),
+                _percent(g.nbytes, peak),
+            )
+            for g in self.by_kind()
+        )
+        totals = (
+            *kinds,
+            (
+                "live-range peak",
+                "",
+                _buffers(len(self.rows)),
+                format_bytes(peak),
+                "100%",
+            ),
+            ("held by the device", "", "", format_bytes(self.held_bytes), ""),
+            ("gap (held - peak)", "", "", _signed_bytes(self.gap_bytes), ""),
+        )
+        notes = [self.gap_reason]
+        if any(len(group) > 1 for group in largest[:top]):
+            notes.append(
+                f"{_TIMES}N: N buffers alike (one line of a layer, run by every"
+                " layer): Type is one buffer's, Bytes their sum."
+            )
+        moment, listed = self.xla_peak_time, self.xla_peak_bytes
+        if moment is not None and listed is not None and moment != self.peak_time:
+            notes.append(
+                f"XLA's live-range dump names point {moment} its peak, with"
+                f" {format_bytes(listed)} live; by XLA's own live ranges and sizes"
+                f" {format_bytes(peak)} are live at point {self.peak_time}, and those"
+                " are the buffers listed. XLA picks its point with a sweep"
+                " (HloLiveRange::ComputePeakMemoryMoment) that sizes each value by"
+                " its defining instruction's whole shape: an output of a"
+                " multi-output fusion counts as the tuple's 8-byte pointers there."
+            )
+        spaces = sorted({row.memory_space for row in self.rows} - {0})
+        if spaces:
+            on_chip = sum(r.nbytes for r in self.rows if r.memory_space)
+            notes.append(
+                f"{format_bytes(on_chip)} of the peak is in memory space"
+                f" {', '.join(f'S({n})' for n in spaces)} (on XLA:TPU, S(1) is the"
+                " core's on-chip VMEM), not in the device's main memory; rows"
+                " marked [S(n)]."
+            )
+        if len(self.rows) > shown:
+            notes.append(f"{len(self.rows) - shown} smaller buffers not shown.")
+        return Table(
+            title=f"Buffers live at XLA's peak ({self.backend}, {self.module})",
+            columns=("Buffer", "Kind", "Type", "Bytes", "Share"),
+            rows=rows,
+            totals=totals,
+            notes=tuple(notes),
+            lead=(
+                f"Peak at program point {self.peak_time} ({self.peak_instruction}):"
+                f" {format_bytes(peak)} in {_buffers(len(self.rows))}.",
+            ),
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Every row, the grouped views and the gap, in exact integers."""
+        return {
+            "backend": self.backend,
+            "module": self.module,
+            "peak_time": self.peak_time,
+            "peak_instruction": self.peak_instruction,
+            "live_peak_bytes": self.live_peak_bytes,
+            "xla_peak_time": self.xla_peak_time,
+            "xla_peak_bytes": self.xla_peak_bytes,
+            "held_bytes": self.held_bytes,
+            "gap": {"bytes": self.gap_bytes, "reason": self.gap_reason},
+            "rows": [_row_json(row) for row in self.rows],
+            "curve": _curve_json(self.curve),
+            "groups": {
+                "by_kind": [_group_json(g) for g in self.by_kind()],
+                "by_source": [_group_json(g) for g in self.by_source()],
+                "by_layer": [_group_json(g) for g in self.by_layer()],
+            },
+        }
+
+    @classmethod
+    def from_json_data(cls, data: dict[str, Any]) -> "Breakdown":
+        """The breakdown :meth:`json_data` wrote (for a compile in a child process).
+
+        Example:
+            >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
+"parameter", "x", "batch[0]", None, 0, None)
+            >>> b = Breakdown("cpu", "jit_f", 3, "dot", 96, 128, (row,))
+            >>> Breakdown.from_json_data(b.json_data()) == b
+            True
+        """
+        curve = data.get("curve")
+        return cls(
+            backend=str(data["backend"]),
+            module=str(data["module"]),
+            peak_time=int(data["peak_time"]),
+            peak_instruction=str(data["peak_instruction"]),
+            live_peak_bytes=int(data["live_peak_bytes"]),
+            xla_peak_time=data.get("xla_peak_time"),
+            xla_peak_bytes=data.get("xla_peak_bytes"),
+            held_bytes=int(data["held_bytes"]),
+            rows=tuple(_row_from_json(row) for row in data["rows"]),
+            curve=None
+            if curve is None
+            else LiveCurve(
+                points=int(curve["points"]),
+                times=tuple(int(t) for t in curve["times"]),
+                live_bytes=tuple(int(b) for b in curve["live_bytes"]),
+                highest_time=int(curve["highest_time"]),
+                highest_bytes=int(curve["highest_bytes"]),
+            ),
+        )
+
+
+@typechecked
+def classify(
+    peak: PeakBuffers,
+    arguments: Sequence[ArgumentLeaf],
+    *,
+    held_bytes: int,
+    outputs: Sequence[str] = (),
+    gradient_types: Collection[tuple[str, tuple[int, ...]]] = (),
+) -> Breakdown:
+    """Each buffer live at XLA's peak with its kind and its path or source.
+
+    The rules are the module's (see its docstring): arguments by their
+    :class:`ArgumentLeaf`, then outputs, collectives, activations kept for the
+    backward pass, temporaries.
+
+    Args:
+        peak: XLA's peak, from :func:`~nnx_introspect._xla.dump.read_peak`.
+        arguments: one leaf per entry parameter of the step, any order.
+        held_bytes: what the device holds (arguments + outputs + XLA's temp
+            buffer - aliased, from ``compiled.memory_analysis()``).
+        outputs: a name per top-level output index (``"loss"``, ``"new
+            params"``), used in the outputs' labels; unnamed ones show their
+            index.
+        gradient_types: ``(XLA element type, per-device shape)`` of each
+            differentiated parameter (``("f32", (512, 4096))``): a backward
+            value of one of them is a ``gradient``.
+
+    Returns:
+        The classified :class:`Breakdown`; its rows add up to XLA's live-range
+        peak.
+
+    Raises:
+        ValueError: two leaves share a parameter number, an entry parameter
+            live at the peak has no leaf, or ``held_bytes`` is negative.
+    """
+    if held_bytes < 0:
+        raise ValueError(
+            f"`held_bytes` must be a non-negative integer, got {held_bytes}."
+        )
+    by_number: dict[int, ArgumentLeaf] = {}
+    for leaf in arguments:
+        if leaf.parameter in by_number:
+            raise ValueError(
+                f"`arguments` has two leaves numbered {leaf.parameter}"
+                f" ({by_number[leaf.parameter].path!r} and {leaf.path!r}); number"
+                " each entry parameter once."
+            )
+        by_number[leaf.parameter] = leaf
+    missing = sorted(
+        {b.parameter for b in peak.buffers if b.parameter is not None} - set(by_number)
+    )
+    if missing:
+        raise ValueError(
+            f"`arguments` has no leaf for XLA's entry parameters {missing} (it"
+            f" numbers {len(by_number)}); pass one ArgumentLeaf per flattened"
+            " argument of the jitted step."
+        )
+    backward_begun = any(_BACKWARD in (b.op_name or "") for b in peak.buffers)
+    gradients = frozenset(gradient_types)
+    rows = tuple(
+        _row(buffer, by_number, outputs, backward_begun, gradients)
+        for buffer in peak.buffers
+    )
+    return Breakdown(
+        backend=peak.backend,
+        module=peak.module,
+        peak_time=peak.peak_time,
+        peak_instruction=peak.peak_instruction,
+        live_peak_bytes=peak.peak_bytes,
+        held_bytes=held_bytes,
+        rows=rows,
+        curve=peak.curve,
+        xla_peak_time=peak.xla_peak_time,
+        xla_peak_bytes=peak.xla_peak_bytes,
+    )
+
+
+def _row(
+    buffer: PeakBuffer,
+    arguments: dict[int, ArgumentLeaf],
+    outputs: Sequence[str],
+    backward_begun: bool,
+    gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
+) -> BreakdownRow:
+    path: str | None = None
+    source = _user_frame(buffer)
+    if buffer.parameter is not None:
+        leaf = arguments[buffer.parameter]
+        kind, path, label = leaf.kind, leaf.path, leaf.path
+        if buffer.parameter_index:
+            path = label = f"{leaf.path}{list(buffer.parameter_index)}"
+    elif buffer.output_index is not None:
+        kind = "output"
+        first = buffer.output_index[0] if buffer.output_index else None
+        name = (
+            outputs[first]
+            if first is not None and first < len(outputs)
+            else f"output {list(buffer.output_index)}"
+        )
+        label = f"{name} ({_where(source)})" if source else name
+    else:
+        if buffer.opcode in _COLLECTIVES:
+            kind = "collective buffer"
+        elif (
+            _BACKWARD in (buffer.op_name or "")
+            and (buffer.dtype, buffer.shape) in gradients
+        ):
+            kind = "gradient"
+        elif backward_begun and _is_forward(buffer.op_name):
+            kind = "activation kept for backward"
+        else:
+            kind = "temporary"
+        label = _where(source) if source else buffer.op_name or buffer.instruction
+    return BreakdownRow(
+        kind=kind,
+        label=label,
+        nbytes=buffer.nbytes,
+        shape=buffer.shape,
+        dtype=buffer.dtype,
+        instruction=buffer.instruction,
+        opcode=buffer.opcode,
+        op_name=buffer.op_name,
+        path=path,
+        source=source,
+        parameter=buffer.parameter,
+        output_index=buffer.output_index,
+        memory_space=buffer.memory_space,
+    )
+
+
+_LIBRARIES: Final = ("jax", "jaxlib", "flax", "optax", "numpy")
+"""Packages whose frames are not the user's model: a buffer's source is the
+innermost frame outside them (``TwoLayerMLP.__call__``, not the
+``Linear.__call__`` of flax it calls)."""
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    roots = []
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(os.path.join(os.path.realpath(location), ""))
+    return tuple(roots)
+
+
+def _user_frame(buffer: PeakBuffer) -> SourceLocation | None:
+    """The innermost frame outside JAX, flax, optax and numpy; else the innermost."""
+    roots = _library_roots()
+    for frame in buffer.stack:
+        if not os.path.realpath(frame.file).startswith(roots):
+            return frame
+    return buffer.source
+
+
+def _is_forward(op_name: str | None) -> bool:
+    return op_name is not None and _FORWARD in op_name and _BACKWARD not in op_name
+
+
+def _where(source: SourceLocation | None) -> str:
+    if source is None:
+        return "(no source)"
+    return f"{source.function} {os.path.basename(source.file)}:{source.line}"
+
+
+def _groups(
+    rows: Sequence[BreakdownRow],
+    key: Callable[[BreakdownRow], Hashable],
+    label: Callable[[BreakdownRow, int], str],
+    *,
+    with_source: bool = False,
+) -> tuple[Group, ...]:
+    members: dict[Hashable, list[BreakdownRow]] = {}
+    for row in rows:
+        members.setdefault(key(row), []).append(row)
+    groups = []
+    for group in members.values():
+        kinds = {row.kind for row in group}
+        groups.append(
+            Group(
+                label=label(group[0], len(group)),
+                count=len(group),
+                nbytes=sum(row.nbytes for row in group),
+                kind=kinds.pop() if len(kinds) == 1 else None,
+                source=group[0].source if with_source else None,
+            )
+        )
+    return tuple(sorted(groups, key=lambda g: -g.nbytes))
+
+
+def _buffers(n: int) -> str:
+    return f"{n} buffer" if n == 1 else f"{n} buffers"
+
+
+def _percent(part: int, whole: int) -> str:
+    """``part`` as a whole percent of ``whole``, halves rounded up, in exact ints."""
+    if not whole:
+        return "-"
+    return f"{(200 * part + whole) // (2 * whole)}%"
+
+
+def _signed_bytes(n: int) -> str:
+    return format_bytes(n) if n >= 0 else "-" + format_bytes(-n)
+
+
+def _row_json(row: BreakdownRow) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "label": row.label,
+        "bytes": row.nbytes,
+        "shape": list(row.shape),
+        "dtype": row.dtype,
+        "instruction": row.instruction,
+        "opcode": row.opcode,
+        "op_name": row.op_name,
+        "path": row.path,
+        "source": _source_json(row.source),
+        "parameter": row.parameter,
+        "output_index": None if row.output_index is None else list(row.output_index),
+        "memory_space": row.memory_space,
+    }
+
+
+def _row_from_json(data: dict[str, Any]) -> BreakdownRow:
+    source = data.get("source")
+    index = data.get("output_index")
+    return BreakdownRow(
+        kind=str(data["kind"]),
+        label=str(data["label"]),
+        nbytes=int(data["bytes"]),
+        shape=tuple(int(d) for d in data["shape"]),
+        dtype=str(data["dtype"]),
+        instruction=str(data["instruction"]),
+        opcode=str(data["opcode"]),
+        op_name=data.get("op_name"),
+        path=data.get("path"),
+        source=None
+        if source is None
+        else SourceLocation(
+            str(source["file"]), int(source["line"]), str(source["function"])
+        ),
+        parameter=data.get("parameter"),
+        output_index=None if index is None else tuple(int(i) for i in index),
+        memory_space=int(data.get("memory_space", 0)),
+    )
+
+
+def _curve_json(curve: LiveCurve | None) -> dict[str, Any] | None:
+    if curve is None:
+        return None
+    return {
+        "points": curve.points,
+        "times": list(curve.times),
+        "live_bytes": list(curve.live_bytes),
+        "highest_time": curve.highest_time,
+        "highest_bytes": curve.highest_bytes,
+    }
+
+
+def _group_json(group: Group) -> dict[str, Any]:
+    return {
+        "label": group.label,
+        "kind": group.kind,
+        "count": group.count,
+        "bytes": group.nbytes,
+        "source": _source_json(group.source),
+    }

@@ -1,0 +1,37 @@
+"""Rendering: every report's table as rich, markdown, JSON or HTML, and the SVG charts.
+
+``table`` holds the one table protocol and its renderers (rich, markdown,
+HTML, the report mixin); ``formats`` the one-line texts of batches, partition
+specs and errors; ``svg`` the axes and ticks every chart draws with;
+``mesh_charts`` the mesh page's bar chart and split grid. Charts take plain
+numbers, never report objects. Nothing here imports another package of
+nnx_introspect but ``_typing``.
+"""
+
+from nnx_introspect._render.table import FittedTable as FittedTable
+from nnx_introspect._render.table import Report as Report
+from nnx_introspect._render.table import Table as Table
+from nnx_introspect._render.table import Tone as Tone
+from nnx_introspect._render.table import format_bytes as format_bytes
+from nnx_introspect._render.table import page_html as page_html
+from nnx_introspect._render.table import table_html as table_html
+from nnx_introspect._render.table import table_text as table_text
+from nnx_introspect._render.table import to_html as to_html
+from nnx_introspect._render.table import to_markdown as to_markdown
+from nnx_introspect._render.table import to_rich as to_rich
+from nnx_introspect._render.table import verdict_html as verdict_html
+
+__all__ = [
+    "FittedTable",
+    "Report",
+    "Table",
+    "Tone",
+    "format_bytes",
+    "page_html",
+    "table_html",
+    "table_text",
+    "to_html",
+    "to_markdown",
+    "to_rich",
+    "verdict_html",
+]

@@ -1,0 +1,7 @@
+"""The step-time estimate: a roofline from the compiled program and the hardware.
+
+``estimate`` builds :class:`Roofline` (compute, memory and per-axis
+communication terms, a time range and an MFU ceiling), labelled an estimate,
+from XLA's FLOPs, bytes accessed and collectives plus ``_accelerators``'
+hardware figures.
+"""

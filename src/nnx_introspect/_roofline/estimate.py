@@ -1,0 +1,675 @@
+"""A roofline estimate of one step's time, from the compiled program's figures.
+
+:func:`roofline` turns one device's program figures (XLA's ``cost_analysis()``:
+FLOPs and bytes accessed), the bytes each device puts on the wire per mesh-axis
+combination, and a target's :class:`~nnx_introspect._accelerators.hardware.Hardware`
+into times: compute (FLOPs / the dtype's peak), memory (bytes / HBM
+bandwidth) and one communication term per axis combination (wire bytes / the
+bandwidth of the links the combination spans). The step's time is a range:
+perfect overlap (the largest term) to no overlap (their sum). It is an
+estimate from the compiled program and data-sheet peaks, never a measurement;
+every :class:`Roofline` says so in its :attr:`~Roofline.label` and lists its
+assumptions.
+
+Which links an axis spans:
+
+* GPUs: devices are numbered host-major (8 GPUs per host, or one host of up
+  to 8) and the mesh's axes are row-major over that flat list, as
+  ``topologies.make_mesh`` lays out GPUs; an axis combination all of whose
+  groups stay in one host talks over NVLink, any other over the network.
+* TPUs: the mesh's axes are laid on whole torus dimensions by the greedy rule
+  of JAX's ``mesh_utils`` (the last axis first, on the most dimensions whose
+  sizes multiply to the axis's size); a ring along a dimension gets 2 links'
+  worth of bandwidth when the dimension wraps around (and has more than 2
+  chips), 1 otherwise, and a combination spanning several dimensions gets the
+  links of all of them.
+"""
+
+import dataclasses
+import itertools
+import math
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+
+from nnx_introspect._accelerators.hardware import DTYPE_ALIASES, Hardware
+from nnx_introspect._typing import short_repr, typechecked
+
+__all__ = ["LABEL", "CommTerm", "Roofline", "roofline"]
+
+LABEL = (
+    "Estimate from the compiled program's cost analysis and data-sheet peaks "
+    "(a roofline), not a measurement"
+)
+"""The words every :class:`Roofline`'s label starts with."""
+
+
+@dataclasses.dataclass(frozen=True)
+class CommTerm:
+    """One mesh-axis combination's communication: its bytes, links and time.
+
+    Attributes:
+        axes: The mesh axes the collectives run over, as given.
+        group_size: Devices in one group (the product of the axes' sizes).
+        wire_bytes: Bytes one device puts on the wire over these axes.
+        link: ``"nvlink"``, ``"network"`` (GPUs) or ``"ici"`` (TPUs).
+        links: Links' worth of bandwidth one device uses (1 on GPUs).
+        bytes_per_second: The bandwidth used: ``links`` x one link's.
+        seconds: ``wire_bytes / bytes_per_second``.
+        torus_dims: TPU: the indices of the torus dimensions the axes span
+            (``()`` on GPUs, or when the mesh fits no whole dimensions).
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> est = roofline(
+        ...     flops=0.0, bytes_accessed=0.0,
+        ...     comm_bytes_by_axis={("tp",): 450 * 10**6},
+        ...     mesh_axes=(("tp", 8),), hardware=hardware_for("h100-8"),
+        ... )
+        >>> term = est.comm[0]
+        >>> term.link, term.seconds
+        ('nvlink', 0.001)
+    """
+
+    axes: tuple[str, ...]
+    group_size: int
+    wire_bytes: int
+    link: str
+    links: int
+    bytes_per_second: float
+    seconds: float
+    torus_dims: tuple[int, ...] = ()
+
+    def json_data(self) -> dict[str, Any]:
+        """The term as JSON-ready values.
+
+        Example:
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> est = roofline(
+            ...     flops=0.0, bytes_accessed=0.0,
+            ...     comm_bytes_by_axis={("data",): 10**10},
+            ...     mesh_axes=(("data", 4),), hardware=hardware_for("v5e-4"),
+            ... )
+            >>> data = est.comm[0].json_data()
+            >>> data["link"], data["links"], data["torus_dims"], data["seconds"]
+            ('ici', 2, [0, 1], 0.1)
+        """
+        return {
+            "axes": list(self.axes),
+            "group_size": self.group_size,
+            "wire_bytes": self.wire_bytes,
+            "link": self.link,
+            "links": self.links,
+            "bytes_per_second": self.bytes_per_second,
+            "seconds": self.seconds,
+            "torus_dims": list(self.torus_dims),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class Roofline:
+    """A step-time estimate: its terms, its range and what it assumes.
+
+    Attributes:
+        label: What this is, always: an estimate from the compiled program,
+            not a measurement, with the range.
+        topology: The target's name.
+        devices: Its devices.
+        dtype: The dtype whose peak bounds compute (canonical spelling).
+        peak_flops_per_second: That peak, one device.
+        hbm_bytes_per_second: One device's HBM bandwidth.
+        flops: One device's program FLOPs, as given.
+        bytes_accessed: One device's program bytes accessed, as given.
+        compute_seconds: ``flops / peak_flops_per_second``.
+        memory_seconds: ``bytes_accessed / hbm_bytes_per_second``.
+        comm: One :class:`CommTerm` per axis combination, in the given order.
+        low_seconds: Perfect overlap: the largest term.
+        high_seconds: No overlap: the sum of the terms.
+        bound: The largest term's name: ``"compute"``, ``"memory"`` or
+            ``"communication over ('fsdp',)"``.
+        model_flops: The FLOPs the MFU counts (all devices, one step).
+        model_flops_basis: ``"given"`` or ``"the program's flops x devices"``.
+        mfu_ceiling: ``model_flops / (low_seconds x peak x devices)``: the MFU
+            the estimate allows at best.
+        mfu_no_overlap: The same at ``high_seconds``.
+        tokens: Tokens per step, if given.
+        tokens_per_second_low: ``tokens / high_seconds``, or ``None``.
+        tokens_per_second_high: ``tokens / low_seconds``, or ``None``.
+        assumptions: The assumptions, one sentence each, with the figures used.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> est = roofline(
+        ...     flops=197e12, bytes_accessed=0.0, comm_bytes_by_axis={},
+        ...     mesh_axes=(("data", 4),), hardware=hardware_for("v5e-4"),
+        ... )
+        >>> est.low_seconds, est.high_seconds, est.bound, est.mfu_ceiling
+        (1.0, 1.0, 'compute', 1.0)
+        >>> est.label.startswith("Estimate from the compiled program")
+        True
+    """
+
+    label: str
+    topology: str
+    devices: int
+    dtype: str
+    peak_flops_per_second: float
+    hbm_bytes_per_second: int
+    flops: float
+    bytes_accessed: float
+    compute_seconds: float
+    memory_seconds: float
+    comm: tuple[CommTerm, ...]
+    low_seconds: float
+    high_seconds: float
+    bound: str
+    model_flops: float
+    model_flops_basis: str
+    mfu_ceiling: float
+    mfu_no_overlap: float
+    tokens: int | None
+    tokens_per_second_low: float | None
+    tokens_per_second_high: float | None
+    assumptions: tuple[str, ...]
+
+    @property
+    def comm_seconds(self) -> float:
+        """The communication terms' sum (the no-overlap share of communication).
+
+        Example:
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> est = roofline(
+            ...     flops=1e12, bytes_accessed=1e9,
+            ...     comm_bytes_by_axis={("data",): 25 * 10**9, ("tp",): 45 * 10**10},
+            ...     mesh_axes=(("data", 2), ("tp", 8)),
+            ...     hardware=hardware_for("h100-16"),
+            ... )
+            >>> est.comm_seconds  # 0.5 s over the network + 1 s over NVLink
+            1.5
+        """
+        return sum((term.seconds for term in self.comm), 0.0)
+
+    def json_data(self) -> dict[str, Any]:
+        """Every term, the range and the assumptions, as JSON-ready values.
+
+        Example:
+            >>> import json
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> est = roofline(
+            ...     flops=1e12, bytes_accessed=1e9, comm_bytes_by_axis={},
+            ...     mesh_axes=(("data", 8),), hardware=hardware_for("h100-8"),
+            ... )
+            >>> data = json.loads(json.dumps(est.json_data()))
+            >>> data["estimate"], data["bound"]
+            (True, 'compute')
+        """
+        return {
+            "label": self.label,
+            "estimate": True,
+            "measured": False,
+            "topology": self.topology,
+            "devices": self.devices,
+            "dtype": self.dtype,
+            "peak_flops_per_second": self.peak_flops_per_second,
+            "hbm_bytes_per_second": self.hbm_bytes_per_second,
+            "flops": self.flops,
+            "bytes_accessed": self.bytes_accessed,
+            "compute_seconds": self.compute_seconds,
+            "memory_seconds": self.memory_seconds,
+            "comm": [term.json_data() for term in self.comm],
+            "low_seconds": self.low_seconds,
+            "high_seconds": self.high_seconds,
+            "bound": self.bound,
+            "model_flops": self.model_flops,
+            "model_flops_basis": self.model_flops_basis,
+            "mfu_ceiling": self.mfu_ceiling,
+            "mfu_no_overlap": self.mfu_no_overlap,
+            "tokens": self.tokens,
+            "tokens_per_second_low": self.tokens_per_second_low,
+            "tokens_per_second_high": self.tokens_per_second_high,
+            "assumptions": list(self.assumptions),
+        }
+
+    def to_text(self) -> str:
+        """The estimate as plain text: label, terms, range, assumptions.
+
+        Example:
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> est = roofline(
+            ...     flops=197e12, bytes_accessed=0.0, comm_bytes_by_axis={},
+            ...     mesh_axes=(("data", 4),), hardware=hardware_for("v5e-4"),
+            ... )
+            >>> print(est.to_text())  # doctest: +ELLIPSIS
+            Estimate from the compiled program's ... measurement: 1.00 s to 1.00 s ...
+            compute 1.00 s
+            ...
+        """
+        lines = [self.label, f"compute {_duration(self.compute_seconds)}"]
+        lines.append(f"memory {_duration(self.memory_seconds)}")
+        for term in self.comm:
+            lines.append(
+                f"communication over {term.axes} ({term.link}, {term.links} "
+                f"link(s)) {_duration(term.seconds)}"
+            )
+        lines.append(
+            f"MFU ceiling {self.mfu_ceiling:.1%} (no overlap: "
+            f"{self.mfu_no_overlap:.1%}); bound by {self.bound}"
+        )
+        if self.tokens_per_second_low is not None:
+            lines.append(
+                f"tokens/s {self.tokens_per_second_low:,.0f} to "
+                f"{self.tokens_per_second_high:,.0f}"
+            )
+        lines.append("Assumptions:")
+        lines.extend(f"- {text}" for text in self.assumptions)
+        return "\n".join(lines)
+
+
+def _duration(seconds: float) -> str:
+    """``1.5e-3`` -> ``"1.50 ms"``."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.2f} {unit}"
+    return f"{seconds / 1e-9:.2f} ns"
+
+
+# --- Input checks ----------------------------------------------------------------
+
+
+def _number_problems(values: tuple[tuple[str, float | int | None], ...]) -> list[str]:
+    """A sentence for each value that is not a finite number >= 0."""
+    problems = []
+    for name, value in values:
+        if value is None:
+            continue
+        if isinstance(value, bool):
+            raise TypeError(f"`{name}` must be a number, got the bool {value!r}.")
+        if not math.isfinite(value) or value < 0:
+            problems.append(
+                f"`{name}` must be a finite number >= 0, got {value!r}; pass the "
+                "compiled program's figure (XLA's cost_analysis())."
+            )
+    return problems
+
+
+def _mesh_problems(mesh_axes: tuple[tuple[str, int], ...], devices: int) -> list[str]:
+    """Sentences for a malformed mesh or one that is not the target's size."""
+    problems = []
+    names: list[str] = []
+    for index, item in enumerate(mesh_axes):
+        if (
+            not isinstance(item, tuple)
+            or len(item) != 2
+            or not isinstance(item[0], str)
+            or not isinstance(item[1], int)
+            or isinstance(item[1], bool)
+        ):
+            raise TypeError(
+                f"`mesh_axes[{index}]` must be a (name, size) pair such as "
+                f"('fsdp', 32), got {short_repr(item)}."
+            )
+        name, size = item
+        if size < 1:
+            problems.append(
+                f"`mesh_axes` axis {name!r} must have a positive size, got {size}."
+            )
+        if name in names:
+            problems.append(f"`mesh_axes` names the axis {name!r} twice; rename one.")
+        names.append(name)
+    total = math.prod(size for _, size in mesh_axes)
+    if not problems and total != devices:
+        problems.append(
+            f"`mesh_axes` {dict(mesh_axes)} has {total} devices but the hardware "
+            f"has {devices}; make the axis sizes multiply to {devices}."
+        )
+    return problems
+
+
+def _comm_problems(
+    comm_bytes_by_axis: Mapping[tuple[str, ...], int],
+    sizes: dict[str, int],
+) -> list[str]:
+    """Sentences for each key naming unknown axes and each bad byte count."""
+    problems = []
+    for key, value in comm_bytes_by_axis.items():
+        where = f"`comm_bytes_by_axis[{short_repr(key)}]`"
+        if not isinstance(key, tuple) or not all(isinstance(a, str) for a in key):
+            raise TypeError(
+                f"{where}: each key must be a tuple of mesh axis names such as "
+                f"('fsdp',), got {short_repr(key)}."
+            )
+        if not isinstance(value, int) or isinstance(value, bool):
+            raise TypeError(
+                f"{where} must be an integer number of bytes, got {short_repr(value)}."
+            )
+        unknown = [a for a in key if a not in sizes]
+        if not key or unknown or len(set(key)) != len(key):
+            problems.append(
+                f"{where}: the key must name distinct axes of `mesh_axes` "
+                f"{list(sizes)}, got {key!r}."
+            )
+        elif value < 0:
+            problems.append(f"{where} must be >= 0 bytes, got {value}.")
+        elif value > 0 and math.prod(sizes[a] for a in key) == 1:
+            problems.append(
+                f"{where} is {value} bytes but the axes {key!r} span one device; "
+                "a collective over one device sends nothing. Drop the entry."
+            )
+    return problems
+
+
+# --- Links -----------------------------------------------------------------------
+
+
+def _gpu_in_host(
+    hardware: Hardware, mesh_axes: tuple[tuple[str, int], ...], axes: tuple[str, ...]
+) -> bool:
+    """Whether every group of devices varying ``axes`` stays within one host.
+
+    Devices are numbered host-major (``gpus_per_host`` consecutive ids per
+    host) and the mesh is row-major over them.
+    """
+    per_host = hardware.gpus_per_host or 1
+    names = [name for name, _ in mesh_axes]
+    sizes = [size for _, size in mesh_axes]
+    host = (np.arange(math.prod(sizes)) // per_host).reshape(sizes)
+    moved = [names.index(a) for a in axes]
+    groups = np.moveaxis(host, moved, list(range(-len(moved), 0)))
+    groups = groups.reshape(-1, math.prod(sizes[i] for i in moved))
+    return bool((groups == groups[:, :1]).all())
+
+
+def _torus_assignment(
+    dims: tuple[int, ...], sizes: tuple[int, ...]
+) -> tuple[tuple[int, ...], ...] | None:
+    """Each mesh axis's torus dims by JAX's greedy rule, or ``None`` if none fits.
+
+    The rule of ``jax._src.mesh_utils._create_device_mesh_for_nd_torus`` (what
+    ``topologies.make_mesh`` uses on a TPU slice): axes from the last to the
+    first, each onto the largest set of still-free dims (of the 3D physical
+    mesh, a 2D slice's third being 1) whose sizes multiply to the axis's size.
+    """
+    free = list(dims) + [1] * (3 - len(dims))
+    assignment: list[tuple[int, ...]] = [() for _ in sizes]
+    for index in reversed(range(len(sizes))):
+        found: tuple[int, ...] | None = None
+        for count in range(len(free), 0, -1):
+            for combo in itertools.combinations(range(len(free)), count):
+                if math.prod(free[d] for d in combo) == sizes[index]:
+                    found = combo
+                    break
+            if found is not None:
+                break
+        if found is None:
+            if sizes[index] > 1:
+                return None
+            continue
+        assignment[index] = found
+        for d in found:
+            free[d] = 0
+    return tuple(assignment)
+
+
+def _ici_links(hardware: Hardware, torus_dims: set[int]) -> int:
+    """Links' worth a ring over ``torus_dims`` uses: 2 per wrapped dim, else 1."""
+    links = 0
+    for d in torus_dims:
+        if d >= len(hardware.torus_dims) or hardware.torus_dims[d] == 1:
+            continue
+        wraps = hardware.wraparound[d] and hardware.torus_dims[d] > 2
+        links += 2 if wraps else 1
+    return max(links, 1)
+
+
+def _comm_term(
+    hardware: Hardware,
+    mesh_axes: tuple[tuple[str, int], ...],
+    assignment: tuple[tuple[int, ...], ...] | None,
+    axes: tuple[str, ...],
+    wire_bytes: int,
+) -> CommTerm:
+    """One axis combination's links, bandwidth and time."""
+    sizes = dict(mesh_axes)
+    group = math.prod(sizes[a] for a in axes)
+    names = [name for name, _ in mesh_axes]
+    if hardware.platform == "cuda":
+        in_host = _gpu_in_host(hardware, mesh_axes, axes)
+        link = "nvlink" if in_host else "network"
+        if in_host:
+            gpu_rate = hardware.nvlink_bytes_per_second
+        else:
+            gpu_rate = hardware.network_bytes_per_second
+        if gpu_rate is None:  # pragma: no cover - hardware_for fills both
+            raise AssertionError(f"{hardware.topology} has no {link} figure")
+        rate = float(gpu_rate)
+        return CommTerm(axes, group, wire_bytes, link, 1, rate, wire_bytes / rate)
+    per_link = hardware.ici_bytes_per_second_per_link
+    if per_link is None:  # pragma: no cover - hardware_for fills it
+        raise AssertionError(f"{hardware.topology} has no ICI figure")
+    dims: set[int] = set()
+    if assignment is not None:
+        for a in axes:
+            dims.update(assignment[names.index(a)])
+    torus = hardware.torus_dims
+    spanned = tuple(sorted(d for d in dims if d < len(torus) and torus[d] > 1))
+    links = _ici_links(hardware, dims) if assignment is not None else 1
+    ici_rate = float(links * per_link)
+    seconds = wire_bytes / ici_rate
+    return CommTerm(axes, group, wire_bytes, "ici", links, ici_rate, seconds, spanned)
+
+
+# --- Assumptions -----------------------------------------------------------------
+
+
+def _assumptions(
+    hardware: Hardware,
+    dtype: str,
+    peak: float,
+    mesh_axes: tuple[tuple[str, int], ...],
+    assignment: tuple[tuple[int, ...], ...] | None,
+    model_flops_given: bool,
+) -> tuple[str, ...]:
+    """The estimate's assumptions, with the figures it used."""
+    texts = [
+        f"Compute time is the program's FLOPs at the dense {dtype} peak of "
+        f"{peak:.4g} FLOP/s per device ({hardware.device_name}): every FLOP at "
+        "tensor-core/MXU speed, so work on vector units makes it a lower bound.",
+        "Memory time is XLA's bytes accessed at the data-sheet HBM bandwidth of "
+        f"{hardware.hbm_bytes_per_second:.4g} B/s per device; caches and fusion "
+        "count only as XLA's cost model saw them.",
+        "Communication time is each device's wire bytes over the bandwidth of its "
+        "links in one direction; latency, per-message overhead and congestion are "
+        "left out.",
+    ]
+    if hardware.platform == "cuda":
+        texts.append(
+            f"GPUs are numbered host-major, {hardware.gpus_per_host} per host "
+            f"({hardware.hosts} host(s)), and the mesh's axes are row-major over "
+            "them: an axis combination whose every group stays in one host uses "
+            f"NVLink ({hardware.nvlink_bytes_per_second:.4g} B/s per GPU per "
+            "direction), any other the network for all its bytes "
+            f"({hardware.network_bytes_per_second:.4g} B/s per GPU per direction, "
+            f"{hardware.source('network_bytes_per_second')})."
+        )
+    else:
+        texts.append(
+            f"The mesh's axes lie on the {'x'.join(map(str, hardware.torus_dims))} "
+            f"torus (wraparound {hardware.wraparound}) by JAX's make_mesh rule: "
+            "the last axis first, on the most whole torus dims whose sizes "
+            "multiply to its size (the ring orders make_mesh uses inside one "
+            "small tray are not modelled)."
+        )
+        texts.append(
+            "A bidirectional ring along a torus dim uses 2 links' worth of ICI "
+            "bandwidth when the dim wraps around and has more than 2 chips, 1 "
+            "otherwise; an axis or combination spanning several dims uses the "
+            "links of all of them at once (their sum); one link is "
+            f"{hardware.ici_bytes_per_second_per_link:.4g} B/s per direction."
+        )
+        if assignment is None:
+            texts.append(
+                f"The mesh {tuple(s for _, s in mesh_axes)} fits no whole torus "
+                "dims, so make_mesh falls back to plain device order: every "
+                "communication term is counted at 1 link."
+            )
+    texts.append(
+        "Low is perfect overlap: the largest of compute, memory and each "
+        "communication term, each its own resource (optimistic even for terms "
+        "sharing links); high is no overlap: their sum."
+    )
+    basis = (
+        "the given model FLOPs"
+        if model_flops_given
+        else "the program's FLOPs x devices (rematerialized and redundant work "
+        "included, so it overstates useful work)"
+    )
+    texts.append(
+        f"MFU = {basis} / (step time x peak x devices); the ceiling uses the low "
+        "time. Peaks and bandwidths are data-sheet figures (Hardware.sources); "
+        "sustained rates are lower."
+    )
+    return tuple(texts)
+
+
+# --- The estimate ----------------------------------------------------------------
+
+
+@typechecked
+def roofline(
+    *,
+    flops: float | int,
+    bytes_accessed: float | int,
+    comm_bytes_by_axis: Mapping[tuple[str, ...], int],
+    mesh_axes: tuple[tuple[str, int], ...],
+    hardware: Hardware,
+    dtype: str = "bf16",
+    tokens: int | None = None,
+    model_flops: float | int | None = None,
+) -> Roofline:
+    """Estimate one step's time on ``hardware`` from its compiled program.
+
+    Compute time is ``flops`` over the dtype's dense peak, memory time
+    ``bytes_accessed`` over HBM bandwidth, and each communication term a mesh
+    axis combination's wire bytes over the bandwidth of the links it spans
+    (NVLink or the network on GPUs, ICI links on TPUs; see the module's text).
+    The step takes between ``low_seconds`` (every term overlapped: the largest)
+    and ``high_seconds`` (none overlapped: the sum). An estimate, not a
+    measurement: what is left out is in the result's ``assumptions``.
+
+    Args:
+        flops: FLOPs of one device's program (``cost_analysis()["flops"]``).
+        bytes_accessed: Bytes one device's program reads and writes
+            (``cost_analysis()["bytes accessed"]``).
+        comm_bytes_by_axis: Bytes one device puts on the wire per mesh-axis
+            combination, e.g. ``{("fsdp",): 2**30, ("tp",): 2**28}``.
+        mesh_axes: The mesh, ``(("fsdp", 32), ("tp", 8))``, in its order; its
+            sizes multiply to the hardware's devices.
+        hardware: The target, from :func:`hardware_for`.
+        dtype: Whose peak bounds compute: ``"bf16"`` (default), ``"fp8"``,
+            ``"int8"``, ``"f32"`` (default precision) or ``"f32_highest"``.
+        tokens: Tokens one step processes (all devices), for tokens/s.
+        model_flops: The model's FLOPs per step over all devices (e.g.
+            ``6 x parameters x tokens``) for the MFU; by default
+            ``flops x devices``.
+
+    Returns:
+        The :class:`Roofline`.
+
+    Raises:
+        ValueError: On a negative, NaN or infinite figure, a mesh that is not
+            the hardware's size, a key naming no mesh axis, a dtype the chip
+            has no peak for, or figures that are all zero (every problem of
+            the figures is listed).
+        TypeError: On a bool or a malformed ``mesh_axes`` item or key.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> est = roofline(
+        ...     flops=989.5e12, bytes_accessed=3.35e12,
+        ...     comm_bytes_by_axis={("fsdp",): 25 * 10**9, ("tp",): 450 * 10**9},
+        ...     mesh_axes=(("fsdp", 2), ("tp", 8)), hardware=hardware_for("h100-16"),
+        ...     tokens=16 * 4096,
+        ... )
+        >>> [(t.axes, t.link, t.seconds) for t in est.comm]
+        [(('fsdp',), 'network', 0.5), (('tp',), 'nvlink', 1.0)]
+        >>> est.low_seconds, est.high_seconds, est.tokens_per_second_high
+        (1.0, 3.5, 65536.0)
+    """
+    problems = _number_problems(
+        (
+            ("flops", flops),
+            ("bytes_accessed", bytes_accessed),
+            ("model_flops", model_flops),
+        )
+    )
+    problems += _mesh_problems(mesh_axes, hardware.devices)
+    sizes = dict(mesh_axes)
+    problems += _comm_problems(comm_bytes_by_axis, sizes)
+    if tokens is not None and (isinstance(tokens, bool) or tokens < 1):
+        problems.append(
+            f"`tokens` must be a positive number of tokens per step, got {tokens!r}."
+        )
+    peak = math.nan
+    try:
+        peak = hardware.peak_flops_per_second(dtype)
+    except ValueError as error:
+        problems.append(str(error))
+    if problems:
+        raise ValueError(" ".join(problems))
+    canonical = DTYPE_ALIASES[dtype.strip().lower()]
+    names_sizes = tuple(size for _, size in mesh_axes)
+    assignment = None
+    if hardware.platform == "tpu":
+        assignment = _torus_assignment(hardware.torus_dims, names_sizes)
+    comm = tuple(
+        _comm_term(hardware, mesh_axes, assignment, axes, wire)
+        for axes, wire in comm_bytes_by_axis.items()
+    )
+    compute = float(flops) / peak
+    memory = float(bytes_accessed) / hardware.hbm_bytes_per_second
+    terms = [("compute", compute), ("memory", memory)]
+    terms += [(f"communication over {t.axes}", t.seconds) for t in comm]
+    bound, low = max(terms, key=lambda term: term[1])
+    high = sum(seconds for _, seconds in terms)
+    if low == 0:
+        raise ValueError(
+            "`flops`, `bytes_accessed` and `comm_bytes_by_axis` are all zero: "
+            "there is no step to estimate. Pass the compiled program's figures "
+            "(cost_analysis()['flops'] and ['bytes accessed'])."
+        )
+    devices = hardware.devices
+    model = float(model_flops) if model_flops is not None else float(flops) * devices
+    capacity = peak * devices
+    label = (
+        f"{LABEL}: {_duration(low)} to {_duration(high)} per step on "
+        f"{hardware.topology} ({bound}-bound at best)"
+    )
+    return Roofline(
+        label=label,
+        topology=hardware.topology,
+        devices=devices,
+        dtype=canonical,
+        peak_flops_per_second=peak,
+        hbm_bytes_per_second=hardware.hbm_bytes_per_second,
+        flops=float(flops),
+        bytes_accessed=float(bytes_accessed),
+        compute_seconds=compute,
+        memory_seconds=memory,
+        comm=comm,
+        low_seconds=low,
+        high_seconds=high,
+        bound=bound,
+        model_flops=model,
+        model_flops_basis="given"
+        if model_flops is not None
+        else ("the program's flops x devices"),
+        mfu_ceiling=model / (low * capacity),
+        mfu_no_overlap=model / (high * capacity),
+        tokens=tokens,
+        tokens_per_second_low=None if tokens is None else tokens / high,
+        tokens_per_second_high=None if tokens is None else tokens / low,
+        assumptions=_assumptions(
+            hardware, canonical, peak, mesh_axes, assignment, model_flops is not None
+        ),
+    )

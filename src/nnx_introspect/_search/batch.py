@@ -1,0 +1,775 @@
+"""The largest global batch whose compiled step fits a per-device budget.
+
+:func:`max_batch` asks :func:`step_memory_report` about one batch size at a time
+(doubling from the given batch until a step does not fit, then bisecting on
+multiples of the data-parallel size) and returns a :class:`BatchSearch`.
+"""
+
+import dataclasses
+import html
+import math
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import optax
+from flax import nnx
+from jax.sharding import PartitionSpec
+
+from nnx_introspect._accelerators.budget import step_budget
+from nnx_introspect._mesh import (
+    LogicalRulesLike,
+    MeshLike,
+    RulesLike,
+    as_abstract_mesh,
+    mesh_config_report,
+    parse_bytes,
+)
+from nnx_introspect._mesh.specs import entry_axes
+from nnx_introspect._render.formats import batch_str
+from nnx_introspect._render.svg import Point, chart_svg
+from nnx_introspect._render.table import (
+    Report,
+    Table,
+    format_bytes,
+    page_html,
+    table_html,
+    table_text,
+    to_markdown,
+    to_rich,
+    verdict_html,
+)
+from nnx_introspect._step.inputs import (
+    BatchLike,
+    LossLike,
+    SpecsLike,
+    as_batch,
+    as_batch_specs,
+    as_loss,
+    as_model,
+    as_optimizer,
+)
+from nnx_introspect._step.measure import (
+    check_optimizer_has_a_loss,
+    check_shardable,
+    step_memory_report,
+)
+from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._typing import IntLike, as_int, typechecked
+from nnx_introspect._xla.toolchain import check_compiler
+
+MAX_COMPILES = 24
+"""The most compiles one :func:`max_batch` search makes."""
+
+
+@dataclasses.dataclass(frozen=True)
+class BatchSearch(Report):
+    """The largest global batch whose step fits, and every batch size tried.
+
+    Each point is one compile of the step by :func:`step_memory_report`, the
+    batch's leading dimension set to that size: ``(batch, peak_bytes, fits)``
+    with ``fits`` XLA's verdict against the search's budget (``peak_bytes <=
+    max_device_bytes``, and not refused for memory by the compiler).
+
+    Attributes:
+        best: The largest global batch tried that fits, or ``None`` when even
+            ``lo`` does not fit.
+        max_device_bytes: The per-device budget every point is judged against.
+        budget_basis: How the budget was found: ``"the budget given"``,
+            ``"the device's memory"`` (a TPU), or on a GPU target the share of
+            the device JAX's allocator takes (see ``step_budget``).
+        data_parallel: The data-parallel size: every batch tried is a multiple
+            of it (the product of the mesh axes the batch's leading dimension
+            splits over; the least common multiple over batch leaves).
+        lo: The smallest batch the search may try.
+        hi: The largest batch the search may try: ``hi`` if given, else the
+            largest multiple of ``data_parallel`` whose batch shards fit the
+            budget beside ``plan_bytes`` (a step's peak holds its arguments).
+        plan_bytes: Bytes per device of the parameters, the other state and
+            (with an optimizer) the optimizer state, as the plan shards them:
+            arguments of every step, whatever the batch.
+        points: Every batch size tried, sorted by batch.
+        converged: Whether ``best`` is the exact answer: ``best + data_parallel``
+            was tried and does not fit, ``best == hi``, or ``lo`` does not fit
+            (compiled, or known from the arguments alone). ``False`` when the
+            search stopped after :data:`MAX_COMPILES` compiles: ``best`` then
+            fits, a larger batch may too.
+        compiles: Compiles made (``len(points)``): 0 when the arguments of the
+            smallest batch (``plan_bytes`` and batch ``lo``'s shards) already
+            exceed the budget.
+        seconds: Wall time of the whole search.
+        report: The :class:`StepMemoryReport` of ``best`` (``None`` when
+            nothing fits).
+        failing_report: The :class:`StepMemoryReport` of the smallest batch
+            tried that does not fit (``None`` when every batch tried fits):
+            with ``breakdown=True``, its breakdown says what the peak of a
+            step one size too large is made of.
+        compiler: The compiler of the step, as the reports name it (``None``
+            when nothing was compiled).
+        num_devices: Devices in the mesh.
+        batch: Each batch leaf, its leading dimension written ``B``.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+        >>> search = max_batch(
+        ...     lambda rngs: nnx.Linear(4, 6, rngs=rngs), "data=8", x,
+        ...     max_device_bytes=2048, loss=None,
+        ... )
+        >>> search.best % search.data_parallel, search.ok, search.converged
+        (0, True, True)
+        >>> search.report.peak_bytes <= 2048, search.budget_basis
+        (True, 'the budget given')
+    """
+
+    SCHEMA = "nnx-introspect/max-batch"
+    SCHEMA_VERSION = 3
+
+    best: int | None
+    max_device_bytes: int
+    budget_basis: str
+    data_parallel: int
+    lo: int
+    hi: int
+    plan_bytes: int
+    points: tuple[Point, ...]
+    converged: bool
+    compiles: int
+    seconds: float
+    report: StepMemoryReport | None
+    compiler: str | None
+    num_devices: int
+    batch: tuple[str, ...]
+    failing_report: StepMemoryReport | None = None
+
+    def with_top(self, n: IntLike) -> "BatchSearch":
+        """The search with its reports' breakdowns showing the ``n`` largest buffers.
+
+        Args:
+            n: how many rows of buffers each breakdown's table shows.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+            >>> search = max_batch(
+            ...     lambda rngs: nnx.Linear(4, 6, rngs=rngs), "data=8", x,
+            ...     max_device_bytes="2KiB", loss=None, breakdown=True,
+            ... )
+            >>> search.with_top(1).report.breakdown.top_n
+            1
+        """
+        n = as_int(n, "n", minimum=1)
+
+        def top(report: StepMemoryReport | None) -> StepMemoryReport | None:
+            if report is None or report.breakdown is None:
+                return report
+            return dataclasses.replace(
+                report, breakdown=dataclasses.replace(report.breakdown, top_n=n)
+            )
+
+        return dataclasses.replace(
+            self, report=top(self.report), failing_report=top(self.failing_report)
+        )
+
+    def _breakdowns(self) -> list[tuple[str, StepMemoryReport]]:
+        """``(heading, report)`` of the best and the smallest failing step."""
+        out = []
+        if self.report is not None and self.report.breakdown is not None:
+            out.append((f"The peak at batch {self.best} (fits)", self.report))
+        failing = self.failing_report
+        if failing is not None and failing.breakdown is not None:
+            size = min(b for b, _, fits in self.points if not fits)
+            out.append((f"The peak at batch {size} (does not fit)", failing))
+        return out
+
+    def __str__(self) -> str:
+        """The search's table, then each breakdown kept (``breakdown=True``)."""
+        text = super().__str__()
+        for heading, report in self._breakdowns():
+            text += f"\n\n{heading}: {report.verdict}\n" + table_text(
+                report._breakdown_table() or report.table()
+            )
+        return text
+
+    def __rich__(self) -> Any:
+        """The search's rich table, then each breakdown kept."""
+        kept = self._breakdowns()
+        if not kept:
+            return super().__rich__()
+        from rich.console import Group
+        from rich.text import Text
+
+        parts: list[Any] = [to_rich(self.table())]
+        for heading, report in kept:
+            table = report._breakdown_table() or report.table()
+            parts += [Text(""), Text(f"{heading}: {report.verdict}"), to_rich(table)]
+        return Group(*parts)
+
+    def to_markdown(self) -> str:
+        """The search's table, then each breakdown kept, as markdown."""
+        text = super().to_markdown().rstrip("\n")
+        for heading, report in self._breakdowns():
+            table = report._breakdown_table() or report.table()
+            text += f"\n\n**{heading}**: {report.verdict}\n\n" + to_markdown(table)
+        return text
+
+    @property
+    def ok(self) -> bool:
+        """Whether some batch fits (``best is not None``)."""
+        return self.best is not None
+
+    def fits(self) -> bool:
+        """Whether a batch was found that fits the budget: :attr:`ok`.
+
+        The search's answer to the question :meth:`StepMemoryReport.fits`
+        asks of one step: ``True`` when ``best`` is a batch whose step fits.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+            >>> linear = lambda rngs: nnx.Linear(4, 6, rngs=rngs)
+            >>> max_batch(linear, "data=8", x, max_device_bytes="2KiB").fits()
+            True
+            >>> max_batch(linear, "data=8", x, max_device_bytes="100B").fits()
+            False
+        """
+        return self.ok
+
+    @property
+    def verdict(self) -> str:
+        """One line: the answer, the budget (and what it is) and the compiler."""
+        budget = format_bytes(self.max_device_bytes)
+        basis = (
+            ""
+            if self.budget_basis == "the budget given"
+            else f"; the budget is {self.budget_basis}"
+        )
+        devices = f"{self.num_devices} devices"
+        if self.compiles == 0:
+            state = format_bytes(self.plan_bytes)
+            if self.plan_bytes > self.max_device_bytes:
+                why = f"the plan alone needs {state} per device of the budget {budget}"
+            else:
+                room = format_bytes(self.max_device_bytes - self.plan_bytes)
+                why = (
+                    f"the plan's {state} per device leaves {room} of the budget "
+                    f"{budget}, less than batch {self.lo}'s shards need"
+                )
+            return f"No batch fits: {why} (nothing compiled; {devices}){basis}"
+        if self.best is None:
+            smallest = self.points[0]
+            if not self.converged:
+                return (
+                    f"No batch tried fits: the smallest, {smallest[0]}, needs "
+                    f"{format_bytes(smallest[1])} per device, over the budget of "
+                    f"{budget}; the search stopped after {self.compiles} compiles, "
+                    f"before trying {self.lo} ({devices}), by {self.compiler}{basis}"
+                )
+            return (
+                f"No batch fits: batch {smallest[0]} needs "
+                f"{format_bytes(smallest[1])} per device, over the budget of "
+                f"{budget} ({devices}), by {self.compiler}{basis}"
+            )
+        peak = format_bytes(self.report.peak_bytes if self.report else 0)
+        answer = "Largest" if self.converged else "At least (search stopped early)"
+        return (
+            f"{answer} global batch: {self.best} (peak {peak} per device of "
+            f"{budget}; {devices}), by {self.compiler}{basis}"
+        )
+
+    def table(self) -> Table:
+        """The report as a :class:`~nnx_introspect.Table`: one row per batch tried."""
+        dp = self.data_parallel
+        rows = tuple(
+            (
+                str(b),
+                str(b // dp),
+                format_bytes(peak),
+                f"{peak:,}",
+                "yes" if fits else "no",
+            )
+            for b, peak, fits in self.points
+        )
+        totals: tuple[tuple[str, ...], ...] = (("best: none", "", "", "", ""),)
+        if self.best is not None and self.report is not None:
+            peak = self.report.peak_bytes
+            totals = (
+                (
+                    f"best: {self.best}",
+                    str(self.best // dp),
+                    format_bytes(peak),
+                    f"{peak:,}",
+                    "yes",
+                ),
+            )
+        notes = [
+            f"Budget: {format_bytes(self.max_device_bytes)} "
+            f"({self.max_device_bytes:,} bytes) per device: {self.budget_basis}. "
+            f"Batch {', '.join(self.batch)}; every size tried is a multiple of the "
+            f"data-parallel size {dp} (the 'per shard' column is batch / {dp}).",
+            f"Parameters, other state and any optimizer state: "
+            f"{format_bytes(self.plan_bytes)} per device (the plan), in every step.",
+            f"{self.compiles} compile(s) in {self.seconds:.1f} s, sizes {self.lo} "
+            f"to {self.hi}.",
+        ]
+        if not self.converged:
+            notes.append(
+                f"The search stopped after {self.compiles} compiles (at most "
+                f"{MAX_COMPILES}): the answer fits, a larger batch may too. Start "
+                "from a batch nearer the answer, or narrow `lo` and `hi`."
+            )
+        notes.append(
+            "Each point is XLA's own compile of the step; the search assumes the "
+            "peak grows with the batch."
+        )
+        return Table(
+            title=self.verdict,
+            columns=("batch", "per shard", "peak per device", "peak bytes", "fits"),
+            rows=rows,
+            totals=totals,
+            notes=tuple(notes),
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Exact figures for JSON output; ``report`` is the best step's payload."""
+        return {
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "best": self.best,
+            "converged": self.converged,
+            "max_device_bytes": self.max_device_bytes,
+            "budget_basis": self.budget_basis,
+            "plan_bytes": self.plan_bytes,
+            "data_parallel": self.data_parallel,
+            "lo": self.lo,
+            "hi": self.hi,
+            "num_devices": self.num_devices,
+            "compiler": self.compiler,
+            "batch": list(self.batch),
+            "compiles": self.compiles,
+            "seconds": self.seconds,
+            "points": [
+                {"batch": b, "peak_bytes": peak, "fits": fits}
+                for b, peak, fits in self.points
+            ],
+            "report": None if self.report is None else self.report.json_data(),
+            "failing_report": None
+            if self.failing_report is None
+            else self.failing_report.json_data(),
+        }
+
+    def to_html(self) -> str:
+        """A self-contained page: the verdict, memory against batch, the table.
+
+        The chart is an inline SVG: each batch tried (green fits, red does not)
+        with its peak per device, and the budget as a dashed line.
+
+        Example:
+            >>> import jax, jax.numpy as jnp
+            >>> from flax import nnx
+            >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+            >>> page = max_batch(
+            ...     lambda rngs: nnx.Linear(4, 6, rngs=rngs), "data=8", x,
+            ...     max_device_bytes=2048, loss=None,
+            ... ).to_html()
+            >>> page.index('class="verdict ok"') < page.index("<svg")
+            True
+        """
+        table = self.table()
+        parts = [
+            f"<h1>Largest batch: {html.escape(', '.join(self.batch))} on "
+            f"{self.num_devices} devices</h1>",
+            verdict_html(self.verdict, self._verdict_tone() or "neutral"),
+        ]
+        if self.points:
+            parts.append(chart_svg(self.points, self.max_device_bytes))
+        parts.append(table_html(table, caption=False))
+        if self.report is not None:
+            parts.append(f"<h2>The step at batch {self.best}</h2>")
+            parts.append(table_html(self.report.table()))
+        for heading, report in self._breakdowns():
+            parts.append(f"<h2>{html.escape(heading)}</h2>")
+            parts.append(report._body_html(report.table()))
+        return page_html(self.verdict, "".join(parts))
+
+
+@typechecked
+def max_batch(
+    target: nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
+    mesh: MeshLike,
+    batch: BatchLike,
+    /,
+    *,
+    loss: LossLike = "mean",
+    optimizer: optax.GradientTransformation | str | None = None,
+    rules: RulesLike | None = None,
+    logical_rules: LogicalRulesLike | None = None,
+    batch_spec: SpecsLike = None,
+    topology: str | None = None,
+    max_device_bytes: IntLike | str | None = None,
+    lo: IntLike | None = None,
+    hi: IntLike | None = None,
+    progress: Callable[[Point], object] | None = None,
+    compiling: Callable[[int, int], object] | None = None,
+    trace_as_target: bool = True,
+    breakdown: bool = False,
+) -> BatchSearch:
+    """The largest global batch whose compiled step fits ``max_device_bytes``.
+
+    Compiles the step with :func:`step_memory_report` (same arguments) at one
+    global batch size at a time, every batch leaf's leading dimension set to
+    that size: first the given batch's size (rounded up to a multiple of the
+    data-parallel size), doubling while the step fits, halving while it does
+    not, then bisecting between the largest size that fits and the smallest
+    that does not, on multiples of the data-parallel size. A step fits when
+    its peak per device is at most the budget and the compiler did not refuse
+    it for memory. The search assumes the peak grows with the batch (it does
+    for a step's arguments and activations); it makes at most
+    :data:`MAX_COMPILES` compiles, about ``2 * log2(hi / data_parallel)``.
+
+    Before any compile, the plan (:func:`~nnx_introspect.mesh_config_report`
+    of the same model, mesh, rules and optimizer) gives the bytes per device
+    of the parameters, other state and optimizer state: arguments of every
+    step. When they and batch ``lo``'s shards alone exceed the budget, the
+    answer comes at once, with no compile; otherwise the default ``hi`` is the
+    largest batch whose shards fit beside them.
+
+    The data-parallel size is the product of the mesh axes the batch's leading
+    dimension splits over (``batch_spec``; default: the mesh's first axis), the
+    least common multiple over batch leaves.
+
+    Args:
+        target: As in :func:`step_memory_report`.
+        mesh: As there.
+        batch: The model's positional arguments as there; every leaf's leading
+            dimension is the batch dimension, replaced by each size tried. Its
+            size is where the search starts.
+        loss: As in :func:`step_memory_report`.
+        optimizer: As there.
+        rules: As there.
+        logical_rules: As there.
+        batch_spec: As there; its first entry per leaf gives the data-parallel
+            axes.
+        topology: As there.
+        max_device_bytes: The per-device budget: a byte count (an ``int``
+            such as ``80`` is 80 bytes) or a size with its unit such as
+            ``"16GiB"``; default: what one device of ``topology`` gives a
+            step (a TPU chip's memory; on a GPU the share JAX's allocator takes,
+            75% unless ``XLA_CLIENT_MEM_FRACTION`` says otherwise), required
+            without a topology. Every point is judged against it.
+        lo: The smallest batch to try (a multiple of the data-parallel size;
+            default: the data-parallel size).
+        hi: The largest batch to try (a multiple of the data-parallel size;
+            default: the largest whose batch shards fit the budget beside the
+            plan's state).
+        progress: Called with each point ``(batch, peak_bytes, fits)`` after
+            its compile.
+        compiling: Called with ``(batch, n)`` just before the ``n``-th compile
+            (from 1) starts, at batch ``batch`` (the command line's progress
+            line shows it).
+        trace_as_target: As in :func:`step_memory_report`: a named target's
+            model is traced with JAX's device lookups answering with the
+            target's devices.
+        breakdown: As in :func:`step_memory_report`, for every compile; the
+            search keeps those of the largest batch that fits (``report``)
+            and the smallest that does not (``failing_report``).
+
+    Returns:
+        A frozen :class:`BatchSearch`.
+
+    Raises:
+        TypeError: If an argument has the wrong type.
+        ValueError: If ``max_device_bytes`` is not a size (a string without
+            a unit included) or is missing with no ``topology`` to give a
+            device's memory, a batch
+            leaf has no leading dimension or the leaves' leading dimensions
+            differ, ``lo`` or ``hi`` is not a multiple of the data-parallel size
+            or ``lo > hi``, or :func:`step_memory_report` rejects the step.
+        ImportError: As :func:`step_memory_report`.
+        RuntimeError: If a child compile crashes or times out.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)  # 8 examples of 4
+        >>> search = max_batch(
+        ...     lambda rngs: nnx.Linear(4, 6, rngs=rngs), "data=8", x,
+        ...     max_device_bytes="2KiB", loss=None,
+        ... )
+        >>> search.data_parallel, search.max_device_bytes
+        (8, 2048)
+        >>> [fits for _, peak, fits in search.points] == [
+        ...     peak <= 2048 for _, peak, _ in search.points]
+        True
+    """
+    began = time.perf_counter()
+    given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
+    limit, basis = _budget(given, topology)
+    leaves = as_batch(batch)
+    start = _leading_size(leaves)
+    abstract_mesh = as_abstract_mesh(mesh)
+    sizes = {
+        str(a): int(s)
+        for a, s in zip(abstract_mesh.axis_names, abstract_mesh.axis_sizes, strict=True)
+    }
+    specs, spec_name = as_batch_specs(batch_spec, leaves, next(iter(sizes)))
+    dp = math.lcm(*(_leading_split(spec, sizes) for spec in specs))
+    low = dp if lo is None else _multiple(lo, "lo", dp)
+    top = None if hi is None else _multiple(hi, "hi", dp)
+    if top is not None and low > top:
+        raise ValueError(
+            f"`lo` ({low}) must be at most `hi` ({top}). Pass a smaller `lo` or a "
+            "larger `hi`."
+        )
+    at_lo = tuple(  # every size tried is a multiple of dp: splits as `lo` does
+        jax.ShapeDtypeStruct((low, *leaf.shape[1:]), leaf.dtype) for leaf in leaves
+    )
+    state = _plan_bytes(
+        target,
+        abstract_mesh,
+        (at_lo, specs, spec_name),
+        loss,
+        optimizer,
+        rules,
+        logical_rules,
+        topology,
+    )
+    room = limit - state
+    bound = -1 if room < 0 else _largest_by_arguments(leaves, specs, sizes, dp, room)
+    high = max(low, bound) if top is None else top
+    common: dict[str, Any] = {
+        "max_device_bytes": limit,
+        "budget_basis": basis,
+        "data_parallel": dp,
+        "lo": low,
+        "hi": high,
+        "plan_bytes": state,
+        "num_devices": math.prod(sizes.values()),
+        "batch": tuple(_leaf_with_b(leaf) for leaf in leaves),
+    }
+    if bound < low:  # the arguments of batch `lo` alone exceed the budget
+        return BatchSearch(
+            best=None,
+            points=(),
+            converged=True,
+            compiles=0,
+            seconds=time.perf_counter() - began,
+            report=None,
+            compiler=None,
+            **common,
+        )
+    reports: dict[int, StepMemoryReport] = {}
+    points: dict[int, Point] = {}
+
+    def fits(size: int) -> bool:
+        if compiling is not None:
+            compiling(size, len(points) + 1)
+        report = step_memory_report(
+            target,
+            mesh,
+            tuple(
+                jax.ShapeDtypeStruct((size, *leaf.shape[1:]), leaf.dtype)
+                for leaf in leaves
+            ),
+            loss=loss,
+            optimizer=optimizer,
+            rules=rules,
+            logical_rules=logical_rules,
+            batch_spec=batch_spec,
+            topology=topology,
+            max_device_bytes=given,  # none given: the report finds the same one
+            trace_as_target=trace_as_target,
+            breakdown=breakdown,
+        )
+        point = (size, report.peak_bytes, report.fits(limit))
+        reports[size], points[size] = report, point
+        if progress is not None:
+            progress(point)
+        return point[2]
+
+    good, bad = _search(fits, min(max(-(-start // dp) * dp, low), high), low, high, dp)
+    converged = (
+        (good is None and bad == low)
+        or good == high
+        or (good is not None and bad is not None and bad - good == dp)
+    )
+    return BatchSearch(
+        best=good,
+        points=tuple(points[b] for b in sorted(points)),
+        converged=converged,
+        compiles=len(points),
+        seconds=time.perf_counter() - began,
+        report=None if good is None else reports[good],
+        compiler=reports[max(reports)].compiler,
+        failing_report=None if bad is None else reports.get(bad),
+        **common,
+    )
+
+
+def _search(
+    fits: Callable[[int], bool], start: int, low: int, high: int, dp: int
+) -> tuple[int | None, int | None]:
+    """``(largest size known to fit, smallest known not to)``, multiples of ``dp``.
+
+    Doubling from ``start`` while it fits (halving while it does not), then
+    bisection; at most :data:`MAX_COMPILES` calls of ``fits``.
+    """
+    calls = 1
+    good: int | None = None
+    bad: int | None = None
+    if fits(start):
+        good = start
+        while good < high and calls < MAX_COMPILES:
+            size = min(2 * good, high)
+            calls += 1
+            if not fits(size):
+                bad = size
+                break
+            good = size
+    else:
+        bad = start
+        while bad > low and calls < MAX_COMPILES:
+            size = max(low, bad // 2 // dp * dp)
+            calls += 1
+            if fits(size):
+                good = size
+                break
+            bad = size
+    while good is not None and bad is not None and bad - good > dp:
+        if calls >= MAX_COMPILES:
+            break
+        size = good + (bad - good) // dp // 2 * dp
+        calls += 1
+        if fits(size):
+            good = size
+        else:
+            bad = size
+    return good, bad
+
+
+def _budget(given: int | None, topology: str | None) -> tuple[int, str]:
+    """The budget ``given``, else what a ``topology`` device gives a step.
+
+    Returns:
+        ``(bytes, basis)``: the budget and how it was found, in words.
+    """
+    budget = step_budget(given, topology)
+    if budget.bytes is None or budget.basis is None:
+        raise ValueError(
+            "`max_device_bytes` is required: the per-device budget the step must "
+            "fit, such as '16GiB' or 17179869184 (a `topology` such as 'v5e-4' "
+            "gives its device's memory instead)."
+        )
+    return budget.bytes, budget.basis
+
+
+def _plan_bytes(
+    target: Any,
+    mesh: Any,
+    batch: tuple[tuple[jax.ShapeDtypeStruct, ...], tuple[PartitionSpec, ...], str],
+    loss: Any,
+    optimizer: Any,
+    rules: Any,
+    logical_rules: Any,
+    topology: str | None,
+) -> int:
+    """Bytes per device of the parameters, other state and optimizer state.
+
+    The plan's exact shards of what every step holds as arguments, whatever
+    its batch (gradients, which XLA may never hold whole, are left out). The
+    step's inputs are checked as :func:`step_memory_report` checks them, in
+    its order, so a search that compiles nothing raises what its first
+    compile would have.
+    """
+    leaves, specs, spec_name = batch
+    mesh_axes = tuple(
+        (str(a), int(s)) for a, s in zip(mesh.axis_names, mesh.axis_sizes, strict=True)
+    )
+    model = as_model(target)
+    checked_loss = as_loss(loss, leaves)
+    tx, _ = as_optimizer(optimizer)
+    check_optimizer_has_a_loss(optimizer, tx, checked_loss)
+    if topology is not None:
+        check_compiler(topology, mesh_axes)
+    plan = mesh_config_report(
+        model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
+    )
+    check_shardable(plan, spec_name, leaves, specs, mesh_axes)
+    return sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
+
+
+def _leading_size(leaves: tuple[jax.ShapeDtypeStruct, ...]) -> int:
+    """The batch size the leaves share as their leading dimension."""
+    for i, leaf in enumerate(leaves):
+        if not leaf.shape:
+            raise ValueError(
+                f"`batch[{i}]` ({batch_str(leaf)}) is a scalar: every batch leaf's "
+                "leading dimension is the batch dimension the search varies. Give "
+                "each leaf a leading batch dimension."
+            )
+    sizes = {leaf.shape[0] for leaf in leaves}
+    if len(sizes) > 1:
+        raise ValueError(
+            f"`batch` leaves must share their leading (batch) dimension, got "
+            f"{', '.join(batch_str(leaf) for leaf in leaves)}. Give every leaf "
+            "the same leading size."
+        )
+    return max(1, int(leaves[0].shape[0]))
+
+
+def _leading_split(spec: PartitionSpec, sizes: dict[str, int]) -> int:
+    """How many pieces ``spec`` cuts the leading dimension into.
+
+    An axis not in the mesh counts 1: :func:`step_memory_report` reports it.
+    """
+    if not len(spec):
+        return 1
+    return math.prod(sizes.get(a, 1) for a in entry_axes(spec[0]))
+
+
+def _multiple(value: Any, name: str, dp: int) -> int:
+    size = as_int(value, name, minimum=1)
+    if size % dp:
+        raise ValueError(
+            f"`{name}` must be a multiple of the data-parallel size {dp} (the mesh "
+            f"axes the batch's leading dimension splits over), got {size}. Pass "
+            f"{max(dp, size // dp * dp)} or {-(-size // dp) * dp}."
+        )
+    return size
+
+
+def _largest_by_arguments(
+    leaves: tuple[jax.ShapeDtypeStruct, ...],
+    specs: tuple[PartitionSpec, ...],
+    sizes: dict[str, int],
+    dp: int,
+    budget: int,
+) -> int:
+    """The largest multiple of ``dp`` whose batch shards alone fit ``budget``.
+
+    A step's peak holds its arguments, the batch shards among them, so no
+    larger batch fits. Bits per example and device are a lower bound (a split
+    that does not divide is reported by :func:`step_memory_report`).
+    """
+    bits = 0.0
+    for leaf, spec in zip(leaves, specs, strict=True):
+        elements = 1.0 / _leading_split(spec, sizes)
+        for dim, size in enumerate(leaf.shape[1:], start=1):
+            axes = entry_axes(spec[dim]) if dim < len(spec) else ()
+            split = math.prod(sizes.get(a, 1) for a in axes)
+            elements *= size / split
+        bits += elements * int(jax.dtypes.itemsize_bits(leaf.dtype))
+    if bits == 0:  # zero-size leaves: the batch costs nothing
+        return dp << (MAX_COMPILES // 2)
+    return int(budget * 8 / bits) // dp * dp
+
+
+def _leaf_with_b(leaf: jax.ShapeDtypeStruct) -> str:
+    text = batch_str(leaf)
+    head, _, rest = text.partition("[")
+    dims = rest.rstrip("]").split(",")
+    return f"{head}[{','.join(['B', *dims[1:]])}]"

@@ -1,0 +1,299 @@
+"""The comparison itself: :func:`compare_meshes`, composing the steps.
+
+The arguments checked (``arguments``), the candidates listed or enumerated and
+planned (``candidates``), the others compiled on an executor (``run``; by
+default the local ``pool``) and ranked into a :class:`MeshComparison`
+(``report``).
+"""
+
+import concurrent.futures
+import math
+import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import jax
+import optax
+from flax import nnx
+
+from nnx_introspect._accelerators.budget import step_budget
+from nnx_introspect._accelerators.topology import resolve_topology
+from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike, parse_bytes
+from nnx_introspect._render.formats import batch_str
+from nnx_introspect._search.meshes.arguments import (
+    _check_executor,
+    _check_picklable,
+    _check_timeout,
+    _loss_by_name,
+    _optimizer_by_name,
+    _target_name,
+)
+from nnx_introspect._search.meshes.candidates import (
+    _PROBE_AXIS,
+    _auto_axes,
+    _auto_meshes,
+    _listed_meshes,
+    _plan,
+)
+from nnx_introspect._search.meshes.pool import _cpus, _default_pool
+from nnx_introspect._search.meshes.report import (
+    MeshAxes,
+    MeshCandidate,
+    MeshComparison,
+    _plural,
+    _sort_key,
+)
+from nnx_introspect._search.meshes.run import _Run
+from nnx_introspect._step.child import MAX_CHILD_DEVICES
+from nnx_introspect._step.inputs import (
+    BatchLike,
+    LossLike,
+    SpecsLike,
+    as_batch,
+    as_batch_specs,
+    as_loss,
+    as_model,
+)
+from nnx_introspect._step.measure import check_optimizer_has_a_loss
+from nnx_introspect._typing import IntLike, typechecked
+from nnx_introspect._xla.toolchain import check_compiler
+
+
+@typechecked
+def compare_meshes(
+    target: nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
+    meshes: str | Sequence[MeshLike],
+    batch: BatchLike,
+    /,
+    *,
+    loss: LossLike = "mean",
+    optimizer: optax.GradientTransformation | str | None = None,
+    topology: str | None = None,
+    rules: RulesLike | None = None,
+    logical_rules: LogicalRulesLike | None = None,
+    batch_spec: SpecsLike = None,
+    max_device_bytes: IntLike | str | None = None,
+    executor: object = None,
+    timeout: float | int | None = None,
+    max_workers: IntLike | None = None,
+    trace_as_target: bool = True,
+    progress: Callable[[int, int, MeshCandidate | None], object] | None = None,
+    network_bytes_per_second: IntLike | str | None = None,
+) -> MeshComparison:
+    """Compile one step of ``target`` on each of ``meshes`` and rank them.
+
+    Every candidate is checked before anything compiles, then planned here
+    with :func:`~nnx_introspect.mesh_config_report` (same rules, logical rules
+    and optimizer): a candidate whose plan has problems (a dimension that does
+    not divide, an axis the mesh lacks, a batch that does not split) or whose
+    parameters, other state and optimizer state alone exceed the budget is
+    rejected, with no compile spent. Each other candidate is one independent
+    :func:`step_memory_report` call submitted to ``executor``; its result is
+    judged against the one budget. A compile that raises, or gives no result
+    within ``timeout``, becomes a row that says so: one candidate never loses
+    the sweep (only the same ``TypeError``, ``ValueError`` or ``ImportError``
+    from every compile, which is the inputs' fault, is raised).
+
+    The calls travel to the workers by pickle, so the model is named
+    (``"package.module:factory"``), the loss is a name or an importable
+    function and the optimizer a name.
+
+    With ``meshes="auto"``, the candidates are every factorisation of the
+    device count (``topology``'s, else this process's ``jax.device_count()``)
+    over the mesh axes the step's sharding names, each size at least 1: the
+    axes of ``batch_spec``, then the mesh axes of ``logical_rules``, then
+    those of the plan's specs (``rules`` and the model's metadata), each in
+    the order it first appears. With ``batch_spec=None`` the batch splits over
+    each mesh's first axis, so name the data-parallel axis first (in
+    ``batch_spec`` or the logical rules) when the model's specs name another
+    one first.
+
+    Args:
+        target: The model's ``"package.module:factory"`` name, or a factory
+            importable by that name.
+        meshes: The candidates, each as :func:`step_memory_report` takes a
+            mesh (a mapping, ``"fsdp=2,tp=4"``, an ``AbstractMesh``; of a
+            ``Mesh`` only the axes are used), all with the same number of
+            devices (``topology``'s when given); or ``"auto"``. Two candidates
+            are the same when their axes, sizes and order are:
+            ``"fsdp=8,tp=1"`` and ``"fsdp=8"`` are different meshes (the
+            second has no ``tp`` for a spec to name), and so are
+            ``"fsdp=2,tp=4"`` and ``"tp=4,fsdp=2"`` (another device order, and
+            the batch splits over the first axis).
+        batch: As in :func:`step_memory_report`.
+        loss: ``None``, ``"mean"``, ``"lm"``, a ``"package.module:function"``
+            name or a function importable by that name.
+        optimizer: An optimizer's name (``"adamw"``...), or ``None``.
+        topology: As in :func:`step_memory_report`: a TPU slice or NVIDIA
+            GPUs to compile for; every mesh must have its device count.
+        rules: As there (picklable).
+        logical_rules: As there (picklable).
+        batch_spec: As there (picklable).
+        max_device_bytes: The per-device budget every candidate is judged
+            against; default: what one device of ``topology`` gives a step
+            (see :func:`step_memory_report`); none on XLA:CPU (the meshes are
+            then ranked by peak alone).
+        executor: A ``concurrent.futures.Executor`` to submit the compiles to,
+            used as it is and left running: a ``ProcessPoolExecutor``, Dask's
+            ``distributed.Client(...).get_executor()``, or one worker of a
+            ``ThreadPoolExecutor`` (a compile redirects the process's file
+            descriptor 2 while it runs, so threads must not compile side by
+            side). Default: a pool of processes started with ``"spawn"`` (JAX
+            is not fork-safe), one per CPU this process may use, at most one
+            per compile, shut down before returning. Its workers compile on
+            the CPU platform with the mesh's device count (a named
+            ``topology`` compiles in a child process as always). As with any
+            ``"spawn"`` pool, a script that calls this at its top level needs
+            the ``if __name__ == "__main__":`` guard: each worker imports the
+            script's main module.
+        timeout: Seconds to wait for each candidate's result, counted from
+            when the candidates before it (in the given order) were resolved;
+            a candidate still without a result is a ``"timed out"`` row (a
+            candidate queued behind others that hang may time out unstarted).
+            Default: no limit (a child compile stops itself after
+            ``CHILD_TIMEOUT_SECONDS``, 900 s).
+        max_workers: The default pool's size (``--jobs``); only without an
+            ``executor``.
+        trace_as_target: As in :func:`step_memory_report`.
+        network_bytes_per_second: As in :func:`step_memory_report`: the
+            network per GPU between hosts the step-time estimates use.
+        progress: Called with ``(done, total, row)``: ``(0, total, None)``
+            once the compiles are submitted, then after each candidate's
+            compile is resolved (in the order given).
+
+    Returns:
+        A frozen :class:`MeshComparison`.
+
+    Raises:
+        TypeError: If an argument has the wrong type: ``executor`` not a
+            ``concurrent.futures.Executor``, a mesh that is not one...
+        ValueError: If ``meshes`` is empty, repeats a mesh, mixes device
+            counts or does not match ``topology``; ``"auto"`` finds no axes or
+            too many candidates (:data:`MAX_AUTO_MESHES`); ``target``,
+            ``loss`` or ``optimizer`` cannot be sent to a worker by name;
+            ``rules``, ``logical_rules`` or ``batch_spec`` cannot be pickled;
+            ``timeout`` or ``max_workers`` is not positive, or
+            ``max_workers`` comes with an ``executor``; or
+            :func:`step_memory_report` rejects the inputs of every candidate
+            (a bad loss, an optimizer without a loss...; checked here first,
+            or the same error raised by every compile: a batch the model
+            cannot take...).
+        ImportError: If ``topology``'s compiler is not installed.
+        KeyboardInterrupt: Re-raised after cancelling the compiles not yet
+            started (and stopping the default pool's workers and their child
+            compiles).
+
+    Example:
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import PartitionSpec as P
+        >>> x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+        >>> with ThreadPoolExecutor(max_workers=1) as pool:
+        ...     comparison = compare_meshes(
+        ...         "nnx_introspect.examples:two_layer", "auto", x,
+        ...         rules=[("kernel", P(None, "model"))], batch_spec=P("data"),
+        ...         max_device_bytes="1MiB", executor=pool,
+        ...     )
+        >>> comparison.auto_axes, comparison.best.name
+        (('data', 'model'), 'data=8,model=1')
+        >>> [(c.name, c.outcome) for c in comparison.candidates]  # best first
+        [('data=8,model=1', 'fits'), ('data=4,model=2', 'fits'), \
+('data=2,model=4', 'fits'), ('data=1,model=8', 'rejected')]
+        >>> print(comparison.candidates[-1].status)  # 4 hidden units over 8
+        rejected by the planner: `l1/kernel` with shape (3, 4): dimension 1 (size
+        4) does not divide over model (product 8). ... (and 1 more)
+    """
+    began = time.perf_counter()
+    pool_size = _check_executor(executor, max_workers)
+    wait = _check_timeout(timeout)
+    given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
+    devices = None if topology is None else resolve_topology(topology).devices
+    budget = step_budget(given, topology)
+    target_name = _target_name(target)
+    model = as_model(target_name)
+    leaves = as_batch(batch)
+    as_batch_specs(batch_spec, leaves, _PROBE_AXIS)  # its types, before any mesh
+    checked_loss = as_loss(loss, leaves)
+    loss_name = _loss_by_name(loss)
+    optimizer_name, tx = _optimizer_by_name(optimizer)
+    check_optimizer_has_a_loss(optimizer, tx, checked_loss)
+    for name, value in (
+        ("rules", rules),
+        ("logical_rules", logical_rules),
+        ("batch_spec", batch_spec),
+    ):
+        _check_picklable(value, name)
+    auto_axes: tuple[str, ...] | None = None
+    if isinstance(meshes, str) and meshes.strip().lower() == "auto":
+        auto_axes = _auto_axes(model, rules, logical_rules, batch_spec)
+        count = devices if devices is not None else jax.device_count()
+        candidates = _auto_meshes(auto_axes, count)
+    else:
+        candidates = _listed_meshes(meshes, topology, devices)
+    num_devices = math.prod(s for _, s in candidates[0])
+    if topology is not None:
+        check_compiler(topology, candidates[0])  # the compiler's package, first
+    elif num_devices > max(MAX_CHILD_DEVICES, jax.device_count()):
+        raise ValueError(
+            f"`meshes` have {num_devices} devices: more than the "
+            f"{MAX_CHILD_DEVICES} virtual CPU devices a compile may use. Compare "
+            "smaller meshes, or name a TPU or GPU `topology`."
+        )
+    rows: dict[int, MeshCandidate] = {}
+    to_compile: list[tuple[int, MeshAxes, int]] = []
+    for index, mesh in enumerate(candidates):
+        reason, state = _plan(
+            model, mesh, leaves, (batch_spec, rules, logical_rules, tx), budget.bytes
+        )
+        if reason is not None:
+            rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
+        else:
+            to_compile.append((index, mesh, state))
+    options: dict[str, Any] = {
+        "loss": loss_name,
+        "optimizer": optimizer_name,
+        "rules": rules,
+        "logical_rules": logical_rules,
+        "batch_spec": batch_spec,
+        "topology": topology,
+        "max_device_bytes": given,  # none given: each report finds the same one
+        "trace_as_target": trace_as_target,
+        "network_bytes_per_second": network_bytes_per_second,
+    }
+    described = "nothing (every mesh was rejected by the planner)"
+    if to_compile:
+        own: concurrent.futures.ProcessPoolExecutor | None = None
+        if isinstance(executor, concurrent.futures.Executor):
+            pool: concurrent.futures.Executor = executor
+            described = type(executor).__name__
+        else:
+            workers = min(pool_size or _cpus(), len(to_compile))
+            pool = own = _default_pool(
+                workers, num_devices if topology is None else None
+            )
+            described = f"a spawn process pool of {_plural(workers, 'worker')}"
+        run = _Run(pool, own, wait, progress, budget.bytes)
+        rows |= run.all(target_name, leaves, options, to_compile)
+    ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
+    return MeshComparison(
+        target=target_name,
+        candidates=tuple(row for _, row in ordered),
+        num_devices=num_devices,
+        max_device_bytes=budget.bytes,
+        budget_basis=budget.basis,
+        topology=topology,
+        auto_axes=auto_axes,
+        batch=tuple(batch_str(leaf) for leaf in leaves),
+        step=_step_name(loss, optimizer_name),
+        compiles=len(to_compile),
+        seconds=time.perf_counter() - began,
+        executor=described,
+    )
+
+
+def _step_name(loss: Any, optimizer: str | None) -> str:
+    if loss is None:
+        return "forward"
+    if optimizer is None:
+        return "forward + backward"
+    return "forward + backward + optimizer update"

@@ -1,0 +1,215 @@
+"""The candidate meshes: a list checked, ``"auto"`` enumerated, each one planned.
+
+:func:`_listed_meshes` checks the meshes given (every problem of the list in
+one error); :func:`_auto_axes` and :func:`_auto_meshes` enumerate
+``meshes="auto"``; :func:`_plan` plans one candidate in this process, and
+what the planner rejects is never compiled.
+"""
+
+import math
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import optax
+from jax.sharding import PartitionSpec
+
+from nnx_introspect._mesh import as_abstract_mesh, mesh_config_report
+from nnx_introspect._mesh.parse import as_logical_rules
+from nnx_introspect._mesh.specs import entry_axes
+from nnx_introspect._render.table import format_bytes
+from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
+from nnx_introspect._step.inputs import as_batch_specs, spec_problems
+
+MAX_AUTO_MESHES = 512
+"""The most candidates ``meshes="auto"`` may enumerate (before planning)."""
+
+
+_PROBE_AXIS = "__nnx_introspect_probe__"
+"""The one axis of the mesh ``meshes="auto"`` plans on to read the model's axes."""
+
+
+def _listed_meshes(
+    meshes: Any, topology: str | None, devices: int | None
+) -> list[MeshAxes]:
+    """The listed candidates as axes, every problem of the list in one error."""
+    if isinstance(meshes, str):
+        raise ValueError(
+            f"`meshes` must be a list of meshes or 'auto', got the string "
+            f"{meshes!r}. Wrap one mesh in a list: [{meshes!r}]."
+        )
+    items = list(meshes)
+    if not items:
+        raise ValueError(
+            "`meshes` must list at least one mesh, got an empty list. Pass e.g. "
+            "['fsdp=8', 'fsdp=4,tp=2'], or 'auto'."
+        )
+    out: list[MeshAxes] = []
+    for i, mesh in enumerate(items):
+        abstract = as_abstract_mesh(mesh, f"meshes[{i}]")
+        out.append(
+            tuple(
+                (str(a), int(s))
+                for a, s in zip(abstract.axis_names, abstract.axis_sizes, strict=True)
+            )
+        )
+    problems: list[str] = []
+    counts = [math.prod(s for _, s in axes) for axes in out]
+    if devices is not None:
+        problems += [
+            f"`meshes[{i}]` ({_mesh_name(axes)}) has {n} devices, but `topology` "
+            f"{topology!r} has {devices}"
+            for i, (axes, n) in enumerate(zip(out, counts, strict=True))
+            if n != devices
+        ]
+    elif len(set(counts)) > 1:
+        groups = {n: [i for i, m in enumerate(counts) if m == n] for n in counts}
+        shown = "; ".join(
+            f"{n} ({', '.join(f'meshes[{i}]' for i in where)})"
+            for n, where in groups.items()
+        )
+        problems.append(
+            "`meshes` must all have the same number of devices (candidates for "
+            f"one machine), got {shown}"
+        )
+    first: dict[MeshAxes, int] = {}
+    for i, axes in enumerate(out):
+        if axes in first:
+            problems.append(
+                f"`meshes[{i}]` ({_mesh_name(axes)}) repeats `meshes[{first[axes]}]`"
+            )
+        first.setdefault(axes, i)
+    if problems:
+        raise ValueError(
+            "; ".join(problems)
+            + ". Give each candidate once, with the same device count"
+            + (f" as `topology` {topology!r}" if devices is not None else "")
+            + "."
+        )
+    return out
+
+
+def _auto_axes(
+    model: Any, rules: Any, logical_rules: Any, batch_spec: Any
+) -> tuple[str, ...]:
+    """The mesh axes the step's sharding names, data-parallel ones first.
+
+    ``batch_spec``'s, then the mesh axes ``logical_rules`` map names to, then
+    the axes of the plan's specs (rules first, then metadata translated by the
+    logical rules), planned on a one-axis probe mesh; then the axes named as
+    data-parallel axes conventionally are (:data:`_DATA_AXES`: ``data``,
+    ``dp``, ``batch``, ``replica``, ``fsdp``) move to the front, in that order.
+    The first axis is the outermost (its devices are the farthest apart: on
+    GPUs, across hosts) and the batch splits over it by default, so tensor
+    parallelism (``tp``) stays innermost, within a host, as trainers lay it out.
+    """
+    seen: dict[str, None] = {}
+    specs: list[Any] = []
+    if isinstance(batch_spec, PartitionSpec):
+        specs.append(batch_spec)
+    elif batch_spec is not None:
+        specs += [s for s in batch_spec if s is not None]
+    entries = [entry for spec in specs for entry in spec]
+    entries += [axes for _, axes in as_logical_rules(logical_rules) or ()]
+    plan = mesh_config_report(
+        model, {_PROBE_AXIS: 1}, rules=rules, logical_rules=logical_rules
+    )
+    entries += [entry for leaf in plan.leaves for entry in leaf.spec]
+    for entry in entries:
+        for axis in entry_axes(entry):
+            seen.setdefault(axis, None)
+    seen.pop(_PROBE_AXIS, None)
+    if not seen:
+        raise ValueError(
+            "`meshes='auto'` found no mesh axis: the model's variables carry no "
+            "sharding metadata, and neither `rules`, `logical_rules` nor "
+            "`batch_spec` names one. List the meshes, or pass `rules` that shard "
+            "the parameters."
+        )
+    order = list(seen)
+    return tuple(
+        sorted(
+            order,
+            key=lambda a: (
+                (0, _DATA_AXES.index(a)) if a in _DATA_AXES else (1, order.index(a))
+            ),
+        )
+    )
+
+
+_DATA_AXES = ("data", "dp", "batch", "replica", "fsdp")
+"""Axis names that conventionally shard the batch: outermost in ``'auto'``."""
+
+
+def _auto_meshes(axes: tuple[str, ...], devices: int) -> list[MeshAxes]:
+    """Every factorisation of ``devices`` over ``axes`` (sizes >= 1), in order.
+
+    Sizes in lexicographic order: ``(1, 8), (2, 4), (4, 2), (8, 1)``.
+    """
+    sizes = list(_factorisations(devices, len(axes)))
+    if len(sizes) > MAX_AUTO_MESHES:
+        raise ValueError(
+            f"`meshes='auto'` gives {len(sizes)} candidates ({devices} devices over "
+            f"the axes {', '.join(axes)}), more than {MAX_AUTO_MESHES}. List the "
+            "meshes to compare, or name fewer axes."
+        )
+    return [tuple(zip(axes, s, strict=True)) for s in sizes]
+
+
+def _factorisations(n: int, k: int) -> Iterator[tuple[int, ...]]:
+    """Every ``k``-tuple of positive integers whose product is ``n``.
+
+    Example:
+        >>> list(_factorisations(8, 2))
+        [(1, 8), (2, 4), (4, 2), (8, 1)]
+        >>> len(list(_factorisations(256, 3))), list(_factorisations(6, 1))
+        (45, [(6,)])
+    """
+    divisors = [d for d in range(1, math.isqrt(n) + 1) if n % d == 0]
+    divisors = sorted({*divisors, *(n // d for d in divisors)})
+
+    def split(m: int, parts: int) -> Iterator[tuple[int, ...]]:
+        if parts == 1:
+            yield (m,)
+            return
+        for d in divisors:
+            if d > m:
+                break
+            if m % d == 0:
+                for rest in split(m // d, parts - 1):
+                    yield (d, *rest)
+
+    return split(n, k)
+
+
+def _plan(
+    model: Any,
+    mesh: MeshAxes,
+    leaves: tuple[jax.ShapeDtypeStruct, ...],
+    sharding: tuple[Any, Any, Any, optax.GradientTransformation | None],
+    budget: int | None,
+) -> tuple[str | None, int]:
+    """``(why the planner rejects the mesh or None, the plan's bytes per device)``.
+
+    Rejected: the plan has errors, the batch does not split over the mesh, or
+    the parameters, other state and optimizer state alone exceed ``budget``.
+    """
+    batch_spec, rules, logical_rules, tx = sharding
+    sizes = dict(mesh)
+    specs, spec_name = as_batch_specs(batch_spec, leaves, mesh[0][0])
+    plan = mesh_config_report(
+        model, sizes, rules=rules, logical_rules=logical_rules, optimizer=tx
+    )
+    state = sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
+    problems = [p.message for p in plan.errors]
+    problems += spec_problems(spec_name, leaves, specs, sizes)
+    if problems:
+        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+        return f"{problems[0]}{more}", state
+    if budget is not None and state > budget:
+        return (
+            f"the parameters, other state and optimizer state alone need "
+            f"{format_bytes(state)} per device, over the budget of "
+            f"{format_bytes(budget)}"
+        ), state
+    return None, state

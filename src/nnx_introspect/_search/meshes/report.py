@@ -1,0 +1,491 @@
+"""A comparison's report: :class:`MeshComparison`, its :class:`MeshCandidate` rows.
+
+What became of each candidate (:data:`Outcome`), where each outcome sorts
+(best first: :func:`_sort_key`), and the renderers: the table and its notes,
+JSON, and the HTML page (its chart drawn by ``chart``).
+"""
+
+import dataclasses
+import html
+from collections.abc import Iterator
+from typing import Any, Literal, TypeAlias
+
+from nnx_introspect._render.table import (
+    Report,
+    Table,
+    format_bytes,
+    page_html,
+    table_html,
+    verdict_html,
+)
+from nnx_introspect._search.meshes.chart import _peaks_svg, _time_peak_svg
+from nnx_introspect._step.report import StepMemoryReport
+
+Outcome: TypeAlias = Literal[
+    "fits", "does not fit", "compiled", "rejected", "failed", "timed out"
+]
+"""What became of one candidate: compiled and judged against the budget
+(``"compiled"``: no budget to judge by), rejected by the planner before any
+compile, or a compile that raised or gave no result in time."""
+
+
+MeshAxes: TypeAlias = tuple[tuple[str, int], ...]
+"""A mesh as ``((axis name, size), ...)``, in the mesh's order."""
+
+
+_GROUP: dict[str, int] = {
+    "fits": 0,
+    "compiled": 0,
+    "does not fit": 1,
+    "rejected": 2,
+    "failed": 3,
+    "timed out": 3,
+}
+"""Where each outcome sorts: answers first, then what did not fit, then the rest."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshCandidate:
+    """One candidate mesh of a :class:`MeshComparison` and what became of it.
+
+    Attributes:
+        mesh: The mesh as ``((axis name, size), ...)``, in its order.
+        outcome: ``"fits"``, ``"does not fit"``, ``"compiled"`` (no budget to
+            judge by), ``"rejected"`` (by the planner, nothing compiled),
+            ``"failed"`` (the compile raised) or ``"timed out"``.
+        reason: Why a candidate was rejected, failed or timed out, in words;
+            ``None`` otherwise.
+        report: The full :class:`StepMemoryReport` of a compiled candidate,
+            else ``None``.
+        plan_bytes: Bytes per device of the parameters, other state and
+            optimizer state as the plan shards them (``None`` when the plan
+            could not be applied).
+        estimated_seconds: A ``(low, high)`` roofline estimate of one step's
+            time (perfect overlap, none) from the report's
+            :attr:`~StepMemoryReport.roofline`, for a named ``topology``
+            (fitting candidates sort by its low end); else ``None``.
+        collective_bytes_by_axis: Bytes on the wire per device and step over
+            each mesh-axis combination (``"fsdp"``, ``"fsdp,tp"``, ``"?"``),
+            from the compiled program's collectives; ``None`` when not read.
+
+    Example:
+        >>> row = MeshCandidate((("fsdp", 4), ("tp", 2)), "rejected", "indivisible")
+        >>> row.name, row.status
+        ('fsdp=4,tp=2', 'rejected by the planner: indivisible')
+    """
+
+    mesh: MeshAxes
+    outcome: Outcome
+    reason: str | None = None
+    report: StepMemoryReport | None = None
+    plan_bytes: int | None = None
+    estimated_seconds: tuple[float, float] | None = None
+    collective_bytes_by_axis: dict[str, int] | None = None
+
+    @property
+    def name(self) -> str:
+        """The mesh as ``"fsdp=2,tp=4"``."""
+        return _mesh_name(self.mesh)
+
+    @property
+    def peak_bytes(self) -> int | None:
+        """The compiled step's peak per device, or ``None`` with no compile."""
+        return None if self.report is None else self.report.peak_bytes
+
+    @property
+    def fits(self) -> bool | None:
+        """Whether the step fits the budget; ``None`` with no budget or compile."""
+        if self.outcome in ("fits", "does not fit"):
+            return self.outcome == "fits"
+        return None
+
+    @property
+    def status(self) -> str:
+        """The outcome in words, its reason included.
+
+        ``"fits"``, ``"does not fit"``, ``"compiled (no budget)"``,
+        ``"rejected by the planner: ..."``, ``"failed: ValueError: ..."`` or
+        ``"timed out after 600 s"``.
+        """
+        if self.outcome == "rejected":
+            return f"rejected by the planner: {self.reason}"
+        if self.outcome == "failed":
+            return f"failed: {self.reason}"
+        if self.outcome == "timed out":
+            return f"timed out {self.reason}" if self.reason else "timed out"
+        return self._short_status()
+
+    def _short_status(self) -> str:
+        """The status without its reason: one table cell."""
+        if self.outcome == "compiled":
+            return "compiled (no budget)"
+        refused = self.report is not None and self.report.compiler_message is not None
+        if self.outcome == "does not fit" and refused:
+            return "out of memory (refused by the compiler)"
+        if self.outcome == "rejected":
+            return "rejected by the planner"
+        return self.outcome
+
+    def json_data(self) -> dict[str, Any]:
+        """Exact figures for JSON output; ``report`` is the step's whole payload."""
+        estimate = self.estimated_seconds
+        return {
+            "mesh": self.name,
+            "axis_names": [a for a, _ in self.mesh],
+            "axis_sizes": [s for _, s in self.mesh],
+            "outcome": self.outcome,
+            "status": self.status,
+            "fits": self.fits,
+            "peak_bytes": self.peak_bytes,
+            "plan_bytes": self.plan_bytes,
+            "estimated_seconds": None if estimate is None else list(estimate),
+            "collective_bytes_by_axis": self.collective_bytes_by_axis,
+            "report": None if self.report is None else self.report.json_data(),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class MeshComparison(Report):
+    """Candidate meshes for one step, each compiled by XLA, the best first.
+
+    Each compiled candidate is one :func:`step_memory_report` call (its full
+    report kept on the row); candidates the planner rejects are rows that say
+    why, with no compile spent; a compile that raised or timed out is a row
+    too. Order: the meshes that fit (by ``estimated_seconds`` where rows have
+    one, then by peak bytes, lowest first), then those that do not fit (lowest
+    peak first), then those rejected by the planner, then those that failed or
+    timed out; ties keep the candidates' order.
+
+    Attributes:
+        target: The model's ``"package.module:factory"`` name.
+        candidates: One :class:`MeshCandidate` per mesh, best first.
+        num_devices: Devices in every candidate mesh.
+        max_device_bytes: The per-device budget every row is judged against
+            (``None``: none given and none known, on XLA:CPU).
+        budget_basis: How the budget was found, in words, or ``None``.
+        topology: The named target compiled for, or ``None`` (XLA:CPU).
+        auto_axes: With ``meshes="auto"``, the axes whose factorisations were
+            enumerated, in mesh order; ``None`` when the meshes were listed.
+        batch: Each batch leaf as ``"float32[8,256]"``.
+        step: What each candidate compiled: ``"forward"``, ``"forward +
+            backward"`` or ``"forward + backward + optimizer update"``.
+        compiles: Compiles submitted (candidates not rejected by the planner).
+        seconds: Wall time of the whole comparison.
+        executor: What ran the compiles, e.g. ``"a spawn process pool of 2
+            workers"`` or the executor's class name.
+
+    Example:
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> from nnx_introspect import compare_meshes
+        >>> import jax, jax.numpy as jnp
+        >>> from jax.sharding import PartitionSpec as P
+        >>> x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+        >>> with ThreadPoolExecutor(max_workers=1) as pool:
+        ...     comparison = compare_meshes(
+        ...         "nnx_introspect.examples:two_layer", ["data=8", "data=2,model=4"],
+        ...         x, rules=[("kernel", P(None, "model"))],
+        ...         max_device_bytes="1MiB", executor=pool,
+        ...     )
+        >>> [(c.name, c.outcome) for c in comparison.candidates]
+        [('data=2,model=4', 'fits'), ('data=8', 'rejected')]
+        >>> comparison.ok, comparison.best.report.num_devices
+        (True, 8)
+    """
+
+    SCHEMA = "nnx-introspect/mesh-comparison"
+    SCHEMA_VERSION = 1
+
+    target: str
+    candidates: tuple[MeshCandidate, ...]
+    num_devices: int
+    max_device_bytes: int | None
+    budget_basis: str | None
+    topology: str | None
+    auto_axes: tuple[str, ...] | None
+    batch: tuple[str, ...]
+    step: str
+    compiles: int
+    seconds: float
+    executor: str
+
+    @property
+    def best(self) -> MeshCandidate | None:
+        """The first candidate when it fits (or, with no budget, compiled)."""
+        first = self.candidates[0] if self.candidates else None
+        if first is None or _GROUP[first.outcome] != 0:
+            return None
+        return first
+
+    @property
+    def ok(self) -> bool:
+        """Whether some mesh fits (with no budget: whether some mesh compiled)."""
+        return self.best is not None
+
+    def fits(self) -> bool:
+        """Whether a mesh was found whose step fits the budget: :attr:`ok`.
+
+        Example:
+            >>> from concurrent.futures import ThreadPoolExecutor
+            >>> from nnx_introspect import compare_meshes
+            >>> import jax, jax.numpy as jnp
+            >>> x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+            >>> with ThreadPoolExecutor(max_workers=1) as pool:
+            ...     tight = compare_meshes(
+            ...         "nnx_introspect.examples:two_layer", ["data=8", "data=4,x=2"],
+            ...         x, max_device_bytes="200B", executor=pool,
+            ...     )
+            >>> tight.fits(), [c.outcome for c in tight.candidates]
+            (False, ['does not fit', 'does not fit'])
+        """
+        return self.ok
+
+    @property
+    def compiler(self) -> str | None:
+        """The compiler of the steps, as the reports name it, or ``None``."""
+        return next(
+            (c.report.compiler for c in self.candidates if c.report is not None),
+            None,
+        )
+
+    def _counts(self) -> str:
+        """``"2 of 4 fit, 1 rejected by the planner, 1 failed"``."""
+        n = len(self.candidates)
+        outcomes: list[str] = [c.outcome for c in self.candidates]
+        parts = (
+            [f"{outcomes.count('compiled')} of {n} compiled"]
+            if self.max_device_bytes is None
+            else [f"{outcomes.count('fits')} of {n} fit"]
+        )
+        for outcome, words in (
+            ("rejected", "rejected by the planner"),
+            ("failed", "failed"),
+            ("timed out", "timed out"),
+        ):
+            if outcomes.count(outcome):
+                parts.append(f"{outcomes.count(outcome)} {words}")
+        return ", ".join(parts)
+
+    @property
+    def verdict(self) -> str:
+        """One line: the best mesh and its peak, or why none fits."""
+        best = self.best
+        by = f", by {self.compiler}" if self.compiler else ""
+        basis = (
+            ""
+            if self.budget_basis in (None, "the budget given")
+            else f"; the budget is {self.budget_basis}"
+        )
+        counts = self._counts()
+        if best is not None and best.report is not None:
+            peak = format_bytes(best.report.peak_bytes)
+            if self.max_device_bytes is None:
+                return (
+                    f"Lowest peak: {best.name}, {peak} per device (no budget to "
+                    f"judge against; {counts}){by}"
+                )
+            budget = format_bytes(self.max_device_bytes)
+            return (
+                f"Best mesh: {best.name}, peak {peak} of {budget} per device "
+                f"({counts}){by}{basis}"
+            )
+        lowest = next((c for c in self.candidates if c.report is not None), None)
+        if lowest is not None and lowest.report is not None:
+            budget = format_bytes(self.max_device_bytes or 0)
+            return (
+                f"No mesh fits: the lowest peak, {lowest.name}, needs "
+                f"{format_bytes(lowest.report.peak_bytes)} per device, over the "
+                f"budget of {budget} ({counts}){by}{basis}"
+            )
+        return f"No mesh fits: none compiled ({counts})"
+
+    def table(self) -> Table:
+        """The comparison as a :class:`~nnx_introspect.Table`: a row per mesh."""
+        budget = self.max_device_bytes
+        estimates = any(c.estimated_seconds is not None for c in self.candidates)
+        columns = ["mesh", "status"]
+        if estimates:
+            columns += ["step seconds (est.)", "MFU ceiling (est.)"]
+        columns += ["peak per device", "peak bytes", "of budget", "state per device"]
+        wired = any(c.collective_bytes_by_axis for c in self.candidates)
+        if wired:
+            columns.append("collectives on the wire per device")
+        rows = []
+        for c in self.candidates:
+            peak = c.peak_bytes
+            row = [c.name, c._short_status()]
+            if estimates:
+                low_high = c.estimated_seconds
+                row.append(
+                    "-" if low_high is None else f"{low_high[0]:.3g}-{low_high[1]:.3g}"
+                )
+                estimate = None if c.report is None else c.report.roofline
+                row.append("-" if estimate is None else f"{estimate.mfu_ceiling:.0%}")
+            row += [
+                "-" if peak is None else format_bytes(peak),
+                "-" if peak is None else f"{peak:,}",
+                "-" if peak is None or not budget else _share(peak, budget),
+                "-" if c.plan_bytes is None else format_bytes(c.plan_bytes),
+            ]
+            if wired:
+                row.append(
+                    "; ".join(
+                        f"{axes}: {format_bytes(n)}"
+                        for axes, n in (c.collective_bytes_by_axis or {}).items()
+                    )
+                    or "-"
+                )
+            rows.append(tuple(row))
+        return Table(
+            title=self.verdict,
+            columns=tuple(columns),
+            rows=tuple(rows),
+            notes=tuple(self._notes()),
+        )
+
+    def _notes(self) -> Iterator[str]:
+        budget = self.max_device_bytes
+        if budget is None:
+            yield (
+                "No budget: every compiled mesh is ranked by its peak alone. Pass "
+                "`max_device_bytes` (--max-device-bytes) or a `topology`."
+            )
+        else:
+            yield (
+                f"Budget: {format_bytes(budget)} ({budget:,} bytes) per device: "
+                f"{self.budget_basis}."
+            )
+        if self.auto_axes is not None:
+            first = self.auto_axes[0]
+            devices = _plural(self.num_devices, "device")
+            yield (
+                f"'auto': every factorisation of {devices} over "
+                f"the axes {', '.join(self.auto_axes)} (data-parallel names such "
+                "as data and fsdp first, the outermost; then the others in the "
+                "order `batch_spec`, the logical rules and the plan's specs name "
+                f"them); the batch splits over each mesh's first axis ({first}) "
+                "unless `batch_spec` says otherwise."
+            )
+        for c in self.candidates:
+            if c.reason is not None:
+                yield f"{c.name}: {c.status}"
+        yield (
+            "Order: the meshes that fit first, lowest peak first (by estimated "
+            "step time where known); then those that do not fit, lowest peak "
+            "first; then those rejected by the planner (nothing compiled), failed "
+            "or timed out. 'state per device': the plan's parameters, other "
+            "state and optimizer state."
+        )
+        if any(c.estimated_seconds is not None for c in self.candidates):
+            yield (
+                "Step seconds and MFU ceiling are estimates, not measurements: a "
+                "roofline of each compiled program's FLOPs, bytes accessed and "
+                "collective bytes on the target's data-sheet figures, from perfect "
+                "overlap to none (each row's report lists the assumptions)."
+            )
+        if any(c.collective_bytes_by_axis for c in self.candidates):
+            yield (
+                "Collectives on the wire: bytes each device sends per step over "
+                "each mesh axis, by the ring algorithm's factors (all-gather and "
+                "reduce-scatter (n-1)/n, all-reduce 2(n-1)/n); '?' marks device "
+                "groups that are not whole mesh axes."
+            )
+        yield (
+            f"{self.compiles} compile(s) of the step ({self.step}; batch "
+            f"{', '.join(self.batch)}) in {self.seconds:.1f} s on {self.executor}."
+        )
+        if any(
+            c.report is not None and c.report.backend == "cpu" for c in self.candidates
+        ):
+            yield (
+                "XLA:CPU compiled these steps: its temporaries can differ from an "
+                "accelerator's many times over (arguments are exact). Pass a TPU "
+                "or GPU `topology` for that compiler's numbers."
+            )
+
+    def json_data(self) -> dict[str, Any]:
+        """Exact figures for JSON output; each compiled row has its full report."""
+        best = self.best
+        return {
+            "ok": self.ok,
+            "verdict": self.verdict,
+            "best": None if best is None else best.name,
+            "target": self.target,
+            "num_devices": self.num_devices,
+            "max_device_bytes": self.max_device_bytes,
+            "budget_basis": self.budget_basis,
+            "topology": self.topology,
+            "compiler": self.compiler,
+            "auto_axes": None if self.auto_axes is None else list(self.auto_axes),
+            "batch": list(self.batch),
+            "step": self.step,
+            "compiles": self.compiles,
+            "seconds": self.seconds,
+            "executor": self.executor,
+            "candidates": [c.json_data() for c in self.candidates],
+        }
+
+    def to_html(self) -> str:
+        """A self-contained page: the verdict, peak against mesh, the table.
+
+        The chart is an inline SVG: one bar per compiled mesh (green fits, red
+        does not, blue with no budget), the budget as a dashed line; the best
+        mesh's own step report follows the table.
+
+        Example:
+            >>> from concurrent.futures import ThreadPoolExecutor
+            >>> from nnx_introspect import compare_meshes
+            >>> import jax, jax.numpy as jnp
+            >>> x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+            >>> with ThreadPoolExecutor(max_workers=1) as pool:
+            ...     page = compare_meshes(
+            ...         "nnx_introspect.examples:two_layer", ["data=8"], x,
+            ...         max_device_bytes="1MiB", executor=pool,
+            ...     ).to_html()
+            >>> page.index('class="verdict ok"') < page.index("<svg")
+            True
+        """
+        parts = [
+            f"<h1>Meshes compared: {html.escape(self.target)} on "
+            f"{self.num_devices} devices</h1>",
+            verdict_html(self.verdict, self._verdict_tone() or "neutral"),
+        ]
+        if self.candidates:
+            parts.append(_peaks_svg(self.candidates, self.max_device_bytes))
+            parts.append(_time_peak_svg(self.candidates, self.max_device_bytes))
+        parts.append(table_html(self.table(), caption=False))
+        best = self.best
+        if best is not None and best.report is not None:
+            parts.append(f"<h2>The step on {html.escape(best.name)}</h2>")
+            parts.append(table_html(best.report.table()))
+        return page_html(self.verdict, "".join(parts))
+
+
+def _sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
+    group = _GROUP[row.outcome]
+    peak = row.peak_bytes or 0
+    if group == 0:
+        estimate = row.estimated_seconds
+        return (group, estimate is None, estimate or (0.0, 0.0), peak, index)
+    return (group, False, (0.0, 0.0), peak if group == 1 else 0, index)
+
+
+def _plural(n: int, noun: str) -> str:
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
+
+
+def _share(peak: int, budget: int) -> str:
+    """``peak`` as a share of ``budget``: ``"37%"``, ``"0.11%"`` below 1%."""
+    share = peak / budget
+    return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{share:.2%}"
+
+
+def _mesh_name(mesh: MeshAxes) -> str:
+    return ",".join(f"{a}={s}" for a, s in mesh)
+
+
+def _error_text(error: BaseException) -> str:
+    """``"ValueError: ..."`` on one line, at most 500 characters."""
+    text = " ".join(str(error).split())
+    if len(text) > 500:
+        text = text[:497] + "..."
+    return f"{type(error).__name__}: {text}" if text else type(error).__name__

@@ -1,0 +1,410 @@
+"""XLA's side of the step: compile a lowered step, read its memory and cost analyses.
+
+A compile the compiler refuses for memory (XLA:TPU's ``CompileTimeHbmOom``) is an
+answer, not an error: :func:`compile_lowered` returns the compiler's own words and
+figures with ``out_of_memory`` set. The message formats read here are pinned by
+tests, so a libtpu or jaxlib that words them differently fails loudly.
+"""
+
+import importlib.metadata
+import json
+import math
+import re
+import time
+from typing import Any
+
+from jax.sharding import Mesh
+
+from nnx_introspect._xla.dump import dump_options
+from nnx_introspect._xla.native_log import native_stderr_captured
+from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version
+
+# LLVM's optimisation of the generated machine code dominates large XLA:CPU
+# compiles (a 2,048-device Llama step spends minutes in LLVM loop analysis) and
+# changes nothing the report reads: buffer assignment (memory_analysis) and
+# cost_analysis are computed on the optimised HLO, before LLVM runs.
+_CPU_COMPILER_OPTIONS: dict[str, Any] = {
+    "xla_backend_optimization_level": 0,
+    "xla_llvm_disable_expensive_passes": True,
+}
+
+GPU_AUTOTUNE_WARNING = (
+    "XLA:GPU compiled without a GPU, so without autotuning: every matmul took "
+    "XLA's default Triton tiling. A real GPU's choices (other tilings, cuBLAS) "
+    "can move temporaries by about 7-13% either way."
+)
+
+# The out-of-memory messages of the compilers, as libtpu 0.0.52 prints them
+# (and the older "Used X of Y hbm" form). "G" is GiB: v5e's 16 GiB of HBM is
+# "15.75G" available after the runtime's reservation.
+_OOM_MARKERS = ("RESOURCE_EXHAUSTED", "CompileTimeHbmOom", "Ran out of memory")
+_OOM_REQUIRED_AVAILABLE = re.compile(
+    r"required for (?P<what>[A-Za-z ]+?) \((?P<required>[0-9.]+[KMGT]?)\) exceeds "
+    r"available (?P<space>\w+) \((?P<available>[0-9.]+[KMGT]?)\)"
+)
+_OOM_USED_OF = re.compile(
+    r"Used (?P<required>[0-9.]+[KMGT]?) of (?P<available>[0-9.]+[KMGT]?) (?P<space>\w+)"
+)
+_UNIT = {"": 1, "K": 2**10, "M": 2**20, "G": 2**30, "T": 2**40}
+
+REMAT_LINE_RE = re.compile(
+    r"Can't reduce memory use below (?P<limit>[0-9.]+\s*[KMGT]?i?B) "
+    r"\((?P<limit_bytes>\d+) bytes\) by rematerialization"
+    r"(?:; only reduced to (?P<reduced>[0-9.]+\s*[KMGT]?i?B) "
+    r"\((?P<reduced_bytes>\d+) bytes\), down from (?P<original>[0-9.]+\s*[KMGT]?i?B) "
+    r"\((?P<original_bytes>\d+) bytes\) originally)?[^\n]*"
+)
+"""XLA's ``HloRematerialization`` warning: it could not bring the step's memory
+under the limit it rematerialises towards (``xla/service/hlo_rematerialization.cc``).
+"""
+
+
+def remat_statements(log: str) -> list[dict[str, Any]]:
+    r"""Each rematerialization warning in a compiler log, quoted and read.
+
+    ``limit`` is the memory XLA tried to bring the program under (XLA:GPU's
+    scheduler limit), ``reduced_to`` what it reached and ``original`` what
+    the program needed before; ``quote`` is XLA's line, whole.
+
+    Example:
+        >>> log = (
+        ...     "W0101 hlo_rematerialization.cc:3170] Can't reduce memory use below "
+        ...     "60.13GiB (64567591812 bytes) by rematerialization; only reduced to "
+        ...     "77.27GiB (82970500376 bytes), down from 77.27GiB (82970500376 bytes) "
+        ...     "originally\n"
+        ... )
+        >>> (s,) = remat_statements(log)
+        >>> s["limit"], s["reduced_to"], s["original"]
+        (64567591812, 82970500376, 82970500376)
+        >>> s["quote"].startswith("Can't reduce memory use below 60.13GiB")
+        True
+    """
+    out: list[dict[str, Any]] = []
+    seen: set[str] = set()
+    for match in REMAT_LINE_RE.finditer(log):
+        quote = match.group(0).strip()
+        if quote in seen:
+            continue
+        seen.add(quote)
+        reduced, original = match.group("reduced_bytes", "original_bytes")
+        out.append(
+            {
+                "quote": quote,
+                "limit": int(match.group("limit_bytes")),
+                "reduced_to": None if reduced is None else int(reduced),
+                "original": None if original is None else int(original),
+            }
+        )
+    return out
+
+
+def _figure(text: str) -> int:
+    """``"62.05G"`` as bytes (the compiler rounds to two decimals)."""
+    unit = text[-1] if text[-1] in _UNIT else ""
+    number = text[: -1 if unit else None]
+    return round(float(number) * _UNIT[unit])
+
+
+def read_oom(message: str) -> dict[str, Any] | None:
+    """The compiler's required and available bytes from an out-of-memory error.
+
+    ``None`` when ``message`` is not one; ``required``/``available`` are
+    ``None`` when it is one whose figures this version cannot read.
+
+    Example:
+        >>> text = ("RESOURCE_EXHAUSTED: E1000: CompileTimeHbmOom: Ran out of "
+        ...     "memory on HBM, the total memory required for HLO temporaries "
+        ...     "(79.28G) exceeds available HBM (15.75G). HLO module: jit_train.")
+        >>> oom = read_oom(text)
+        >>> oom["required"] == round(79.28 * 2**30), oom["what"]
+        (True, 'HLO temporaries')
+    """
+    if not any(marker in message for marker in _OOM_MARKERS):
+        return None
+    if "memory" not in message.lower() and "hbm" not in message.lower():
+        return None
+    match = _OOM_REQUIRED_AVAILABLE.search(message) or _OOM_USED_OF.search(message)
+    if match is None:
+        return {"required": None, "available": None, "what": None}
+    groups = match.groupdict()
+    return {
+        "required": _figure(groups["required"]),
+        "available": _figure(groups["available"]),
+        "what": groups.get("what") or "the program",
+    }
+
+
+def compile_lowered(
+    lowered: Any, mesh: Mesh, start: float, *, dump_to: str | None = None
+) -> dict[str, Any]:
+    """Compile ``lowered`` for ``mesh``'s devices; XLA's numbers as plain values.
+
+    ``start`` is the ``time.perf_counter()`` at which lowering began: the
+    reported compile time covers lowering and compiling. A compile refused for
+    memory returns ``out_of_memory=True``, the compiler's message and figures,
+    and ``None`` for the byte counts it could not give. With ``dump_to`` (an
+    empty directory), XLA writes what
+    :func:`~nnx_introspect._xla.dump.read_peak` reads there.
+    """
+    device = mesh.devices.flat[0]
+    backend = str(device.platform)
+    options: dict[str, Any] | None = (
+        dict(_CPU_COMPILER_OPTIONS) if backend == "cpu" else None
+    )
+    if dump_to is not None:
+        options = (options or {}) | dump_options(dump_to)
+    numbers: dict[str, Any] = {
+        "backend": backend,
+        "device_kind": str(device.device_kind),
+        "out_of_memory": False,
+        "compiler_message": None,
+        "compiler_required_bytes": None,
+        "compiler_available_bytes": None,
+        "warnings": [GPU_AUTOTUNE_WARNING] if backend == "gpu" else [],
+    }
+    with native_stderr_captured() as log:
+        try:
+            compiled: Any = lowered.compile(compiler_options=options)
+        except Exception as error:  # the compiler's JaxRuntimeError
+            compiled = error
+    numbers["compiler_log"] = log[0]
+    numbers["remat"] = remat_statements(log[0])
+    if isinstance(compiled, Exception):
+        refusal: Exception = compiled
+        oom = read_oom(str(refusal))
+        if oom is None:
+            raise refusal
+        what = oom["what"]
+        return numbers | {
+            "argument_bytes": None,
+            "output_bytes": None,
+            "temp_bytes": oom["required"] if what == "HLO temporaries" else None,
+            "alias_bytes": None,
+            "flops": None,
+            "compile_seconds": time.perf_counter() - start,
+            "out_of_memory": True,
+            "compiler_message": " ".join(str(refusal).split()),
+            "compiler_required_bytes": oom["required"],
+            "compiler_available_bytes": oom["available"],
+        }
+    seconds = time.perf_counter() - start
+    memory = compiled.memory_analysis()
+    if memory is None:  # pragma: no cover - every XLA backend we know gives one
+        raise RuntimeError("XLA gave no memory analysis for the compiled step.")
+    flops, bytes_accessed = _costs(compiled, backend)
+    return (
+        numbers
+        | {
+            "argument_bytes": int(memory.argument_size_in_bytes),
+            "output_bytes": int(memory.output_size_in_bytes),
+            "temp_bytes": int(memory.temp_size_in_bytes),
+            "alias_bytes": int(memory.alias_size_in_bytes),
+            "xla_peak_bytes": _peak(memory),
+            "flops": flops,
+            "bytes_accessed": bytes_accessed,
+            "compile_seconds": seconds,
+        }
+        | program_figures(compiled, mesh)
+    )
+
+
+def program_figures(compiled: Any, mesh: Mesh) -> dict[str, Any]:
+    """What the compiled program's text says: its collectives and matmul dtype.
+
+    ``collectives`` is the :class:`~nnx_introspect._xla.collectives.Collectives`
+    as JSON data and ``collective_wire_bytes`` its ``[axes, bytes, wire bytes]``
+    per mesh-axis combination; a program this jaxlib's reader cannot read
+    gives ``collectives_error`` instead, never an exception.
+    """
+    from nnx_introspect._xla.collectives import compiled_hlo_text, read_collectives
+    from nnx_introspect._xla.dump import DumpFormatError
+
+    out: dict[str, Any] = {"collectives": None, "collective_wire_bytes": None}
+    try:
+        text = compiled_hlo_text(compiled)
+        found = read_collectives(
+            text, tuple((str(a), int(s)) for a, s in mesh.shape.items())
+        )
+    except (DumpFormatError, ValueError) as error:
+        out["collectives_error"] = " ".join(str(error).split())
+        return out
+    except Exception as error:  # XLA's own error printing the program
+        out["collectives_error"] = (
+            f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
+        )
+        return out
+    out["matmul_dtype"] = matmul_dtype(text)
+    out["collectives"] = found.json_data()
+    out["collective_wire_bytes"] = [
+        [list(axes), int(total.nbytes), round(total.wire_bytes)]
+        for axes, total in found.by_axis().items()
+    ]
+    return out
+
+
+_DOT = re.compile(
+    r"= (?P<out>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]\S* dot\("
+    r"(?P<lhs>(?:[a-z0-9]+\[[0-9,]*\]\S*\s+)?%[^,)\s]+)"
+    r".*?lhs_contracting_dims=\{(?P<k>[0-9,]*)\}"
+)
+_DEFINITION = re.compile(
+    r"^\s*(?:ROOT )?%(?P<name>\S+) = (?P<type>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]"
+)
+_OPERAND = re.compile(
+    r"^\s*(?:(?P<type>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]\S*\s+)?%(?P<name>\S+)$"
+)
+
+
+def matmul_dtype(hlo_text: str) -> str | None:
+    """The operand type of the dots doing most of a program's matmul FLOPs.
+
+    Each ``dot`` (in fusions too) counts ``2 x output elements x contracted
+    size``; ``None`` when the program has no dot. An operand printed without
+    its shape (XLA:GPU's fused computations) takes its definition's.
+
+    Example:
+        >>> matmul_dtype(
+        ...     "%d = f32[8,16]{1,0} dot(bf16[8,4]{1,0} %a, bf16[4,16]{1,0} %b), "
+        ...     "lhs_contracting_dims={1}, rhs_contracting_dims={0}"
+        ... )
+        'bf16'
+    """
+    flops: dict[str, int] = {}
+    defined: dict[str, tuple[str, str]] | None = None
+    for match in _DOT.finditer(hlo_text):
+        operand = _OPERAND.match(match["lhs"])
+        if operand is None:
+            continue
+        kind, dims = operand["type"], operand["dims"]
+        if kind is None:
+            if defined is None:
+                defined = {
+                    d["name"]: (d["type"], d["dims"])
+                    for d in map(_DEFINITION.match, hlo_text.splitlines())
+                    if d is not None
+                }
+            if operand["name"] not in defined:
+                continue
+            kind, dims = defined[operand["name"]]
+        out = [int(d) for d in match["dims"].split(",") if d]
+        lhs = [int(d) for d in dims.split(",") if d]
+        contracted = [int(i) for i in match["k"].split(",") if i]
+        if any(i >= len(lhs) for i in contracted):
+            continue
+        work = 2 * math.prod(out) * math.prod(lhs[i] for i in contracted)
+        flops[kind] = flops.get(kind, 0) + work
+    return max(flops, key=lambda k: flops[k]) if flops else None
+
+
+def _peak(memory: Any) -> int | None:
+    """``peak_memory_in_bytes`` where this jaxlib gives it (0.4.36 and newer)."""
+    peak = getattr(memory, "peak_memory_in_bytes", None)
+    return None if peak is None else int(peak)
+
+
+def _costs(compiled: Any, backend: str) -> tuple[float | None, float | None]:
+    """FLOPs and bytes accessed of one device's program, from one cost analysis.
+
+    XLA:CPU and XLA:TPU give ``cost_analysis()``. A deviceless XLA:GPU compile
+    gives none ("GetCostAnalysis is not supported" without a GPU client), so
+    XLA's generic HLO cost analysis runs on the compiled per-device module
+    (through the CPU client): it counts dots and Triton GEMM fusions; matmuls
+    rewritten into cuBLAS library calls are custom calls it does not see, and
+    :func:`_library_gemm_flops` adds them. ``None`` for a figure XLA gives
+    none of.
+    """
+    if backend == "gpu":
+        return _gpu_costs(compiled)
+    cost = compiled.cost_analysis()
+    if isinstance(cost, list | tuple):  # pragma: no cover - older jax
+        cost = cost[0] if cost else None
+    cost = cost if isinstance(cost, dict) else {}
+    flops = float(cost.get("flops", math.nan))
+    moved = float(cost.get("bytes accessed", math.nan))
+    return (
+        flops if math.isfinite(flops) else None,
+        moved if math.isfinite(moved) and moved >= 0 else None,
+    )
+
+
+def _gpu_costs(compiled: Any) -> tuple[float | None, float | None]:
+    import jax
+    from jaxlib import _jax
+
+    try:
+        modules = compiled.runtime_executable().hlo_modules()
+        client = jax.devices("cpu")[0].client
+        flops = moved = 0.0
+        for module in modules:
+            cost = _jax.hlo_module_cost_analysis(client, module)
+            # a module whose only work is a library call reports -1 (unknown)
+            flops += max(0.0, float(cost.get("flops", 0.0)))
+            flops += _library_gemm_flops(module.to_string())
+            moved += max(0.0, float(cost.get("bytes accessed", 0.0)))
+    except Exception:  # pragma: no cover - a jaxlib without these hooks
+        return None, None
+
+    def positive(total: float) -> float | None:
+        return total if math.isfinite(total) and total > 0 else None
+
+    return positive(flops), positive(moved)
+
+
+def _gpu_flops(compiled: Any) -> float | None:
+    """The FLOPs of :func:`_gpu_costs`."""
+    return _gpu_costs(compiled)[0]
+
+
+_INSTRUCTION = re.compile(
+    r"^\s*(?:ROOT )?%(?P<name>\S+) = \(?[a-z0-9]+\[(?P<dims>[0-9,]*)\]"
+)
+_CALL_OPERANDS = re.compile(r"custom-call\((?P<args>[^)]*)\)")
+
+
+def _library_gemm_flops(hlo_text: str) -> float:
+    """``2 * output elements * contracted size`` of each cuBLAS call in the HLO.
+
+    Shapes are read from each instruction's definition (``%a = f32[64,256]``);
+    the contracted dimensions from the call's ``gemm_backend_config``.
+    """
+    shapes: dict[str, list[int]] = {}
+    calls: list[tuple[list[int], str]] = []
+    for line in hlo_text.splitlines():
+        match = _INSTRUCTION.match(line)
+        if match is None:
+            continue
+        dims = [int(d) for d in match.group("dims").split(",") if d]
+        shapes[match.group("name")] = dims
+        if 'custom_call_target="__cublas$' in line:
+            calls.append((dims, line))
+    total = 0.0
+    for out, line in calls:
+        operands = _CALL_OPERANDS.search(line)
+        start = line.find("backend_config=")
+        if operands is None or start < 0:
+            continue
+        try:
+            config, _ = json.JSONDecoder().raw_decode(line[start + 15 :])
+        except json.JSONDecodeError:
+            continue
+        gemm = config.get("gemm_backend_config", {})
+        numbers = gemm.get("dot_dimension_numbers", {})
+        lhs_name = operands.group("args").split(",")[0].split()[-1].lstrip("%")
+        lhs = shapes.get(lhs_name)
+        if lhs is None:
+            continue
+        contracted = math.prod(
+            lhs[int(d)] for d in numbers.get("lhs_contracting_dimensions", [])
+        )
+        total += 2.0 * math.prod(out) * contracted
+    return total
+
+
+def compiler_name(backend: str, device_kind: str) -> str:
+    if backend == "tpu":
+        return f"XLA:TPU (libtpu {libtpu_version()}, {device_kind})"
+    jaxlib = importlib.metadata.version("jaxlib")
+    if backend == "gpu":
+        plugin = cuda_plugin_version()
+        return f"XLA:GPU (jaxlib {jaxlib}, CUDA plugin {plugin}, {device_kind})"
+    return f"XLA:{backend.upper()} (jaxlib {jaxlib})"

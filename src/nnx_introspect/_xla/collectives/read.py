@@ -1,0 +1,390 @@
+"""Reading a compiled program's collectives: each one once, in every form XLA writes."""
+
+import math
+from typing import Final
+
+import jax
+
+from nnx_introspect._typing import typechecked
+from nnx_introspect._xla.collectives.groups import _axes, _groups
+from nnx_introspect._xla.collectives.hlo import (
+    CollectiveFormatError,
+    _arrays,
+    _base,
+    _bytes,
+    _format_error,
+    _Instruction,
+    _Module,
+    _parse_module,
+    _root,
+    _tuple_elements,
+)
+from nnx_introspect._xla.collectives.loops import _call_counts, _Calls
+from nnx_introspect._xla.collectives.report import KINDS, Collective, Collectives
+from nnx_introspect._xla.dump import SourceLocation, _jaxlib, _metadata
+
+_UNREAD: Final = frozenset(
+    f"{op}{suffix}"
+    for op in ("ragged-all-to-all", "collective-broadcast", "send", "recv")
+    for suffix in ("", "-start", "-done")
+)
+"""Collective opcodes XLA has that this reader does not count: a program holding
+one raises :class:`CollectiveFormatError` rather than report less than it moves."""
+
+
+# --- entry points --------------------------------------------------------------
+
+
+@typechecked
+def compiled_hlo_text(compiled: jax.stages.Compiled) -> str:
+    """The optimized per-device HLO text of a compiled step, on any backend.
+
+    ``compiled.as_text()`` gives it for XLA:CPU, XLA:TPU and a deviceless
+    XLA:GPU compile alike (checked with jaxlib 0.10.2, the CUDA plugin 0.10.2
+    and libtpu 0.0.52); when it gives none, the executable's one HLO module is
+    printed instead.
+
+    Args:
+        compiled: ``jax.jit(f).lower(...).compile()``.
+
+    Returns:
+        The module's text, starting with ``HloModule``.
+
+    Raises:
+        ValueError: the executable has no single HLO module to print.
+        CollectiveFormatError: neither could print the program (jaxlib reads
+            the compiler's module back to print it; a libtpu newer than
+            jaxlib's XLA can write instructions jaxlib's reader refuses).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> text = compiled_hlo_text(jax.jit(jnp.sin).lower(1.0).compile())
+        >>> text.startswith("HloModule jit_sin")
+        True
+    """
+    first: Exception | None = None
+    try:
+        text = compiled.as_text()
+    except Exception as error:  # a backend without the text: print the module
+        text, first = None, error
+    if isinstance(text, str) and text.startswith("HloModule"):
+        return text
+    try:
+        executable = compiled.runtime_executable()
+        modules = [] if executable is None else executable.hlo_modules()
+    except Exception as error:
+        said = " ".join(str(first or error).split())[:300]
+        raise CollectiveFormatError(
+            "XLA could not print the compiled program, so its collectives cannot "
+            f'be read: "{said}" (jaxlib {_jaxlib()})'
+        ) from error
+    if len(modules) != 1:
+        raise ValueError(
+            f"`compiled` holds {len(modules)} HLO modules, not one; pass the "
+            "compiled step of one jax.jit function."
+        )
+    printed: str = modules[0].to_string()
+    return printed
+
+
+@typechecked
+def read_collectives(
+    hlo_text: str, mesh_axes: tuple[tuple[str, int], ...]
+) -> Collectives:
+    r"""Every collective of a compiled SPMD program, its bytes and its mesh axes.
+
+    Reads each all-gather, reduce-scatter, all-reduce, all-to-all and
+    collective-permute once (see the module's docstring for how the backends
+    write them), with:
+
+    * ``nbytes``: per device and execution, the **result** bytes of an
+      all-gather, all-reduce, all-to-all or collective-permute and the
+      **operand** (input) bytes of a reduce-scatter;
+    * ``wire_bytes``: the ring algorithms' bytes each device sends,
+      ``(n-1)/n * nbytes`` for an all-gather, a reduce-scatter and an
+      all-to-all, ``2(n-1)/n * nbytes`` for an all-reduce and ``nbytes`` for a
+      collective-permute, over groups of ``n`` devices (:func:`wire_factor`);
+    * ``axes``: the mesh axes each group spans, from the replica groups in any
+      form XLA prints them (``{{0,1},{2,3}}``, ``[2,4]<=[8]``,
+      ``[4,2]<=[2,4]T(1,0)`` or ``mesh['axis_0'=2,'axis_1'=4] {'axis_0'}``,
+      whose ``axis_i`` are XLA's own factoring of the devices, not the mesh's
+      axes: the groups are expanded to partition ids and mapped back);
+    * ``count``: the product of the known trip counts of the while loops around
+      it (XLA's ``known_trip_count``, or for a loop without one, XLA:TPU's, a
+      counter compared ``LT`` with a constant, stepped by a constant from a
+      constant); a loop with neither counts once and sets
+      ``trip_count_known=False``. Collectives in a conditional's branches count
+      as if every branch ran.
+
+    Args:
+        hlo_text: the optimized module (``compiled.as_text()`` or
+            :func:`compiled_hlo_text`).
+        mesh_axes: the mesh it was compiled for, ``(name, size)`` per axis in
+            ``mesh.devices`` order (``tuple(mesh.shape.items())``); their
+            product is the program's ``num_partitions``.
+
+    Returns:
+        The :class:`Collectives`, rows in the program's order.
+
+    Raises:
+        ValueError: `hlo_text` is not an HLO module, or `mesh_axes` is empty,
+            repeats a name, has a size below 1 or does not multiply to the
+            program's partitions.
+        CollectiveFormatError: a collective (or the module around it) is in a
+            form this code does not read, or is one it does not count
+            (``ragged-all-to-all``, ``collective-broadcast``, ``send``/``recv``).
+
+    Example:
+        >>> text = "\n".join([
+        ...     "HloModule jit_f, num_partitions=4",
+        ...     "",
+        ...     "ENTRY %main (p: f32[8]) -> f32[32] {",
+        ...     "  %p = f32[8]{0} parameter(0)",
+        ...     "  ROOT %ag = f32[32]{0} all-gather(%p), channel_id=1, replica_groups="
+        ...     "[1,4]<=[4], dimensions={0}, use_global_device_ids=true",
+        ...     "}",
+        ... ])
+        >>> (row,) = read_collectives(text, (("data", 4),)).rows
+        >>> row.nbytes, row.group_size, row.axes, row.wire_bytes
+        (128, 4, ('data',), Fraction(96, 1))
+    """
+    _check_mesh_axes(mesh_axes)
+    module = _parse_module(hlo_text)
+    partitions = math.prod(size for _, size in mesh_axes)
+    if partitions != module.num_partitions:
+        raise ValueError(
+            f"`mesh_axes` {dict(mesh_axes)} has {partitions} devices but the "
+            f"program {module.name} was partitioned for {module.num_partitions}; "
+            "pass the axes of the mesh it was compiled on."
+        )
+    if module.replica_count != 1:
+        raise CollectiveFormatError(
+            f"{module.name} has replica_count={module.replica_count}: this code "
+            "reads SPMD-partitioned programs of one replica (jax.jit's), where a "
+            "replica group's ids are partitions."
+        )
+    calls = _call_counts(module)
+    rows: list[Collective] = []
+    for instructions in module.computations.values():
+        for instruction in instructions:
+            row = _collective(instruction, module, calls, mesh_axes)
+            if row is not None:
+                rows.append(row)
+    _check_pairs(module)
+    _check_tpu_fusions(module)
+    return Collectives(module=module.name, mesh_axes=mesh_axes, rows=tuple(rows))
+
+
+def _check_mesh_axes(mesh_axes: tuple[tuple[str, int], ...]) -> None:
+    names = [name for name, _ in mesh_axes]
+    if not mesh_axes or len(set(names)) != len(names):
+        raise ValueError(
+            "`mesh_axes` must name each mesh axis once, as (name, size) pairs such "
+            f"as (('data', 2), ('fsdp', 4)), got {mesh_axes!r}."
+        )
+    bad = [(name, size) for name, size in mesh_axes if size < 1]
+    if bad:
+        raise ValueError(f"`mesh_axes` sizes must be positive integers, got {bad!r}.")
+
+
+# --- one collective ------------------------------------------------------------
+
+
+def _collective(
+    instruction: _Instruction,
+    module: _Module,
+    calls: dict[str, _Calls],
+    mesh_axes: tuple[tuple[str, int], ...],
+) -> Collective | None:
+    opcode = instruction.opcode
+    if opcode in _UNREAD:
+        raise _format_error(
+            f"a {opcode} (not one of the collectives this code counts: "
+            f"{', '.join(KINDS)})",
+            instruction.text,
+        )
+    kind = _base(opcode)
+    if kind not in KINDS:
+        return None
+    if opcode.endswith("-done"):
+        return None  # counted at its start (_check_pairs: one done per start)
+    if instruction.computation not in calls:
+        raise _format_error(
+            "a collective in a computation no instruction calls", instruction.text
+        )
+    named = instruction
+    form = "sync"
+    result_shape = instruction.shape
+    callers = [
+        c
+        for c in module.callers.get(instruction.computation, [])
+        if c.opcode not in ("async-update", "async-done")
+    ]
+    fusions = [c for c in callers if c.opcode == "fusion"]
+    if opcode.endswith("-start"):
+        form, result_shape = "async", _start_result(instruction, module)
+    elif fusions:
+        root = _root(module, instruction.computation)
+        target = root.attributes.get("custom_call_target", "") if root else ""
+        if target == '"AsyncCollectiveDone"':
+            return None  # the done half of XLA:TPU's async collective fusion
+        if any(
+            "continuation_config" in f.attributes.get("backend_config", "")
+            for f in fusions
+        ):
+            return None  # a continuation of the same collective
+        form = (
+            "TPU async collective fusion"
+            if (target == '"AsyncCollectiveStart"')
+            else "fused"
+        )
+        scatter = _scatter_fusion(instruction, fusions, module)
+        if scatter is not None:
+            kind, named, form = "reduce-scatter", scatter, "TPU reduce-scatter fusion"
+            result_shape = scatter.shape
+    elif any(c.opcode == "async-start" for c in callers):
+        form = "async wrapper"
+    count = calls[instruction.computation]
+    groups, pairs = _groups(instruction, module.num_partitions)
+    result = _arrays(result_shape, instruction.text)
+    operands = [
+        array
+        for name in instruction.operands
+        for array in _arrays(
+            _operand_shape(name, module, instruction), instruction.text
+        )
+    ]
+    counted = operands if kind == "reduce-scatter" else result
+    metadata = _metadata(named.text)
+    stack: tuple[SourceLocation, ...] = ()
+    if "stack_frame_id" in metadata:
+        frame = int(metadata["stack_frame_id"])
+        if frame not in module.frames:
+            raise _format_error(f"the stack frame {frame}", named.text)
+        stack = module.frames[frame]
+    elif "source_file" in metadata and "source_line" in metadata:
+        stack = (
+            SourceLocation(metadata["source_file"], int(metadata["source_line"]), ""),
+        )
+    channel = instruction.attributes.get("channel_id")
+    return Collective(
+        kind=kind,
+        name=named.name,
+        opcode=named.opcode,
+        form=form,
+        computation=named.computation,
+        nbytes=sum(nbytes for _, _, nbytes in counted),
+        result_bytes=sum(nbytes for _, _, nbytes in result),
+        operand_bytes=sum(nbytes for _, _, nbytes in operands),
+        dtypes=tuple(dtype for dtype, _, _ in counted),
+        shapes=tuple(dims for _, dims, _ in counted),
+        group_size=max((len(g) for g in groups), default=1),
+        groups=groups,
+        axes=_axes(groups, mesh_axes),
+        source_target_pairs=pairs,
+        channel_id=int(channel) if channel and channel.isdigit() else None,
+        op_name=metadata.get("op_name"),
+        source=stack[0] if stack else None,
+        stack=stack,
+        count=count.count,
+        trip_count_known=count.known,
+        loops=count.loops,
+    )
+
+
+def _start_result(start: _Instruction, module: _Module) -> str:
+    """The result shape of an async ``-start``, read from its own shape.
+
+    An all-reduce-start's shape is its result; the other starts' are tuples
+    whose second element is the result (``(operands, results)``, then a
+    collective-permute's context words). A done that uses the start directly
+    must hold as many bytes; a done reached through a loop's tuple (a
+    pipelined collective) is not needed.
+    """
+    if start.opcode == "all-reduce-start":
+        own = start.shape
+    else:
+        elements = _tuple_elements(start.shape)
+        if len(elements) < 2:
+            raise _format_error(f"a {start.opcode} of (operands, results)", start.text)
+        own = elements[1]
+    done = f"{_base(start.opcode)}-done"
+    for user in module.users.get(start.name, []):
+        if user.opcode == done and _bytes(user.shape, user.text) != _bytes(
+            own, start.text
+        ):
+            raise _format_error(f"a {done} of its start's result", user.text)
+    return own
+
+
+def _check_pairs(module: _Module) -> None:
+    """As many ``X-done`` as ``X-start`` for each kind, or the reading is off."""
+    for kind in KINDS:
+        starts = dones = 0
+        for instruction in module.instructions.values():
+            starts += instruction.opcode == f"{kind}-start"
+            dones += instruction.opcode == f"{kind}-done"
+        if starts != dones:
+            raise _format_error(
+                f"one {kind}-done per {kind}-start (found {starts} and {dones})",
+                module.name,
+            )
+
+
+def _operand_shape(name: str, module: _Module, at: _Instruction) -> str:
+    operand = module.instructions.get(name)
+    if operand is None:
+        raise _format_error(f"the operand %{name}", at.text)
+    return operand.shape
+
+
+def _scatter_fusion(
+    instruction: _Instruction, fusions: list[_Instruction], module: _Module
+) -> _Instruction | None:
+    """XLA:TPU's reduce-scatter fusion around ``instruction``, if it is one.
+
+    A ``kCustom`` fusion whose computation all-reduces and uses the sum only
+    through ``dynamic-slice``s (each device keeps its share), with a result of
+    ``1 / n`` of the all-reduce's bytes over groups of ``n``.
+    """
+    if instruction.opcode != "all-reduce" or len(fusions) != 1:
+        return None
+    fusion = fusions[0]
+    if fusion.attributes.get("kind") != "kCustom":
+        return None
+    users = module.users.get(instruction.name, [])
+    slices = []
+    for user in users:
+        if user.opcode == "get-tuple-element":
+            slices.extend(module.users.get(user.name, []))
+        else:
+            slices.append(user)
+    if not slices or any(s.opcode != "dynamic-slice" for s in slices):
+        return None
+    groups, _ = _groups(instruction, module.num_partitions)
+    size = max((len(g) for g in groups), default=1)
+    reduced = _bytes(instruction.shape, instruction.text)
+    if _bytes(fusion.shape, fusion.text) * size != reduced:
+        return None
+    return fusion
+
+
+def _check_tpu_fusions(module: _Module) -> None:
+    """As many XLA:TPU async collective starts as dones, or the reading is off."""
+    targets: dict[str, int] = {}
+    for name in module.computations:
+        root = _root(module, name)
+        if root is None or root.opcode != "custom-call":
+            continue
+        target = root.attributes.get("custom_call_target", "")
+        if target in ('"AsyncCollectiveStart"', '"AsyncCollectiveDone"'):
+            callers = [c for c in module.callers.get(name, []) if c.opcode == "fusion"]
+            targets[target] = targets.get(target, 0) + len(callers)
+    starts = targets.get('"AsyncCollectiveStart"', 0)
+    dones = targets.get('"AsyncCollectiveDone"', 0)
+    if starts != dones:
+        raise _format_error(
+            f"as many AsyncCollectiveStart fusions as AsyncCollectiveDone ones "
+            f"(found {starts} and {dones})",
+            module.name,
+        )

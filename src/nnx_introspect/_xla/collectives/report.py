@@ -1,0 +1,441 @@
+"""The collectives report: its rows, their totals, the ring wire factor, table, JSON."""
+
+from collections.abc import Callable, Hashable, Sequence
+from dataclasses import dataclass
+from fractions import Fraction
+from typing import Any, Final
+
+from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._typing import typechecked
+from nnx_introspect._xla.dump import SourceLocation
+from nnx_introspect._xla.dump import source_json as _source_json
+
+KINDS: Final = (
+    "all-gather",
+    "reduce-scatter",
+    "all-reduce",
+    "all-to-all",
+    "collective-permute",
+)
+"""The collectives :func:`read_collectives` reports."""
+
+
+_ANY_QUESTION: Final = ("?",)
+"""The axes of a collective whose groups are not whole mesh axes."""
+
+
+# --- results -------------------------------------------------------------------
+
+
+@typechecked
+def wire_factor(kind: str, group_size: int) -> Fraction:
+    """Bytes each device sends per byte of :attr:`Collective.nbytes`, ring model.
+
+    The standard bandwidth-optimal (ring) algorithms over a group of ``n``
+    devices: an all-gather, a reduce-scatter and an all-to-all each send
+    ``(n - 1) / n`` of their bytes from every device, an all-reduce (a
+    reduce-scatter, then an all-gather) twice that, ``2 (n - 1) / n``; a
+    collective-permute sends its buffer once. A group of one sends nothing.
+
+    Args:
+        kind: one of :data:`KINDS`.
+        group_size: the devices in each group (for a collective-permute, any
+            positive number: its factor is 1 whenever a pair moves data).
+
+    Returns:
+        The exact factor.
+
+    Raises:
+        ValueError: `kind` is not one of :data:`KINDS`, or `group_size` is not
+            positive.
+
+    Example:
+        >>> wire_factor("all-gather", 8), wire_factor("all-reduce", 8)
+        (Fraction(7, 8), Fraction(7, 4))
+        >>> wire_factor("collective-permute", 2), wire_factor("all-reduce", 1)
+        (Fraction(1, 1), Fraction(0, 1))
+    """
+    if kind not in KINDS:
+        raise ValueError(f"`kind` must be one of {list(KINDS)}, got {kind!r}.")
+    if group_size < 1:
+        raise ValueError(f"`group_size` must be a positive integer, got {group_size}.")
+    if kind == "collective-permute":
+        return Fraction(1)
+    share = Fraction(group_size - 1, group_size)
+    return 2 * share if kind == "all-reduce" else share
+
+
+@dataclass(frozen=True)
+class Collective:
+    """One collective of the compiled step: what it moves, over which mesh axes.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        name: the HLO instruction (for a start/done pair, the start; for
+            XLA:TPU's reduce-scatter fusion, the fusion).
+        opcode: that instruction's opcode (``all-gather``, ``all-gather-start``,
+            ``fusion``...).
+        form: how XLA wrote it: ``"sync"``, ``"async"`` (a ``-start`` /
+            ``-done`` pair), ``"async wrapper"`` (inside an ``async-start``'s
+            computation), ``"fused"`` (inside a fusion), ``"TPU async
+            collective fusion"`` or ``"TPU reduce-scatter fusion"``.
+        computation: the HLO computation that holds it.
+        nbytes: its bytes per device, one execution: the **result** for an
+            all-gather (the gathered buffer), an all-reduce, an all-to-all and a
+            collective-permute, the **operand** (the input, before the scatter)
+            for a reduce-scatter; summed over a combined collective's arrays.
+        result_bytes: the result's bytes per device, one execution.
+        operand_bytes: the operands' bytes per device, one execution.
+        dtypes: XLA's element type of each array of ``nbytes`` (``f32``...).
+        shapes: the shape of each array of ``nbytes``.
+        group_size: devices per group (for a collective-permute, the largest
+            set of devices its pairs connect).
+        groups: the groups as partition ids (positions in ``mesh.devices.flat``);
+            for a collective-permute, the sets its pairs connect.
+        axes: the mesh axes each group spans, in the mesh's order: ``()`` for
+            groups of one device, ``("?",)`` when a group is not a whole
+            combination of mesh axes (or the groups differ).
+        source_target_pairs: a collective-permute's ``(source, target)``
+            partition ids, else ``None``.
+        channel_id: XLA's channel id, if any.
+        op_name: JAX's op name from the metadata, if any.
+        source: the innermost user frame, if the metadata carries one.
+        stack: every frame, innermost first.
+        count: how many times one step runs it: the product of the known trip
+            counts of the while loops around it (summed over call sites).
+        trip_count_known: whether every loop around it has a known trip count
+            (an unknown one counts once).
+        loops: the while instructions around it, outermost first (along its
+            first call path).
+    """
+
+    kind: str
+    name: str
+    opcode: str
+    form: str
+    computation: str
+    nbytes: int
+    result_bytes: int
+    operand_bytes: int
+    dtypes: tuple[str, ...]
+    shapes: tuple[tuple[int, ...], ...]
+    group_size: int
+    groups: tuple[tuple[int, ...], ...]
+    axes: tuple[str, ...]
+    source_target_pairs: tuple[tuple[int, int], ...] | None
+    channel_id: int | None
+    op_name: str | None
+    source: SourceLocation | None
+    stack: tuple[SourceLocation, ...]
+    count: int
+    trip_count_known: bool
+    loops: tuple[str, ...]
+
+    @property
+    def wire_bytes(self) -> Fraction:
+        """Bytes each device sends per execution: ``nbytes`` times the ring factor.
+
+        See :func:`wire_factor`; a collective-permute whose pairs all send to
+        themselves moves nothing.
+        """
+        if self.kind == "collective-permute" and not any(
+            source != target for source, target in self.source_target_pairs or ()
+        ):
+            return Fraction(0)
+        return self.nbytes * wire_factor(self.kind, self.group_size)
+
+    @property
+    def total_bytes(self) -> int:
+        """``nbytes * count``: its bytes over one step."""
+        return self.nbytes * self.count
+
+    @property
+    def total_wire_bytes(self) -> Fraction:
+        """``wire_bytes * count``: what each device sends for it in one step."""
+        return self.wire_bytes * self.count
+
+    @property
+    def type_str(self) -> str:
+        """``f32[1024,256]``, or a combined collective's ``(f32[8], bf16[4,4])``."""
+        arrays = [
+            f"{dtype}[{','.join(map(str, shape))}]"
+            for dtype, shape in zip(self.dtypes, self.shapes, strict=True)
+        ]
+        return arrays[0] if len(arrays) == 1 else f"({', '.join(arrays)})"
+
+
+@dataclass(frozen=True)
+class CollectiveTotal:
+    """The collectives of one kind or one mesh-axis combination, added up.
+
+    Attributes:
+        label: the kind, or the axes joined by ``+`` (``"(none)"`` for groups
+            of one device).
+        instructions: how many rows (HLO instructions).
+        count: how many executions per step (the rows' counts added).
+        nbytes: their bytes per step (each row's ``nbytes * count``).
+        wire_bytes: what each device sends for them per step.
+    """
+
+    label: str
+    instructions: int
+    count: int
+    nbytes: int
+    wire_bytes: Fraction
+
+
+@dataclass(frozen=True)
+class Collectives(Report):
+    """Every collective of a compiled step, with its bytes and mesh axes.
+
+    Attributes:
+        module: XLA's module name (``jit_train``).
+        mesh_axes: the mesh the program was compiled for, ``(name, size)`` in
+            ``mesh.devices`` order.
+        rows: one :class:`Collective` per HLO collective, in the program's order.
+
+    Example:
+        >>> row = Collective("all-gather", "ag", "all-gather", "sync", "main",
+        ...     1024, 1024, 256, ("f32",), ((16, 16),), 4, ((0, 1, 2, 3),),
+        ...     ("fsdp",), None, 1, None, None, (), 3, True, ("while.1",))
+        >>> found = Collectives("jit_f", (("fsdp", 4),), (row,))
+        >>> found.nbytes, found.wire_bytes, found.by_axis()[("fsdp",)].count
+        (3072, Fraction(2304, 1), 3)
+    """
+
+    SCHEMA = "nnx-introspect/collectives"
+    SCHEMA_VERSION = 1
+
+    module: str
+    mesh_axes: tuple[tuple[str, int], ...]
+    rows: tuple[Collective, ...]
+
+    @property
+    def nbytes(self) -> int:
+        """Every row's bytes over one step (``nbytes * count``), added up."""
+        return sum(row.total_bytes for row in self.rows)
+
+    @property
+    def wire_bytes(self) -> Fraction:
+        """What each device sends over one step, by the ring model."""
+        return sum((row.total_wire_bytes for row in self.rows), Fraction(0))
+
+    @property
+    def trip_counts_known(self) -> bool:
+        """Whether every loop around a collective has a known trip count."""
+        return all(row.trip_count_known for row in self.rows)
+
+    def by_kind(self) -> dict[str, CollectiveTotal]:
+        """Totals per kind, most wire bytes first."""
+        return _totals(self.rows, lambda row: row.kind, lambda key: str(key))
+
+    def by_axis(self) -> dict[tuple[str, ...], CollectiveTotal]:
+        """Totals per mesh-axis combination (``("fsdp",)``, ``("?",)``...).
+
+        Most wire bytes first; ``()`` holds groups of one device.
+        """
+        return _totals(self.rows, lambda row: row.axes, _axes_label)
+
+    def _repr_items(self) -> dict[str, Any]:
+        items = super()._repr_items()
+        items["mesh_axes"] = dict(self.mesh_axes)
+        items["nbytes"] = self.nbytes
+        items["wire_bytes"] = _number(self.wire_bytes)
+        return items
+
+    def top(self, n: int = 20) -> tuple[Collective, ...]:
+        """The ``n`` rows that send the most per step (ties in program order)."""
+        if n < 1:
+            raise ValueError(f"`n` must be a positive integer, got {n}.")
+        return tuple(sorted(self.rows, key=lambda row: -row.total_wire_bytes)[:n])
+
+    def table(self, top: int = 20) -> Table:
+        """The ``top`` rows that send the most, then totals by kind and by axes."""
+        rows = tuple(
+            (
+                row.name,
+                row.kind,
+                _axes_label(row.axes),
+                _short_type(row),
+                str(row.count) + ("" if row.trip_count_known else "?"),
+                format_bytes(row.total_bytes),
+                format_bytes(float(row.total_wire_bytes)),
+                _where(row.source),
+            )
+            for row in self.top(top)
+        )
+        totals = [
+            (
+                label,
+                "",
+                "",
+                "",
+                str(t.count),
+                format_bytes(t.nbytes),
+                format_bytes(float(t.wire_bytes)),
+                "",
+            )
+            for label, t in [
+                *((k, t) for k, t in self.by_kind().items()),
+                *((f"over {t.label}", t) for t in self.by_axis().values()),
+            ]
+        ]
+        totals.append(
+            (
+                "all collectives",
+                "",
+                "",
+                "",
+                str(sum(row.count for row in self.rows)),
+                format_bytes(self.nbytes),
+                format_bytes(float(self.wire_bytes)),
+                "",
+            )
+        )
+        notes = [
+            "Bytes: the result of an all-gather, all-reduce, all-to-all and "
+            "collective-permute, the operand of a reduce-scatter, per device and "
+            "step. Wire: what each device sends by the ring algorithms, (n-1)/n "
+            "of the bytes for an all-gather, reduce-scatter and all-to-all, "
+            "2(n-1)/n for an all-reduce, the whole buffer for a permute.",
+        ]
+        if not self.trip_counts_known:
+            notes.append(
+                "A count with '?' is inside a while loop whose trip count XLA "
+                "does not state: each unknown loop counts once."
+            )
+        if any(row.axes == _ANY_QUESTION for row in self.rows):
+            notes.append(
+                "Axes '?': the groups are not whole mesh axes (a part of an "
+                "axis, or groups that differ)."
+            )
+        if len(self.rows) > len(rows):
+            notes.append(f"{len(self.rows) - len(rows)} smaller collectives not shown.")
+        mesh = ", ".join(f"{name}={size}" for name, size in self.mesh_axes)
+        return Table(
+            title=f"Collectives of {self.module} ({mesh})",
+            columns=(
+                "Collective",
+                "Kind",
+                "Mesh axes",
+                "Type",
+                "Count",
+                "Bytes",
+                "Wire bytes",
+                "Source",
+            ),
+            rows=rows,
+            totals=tuple(totals),
+            notes=tuple(notes),
+            lead=(
+                f"{len(self.rows)} collectives, {format_bytes(self.nbytes)} per "
+                f"device and step; each device sends "
+                f"{format_bytes(float(self.wire_bytes))}.",
+            ),
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Every row and the totals, in exact integers.
+
+        A wire figure is an integer when the ring factor divides the bytes
+        evenly, else a float.
+        """
+        return {
+            "module": self.module,
+            "mesh_axes": [[name, size] for name, size in self.mesh_axes],
+            "bytes": self.nbytes,
+            "wire_bytes": _number(self.wire_bytes),
+            "trip_counts_known": self.trip_counts_known,
+            "rows": [_row_json(row) for row in self.rows],
+            "by_kind": [_total_json(t) for t in self.by_kind().values()],
+            "by_axis": [
+                {"axes": list(axes)} | _total_json(t)
+                for axes, t in self.by_axis().items()
+            ],
+        }
+
+
+# --- rendering helpers ---------------------------------------------------------
+
+
+def _axes_label(axes: Hashable) -> str:
+    assert isinstance(axes, tuple)
+    return "+".join(axes) if axes else "(none)"
+
+
+def _short_type(row: Collective) -> str:
+    """``type_str``, or for a combined collective of many arrays, a summary."""
+    if len(row.shapes) <= 3:
+        return row.type_str
+    dtypes = "/".join(dict.fromkeys(row.dtypes))
+    return f"({len(row.shapes)} {dtypes} arrays)"
+
+
+def _where(source: SourceLocation | None) -> str:
+    if source is None:
+        return ""
+    file = source.file.rsplit("/", 1)[-1]
+    return f"{source.function} {file}:{source.line}".strip()
+
+
+def _totals(
+    rows: Sequence[Collective],
+    key: Callable[[Collective], Any],
+    label: Callable[[Any], str],
+) -> dict[Any, CollectiveTotal]:
+    members: dict[Any, list[Collective]] = {}
+    for row in rows:
+        members.setdefault(key(row), []).append(row)
+    totals = {
+        group_key: CollectiveTotal(
+            label=label(group_key),
+            instructions=len(group),
+            count=sum(row.count for row in group),
+            nbytes=sum(row.total_bytes for row in group),
+            wire_bytes=sum((row.total_wire_bytes for row in group), Fraction(0)),
+        )
+        for group_key, group in members.items()
+    }
+    return dict(sorted(totals.items(), key=lambda item: -item[1].wire_bytes))
+
+
+def _number(value: Fraction) -> int | float:
+    return value.numerator if value.denominator == 1 else float(value)
+
+
+def _row_json(row: Collective) -> dict[str, Any]:
+    return {
+        "kind": row.kind,
+        "name": row.name,
+        "opcode": row.opcode,
+        "form": row.form,
+        "computation": row.computation,
+        "bytes": row.nbytes,
+        "wire_bytes": _number(row.wire_bytes),
+        "result_bytes": row.result_bytes,
+        "operand_bytes": row.operand_bytes,
+        "dtypes": list(row.dtypes),
+        "shapes": [list(shape) for shape in row.shapes],
+        "group_size": row.group_size,
+        "groups": [list(group) for group in row.groups],
+        "axes": list(row.axes),
+        "source_target_pairs": None
+        if row.source_target_pairs is None
+        else [list(pair) for pair in row.source_target_pairs],
+        "channel_id": row.channel_id,
+        "op_name": row.op_name,
+        "source": _source_json(row.source),
+        "count": row.count,
+        "trip_count_known": row.trip_count_known,
+        "loops": list(row.loops),
+    }
+
+
+def _total_json(total: CollectiveTotal) -> dict[str, Any]:
+    return {
+        "label": total.label,
+        "instructions": total.instructions,
+        "count": total.count,
+        "bytes": total.nbytes,
+        "wire_bytes": _number(total.wire_bytes),
+    }
