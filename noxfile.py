@@ -56,10 +56,14 @@ def typecheck(session: nox.Session) -> None:
 
 @nox.session(python=PYTHON)
 def lint(session: nox.Session) -> None:
-    """Run ``ruff check`` and ``ruff format --check``."""
+    """Run ``ruff check``, ``ruff format --check`` and ``lint-imports``."""
     session.install(*nox.project.dependency_groups(PYPROJECT, "lint"))
+    # lint-imports reads the package's source (it imports nothing of it), so the
+    # package is installed without its dependencies.
+    session.install("--no-deps", "-e", ".")
     session.run("ruff", "check", *session.posargs)
     session.run("ruff", "format", "--check", *session.posargs)
+    session.run("lint-imports")
 
 
 @nox.session(python=PYTHON)
