@@ -10,7 +10,10 @@ from flax import nnx
 from nnx_introspect import _nnx
 from nnx_introspect._typing import IntLike, as_int, short_repr, typechecked
 
-__all__ = ["abstract_model"]
+__all__ = [
+    "abstract_model",
+    "check_takes_rngs",
+]
 
 M = TypeVar("M")
 

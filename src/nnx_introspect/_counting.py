@@ -18,7 +18,12 @@ from nnx_introspect._compare import keypath_str, leaf_dtype
 from nnx_introspect._inventory import inventory
 from nnx_introspect._typing import IntLike, Target, as_int, typechecked
 
-__all__ = ["count_params", "count_state_leaves", "ideal_share", "param_sum"]
+__all__ = [
+    "count_params",
+    "count_state_leaves",
+    "ideal_share",
+    "param_sum",
+]
 
 
 @typechecked

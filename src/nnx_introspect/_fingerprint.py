@@ -22,7 +22,11 @@ from nnx_introspect._nnx import select_state
 from nnx_introspect._render.table import Report, Table
 from nnx_introspect._typing import Target, typechecked
 
-__all__ = ["LeafFingerprint", "ParamFingerprint", "param_fingerprint"]
+__all__ = [
+    "LeafFingerprint",
+    "ParamFingerprint",
+    "param_fingerprint",
+]
 
 
 @dataclasses.dataclass(frozen=True)

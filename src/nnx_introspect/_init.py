@@ -12,7 +12,9 @@ from jaxtyping import Array, Shaped
 from nnx_introspect._abstract import check_takes_rngs
 from nnx_introspect._typing import IntLike, as_int, check_finite, typechecked
 
-__all__ = ["fresh_init_forward"]
+__all__ = [
+    "fresh_init_forward",
+]
 
 
 def _not_a_module(module: object) -> TypeError:

@@ -21,6 +21,8 @@ T = TypeVar("T")
 __all__ = [
     "abstract_build",
     "abstract_build_public",
+    "build_without_mesh",
+    "devices_present",
     "flat_state",
     "flat_state_public",
     "gc_paused",

@@ -21,7 +21,12 @@ from nnx_introspect._typing import (
     typechecked,
 )
 
-__all__ = ["KindTotal", "ModelSummary", "SummaryRow", "summarize"]
+__all__ = [
+    "KindTotal",
+    "ModelSummary",
+    "SummaryRow",
+    "summarize",
+]
 
 LAYER_AXES = ("layers",)
 """Sharding-metadata axis names that mark a stacked-layer axis (the convention of

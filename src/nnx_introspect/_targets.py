@@ -22,7 +22,12 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-__all__ = ["DEFAULT_TARGET", "TargetError", "build_target", "resolve_factory"]
+__all__ = [
+    "DEFAULT_TARGET",
+    "TargetError",
+    "build_target",
+    "resolve_factory",
+]
 
 DEFAULT_TARGET = "nnx_introspect.examples:llama_7b"
 """The target used when none is given: Llama-2-7B shapes, built abstractly."""

@@ -19,6 +19,12 @@ from collections.abc import Mapping
 from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._render.table import format_bytes
 
+__all__ = [
+    "MAX_ADVISED_FRACTION",
+    "Budget",
+    "step_budget",
+]
+
 JAX_GPU_MEMORY_FRACTION = 0.75
 """The share of a GPU's memory JAX's allocator takes when no variable says
 otherwise: ``GpuAllocatorConfig.memory_fraction``'s default in XLA

@@ -36,7 +36,12 @@ from nnx_introspect._accelerators.topology import (
 )
 from nnx_introspect._typing import short_repr, typechecked
 
-__all__ = ["DTYPES", "Hardware", "hardware_for"]
+__all__ = [
+    "DTYPES",
+    "DTYPE_ALIASES",
+    "Hardware",
+    "hardware_for",
+]
 
 _TERA = 10**12
 _GIGA = 10**9

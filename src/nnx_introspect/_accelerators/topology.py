@@ -17,6 +17,14 @@ from typing import Any
 
 from nnx_introspect._typing import typechecked
 
+__all__ = [
+    "GPU_FAMILIES",
+    "TPU_FAMILIES",
+    "Topology",
+    "parse_topology",
+    "resolve_topology",
+]
+
 _MAX_COUNT_DIGITS = 6
 """A device count longer than this is refused before ``int()`` reads it."""
 

@@ -14,7 +14,9 @@ from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._typing import typechecked
 
-__all__ = ["what_to_change"]
+__all__ = [
+    "what_to_change",
+]
 
 _SHARE: Final = 0.10
 """A kind is stated when it holds at least this share of the peak."""

@@ -11,7 +11,9 @@ from nnx_introspect._breakdown.report import KINDS, Breakdown
 from nnx_introspect._render.svg import byte_ticks, nice_step
 from nnx_introspect._render.table import format_bytes
 
-__all__ = ["breakdown_html"]
+__all__ = [
+    "breakdown_html",
+]
 
 _WIDTH, _HEIGHT = 720, 300
 _LEFT, _RIGHT, _TOP, _BOTTOM = 90, 20, 24, 46

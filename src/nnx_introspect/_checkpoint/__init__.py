@@ -58,5 +58,7 @@ __all__ = [
     "CheckpointReport",
     "check_checkpoint",
     "checkpoint_report",
+    "diff_checkpoints",
+    "resolve_checkpoint",
     "verify_restore",
 ]

@@ -34,8 +34,19 @@ from nnx_introspect._compare.values import is_global as is_global
 from nnx_introspect._compare.values import value_entry as value_entry
 
 __all__ = [
+    "Comparable",
     "DiffEntry",
     "StateDiff",
+    "Tolerance",
+    "check_leaves",
     "check_reproducible_init",
+    "check_tolerance",
     "compare_states",
+    "diff_records",
+    "is_global",
+    "is_key_dtype",
+    "json_float",
+    "keypath_str",
+    "leaf_dtype",
+    "records_of",
 ]

@@ -13,7 +13,7 @@ parameters' sharding and dtype.
 
 Modules: ``parse`` (arguments), ``specs`` (partition-spec entries), ``plan``
 (each leaf's spec and problems), ``optimizer`` (the optimizer-state mirror),
-``report`` (records, table, JSON), ``html_page`` (the HTML page) and ``api``
+``report`` (records, table, JSON, the HTML page) and ``api``
 (:func:`mesh_config_report`, composing them).
 """
 
@@ -38,8 +38,11 @@ __all__ = [
     "MAX_MESH_DEVICES",
     "OPTIMIZER_NAMES",
     "LeafShard",
+    "LogicalRulesLike",
     "MeshConfigReport",
+    "MeshLike",
     "MeshProblem",
+    "RulesLike",
     "as_abstract_mesh",
     "load_rules_file",
     "mesh_config_report",

@@ -13,6 +13,10 @@ from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 from nnx_introspect._mesh.specs import _as_spec, _Entry
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
+__all__ = [
+    "as_logical_rules",
+]
+
 # The containers' items are checked by the planner itself (not by beartype), so
 # that a bad size or rule gets a message naming ``mesh['model']`` or ``rules[1]``.
 MeshLike: TypeAlias = Mapping[Any, Any] | str | Mesh | AbstractMesh

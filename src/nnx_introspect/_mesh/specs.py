@@ -5,6 +5,10 @@ from typing import Any, TypeAlias
 
 from jax.sharding import PartitionSpec
 
+__all__ = [
+    "entry_axes",
+]
+
 _Entry: TypeAlias = str | tuple[str, ...] | None
 
 

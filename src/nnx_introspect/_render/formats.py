@@ -6,6 +6,14 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import PartitionSpec
 
+__all__ = [
+    "batch_str",
+    "error_line",
+    "spec_from_json",
+    "spec_json",
+    "spec_str",
+]
+
 
 def error_line(error: BaseException) -> str:
     text = " ".join(str(error).split())

@@ -11,6 +11,13 @@ from collections.abc import Callable
 
 from nnx_introspect._render.table import format_bytes
 
+__all__ = [
+    "Point",
+    "byte_ticks",
+    "chart_svg",
+    "nice_step",
+]
+
 Point = tuple[int, int, bool]
 """``(global batch, peak bytes per device, fits)``."""
 

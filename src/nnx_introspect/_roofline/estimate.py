@@ -36,7 +36,12 @@ import numpy as np
 from nnx_introspect._accelerators.hardware import DTYPE_ALIASES, Hardware
 from nnx_introspect._typing import short_repr, typechecked
 
-__all__ = ["LABEL", "CommTerm", "Roofline", "roofline"]
+__all__ = [
+    "LABEL",
+    "CommTerm",
+    "Roofline",
+    "roofline",
+]
 
 LABEL = (
     "Estimate from the compiled program's cost analysis and data-sheet peaks "

@@ -59,6 +59,11 @@ from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._typing import IntLike, as_int, typechecked
 from nnx_introspect._xla.toolchain import check_compiler
 
+__all__ = [
+    "BatchSearch",
+    "max_batch",
+]
+
 MAX_COMPILES = 24
 """The most compiles one :func:`max_batch` search makes."""
 

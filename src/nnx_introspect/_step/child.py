@@ -39,6 +39,10 @@ from nnx_introspect._step.inputs import LOSSES, _Request, importable_name
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
 from nnx_introspect._xla.toolchain import topology_mesh
 
+__all__ = [
+    "MAX_CHILD_DEVICES",
+]
+
 MAX_CHILD_DEVICES = 2048
 """The most virtual CPU devices a child compile may use (see the benchmarks)."""
 

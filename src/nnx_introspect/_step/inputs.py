@@ -18,6 +18,19 @@ from nnx_introspect._render.formats import batch_str, error_line, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
 from nnx_introspect._typing import check_finite, short_repr
 
+__all__ = [
+    "BatchLike",
+    "LossLike",
+    "SpecsLike",
+    "as_batch",
+    "as_batch_specs",
+    "as_loss",
+    "as_model",
+    "as_optimizer",
+    "importable_name",
+    "spec_problems",
+]
+
 LOSSES = ("mean", "lm")
 """The loss names :func:`step_memory_report` knows (``None`` = forward only)."""
 

@@ -23,6 +23,10 @@ from nnx_introspect._render.table import (
 from nnx_introspect._roofline.estimate import Roofline
 from nnx_introspect._typing import IntLike, typechecked
 
+__all__ = [
+    "StepMemoryReport",
+]
+
 _CPU_CAVEAT = (
     "XLA:CPU produced these numbers: its temporaries (buffer assignment, fusion, "
     "layouts) can differ from an accelerator's many times over; argument, output "

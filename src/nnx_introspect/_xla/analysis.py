@@ -19,6 +19,11 @@ from nnx_introspect._xla.dump import dump_options
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version
 
+__all__ = [
+    "compile_lowered",
+    "compiler_name",
+]
+
 # LLVM's optimisation of the generated machine code dominates large XLA:CPU
 # compiles (a 2,048-device Llama step spends minutes in LLVM loop analysis) and
 # changes nothing the report reads: buffer assignment (memory_analysis) and

@@ -49,6 +49,7 @@ __all__ = [
     "SourceLocation",
     "dump_options",
     "read_peak",
+    "source_json",
 ]
 
 # The stem of the entry module's optimized-module files, per backend, as the pinned

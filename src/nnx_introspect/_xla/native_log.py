@@ -16,7 +16,12 @@ import re
 import sys
 from collections.abc import Iterator
 
-__all__ = ["NOISE", "drop_noise", "native_stderr_captured", "native_stderr_filtered"]
+__all__ = [
+    "NOISE",
+    "drop_noise",
+    "native_stderr_captured",
+    "native_stderr_filtered",
+]
 
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"

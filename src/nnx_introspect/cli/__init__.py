@@ -25,4 +25,6 @@ from nnx_introspect.cli.plan_args import _bytes_arg as _bytes_arg
 from nnx_introspect.cli.plan_args import _mesh_arg as _mesh_arg
 from nnx_introspect.cli.step import _batch_arg as _batch_arg
 
-__all__ = ["main"]
+__all__ = [
+    "main",
+]

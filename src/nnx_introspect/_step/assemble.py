@@ -1,0 +1,186 @@
+"""The step report assembled from a compile's plain numbers, its plan and its budget.
+
+:func:`assemble_report` is where the figures a compile returned (in this
+process or a child's) become a :class:`StepMemoryReport`: XLA's warnings
+quoted, rematerialisation read, the out-of-memory case sized from the plan,
+and the caveats judged on the finished report.
+"""
+
+import dataclasses
+import math
+from typing import Any
+
+import jax.numpy as jnp
+import optax
+from jax.sharding import NamedSharding
+
+from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._mesh import MeshConfigReport, as_abstract_mesh
+from nnx_introspect._render.formats import batch_str
+from nnx_introspect._render.table import format_bytes
+from nnx_introspect._step.inputs import LossLike, _Request
+from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._xla.analysis import compiler_name
+
+__all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
+
+
+def _step_name(loss: LossLike, tx: optax.GradientTransformation | None) -> str:
+    if loss is None:
+        return "forward"
+    return (
+        "forward + backward" if tx is None else "forward + backward + optimizer update"
+    )
+
+
+def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
+    """Bytes of the step's arguments on one device, from the plan's shards.
+
+    What XLA's ``argument_size_in_bytes`` counts, without the compiler's
+    padding: for a compile refused for memory, which gives no analysis.
+    """
+    state = sum(leaf.bytes_per_device for leaf in plan.leaves)
+    if request.tx is not None:
+        state += sum(leaf.bytes_per_device for leaf in plan.optimizer_leaves)
+    abstract = as_abstract_mesh(dict(request.mesh_axes))
+    for leaf, spec in zip(request.batch, request.batch_specs, strict=True):
+        shard = NamedSharding(abstract, spec).shard_shape(leaf.shape)
+        state += math.prod(shard) * jnp.dtype(leaf.dtype).itemsize
+    return state
+
+
+def assemble_report(
+    request: _Request,
+    plan: MeshConfigReport,
+    numbers: dict[str, Any],
+    topology: str | None,
+    compiled_in: str,
+    budget: Budget,
+    debug: bool = False,
+    network: int | None = None,
+) -> StepMemoryReport:
+    tx, optimizer_name = request.tx, request.optimizer_name
+    flops = numbers["flops"]
+    memory = budget.device_memory_bytes  # the topology's, found once by step_budget
+    oom = bool(numbers.get("out_of_memory", False))
+    warnings = list(numbers.get("warnings", []))
+    remat = list(numbers.get("remat", []))
+    warnings += [_remat_warning(s, budget, numbers["backend"]) for s in remat]
+    if numbers.get("collectives_error"):
+        warnings.append(
+            "The compiled program's collectives could not be read: "
+            f"{numbers['collectives_error']}"
+        )
+    found = numbers.get("breakdown")
+    if request.breakdown and found is None:
+        why = numbers.get("breakdown_error") or "XLA wrote no dump to read"
+        warnings.append(f"No breakdown of the peak: {why}.")
+    arguments = numbers["argument_bytes"]
+    if arguments is None:  # refused for memory: the plan's exact shards
+        arguments = _planned_argument_bytes(request, plan)
+    temp = numbers["temp_bytes"]
+    if oom and temp is None:
+        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
+    report = StepMemoryReport(
+        num_devices=request.num_devices,
+        argument_bytes=arguments,
+        output_bytes=numbers["output_bytes"] or 0,
+        temp_bytes=temp,
+        alias_bytes=numbers["alias_bytes"] or 0,
+        flops=math.nan if flops is None else float(flops),
+        plan=plan,
+        backend=numbers["backend"],
+        compiler=compiler_name(numbers["backend"], numbers["device_kind"]),
+        device_kind=numbers["device_kind"],
+        compile_seconds=float(numbers["compile_seconds"]),
+        step=_step_name(request.loss, tx),
+        loss=request.loss_name,
+        optimizer=optimizer_name if tx is None or optimizer_name else "optax object",
+        batch=tuple(batch_str(b) for b in request.batch),
+        batch_specs=request.batch_specs,
+        topology=topology,
+        compiled_in=compiled_in,
+        device_memory_bytes=memory,
+        max_device_bytes=budget.bytes,
+        budget_basis=budget.basis,
+        allocator_fraction=budget.fraction,
+        traced_platform=numbers.get("traced_platform"),
+        compiler_log=numbers.get("compiler_log") if debug else None,
+        xla_peak_bytes=numbers.get("xla_peak_bytes"),
+        remat_limit_bytes=max((r["limit"] for r in remat), default=None),
+        remat_reduced_to_bytes=max(
+            (r["reduced_to"] for r in remat if r["reduced_to"] is not None),
+            default=None,
+        ),
+        out_of_memory=oom,
+        compiler_message=numbers.get("compiler_message"),
+        compiler_required_bytes=numbers.get("compiler_required_bytes"),
+        compiler_available_bytes=numbers.get("compiler_available_bytes"),
+        warnings=tuple(warnings),
+        device_order=_device_order(numbers.get("device_order", "plain"), topology),
+        sharding_constraints=numbers.get("sharding_constraints"),
+        breakdown=None if found is None else Breakdown.from_json_data(found),
+        bytes_accessed=numbers.get("bytes_accessed"),
+        matmul_dtype=numbers.get("matmul_dtype"),
+        collective_wire_bytes=None
+        if numbers.get("collective_wire_bytes") is None
+        else tuple(
+            (tuple(str(a) for a in axes), int(n), int(wire))
+            for axes, n, wire in numbers["collective_wire_bytes"]
+        ),
+        collectives_data=numbers.get("collectives"),
+        network_bytes_per_second=network,
+    )
+    extra = _caveats(report, request, plan)
+    return (
+        dataclasses.replace(report, warnings=report.warnings + extra)
+        if extra
+        else report
+    )
+
+
+NO_CONSTRAINT_WARNING = (
+    "The compiled step holds no activation sharding constraint, so XLA chose every "
+    "activation's layout. If your model constrains activations only under a "
+    "condition this compile did not meet (tunix, for one, skips them when "
+    "jax.devices()[0].platform == 'cpu'), your trainer's temporaries may differ."
+)
+
+
+def _caveats(
+    report: StepMemoryReport, request: _Request, plan: MeshConfigReport
+) -> tuple[str, ...]:
+    """Warnings judged on the finished report: what its numbers may not show."""
+    out: list[str] = []
+    sharded = any(leaf.bytes_per_device < leaf.global_bytes for leaf in plan.leaves)
+    if report.sharding_constraints == 0 and request.num_devices > 1 and sharded:
+        out.append(NO_CONSTRAINT_WARNING)
+    return tuple(out)
+
+
+def _remat_warning(statement: dict[str, Any], budget: Budget, backend: str) -> str:
+    """XLA's rematerialization line, quoted whole, and what its limit is."""
+    limit = format_bytes(statement["limit"])
+    if backend == "gpu":
+        what = (
+            f"{limit} is XLA:GPU's scheduler limit (80% of the device's memory as "
+            "CUDA reports it, less the step's arguments and outputs, times 0.95, "
+            "plus the outputs: the same on a real GPU), not the device's memory"
+        )
+    else:
+        what = (
+            f"{limit} is the limit XLA rematerialised towards, not the device's memory"
+        )
+    text = f'XLA: "{statement["quote"]}". {what}'
+    if budget.bytes is not None:
+        text += f"; the budget is {format_bytes(budget.bytes)}"
+    return text + "."
+
+
+def _device_order(order: str, topology: str | None) -> str:
+    if order == "plain":
+        return "plain device order" if topology is None else order
+    if order == "the mesh's":
+        return "the given mesh's device order"
+    return order
