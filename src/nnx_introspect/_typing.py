@@ -10,6 +10,7 @@ small helpers so every function words its errors the same way.
 import inspect
 import math
 import numbers
+import re
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
@@ -20,6 +21,7 @@ from flax import nnx
 from jaxtyping import jaxtyped
 
 __all__ = [
+    "ArgumentError",
     "IntLike",
     "ModulePaths",
     "Target",
@@ -33,6 +35,36 @@ __all__ = [
 ]
 
 _F = TypeVar("_F", bound=Callable[..., Any])
+
+
+class ArgumentError(ValueError):
+    """A bad argument's value: the message names it, and :attr:`argument` holds it.
+
+    Raised wherever a value of the right type is wrong (out of range, not
+    integral, a name no table holds). ``str(error)`` is the message alone, word
+    for word as a plain ``ValueError`` would give it; the command line maps
+    :attr:`argument` to its flag from one table instead of reading the message.
+
+    Attributes:
+        argument: The Python argument the value was passed as (``"batch"``,
+            ``"max_device_bytes"``), or the root argument of a nested value
+            (``"meshes"`` for ``meshes[1]``).
+
+    Example:
+        >>> from nnx_introspect._typing import ArgumentError, as_int
+        >>> try:
+        ...     as_int(-1, "shape[1]")
+        ... except ArgumentError as error:
+        ...     print(error.argument, "|", error)
+        shape | `shape[1]` must be a nonnegative integer, got -1.
+    """
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = re.split(r"[\[.]", argument, maxsplit=1)[0]
+
+    def __reduce__(self) -> tuple[Any, ...]:  # survives pickling (process pools)
+        return (type(self), (self.argument, str(self)))
 
 
 def typechecked(fn: _F) -> _F:
@@ -114,10 +146,10 @@ def as_int(value: object, name: str, *, minimum: int = 0) -> int:
     elif isinstance(value, numbers.Real):
         real = float(value)
         if not math.isfinite(real):
-            raise ValueError(f"`{name}` must be {need}, got {real!r}.")
+            raise ArgumentError(name, f"`{name}` must be {need}, got {real!r}.")
         if not real.is_integer():
-            raise ValueError(
-                f"`{name}` must be {need}, got the non-integral value {real!r}."
+            raise ArgumentError(
+                name, f"`{name}` must be {need}, got the non-integral value {real!r}."
             )
         result = int(real)
     else:
@@ -125,7 +157,7 @@ def as_int(value: object, name: str, *, minimum: int = 0) -> int:
             f"`{name}` must be {need}, got {value!r} of type {type(value).__name__}."
         )
     if result < minimum:
-        raise ValueError(f"`{name}` must be {need}, got {result}.")
+        raise ArgumentError(name, f"`{name}` must be {need}, got {result}.")
     return result
 
 
@@ -143,9 +175,10 @@ def check_finite(x: object, name: str) -> None:
     finite = np.isfinite(np.asarray(x))
     if not finite.all():
         bad = int(finite.size - np.count_nonzero(finite))
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` must be finite, got {bad} NaN or infinite value(s) among "
-            f"{finite.size}. Clean the input (e.g. `jnp.nan_to_num`) first."
+            f"{finite.size}. Clean the input (e.g. `jnp.nan_to_num`) first.",
         )
 
 
