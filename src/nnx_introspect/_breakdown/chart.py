@@ -2,21 +2,24 @@
 
 The curve is the bytes live at each program point as XLA scheduled the step,
 XLA's peak point marked and the budget drawn; the bar splits the peak by kind.
-Both follow the max-batch chart's style (:mod:`nnx_introspect._render.svg`).
+Both take plain numbers and draw with :mod:`nnx_introspect._render.svg`;
+:func:`breakdown_html` reads them off a :class:`Breakdown`.
 """
 
 import html
+from collections.abc import Sequence
 
-from nnx_introspect._breakdown.report import KINDS, Breakdown
-from nnx_introspect._render.svg import byte_ticks, nice_step
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._breakdown.rows import KINDS
+from nnx_introspect._render import svg
+from nnx_introspect._render.table import format_bytes, table_html
 
 __all__ = [
     "breakdown_html",
+    "curve_svg",
+    "kinds_bar_svg",
 ]
 
-_WIDTH, _HEIGHT = 720, 300
-_LEFT, _RIGHT, _TOP, _BOTTOM = 90, 20, 24, 46
 _COLOURS = dict(
     zip(
         KINDS,
@@ -36,133 +39,143 @@ _COLOURS = dict(
 )
 
 
-def curve_svg(breakdown: Breakdown, budget: int | None) -> str:
+def curve_svg(
+    times: Sequence[int],
+    live_bytes: Sequence[int],
+    *,
+    points: int,
+    peak: tuple[int, int, str],
+    budget: int | None = None,
+    downsampled: bool = False,
+) -> str:
     """The memory curve: bytes live per program point, peak marked, budget dashed.
 
-    Empty when the breakdown has no curve.
+    Args:
+        times: The program points drawn, increasing.
+        live_bytes: The bytes live at each of them.
+        points: How many program points the schedule has.
+        peak: XLA's peak as ``(program point, bytes, instruction)``.
+        budget: The byte budget drawn as a dashed line, if any.
+        downsampled: Whether ``times`` is a sample of the points, each
+            standing for the most bytes live in its span (the caption says so).
+
+    Returns:
+        An SVG figure; empty without points.
+
+    Example:
+        >>> page = curve_svg([0, 1, 2], [10, 30, 20], points=3, peak=(1, 30, "dot"))
+        >>> "peak 30 B" in page, page.count("<circle")
+        (True, 1)
     """
-    curve = breakdown.curve
-    if curve is None or not curve.times:
+    if not times:
         return ""
-    esc = html.escape
-    width, height = _WIDTH, _HEIGHT
-    left, right, top, bottom = _LEFT, _RIGHT, _TOP, _BOTTOM
-    highest = max(curve.live_bytes)
-    unit, unit_bytes, ticks = byte_ticks(max(highest, budget or 0))
-    y_max = ticks[-1] * unit_bytes or 1
-    x_max = max(curve.points - 1, 1)
-
-    def x(t: float) -> float:
-        return left + (width - left - right) * t / x_max
-
-    def y(v: float) -> float:
-        return height - bottom - (height - top - bottom) * v / y_max
-
+    frame = svg.Frame(720, 300, left=90, right=20, top=24, bottom=46)
+    x_max = max(points - 1, 1)
+    x = frame.x_scale(x_max)
+    ticks = svg.byte_axis(max(*live_bytes, budget or 0))
+    y = frame.y_scale(ticks[-1][0] or 1)
+    step = max(1, round(svg.nice_step(x_max)))
     parts = [
-        '<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" role="img" '
-        'aria-label="bytes live at each program point of the step">'
+        svg.y_grid(frame, y, ticks),
+        svg.axes(frame),
+        svg.x_labels(
+            frame,
+            x,
+            [(t, str(t)) for t in range(0, x_max + 1, step)],
+            "program point (XLA's schedule)",
+        ),
+        svg.polyline(
+            [(x(t), y(b)) for t, b in zip(times, live_bytes, strict=True)],
+            svg.BLUE,
+            width=1.2,
+        ),
     ]
-    for tick in ticks:
-        at = y(tick * unit_bytes)
-        parts.append(
-            f'<line x1="{left}" y1="{at:.1f}" x2="{width - right}" y2="{at:.1f}" '
-            f'stroke="#d0d7de"/><text x="{left - 6}" y="{at + 4:.1f}" '
-            f'font-size="11" text-anchor="end">{tick:g} {unit}</text>'
-        )
-    step = max(1, round(nice_step(x_max)))
-    for t in range(0, x_max + 1, step):
-        parts.append(
-            f'<text x="{x(t):.1f}" y="{height - bottom + 16}" font-size="11" '
-            f'text-anchor="middle">{t}</text>'
-        )
-    parts.append(
-        f'<text x="{(left + width - right) / 2}" y="{height - 8}" font-size="12" '
-        'text-anchor="middle">program point (XLA\'s schedule)</text>'
-    )
-    points = " ".join(
-        f"{x(t):.1f},{y(b):.1f}"
-        for t, b in zip(curve.times, curve.live_bytes, strict=True)
-    )
-    parts.append(
-        f'<polyline points="{points}" fill="none" stroke="#0969da" stroke-width="1.2"/>'
-    )
     if budget is not None:
-        parts.append(
-            f'<line x1="{left}" y1="{y(budget):.1f}" x2="{width - right}" '
-            f'y2="{y(budget):.1f}" stroke="#cf222e" stroke-width="2" '
-            'stroke-dasharray="6 4"/>'
-            f'<text x="{width - right}" y="{y(budget) - 6:.1f}" font-size="11" '
-            f'text-anchor="end" fill="#cf222e">budget '
-            f"{esc(format_bytes(budget))}</text>"
-        )
-    peak = breakdown.live_peak_bytes
-    at_x, at_y = x(breakdown.peak_time), y(peak)
-    parts.append(
-        f'<circle cx="{at_x:.1f}" cy="{at_y:.1f}" r="4" fill="#cf222e">'
-        f"<title>XLA's peak: {esc(format_bytes(peak))} at point "
-        f"{breakdown.peak_time} ({esc(breakdown.peak_instruction)})</title></circle>"
-        f'<text x="{min(at_x + 6, width - right - 4):.1f}" y="{max(at_y - 6, 12):.1f}" '
-        f'font-size="11" text-anchor="{"start" if at_x < width * 0.7 else "end"}">'
-        f"peak {esc(format_bytes(peak))}</text>"
-    )
+        parts.append(svg.budget_across(frame, y(budget), budget))
+    time, nbytes, instruction = peak
+    at_x, at_y = x(time), y(nbytes)
+    parts += [
+        svg.dot(
+            at_x,
+            at_y,
+            svg.RED,
+            title=f"XLA's peak: {format_bytes(nbytes)} at point {time} ({instruction})",
+        ),
+        svg.text(
+            min(at_x + 6, frame.plot_right - 4),
+            max(at_y - 6, 12),
+            f"peak {format_bytes(nbytes)}",
+            anchor="start" if at_x < frame.width * 0.7 else "end",
+        ),
+    ]
     sampled = (
-        f" (downsampled to {len(curve.times)} of {curve.points} points, each the "
-        "most bytes live in its span)"
-        if curve.downsampled
+        f" (downsampled to {len(times)} of {points} points, each the most bytes "
+        "live in its span)"
+        if downsampled
         else ""
     )
-    parts.append(
-        "</svg><figcaption>Bytes live at each program point of one device's "
-        f"step, as XLA scheduled it{sampled}; the dot is XLA's peak, the dashed "
-        "line the budget. Arguments and outputs count while live; XLA's "
-        "preallocated temp buffer is not a value of its own.</figcaption></figure>"
+    return svg.figure(
+        frame,
+        "bytes live at each program point of the step",
+        "".join(parts),
+        caption="Bytes live at each program point of one device's step, as XLA "
+        f"scheduled it{sampled}; the dot is XLA's peak, the dashed line the "
+        "budget. Arguments and outputs count while live; XLA's preallocated "
+        "temp buffer is not a value of its own.",
     )
-    return "".join(parts)
 
 
-def kinds_bar_svg(breakdown: Breakdown) -> str:
-    """One bar of the peak, split by kind, with a legend."""
-    esc = html.escape
-    peak = breakdown.live_peak_bytes
-    groups = breakdown.by_kind()
-    if peak <= 0 or not groups:
+def kinds_bar_svg(kinds: Sequence[tuple[str, int]], peak: int) -> str:
+    """One bar of the peak split by kind, with a legend of bytes and shares.
+
+    Args:
+        kinds: ``(kind, bytes)`` per kind, largest first; a kind of
+            :data:`~nnx_introspect._breakdown.rows.KINDS` has its own colour.
+        peak: The bytes of the whole bar.
+
+    Returns:
+        An SVG figure; empty when there is nothing to split.
+
+    Example:
+        >>> page = kinds_bar_svg([("parameter", 96), ("temporary", 32)], 128)
+        >>> "parameter: 96 B (75%)" in page, page.count("<rect")
+        (True, 4)
+    """
+    if peak <= 0 or not kinds:
         return ""
-    width, left, right = _WIDTH, 10, 10
-    bar_y, bar_h = 10, 26
+    left, bar_y, bar_h = 10, 10, 26
     legend_top = bar_y + bar_h + 20
-    height = legend_top + 18 * len(groups) + 6
-    parts = [
-        '<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" role="img" '
-        'aria-label="the peak by kind">'
-    ]
-    at = float(left)
-    span = width - left - right
-    for group in groups:
-        share = span * group.nbytes / peak
-        colour = _COLOURS.get(group.label, "#afb8c1")
-        parts.append(
-            f'<rect x="{at:.1f}" y="{bar_y}" width="{share:.1f}" height="{bar_h}" '
-            f'fill="{colour}"><title>{esc(group.label)}: '
-            f"{esc(format_bytes(group.nbytes))}</title></rect>"
-        )
-        at += share
-    for i, group in enumerate(groups):
-        row_y = legend_top + 18 * i
-        colour = _COLOURS.get(group.label, "#afb8c1")
-        percent = (200 * group.nbytes + peak) // (2 * peak)
-        parts.append(
-            f'<rect x="{left}" y="{row_y - 10}" width="12" height="12" '
-            f'fill="{colour}"/><text x="{left + 18}" y="{row_y}" font-size="12">'
-            f"{esc(group.label)}: {esc(format_bytes(group.nbytes))} ({percent}%)"
-            "</text>"
-        )
-    parts.append(
-        "</svg><figcaption>The buffers live at XLA's peak "
-        f"({esc(format_bytes(peak))}), by kind.</figcaption></figure>"
+    frame = svg.Frame(720, legend_top + 18 * len(kinds) + 6, left, 10, bar_y, 0)
+    colours = [_COLOURS.get(kind, "#afb8c1") for kind, _ in kinds]
+    body = svg.stacked_bar(
+        left,
+        bar_y,
+        frame.plot_right - left,
+        bar_h,
+        [
+            (nbytes, colour, f"{kind}: {format_bytes(nbytes)}")
+            for (kind, nbytes), colour in zip(kinds, colours, strict=True)
+        ],
+    ) + svg.legend(
+        left,
+        legend_top,
+        [
+            (colour, f"{kind}: {format_bytes(nbytes)} ({_percent(nbytes, peak)}%)")
+            for (kind, nbytes), colour in zip(kinds, colours, strict=True)
+        ],
     )
-    return "".join(parts)
+    return svg.figure(
+        frame,
+        "the peak by kind",
+        body,
+        caption="The buffers live at XLA's peak "
+        f"({html.escape(format_bytes(peak))}), by kind.",
+    )
+
+
+def _percent(part: int, whole: int) -> int:
+    """``part`` as a whole percent of ``whole``, halves rounded up."""
+    return (200 * part + whole) // (2 * whole)
 
 
 def breakdown_html(breakdown: Breakdown, budget: int | None) -> str:
@@ -177,11 +190,22 @@ def breakdown_html(breakdown: Breakdown, budget: int | None) -> str:
         >>> "batch: 96 B (100%)" in page, "<table>" in page
         (True, True)
     """
-    from nnx_introspect._render.table import table_html
-
+    curve = breakdown.curve
+    peak = breakdown.live_peak_bytes
     return (
         "<h2>What the peak is made of</h2>"
-        + curve_svg(breakdown, budget)
-        + kinds_bar_svg(breakdown)
+        + (
+            ""
+            if curve is None
+            else curve_svg(
+                curve.times,
+                curve.live_bytes,
+                peak=(breakdown.peak_time, peak, breakdown.peak_instruction),
+                points=curve.points,
+                budget=budget,
+                downsampled=curve.downsampled,
+            )
+        )
+        + kinds_bar_svg([(g.label, g.nbytes) for g in breakdown.by_kind()], peak)
         + table_html(breakdown.table())
     )

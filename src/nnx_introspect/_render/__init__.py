@@ -2,10 +2,11 @@
 
 ``table`` holds the one table protocol and its renderers (rich, markdown,
 HTML, the report mixin); ``formats`` the one-line texts of batches, partition
-specs and errors; ``svg`` the axes and ticks every chart draws with;
-``mesh_charts`` the mesh page's bar chart and split grid. Charts take plain
-numbers, never report objects. Nothing here imports another package of
-nnx_introspect but ``_typing``.
+specs and errors; ``svg`` the one SVG module (scales, round ticks, axes, grid
+lines and the line, bar and scatter marks every chart draws with, and the
+max-batch chart); ``mesh_charts`` the mesh page's bar chart and split grid.
+Charts take plain numbers, never report objects. Nothing here imports another
+package of nnx_introspect but ``_typing``.
 """
 
 from nnx_introspect._render.table import FittedTable as FittedTable

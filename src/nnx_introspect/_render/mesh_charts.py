@@ -4,8 +4,10 @@ Inline CSS, no scripts: the page stays one self-contained file.
 """
 
 import html
+import itertools
 import math
 
+from nnx_introspect._render import svg
 from nnx_introspect._render.table import format_bytes
 
 __all__ = ["GRID_LEGEND_HTML", "bar_chart_html", "split_grid_html"]
@@ -17,7 +19,11 @@ def bar_chart_html(
     *,
     budget: int | None = None,
 ) -> str:
-    """Horizontal bars of actual against ideal bytes (inline CSS, no scripts).
+    """Horizontal bars of actual against ideal bytes, as inline SVG.
+
+    Each row is a label, its actual bytes (blue) over its ideal share (grey)
+    on a bytes axis with round ticks, and the figures right of the plot; the
+    budget, if any, is a dashed red line.
 
     Args:
         title: The chart's heading.
@@ -25,27 +31,38 @@ def bar_chart_html(
         budget: Optional byte budget drawn as a red line.
 
     Returns:
-        An HTML fragment.
+        An HTML fragment: the heading, the SVG and its legend.
+
+    Example:
+        >>> page = bar_chart_html("Bytes", [("total", 4096, 2048.0)], budget=8192)
+        >>> page.count('class="bar actual"'), "budget 8 KiB" in page
+        (1, True)
     """
     esc = html.escape
-    top = max([1.0, *(max(a, i) for _, a, i in bars), float(budget or 0)])
-    parts = [f'<figure class="bars"><figcaption>{esc(title)}</figcaption>']
-    for label, actual, ideal in bars:
-        wa, wi = 100 * actual / top, 100 * ideal / top
-        parts.append(
-            f'<div class="bar-row"><span class="bar-label">{esc(label)}</span>'
-            f'<span class="bar-track">'
-            f'<span class="bar actual" style="width:{wa:.2f}%"></span>'
-            f'<span class="bar ideal" style="width:{wi:.2f}%"></span>'
+    rows = [
+        svg.BarRow(
+            label,
+            (
+                svg.Bar(
+                    actual,
+                    svg.BLUE,
+                    f"{label}: {format_bytes(actual)} per device",
+                    "bar actual",
+                    14 / 22,
+                ),
+                svg.Bar(
+                    ideal,
+                    svg.GREY,
+                    f"{label}: ideal {format_bytes(ideal)}",
+                    "bar ideal",
+                    8 / 22,
+                ),
+            ),
+            value=f"{format_bytes(actual)} (ideal {format_bytes(ideal)})",
         )
-        if budget is not None:
-            parts.append(
-                f'<span class="budget" style="left:{100 * budget / top:.2f}%"></span>'
-            )
-        parts.append(
-            f'</span><span class="bar-value">{esc(format_bytes(actual))} '
-            f"(ideal {esc(format_bytes(ideal))})</span></div>"
-        )
+        for label, actual, ideal in bars
+    ]
+    frame, body = svg.bar_rows(rows, budget=budget, value_width=190)
     legend = (
         '<div class="legend"><span class="swatch actual"></span>bytes per device '
         '<span class="swatch ideal"></span>ideal share (global / devices)'
@@ -54,8 +71,14 @@ def bar_chart_html(
         legend += (
             f' <span class="swatch budget-sw"></span>budget {esc(format_bytes(budget))}'
         )
-    parts.append(legend + "</div></figure>")
-    return "".join(parts)
+    return svg.figure(
+        frame,
+        title,
+        body,
+        before=f"<figcaption>{esc(title)}</figcaption>",
+        after=legend + "</div>",
+        xmlns=False,  # the mesh page names no address
+    )
 
 
 GRID_LEGEND_HTML = (
@@ -141,51 +164,66 @@ def split_grid_html(
             "</p>"
         )
     else:
-        n_rows = axis_sizes[0]
-        rest_names = axis_names[1:]
-        rest_sizes = axis_sizes[1:]
-        n_cols = math.prod(rest_sizes)
-        columns = []
-        for c in range(n_cols):
-            coords: dict[str, int] = {}
-            rem = c
-            for name, s in zip(reversed(rest_names), reversed(rest_sizes), strict=True):
-                coords[name] = rem % s
-                rem //= s
-            columns.append({n: coords[n] for n in rest_names})
-        header = esc(" x ".join(rest_names)) if rest_names else ""
         parts.append(
-            f'<table class="grid"><caption>rows: {esc(axis_names[0])}'
-            f"{'; columns: ' + header if header else ''}</caption>"
+            _device_grid_html(dims, pieces, axis_names, axis_sizes, shard_shape)
         )
-        if rest_names:
-            parts.append(
-                "<tr><th></th>"
-                + "".join(
-                    "<th>"
-                    + esc(", ".join(f"{k}={v}" for k, v in col.items()))
-                    + "</th>"
-                    for col in columns
-                )
-                + "</tr>"
-            )
-        for r in range(n_rows):
-            parts.append(f"<tr><th>{esc(axis_names[0])}={r}</th>")
-            for col in columns:
-                coords = {axis_names[0]: r, **col}
-                blocks = [_block_index(coords, axes, sizes) for axes in dims]
-                block_id = 0
-                for b, p in zip(blocks, pieces, strict=True):
-                    block_id = block_id * p + b
-                hue = (block_id * 137.508) % 360
-                where = ", ".join(f"{k}={coords[k]}" for k in axis_names)
-                label = _slice_label(blocks, pieces, shard_shape)
-                parts.append(
-                    f'<td style="background:hsl({hue:.0f},65%,78%)" '
-                    f'title="device ({esc(where)}) holds block {tuple(blocks)}: '
-                    f'[{esc(label)}]">{esc(label)}</td>'
-                )
-            parts.append("</tr>")
-        parts.append("</table>")
     parts.append("</details>")
     return "".join(parts)
+
+
+def _device_grid_html(
+    dims: list[tuple[str, ...]],
+    pieces: list[int],
+    axis_names: tuple[str, ...],
+    axis_sizes: tuple[int, ...],
+    shard_shape: tuple[int, ...],
+) -> str:
+    """The device grid of :func:`split_grid_html`: one cell per device.
+
+    The first mesh axis down, the others across; each cell the slice its
+    device holds, coloured by block (:func:`_block_colour`).
+    """
+    esc = html.escape
+    sizes = dict(zip(axis_names, axis_sizes, strict=True))
+    rest_names = axis_names[1:]
+    columns = [
+        dict(zip(rest_names, index, strict=True))
+        for index in itertools.product(*(range(s) for s in axis_sizes[1:]))
+    ]
+    header = esc(" x ".join(rest_names)) if rest_names else ""
+    parts = [
+        f'<table class="grid"><caption>rows: {esc(axis_names[0])}'
+        f"{'; columns: ' + header if header else ''}</caption>"
+    ]
+    if rest_names:
+        parts.append(
+            "<tr><th></th>"
+            + "".join(
+                "<th>" + esc(", ".join(f"{k}={v}" for k, v in col.items())) + "</th>"
+                for col in columns
+            )
+            + "</tr>"
+        )
+    for r in range(axis_sizes[0]):
+        parts.append(f"<tr><th>{esc(axis_names[0])}={r}</th>")
+        for col in columns:
+            coords = {axis_names[0]: r, **col}
+            blocks = [_block_index(coords, axes, sizes) for axes in dims]
+            where = ", ".join(f"{k}={coords[k]}" for k in axis_names)
+            label = _slice_label(blocks, pieces, shard_shape)
+            parts.append(
+                f'<td style="background:{_block_colour(blocks, pieces)}" '
+                f'title="device ({esc(where)}) holds block {tuple(blocks)}: '
+                f'[{esc(label)}]">{esc(label)}</td>'
+            )
+        parts.append("</tr>")
+    parts.append("</table>")
+    return "".join(parts)
+
+
+def _block_colour(blocks: list[int], pieces: list[int]) -> str:
+    """A block's colour: its index over all blocks, as a category's colour."""
+    block_id = 0
+    for b, p in zip(blocks, pieces, strict=True):
+        block_id = block_id * p + b
+    return svg.category_colour(block_id)

@@ -1,22 +1,75 @@
-"""The max-batch chart: peak bytes per device against the global batch, as SVG.
+"""The one SVG module: scales, round ticks, axes and the marks every chart draws with.
 
-Round axes: byte ticks in 1-2-5 steps of one unit, every tried batch labelled
-on the x axis (or round ticks when the labels would collide), and the budget
-as a dashed line with its own label.
+Every chart of the library takes plain numbers and builds its figure from the
+pieces here: a :class:`Frame` (the canvas and its plot area), a :class:`Scale`
+(linear from 0, or log2), round ticks (:func:`nice_step`, :func:`round_ticks`,
+:func:`byte_ticks`), grid lines with their labels, the budget as a dashed red
+line, and the marks (:func:`line`, :func:`polyline`, :func:`rect`,
+:func:`dot`, :func:`text`); :func:`bar_rows` lays out horizontal bars, one row
+per label. The max-batch chart (:func:`chart_svg`, peak bytes per device
+against the global batch) is drawn here too: the first chart, whose style the
+others follow.
 """
 
 import html
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass
+from typing import NamedTuple
 
 from nnx_introspect._render.table import format_bytes
 
 __all__ = [
+    "AXIS",
+    "BLUE",
+    "GREEN",
+    "GREY",
+    "GRID",
+    "RED",
+    "Bar",
+    "BarRow",
+    "Frame",
     "Point",
+    "Scale",
+    "Tick",
+    "axes",
+    "bar_rows",
+    "budget_across",
+    "budget_up",
+    "byte_axis",
     "byte_ticks",
+    "category_colour",
     "chart_svg",
+    "dot",
+    "figure",
+    "legend",
+    "line",
     "nice_step",
+    "polyline",
+    "rect",
+    "round_ticks",
+    "stacked_bar",
+    "text",
+    "x_grid",
+    "x_labels",
+    "y_grid",
 ]
+
+GRID = "#d0d7de"
+"""Grid lines."""
+AXIS = "#57606a"
+"""Axis lines and secondary text."""
+BLUE = "#0969da"
+"""A value with nothing to judge it by."""
+GREEN = "#1a7f37"
+"""Fits the budget."""
+RED = "#cf222e"
+"""Does not fit; the budget line."""
+GREY = "#8c959f"
+"""A reference value (an ideal share)."""
+
+Tick = tuple[float, str]
+"""A tick: its value in the axis's units and its label."""
 
 Point = tuple[int, int, bool]
 """``(global batch, peak bytes per device, fits)``."""
@@ -28,7 +81,11 @@ _UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**4
 def nice_step(span: float, intervals: int = 5) -> float:
     """The 1-2-5 step cutting ``span`` in about ``intervals`` pieces.
 
-    1, 2, 5, 10, 20, 50...: ``nice_step(82.31) == 20``.
+    1, 2, 5, 10, 20, 50...
+
+    Example:
+        >>> nice_step(82.31), nice_step(7), nice_step(0.3)
+        (20.0, 2.0, 0.1)
     """
     raw = max(span, 1e-12) / intervals
     magnitude = 10.0 ** math.floor(math.log10(raw))
@@ -39,18 +96,493 @@ def nice_step(span: float, intervals: int = 5) -> float:
     )
 
 
+def round_ticks(top: float) -> tuple[float, ...]:
+    """Ticks in 1-2-5 steps from 0 to the first at or above ``top``.
+
+    Example:
+        >>> round_ticks(0.42)
+        (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
+    """
+    step = nice_step(top)
+    count = max(1, math.ceil(max(top, 0) / step - 1e-9))
+    return tuple(round(i * step, 12) for i in range(count + 1))
+
+
 def byte_ticks(top: float) -> tuple[str, int, tuple[float, ...]]:
-    """Round ticks of a bytes axis from 0 to at least ``top``.
+    """Round ticks of a bytes axis from 0 to at least ``top``, in one unit.
 
     Returns:
-        ``(unit, its bytes, ticks in that unit)``: ``top`` = 82.31 GiB gives
-        ``("GiB", 2**30, (0, 20, 40, 60, 80, 100))``.
+        ``(unit, its bytes, ticks in that unit)``.
+
+    Example:
+        >>> byte_ticks(82.31 * 2**30)
+        ('GiB', 1073741824, (0.0, 20.0, 40.0, 60.0, 80.0, 100.0))
     """
     unit, size = next(((u, b) for u, b in reversed(_UNITS) if top >= b), _UNITS[0])
     span = max(top, 1) / size
     step = nice_step(span)
     count = math.ceil(span / step - 1e-9)
     return unit, size, tuple(round(i * step, 12) for i in range(count + 1))
+
+
+def byte_axis(top: float) -> tuple[Tick, ...]:
+    """:func:`byte_ticks` as ``(bytes, label)`` pairs; the last one is the axis's end.
+
+    Example:
+        >>> byte_axis(3000)
+        ((0.0, '0 KiB'), (1024.0, '1 KiB'), (2048.0, '2 KiB'), (3072.0, '3 KiB'))
+    """
+    unit, size, ticks = byte_ticks(top)
+    return tuple((tick * size, f"{tick:g} {unit}") for tick in ticks)
+
+
+@dataclass(frozen=True)
+class Scale:
+    """Data values to pixels: linear from ``low`` to ``high``, or log2 between them.
+
+    Attributes:
+        low: The value drawn at ``start``.
+        high: The value drawn at ``end``.
+        start: Its pixel.
+        end: ``high``'s pixel (smaller than ``start`` on a y axis: SVG's y
+            grows downwards).
+        log: Whether the scale is logarithmic (``low`` must be positive).
+
+    Example:
+        >>> Scale(0, 100, 90, 700)(50), Scale(1, 16, 0, 400, log=True)(4)
+        (395.0, 200.0)
+    """
+
+    low: float
+    high: float
+    start: float
+    end: float
+    log: bool = False
+
+    def share(self, value: float) -> float:
+        """Where ``value`` lies from ``low`` (0) to ``high`` (1)."""
+        if self.log:
+            return math.log2(value / self.low) / (math.log2(self.high / self.low) or 1)
+        return (value - self.low) / ((self.high - self.low) or 1)
+
+    def __call__(self, value: float) -> float:
+        return self.start + (self.end - self.start) * self.share(value)
+
+
+@dataclass(frozen=True)
+class Frame:
+    """A chart's canvas: its size in pixels and the margins around the plot.
+
+    Example:
+        >>> frame = Frame(720, 320, left=90, right=20, top=20, bottom=50)
+        >>> frame.plot_right, frame.baseline, frame.y_scale(10)(5)
+        (700, 270, 145.0)
+    """
+
+    width: int
+    height: int
+    left: float
+    right: float
+    top: float
+    bottom: float
+
+    @property
+    def plot_right(self) -> float:
+        """The plot's right edge."""
+        return self.width - self.right
+
+    @property
+    def baseline(self) -> float:
+        """The plot's bottom edge: the y axis's 0."""
+        return self.height - self.bottom
+
+    @property
+    def middle(self) -> float:
+        """The plot's horizontal middle, where the x axis's title goes."""
+        return (self.left + self.plot_right) / 2
+
+    def x_scale(self, high: float, *, low: float = 0, log: bool = False) -> Scale:
+        """``low`` to ``high`` across the plot, left to right."""
+        return Scale(low, high, self.left, self.plot_right, log)
+
+    def y_scale(self, high: float, *, low: float = 0) -> Scale:
+        """``low`` to ``high`` up the plot, bottom to top."""
+        return Scale(low, high, self.baseline, self.top)
+
+
+# --- marks --------------------------------------------------------------------
+
+
+def _n(value: float) -> str:
+    """A coordinate to one decimal, without a trailing ``.0``."""
+    out = f"{value:.1f}"
+    return out[:-2] if out.endswith(".0") else out
+
+
+def _title(title: str | None) -> str:
+    return "" if title is None else f"<title>{html.escape(title, quote=False)}</title>"
+
+
+def line(
+    x1: float,
+    y1: float,
+    x2: float,
+    y2: float,
+    colour: str,
+    *,
+    width: float | None = None,
+    dash: str | None = None,
+    cls: str | None = None,
+) -> str:
+    """A straight line; ``dash`` is an SVG dash array (``"6 4"``).
+
+    Example:
+        >>> line(0, 1.25, 10, 1.25, RED, dash="6 4")
+        '<line x1="0" y1="1.2" x2="10" y2="1.2" stroke="#cf222e" \
+stroke-dasharray="6 4"/>'
+    """
+    return (
+        f'<line x1="{_n(x1)}" y1="{_n(y1)}" x2="{_n(x2)}" y2="{_n(y2)}" '
+        f'stroke="{colour}"'
+        + (f' stroke-width="{width:g}"' if width is not None else "")
+        + (f' stroke-dasharray="{dash}"' if dash else "")
+        + (f' class="{cls}"' if cls else "")
+        + "/>"
+    )
+
+
+def polyline(
+    points: Iterable[tuple[float, float]], colour: str, *, width: float = 1.5
+) -> str:
+    """A line through ``(x, y)`` pixel points, unfilled.
+
+    Example:
+        >>> polyline([(0, 0), (5, 2.5)], BLUE)
+        '<polyline points="0,0 5,2.5" fill="none" stroke="#0969da" stroke-width="1.5"/>'
+    """
+    joined = " ".join(f"{_n(x)},{_n(y)}" for x, y in points)
+    return (
+        f'<polyline points="{joined}" fill="none" stroke="{colour}" '
+        f'stroke-width="{width:g}"/>'
+    )
+
+
+def rect(
+    x: float,
+    y: float,
+    width: float,
+    height: float,
+    colour: str,
+    *,
+    title: str | None = None,
+) -> str:
+    """A filled rectangle (a bar), with an optional tooltip.
+
+    Example:
+        >>> rect(10, 0, 42.25, 18, GREEN, title="a: 1 KiB")
+        '<rect x="10" y="0" width="42.2" height="18" fill="#1a7f37"><title>a: 1 KiB\
+</title></rect>'
+    """
+    head = (
+        f'<rect x="{_n(x)}" y="{_n(y)}" width="{_n(width)}" height="{_n(height)}" '
+        f'fill="{colour}"'
+    )
+    return f"{head}/>" if title is None else f"{head}>{_title(title)}</rect>"
+
+
+def dot(
+    x: float, y: float, colour: str, *, title: str | None = None, r: float = 4
+) -> str:
+    """A scatter point: a filled circle, with an optional tooltip.
+
+    Example:
+        >>> dot(1, 2, RED)
+        '<circle cx="1" cy="2" r="4" fill="#cf222e"></circle>'
+    """
+    return (
+        f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill="{colour}">'
+        f"{_title(title)}</circle>"
+    )
+
+
+def text(
+    x: float,
+    y: float,
+    content: str,
+    *,
+    size: int = 11,
+    anchor: str = "start",
+    colour: str | None = None,
+    mono: bool = False,
+    italic: bool = False,
+) -> str:
+    """A label; ``anchor`` is ``"start"``, ``"middle"`` or ``"end"``.
+
+    Example:
+        >>> text(5, 10, "a < b", anchor="end")
+        '<text x="5" y="10" font-size="11" text-anchor="end">a &lt; b</text>'
+    """
+    return (
+        f'<text x="{_n(x)}" y="{_n(y)}" font-size="{size}"'
+        + (f' text-anchor="{anchor}"' if anchor != "start" else "")
+        + (f' fill="{colour}"' if colour else "")
+        + (' font-family="ui-monospace,monospace"' if mono else "")
+        + (' font-style="italic"' if italic else "")
+        + f">{html.escape(content, quote=False)}</text>"
+    )
+
+
+def figure(
+    frame: Frame,
+    label: str,
+    body: str,
+    *,
+    caption: str = "",
+    before: str = "",
+    after: str = "",
+    xmlns: bool = True,
+) -> str:
+    """The chart as ``<figure>``: ``before``, the SVG, its caption, ``after``.
+
+    ``label`` is the SVG's accessible name; ``caption``, ``before`` and
+    ``after`` are HTML, escaped by the caller. ``xmlns=False`` leaves out the
+    SVG namespace (an HTML page's parser gives inline SVG its namespace; a
+    page may promise no address at all).
+
+    Example:
+        >>> figure(Frame(10, 10, 0, 0, 0, 0), "empty", "", caption="None.")
+        '<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" width="10" \
+height="10" role="img" aria-label="empty"></svg><figcaption>None.</figcaption></figure>'
+    """
+    return (
+        f'<figure class="bars">{before}<svg '
+        + ('xmlns="http://www.w3.org/2000/svg" ' if xmlns else "")
+        + f'width="{frame.width}" height="{frame.height}" role="img" '
+        f'aria-label="{html.escape(label)}">{body}</svg>'
+        + (f"<figcaption>{caption}</figcaption>" if caption else "")
+        + f"{after}</figure>"
+    )
+
+
+# --- axes -----------------------------------------------------------------------
+
+
+def y_grid(frame: Frame, y: Scale, ticks: Sequence[Tick]) -> str:
+    """Horizontal grid lines across the plot, each labelled left of it."""
+    return "".join(
+        line(frame.left, y(value), frame.plot_right, y(value), GRID)
+        + text(frame.left - 6, y(value) + 4, label, anchor="end")
+        for value, label in ticks
+    )
+
+
+def x_grid(x: Scale, ticks: Sequence[Tick], *, top: float, bottom: float) -> str:
+    """Vertical grid lines from ``top`` to ``bottom``, each labelled below it."""
+    return "".join(
+        line(x(value), top, x(value), bottom, GRID)
+        + text(x(value), bottom + 14, label, anchor="middle")
+        for value, label in ticks
+    )
+
+
+def x_labels(frame: Frame, x: Scale, ticks: Sequence[Tick], title: str) -> str:
+    """Tick labels under the plot, then the axis's ``title`` centred below them."""
+    return "".join(
+        text(x(value), frame.baseline + 16, label, anchor="middle")
+        for value, label in ticks
+    ) + text(frame.middle, frame.height - 10, title, size=12, anchor="middle")
+
+
+def axes(frame: Frame) -> str:
+    """The two axis lines: along the plot's bottom and up its left edge."""
+    return line(
+        frame.left, frame.baseline, frame.plot_right, frame.baseline, AXIS
+    ) + line(frame.left, frame.top, frame.left, frame.baseline, AXIS)
+
+
+def budget_across(frame: Frame, at: float, budget: int) -> str:
+    """The budget as a dashed red line across the plot at height ``at``, labelled."""
+    return line(frame.left, at, frame.plot_right, at, RED, width=2, dash="6 4") + text(
+        frame.plot_right,
+        at - 6,
+        f"budget {format_bytes(budget)}",
+        anchor="end",
+        colour=RED,
+    )
+
+
+def budget_up(at: float, top: float, bottom: float, budget: int) -> str:
+    """The budget as a dashed red line up the plot at ``at``, labelled above it."""
+    return line(at, top, at, bottom, RED, width=2, dash="6 4", cls="budget") + text(
+        at, top - 4, f"budget {format_bytes(budget)}", anchor="middle", colour=RED
+    )
+
+
+def stacked_bar(
+    x: float,
+    y: float,
+    width: float,
+    height: float,
+    segments: Sequence[tuple[float, str, str]],
+) -> str:
+    """One bar split into ``(value, colour, tooltip)`` segments, left to right.
+
+    The segments share ``width`` in proportion to their values.
+
+    Example:
+        >>> stacked_bar(0, 0, 100, 10, [(3, RED, "a"), (1, BLUE, "b")]).count("<rect")
+        2
+    """
+    total = sum(value for value, _, _ in segments) or 1
+    parts = []
+    for value, colour, title in segments:
+        share = width * value / total
+        parts.append(rect(x, y, share, height, colour, title=title))
+        x += share
+    return "".join(parts)
+
+
+def legend(x: float, y: float, entries: Sequence[tuple[str, str]]) -> str:
+    """A swatch and a label per ``(colour, label)``, one entry per 18-pixel line.
+
+    Example:
+        >>> legend(10, 20, [(RED, "a")])
+        '<rect x="10" y="10" width="12" height="12" fill="#cf222e"/><text x="28" \
+y="20" font-size="12">a</text>'
+    """
+    return "".join(
+        rect(x, y + 18 * i - 10, 12, 12, colour)
+        + text(x + 18, y + 18 * i, label, size=12)
+        for i, (colour, label) in enumerate(entries)
+    )
+
+
+def category_colour(index: int) -> str:
+    """A light colour per category, hues a golden angle apart so neighbours differ.
+
+    Example:
+        >>> category_colour(0), category_colour(1)
+        ('hsl(0,65%,78%)', 'hsl(138,65%,78%)')
+    """
+    return f"hsl({(index * 137.508) % 360:.0f},65%,78%)"
+
+
+# --- horizontal bars, one row per label ---------------------------------------
+
+
+class Bar(NamedTuple):
+    """One bar of a :class:`BarRow`: its value, colour and tooltip.
+
+    ``cls`` names the bar's group (``"bar actual"``) for a page's tests and
+    styles; ``share`` is its part of the row's height (the bars of a row stack
+    top to bottom).
+    """
+
+    value: float
+    colour: str
+    title: str
+    cls: str = ""
+    share: float = 1.0
+
+
+class BarRow(NamedTuple):
+    """A row of :func:`bar_rows`: its label, its bars, a note or a value text.
+
+    ``note`` is written in the plot where a row without bars would have them;
+    ``value`` right of the plot.
+    """
+
+    label: str
+    bars: tuple[Bar, ...] = ()
+    note: str = ""
+    value: str = ""
+
+
+def bar_rows(
+    rows: Sequence[BarRow],
+    *,
+    budget: int | None = None,
+    width: int = 720,
+    value_width: int = 0,
+) -> tuple[Frame, str]:
+    """Horizontal bars on a bytes axis from 0, one row per label.
+
+    Labels right-aligned left of the plot (monospace), round byte ticks below
+    it as vertical grid lines, and ``budget`` as a dashed vertical line;
+    ``value_width`` pixels right of the plot hold each row's value text.
+
+    Returns:
+        The frame (for :func:`figure`) and the SVG body.
+
+    Example:
+        >>> frame, body = bar_rows([BarRow("a", (Bar(2048, GREEN, "a"),))])
+        >>> frame.height, body.count("<rect"), "2 KiB" in body
+        (96, 1, True)
+    """
+    thick, gap = 18, 8
+    longest = max((len(row.label) for row in rows), default=0)
+    frame = Frame(
+        width,
+        30 + len(rows) * (thick + gap) + 40,
+        left=max(90, 7 * longest + 16),
+        right=36 + value_width,
+        top=30,
+        bottom=40,
+    )
+    values = [bar.value for row in rows for bar in row.bars]
+    ticks = byte_axis(max([budget or 0, *values, 1]))
+    x = frame.x_scale(ticks[-1][0] or 1)
+    axis_y = frame.baseline + 4
+    parts = [x_grid(x, ticks, top=frame.top - 4, bottom=axis_y)]
+    for i, row in enumerate(rows):
+        y = frame.top + i * (thick + gap)
+        parts.append(
+            text(
+                frame.left - 8,
+                y + thick - 5,
+                row.label,
+                size=12,
+                anchor="end",
+                mono=True,
+            )
+        )
+        if row.note:
+            parts.append(
+                text(
+                    frame.left + 6,
+                    y + thick - 5,
+                    row.note,
+                    size=12,
+                    colour=AXIS,
+                    italic=True,
+                )
+            )
+        at = float(y)
+        for bar in row.bars:
+            height = thick * bar.share
+            mark = rect(
+                frame.left,
+                at,
+                max(x(bar.value) - frame.left, 1),
+                height,
+                bar.colour,
+                title=bar.title,
+            )
+            parts.append(f'<g class="{bar.cls}">{mark}</g>' if bar.cls else mark)
+            at += height
+        if row.value:
+            parts.append(
+                text(
+                    frame.plot_right + 8, y + thick - 5, row.value, size=12, colour=AXIS
+                )
+            )
+    parts.append(line(frame.left, frame.top - 4, frame.left, axis_y, AXIS))
+    if budget is not None:
+        parts.append(budget_up(x(budget), frame.top - 12, axis_y, budget))
+    return frame, "".join(parts)
+
+
+# --- the max-batch chart --------------------------------------------------------
 
 
 def _batch_ticks(
@@ -64,7 +596,7 @@ def _batch_ticks(
     """
     tried = sorted(set(sizes))
     places = [share(b) for b in tried]
-    widths = [(len(str(b)) * 7 + 8) / _PLOT_WIDTH for b in tried]
+    widths = [(len(str(b)) * 7 + 8) / _BATCH_FRAME_PLOT for b in tried]
     if all(
         places[i + 1] - places[i] >= (widths[i] + widths[i + 1]) / 2
         for i in range(len(tried) - 1)
@@ -79,9 +611,8 @@ def _batch_ticks(
     return [2**e for e in exponents[::stride]]
 
 
-_WIDTH, _HEIGHT = 720, 320
-_LEFT, _RIGHT, _TOP, _BOTTOM = 90, 20, 20, 50
-_PLOT_WIDTH = _WIDTH - _LEFT - _RIGHT
+_BATCH_FRAME = Frame(720, 320, left=90, right=20, top=20, bottom=50)
+_BATCH_FRAME_PLOT = _BATCH_FRAME.plot_right - _BATCH_FRAME.left
 
 
 def chart_svg(points: tuple[Point, ...], budget: int) -> str:
@@ -92,76 +623,47 @@ def chart_svg(points: tuple[Point, ...], budget: int) -> str:
     round sizes when those labels would collide. The bytes axis is linear from
     0, with round ticks (1-2-5 steps in one unit); the budget line carries its
     own label.
+
+    Example:
+        >>> svg = chart_svg(((8, 3000, True), (16, 6000, False)), 4096)
+        >>> svg.count("<circle"), "budget 4 KiB" in svg
+        (2, True)
     """
-    esc = html.escape
-    width, height = _WIDTH, _HEIGHT
-    left, right, top, bottom = _LEFT, _RIGHT, _TOP, _BOTTOM
+    frame = _BATCH_FRAME
     sizes = [b for b, _, _ in points] or [1]
     x_min, x_max = min(sizes), max(sizes)
     log = x_max >= 16 * x_min
-    unit, unit_bytes, y_ticks = byte_ticks(max([budget, *(p for _, p, _ in points)]))
-    y_max = y_ticks[-1] * unit_bytes or 1
-
-    def share(b: float) -> float:
-        if log:
-            return math.log2(b / x_min) / math.log2(x_max / x_min)
-        return b / x_max
-
-    def x(b: float) -> float:
-        return left + _PLOT_WIDTH * share(b)
-
-    def y(v: float) -> float:
-        return height - bottom - (height - top - bottom) * v / y_max
-
+    x = frame.x_scale(x_max, low=x_min, log=True) if log else frame.x_scale(x_max)
+    ticks = byte_axis(max([budget, *(p for _, p, _ in points)]))
+    y = frame.y_scale(ticks[-1][0] or 1)
+    batches = _batch_ticks(sizes, log, x.share)
     parts = [
-        f'<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" role="img" '
-        f'aria-label="peak bytes per device against global batch">',
+        y_grid(frame, y, ticks),
+        axes(frame),
+        x_labels(
+            frame,
+            x,
+            [(b, str(b)) for b in batches],
+            "global batch (log scale)" if log else "global batch",
+        ),
+        budget_across(frame, y(budget), budget),
     ]
-    for tick in y_ticks:
-        at = y(tick * unit_bytes)
-        parts.append(
-            f'<line x1="{left}" y1="{at:.1f}" x2="{width - right}" y2="{at:.1f}" '
-            f'stroke="#d0d7de"/><text x="{left - 6}" y="{at + 4:.1f}" '
-            f'font-size="11" text-anchor="end">{tick:g} {unit}</text>'
-        )
-    parts += [
-        f'<line x1="{left}" y1="{y(0):.1f}" x2="{width - right}" y2="{y(0):.1f}" '
-        'stroke="#57606a"/>',
-        f'<line x1="{left}" y1="{top}" x2="{left}" y2="{y(0):.1f}" stroke="#57606a"/>',
-    ]
-    for b in _batch_ticks(sizes, log, share):
-        parts.append(
-            f'<text x="{x(b):.1f}" y="{height - bottom + 16}" font-size="11" '
-            f'text-anchor="middle">{b}</text>'
-        )
-    axis = "global batch (log scale)" if log else "global batch"
-    parts.append(
-        f'<text x="{(left + width - right) / 2}" y="{height - 10}" font-size="12" '
-        f'text-anchor="middle">{axis}</text>'
-    )
-    parts.append(
-        f'<line x1="{left}" y1="{y(budget):.1f}" x2="{width - right}" '
-        f'y2="{y(budget):.1f}" stroke="#cf222e" stroke-width="2" '
-        'stroke-dasharray="6 4"/>'
-        f'<text x="{width - right}" y="{y(budget) - 6:.1f}" font-size="11" '
-        f'text-anchor="end" fill="#cf222e">budget {esc(format_bytes(budget))}</text>'
-    )
     if points:
-        line = " ".join(f"{x(b):.1f},{y(p):.1f}" for b, p, _ in points)
-        parts.append(
-            f'<polyline points="{line}" fill="none" stroke="#0969da" '
-            'stroke-width="1.5"/>'
-        )
+        parts.append(polyline([(x(b), y(p)) for b, p, _ in points], BLUE))
     for b, peak, fits in points:
-        colour = "#1a7f37" if fits else "#cf222e"
         parts.append(
-            f'<circle cx="{x(b):.1f}" cy="{y(peak):.1f}" r="4" fill="{colour}">'
-            f"<title>batch {b}: {esc(format_bytes(peak))} "
-            f"({'fits' if fits else 'does not fit'})</title></circle>"
+            dot(
+                x(b),
+                y(peak),
+                GREEN if fits else RED,
+                title=f"batch {b}: {format_bytes(peak)} "
+                f"({'fits' if fits else 'does not fit'})",
+            )
         )
-    parts.append(
-        "</svg><figcaption>Peak bytes per device against the global batch: green "
-        "fits, red does not; the dashed line is the budget.</figcaption></figure>"
+    return figure(
+        frame,
+        "peak bytes per device against global batch",
+        "".join(parts),
+        caption="Peak bytes per device against the global batch: green fits, red "
+        "does not; the dashed line is the budget.",
     )
-    return "".join(parts)

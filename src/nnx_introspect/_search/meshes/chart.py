@@ -1,167 +1,129 @@
-"""The comparison's chart: each mesh's peak bytes per device as an inline SVG."""
+"""The comparison's charts: each mesh's peak, and its peak against its step time.
 
-import html
-from typing import TYPE_CHECKING
+Both take one plain :data:`MeshRow` per candidate and draw with
+:mod:`nnx_introspect._render.svg`.
+"""
 
-from nnx_introspect._render.svg import byte_ticks
+from collections.abc import Sequence
+from typing import TypeAlias
+
+from nnx_introspect._render import svg
 from nnx_introspect._render.table import format_bytes
 
-if TYPE_CHECKING:
-    from nnx_introspect._search.meshes.report import MeshCandidate
+__all__ = [
+    "MeshRow",
+    "peaks_svg",
+    "time_peak_svg",
+]
+
+MeshRow: TypeAlias = tuple[str, int | None, str, str, tuple[float, float] | None]
+"""``(mesh name, peak bytes per device or None, outcome, status, (low, high)
+estimated seconds per step or None)``, as a :class:`MeshCandidate` gives them."""
 
 
-_BAR, _GAP, _CHART_WIDTH = 18, 8, 720
+def _colour(outcome: str) -> str:
+    """Green fits, blue with no budget to judge by, red otherwise."""
+    return {"fits": svg.GREEN, "compiled": svg.BLUE}.get(outcome, svg.RED)
 
 
-def _peaks_svg(rows: tuple["MeshCandidate", ...], budget: int | None) -> str:
+def peaks_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
     """Peak bytes per device of each mesh as horizontal bars, the budget dashed.
 
     Green fits, red does not, blue with no budget; a mesh with no compile has
-    its outcome written where its bar would be.
+    its status written where its bar would be.
+
+    Example:
+        >>> page = peaks_svg(
+        ...     [("data=8", 3000, "fits", "fits", None),
+        ...      ("tp=8", None, "rejected", "rejected by the planner", None)],
+        ...     4096,
+        ... )
+        >>> page.count("<rect"), "rejected by the planner" in page
+        (1, True)
     """
-    esc = html.escape
-    left = max(90, 7 * max(len(r.name) for r in rows) + 16)
-    right, top, bottom = 24, 30, 40
-    plot = _CHART_WIDTH - left - right
-    height = top + len(rows) * (_BAR + _GAP) + bottom
-    peaks = [r.peak_bytes for r in rows if r.peak_bytes is not None]
-    unit, unit_bytes, ticks = byte_ticks(max([budget or 0, *peaks, 1]))
-    x_max = ticks[-1] * unit_bytes or 1
-    axis_y = height - bottom + 4
-
-    def x(v: float) -> float:
-        return left + plot * v / x_max
-
-    parts = [
-        '<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" '
-        f'width="{_CHART_WIDTH}" height="{height}" role="img" '
-        'aria-label="peak bytes per device of each mesh">'
+    bars = [
+        svg.BarRow(name, note=status)
+        if peak is None
+        else svg.BarRow(
+            name,
+            (
+                svg.Bar(
+                    peak,
+                    _colour(outcome),
+                    f"{name}: {format_bytes(peak)} per device ({status})",
+                ),
+            ),
+        )
+        for name, peak, outcome, status, _ in rows
     ]
-    for tick in ticks:
-        at = x(tick * unit_bytes)
-        parts.append(
-            f'<line x1="{at:.1f}" y1="{top - 4}" x2="{at:.1f}" y2="{axis_y}" '
-            f'stroke="#d0d7de"/><text x="{at:.1f}" y="{axis_y + 14}" '
-            f'font-size="11" text-anchor="middle">{tick:g} {unit}</text>'
-        )
-    for i, row in enumerate(rows):
-        y = top + i * (_BAR + _GAP)
-        parts.append(
-            f'<text x="{left - 8}" y="{y + _BAR - 5}" font-size="12" '
-            f'text-anchor="end" font-family="ui-monospace,monospace">'
-            f"{esc(row.name)}</text>"
-        )
-        peak = row.peak_bytes
-        if peak is None:
-            parts.append(
-                f'<text x="{left + 6}" y="{y + _BAR - 5}" font-size="12" '
-                f'fill="#57606a" font-style="italic">{esc(row._short_status())}'
-                "</text>"
-            )
-            continue
-        colour = {"fits": "#1a7f37", "compiled": "#0969da"}.get(row.outcome, "#cf222e")
-        parts.append(
-            f'<rect x="{left}" y="{y}" width="{max(x(peak) - left, 1):.1f}" '
-            f'height="{_BAR}" fill="{colour}"><title>{esc(row.name)}: '
-            f"{esc(format_bytes(peak))} per device ({esc(row._short_status())})"
-            "</title></rect>"
-        )
-    parts.append(
-        f'<line x1="{left}" y1="{top - 4}" x2="{left}" y2="{axis_y}" stroke="#57606a"/>'
-    )
-    if budget is not None:
-        at = x(budget)
-        parts.append(
-            f'<line x1="{at:.1f}" y1="{top - 12}" x2="{at:.1f}" y2="{axis_y}" '
-            'stroke="#cf222e" stroke-width="2" stroke-dasharray="6 4"/>'
-            f'<text x="{at:.1f}" y="{top - 16}" font-size="11" text-anchor="middle" '
-            f'fill="#cf222e">budget {esc(format_bytes(budget))}</text>'
-        )
-    parts.append(
-        "</svg><figcaption>Peak bytes per device of each mesh, best first: green "
-        "fits, red does not"
+    frame, body = svg.bar_rows(bars, budget=budget)
+    return svg.figure(
+        frame,
+        "peak bytes per device of each mesh",
+        body,
+        caption="Peak bytes per device of each mesh, best first: green fits, red "
+        "does not"
         + ("" if budget is not None else ", blue: no budget to judge by")
-        + "; the dashed line is the budget.</figcaption></figure>"
+        + "; the dashed line is the budget.",
     )
-    return "".join(parts)
 
 
-def _time_peak_svg(rows: tuple["MeshCandidate", ...], budget: int | None) -> str:
+def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
     """Peak per device against the estimated step time, one point per mesh.
 
     Each compiled mesh with an estimate is a segment from its perfect-overlap
     time to its no-overlap time at its peak (a dot at the low end), labelled
     with its name; the budget is a dashed horizontal line. Empty when no row
     has an estimate.
+
+    Example:
+        >>> page = time_peak_svg([("data=8", 3000, "fits", "fits", (0.2, 0.3))], None)
+        >>> page.count("<circle"), "0.3 s" in page
+        (1, True)
     """
     points = [
-        (r, r.estimated_seconds, r.peak_bytes)
-        for r in rows
-        if r.estimated_seconds is not None and r.peak_bytes is not None
+        (name, low, high, peak, outcome)
+        for name, peak, outcome, _, estimate in rows
+        if estimate is not None and peak is not None
+        for low, high in (estimate,)
     ]
     if not points:
         return ""
-    esc = html.escape
-    width, height = _CHART_WIDTH, 320
-    left, right, top, bottom = 90, 30, 24, 46
-    highest = max([budget or 0, *(p for _, _, p in points), 1])
-    unit, unit_bytes, ticks = byte_ticks(highest)
-    y_max = ticks[-1] * unit_bytes or 1
-    t_max = max(high for _, (_, high), _ in points) * 1.05 or 1.0
-
-    def x(t: float) -> float:
-        return left + (width - left - right) * t / t_max
-
-    def y(v: float) -> float:
-        return height - bottom - (height - top - bottom) * v / y_max
-
+    frame = svg.Frame(720, 320, left=90, right=30, top=24, bottom=46)
+    ticks = svg.byte_axis(max([budget or 0, *(p[3] for p in points), 1]))
+    y = frame.y_scale(ticks[-1][0] or 1)
+    times = svg.round_ticks(max(p[2] for p in points))
+    x = frame.x_scale(times[-1] or 1.0)
     parts = [
-        '<figure class="bars"><svg xmlns="http://www.w3.org/2000/svg" '
-        f'width="{width}" height="{height}" role="img" '
-        'aria-label="peak per device against the estimated step time">'
+        svg.y_grid(frame, y, ticks),
+        svg.axes(frame),
+        svg.x_labels(
+            frame,
+            x,
+            [(t, f"{t:.3g} s") for t in times],
+            "estimated step time (roofline: perfect overlap to none)",
+        ),
     ]
-    for tick in ticks:
-        at = y(tick * unit_bytes)
-        parts.append(
-            f'<line x1="{left}" y1="{at:.1f}" x2="{width - right}" y2="{at:.1f}" '
-            f'stroke="#d0d7de"/><text x="{left - 6}" y="{at + 4:.1f}" '
-            f'font-size="11" text-anchor="end">{tick:g} {unit}</text>'
-        )
-    for i in range(6):
-        t = t_max * i / 5
-        parts.append(
-            f'<text x="{x(t):.1f}" y="{height - bottom + 16}" font-size="11" '
-            f'text-anchor="middle">{t:.3g} s</text>'
-        )
-    parts.append(
-        f'<text x="{(left + width - right) / 2}" y="{height - 8}" font-size="12" '
-        'text-anchor="middle">estimated step time (roofline: perfect overlap '
-        "to none)</text>"
-    )
     if budget is not None:
-        parts.append(
-            f'<line x1="{left}" y1="{y(budget):.1f}" x2="{width - right}" '
-            f'y2="{y(budget):.1f}" stroke="#cf222e" stroke-width="2" '
-            'stroke-dasharray="6 4"/>'
-            f'<text x="{width - right}" y="{y(budget) - 6:.1f}" font-size="11" '
-            f'text-anchor="end" fill="#cf222e">budget {esc(format_bytes(budget))}'
-            "</text>"
-        )
-    for row, (low, high), peak in points:
-        colour = {"fits": "#1a7f37", "compiled": "#0969da"}.get(row.outcome, "#cf222e")
-        parts.append(
-            f'<line x1="{x(low):.1f}" y1="{y(peak):.1f}" x2="{x(high):.1f}" '
-            f'y2="{y(peak):.1f}" stroke="{colour}" stroke-width="2"/>'
-            f'<circle cx="{x(low):.1f}" cy="{y(peak):.1f}" r="4" fill="{colour}">'
-            f"<title>{esc(row.name)}: {esc(format_bytes(peak))} per device, "
-            f"{low:.3g}-{high:.3g} s per step (estimated)</title></circle>"
-            f'<text x="{x(low) + 6:.1f}" y="{y(peak) - 6:.1f}" font-size="11" '
-            f'font-family="ui-monospace,monospace">{esc(row.name)}</text>'
-        )
-    parts.append(
-        "</svg><figcaption>Peak bytes per device against the estimated step time "
-        "of each compiled mesh (an estimate, not a measurement): green fits, red "
-        "does not; the dashed line is the budget. Lower and further left is "
-        "better.</figcaption></figure>"
+        parts.append(svg.budget_across(frame, y(budget), budget))
+    for name, low, high, peak, outcome in points:
+        colour = _colour(outcome)
+        parts += [
+            svg.line(x(low), y(peak), x(high), y(peak), colour, width=2),
+            svg.dot(
+                x(low),
+                y(peak),
+                colour,
+                title=f"{name}: {format_bytes(peak)} per device, "
+                f"{low:.3g}-{high:.3g} s per step (estimated)",
+            ),
+            svg.text(x(low) + 6, y(peak) - 6, name, mono=True),
+        ]
+    return svg.figure(
+        frame,
+        "peak per device against the estimated step time",
+        "".join(parts),
+        caption="Peak bytes per device against the estimated step time of each "
+        "compiled mesh (an estimate, not a measurement): green fits, red does "
+        "not; the dashed line is the budget. Lower and further left is better.",
     )
-    return "".join(parts)

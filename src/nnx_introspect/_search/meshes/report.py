@@ -18,7 +18,7 @@ from nnx_introspect._render.table import (
     table_html,
     verdict_html,
 )
-from nnx_introspect._search.meshes.chart import _peaks_svg, _time_peak_svg
+from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
 from nnx_introspect._step.report import StepMemoryReport
 
 Outcome: TypeAlias = Literal[
@@ -450,8 +450,18 @@ class MeshComparison(Report):
             verdict_html(self.verdict, self._verdict_tone() or "neutral"),
         ]
         if self.candidates:
-            parts.append(_peaks_svg(self.candidates, self.max_device_bytes))
-            parts.append(_time_peak_svg(self.candidates, self.max_device_bytes))
+            rows = tuple(
+                (
+                    c.name,
+                    c.peak_bytes,
+                    c.outcome,
+                    c._short_status(),
+                    c.estimated_seconds,
+                )
+                for c in self.candidates
+            )
+            parts.append(peaks_svg(rows, self.max_device_bytes))
+            parts.append(time_peak_svg(rows, self.max_device_bytes))
         parts.append(table_html(self.table(), caption=False))
         best = self.best
         if best is not None and best.report is not None:

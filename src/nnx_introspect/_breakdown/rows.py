@@ -1,0 +1,394 @@
+"""Each buffer live at XLA's peak as a classified row: its kind, path or source.
+
+The step's arguments as XLA numbers them (:class:`ArgumentLeaf`,
+:func:`argument_leaves`), the row of one buffer (:class:`BreakdownRow`,
+:func:`classify_buffer`, its user frame) and the row's JSON. Nothing here
+compiles or reads a file.
+
+The kinds, in the order they are decided:
+
+1. ``parameter``, ``optimizer state``, ``other model state``, ``batch``: an entry
+   parameter of the jitted step, by its :class:`ArgumentLeaf` (XLA numbers the
+   entry parameters as ``jax.jit`` flattens its arguments: the leaf index).
+2. ``output``: (part of) the step's result (new parameters, new optimizer state,
+   gradients, the loss), with its output index.
+3. ``collective buffer``: the result of a collective the SPMD partitioner
+   inserted (all-gather, all-reduce, reduce-scatter, all-to-all,
+   collective-permute and their ``-start``/``-done`` halves).
+4. ``activation kept for backward``: a buffer made by the forward pass and still
+   live once the backward pass has begun. JAX names every op under
+   ``jax.value_and_grad`` by the transformation that made it: forward ops carry
+   ``jvp(`` (``jit(step)/jvp()/dot_general``), backward ops ``transpose(``
+   (``jit(step)/transpose(jvp())/dot_general``). The rule: the op name contains
+   ``jvp(`` and no ``transpose(``, and at least one buffer live at the peak was
+   made by a backward op, so the backward pass has begun by the peak and this
+   forward value lives across it (XLA may interleave the passes: on XLA:CPU a
+   Llama's peak falls in the optimizer update of the last layers while the
+   first layers' forward values still wait for their backward).
+   At a peak inside the forward pass nothing proves a forward value is kept,
+   so it stays a temporary. Under ``jax.checkpoint`` / ``nnx.remat`` the
+   recomputed forward ops are backward ops by name
+   (``transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general``), so
+   only what the remat keeps (each checkpointed block's input) is "kept".
+5. ``gradient``: a value made by a backward op (its op name contains
+   ``transpose(``) with exactly the per-device shape and element type of a
+   differentiated parameter (``classify``'s ``gradient_types``): a gradient, or
+   a partial sum of one. A backward value of another shape stays a temporary;
+   an activation that happens to share a parameter's shape and dtype would be
+   counted here too (none does in the library's examples).
+6. ``temporary``: everything else (XLA's copies, fusions of the optimizer
+   update, index tables of tuples).
+
+In a step without an optimizer the gradients are outputs; their output names
+say so (``gradients layers/0/...``).
+
+"""
+
+import functools
+import importlib.util
+import os
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any, Final
+
+from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
+from nnx_introspect._xla.dump import source_json as _source_json
+
+__all__ = [
+    "ARGUMENT_KINDS",
+    "KINDS",
+    "TIMES",
+    "ArgumentLeaf",
+    "BreakdownRow",
+    "argument_leaves",
+    "backward_has_begun",
+    "classify_buffer",
+    "row_from_json",
+    "row_json",
+    "where",
+]
+
+ARGUMENT_KINDS: Final = ("parameter", "optimizer state", "other model state", "batch")
+"""The kinds of the step's arguments, as :class:`ArgumentLeaf` names them."""
+
+KINDS: Final = (
+    *ARGUMENT_KINDS,
+    "output",
+    "gradient",
+    "activation kept for backward",
+    "collective buffer",
+    "temporary",
+)
+"""Every kind a buffer live at the peak can have."""
+
+_COLLECTIVES: Final = frozenset(
+    f"{op}{suffix}"
+    for op in (
+        "all-gather",
+        "all-reduce",
+        "reduce-scatter",
+        "all-to-all",
+        "collective-permute",
+    )
+    for suffix in ("", "-start", "-done")
+)
+TIMES: Final = "\N{MULTIPLICATION SIGN}"
+"""Written before a count of buffers alike: ``layers/*/w \N{MULTIPLICATION SIGN}4``."""
+_FORWARD: Final = "jvp("
+_BACKWARD: Final = "transpose("
+
+
+@dataclass(frozen=True)
+class ArgumentLeaf:
+    """One flattened argument of the jitted step: XLA's entry parameter number.
+
+    Attributes:
+        parameter: XLA's entry parameter number (the leaf's index when
+            ``jax.jit`` flattens the step's arguments in order).
+        path: its state path (``"layers/3/attn/q/kernel"``,
+            ``"optimizer/opt_state/0/mu/..."``, ``"batch[0]"``).
+        kind: one of :data:`ARGUMENT_KINDS`.
+
+    Example:
+        >>> ArgumentLeaf(0, "l1/kernel", "parameter").kind
+        'parameter'
+    """
+
+    parameter: int
+    path: str
+    kind: str
+
+    def __post_init__(self) -> None:
+        if self.kind not in ARGUMENT_KINDS:
+            raise ArgumentError(
+                "kind",
+                f"`kind` must be one of {list(ARGUMENT_KINDS)}, got {self.kind!r}.",
+            )
+        if self.parameter < 0:
+            raise ArgumentError(
+                "parameter",
+                f"`parameter` must be a non-negative integer, got {self.parameter}.",
+            )
+
+
+@typechecked
+def argument_leaves(
+    parameters: Sequence[str],
+    other_state: Sequence[str],
+    optimizer_state: Sequence[str],
+    n_batch: int,
+) -> tuple[ArgumentLeaf, ...]:
+    """The step's arguments numbered as XLA numbers its entry parameters.
+
+    For the library's training step ``train(params, rest, opt_state, step,
+    batch)`` (``jax.jit`` flattens them in that order, ``keep_unused=True``
+    keeps every leaf): the parameters' paths, the other model state's, the
+    optimizer's (its state's leaves, then ``"optimizer/step"``), then the batch
+    as ``batch[0]``, ``batch[1]``, ... Steps without an optimizer pass an empty
+    ``optimizer_state``.
+
+    Args:
+        parameters: the ``nnx.Param`` leaves' paths, in tree order.
+        other_state: the other model state's paths, in tree order.
+        optimizer_state: the optimizer's paths, in tree order.
+        n_batch: how many arrays the batch has.
+
+    Returns:
+        One :class:`ArgumentLeaf` per entry parameter, numbered from 0.
+
+    Example:
+        >>> leaves = argument_leaves(["w"], ["bn/mean"], ["optimizer/step"], 1)
+        >>> [(leaf.parameter, leaf.path, leaf.kind) for leaf in leaves]
+        [(0, 'w', 'parameter'), (1, 'bn/mean', 'other model state'), \
+(2, 'optimizer/step', 'optimizer state'), (3, 'batch[0]', 'batch')]
+    """
+    if n_batch < 0:
+        raise ArgumentError(
+            "n_batch", f"`n_batch` must be a non-negative integer, got {n_batch}."
+        )
+    kinds = (
+        [(path, "parameter") for path in parameters]
+        + [(path, "other model state") for path in other_state]
+        + [(path, "optimizer state") for path in optimizer_state]
+        + [(f"batch[{i}]", "batch") for i in range(n_batch)]
+    )
+    return tuple(ArgumentLeaf(i, path, kind) for i, (path, kind) in enumerate(kinds))
+
+
+@dataclass(frozen=True)
+class BreakdownRow:
+    """One buffer live at the peak, classified.
+
+    Attributes:
+        kind: one of :data:`KINDS`.
+        label: the argument's path, the output's name, or the source location
+            (``"_mlp model.py:12"``), else XLA's op name or instruction.
+        nbytes: its bytes in XLA's live-range accounting.
+        shape: the array shape (``()`` for a tuple's index table).
+        dtype: XLA's element type (``f32``, ``bf16``, ``tuple``, ...).
+        instruction: the HLO instruction that defines it.
+        opcode: that instruction's opcode.
+        op_name: JAX's op name, if any.
+        path: the argument's state path, for an entry parameter.
+        source: the innermost user frame, if any.
+        parameter: XLA's entry parameter number, for an entry parameter.
+        output_index: its index in the step's output, for an output.
+        memory_space: the memory space of its layout (``S(1)`` on XLA:TPU);
+            0 for the device's main memory.
+
+    Example:
+        >>> row = BreakdownRow("parameter", "l1/kernel", 8192, (512, 4), "f32", \
+"w.1", "parameter", None, "l1/kernel", None, 0, None)
+        >>> row.type_str
+        'f32[512,4]'
+    """
+
+    kind: str
+    label: str
+    nbytes: int
+    shape: tuple[int, ...]
+    dtype: str
+    instruction: str
+    opcode: str
+    op_name: str | None
+    path: str | None
+    source: SourceLocation | None
+    parameter: int | None
+    output_index: tuple[int, ...] | None
+    memory_space: int = 0
+
+    @property
+    def type_str(self) -> str:
+        """``f32[1024,4096]``, as XLA writes a shape."""
+        return f"{self.dtype}[{','.join(map(str, self.shape))}]"
+
+
+def backward_has_begun(peak: PeakBuffers) -> bool:
+    """Whether a buffer live at the peak was made by a backward op (rule 4).
+
+    Example:
+        >>> from nnx_introspect._xla.dump import PeakBuffers
+        >>> backward_has_begun(PeakBuffers("cpu", "jit_f", 0, "x", 0, ()))
+        False
+    """
+    return any(_BACKWARD in (b.op_name or "") for b in peak.buffers)
+
+
+def classify_buffer(
+    buffer: PeakBuffer,
+    arguments: dict[int, ArgumentLeaf],
+    outputs: Sequence[str],
+    backward_begun: bool,
+    gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
+) -> BreakdownRow:
+    """One buffer live at the peak as a row: its kind by the module's rules.
+
+    Args:
+        buffer: The buffer, from XLA's dump.
+        arguments: The step's leaves by XLA's entry parameter number.
+        outputs: A name per top-level output index.
+        backward_begun: :func:`backward_has_begun` of the peak.
+        gradients: ``(element type, per-device shape)`` of each
+            differentiated parameter.
+
+    Returns:
+        The buffer's :class:`BreakdownRow`, labelled by its argument's path,
+        its output's name or its user frame.
+    """
+    path: str | None = None
+    source = _user_frame(buffer)
+    if buffer.parameter is not None:
+        leaf = arguments[buffer.parameter]
+        kind, path, label = leaf.kind, leaf.path, leaf.path
+        if buffer.parameter_index:
+            path = label = f"{leaf.path}{list(buffer.parameter_index)}"
+    elif buffer.output_index is not None:
+        kind = "output"
+        first = buffer.output_index[0] if buffer.output_index else None
+        name = (
+            outputs[first]
+            if first is not None and first < len(outputs)
+            else f"output {list(buffer.output_index)}"
+        )
+        label = f"{name} ({where(source)})" if source else name
+    else:
+        if buffer.opcode in _COLLECTIVES:
+            kind = "collective buffer"
+        elif (
+            _BACKWARD in (buffer.op_name or "")
+            and (buffer.dtype, buffer.shape) in gradients
+        ):
+            kind = "gradient"
+        elif backward_begun and _is_forward(buffer.op_name):
+            kind = "activation kept for backward"
+        else:
+            kind = "temporary"
+        label = where(source) if source else buffer.op_name or buffer.instruction
+    return BreakdownRow(
+        kind=kind,
+        label=label,
+        nbytes=buffer.nbytes,
+        shape=buffer.shape,
+        dtype=buffer.dtype,
+        instruction=buffer.instruction,
+        opcode=buffer.opcode,
+        op_name=buffer.op_name,
+        path=path,
+        source=source,
+        parameter=buffer.parameter,
+        output_index=buffer.output_index,
+        memory_space=buffer.memory_space,
+    )
+
+
+_LIBRARIES: Final = ("jax", "jaxlib", "flax", "optax", "numpy")
+"""Packages whose frames are not the user's model: a buffer's source is the
+innermost frame outside them (``TwoLayerMLP.__call__``, not the
+``Linear.__call__`` of flax it calls)."""
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    roots = []
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(os.path.join(os.path.realpath(location), ""))
+    return tuple(roots)
+
+
+def _user_frame(buffer: PeakBuffer) -> SourceLocation | None:
+    """The innermost frame outside JAX, flax, optax and numpy; else the innermost."""
+    roots = _library_roots()
+    for frame in buffer.stack:
+        if not os.path.realpath(frame.file).startswith(roots):
+            return frame
+    return buffer.source
+
+
+def _is_forward(op_name: str | None) -> bool:
+    return op_name is not None and _FORWARD in op_name and _BACKWARD not in op_name
+
+
+def where(source: SourceLocation | None) -> str:
+    """A source location as ``"function file.py:12"``; ``"(no source)"`` for none.
+
+    Example:
+        >>> where(SourceLocation("/src/model.py", 12, "_mlp"))
+        '_mlp model.py:12'
+    """
+    if source is None:
+        return "(no source)"
+    return f"{source.function} {os.path.basename(source.file)}:{source.line}"
+
+
+def row_json(row: BreakdownRow) -> dict[str, Any]:
+    """A row as JSON, in exact integers (:func:`row_from_json` reads it back)."""
+    return {
+        "kind": row.kind,
+        "label": row.label,
+        "bytes": row.nbytes,
+        "shape": list(row.shape),
+        "dtype": row.dtype,
+        "instruction": row.instruction,
+        "opcode": row.opcode,
+        "op_name": row.op_name,
+        "path": row.path,
+        "source": _source_json(row.source),
+        "parameter": row.parameter,
+        "output_index": None if row.output_index is None else list(row.output_index),
+        "memory_space": row.memory_space,
+    }
+
+
+def row_from_json(data: dict[str, Any]) -> BreakdownRow:
+    """The row :func:`row_json` wrote.
+
+    Example:
+        >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
+"parameter", "x", "batch[0]", None, 0, None)
+        >>> row_from_json(row_json(row)) == row
+        True
+    """
+    source = data.get("source")
+    index = data.get("output_index")
+    return BreakdownRow(
+        kind=str(data["kind"]),
+        label=str(data["label"]),
+        nbytes=int(data["bytes"]),
+        shape=tuple(int(d) for d in data["shape"]),
+        dtype=str(data["dtype"]),
+        instruction=str(data["instruction"]),
+        opcode=str(data["opcode"]),
+        op_name=data.get("op_name"),
+        path=data.get("path"),
+        source=None
+        if source is None
+        else SourceLocation(
+            str(source["file"]), int(source["line"]), str(source["function"])
+        ),
+        parameter=data.get("parameter"),
+        output_index=None if index is None else tuple(int(i) for i in index),
+        memory_space=int(data.get("memory_space", 0)),
+    )
