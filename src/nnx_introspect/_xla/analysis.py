@@ -6,7 +6,6 @@ figures with ``out_of_memory`` set. The message formats read here are pinned by
 tests, so a libtpu or jaxlib that words them differently fails loudly.
 """
 
-import importlib.metadata
 import json
 import math
 import re
@@ -16,8 +15,21 @@ from typing import Any
 from jax.sharding import Mesh
 
 from nnx_introspect._xla.dump import dump_options
+from nnx_introspect._xla.hlo import (
+    HloTextError,
+    Instruction,
+    definition,
+    instruction,
+    operand_shapes,
+    parse_shape,
+    tuple_elements,
+)
 from nnx_introspect._xla.native_log import native_stderr_captured
-from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version
+from nnx_introspect._xla.toolchain import (
+    cuda_plugin_version,
+    jaxlib_version,
+    libtpu_version,
+)
 
 __all__ = [
     "compile_lowered",
@@ -209,24 +221,29 @@ def compile_lowered(
             "bytes_accessed": bytes_accessed,
             "compile_seconds": seconds,
         }
-        | program_figures(compiled, mesh)
+        | program_figures(compiled, mesh, dump_to=dump_to)
     )
 
 
-def program_figures(compiled: Any, mesh: Mesh) -> dict[str, Any]:
+def program_figures(
+    compiled: Any, mesh: Mesh, *, dump_to: str | None = None
+) -> dict[str, Any]:
     """What the compiled program's text says: its collectives and matmul dtype.
 
     ``collectives`` is the :class:`~nnx_introspect._xla.collectives.Collectives`
     as JSON data and ``collective_wire_bytes`` its ``[axes, bytes, wire bytes]``
     per mesh-axis combination; a program this jaxlib's reader cannot read
-    gives ``collectives_error`` instead, never an exception.
+    gives ``collectives_error`` instead, never an exception. When jaxlib
+    cannot print the program (a libtpu newer than jaxlib's XLA writes
+    instructions jaxlib's proto reader refuses) and the compile was dumped to
+    ``dump_to``, the text the compiler dumped itself is read instead.
     """
-    from nnx_introspect._xla.collectives import compiled_hlo_text, read_collectives
+    from nnx_introspect._xla.collectives import read_collectives
     from nnx_introspect._xla.dump import DumpFormatError
 
     out: dict[str, Any] = {"collectives": None, "collective_wire_bytes": None}
     try:
-        text = compiled_hlo_text(compiled)
+        text = _program_text(compiled, str(mesh.devices.flat[0].platform), dump_to)
         found = read_collectives(
             text, tuple((str(a), int(s)) for a, s in mesh.shape.items())
         )
@@ -247,17 +264,24 @@ def program_figures(compiled: Any, mesh: Mesh) -> dict[str, Any]:
     return out
 
 
-_DOT = re.compile(
-    r"= (?P<out>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]\S* dot\("
-    r"(?P<lhs>(?:[a-z0-9]+\[[0-9,]*\]\S*\s+)?%[^,)\s]+)"
-    r".*?lhs_contracting_dims=\{(?P<k>[0-9,]*)\}"
-)
-_DEFINITION = re.compile(
-    r"^\s*(?:ROOT )?%(?P<name>\S+) = (?P<type>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]"
-)
-_OPERAND = re.compile(
-    r"^\s*(?:(?P<type>[a-z0-9]+)\[(?P<dims>[0-9,]*)\]\S*\s+)?%(?P<name>\S+)$"
-)
+def _program_text(compiled: Any, backend: str, dump_to: str | None) -> str:
+    """The optimized program's text: jaxlib's printing, else the compile's dump."""
+    from nnx_introspect._xla.collectives import (
+        CollectiveFormatError,
+        compiled_hlo_text,
+    )
+    from nnx_introspect._xla.dump import DumpFormatError, module_text
+
+    try:
+        return compiled_hlo_text(compiled)
+    except CollectiveFormatError as error:
+        if dump_to is None:
+            raise
+        printing = error
+    try:
+        return module_text(dump_to, backend=backend)
+    except DumpFormatError:
+        raise printing from None
 
 
 def matmul_dtype(hlo_text: str) -> str | None:
@@ -275,30 +299,53 @@ def matmul_dtype(hlo_text: str) -> str | None:
         'bf16'
     """
     flops: dict[str, int] = {}
-    defined: dict[str, tuple[str, str]] | None = None
-    for match in _DOT.finditer(hlo_text):
-        operand = _OPERAND.match(match["lhs"])
-        if operand is None:
+    lines = hlo_text.splitlines()
+    defined: dict[str, tuple[str, tuple[int, ...]]] | None = None
+    for line in lines:
+        dot = _parsed(line) if " dot(" in line else None
+        if dot is None or dot.opcode != "dot" or dot.shape.startswith("("):
             continue
-        kind, dims = operand["type"], operand["dims"]
-        if kind is None:
+        operands = operand_shapes(dot)
+        if not operands or "lhs_contracting_dims" not in dot.attributes:
+            continue
+        shape, name = operands[0]
+        if shape is None:
             if defined is None:
-                defined = {
-                    d["name"]: (d["type"], d["dims"])
-                    for d in map(_DEFINITION.match, hlo_text.splitlines())
-                    if d is not None
-                }
-            if operand["name"] not in defined:
+                defined = _definitions(lines)
+            if name not in defined:
                 continue
-            kind, dims = defined[operand["name"]]
-        out = [int(d) for d in match["dims"].split(",") if d]
-        lhs = [int(d) for d in dims.split(",") if d]
-        contracted = [int(i) for i in match["k"].split(",") if i]
+            kind, lhs = defined[name]
+        else:
+            kind, lhs = parse_shape(shape)
+        out = parse_shape(dot.shape)[1]
+        k = dot.attributes["lhs_contracting_dims"].strip("{}")
+        contracted = [int(i) for i in k.split(",") if i]
         if any(i >= len(lhs) for i in contracted):
             continue
         work = 2 * math.prod(out) * math.prod(lhs[i] for i in contracted)
         flops[kind] = flops.get(kind, 0) + work
     return max(flops, key=lambda k: flops[k]) if flops else None
+
+
+def _parsed(line: str) -> Instruction | None:
+    """The instruction on ``line``, or ``None`` for a line that is none."""
+    try:
+        return instruction(line)
+    except HloTextError:
+        return None
+
+
+def _definitions(lines: list[str]) -> dict[str, tuple[str, tuple[int, ...]]]:
+    """Each instruction's ``(dtype, dims)`` by name; a tuple's first element's."""
+    out = {}
+    for line in lines:
+        found = definition(line)
+        if found is None:
+            continue
+        name, shape = found
+        elements = tuple_elements(shape)
+        out[name] = parse_shape(elements[0] if elements else shape)
+    return out
 
 
 def _peak(memory: Any) -> int | None:
@@ -360,44 +407,36 @@ def _gpu_flops(compiled: Any) -> float | None:
     return _gpu_costs(compiled)[0]
 
 
-_INSTRUCTION = re.compile(
-    r"^\s*(?:ROOT )?%(?P<name>\S+) = \(?[a-z0-9]+\[(?P<dims>[0-9,]*)\]"
-)
-_CALL_OPERANDS = re.compile(r"custom-call\((?P<args>[^)]*)\)")
-
-
 def _library_gemm_flops(hlo_text: str) -> float:
     """``2 * output elements * contracted size`` of each cuBLAS call in the HLO.
 
-    Shapes are read from each instruction's definition (``%a = f32[64,256]``);
-    the contracted dimensions from the call's ``gemm_backend_config``.
+    Shapes are read from each instruction's definition (``%a = f32[64,256]``,
+    a tuple's first element); the contracted dimensions from the call's
+    ``gemm_backend_config``.
     """
-    shapes: dict[str, list[int]] = {}
-    calls: list[tuple[list[int], str]] = []
-    for line in hlo_text.splitlines():
-        match = _INSTRUCTION.match(line)
-        if match is None:
-            continue
-        dims = [int(d) for d in match.group("dims").split(",") if d]
-        shapes[match.group("name")] = dims
-        if 'custom_call_target="__cublas$' in line:
-            calls.append((dims, line))
+    lines = hlo_text.splitlines()
+    shapes: dict[str, tuple[str, tuple[int, ...]]] | None = None
     total = 0.0
-    for out, line in calls:
-        operands = _CALL_OPERANDS.search(line)
-        start = line.find("backend_config=")
-        if operands is None or start < 0:
+    for line in lines:
+        if 'custom_call_target="__cublas$' not in line:
+            continue
+        call = _parsed(line)
+        if call is None or not call.operands:
             continue
         try:
-            config, _ = json.JSONDecoder().raw_decode(line[start + 15 :])
+            config, _ = json.JSONDecoder().raw_decode(
+                call.attributes.get("backend_config", "")
+            )
         except json.JSONDecodeError:
             continue
-        gemm = config.get("gemm_backend_config", {})
+        gemm = config.get("gemm_backend_config", {}) if isinstance(config, dict) else {}
         numbers = gemm.get("dot_dimension_numbers", {})
-        lhs_name = operands.group("args").split(",")[0].split()[-1].lstrip("%")
-        lhs = shapes.get(lhs_name)
-        if lhs is None:
+        if shapes is None:
+            shapes = _definitions(lines)
+        if call.operands[0] not in shapes:
             continue
+        lhs = shapes[call.operands[0]][1]
+        out = shapes[call.name][1]
         contracted = math.prod(
             lhs[int(d)] for d in numbers.get("lhs_contracting_dimensions", [])
         )
@@ -408,7 +447,7 @@ def _library_gemm_flops(hlo_text: str) -> float:
 def compiler_name(backend: str, device_kind: str) -> str:
     if backend == "tpu":
         return f"XLA:TPU (libtpu {libtpu_version()}, {device_kind})"
-    jaxlib = importlib.metadata.version("jaxlib")
+    jaxlib = jaxlib_version()
     if backend == "gpu":
         plugin = cuda_plugin_version()
         return f"XLA:GPU (jaxlib {jaxlib}, CUDA plugin {plugin}, {device_kind})"

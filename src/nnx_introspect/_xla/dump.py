@@ -30,8 +30,6 @@ Example:
     True
 """
 
-import importlib.metadata
-import math
 import re
 from dataclasses import dataclass
 from pathlib import Path
@@ -39,7 +37,22 @@ from typing import Any
 
 import numpy as np
 
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.hlo import (
+    HloTextError,
+    SourceLocation,
+    entry_root,
+    frame_sections,
+    instruction,
+    memory_space,
+    metadata,
+    parse_shape,
+    shape_bytes,
+    source_json,
+    source_stack,
+    stack_frames,
+)
+from nnx_introspect._xla.toolchain import jaxlib_version
 
 __all__ = [
     "DumpFormatError",
@@ -48,6 +61,7 @@ __all__ = [
     "PeakBuffers",
     "SourceLocation",
     "dump_options",
+    "module_text",
     "read_peak",
     "source_json",
 ]
@@ -74,39 +88,18 @@ _ALLOCATION = re.compile(r"^allocation (\d+): size (\d+), (.*):$")
 _PARAMETER = re.compile(
     r"(?:^|, )parameter (\d+), shape \|.*\| at ShapeIndex \{([\d,]*)\}"
 )
-_ASSIGNED_VALUE = re.compile(
-    r"^ value: <(\d+) (\S+?)(\{[\d,]*\})? @(\d+)> \(size=(\d+),offset=(\d+)\): (.+)$"
-)
-_VALUE_HEADER = re.compile(r"^<(\d+) (\S+?)(\{[\d,]*\})? @(\d+)>$")
+# A value as HloValue::ToShortString prints it: <id name{index} (phi) @color>,
+# the index only for a tuple-shaped instruction, " (phi)" for a value merged at
+# a while loop or conditional (XLA:TPU's widened loop parameters, wide.param.N)
+_VALUE = r"<(\d+) (\S+?)(\{[\d,]*\})?(?: \(phi\))? @(\d+)>"
+_ASSIGNED_VALUE = re.compile(rf"^ value: {_VALUE} \(size=(\d+),offset=(\d+)\): (.+)$")
+_VALUE_HEADER = re.compile(rf"^{_VALUE}$")
 _POSITION = re.compile(r"^  (\S+?)(?: \{([\d,]*)\})?$")
 _INSTRUCTION = re.compile(r"^ from instruction: %(\S+) = (.*)$")
-_ARRAY = re.compile(r"^([a-z][a-z0-9]*)\[([^\]]*)\]")
-_FILE_NAME = re.compile(r'^(\d+) "(.*)"$')
-_FILE_LOCATION = re.compile(
-    r"^(\d+) \{file_name_id=(\d+) function_name_id=(\d+) line=(\d+)"
-)
-_STACK_FRAME = re.compile(r"^(\d+) \{file_location_id=(\d+)(?: parent_frame_id=(\d+))?")
-_METADATA_ITEM = re.compile(r'(\w+)=("(?:[^"\\]|\\.)*"|[^\s}]+)')
 
 
 class DumpFormatError(ValueError):
     """XLA's dump is missing, partial or in a format this code does not know."""
-
-
-@dataclass(frozen=True)
-class SourceLocation:
-    """One frame of user source: file, line and function, as XLA's metadata has it."""
-
-    file: str
-    line: int
-    function: str
-
-
-def source_json(source: SourceLocation | None) -> dict[str, Any] | None:
-    """``source`` as JSON data (``file``, ``line``, ``function``), or ``None``."""
-    if source is None:
-        return None
-    return {"file": source.file, "line": source.line, "function": source.function}
 
 
 @dataclass(frozen=True)
@@ -263,15 +256,19 @@ def read_peak(
         and the memory curve.
 
     Raises:
-        ValueError: `backend` is not one of the three.
+        ArgumentError: `backend` is not one of the three, or `max_points` is
+            below 2.
         DumpFormatError: a file is missing, or a line is not in the format the
             pinned jaxlib writes.
     """
     if backend not in _STEMS:
-        raise ValueError(f"`backend` must be one of {sorted(_STEMS)}, got {backend!r}.")
+        raise ArgumentError(
+            "backend", f"`backend` must be one of {sorted(_STEMS)}, got {backend!r}."
+        )
     if max_points < 2:
-        raise ValueError(
-            f"`max_points` must be an integer of at least 2, got {max_points}."
+        raise ArgumentError(
+            "max_points",
+            f"`max_points` must be an integer of at least 2, got {max_points}.",
         )
     stem, module = _entry_stem(Path(directory), backend)
     peak_time, peak_rows, peak_bytes = _read_peak_list(stem, _LIVE_RANGE)
@@ -321,6 +318,46 @@ def read_peak(
     )
 
 
+@typechecked
+def module_text(directory: str | Path, *, backend: str) -> str:
+    """The entry ``jit_*`` module's optimized HLO text, as the compiler dumped it.
+
+    The same program :func:`read_peak` reads, printed by the compiler that
+    compiled it (``*after_optimizations.txt``), not read back and printed by
+    jaxlib as ``compiled.as_text()`` is.
+
+    Args:
+        directory: the ``xla_dump_to`` directory of exactly one compile.
+        backend: ``"cpu"``, ``"gpu"`` or ``"tpu"``: which compiler wrote it.
+
+    Returns:
+        The module's text, starting with ``HloModule``.
+
+    Raises:
+        ArgumentError: `backend` is not one of the three.
+        DumpFormatError: the file is missing or holds no ``HloModule``.
+
+    Example:
+        >>> import tempfile
+        >>> import jax, jax.numpy as jnp
+        >>> with tempfile.TemporaryDirectory() as directory:
+        ...     _ = jax.jit(jnp.sin).lower(1.0).compile(
+        ...         compiler_options=dump_options(directory))
+        ...     text = module_text(directory, backend="cpu")
+        >>> text.startswith("HloModule jit_sin")
+        True
+    """
+    if backend not in _STEMS:
+        raise ArgumentError(
+            "backend", f"`backend` must be one of {sorted(_STEMS)}, got {backend!r}."
+        )
+    stem, _ = _entry_stem(Path(directory), backend)
+    text = "\n".join(_lines(stem, _MODULE))
+    if not text.startswith("HloModule "):
+        raise _error(stem, _MODULE, "a first line 'HloModule ...'")
+    return text
+
+
 # --- the files ----------------------------------------------------------------
 
 
@@ -341,18 +378,11 @@ class _Value:
     instruction_text: str
 
 
-def _jaxlib() -> str:
-    try:
-        return importlib.metadata.version("jaxlib")
-    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
-        return "unknown"
-
-
 def _error(stem: Path, suffix: str, expected: str) -> DumpFormatError:
     return DumpFormatError(
         f"XLA's dump file {stem.name}{suffix} does not hold {expected} in the format"
         f" this code reads (written for jaxlib 0.10.2 / libtpu 0.0.52; installed"
-        f" jaxlib {_jaxlib()}); no breakdown of the peak can be given."
+        f" jaxlib {jaxlib_version()}); no breakdown of the peak can be given."
     )
 
 
@@ -368,7 +398,7 @@ def _entry_stem(directory: Path, backend: str) -> tuple[Path, str]:
         raise DumpFormatError(
             f"expected exactly one entry module's live-range dump matching"
             f" {pattern.pattern}{_LIVE_RANGE} in {directory} (XLA:{backend.upper()},"
-            f" jaxlib 0.10.2 / libtpu 0.0.52; installed jaxlib {_jaxlib()}),"
+            f" jaxlib 0.10.2 / libtpu 0.0.52; installed jaxlib {jaxlib_version()}),"
             f" found {what}. Was the module compiled with dump_options(...)?"
         )
     return found[0]
@@ -504,73 +534,16 @@ def _curve(
     return curve, full
 
 
-_ITEM_BITS: dict[str, int] = {
-    "pred": 8,
-    "s2": 2,
-    "u2": 2,
-    "s4": 4,
-    "u4": 4,
-    "s8": 8,
-    "u8": 8,
-    "s16": 16,
-    "u16": 16,
-    "f16": 16,
-    "bf16": 16,
-    "s32": 32,
-    "u32": 32,
-    "f32": 32,
-    "s64": 64,
-    "u64": 64,
-    "f64": 64,
-    "c64": 64,
-    "c128": 128,
-    "token": 0,
-}
-
-
 def _byte_size(shape_text: str) -> int:
-    """``ShapeUtil::ByteSizeOf(shape, 8)`` from a value's shape text.
-
-    An array: its elements times the element's size (a sub-byte element packed
-    only when the layout says ``E(bits)``); a tuple: 8 bytes per element (its
-    index table of pointers). Tiling padding is not in it, as XLA's live ranges
-    do not count it either.
-    """
-    if shape_text.startswith("("):
-        depth, elements = 0, 1
-        for char in shape_text[1:-1] if shape_text.endswith(")") else "":
-            if char in "([{":
-                depth += 1
-            elif char in ")]}":
-                depth -= 1
-            elif char == "," and depth == 0:
-                elements += 1
-        return 0 if shape_text == "()" else 8 * elements
-    dtype, shape = _shape(shape_text)
-    if dtype.startswith("f8") or dtype.startswith("f4") or dtype.startswith("f6"):
-        bits = 8
-    else:
-        bits = _ITEM_BITS.get(dtype, -1)
-    if bits < 0:
+    """``ShapeUtil::ByteSizeOf(shape, 8)`` of a value's shape (:func:`shape_bytes`)."""
+    try:
+        return shape_bytes(shape_text)
+    except HloTextError as error:
         raise DumpFormatError(
-            f"XLA's dump has a value of element type {dtype!r} ({shape_text[:80]}),"
-            " whose size this code does not know (written for jaxlib 0.10.2 /"
-            f" libtpu 0.0.52; installed jaxlib {_jaxlib()})."
-        )
-    packed = re.search(r"E\((\d+)\)", shape_text)
-    elements = math.prod(shape)
-    if packed is not None:
-        return -(-elements * int(packed[1]) // 8)
-    return elements * max(bits, 8) // 8 if bits else 0
-
-
-def _memory_space(shape_text: str) -> int:
-    """The ``S(n)`` memory space of an array's layout; 0 when it names none."""
-    if shape_text.startswith("("):
-        return 0
-    layout = re.search(r"\{[^{}]*\}\s*$", shape_text)
-    space = re.search(r"S\((\d+)\)", layout[0]) if layout else None
-    return int(space[1]) if space else 0
+            f"XLA's dump has a value of element type {error.dtype!r}"
+            f" ({shape_text[:80]}), whose size this code does not know (written for"
+            f" jaxlib 0.10.2 / libtpu 0.0.52; installed jaxlib {jaxlib_version()})."
+        ) from None
 
 
 def _read_assignment(stem: Path) -> dict[int, _Assigned]:
@@ -647,66 +620,14 @@ def _read_values(stem: Path) -> dict[int, _Value]:
 def _read_module(stem: Path) -> tuple[dict[int, tuple[SourceLocation, ...]], str]:
     """The stack frames by id (innermost first) and the entry's root instruction."""
     lines = _lines(stem, _MODULE)
-    sections: dict[str, list[str]] = {}
-    name = ""
-    for line in lines:
-        if line in ("FileNames", "FunctionNames", "FileLocations", "StackFrames"):
-            name = line
-            sections[name] = []
-        elif not line:
-            name = ""
-        elif name:
-            sections[name].append(line)
-    files = _table(sections.get("FileNames", []), _FILE_NAME, stem)
-    functions = _table(sections.get("FunctionNames", []), _FILE_NAME, stem)
-    locations: dict[int, SourceLocation] = {}
-    for line in sections.get("FileLocations", []):
-        row = _FILE_LOCATION.match(line)
-        if row is None or row[2] not in files or row[3] not in functions:
-            raise _error(stem, _MODULE, f"a file location, got {line!r}")
-        locations[int(row[1])] = SourceLocation(
-            files[row[2]], int(row[4]), functions[row[3]]
-        )
-    parents: dict[int, tuple[int, int | None]] = {}
-    for line in sections.get("StackFrames", []):
-        row = _STACK_FRAME.match(line)
-        if row is None or int(row[2]) not in locations:
-            raise _error(stem, _MODULE, f"a stack frame, got {line!r}")
-        parents[int(row[1])] = (int(row[2]), int(row[3]) if row[3] else None)
-    frames: dict[int, tuple[SourceLocation, ...]] = {}
-    for frame in parents:
-        stack, seen, at = [], set(), frame
-        while at in parents and at not in seen:
-            seen.add(at)
-            location, parent = parents[at]
-            stack.append(locations[location])
-            # XLA's text prints a frame's parent as its id + 1, 1 for none (checked
-            # on the pinned jaxlib: only that reading gives the Python call chain)
-            at = parent - 1 if parent is not None else 0
-        frames[frame] = tuple(stack)
-    entry = [i for i, line in enumerate(lines) if line.startswith("ENTRY ")]
-    root = next(
-        (
-            match[1]
-            for line in lines[entry[0] :]
-            if entry
-            if (match := re.match(r"^  ROOT %(\S+) = ", line))
-        ),
-        None,
-    )
+    try:
+        frames = stack_frames(frame_sections(lines))
+    except HloTextError as error:
+        raise _error(stem, _MODULE, f"{error.what}, got {error.text!r}") from None
+    root = entry_root(lines)
     if root is None:
         raise _error(stem, _MODULE, "an ENTRY computation with a ROOT instruction")
     return frames, root
-
-
-def _table(lines: list[str], pattern: re.Pattern[str], stem: Path) -> dict[str, str]:
-    table = {}
-    for line in lines:
-        row = pattern.match(line)
-        if row is None:
-            raise _error(stem, _MODULE, f"a numbered name, got {line!r}")
-        table[row[1]] = row[2]
-    return table
 
 
 # --- one buffer ------------------------------------------------------------------
@@ -720,23 +641,19 @@ def _buffer(
     root: str,
     stem: Path,
 ) -> PeakBuffer:
-    instruction = _INSTRUCTION.match(value.instruction_text)
-    assert instruction is not None
-    opcode = _opcode(instruction[2])
-    if opcode is None:
-        raise _error(stem, _VALUES, f"an opcode, got {value.instruction_text[:200]!r}")
-    metadata = _metadata(instruction[2])
-    stack: tuple[SourceLocation, ...] = ()
-    if "stack_frame_id" in metadata:
-        frame = int(metadata["stack_frame_id"])
-        if frame not in frames:
-            raise _error(stem, _MODULE, f"the stack frame {frame}")
-        stack = frames[frame]
-    elif "source_file" in metadata and "source_line" in metadata:
-        stack = (
-            SourceLocation(metadata["source_file"], int(metadata["source_line"]), ""),
-        )
-    dtype, shape = _shape(item.shape_text)
+    text = value.instruction_text[len(" from instruction: ") :]
+    try:
+        opcode = instruction(text).opcode
+    except HloTextError:
+        raise _error(
+            stem, _VALUES, f"an opcode, got {value.instruction_text[:200]!r}"
+        ) from None
+    items = metadata(text)
+    try:
+        stack = source_stack(items, frames)
+    except HloTextError as error:
+        raise _error(stem, _MODULE, error.what) from None
+    dtype, shape = parse_shape(item.shape_text)
     is_parameter = item.parameter is not None and opcode == "parameter"
     output = next((index for name, index in value.positions if name == root), None)
     return PeakBuffer(
@@ -746,54 +663,12 @@ def _buffer(
         instruction=item.name,
         shape_index=item.index,
         opcode=opcode,
-        op_name=metadata.get("op_name"),
+        op_name=items.get("op_name"),
         source=stack[0] if stack else None,
         stack=stack,
         parameter=item.parameter if is_parameter else None,
         parameter_index=item.parameter_index if is_parameter else None,
         output_index=output,
         allocation=item.allocation,
-        memory_space=_memory_space(item.shape_text),
+        memory_space=memory_space(item.shape_text),
     )
-
-
-def _opcode(text: str) -> str | None:
-    """The opcode after an instruction's shape (which may be a nested tuple)."""
-    depth, end = 0, len(text)
-    for at, char in enumerate(text):
-        if char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-        elif char == " " and depth == 0:
-            end = at
-            break
-    match = re.match(r" ([a-z][a-z0-9\-_]*)\(", text[end:])
-    return match[1] if match else None
-
-
-def _metadata(text: str) -> dict[str, str]:
-    start = text.find("metadata={")
-    if start < 0:
-        return {}
-    items: dict[str, str] = {}
-    for match in _METADATA_ITEM.finditer(text, start + len("metadata={")):
-        items[match[1]] = (
-            re.sub(r"\\(.)", r"\1", match[2][1:-1])
-            if match[2].startswith('"')
-            else match[2]
-        )
-        end = match.end()
-        if end >= len(text) or text[end] == "}":
-            break
-    return items
-
-
-def _shape(text: str) -> tuple[str, tuple[int, ...]]:
-    if text.startswith("("):
-        return "tuple", ()
-    array = _ARRAY.match(text)
-    if array is None:
-        return text.split("[")[0], ()
-    dims = array[2].replace("<=", "")
-    return array[1], tuple(int(d) for d in dims.split(",")) if dims else ()

@@ -18,10 +18,12 @@ from jax.sharding import Mesh
 
 from nnx_introspect._accelerators.topology import Topology, resolve_topology
 from nnx_introspect._render.formats import error_line
+from nnx_introspect._typing import ArgumentError
 
 __all__ = [
     "check_compiler",
     "cuda_plugin_version",
+    "jaxlib_version",
     "libtpu_environment",
     "libtpu_version",
     "topology_mesh",
@@ -30,6 +32,19 @@ __all__ = [
 
 _INSTALL_TPU = 'pip install "nnx-introspect[tpu]"'
 _INSTALL_GPU = 'pip install "nnx-introspect[gpu]"'
+
+
+def jaxlib_version() -> str:
+    """The installed jaxlib's version (``"unknown"`` without its metadata).
+
+    Example:
+        >>> jaxlib_version() == importlib.metadata.version("jaxlib")
+        True
+    """
+    try:
+        return importlib.metadata.version("jaxlib")
+    except importlib.metadata.PackageNotFoundError:  # pragma: no cover
+        return "unknown"
 
 
 def libtpu_version() -> str | None:
@@ -82,17 +97,18 @@ def cuda_plugin_version() -> str | None:
 def check_compiler(topology: str, mesh_axes: tuple[tuple[str, int], ...]) -> Topology:
     """The resolved target, its compiler's package checked; nothing is started.
 
-    ``ValueError`` when the mesh does not match, ``ImportError`` without the
-    compiler's package.
+    ``ArgumentError`` (a ``ValueError``) when the mesh does not match,
+    ``ImportError`` without the compiler's package.
     """
     topo = resolve_topology(topology)
     n = math.prod(s for _, s in mesh_axes)
     unit = "chip(s) (one JAX device each)" if topo.platform == "tpu" else "GPU(s)"
     if n != topo.devices:
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` {topology!r} has {topo.devices} {unit} but `mesh` "
             f"{dict(mesh_axes)} has {n} devices. Make the mesh's axis sizes "
-            "multiply to the device count, or pick another topology."
+            "multiply to the device count, or pick another topology.",
         )
     if topo.platform == "tpu" and libtpu_version() is None:
         raise ImportError(
@@ -146,10 +162,11 @@ def topology_mesh(
                 "started with JAX_PLATFORMS=cpu; pass `target` by name so the "
                 "step compiles in a child process that sets it)"
             )
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` {topology!r} (compiler topology "
             f"{topo.compiler_topology!r}) could not be created by {compiler}: "
-            f"{error_line(error)}{hint}"
+            f"{error_line(error)}{hint}",
         ) from None
     names = tuple(a for a, _ in mesh_axes)
     sizes = tuple(s for _, s in mesh_axes)

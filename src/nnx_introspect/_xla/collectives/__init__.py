@@ -49,13 +49,15 @@ compared ``LT`` with a constant and stepped by a constant from a constant
 (XLA:TPU states none); a pipelined collective XLA peels out of its loop is a
 row of its own, outside.
 
-The modules: ``hlo`` (the module text parsed: instructions, attributes, stack
-frames, shapes and bytes), ``loops`` (how many times one step runs each
-computation: while loops and their trip counts), ``groups`` (replica groups in
-every form, as partition ids, then as mesh axes), ``report``
-(:class:`Collectives`, its :class:`Collective` rows and totals, :func:`wire_factor`)
-and ``read`` (:func:`compiled_hlo_text` and :func:`read_collectives`, composing
-them: each collective read once, async pairs and XLA:TPU's fusions included).
+The program's text is parsed by :mod:`nnx_introspect._xla.hlo` (instructions,
+attributes, stack frames, shapes and bytes). The modules: ``errors``
+(:class:`CollectiveFormatError`, the parser's errors turned into it),
+``loops`` (how many times one step runs each computation: while loops and
+their trip counts), ``groups`` (replica groups in every form, as partition
+ids, then as mesh axes), ``report`` (:class:`Collectives`, its
+:class:`Collective` rows and totals, :func:`wire_factor`) and ``read``
+(:func:`compiled_hlo_text` and :func:`read_collectives`, composing them: each
+collective read once, async pairs and XLA:TPU's fusions included).
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np
@@ -71,7 +73,7 @@ Example:
     [('all-gather', ('fsdp',), 8192, Fraction(6144, 1))]
 """
 
-from nnx_introspect._xla.collectives.hlo import (
+from nnx_introspect._xla.collectives.errors import (
     CollectiveFormatError as CollectiveFormatError,
 )
 from nnx_introspect._xla.collectives.read import (

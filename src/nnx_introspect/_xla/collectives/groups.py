@@ -6,8 +6,9 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnx_introspect._xla.collectives.hlo import _base, _format_error, _Instruction
+from nnx_introspect._xla.collectives.errors import _base, _format_error
 from nnx_introspect._xla.collectives.report import _ANY_QUESTION
+from nnx_introspect._xla.hlo import Instruction
 
 _EXPLICIT = re.compile(r"\{(?:\{[\d,]*\}(?:,\{[\d,]*\})*)?\}")
 
@@ -31,7 +32,7 @@ _MESH_GROUP = re.compile(r"'([^']*)'(?::\((\d+)\)(\d+))?")
 
 
 def _groups(
-    instruction: _Instruction, partitions: int
+    instruction: Instruction, partitions: int
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, int], ...] | None]:
     """The groups as partition ids, and a permute's pairs."""
     attributes = instruction.attributes
@@ -79,7 +80,7 @@ def _groups(
 
 
 def _alone(
-    pairs: Sequence[tuple[int, int]], instruction: _Instruction, partitions: int
+    pairs: Sequence[tuple[int, int]], instruction: Instruction, partitions: int
 ) -> tuple[tuple[int, ...], ...]:
     """Cross-replica groups with one replica: ids 0 only; each device alone."""
     if any(i != 0 for pair in pairs for i in pair):
@@ -87,7 +88,7 @@ def _alone(
     return tuple((p,) for p in range(partitions))
 
 
-def _check_ids(ids: Sequence[int], partitions: int, instruction: _Instruction) -> None:
+def _check_ids(ids: Sequence[int], partitions: int, instruction: Instruction) -> None:
     if any(i >= partitions for i in ids):
         raise _format_error(
             f"partition ids below num_partitions={partitions}", instruction.text
@@ -114,7 +115,7 @@ def _components(pairs: Sequence[tuple[int, int]]) -> tuple[tuple[int, ...], ...]
 
 
 def _mesh_groups(
-    text: str, device_ids: str | None, instruction: _Instruction
+    text: str, device_ids: str | None, instruction: Instruction
 ) -> list[tuple[int, ...]]:
     """XLA's ``mesh[...] {axes}`` replica groups, expanded as XLA expands them.
 

@@ -3,13 +3,8 @@
 import re
 from dataclasses import dataclass
 
-from nnx_introspect._xla.collectives.hlo import (
-    _NAME,
-    _format_error,
-    _Instruction,
-    _Module,
-    _root,
-)
+from nnx_introspect._xla.collectives.errors import _format_error
+from nnx_introspect._xla.hlo import Instruction, Module, names_in
 
 
 @dataclass(frozen=True)
@@ -19,7 +14,7 @@ class _Calls:
     loops: tuple[str, ...]
 
 
-def _call_counts(module: _Module) -> dict[str, _Calls]:
+def _call_counts(module: Module) -> dict[str, _Calls]:
     """How many times one run of ENTRY runs each reachable computation."""
     done: dict[str, _Calls] = {}
     active: set[str] = set()
@@ -40,8 +35,8 @@ def _call_counts(module: _Module) -> dict[str, _Calls]:
             outer = visit(caller.computation)
             factor, here_known, here_loops = 1, True, outer.loops
             if caller.opcode == "while" and name in (
-                _NAME.findall(caller.attributes.get("body", ""))
-                + _NAME.findall(caller.attributes.get("condition", ""))
+                names_in(caller.attributes.get("body", ""))
+                + names_in(caller.attributes.get("condition", ""))
             ):
                 trips = _trip_count(caller, module)
                 here_known = trips is not None
@@ -63,7 +58,7 @@ def _call_counts(module: _Module) -> dict[str, _Calls]:
 _KNOWN_TRIPS = re.compile(r'"known_trip_count":\{"n":"(\d+)"\}')
 
 
-def _trip_count(loop: _Instruction, module: _Module) -> int | None:
+def _trip_count(loop: Instruction, module: Module) -> int | None:
     """XLA's ``known_trip_count``, else a constant-bounded counter's trips."""
     stated = _KNOWN_TRIPS.search(loop.attributes.get("backend_config", ""))
     if stated:
@@ -71,7 +66,7 @@ def _trip_count(loop: _Instruction, module: _Module) -> int | None:
     return _counter_trips(loop, module)
 
 
-def _through_copies(name: str, module: _Module) -> _Instruction | None:
+def _through_copies(name: str, module: Module) -> Instruction | None:
     seen = set()
     at = module.instructions.get(name)
     while at is not None and at.opcode in ("copy", "bitcast") and at.name not in seen:
@@ -80,7 +75,7 @@ def _through_copies(name: str, module: _Module) -> _Instruction | None:
     return at
 
 
-def _constant(name: str, module: _Module) -> int | None:
+def _constant(name: str, module: Module) -> int | None:
     at = _through_copies(name, module)
     if at is None or at.opcode != "constant":
         return None
@@ -90,7 +85,7 @@ def _constant(name: str, module: _Module) -> int | None:
         return None
 
 
-def _tuple_index(name: str, module: _Module) -> int | None:
+def _tuple_index(name: str, module: Module) -> int | None:
     """``i`` when ``name`` is ``get-tuple-element(<the parameter>), index=i``."""
     at = _through_copies(name, module)
     if at is None or at.opcode != "get-tuple-element" or not at.operands:
@@ -102,7 +97,7 @@ def _tuple_index(name: str, module: _Module) -> int | None:
     return int(index) if index.isdigit() else None
 
 
-def _counter_trips(loop: _Instruction, module: _Module) -> int | None:
+def _counter_trips(loop: Instruction, module: Module) -> int | None:
     """Trips of ``for (i = K; i < N; i += c)`` written as XLA:TPU leaves it.
 
     The condition's root compares a tuple element ``i`` of its parameter
@@ -110,12 +105,12 @@ def _counter_trips(loop: _Instruction, module: _Module) -> int | None:
     plus a positive constant ``c``; the loop's initial tuple holds a constant
     ``K`` there (copies allowed anywhere). Anything else: ``None``.
     """
-    condition = _NAME.findall(loop.attributes.get("condition", ""))
-    body = _NAME.findall(loop.attributes.get("body", ""))
+    condition = names_in(loop.attributes.get("condition", ""))
+    body = names_in(loop.attributes.get("body", ""))
     if len(condition) != 1 or len(body) != 1 or len(loop.operands) != 1:
         return None
-    cond_root = _root(module, condition[0])
-    body_root = _root(module, body[0])
+    cond_root = module.root(condition[0])
+    body_root = module.root(body[0])
     start = _through_copies(loop.operands[0], module)
     if (
         cond_root is None

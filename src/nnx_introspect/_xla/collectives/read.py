@@ -1,27 +1,32 @@
 """Reading a compiled program's collectives: each one once, in every form XLA writes."""
 
 import math
+import re
 from typing import Final
 
 import jax
 
-from nnx_introspect._typing import typechecked
-from nnx_introspect._xla.collectives.groups import _axes, _groups
-from nnx_introspect._xla.collectives.hlo import (
+from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.collectives.errors import (
     CollectiveFormatError,
     _arrays,
     _base,
     _bytes,
     _format_error,
-    _Instruction,
-    _Module,
     _parse_module,
-    _root,
-    _tuple_elements,
 )
+from nnx_introspect._xla.collectives.groups import _axes, _groups
 from nnx_introspect._xla.collectives.loops import _call_counts, _Calls
 from nnx_introspect._xla.collectives.report import KINDS, Collective, Collectives
-from nnx_introspect._xla.dump import SourceLocation, _jaxlib, _metadata
+from nnx_introspect._xla.hlo import (
+    HloTextError,
+    Instruction,
+    Module,
+    metadata,
+    source_stack,
+    tuple_elements,
+)
+from nnx_introspect._xla.toolchain import jaxlib_version
 
 _UNREAD: Final = frozenset(
     f"{op}{suffix}"
@@ -51,7 +56,7 @@ def compiled_hlo_text(compiled: jax.stages.Compiled) -> str:
         The module's text, starting with ``HloModule``.
 
     Raises:
-        ValueError: the executable has no single HLO module to print.
+        ArgumentError: the executable has no single HLO module to print.
         CollectiveFormatError: neither could print the program (jaxlib reads
             the compiler's module back to print it; a libtpu newer than
             jaxlib's XLA can write instructions jaxlib's reader refuses).
@@ -76,12 +81,13 @@ def compiled_hlo_text(compiled: jax.stages.Compiled) -> str:
         said = " ".join(str(first or error).split())[:300]
         raise CollectiveFormatError(
             "XLA could not print the compiled program, so its collectives cannot "
-            f'be read: "{said}" (jaxlib {_jaxlib()})'
+            f'be read: "{said}" (jaxlib {jaxlib_version()})'
         ) from error
     if len(modules) != 1:
-        raise ValueError(
+        raise ArgumentError(
+            "compiled",
             f"`compiled` holds {len(modules)} HLO modules, not one; pass the "
-            "compiled step of one jax.jit function."
+            "compiled step of one jax.jit function.",
         )
     printed: str = modules[0].to_string()
     return printed
@@ -127,7 +133,7 @@ def read_collectives(
         The :class:`Collectives`, rows in the program's order.
 
     Raises:
-        ValueError: `hlo_text` is not an HLO module, or `mesh_axes` is empty,
+        ArgumentError: `hlo_text` is not an HLO module, or `mesh_axes` is empty,
             repeats a name, has a size below 1 or does not multiply to the
             program's partitions.
         CollectiveFormatError: a collective (or the module around it) is in a
@@ -149,13 +155,15 @@ def read_collectives(
         (128, 4, ('data',), Fraction(96, 1))
     """
     _check_mesh_axes(mesh_axes)
+    _check_module_text(hlo_text)
     module = _parse_module(hlo_text)
     partitions = math.prod(size for _, size in mesh_axes)
     if partitions != module.num_partitions:
-        raise ValueError(
+        raise ArgumentError(
+            "mesh_axes",
             f"`mesh_axes` {dict(mesh_axes)} has {partitions} devices but the "
             f"program {module.name} was partitioned for {module.num_partitions}; "
-            "pass the axes of the mesh it was compiled on."
+            "pass the axes of the mesh it was compiled on.",
         )
     if module.replica_count != 1:
         raise CollectiveFormatError(
@@ -178,21 +186,38 @@ def read_collectives(
 def _check_mesh_axes(mesh_axes: tuple[tuple[str, int], ...]) -> None:
     names = [name for name, _ in mesh_axes]
     if not mesh_axes or len(set(names)) != len(names):
-        raise ValueError(
+        raise ArgumentError(
+            "mesh_axes",
             "`mesh_axes` must name each mesh axis once, as (name, size) pairs such "
-            f"as (('data', 2), ('fsdp', 4)), got {mesh_axes!r}."
+            f"as (('data', 2), ('fsdp', 4)), got {mesh_axes!r}.",
         )
     bad = [(name, size) for name, size in mesh_axes if size < 1]
     if bad:
-        raise ValueError(f"`mesh_axes` sizes must be positive integers, got {bad!r}.")
+        raise ArgumentError(
+            "mesh_axes", f"`mesh_axes` sizes must be positive integers, got {bad!r}."
+        )
+
+
+def _check_module_text(text: str) -> None:
+    lines = text.splitlines()
+    if not lines or not re.match(r"^HloModule (\S+?),?(?: |$)", lines[0]):
+        raise ArgumentError(
+            "hlo_text",
+            "`hlo_text` must be an XLA HLO module (its first line 'HloModule "
+            f"...'), got {text[:60]!r}; pass compiled_hlo_text(compiled).",
+        )
+    if sum(line.startswith("HloModule ") for line in lines) != 1:
+        raise ArgumentError(
+            "hlo_text", "`hlo_text` holds several HLO modules; pass one module's text."
+        )
 
 
 # --- one collective ------------------------------------------------------------
 
 
 def _collective(
-    instruction: _Instruction,
-    module: _Module,
+    instruction: Instruction,
+    module: Module,
     calls: dict[str, _Calls],
     mesh_axes: tuple[tuple[str, int], ...],
 ) -> Collective | None:
@@ -203,8 +228,7 @@ def _collective(
             f"{', '.join(KINDS)})",
             instruction.text,
         )
-    kind = _base(opcode)
-    if kind not in KINDS:
+    if _base(opcode) not in KINDS:
         return None
     if opcode.endswith("-done"):
         return None  # counted at its start (_check_pairs: one done per start)
@@ -212,8 +236,61 @@ def _collective(
         raise _format_error(
             "a collective in a computation no instruction calls", instruction.text
         )
-    named = instruction
-    form = "sync"
+    found = _form(instruction, module)
+    if found is None:
+        return None
+    kind, named, form, result_shape = found
+    count = calls[instruction.computation]
+    groups, pairs = _groups(instruction, module.num_partitions)
+    result = _arrays(result_shape, instruction.text)
+    operands = [
+        array
+        for name in instruction.operands
+        for array in _arrays(
+            _operand_shape(name, module, instruction), instruction.text
+        )
+    ]
+    counted = operands if kind == "reduce-scatter" else result
+    items = metadata(named.text)
+    try:
+        stack = source_stack(items, module.frames)
+    except HloTextError as error:
+        raise _format_error(error.what, named.text) from None
+    channel = instruction.attributes.get("channel_id")
+    return Collective(
+        kind=kind,
+        name=named.name,
+        opcode=named.opcode,
+        form=form,
+        computation=named.computation,
+        nbytes=sum(nbytes for _, _, nbytes in counted),
+        result_bytes=sum(nbytes for _, _, nbytes in result),
+        operand_bytes=sum(nbytes for _, _, nbytes in operands),
+        dtypes=tuple(dtype for dtype, _, _ in counted),
+        shapes=tuple(dims for _, dims, _ in counted),
+        group_size=max((len(g) for g in groups), default=1),
+        groups=groups,
+        axes=_axes(groups, mesh_axes),
+        source_target_pairs=pairs,
+        channel_id=int(channel) if channel and channel.isdigit() else None,
+        op_name=items.get("op_name"),
+        source=stack[0] if stack else None,
+        stack=stack,
+        count=count.count,
+        trip_count_known=count.known,
+        loops=count.loops,
+    )
+
+
+def _form(
+    instruction: Instruction, module: Module
+) -> tuple[str, Instruction, str, str] | None:
+    """``(kind, instruction named, form, result shape)`` of a collective's row.
+
+    ``None`` for a half counted elsewhere: the done or a continuation of
+    XLA:TPU's async collective fusion.
+    """
+    kind, named, form = _base(instruction.opcode), instruction, "sync"
     result_shape = instruction.shape
     callers = [
         c
@@ -221,10 +298,10 @@ def _collective(
         if c.opcode not in ("async-update", "async-done")
     ]
     fusions = [c for c in callers if c.opcode == "fusion"]
-    if opcode.endswith("-start"):
+    if instruction.opcode.endswith("-start"):
         form, result_shape = "async", _start_result(instruction, module)
     elif fusions:
-        root = _root(module, instruction.computation)
+        root = module.root(instruction.computation)
         target = root.attributes.get("custom_call_target", "") if root else ""
         if target == '"AsyncCollectiveDone"':
             return None  # the done half of XLA:TPU's async collective fusion
@@ -244,55 +321,10 @@ def _collective(
             result_shape = scatter.shape
     elif any(c.opcode == "async-start" for c in callers):
         form = "async wrapper"
-    count = calls[instruction.computation]
-    groups, pairs = _groups(instruction, module.num_partitions)
-    result = _arrays(result_shape, instruction.text)
-    operands = [
-        array
-        for name in instruction.operands
-        for array in _arrays(
-            _operand_shape(name, module, instruction), instruction.text
-        )
-    ]
-    counted = operands if kind == "reduce-scatter" else result
-    metadata = _metadata(named.text)
-    stack: tuple[SourceLocation, ...] = ()
-    if "stack_frame_id" in metadata:
-        frame = int(metadata["stack_frame_id"])
-        if frame not in module.frames:
-            raise _format_error(f"the stack frame {frame}", named.text)
-        stack = module.frames[frame]
-    elif "source_file" in metadata and "source_line" in metadata:
-        stack = (
-            SourceLocation(metadata["source_file"], int(metadata["source_line"]), ""),
-        )
-    channel = instruction.attributes.get("channel_id")
-    return Collective(
-        kind=kind,
-        name=named.name,
-        opcode=named.opcode,
-        form=form,
-        computation=named.computation,
-        nbytes=sum(nbytes for _, _, nbytes in counted),
-        result_bytes=sum(nbytes for _, _, nbytes in result),
-        operand_bytes=sum(nbytes for _, _, nbytes in operands),
-        dtypes=tuple(dtype for dtype, _, _ in counted),
-        shapes=tuple(dims for _, dims, _ in counted),
-        group_size=max((len(g) for g in groups), default=1),
-        groups=groups,
-        axes=_axes(groups, mesh_axes),
-        source_target_pairs=pairs,
-        channel_id=int(channel) if channel and channel.isdigit() else None,
-        op_name=metadata.get("op_name"),
-        source=stack[0] if stack else None,
-        stack=stack,
-        count=count.count,
-        trip_count_known=count.known,
-        loops=count.loops,
-    )
+    return kind, named, form, result_shape
 
 
-def _start_result(start: _Instruction, module: _Module) -> str:
+def _start_result(start: Instruction, module: Module) -> str:
     """The result shape of an async ``-start``, read from its own shape.
 
     An all-reduce-start's shape is its result; the other starts' are tuples
@@ -304,7 +336,7 @@ def _start_result(start: _Instruction, module: _Module) -> str:
     if start.opcode == "all-reduce-start":
         own = start.shape
     else:
-        elements = _tuple_elements(start.shape)
+        elements = tuple_elements(start.shape)
         if len(elements) < 2:
             raise _format_error(f"a {start.opcode} of (operands, results)", start.text)
         own = elements[1]
@@ -317,7 +349,7 @@ def _start_result(start: _Instruction, module: _Module) -> str:
     return own
 
 
-def _check_pairs(module: _Module) -> None:
+def _check_pairs(module: Module) -> None:
     """As many ``X-done`` as ``X-start`` for each kind, or the reading is off."""
     for kind in KINDS:
         starts = dones = 0
@@ -331,7 +363,7 @@ def _check_pairs(module: _Module) -> None:
             )
 
 
-def _operand_shape(name: str, module: _Module, at: _Instruction) -> str:
+def _operand_shape(name: str, module: Module, at: Instruction) -> str:
     operand = module.instructions.get(name)
     if operand is None:
         raise _format_error(f"the operand %{name}", at.text)
@@ -339,8 +371,8 @@ def _operand_shape(name: str, module: _Module, at: _Instruction) -> str:
 
 
 def _scatter_fusion(
-    instruction: _Instruction, fusions: list[_Instruction], module: _Module
-) -> _Instruction | None:
+    instruction: Instruction, fusions: list[Instruction], module: Module
+) -> Instruction | None:
     """XLA:TPU's reduce-scatter fusion around ``instruction``, if it is one.
 
     A ``kCustom`` fusion whose computation all-reduces and uses the sum only
@@ -369,11 +401,11 @@ def _scatter_fusion(
     return fusion
 
 
-def _check_tpu_fusions(module: _Module) -> None:
+def _check_tpu_fusions(module: Module) -> None:
     """As many XLA:TPU async collective starts as dones, or the reading is off."""
     targets: dict[str, int] = {}
     for name in module.computations:
-        root = _root(module, name)
+        root = module.root(name)
         if root is None or root.opcode != "custom-call":
             continue
         target = root.attributes.get("custom_call_target", "")

@@ -6,9 +6,9 @@ from fractions import Fraction
 from typing import Any, Final
 
 from nnx_introspect._render.table import Report, Table, format_bytes
-from nnx_introspect._typing import typechecked
-from nnx_introspect._xla.dump import SourceLocation
-from nnx_introspect._xla.dump import source_json as _source_json
+from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.hlo import SourceLocation
+from nnx_introspect._xla.hlo import source_json as _source_json
 
 KINDS: Final = (
     "all-gather",
@@ -46,7 +46,7 @@ def wire_factor(kind: str, group_size: int) -> Fraction:
         The exact factor.
 
     Raises:
-        ValueError: `kind` is not one of :data:`KINDS`, or `group_size` is not
+        ArgumentError: `kind` is not one of :data:`KINDS`, or `group_size` is not
             positive.
 
     Example:
@@ -56,9 +56,13 @@ def wire_factor(kind: str, group_size: int) -> Fraction:
         (Fraction(1, 1), Fraction(0, 1))
     """
     if kind not in KINDS:
-        raise ValueError(f"`kind` must be one of {list(KINDS)}, got {kind!r}.")
+        raise ArgumentError(
+            "kind", f"`kind` must be one of {list(KINDS)}, got {kind!r}."
+        )
     if group_size < 1:
-        raise ValueError(f"`group_size` must be a positive integer, got {group_size}.")
+        raise ArgumentError(
+            "group_size", f"`group_size` must be a positive integer, got {group_size}."
+        )
     if kind == "collective-permute":
         return Fraction(1)
     share = Fraction(group_size - 1, group_size)
@@ -246,7 +250,7 @@ class Collectives(Report):
     def top(self, n: int = 20) -> tuple[Collective, ...]:
         """The ``n`` rows that send the most per step (ties in program order)."""
         if n < 1:
-            raise ValueError(f"`n` must be a positive integer, got {n}.")
+            raise ArgumentError("n", f"`n` must be a positive integer, got {n}.")
         return tuple(sorted(self.rows, key=lambda row: -row.total_wire_bytes)[:n])
 
     def table(self, top: int = 20) -> Table:
@@ -264,34 +268,63 @@ class Collectives(Report):
             )
             for row in self.top(top)
         )
+        notes = self._notes()
+        if len(self.rows) > len(rows):
+            notes.append(f"{len(self.rows) - len(rows)} smaller collectives not shown.")
+        mesh = ", ".join(f"{name}={size}" for name, size in self.mesh_axes)
+        return Table(
+            title=f"Collectives of {self.module} ({mesh})",
+            columns=(
+                "Collective",
+                "Kind",
+                "Mesh axes",
+                "Type",
+                "Count",
+                "Bytes",
+                "Wire bytes",
+                "Source",
+            ),
+            rows=rows,
+            totals=self._total_rows(),
+            notes=tuple(notes),
+            lead=(
+                f"{len(self.rows)} collectives, {format_bytes(self.nbytes)} per "
+                f"device and step; each device sends "
+                f"{format_bytes(float(self.wire_bytes))}.",
+            ),
+        )
+
+    def _total_rows(self) -> tuple[tuple[str, ...], ...]:
+        """The table's totals: by kind, by mesh axes, then all collectives."""
         totals = [
+            *((k, t) for k, t in self.by_kind().items()),
+            *((f"over {t.label}", t) for t in self.by_axis().values()),
+        ]
+        every = (
+            "all collectives",
+            sum(row.count for row in self.rows),
+            self.nbytes,
+            self.wire_bytes,
+        )
+        return tuple(
             (
                 label,
                 "",
                 "",
                 "",
-                str(t.count),
-                format_bytes(t.nbytes),
-                format_bytes(float(t.wire_bytes)),
+                str(count),
+                format_bytes(nbytes),
+                format_bytes(float(wire)),
                 "",
             )
-            for label, t in [
-                *((k, t) for k, t in self.by_kind().items()),
-                *((f"over {t.label}", t) for t in self.by_axis().values()),
+            for label, count, nbytes, wire in [
+                *((label, t.count, t.nbytes, t.wire_bytes) for label, t in totals),
+                every,
             ]
-        ]
-        totals.append(
-            (
-                "all collectives",
-                "",
-                "",
-                "",
-                str(sum(row.count for row in self.rows)),
-                format_bytes(self.nbytes),
-                format_bytes(float(self.wire_bytes)),
-                "",
-            )
         )
+
+    def _notes(self) -> list[str]:
+        """The table's notes on bytes, unknown trip counts and partial axes."""
         notes = [
             "Bytes: the result of an all-gather, all-reduce, all-to-all and "
             "collective-permute, the operand of a reduce-scatter, per device and "
@@ -309,30 +342,7 @@ class Collectives(Report):
                 "Axes '?': the groups are not whole mesh axes (a part of an "
                 "axis, or groups that differ)."
             )
-        if len(self.rows) > len(rows):
-            notes.append(f"{len(self.rows) - len(rows)} smaller collectives not shown.")
-        mesh = ", ".join(f"{name}={size}" for name, size in self.mesh_axes)
-        return Table(
-            title=f"Collectives of {self.module} ({mesh})",
-            columns=(
-                "Collective",
-                "Kind",
-                "Mesh axes",
-                "Type",
-                "Count",
-                "Bytes",
-                "Wire bytes",
-                "Source",
-            ),
-            rows=rows,
-            totals=tuple(totals),
-            notes=tuple(notes),
-            lead=(
-                f"{len(self.rows)} collectives, {format_bytes(self.nbytes)} per "
-                f"device and step; each device sends "
-                f"{format_bytes(float(self.wire_bytes))}.",
-            ),
-        )
+        return notes
 
     def json_data(self) -> dict[str, Any]:
         """Every row and the totals, in exact integers.

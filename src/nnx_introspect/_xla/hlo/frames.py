@@ -1,0 +1,176 @@
+"""Source locations: the module's stack-frame index and each instruction's frames."""
+
+import re
+from dataclasses import dataclass
+from typing import Any, Final
+
+from nnx_introspect._xla.hlo.text import HloTextError
+
+__all__ = [
+    "SourceLocation",
+    "entry_root",
+    "frame_sections",
+    "source_json",
+    "source_stack",
+    "stack_frames",
+]
+
+
+@dataclass(frozen=True)
+class SourceLocation:
+    """One frame of user source: file, line and function, as XLA's metadata has it."""
+
+    file: str
+    line: int
+    function: str
+
+
+def source_json(source: SourceLocation | None) -> dict[str, Any] | None:
+    """``source`` as JSON data (``file``, ``line``, ``function``), or ``None``.
+
+    Example:
+        >>> source_json(SourceLocation("/m.py", 3, "f"))
+        {'file': '/m.py', 'line': 3, 'function': 'f'}
+    """
+    if source is None:
+        return None
+    return {"file": source.file, "line": source.line, "function": source.function}
+
+
+_SECTIONS: Final = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+_FILE_NAME: Final = re.compile(r'^(\d+) "(.*)"$')
+_FILE_LOCATION: Final = re.compile(
+    r"^(\d+) \{file_name_id=(\d+) function_name_id=(\d+) line=(\d+)"
+)
+_STACK_FRAME: Final = re.compile(
+    r"^(\d+) \{file_location_id=(\d+)(?: parent_frame_id=(\d+))?"
+)
+
+
+def frame_sections(lines: list[str]) -> dict[str, list[str]]:
+    """The lines of a module's ``FileNames`` ... ``StackFrames`` sections.
+
+    Each section starts at its name alone on a line and ends at a blank line.
+
+    Example:
+        >>> frame_sections(["HloModule m", "", "FileNames", '1 "a.py"', "", "x"])
+        {'FileNames': ['1 "a.py"']}
+    """
+    sections: dict[str, list[str]] = {}
+    name = ""
+    for line in lines:
+        if line in _SECTIONS:
+            name = line
+            sections[name] = []
+        elif not line:
+            name = ""
+        elif name:
+            sections[name].append(line)
+    return sections
+
+
+def stack_frames(
+    sections: dict[str, list[str]],
+) -> dict[int, tuple[SourceLocation, ...]]:
+    """The stack frames of a module's index by id, innermost frame first.
+
+    Raises:
+        HloTextError: a numbered name, file location or stack frame this
+            does not read (``what`` names which).
+
+    Example:
+        >>> frames = stack_frames({
+        ...     "FileNames": ['1 "/m.py"'],
+        ...     "FunctionNames": ['1 "inner"', '2 "outer"'],
+        ...     "FileLocations": [
+        ...         "1 {file_name_id=1 function_name_id=1 line=5 end_line=5}",
+        ...         "2 {file_name_id=1 function_name_id=2 line=9 end_line=9}"],
+        ...     "StackFrames": ["1 {file_location_id=2}",
+        ...                     "2 {file_location_id=1 parent_frame_id=2}"],
+        ... })
+        >>> [(s.function, s.line) for s in frames[2]]
+        [('inner', 5), ('outer', 9)]
+    """
+    tables: dict[str, dict[str, str]] = {}
+    for name in ("FileNames", "FunctionNames"):
+        table = {}
+        for line in sections.get(name, []):
+            row = _FILE_NAME.match(line)
+            if row is None:
+                raise HloTextError("a numbered name", line)
+            table[row[1]] = row[2]
+        tables[name] = table
+    locations: dict[int, SourceLocation] = {}
+    for line in sections.get("FileLocations", []):
+        row = _FILE_LOCATION.match(line)
+        if (
+            row is None
+            or row[2] not in tables["FileNames"]
+            or row[3] not in tables["FunctionNames"]
+        ):
+            raise HloTextError("a file location", line)
+        locations[int(row[1])] = SourceLocation(
+            tables["FileNames"][row[2]], int(row[4]), tables["FunctionNames"][row[3]]
+        )
+    parents: dict[int, tuple[int, int | None]] = {}
+    for line in sections.get("StackFrames", []):
+        row = _STACK_FRAME.match(line)
+        if row is None or int(row[2]) not in locations:
+            raise HloTextError("a stack frame", line)
+        parents[int(row[1])] = (int(row[2]), int(row[3]) if row[3] else None)
+    frames: dict[int, tuple[SourceLocation, ...]] = {}
+    for frame in parents:
+        stack, seen, at = [], set(), frame
+        while at in parents and at not in seen:
+            seen.add(at)
+            location, parent = parents[at]
+            stack.append(locations[location])
+            # XLA's text prints a frame's parent as its id + 1, 1 for none (checked
+            # on the pinned jaxlib: only that reading gives the Python call chain)
+            at = parent - 1 if parent is not None else 0
+        frames[frame] = tuple(stack)
+    return frames
+
+
+def source_stack(
+    items: dict[str, str], frames: dict[int, tuple[SourceLocation, ...]]
+) -> tuple[SourceLocation, ...]:
+    """The frames an instruction's metadata points at, innermost first.
+
+    Its ``stack_frame_id`` in the module's index, else its ``source_file`` and
+    ``source_line`` as one frame without a function, else none.
+
+    Raises:
+        HloTextError: the id is not in ``frames`` (``what`` says so).
+
+    Example:
+        >>> source_stack({"source_file": "/m.py", "source_line": "4"}, {})
+        (SourceLocation(file='/m.py', line=4, function=''),)
+    """
+    if "stack_frame_id" in items:
+        frame = int(items["stack_frame_id"])
+        if frame not in frames:
+            raise HloTextError(f"the stack frame {frame}", str(items))
+        return frames[frame]
+    if "source_file" in items and "source_line" in items:
+        return (SourceLocation(items["source_file"], int(items["source_line"]), ""),)
+    return ()
+
+
+def entry_root(lines: list[str]) -> str | None:
+    """The name of the ENTRY computation's ROOT instruction, if the text has one.
+
+    Example:
+        >>> entry_root(["ENTRY %main () -> f32[] {", "  ROOT %c = f32[] constant(1)"])
+        'c'
+    """
+    entry = [i for i, line in enumerate(lines) if line.startswith("ENTRY ")]
+    return next(
+        (
+            match[1]
+            for line in lines[entry[0] :]
+            if entry
+            if (match := re.match(r"^  ROOT %(\S+) = ", line))
+        ),
+        None,
+    )

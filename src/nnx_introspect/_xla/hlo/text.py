@@ -1,0 +1,87 @@
+"""Scanning HLO text: brackets, quotes, comments; the parser's one error."""
+
+import re
+from typing import Final
+
+__all__ = ["HloTextError"]
+
+_COMMENT: Final = re.compile(r"/\*.*?\*/")
+
+
+class HloTextError(ValueError):
+    """A piece of HLO text this parser does not read.
+
+    Attributes:
+        what: what was expected (``"an instruction's opcode"``, ...).
+        text: the text (usually the whole line) it was not found in.
+        dtype: for an element type of unknown width, its name.
+
+    Each reader turns it into its own error (``DumpFormatError``,
+    ``CollectiveFormatError``) with its own wording.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import instruction
+        >>> try:
+        ...     instruction("  %x = f32[2]{0}")
+        ... except HloTextError as error:
+        ...     print(error.what)
+        an instruction's opcode
+    """
+
+    def __init__(self, what: str, text: str, dtype: str | None = None) -> None:
+        super().__init__(f"HLO text without {what}: {text[:200]!r}")
+        self.what = what
+        self.text = text
+        self.dtype = dtype
+
+
+def _top_level(text: str) -> list[str]:
+    """``text`` split at its commas outside brackets."""
+    pieces, depth, start = [], 0, 0
+    for at, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == "," and depth == 0:
+            pieces.append(text[start:at])
+            start = at + 1
+    pieces.append(text[start:])
+    return pieces
+
+
+def _shape_end(text: str) -> int:
+    """Where an instruction's shape (perhaps a nested tuple) ends."""
+    depth = 0
+    for at, char in enumerate(text):
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        elif char == " " and depth == 0:
+            return at
+    return len(text)
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the bracket closing the one at ``start``, or -1."""
+    depth = 0
+    quote = ""
+    at = start
+    while at < len(text):
+        char = text[at]
+        if quote:
+            if char == "\\":
+                at += 1
+            elif char == quote:
+                quote = ""
+        elif char in "\"'":
+            quote = char
+        elif char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+            if depth == 0:
+                return at
+        at += 1
+    return -1
