@@ -44,7 +44,7 @@ def no_compile(monkeypatch: pytest.MonkeyPatch) -> None:
     def refuse(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("max_batch compiled a step")
 
-    monkeypatch.setattr(search_module, "step_memory_report", refuse)
+    monkeypatch.setattr(search_module, "measure_step", refuse)
 
 
 # --- 4. no compile when the plan alone is over the budget ---------------------------

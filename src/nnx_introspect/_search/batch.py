@@ -7,27 +7,14 @@ multiples of the data-parallel size) and returns a :class:`BatchSearch`.
 
 import dataclasses
 import html
-import math
 import time
 from collections.abc import Callable
 from typing import Any
 
-import jax
 import optax
 from flax import nnx
-from jax.sharding import PartitionSpec
 
-from nnx_introspect._accelerators.budget import step_budget
-from nnx_introspect._mesh import (
-    LogicalRulesLike,
-    MeshLike,
-    RulesLike,
-    as_abstract_mesh,
-    mesh_config_report,
-    parse_bytes,
-)
-from nnx_introspect._mesh.specs import entry_axes
-from nnx_introspect._render.formats import batch_str
+from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
 from nnx_introspect._render.svg import Point, chart_svg
 from nnx_introspect._render.table import (
     Report,
@@ -40,32 +27,27 @@ from nnx_introspect._render.table import (
     to_rich,
     verdict_html,
 )
-from nnx_introspect._step.inputs import (
-    BatchLike,
-    LossLike,
-    SpecsLike,
-    as_batch,
-    as_batch_specs,
-    as_loss,
-    as_model,
-    as_optimizer,
+from nnx_introspect._search.sizes import (
+    MAX_COMPILES,
+    batch_range,
+    bisect_sizes,
+    largest_by_arguments,
+    leading_size,
+    leaf_with_b,
+    search_budget,
+    with_batch_size,
 )
-from nnx_introspect._step.measure import (
-    check_optimizer_has_a_loss,
-    check_shardable,
-    step_memory_report,
-)
+from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
+from nnx_introspect._step.measure import measure_step, plan_step
 from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import IntLike, as_int, typechecked
-from nnx_introspect._xla.toolchain import check_compiler
 
 __all__ = [
+    "MAX_COMPILES",
     "BatchSearch",
     "max_batch",
 ]
-
-MAX_COMPILES = 24
-"""The most compiles one :func:`max_batch` search makes."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -425,15 +407,14 @@ def max_batch(
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
-    Compiles the step with :func:`step_memory_report` (same arguments) at one
-    global batch size at a time, every batch leaf's leading dimension set to
-    that size: first the given batch's size (rounded up to a multiple of the
-    data-parallel size), doubling while the step fits, halving while it does
-    not, then bisecting between the largest size that fits and the smallest
-    that does not, on multiples of the data-parallel size. A step fits when
-    its peak per device is at most the budget and the compiler did not refuse
-    it for memory. The search assumes the peak grows with the batch (it does
-    for a step's arguments and activations); it makes at most
+    Compiles the step (a :class:`~nnx_introspect.StepSpec` of the arguments,
+    its batch varied) at one global batch size at a time, every batch leaf's
+    leading dimension set to that size: first the given batch's size (rounded
+    up to a multiple of the data-parallel size), doubling while the step fits,
+    halving while it does not, then bisecting between the largest size that
+    fits and the smallest that does not. A step fits when its peak per device
+    is at most the budget and the compiler did not refuse it for memory. The
+    search assumes the peak grows with the batch; it makes at most
     :data:`MAX_COMPILES` compiles, about ``2 * log2(hi / data_parallel)``.
 
     Before any compile, the plan (:func:`~nnx_introspect.mesh_config_report`
@@ -448,24 +429,19 @@ def max_batch(
     least common multiple over batch leaves.
 
     Args:
-        target: As in :func:`step_memory_report`.
-        mesh: As there.
-        batch: The model's positional arguments as there; every leaf's leading
-            dimension is the batch dimension, replaced by each size tried. Its
-            size is where the search starts.
-        loss: As in :func:`step_memory_report`.
-        optimizer: As there.
-        rules: As there.
-        logical_rules: As there.
-        batch_spec: As there; its first entry per leaf gives the data-parallel
-            axes.
-        topology: As there.
-        max_device_bytes: The per-device budget: a byte count (an ``int``
-            such as ``80`` is 80 bytes) or a size with its unit such as
-            ``"16GiB"``; default: what one device of ``topology`` gives a
-            step (a TPU chip's memory; on a GPU the share JAX's allocator takes,
-            75% unless ``XLA_CLIENT_MEM_FRACTION`` says otherwise), required
-            without a topology. Every point is judged against it.
+        target: A :class:`~nnx_introspect.StepSpec` field, as the others.
+        mesh: See :class:`~nnx_introspect.StepSpec`.
+        batch: See :class:`~nnx_introspect.StepSpec`; every leaf's leading
+            dimension, the batch dimension, is where the search starts.
+        loss: See :class:`~nnx_introspect.StepSpec`.
+        optimizer: See :class:`~nnx_introspect.StepSpec`.
+        rules: See :class:`~nnx_introspect.StepSpec`.
+        logical_rules: See :class:`~nnx_introspect.StepSpec`.
+        batch_spec: See :class:`~nnx_introspect.StepSpec`; its first entry per
+            leaf gives the data-parallel axes.
+        topology: See :class:`~nnx_introspect.StepSpec`.
+        max_device_bytes: See :class:`~nnx_introspect.StepSpec`; every point
+            is judged against it; required without a ``topology``.
         lo: The smallest batch to try (a multiple of the data-parallel size;
             default: the data-parallel size).
         hi: The largest batch to try (a multiple of the data-parallel size;
@@ -476,11 +452,9 @@ def max_batch(
         compiling: Called with ``(batch, n)`` just before the ``n``-th compile
             (from 1) starts, at batch ``batch`` (the command line's progress
             line shows it).
-        trace_as_target: As in :func:`step_memory_report`: a named target's
-            model is traced with JAX's device lookups answering with the
-            target's devices.
-        breakdown: As in :func:`step_memory_report`, for every compile; the
-            search keeps those of the largest batch that fits (``report``)
+        trace_as_target: See :class:`~nnx_introspect.StepSpec`.
+        breakdown: See :class:`~nnx_introspect.StepSpec`; for every compile,
+            the search keeps those of the largest batch that fits (``report``)
             and the smallest that does not (``failing_report``).
 
     Returns:
@@ -488,13 +462,13 @@ def max_batch(
 
     Raises:
         TypeError: If an argument has the wrong type.
-        ValueError: If ``max_device_bytes`` is not a size (a string without
-            a unit included) or is missing with no ``topology`` to give a
-            device's memory, a batch
-            leaf has no leading dimension or the leaves' leading dimensions
-            differ, ``lo`` or ``hi`` is not a multiple of the data-parallel size
-            or ``lo > hi``, or :func:`step_memory_report` rejects the step.
-        ImportError: As :func:`step_memory_report`.
+        ValueError: An ``ArgumentError`` naming the argument, if
+            :class:`~nnx_introspect.StepSpec` or :func:`step_memory_report`
+            rejects it, ``max_device_bytes`` is missing with no ``topology``,
+            a batch leaf has no leading dimension or the leaves' leading
+            dimensions differ, ``lo`` or ``hi`` is not a multiple of the
+            data-parallel size or ``lo > hi``.
+        ImportError: If ``topology``'s compiler is not installed.
         RuntimeError: If a child compile crashes or times out.
 
     Example:
@@ -512,39 +486,28 @@ def max_batch(
         True
     """
     began = time.perf_counter()
-    given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
-    limit, basis = _budget(given, topology)
-    leaves = as_batch(batch)
-    start = _leading_size(leaves)
-    abstract_mesh = as_abstract_mesh(mesh)
-    sizes = {
-        str(a): int(s)
-        for a, s in zip(abstract_mesh.axis_names, abstract_mesh.axis_sizes, strict=True)
-    }
-    specs, spec_name = as_batch_specs(batch_spec, leaves, next(iter(sizes)))
-    dp = math.lcm(*(_leading_split(spec, sizes) for spec in specs))
-    low = dp if lo is None else _multiple(lo, "lo", dp)
-    top = None if hi is None else _multiple(hi, "hi", dp)
-    if top is not None and low > top:
-        raise ValueError(
-            f"`lo` ({low}) must be at most `hi` ({top}). Pass a smaller `lo` or a "
-            "larger `hi`."
-        )
-    at_lo = tuple(  # every size tried is a multiple of dp: splits as `lo` does
-        jax.ShapeDtypeStruct((low, *leaf.shape[1:]), leaf.dtype) for leaf in leaves
-    )
-    state = _plan_bytes(
+    spec = StepSpec(
         target,
-        abstract_mesh,
-        (at_lo, specs, spec_name),
-        loss,
-        optimizer,
-        rules,
-        logical_rules,
-        topology,
+        mesh,
+        batch,
+        loss=loss,
+        optimizer=optimizer,
+        rules=rules,
+        logical_rules=logical_rules,
+        batch_spec=batch_spec,
+        topology=topology,
+        max_device_bytes=max_device_bytes,
+        trace_as_target=trace_as_target,
+        breakdown=breakdown,
     )
+    limit, basis = search_budget(spec.budget)
+    start = leading_size(spec.batch)
+    dp, low, top = batch_range(spec, lo, hi)
+    # every size tried is a multiple of dp: it splits as `lo` does
+    plan = plan_step(with_batch_size(spec, low))
+    state = sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
     room = limit - state
-    bound = -1 if room < 0 else _largest_by_arguments(leaves, specs, sizes, dp, room)
+    bound = -1 if room < 0 else largest_by_arguments(spec, dp, room)
     high = max(low, bound) if top is None else top
     common: dict[str, Any] = {
         "max_device_bytes": limit,
@@ -553,8 +516,8 @@ def max_batch(
         "lo": low,
         "hi": high,
         "plan_bytes": state,
-        "num_devices": math.prod(sizes.values()),
-        "batch": tuple(_leaf_with_b(leaf) for leaf in leaves),
+        "num_devices": spec.num_devices,
+        "batch": tuple(leaf_with_b(leaf) for leaf in spec.batch),
     }
     if bound < low:  # the arguments of batch `lo` alone exceed the budget
         return BatchSearch(
@@ -567,36 +530,35 @@ def max_batch(
             compiler=None,
             **common,
         )
+    return _searched(spec, start, common, (progress, compiling), began)
+
+
+def _searched(
+    spec: StepSpec,
+    start: int,
+    common: dict[str, Any],
+    callbacks: tuple[Any, Any],
+    began: float,
+) -> BatchSearch:
+    """The search itself: ``spec`` compiled at each batch size tried."""
+    progress, compiling = callbacks
+    limit, dp = common["max_device_bytes"], common["data_parallel"]
+    low, high = common["lo"], common["hi"]
     reports: dict[int, StepMemoryReport] = {}
     points: dict[int, Point] = {}
 
     def fits(size: int) -> bool:
         if compiling is not None:
             compiling(size, len(points) + 1)
-        report = step_memory_report(
-            target,
-            mesh,
-            tuple(
-                jax.ShapeDtypeStruct((size, *leaf.shape[1:]), leaf.dtype)
-                for leaf in leaves
-            ),
-            loss=loss,
-            optimizer=optimizer,
-            rules=rules,
-            logical_rules=logical_rules,
-            batch_spec=batch_spec,
-            topology=topology,
-            max_device_bytes=given,  # none given: the report finds the same one
-            trace_as_target=trace_as_target,
-            breakdown=breakdown,
-        )
+        report = measure_step(with_batch_size(spec, size))
         point = (size, report.peak_bytes, report.fits(limit))
         reports[size], points[size] = report, point
         if progress is not None:
             progress(point)
         return point[2]
 
-    good, bad = _search(fits, min(max(-(-start // dp) * dp, low), high), low, high, dp)
+    first = min(max(-(-start // dp) * dp, low), high)
+    good, bad = bisect_sizes(fits, first, low, high, dp)
     converged = (
         (good is None and bad == low)
         or good == high
@@ -613,168 +575,3 @@ def max_batch(
         failing_report=None if bad is None else reports.get(bad),
         **common,
     )
-
-
-def _search(
-    fits: Callable[[int], bool], start: int, low: int, high: int, dp: int
-) -> tuple[int | None, int | None]:
-    """``(largest size known to fit, smallest known not to)``, multiples of ``dp``.
-
-    Doubling from ``start`` while it fits (halving while it does not), then
-    bisection; at most :data:`MAX_COMPILES` calls of ``fits``.
-    """
-    calls = 1
-    good: int | None = None
-    bad: int | None = None
-    if fits(start):
-        good = start
-        while good < high and calls < MAX_COMPILES:
-            size = min(2 * good, high)
-            calls += 1
-            if not fits(size):
-                bad = size
-                break
-            good = size
-    else:
-        bad = start
-        while bad > low and calls < MAX_COMPILES:
-            size = max(low, bad // 2 // dp * dp)
-            calls += 1
-            if fits(size):
-                good = size
-                break
-            bad = size
-    while good is not None and bad is not None and bad - good > dp:
-        if calls >= MAX_COMPILES:
-            break
-        size = good + (bad - good) // dp // 2 * dp
-        calls += 1
-        if fits(size):
-            good = size
-        else:
-            bad = size
-    return good, bad
-
-
-def _budget(given: int | None, topology: str | None) -> tuple[int, str]:
-    """The budget ``given``, else what a ``topology`` device gives a step.
-
-    Returns:
-        ``(bytes, basis)``: the budget and how it was found, in words.
-    """
-    budget = step_budget(given, topology)
-    if budget.bytes is None or budget.basis is None:
-        raise ValueError(
-            "`max_device_bytes` is required: the per-device budget the step must "
-            "fit, such as '16GiB' or 17179869184 (a `topology` such as 'v5e-4' "
-            "gives its device's memory instead)."
-        )
-    return budget.bytes, budget.basis
-
-
-def _plan_bytes(
-    target: Any,
-    mesh: Any,
-    batch: tuple[tuple[jax.ShapeDtypeStruct, ...], tuple[PartitionSpec, ...], str],
-    loss: Any,
-    optimizer: Any,
-    rules: Any,
-    logical_rules: Any,
-    topology: str | None,
-) -> int:
-    """Bytes per device of the parameters, other state and optimizer state.
-
-    The plan's exact shards of what every step holds as arguments, whatever
-    its batch (gradients, which XLA may never hold whole, are left out). The
-    step's inputs are checked as :func:`step_memory_report` checks them, in
-    its order, so a search that compiles nothing raises what its first
-    compile would have.
-    """
-    leaves, specs, spec_name = batch
-    mesh_axes = tuple(
-        (str(a), int(s)) for a, s in zip(mesh.axis_names, mesh.axis_sizes, strict=True)
-    )
-    model = as_model(target)
-    checked_loss = as_loss(loss, leaves)
-    tx, _ = as_optimizer(optimizer)
-    check_optimizer_has_a_loss(optimizer, tx, checked_loss)
-    if topology is not None:
-        check_compiler(topology, mesh_axes)
-    plan = mesh_config_report(
-        model, mesh, rules=rules, logical_rules=logical_rules, optimizer=tx
-    )
-    check_shardable(plan, spec_name, leaves, specs, mesh_axes)
-    return sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
-
-
-def _leading_size(leaves: tuple[jax.ShapeDtypeStruct, ...]) -> int:
-    """The batch size the leaves share as their leading dimension."""
-    for i, leaf in enumerate(leaves):
-        if not leaf.shape:
-            raise ValueError(
-                f"`batch[{i}]` ({batch_str(leaf)}) is a scalar: every batch leaf's "
-                "leading dimension is the batch dimension the search varies. Give "
-                "each leaf a leading batch dimension."
-            )
-    sizes = {leaf.shape[0] for leaf in leaves}
-    if len(sizes) > 1:
-        raise ValueError(
-            f"`batch` leaves must share their leading (batch) dimension, got "
-            f"{', '.join(batch_str(leaf) for leaf in leaves)}. Give every leaf "
-            "the same leading size."
-        )
-    return max(1, int(leaves[0].shape[0]))
-
-
-def _leading_split(spec: PartitionSpec, sizes: dict[str, int]) -> int:
-    """How many pieces ``spec`` cuts the leading dimension into.
-
-    An axis not in the mesh counts 1: :func:`step_memory_report` reports it.
-    """
-    if not len(spec):
-        return 1
-    return math.prod(sizes.get(a, 1) for a in entry_axes(spec[0]))
-
-
-def _multiple(value: Any, name: str, dp: int) -> int:
-    size = as_int(value, name, minimum=1)
-    if size % dp:
-        raise ValueError(
-            f"`{name}` must be a multiple of the data-parallel size {dp} (the mesh "
-            f"axes the batch's leading dimension splits over), got {size}. Pass "
-            f"{max(dp, size // dp * dp)} or {-(-size // dp) * dp}."
-        )
-    return size
-
-
-def _largest_by_arguments(
-    leaves: tuple[jax.ShapeDtypeStruct, ...],
-    specs: tuple[PartitionSpec, ...],
-    sizes: dict[str, int],
-    dp: int,
-    budget: int,
-) -> int:
-    """The largest multiple of ``dp`` whose batch shards alone fit ``budget``.
-
-    A step's peak holds its arguments, the batch shards among them, so no
-    larger batch fits. Bits per example and device are a lower bound (a split
-    that does not divide is reported by :func:`step_memory_report`).
-    """
-    bits = 0.0
-    for leaf, spec in zip(leaves, specs, strict=True):
-        elements = 1.0 / _leading_split(spec, sizes)
-        for dim, size in enumerate(leaf.shape[1:], start=1):
-            axes = entry_axes(spec[dim]) if dim < len(spec) else ()
-            split = math.prod(sizes.get(a, 1) for a in axes)
-            elements *= size / split
-        bits += elements * int(jax.dtypes.itemsize_bits(leaf.dtype))
-    if bits == 0:  # zero-size leaves: the batch costs nothing
-        return dp << (MAX_COMPILES // 2)
-    return int(budget * 8 / bits) // dp * dp
-
-
-def _leaf_with_b(leaf: jax.ShapeDtypeStruct) -> str:
-    text = batch_str(leaf)
-    head, _, rest = text.partition("[")
-    dims = rest.rstrip("]").split(",")
-    return f"{head}[{','.join(['B', *dims[1:]])}]"

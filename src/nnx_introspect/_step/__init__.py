@@ -21,16 +21,14 @@ Where the compile runs:
   controlled environment (``JAX_PLATFORMS=cpu``, the libtpu variables) that
   receives every leaf's resolved spec and returns plain numbers.
 
-The modules: ``inputs`` (the arguments checked), ``topology`` (named accelerator
-slices, a table of families), ``budget`` (the memory a run gets: a GPU's
-allocator pool, a TPU's usable HBM), ``platform`` (the target's devices as the
-model sees them while tracing), ``loss`` and ``compile`` (the step), ``xla``
-(XLA's analyses and warnings), ``child`` (the child-process compile;
-``python -m nnx_introspect._step`` is the child), ``report``
-(:class:`StepMemoryReport`), ``measure`` (:func:`step_memory_report`, composing
-them), ``search`` and ``chart`` (:func:`max_batch`), and, for the peak's
-breakdown, ``dump`` (XLA's dump files read), ``breakdown`` (the buffers at the
-peak classified) and ``advice`` (what to change).
+The modules: ``inputs`` (the arguments' checks), ``spec`` (:class:`StepSpec`,
+the step they describe, checked once where it is built), ``platform`` (the
+target's devices as the model sees them while tracing), ``loss`` and
+``compile`` (the step), ``child`` (the child-process compile; ``python -m
+nnx_introspect._step`` is the child), ``report`` (:class:`StepMemoryReport`),
+``assemble`` (the report from XLA's numbers) and ``measure``
+(:func:`step_memory_report`, composing them;
+:func:`~nnx_introspect._step.measure.measure_step` measures a spec).
 """
 
 from nnx_introspect._accelerators.topology import GPU_FAMILIES as GPU_FAMILIES
@@ -47,6 +45,7 @@ from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
+from nnx_introspect._step.spec import StepSpec as StepSpec
 from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
@@ -55,6 +54,7 @@ __all__ = [
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
     "StepMemoryReport",
+    "StepSpec",
     "parse_batch",
     "parse_topology",
     "step_memory_report",

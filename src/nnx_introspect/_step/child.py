@@ -2,16 +2,18 @@
 
 The child runs as ``python -m nnx_introspect._step`` (``_step/__main__.py`` calls
 :func:`main`) with ``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS``:
-it reads one JSON request on stdin (the target and loss by
-``"package.module:name"``, the mesh, batch shapes, specs, optimizer name and
-every leaf's planned spec, never rules), compiles the step (on virtual CPU
-devices, or on a named TPU or GPU topology's compile-only devices) and writes
-one JSON line on stdout:
+it reads one JSON request on stdin (a :class:`StepSpec`'s JSON: the target
+and loss by ``"package.module:name"``, the mesh, batch shapes, specs,
+optimizer name; and every leaf's planned spec, never rules), compiles the
+step (on virtual CPU devices, or on a named TPU or GPU topology's
+compile-only devices) and writes one JSON line on stdout:
 ``{"result": {...numbers...}}`` or, for bad input,
-``{"error": "ValueError", "message": "..."}``. Anything else is a crash: a
-traceback on stderr and exit code 1.
+``{"error": "ValueError", "message": "..."}`` (with ``"argument"`` for an
+:class:`~nnx_introspect._typing.ArgumentError`, raised as one in the parent).
+Anything else is a crash: a traceback on stderr and exit code 1.
 """
 
+import dataclasses
 import json
 import math
 import os
@@ -21,22 +23,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import jax
-import jax.numpy as jnp
 import numpy as np
 from jax.sharding import Mesh
 
 from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._inventory import inventory
-from nnx_introspect._mesh import (
-    OPTIMIZER_NAMES,
-    LeafShard,
-    MeshConfigReport,
-    optimizer_from_name,
-)
+from nnx_introspect._mesh import LeafShard, MeshConfigReport
 from nnx_introspect._render.formats import spec_from_json, spec_json
 from nnx_introspect._step.compile import _compile
-from nnx_introspect._step.inputs import LOSSES, _Request, importable_name
-from nnx_introspect._targets import TargetError, build_target, resolve_factory
+from nnx_introspect._step.spec import StepSpec, step_json
+from nnx_introspect._targets import TargetError, build_target
+from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
@@ -50,16 +47,18 @@ CHILD_TIMEOUT_SECONDS = 900.0
 """How long a child compile may take before it is stopped."""
 
 
-def _child_request(
-    request: _Request, n: int, plan: MeshConfigReport, topology: str | None = None
-) -> dict[str, Any]:
-    """The JSON a child needs; ValueError for what cannot be named.
+def _child_request(spec: StepSpec, plan: MeshConfigReport) -> dict[str, Any]:
+    """The JSON a child needs: the spec's, and the plan's resolved specs.
 
     The child compiles exactly ``plan``'s specs: every leaf's path, shape,
     dtype and resolved spec travels, never the rules that gave them (a
     compiled regular expression's flags, a rules file, metadata read under
     other versions would all be resolved again, perhaps differently).
+
+    Raises:
+        ArgumentError: For what cannot be named, or a mesh too large.
     """
+    n, topology = spec.num_devices, spec.topology
     if topology is None:
         present = jax.device_count()
         why = (
@@ -74,66 +73,20 @@ def _child_request(
             "process), which rebuilds everything from names"
         )
     if topology is None and n > MAX_CHILD_DEVICES:
-        raise ValueError(
+        raise ArgumentError(
+            "mesh",
             f"`mesh` has {n} devices: more than the {MAX_CHILD_DEVICES} virtual CPU "
             f"devices a child compile may use ({why}). Use a smaller mesh, or a "
-            "TPU or GPU `topology` (XLA:TPU and XLA:GPU compile for any size here)."
+            "TPU or GPU `topology` (XLA:TPU and XLA:GPU compile for any size here).",
         )
-    if request.target_name is None:
-        raise ValueError(
-            f"`target` must be passed as 'package.module:factory' (or a factory "
-            f"importable by that name), not a module object or a lambda: {why}."
-        )
-    loss: Any = request.loss
-    if callable(loss):
-        loss = importable_name(loss)
-        if loss is None:
-            raise ValueError(
-                "`loss` must be 'mean', 'lm', None or a function importable as "
-                f"'package.module:function' (not a lambda or closure): {why}."
-            )
-    if request.tx is not None and request.optimizer_name is None:
-        raise ValueError(
-            f"`optimizer` must be a name, one of {list(OPTIMIZER_NAMES)}, not an "
-            f"optax object: {why}."
-        )
-    return {
-        "target": request.target_name,
-        "topology": topology,
-        "mesh": [list(axis) for axis in request.mesh_axes],
+    return step_json(spec, why) | {
         "leaves": [_leaf_json(leaf) for leaf in plan.leaves],
         "optimizer_leaves": [_leaf_json(leaf) for leaf in plan.optimizer_leaves],
-        "batch": [[list(b.shape), jnp.dtype(b.dtype).name] for b in request.batch],
-        "batch_specs": [spec_json(s) for s in request.batch_specs],
-        "loss": loss,
-        "optimizer": request.optimizer_name,
-        "logical_rules": _json_logical_rules(request.logical_rules),
-        "trace_as_target": request.trace_as_target,
-        "breakdown": request.breakdown,
     }
 
 
 def _leaf_json(leaf: LeafShard) -> list[Any]:
     return [leaf.path, leaf.kind, list(leaf.shape), leaf.dtype, spec_json(leaf.spec)]
-
-
-def _json_logical_rules(rules: Any) -> Any:
-    """Logical rules (name to mesh axes) for the model's own activation constraints."""
-    if rules is None:
-        return None
-    pairs = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
-    out = [
-        [key, list(value) if isinstance(value, tuple | list) else value]
-        for key, value in pairs
-    ]
-    try:
-        json.dumps(out)
-    except TypeError:
-        raise ValueError(
-            "`logical_rules` must hold only strings, None and tuples of strings "
-            "for a child compile."
-        ) from None
-    return out
 
 
 def _planned(data: Mapping[str, Any], key: str, n: int) -> tuple[LeafShard, ...]:
@@ -160,11 +113,12 @@ def _check_same_model(model: Any, leaves: tuple[LeafShard, ...], target: str) ->
     planned = {leaf.path: (leaf.shape, leaf.dtype) for leaf in leaves}
     if built != planned:
         differ = sorted(set(built.items()) ^ set(planned.items()))[:3]
-        raise ValueError(
+        raise ArgumentError(
+            "target",
             f"`target` {target!r} rebuilt in the child process differs from the "
             f"model that was planned (first differences: {differ}); the child "
             "compiles only the plan the report shows. Make the factory "
-            "deterministic."
+            "deterministic.",
         )
 
 
@@ -175,31 +129,9 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
     n = math.prod(s for _, s in mesh_axes)
     leaves = _planned(data, "leaves", n)
     _check_same_model(model, leaves, data["target"])
-    logical = data["logical_rules"]
-    if logical is not None:
-        logical = [(k, tuple(v) if isinstance(v, list) else v) for k, v in logical]
-    loss: Any = data["loss"]
-    if loss is not None and loss not in LOSSES:
-        loss = resolve_factory(loss)
-    tx = optimizer_from_name(data["optimizer"]) if data["optimizer"] else None
-    request = _Request(
-        model=model,
-        target_name=data["target"],
-        mesh_axes=mesh_axes,
-        batch=tuple(
-            jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
-            for shape, dtype in data["batch"]
-        ),
-        batch_specs=tuple(spec_from_json(s) for s in data["batch_specs"]),
-        loss=loss,
-        loss_name=data["loss"],
-        tx=tx,
-        optimizer_name=data["optimizer"],
-        rules=None,
-        logical_rules=logical,
-        trace_as_target=bool(data.get("trace_as_target", True)),
-        breakdown=bool(data.get("breakdown", False)),
-    )
+    spec = StepSpec.from_json(data, model=model)
+    # the loss by the name the parent sent; rules never travel (resolved specs do)
+    request = dataclasses.replace(spec.request(), loss_name=data["loss"], rules=None)
     # Only the specs are read by the compile: the plan the parent resolved.
     plan = MeshConfigReport(
         axis_names=tuple(a for a, _ in mesh_axes),
@@ -211,7 +143,7 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
         leaves=leaves,
         optimizer_leaves=_planned(data, "optimizer_leaves", n),
     )
-    topology = data.get("topology")
+    topology = spec.topology
     trace_devices = None
     if topology is not None:
         mesh, order = topology_mesh(topology, mesh_axes)
@@ -254,7 +186,7 @@ def _child_env(n: int, topology: str | None) -> dict[str, str]:
     return env
 
 
-_ERRORS: dict[str, type[Exception]] = {
+_ERRORS: dict[str, type[Exception]] = {  # an ArgumentError also sends "argument"
     "TypeError": TypeError,
     "ValueError": ValueError,
     "ImportError": ImportError,
@@ -289,6 +221,8 @@ def _run_child(payload: dict[str, Any], n: int) -> dict[str, Any]:
             f"{done.returncode}): {tail[0][:500]}"
         ) from None
     if "error" in answer:
+        if "argument" in answer:  # a bad argument found in the child
+            raise ArgumentError(answer["argument"], answer["message"])
         raise _ERRORS.get(answer["error"], RuntimeError)(answer["message"])
     result: dict[str, Any] = answer["result"]
     # The child's own native lines (plugin messages on import) and the
@@ -305,7 +239,14 @@ def main() -> int:
     try:
         answer = {"result": run_child_request(request)}
     except TargetError as error:
-        answer = {"error": "ValueError", "message": f"`target`: {error}"}
+        message = f"`target`: {error}"
+        answer = {"error": "ValueError", "argument": "target", "message": message}
+    except ArgumentError as error:  # a ValueError that names its argument
+        answer = {
+            "error": "ValueError",
+            "argument": error.argument,
+            "message": str(error),
+        }
     except (TypeError, ValueError, ImportError) as error:
         # By the base class the parent re-raises: JAX's TypeError subclasses
         # (TracerArrayConversionError...) stay TypeErrors, never RuntimeErrors.

@@ -30,6 +30,7 @@ from nnx_introspect._step.loss import (
     _OptimizerError,
 )
 from nnx_introspect._step.platform import devices_seen_as
+from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.dump import DumpFormatError, read_peak
 
@@ -254,25 +255,31 @@ def _compile_with_breakdown(
 
 
 def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
-    """Raise the ValueError naming the argument to blame.
+    """Raise the ArgumentError naming the argument to blame.
 
     It is chained to the user's own exception, so its traceback is kept.
     """
     cause = error.__cause__ or error
     batch = ", ".join(batch_str(b) for b in request.batch)
     if isinstance(error, _OptimizerError):
-        raise ValueError(f"`optimizer`'s update failed in the step: {error}") from cause
+        raise ArgumentError(
+            "optimizer", f"`optimizer`'s update failed in the step: {error}"
+        ) from cause
     if isinstance(error, _ModelError) and callable(request.loss):
-        raise ValueError(
+        raise ArgumentError(
+            "loss",
             f"`loss` {request.loss_name!r} called the model, whose forward on "
-            f"`batch` ({batch}) raised {error}"
+            f"`batch` ({batch}) raised {error}",
         ) from cause
     if isinstance(error, _ModelError):
-        raise ValueError(
+        raise ArgumentError(
+            "batch",
             f"`batch` ({batch}) cannot be passed to the model: its forward raised "
-            f"{error}"
+            f"{error}",
         ) from cause
-    raise ValueError(f"`loss` {request.loss_name!r} failed: {error}") from cause
+    raise ArgumentError(
+        "loss", f"`loss` {request.loss_name!r} failed: {error}"
+    ) from cause
 
 
 @dataclasses.dataclass(frozen=True)
@@ -353,101 +360,18 @@ def _lower(
         jax.ShapeDtypeStruct(b.shape, b.dtype, sharding=NamedSharding(mesh, s))
         for b, s in zip(request.batch, request.batch_specs, strict=True)
     )
-    replicated = NamedSharding(mesh, PartitionSpec())
-    args: tuple[Any, ...]
+    opt_state: Any = None
+    args: tuple[Any, ...] = (params, rest, batch)
     if loss is None:
-
-        def forward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-            return _call_model(nnx.merge(graphdef, params, rest), batch)
-
-        jitted = jax.jit(forward, keep_unused=True)
-        args = (params, rest, batch)
-    else:
-        objective = _objective(loss)
-        grad_shardings = _shardings(nnx.filter_state(params, _differentiable))
-
-        def grad_step(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-            """The loss, its aux and the gradients, as an NNX training loop does.
-
-            ``nnx.value_and_grad`` differentiates the floating ``nnx.Param``
-            state (integer parameters are carried, not differentiated) and
-            carries the other state's updates (batch statistics, RNG counts)
-            back into ``model``.
-            """
-            model = nnx.merge(graphdef, params, rest)
-            (value, aux), grads = nnx.value_and_grad(
-                lambda m: objective(m, batch),
-                argnums=nnx.DiffState(0, _differentiable),
-                has_aux=True,
-            )(model)
-            return value, aux, grads, model
-
-        if tx is None:
-
-            def backward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-                value, aux, grads, model = grad_step(params, rest, batch)
-                return value, aux, grads, _split_state(model)[1]
-
-            out: tuple[Any, ...] = (replicated, None, grad_shardings, _shardings(rest))
-            jitted = jax.jit(backward, out_shardings=out, keep_unused=True)
-            args = (params, rest, batch)
-        else:
-            # What ``nnx.Optimizer(model, tx, wrt=<floating params>).update``
-            # does, on pure arrays: no optimizer object (and so no sharding
-            # metadata or mesh needed to build one), the plan's optimizer leaves.
-            opt_state, step = _optimizer_state(tx, params, specs, mesh)
-
-            def train(
-                params: Any,
-                rest: Any,
-                opt_state: Any,
-                step: jax.Array,
-                batch: tuple[Any, ...],
-            ) -> Any:
-                value, aux, grads, model = grad_step(params, rest, batch)
-                param_arrays = nnx.as_pure(nnx.state(model, _differentiable))
-                grad_arrays = nnx.as_pure(nnx.state(grads, nnx.Param))
-
-                def value_fn(new_params: Any) -> Any:
-                    trial = nnx.merge(graphdef, params, rest, copy=True)
-                    nnx.update(trial, new_params)
-                    return objective(trial, batch)[0]
-
-                updates, new_opt_state = _update(
-                    tx, grad_arrays, opt_state, param_arrays, value, value_fn
-                )
-                nnx.update(model, optax.apply_updates(param_arrays, updates))
-                new_params, new_rest = _split_state(model)
-                return value, aux, new_params, new_rest, new_opt_state, step + 1
-
-            out = (
-                replicated,
-                None,
-                _shardings(params),
-                _shardings(rest),
-                _shardings(opt_state),
-                step.sharding,
-            )
-            jitted = jax.jit(
-                train,
-                out_shardings=out,
-                donate_argnums=(0, 1, 2, 3),
-                keep_unused=True,
-            )
-            args = (params, rest, opt_state, step, batch)
-    with (
-        _mesh_contexts(mesh, request.logical_rules),
-        devices_seen_as(trace_devices) as seen,
-    ):
-        lowered = jitted.lower(*args)
-    n_batch = len(batch)
-    groups: tuple[str, ...]
-    if loss is None:
-        names = _names(params, rest, None, n_batch, ("output",), lowered)
+        jitted = _forward(graphdef)
+        groups: tuple[str, ...] = ("output",)
     elif tx is None:
+        jitted = _backward(graphdef, _objective(loss), params, rest, mesh)
         groups = ("loss", "aux", "gradients", "new other state")
-        names = _names(params, rest, None, n_batch, groups, lowered)
     else:
+        opt_state, step = _optimizer_state(tx, params, specs, mesh)
+        jitted = _train(graphdef, _objective(loss), tx, (params, rest, opt_state, step))
+        args = (params, rest, opt_state, step, batch)
         groups = (
             "loss",
             "aux",
@@ -456,8 +380,110 @@ def _lower(
             "new optimizer state",
             "new optimizer step",
         )
-        names = _names(params, rest, opt_state, n_batch, groups, lowered)
+    with (
+        _mesh_contexts(mesh, request.logical_rules),
+        devices_seen_as(trace_devices) as seen,
+    ):
+        lowered = jitted.lower(*args)
+    names = _names(params, rest, opt_state, len(batch), groups, lowered)
     return lowered, seen, names
+
+
+def _forward(graphdef: Any) -> Any:
+    """The jitted forward pass ``model(*batch)``."""
+
+    def forward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
+        return _call_model(nnx.merge(graphdef, params, rest), batch)
+
+    return jax.jit(forward, keep_unused=True)
+
+
+def _grad_step(graphdef: Any, objective: Callable[..., Any]) -> Callable[..., Any]:
+    """The loss, its aux and the gradients, as an NNX training loop does.
+
+    ``nnx.value_and_grad`` differentiates the floating ``nnx.Param`` state
+    (integer parameters are carried, not differentiated) and carries the other
+    state's updates (batch statistics, RNG counts) back into ``model``.
+    """
+
+    def grad_step(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
+        model = nnx.merge(graphdef, params, rest)
+        (value, aux), grads = nnx.value_and_grad(
+            lambda m: objective(m, batch),
+            argnums=nnx.DiffState(0, _differentiable),
+            has_aux=True,
+        )(model)
+        return value, aux, grads, model
+
+    return grad_step
+
+
+def _backward(
+    graphdef: Any, objective: Callable[..., Any], params: Any, rest: Any, mesh: Mesh
+) -> Any:
+    """The jitted forward and backward: loss, aux, gradients, new other state."""
+    grad_step = _grad_step(graphdef, objective)
+
+    def backward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
+        value, aux, grads, model = grad_step(params, rest, batch)
+        return value, aux, grads, _split_state(model)[1]
+
+    replicated = NamedSharding(mesh, PartitionSpec())
+    grad_shardings = _shardings(nnx.filter_state(params, _differentiable))
+    out = (replicated, None, grad_shardings, _shardings(rest))
+    return jax.jit(backward, out_shardings=out, keep_unused=True)
+
+
+def _train(
+    graphdef: Any,
+    objective: Callable[..., Any],
+    tx: optax.GradientTransformation,
+    state: tuple[Any, Any, Any, jax.ShapeDtypeStruct],
+) -> Any:
+    """The jitted full step: gradients, the optimizer's update, the new state.
+
+    What ``nnx.Optimizer(model, tx, wrt=<floating params>).update`` does, on
+    pure arrays: no optimizer object (and so no sharding metadata or mesh
+    needed to build one), the plan's optimizer leaves; the old state donated.
+    """
+    params, rest, opt_state, step = state
+    grad_step = _grad_step(graphdef, objective)
+
+    def train(
+        params: Any,
+        rest: Any,
+        opt_state: Any,
+        step: jax.Array,
+        batch: tuple[Any, ...],
+    ) -> Any:
+        value, aux, grads, model = grad_step(params, rest, batch)
+        param_arrays = nnx.as_pure(nnx.state(model, _differentiable))
+        grad_arrays = nnx.as_pure(nnx.state(grads, nnx.Param))
+
+        def value_fn(new_params: Any) -> Any:
+            trial = nnx.merge(graphdef, params, rest, copy=True)
+            nnx.update(trial, new_params)
+            return objective(trial, batch)[0]
+
+        updates, new_opt_state = _update(
+            tx, grad_arrays, opt_state, param_arrays, value, value_fn
+        )
+        nnx.update(model, optax.apply_updates(param_arrays, updates))
+        new_params, new_rest = _split_state(model)
+        return value, aux, new_params, new_rest, new_opt_state, step + 1
+
+    replicated = NamedSharding(step.sharding.mesh, PartitionSpec())
+    out = (
+        replicated,
+        None,
+        _shardings(params),
+        _shardings(rest),
+        _shardings(opt_state),
+        step.sharding,
+    )
+    return jax.jit(
+        train, out_shardings=out, donate_argnums=(0, 1, 2, 3), keep_unused=True
+    )
 
 
 def _update(

@@ -1,4 +1,9 @@
-"""The step's arguments checked and normalised: target, batch, specs, loss..."""
+"""The step's arguments checked and normalised: target, batch, specs, loss...
+
+Every check of :class:`~nnx_introspect.StepSpec` lives here, each raising the
+:class:`~nnx_introspect._typing.ArgumentError` that names its argument; the
+spec runs them in order where it is built.
+"""
 
 import dataclasses
 import math
@@ -13,10 +18,10 @@ from flax import nnx
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._abstract import abstract_model
-from nnx_introspect._mesh import optimizer_from_name
+from nnx_introspect._mesh import MeshConfigReport, optimizer_from_name, parse_bytes
 from nnx_introspect._render.formats import batch_str, error_line, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
-from nnx_introspect._typing import check_finite, short_repr
+from nnx_introspect._typing import ArgumentError, IntLike, check_finite, short_repr
 
 __all__ = [
     "BatchLike",
@@ -26,7 +31,10 @@ __all__ = [
     "as_batch_specs",
     "as_loss",
     "as_model",
+    "as_network",
     "as_optimizer",
+    "check_optimizer_has_a_loss",
+    "check_shardable",
     "importable_name",
     "spec_problems",
 ]
@@ -39,7 +47,8 @@ def parse_batch(dtype: str, shape: Sequence[int], /) -> jax.ShapeDtypeStruct:
     """The batch leaf the CLI's ``--batch "int32[8,2048]"`` names.
 
     Raises:
-        ValueError: If ``dtype`` is not a dtype JAX knows.
+        ArgumentError: If ``dtype`` is not a dtype JAX knows (``argument`` is
+            ``"batch"``).
 
     Example:
         >>> parse_batch("bfloat16", (2, 3))
@@ -48,8 +57,8 @@ def parse_batch(dtype: str, shape: Sequence[int], /) -> jax.ShapeDtypeStruct:
     try:
         dt = jnp.dtype(dtype)
     except TypeError:
-        raise ValueError(
-            f"{dtype!r} is not a dtype; use int32, float32, bfloat16, ..."
+        raise ArgumentError(
+            "batch", f"{dtype!r} is not a dtype; use int32, float32, bfloat16, ..."
         ) from None
     return jax.ShapeDtypeStruct(tuple(int(d) for d in shape), dt)
 
@@ -98,7 +107,9 @@ def as_model(target: Any) -> Any:
         try:
             return build_target(target)
         except TargetError as error:
-            raise ValueError(f"`target` {target!r} cannot be built: {error}") from None
+            raise ArgumentError(
+                "target", f"`target` {target!r} cannot be built: {error}"
+            ) from None
     if isinstance(target, nnx.State):
         raise TypeError(
             "`target` must be an nnx.Module, a factory taking `rngs` or a "
@@ -115,9 +126,10 @@ def as_model(target: Any) -> Any:
         try:
             model = abstract_model(target)
         except Exception as error:
-            raise ValueError(
+            raise ArgumentError(
+                "target",
                 f"`target` factory {getattr(target, '__name__', target)!r} raised "
-                f"{error_line(error)}"
+                f"{error_line(error)}",
             ) from None
         if not isinstance(model, nnx.Module):
             raise TypeError(
@@ -154,17 +166,19 @@ shape past that aborts the process instead of raising."""
 def as_batch(batch: Any) -> tuple[jax.ShapeDtypeStruct, ...]:
     leaves = tuple(batch) if isinstance(batch, tuple | list) else (batch,)
     if not leaves:
-        raise ValueError(
+        raise ArgumentError(
+            "batch",
             "`batch` must hold the model's positional arguments, got an empty "
-            "tuple. Pass e.g. (jax.ShapeDtypeStruct((8, 128), jnp.int32),)."
+            "tuple. Pass e.g. (jax.ShapeDtypeStruct((8, 128), jnp.int32),).",
         )
     out = tuple(_as_leaf(leaf, f"batch[{i}]") for i, leaf in enumerate(leaves))
     total = sum(math.prod(b.shape) * _itemsize(b.dtype) for b in out)
     if total > MAX_BATCH_BYTES:
-        raise ValueError(
+        raise ArgumentError(
+            "batch",
             f"`batch` ({', '.join(batch_str(b) for b in out)}) holds {total:,} "
             f"bytes, more than the {MAX_BATCH_BYTES:,} (2**62) any device or XLA "
-            "can address. Check the shapes."
+            "can address. Check the shapes.",
         )
     return out
 
@@ -180,24 +194,27 @@ def _as_leaf(leaf: Any, name: str) -> jax.ShapeDtypeStruct:
             "jax.ShapeDtypeStruct((8, 128), jnp.int32)."
         )
     if isinstance(leaf, jax.Array) and leaf.is_deleted():
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` is a deleted jax.Array (donated or `.delete()`d): its shape "
             f"{tuple(leaf.shape)} is known but the array is gone. Pass "
-            "jax.ShapeDtypeStruct(x.shape, x.dtype) or a live array."
+            "jax.ShapeDtypeStruct(x.shape, x.dtype) or a live array.",
         )
     dt = _leaf_dtype(dtype, name)
     dims = _leaf_shape(shape, name)
     if 0 in dims:
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` has shape {dims}: a batch with no elements gives a step on "
-            "no data, which measures nothing. Give every dimension a size >= 1."
+            "no data, which measures nothing. Give every dimension a size >= 1.",
         )
     if math.prod(dims) * _itemsize(dt) > MAX_BATCH_BYTES:
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` has shape {dims} of {dt.name}: "
             f"{math.prod(dims) * _itemsize(dt):,} bytes, more than the "
             f"{MAX_BATCH_BYTES:,} (2**62) any device or XLA can address. Check "
-            "the shape."
+            "the shape.",
         )
     # Only shapes and dtypes are read, but NaN or inf in a concrete batch is a
     # bug upstream worth reporting before anything is compiled.
@@ -246,9 +263,10 @@ def _leaf_shape(shape: Any, name: str) -> tuple[int, ...]:
                 f"{type(dim).__name__} in shape {dims!r}. Write e.g. (8, 128)."
             )
         if dim < 0:
-            raise ValueError(
+            raise ArgumentError(
+                name,
                 f"`{name}` dimension {axis} must be a nonnegative integer, got "
-                f"{int(dim)} in shape {dims!r}."
+                f"{int(dim)} in shape {dims!r}.",
             )
         out.append(int(dim))
     return tuple(out)
@@ -274,9 +292,10 @@ def as_batch_specs(
         return (batch_spec,) * len(batch), "batch_spec"
     items = list(batch_spec)
     if len(items) != len(batch):
-        raise ValueError(
+        raise ArgumentError(
+            "batch_spec",
             f"`batch_spec` must be one PartitionSpec or one per batch leaf "
-            f"({len(batch)}), got {len(items)}: {batch_spec!r}."
+            f"({len(batch)}), got {len(items)}: {batch_spec!r}.",
         )
     specs_list: list[PartitionSpec] = []
     for i, item in enumerate(items):
@@ -363,25 +382,30 @@ def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
         try:
             return resolve_factory(loss)
         except TargetError as error:
-            raise ValueError(f"`loss` {loss!r} cannot be imported: {error}") from None
+            raise ArgumentError(
+                "loss", f"`loss` {loss!r} cannot be imported: {error}"
+            ) from None
     if isinstance(loss, str):
         if loss not in LOSSES:
-            raise ValueError(
+            raise ArgumentError(
+                "loss",
                 f"`loss` must be None, one of {list(LOSSES)} or a callable "
-                f"`loss(model, batch) -> scalar`, got {loss!r}."
+                f"`loss(model, batch) -> scalar`, got {loss!r}.",
             )
         if loss == "lm":
             tokens = batch[0]
             if len(tokens.shape) != 2 or not jnp.issubdtype(tokens.dtype, jnp.integer):
-                raise ValueError(
+                raise ArgumentError(
+                    "loss",
                     "`loss='lm'` needs `batch[0]` to be (batch, sequence) integer "
                     f"tokens, got {batch_str(tokens)}. Pass int32 tokens first, "
-                    "or a callable `loss`."
+                    "or a callable `loss`.",
                 )
             if tokens.shape[1] < 2:
-                raise ValueError(
+                raise ArgumentError(
+                    "loss",
                     "`loss='lm'` predicts each next token, so `batch[0]` needs a "
-                    f"sequence of at least 2 tokens, got {batch_str(tokens)}."
+                    f"sequence of at least 2 tokens, got {batch_str(tokens)}.",
                 )
         return loss
     return loss
@@ -401,3 +425,106 @@ def as_optimizer(
     if isinstance(optimizer, str):
         return optimizer_from_name(optimizer), optimizer.lower()
     return optimizer, None
+
+
+def as_network(value: IntLike | str | None, topology: str | None) -> int | None:
+    """``network_bytes_per_second`` as bytes per second; only for a GPU target."""
+    if value is None:
+        return None
+    from nnx_introspect._accelerators.topology import resolve_topology
+
+    if topology is None or resolve_topology(topology).platform != "cuda":
+        raise ArgumentError(
+            "network_bytes_per_second",
+            f"`network_bytes_per_second` {value!r} is the network between GPU hosts, "
+            f"but `topology` is {topology!r}. Pass a GPU topology such as "
+            "'h100-256', or leave it out.",
+        )
+    rate = parse_bytes(value)
+    if rate <= 0:
+        raise ArgumentError(
+            "network_bytes_per_second",
+            f"`network_bytes_per_second` must be positive, got {value!r}. Pass the "
+            "bandwidth per GPU, such as '50GB' (400 Gb/s).",
+        )
+    return rate
+
+
+def check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:
+    if tx is not None and loss is None:
+        raise ArgumentError(
+            "optimizer",
+            f"`optimizer` {optimizer!r} needs a loss to differentiate, but "
+            "`loss=None` compiles the forward pass only. Pass `loss='mean'`, "
+            "'lm' or a callable.",
+        )
+
+
+def check_shardable(
+    plan: MeshConfigReport,
+    spec_name: str,
+    leaves: tuple[jax.ShapeDtypeStruct, ...],
+    specs: tuple[PartitionSpec, ...],
+    mesh_axes: tuple[tuple[str, int], ...],
+    *,
+    rules_given: str | None = None,
+) -> None:
+    """Raise a summary of every problem of the plan and the batch's split, or none.
+
+    Hundreds of leaves can share one cause (a mesh whose axis names the model
+    does not use): the message counts each kind, shows one example of it and
+    its fix, and points to the full list, in a few hundred characters.
+
+    The error's ``argument`` is the one to change: ``spec_name`` (``"batch"``
+    or ``"batch_spec"``) when only the batch's split fails; ``rules_given``
+    (``"rules"`` or ``"logical_rules"``, when the caller passed them) when
+    the plan names axes the mesh lacks; else ``"mesh"``.
+    """
+    batch = spec_problems(spec_name, leaves, specs, dict(mesh_axes))
+    errors = plan.errors
+    if not errors and not batch:
+        return
+    total = len(errors) + len(batch)
+    by_kind: dict[str, list[Any]] = {}
+    for problem in errors:
+        by_kind.setdefault(problem.kind, []).append(problem)
+    clauses = [_kind_clause(kind, found) for kind, found in by_kind.items()]
+    if batch:
+        more = f" (and {len(batch) - 1} more)" if len(batch) > 1 else ""
+        clauses.append(f"{batch[0].rstrip('.')}{more}")
+    full = " All: `nnx-introspect mesh`." if len(errors) > len(by_kind) else ""
+    blamed = spec_name if not errors else "mesh"
+    if rules_given is not None and "unknown-axis" in by_kind:
+        blamed = rules_given
+    raise ArgumentError(
+        blamed,
+        f"`mesh` {dict(mesh_axes)} cannot shard the step ({total} problem"
+        f"{'s' if total > 1 else ''}, nothing compiled): "
+        + "; ".join(clauses)
+        + "."
+        + full,
+    )
+
+
+def _kind_clause(kind: str, problems: list[Any]) -> str:
+    """One kind of plan problem: how many, one example, the fix."""
+    first, n = problems[0], len(problems)
+    if kind == "unknown-axis":
+        missing = sorted({a for p in problems for a in p.axes})
+        paths = len({p.path for p in problems})
+        leaves = f"{paths} lea{'ves name' if paths > 1 else 'f names'}"
+        return (
+            f"{leaves} axes the mesh lacks ({', '.join(map(repr, missing))}; "
+            f"e.g. `{first.path}`): name them in `mesh` (--mesh), map them with "
+            "`logical_rules` or override with `rules`"
+        )
+    if kind == "indivisible":
+        return (
+            f"{n} dimension{'s do' if n > 1 else ' does'} not divide over "
+            f"{'their' if n > 1 else 'its'} axes "
+            f"(e.g. `{first.path}` dimension {first.dimension}, size {first.size}, "
+            f"over {'x'.join(first.axes)} = {first.product}): pick sizes in "
+            "`mesh` (--mesh) that divide them or override with `rules`"
+        )
+    more = f" (and {n - 1} more like it)" if n > 1 else ""
+    return f"{first.message.rstrip('.')}{more}"

@@ -7,26 +7,24 @@ default the local ``pool``) and ranked into a :class:`MeshComparison`
 """
 
 import concurrent.futures
-import math
+import contextlib
+import dataclasses
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from typing import Any
 
 import jax
 import optax
 from flax import nnx
 
-from nnx_introspect._accelerators.budget import step_budget
 from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike, parse_bytes
+from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._search.meshes.arguments import (
+    _BY_NAME,
     _check_executor,
     _check_picklable,
     _check_timeout,
-    _loss_by_name,
-    _optimizer_by_name,
-    _target_name,
 )
 from nnx_introspect._search.meshes.candidates import (
     _PROBE_AXIS,
@@ -45,18 +43,9 @@ from nnx_introspect._search.meshes.report import (
 )
 from nnx_introspect._search.meshes.run import _Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
-from nnx_introspect._step.inputs import (
-    BatchLike,
-    LossLike,
-    SpecsLike,
-    as_batch,
-    as_batch_specs,
-    as_loss,
-    as_model,
-)
-from nnx_introspect._step.measure import check_optimizer_has_a_loss
-from nnx_introspect._typing import IntLike, typechecked
-from nnx_introspect._xla.toolchain import check_compiler
+from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
+from nnx_introspect._step.spec import StepSpec, step_names
+from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 
 
 @typechecked
@@ -88,7 +77,8 @@ def compare_meshes(
     not divide, an axis the mesh lacks, a batch that does not split) or whose
     parameters, other state and optimizer state alone exceed the budget is
     rejected, with no compile spent. Each other candidate is one independent
-    :func:`step_memory_report` call submitted to ``executor``; its result is
+    compile of the step's :class:`~nnx_introspect.StepSpec` (varied to its
+    mesh with ``dataclasses.replace``) submitted to ``executor``; its result is
     judged against the one budget. A compile that raises, or gives no result
     within ``timeout``, becomes a row that says so: one candidate never loses
     the sweep (only the same ``TypeError``, ``ValueError`` or ``ImportError``
@@ -109,9 +99,11 @@ def compare_meshes(
     one first.
 
     Args:
-        target: The model's ``"package.module:factory"`` name, or a factory
-            importable by that name.
-        meshes: The candidates, each as :func:`step_memory_report` takes a
+        target: A :class:`~nnx_introspect.StepSpec` field, as every argument
+            but ``meshes``, ``executor``, ``timeout``, ``max_workers`` and
+            ``progress``: here by name, a ``"package.module:factory"`` or a
+            factory importable by that name.
+        meshes: The candidates, each as :class:`~nnx_introspect.StepSpec` takes a
             mesh (a mapping, ``"fsdp=2,tp=4"``, an ``AbstractMesh``; of a
             ``Mesh`` only the axes are used), all with the same number of
             devices (``topology``'s when given); or ``"auto"``. Two candidates
@@ -120,18 +112,19 @@ def compare_meshes(
             second has no ``tp`` for a spec to name), and so are
             ``"fsdp=2,tp=4"`` and ``"tp=4,fsdp=2"`` (another device order, and
             the batch splits over the first axis).
-        batch: As in :func:`step_memory_report`.
-        loss: ``None``, ``"mean"``, ``"lm"``, a ``"package.module:function"``
-            name or a function importable by that name.
-        optimizer: An optimizer's name (``"adamw"``...), or ``None``.
-        topology: As in :func:`step_memory_report`: a TPU slice or NVIDIA
-            GPUs to compile for; every mesh must have its device count.
-        rules: As there (picklable).
-        logical_rules: As there (picklable).
-        batch_spec: As there (picklable).
-        max_device_bytes: The per-device budget every candidate is judged
-            against; default: what one device of ``topology`` gives a step
-            (see :func:`step_memory_report`); none on XLA:CPU (the meshes are
+        batch: See :class:`~nnx_introspect.StepSpec`.
+        loss: See :class:`~nnx_introspect.StepSpec`; here ``None``,
+            ``"mean"``, ``"lm"``, a ``"package.module:function"`` name or a
+            function importable by that name.
+        optimizer: See :class:`~nnx_introspect.StepSpec`; here a name
+            (``"adamw"``...) or ``None``.
+        topology: See :class:`~nnx_introspect.StepSpec`; every mesh must have
+            its device count.
+        rules: See :class:`~nnx_introspect.StepSpec` (picklable).
+        logical_rules: See :class:`~nnx_introspect.StepSpec` (picklable).
+        batch_spec: See :class:`~nnx_introspect.StepSpec` (picklable).
+        max_device_bytes: See :class:`~nnx_introspect.StepSpec`: every
+            candidate is judged against it; none on XLA:CPU (the meshes are
             then ranked by peak alone).
         executor: A ``concurrent.futures.Executor`` to submit the compiles to,
             used as it is and left running: a ``ProcessPoolExecutor``, Dask's
@@ -154,8 +147,8 @@ def compare_meshes(
             ``CHILD_TIMEOUT_SECONDS``, 900 s).
         max_workers: The default pool's size (``--jobs``); only without an
             ``executor``.
-        trace_as_target: As in :func:`step_memory_report`.
-        network_bytes_per_second: As in :func:`step_memory_report`: the
+        trace_as_target: See :class:`~nnx_introspect.StepSpec`.
+        network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`: the
             network per GPU between hosts the step-time estimates use.
         progress: Called with ``(done, total, row)``: ``(0, total, None)``
             once the compiles are submitted, then after each candidate's
@@ -206,85 +199,57 @@ def compare_meshes(
     began = time.perf_counter()
     pool_size = _check_executor(executor, max_workers)
     wait = _check_timeout(timeout)
-    given = None if max_device_bytes is None else parse_bytes(max_device_bytes)
-    devices = None if topology is None else resolve_topology(topology).devices
-    budget = step_budget(given, topology)
-    target_name = _target_name(target)
-    model = as_model(target_name)
-    leaves = as_batch(batch)
-    as_batch_specs(batch_spec, leaves, _PROBE_AXIS)  # its types, before any mesh
-    checked_loss = as_loss(loss, leaves)
-    loss_name = _loss_by_name(loss)
-    optimizer_name, tx = _optimizer_by_name(optimizer)
-    check_optimizer_has_a_loss(optimizer, tx, checked_loss)
-    for name, value in (
-        ("rules", rules),
-        ("logical_rules", logical_rules),
-        ("batch_spec", batch_spec),
-    ):
-        _check_picklable(value, name)
-    auto_axes: tuple[str, ...] | None = None
-    if isinstance(meshes, str) and meshes.strip().lower() == "auto":
-        auto_axes = _auto_axes(model, rules, logical_rules, batch_spec)
-        count = devices if devices is not None else jax.device_count()
-        candidates = _auto_meshes(auto_axes, count)
-    else:
-        candidates = _listed_meshes(meshes, topology, devices)
-    num_devices = math.prod(s for _, s in candidates[0])
-    if topology is not None:
-        check_compiler(topology, candidates[0])  # the compiler's package, first
-    elif num_devices > max(MAX_CHILD_DEVICES, jax.device_count()):
-        raise ValueError(
-            f"`meshes` have {num_devices} devices: more than the "
-            f"{MAX_CHILD_DEVICES} virtual CPU devices a compile may use. Compare "
-            "smaller meshes, or name a TPU or GPU `topology`."
-        )
+    with _blame("topology"):
+        devices = None if topology is None else resolve_topology(topology).devices
+    probe = StepSpec(  # on a one-axis probe mesh: what needs no mesh is checked
+        target,
+        {_PROBE_AXIS: 1},
+        batch,
+        loss=loss,
+        optimizer=optimizer,
+        rules=rules,
+        logical_rules=logical_rules,
+        batch_spec=batch_spec,
+        max_device_bytes=max_device_bytes,
+        trace_as_target=trace_as_target,
+    )
+    target_name, _, _ = step_names(probe, _BY_NAME)
+    for name in ("rules", "logical_rules", "batch_spec"):
+        _check_picklable(getattr(probe, name), name)
+    auto_axes, candidates = _candidates(probe, meshes, topology, devices)
+    spec = dataclasses.replace(  # the compiler's package checked first
+        probe,
+        mesh=dict(candidates[0]),
+        topology=topology,
+        network_bytes_per_second=network_bytes_per_second,
+    )
+    _check_device_count(spec)
+    budget = spec.budget
     rows: dict[int, MeshCandidate] = {}
     to_compile: list[tuple[int, MeshAxes, int]] = []
     for index, mesh in enumerate(candidates):
-        reason, state = _plan(
-            model, mesh, leaves, (batch_spec, rules, logical_rules, tx), budget.bytes
-        )
+        candidate = dataclasses.replace(spec, mesh=dict(mesh))
+        reason, state = _plan(candidate, budget.bytes)
         if reason is not None:
             rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
         else:
             to_compile.append((index, mesh, state))
-    options: dict[str, Any] = {
-        "loss": loss_name,
-        "optimizer": optimizer_name,
-        "rules": rules,
-        "logical_rules": logical_rules,
-        "batch_spec": batch_spec,
-        "topology": topology,
-        "max_device_bytes": given,  # none given: each report finds the same one
-        "trace_as_target": trace_as_target,
-        "network_bytes_per_second": network_bytes_per_second,
-    }
     described = "nothing (every mesh was rejected by the planner)"
     if to_compile:
-        own: concurrent.futures.ProcessPoolExecutor | None = None
-        if isinstance(executor, concurrent.futures.Executor):
-            pool: concurrent.futures.Executor = executor
-            described = type(executor).__name__
-        else:
-            workers = min(pool_size or _cpus(), len(to_compile))
-            pool = own = _default_pool(
-                workers, num_devices if topology is None else None
-            )
-            described = f"a spawn process pool of {_plural(workers, 'worker')}"
-        run = _Run(pool, own, wait, progress, budget.bytes)
-        rows |= run.all(target_name, leaves, options, to_compile)
+        run = (executor, pool_size, wait, progress)
+        compiled, described = _compile_all(spec, run, to_compile)
+        rows |= compiled
     ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
     return MeshComparison(
         target=target_name,
         candidates=tuple(row for _, row in ordered),
-        num_devices=num_devices,
+        num_devices=spec.num_devices,
         max_device_bytes=budget.bytes,
         budget_basis=budget.basis,
         topology=topology,
         auto_axes=auto_axes,
-        batch=tuple(batch_str(leaf) for leaf in leaves),
-        step=_step_name(loss, optimizer_name),
+        batch=tuple(batch_str(leaf) for leaf in spec.batch),
+        step=_step_name(spec.loss, spec.optimizer_name),
         compiles=len(to_compile),
         seconds=time.perf_counter() - began,
         executor=described,
@@ -297,3 +262,63 @@ def _step_name(loss: Any, optimizer: str | None) -> str:
     if optimizer is None:
         return "forward + backward"
     return "forward + backward + optimizer update"
+
+
+def _compile_all(
+    spec: StepSpec,
+    run: tuple[Any, int | None, float | None, Any],
+    to_compile: list[tuple[int, MeshAxes, int]],
+) -> tuple[dict[int, MeshCandidate], str]:
+    """Every candidate's row, compiled on the executor, and the executor described.
+
+    ``run`` is ``(executor, default pool size, timeout, progress)``.
+    """
+    executor, pool_size, wait, progress = run
+    own: concurrent.futures.ProcessPoolExecutor | None = None
+    if isinstance(executor, concurrent.futures.Executor):
+        pool: concurrent.futures.Executor = executor
+        described = type(executor).__name__
+    else:
+        workers = min(pool_size or _cpus(), len(to_compile))
+        devices = spec.num_devices if spec.topology is None else None
+        pool = own = _default_pool(workers, devices)
+        described = f"a spawn process pool of {_plural(workers, 'worker')}"
+    rows = _Run(pool, own, wait, progress, spec.budget.bytes).all(spec, to_compile)
+    return rows, described
+
+
+def _check_device_count(spec: StepSpec) -> None:
+    """A CPU compile of the meshes has at most :data:`MAX_CHILD_DEVICES` devices."""
+    if spec.topology is None and spec.num_devices > max(
+        MAX_CHILD_DEVICES, jax.device_count()
+    ):
+        raise ArgumentError(
+            "meshes",
+            f"`meshes` have {spec.num_devices} devices: more than the "
+            f"{MAX_CHILD_DEVICES} virtual CPU devices a compile may use. Compare "
+            "smaller meshes, or name a TPU or GPU `topology`.",
+        )
+
+
+def _candidates(
+    probe: StepSpec, meshes: Any, topology: str | None, devices: int | None
+) -> tuple[tuple[str, ...] | None, list[MeshAxes]]:
+    """``(the axes of "auto" or None, the candidate meshes)``."""
+    if isinstance(meshes, str) and meshes.strip().lower() == "auto":
+        auto_axes = _auto_axes(
+            probe.model, probe.rules, probe.logical_rules, probe.batch_spec
+        )
+        count = devices if devices is not None else jax.device_count()
+        return auto_axes, _auto_meshes(auto_axes, count)
+    return None, _listed_meshes(meshes, topology, devices)
+
+
+@contextlib.contextmanager
+def _blame(argument: str) -> Iterator[None]:
+    """A plain ``ValueError`` raised inside becomes an ``ArgumentError``."""
+    try:
+        yield
+    except ArgumentError:
+        raise
+    except ValueError as error:
+        raise ArgumentError(argument, str(error)) from error

@@ -10,8 +10,6 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-import jax
-import optax
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh import as_abstract_mesh, mesh_config_report
@@ -19,7 +17,9 @@ from nnx_introspect._mesh.parse import as_logical_rules
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
-from nnx_introspect._step.inputs import as_batch_specs, spec_problems
+from nnx_introspect._step.measure import plan_problems
+from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._typing import ArgumentError
 
 MAX_AUTO_MESHES = 512
 """The most candidates ``meshes="auto"`` may enumerate (before planning)."""
@@ -34,19 +34,26 @@ def _listed_meshes(
 ) -> list[MeshAxes]:
     """The listed candidates as axes, every problem of the list in one error."""
     if isinstance(meshes, str):
-        raise ValueError(
+        raise ArgumentError(
+            "meshes",
             f"`meshes` must be a list of meshes or 'auto', got the string "
-            f"{meshes!r}. Wrap one mesh in a list: [{meshes!r}]."
+            f"{meshes!r}. Wrap one mesh in a list: [{meshes!r}].",
         )
     items = list(meshes)
     if not items:
-        raise ValueError(
+        raise ArgumentError(
+            "meshes",
             "`meshes` must list at least one mesh, got an empty list. Pass e.g. "
-            "['fsdp=8', 'fsdp=4,tp=2'], or 'auto'."
+            "['fsdp=8', 'fsdp=4,tp=2'], or 'auto'.",
         )
     out: list[MeshAxes] = []
     for i, mesh in enumerate(items):
-        abstract = as_abstract_mesh(mesh, f"meshes[{i}]")
+        try:
+            abstract = as_abstract_mesh(mesh, f"meshes[{i}]")
+        except ArgumentError:
+            raise
+        except ValueError as error:
+            raise ArgumentError("meshes", str(error)) from error
         out.append(
             tuple(
                 (str(a), int(s))
@@ -80,11 +87,12 @@ def _listed_meshes(
             )
         first.setdefault(axes, i)
     if problems:
-        raise ValueError(
+        raise ArgumentError(
+            "meshes",
             "; ".join(problems)
             + ". Give each candidate once, with the same device count"
             + (f" as `topology` {topology!r}" if devices is not None else "")
-            + "."
+            + ".",
         )
     return out
 
@@ -120,11 +128,12 @@ def _auto_axes(
             seen.setdefault(axis, None)
     seen.pop(_PROBE_AXIS, None)
     if not seen:
-        raise ValueError(
+        raise ArgumentError(
+            "meshes",
             "`meshes='auto'` found no mesh axis: the model's variables carry no "
             "sharding metadata, and neither `rules`, `logical_rules` nor "
             "`batch_spec` names one. List the meshes, or pass `rules` that shard "
-            "the parameters."
+            "the parameters.",
         )
     order = list(seen)
     return tuple(
@@ -148,10 +157,11 @@ def _auto_meshes(axes: tuple[str, ...], devices: int) -> list[MeshAxes]:
     """
     sizes = list(_factorisations(devices, len(axes)))
     if len(sizes) > MAX_AUTO_MESHES:
-        raise ValueError(
+        raise ArgumentError(
+            "meshes",
             f"`meshes='auto'` gives {len(sizes)} candidates ({devices} devices over "
             f"the axes {', '.join(axes)}), more than {MAX_AUTO_MESHES}. List the "
-            "meshes to compare, or name fewer axes."
+            "meshes to compare, or name fewer axes.",
         )
     return [tuple(zip(axes, s, strict=True)) for s in sizes]
 
@@ -182,27 +192,14 @@ def _factorisations(n: int, k: int) -> Iterator[tuple[int, ...]]:
     return split(n, k)
 
 
-def _plan(
-    model: Any,
-    mesh: MeshAxes,
-    leaves: tuple[jax.ShapeDtypeStruct, ...],
-    sharding: tuple[Any, Any, Any, optax.GradientTransformation | None],
-    budget: int | None,
-) -> tuple[str | None, int]:
-    """``(why the planner rejects the mesh or None, the plan's bytes per device)``.
+def _plan(spec: StepSpec, budget: int | None) -> tuple[str | None, int]:
+    """``(why the planner rejects spec's mesh or None, the plan's bytes per device)``.
 
     Rejected: the plan has errors, the batch does not split over the mesh, or
     the parameters, other state and optimizer state alone exceed ``budget``.
     """
-    batch_spec, rules, logical_rules, tx = sharding
-    sizes = dict(mesh)
-    specs, spec_name = as_batch_specs(batch_spec, leaves, mesh[0][0])
-    plan = mesh_config_report(
-        model, sizes, rules=rules, logical_rules=logical_rules, optimizer=tx
-    )
+    plan, problems = plan_problems(spec)
     state = sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
-    problems = [p.message for p in plan.errors]
-    problems += spec_problems(spec_name, leaves, specs, sizes)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
         return f"{problems[0]}{more}", state

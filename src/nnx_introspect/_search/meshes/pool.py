@@ -8,6 +8,8 @@ worker and the child compiles they started.
 
 import concurrent.futures
 import multiprocessing
+import multiprocessing.connection
+import multiprocessing.process
 import os
 import signal
 
@@ -68,9 +70,16 @@ def _stop_pool(pool: concurrent.futures.ProcessPoolExecutor) -> None:
 
     A worker leads its own process group (:func:`_start_worker`): the group is
     sent SIGTERM, which stops the child compile it may be waiting on too; a
-    worker still starting is terminated alone.
+    worker still starting is terminated alone, and one that outlives 5 s is
+    killed.
+
+    The pool's own manager thread reaps the workers (it joins them as it shuts
+    down): this waits for the workers' exit through their sentinels, then for
+    that thread. Joining a worker here as well would race it for the same
+    ``waitpid``, and the loser would see the worker alive forever.
     """
     processes = list((getattr(pool, "_processes", None) or {}).values())
+    manager = getattr(pool, "_executor_manager_thread", None)
     pool.shutdown(wait=False, cancel_futures=True)
     for process in processes:
         pid = process.pid
@@ -81,11 +90,25 @@ def _stop_pool(pool: concurrent.futures.ProcessPoolExecutor) -> None:
         except OSError:  # gone already, or never started
             continue
         process.terminate()
-    for process in processes:
-        process.join(timeout=5)
-        if process.is_alive():
-            process.kill()
+    running = [p for p in processes if not _exited(p, 5.0)]
+    for process in running:
+        process.kill()
+    for process in running:
+        _exited(process, 5.0)
+    if manager is not None:
+        manager.join(timeout=10)
+    if manager is None or not manager.is_alive():
+        for process in processes:  # reaped already by the manager, or ours to reap
             process.join(timeout=5)
+
+
+def _exited(process: multiprocessing.process.BaseProcess, timeout: float) -> bool:
+    """Whether ``process`` exits within ``timeout`` s (by its sentinel, not reaped)."""
+    try:
+        sentinel = process.sentinel
+    except ValueError:  # not started
+        return True
+    return bool(multiprocessing.connection.wait([sentinel], timeout))
 
 
 def _cpus() -> int:

@@ -1,16 +1,16 @@
 """The compiles run: submitted to an executor, collected in order as rows.
 
-One :func:`step_memory_report` call per candidate; its report, its error or
+One compile of the step's :class:`~nnx_introspect.StepSpec`, varied to the
+candidate's mesh, per candidate; its report, its error or
 its timeout becomes that candidate's row. An interrupt cancels the compiles
 not yet started (and stops the default pool); the same bad-input error from
 every compile is raised.
 """
 
 import concurrent.futures
+import dataclasses
 from collections.abc import Callable
 from typing import Any
-
-import jax
 
 from nnx_introspect._search.meshes.pool import _stop_pool
 from nnx_introspect._search.meshes.report import (
@@ -19,8 +19,14 @@ from nnx_introspect._search.meshes.report import (
     Outcome,
     _error_text,
 )
-from nnx_introspect._step.measure import step_memory_report
+from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step.spec import StepSpec
+
+
+def _measure_on(spec: StepSpec, mesh: dict[str, int]) -> StepMemoryReport:
+    """``spec`` measured on ``mesh`` (a worker's call; the spec varied there)."""
+    return measure_step(dataclasses.replace(spec, mesh=mesh))
 
 
 class _Run:
@@ -43,13 +49,12 @@ class _Run:
         self.errors: list[BaseException | None] = []
 
     def all(
-        self,
-        target: str,
-        leaves: tuple[jax.ShapeDtypeStruct, ...],
-        options: dict[str, Any],
-        to_compile: list[tuple[int, MeshAxes, int]],
+        self, spec: StepSpec, to_compile: list[tuple[int, MeshAxes, int]]
     ) -> dict[int, MeshCandidate]:
-        """Submit every compile, then wait for each in order: ``{index: row}``."""
+        """Submit every compile, then wait for each in order: ``{index: row}``.
+
+        Each is ``spec`` on the candidate's mesh (the worker varies it).
+        """
         rows: dict[int, MeshCandidate] = {}
         timed_out = False
         try:
@@ -57,9 +62,7 @@ class _Run:
             for k, (_, mesh, _) in enumerate(to_compile):
                 try:
                     self.futures.append(
-                        self.executor.submit(
-                            step_memory_report, target, dict(mesh), leaves, **options
-                        )
+                        self.executor.submit(_measure_on, spec, dict(mesh))
                     )
                 except Exception as error:  # a shut-down executor, say
                     self.futures.append(None)

@@ -1,0 +1,417 @@
+""":class:`StepSpec`: one training step, checked once where it is built."""
+
+import contextlib
+import dataclasses
+import json
+import math
+from collections.abc import Callable, Iterator, Mapping
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import optax
+from flax import nnx
+
+from nnx_introspect._accelerators.budget import Budget, step_budget
+from nnx_introspect._mesh import (
+    OPTIMIZER_NAMES,
+    LogicalRulesLike,
+    MeshLike,
+    RulesLike,
+    as_abstract_mesh,
+    parse_bytes,
+)
+from nnx_introspect._render.formats import spec_from_json, spec_json
+from nnx_introspect._step.inputs import (
+    BatchLike,
+    LossLike,
+    SpecsLike,
+    _loss_name,
+    _Request,
+    as_batch,
+    as_batch_specs,
+    as_loss,
+    as_model,
+    as_network,
+    as_optimizer,
+    check_optimizer_has_a_loss,
+    importable_name,
+)
+from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._xla.toolchain import check_compiler
+
+__all__ = [
+    "StepSpec",
+    "step_json",
+    "step_names",
+]
+
+_BY_JSON = "a StepSpec's JSON names them, and whoever reads it rebuilds them"
+
+
+@contextlib.contextmanager
+def _blame(argument: str) -> Iterator[None]:
+    """A plain ``ValueError`` raised inside becomes an ``ArgumentError``.
+
+    For the checks of other packages (the mesh, a size, a topology): the
+    message is kept word for word; ``argument`` is the one it was given as.
+    """
+    try:
+        yield
+    except ArgumentError:
+        raise
+    except ValueError as error:
+        raise ArgumentError(argument, str(error)) from error
+
+
+@typechecked
+@dataclasses.dataclass(frozen=True)
+class StepSpec:
+    """One training step: the model, its mesh, its batch and how it is compiled.
+
+    The one value :func:`~nnx_introspect.step_memory_report`,
+    :func:`~nnx_introspect.max_batch` and :func:`~nnx_introspect.compare_meshes`
+    build from their arguments. It is checked once, where it is built (every
+    check of those functions, in their order, with their messages), and it is
+    frozen: a search varies it with ``dataclasses.replace``, which checks the
+    new one. A bad value raises an :class:`~nnx_introspect._typing.ArgumentError`
+    naming its argument; a wrong type a ``TypeError``.
+
+    Its JSON (:meth:`to_json`) is what a child process compiling the step
+    receives: the model, loss and optimizer by name, the mesh's axes, the
+    batch's shapes and every batch leaf's resolved spec.
+
+    Attributes:
+        target: An ``nnx.Module`` (concrete or abstract; it is not touched), a
+            factory taking ``rngs`` or a ``"package.module:factory"`` string.
+            A child compile needs the string, or a factory importable by name.
+        mesh: As in :func:`~nnx_introspect.mesh_config_report`: a mapping,
+            ``"data=2,model=4"``, a ``Mesh`` (whose devices are used) or an
+            ``AbstractMesh``.
+        batch: The model's positional arguments: a tuple of
+            ``jax.ShapeDtypeStruct`` or arrays (one may be passed bare); kept
+            as a tuple of unsharded ``jax.ShapeDtypeStruct``.
+        loss: ``None`` (forward only), ``"mean"`` (the float32 mean of the
+            output), ``"lm"`` (next-token cross-entropy of ``(B, T, V)`` logits
+            against the ``(B, T)`` integer tokens of ``batch[0]``), a callable
+            ``loss(model, batch) -> scalar`` (``batch`` is the tuple) or its
+            ``"package.module:function"`` name (kept as the function).
+        optimizer: An optax transformation or a name (``"adamw"``, ...); needs
+            a loss.
+        rules: ``(regular expression, PartitionSpec)`` pairs, as in
+            :func:`~nnx_introspect.mesh_config_report`.
+        logical_rules: ``(logical name, mesh axis)`` pairs, as there.
+        batch_spec: A ``PartitionSpec`` for every batch leaf or one per leaf;
+            default: each leaf's leading dimension split over the mesh's first
+            axis (scalars replicated).
+        topology: A Cloud TPU slice such as ``"v5e-4"``, ``"v6e-256"``,
+            ``"v5p-8"`` or ``"v4-16"``, or NVIDIA GPUs such as ``"h100-8"``
+            (one host) or ``"h100-256"`` (32 hosts of 8) (see
+            :func:`~nnx_introspect.parse_topology`): compile with XLA:TPU or
+            XLA:GPU for it; the mesh must have one device per chip or GPU.
+        max_device_bytes: The memory budget of one device, a byte count or a
+            size such as ``"80GiB"`` (kept in bytes); default: the memory the
+            run will have: on a GPU target the share JAX's allocator takes of
+            the device (``XLA_CLIENT_MEM_FRACTION`` or
+            ``XLA_PYTHON_CLIENT_MEM_FRACTION`` as this process's environment
+            sets it, else 0.75), on a TPU target the HBM XLA:TPU lets a
+            program use (15.75 GiB of a v5e chip's 16); none on XLA:CPU. A
+            string needs its unit.
+        trace_as_target: For a named ``topology`` compiled in a child
+            process, trace the model with JAX's device lookups
+            (``jax.devices()``, ``jax.default_backend()``...) answering with
+            the target's devices, so a model that shards its activations only
+            off the CPU (as tunix does) compiles as on the real machine. The
+            report's ``traced_platform`` says what the model saw.
+        breakdown: Also break the peak down (``report.breakdown``): XLA
+            dumps the compiled step into a temporary directory (removed
+            afterwards) and every buffer live at its peak is read with its
+            kind, its state path or source line. A breakdown that cannot be
+            made (a step the compiler refused for memory, a dump format this
+            jaxlib's reader does not know) leaves ``report.breakdown``
+            ``None`` and says why in ``warnings``.
+        network_bytes_per_second: For a GPU ``topology`` of several hosts:
+            the network bandwidth per GPU between hosts the report's
+            :attr:`~nnx_introspect.StepMemoryReport.roofline` uses, bytes per
+            second or a size such as ``"50GB"`` (per second; kept in bytes);
+            default: the family's reference system's (400 Gb/s, 50 GB/s, per
+            H100).
+        model: The abstract module built from ``target`` (never the caller's
+            own object).
+        mesh_axes: The mesh's ``(axis, size)`` pairs, in order.
+        batch_specs: Every batch leaf's ``PartitionSpec``, ``batch_spec``
+            resolved.
+        tx: The optax transformation (``None`` without an optimizer).
+        budget: The budget of one device, and how it was found.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+        >>> spec = StepSpec(
+        ...     "nnx_introspect.examples:two_layer", "data=4", x,
+        ...     optimizer="adamw", max_device_bytes="1MiB",
+        ... )
+        >>> spec.mesh_axes, spec.batch_specs, spec.max_device_bytes
+        ((('data', 4),), (P('data',),), 1048576)
+        >>> import dataclasses
+        >>> bigger = dataclasses.replace(spec, batch=(jnp.zeros((16, 3)),))
+        >>> bigger.batch
+        (ShapeDtypeStruct(shape=(16, 3), dtype=float32),)
+        >>> StepSpec.from_json(spec.to_json()).batch == spec.batch
+        True
+        >>> try:
+        ...     dataclasses.replace(spec, loss=None)
+        ... except ValueError as error:
+        ...     print(error.argument, "|", error)
+        optimizer | `optimizer` 'adamw' needs a loss to differentiate, but \
+`loss=None` compiles the forward pass only. Pass `loss='mean'`, 'lm' or a callable.
+    """
+
+    target: nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str
+    mesh: MeshLike
+    batch: BatchLike
+    _: dataclasses.KW_ONLY
+    loss: LossLike = "mean"
+    optimizer: optax.GradientTransformation | str | None = None
+    rules: RulesLike | None = None
+    logical_rules: LogicalRulesLike | None = None
+    batch_spec: SpecsLike = None
+    topology: str | None = None
+    max_device_bytes: IntLike | str | None = None
+    trace_as_target: bool = True
+    breakdown: bool = False
+    network_bytes_per_second: IntLike | str | None = None
+    _built: Any = dataclasses.field(default=None, repr=False, compare=False)
+    """``(target, model)``: the model a spec of the same target already built."""
+
+    model: Any = dataclasses.field(init=False, repr=False, compare=False)
+    mesh_axes: tuple[tuple[str, int], ...] = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    batch_specs: Any = dataclasses.field(init=False, repr=False, compare=False)
+    spec_name: str = dataclasses.field(init=False, repr=False, compare=False)
+    tx: Any = dataclasses.field(init=False, repr=False, compare=False)
+    optimizer_name: str | None = dataclasses.field(
+        init=False, repr=False, compare=False
+    )
+    budget: Budget = dataclasses.field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        """Every check of a step, in order; the values kept normalised."""
+        built = self._built
+        if built is not None and built[0] is self.target:
+            model = built[1]
+        else:
+            model = as_model(self.target)
+        with _blame("mesh"):
+            abstract = as_abstract_mesh(self.mesh)
+        mesh_axes = tuple(
+            (str(a), int(s))
+            for a, s in zip(abstract.axis_names, abstract.axis_sizes, strict=True)
+        )
+        leaves = as_batch(self.batch)
+        specs, spec_name = as_batch_specs(self.batch_spec, leaves, mesh_axes[0][0])
+        loss = as_loss(self.loss, leaves)
+        tx, optimizer_name = as_optimizer(self.optimizer)
+        check_optimizer_has_a_loss(self.optimizer, tx, loss)
+        given = self.max_device_bytes
+        if given is not None:
+            with _blame("max_device_bytes"):
+                given = parse_bytes(given)
+        if self.topology is not None:  # a bad name, size or missing compiler
+            with _blame("topology"):
+                check_compiler(self.topology, mesh_axes)
+        with _blame("topology"):
+            budget = step_budget(given, self.topology)
+        network = as_network(self.network_bytes_per_second, self.topology)
+        for name, value in (
+            ("_built", (self.target, model)),
+            ("model", model),
+            ("mesh_axes", mesh_axes),
+            ("batch", leaves),
+            ("batch_specs", specs),
+            ("spec_name", spec_name),
+            ("loss", loss),
+            ("tx", tx),
+            ("optimizer_name", optimizer_name),
+            ("max_device_bytes", given),
+            ("budget", budget),
+            ("network_bytes_per_second", network),
+        ):
+            object.__setattr__(self, name, value)
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        """Pickled as its arguments: the other side checks and builds it again."""
+        given = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.init and f.name != "_built"
+        }
+        return (_rebuilt, (given,))
+
+    @property
+    def target_name(self) -> str | None:
+        """``target``'s ``"package.module:factory"``, when it imports back."""
+        if isinstance(self.target, nnx.Module):
+            return None
+        return importable_name(self.target)
+
+    @property
+    def num_devices(self) -> int:
+        """Devices in the mesh."""
+        return math.prod(s for _, s in self.mesh_axes)
+
+    def request(self) -> _Request:
+        """What a compile reads, as :mod:`~nnx_introspect._step.compile` takes it."""
+        return _Request(
+            model=self.model,
+            target_name=self.target_name,
+            mesh_axes=self.mesh_axes,
+            batch=self.batch,
+            batch_specs=self.batch_specs,
+            loss=self.loss,
+            loss_name=_loss_name(self.loss),
+            tx=self.tx,
+            optimizer_name=self.optimizer_name,
+            rules=self.rules,
+            logical_rules=self.logical_rules,
+            trace_as_target=self.trace_as_target,
+            breakdown=self.breakdown,
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """The spec as JSON data: everything by name, ``rules`` left out.
+
+        ``rules`` (regular expressions, perhaps compiled with flags) are not
+        sent: ``batch_spec`` is every leaf's resolved spec, and a child
+        process receives every state leaf's resolved spec beside it.
+
+        Raises:
+            ArgumentError: If the target, the loss or the optimizer has no
+                name, or ``logical_rules`` hold more than strings.
+        """
+        return step_json(self, _BY_JSON)
+
+    def to_json(self) -> str:
+        """:meth:`json_data` as a JSON string; :meth:`from_json` reads it back."""
+        return json.dumps(self.json_data())
+
+    @classmethod
+    def from_json(
+        cls, data: str | Mapping[str, Any], *, model: Any = None
+    ) -> "StepSpec":
+        """The spec of :meth:`to_json`'s text or :meth:`json_data`'s data, checked.
+
+        Args:
+            data: The JSON text, or its data.
+            model: The module already built from ``data["target"]``, if any.
+        """
+        fields: Mapping[str, Any] = json.loads(data) if isinstance(data, str) else data
+        logical = fields.get("logical_rules")
+        if logical is not None:
+            logical = [(k, tuple(v) if isinstance(v, list) else v) for k, v in logical]
+        target = fields["target"]
+        return cls(
+            target,
+            {str(a): int(s) for a, s in fields["mesh"]},
+            tuple(
+                jax.ShapeDtypeStruct(tuple(shape), jnp.dtype(dtype))
+                for shape, dtype in fields["batch"]
+            ),
+            loss=fields.get("loss"),
+            optimizer=fields.get("optimizer"),
+            logical_rules=logical,
+            batch_spec=tuple(spec_from_json(s) for s in fields["batch_spec"]),
+            topology=fields.get("topology"),
+            max_device_bytes=fields.get("max_device_bytes"),
+            trace_as_target=bool(fields.get("trace_as_target", True)),
+            breakdown=bool(fields.get("breakdown", False)),
+            network_bytes_per_second=fields.get("network_bytes_per_second"),
+            _built=None if model is None else (target, model),
+        )
+
+
+def step_names(spec: StepSpec, why: str) -> tuple[str, str | None, str | None]:
+    """``spec``'s ``(target, loss, optimizer)`` by name, for a process rebuilding them.
+
+    Raises:
+        ArgumentError: If one of them has no name to import it by; the
+            message ends with ``why`` they need one.
+    """
+    target = spec.target_name
+    if target is None:
+        raise ArgumentError(
+            "target",
+            "`target` must be passed as 'package.module:factory' (or a "
+            "factory importable by that name), not a module object or a "
+            f"lambda: {why}.",
+        )
+    loss: Any = spec.loss
+    if callable(loss):
+        loss = importable_name(loss)
+        if loss is None:
+            raise ArgumentError(
+                "loss",
+                "`loss` must be 'mean', 'lm', None or a function importable "
+                f"as 'package.module:function' (not a lambda or closure): {why}.",
+            )
+    if spec.tx is not None and spec.optimizer_name is None:
+        raise ArgumentError(
+            "optimizer",
+            f"`optimizer` must be a name, one of {list(OPTIMIZER_NAMES)}, not "
+            f"an optax object: {why}.",
+        )
+    return target, loss, spec.optimizer_name
+
+
+def step_json(spec: StepSpec, why: str) -> dict[str, Any]:
+    """``spec`` as JSON data (:meth:`StepSpec.json_data`), ``why`` names are needed.
+
+    ``rules`` (regular expressions, perhaps compiled with flags) are not
+    sent: ``batch_spec`` is every leaf's resolved spec, and a child
+    process receives every state leaf's resolved spec beside it.
+
+    Raises:
+        ArgumentError: If the target, the loss or the optimizer has no
+            name, or ``logical_rules`` hold more than strings.
+    """
+    target, loss, optimizer = step_names(spec, why)
+    return {
+        "target": target,
+        "mesh": [list(axis) for axis in spec.mesh_axes],
+        "batch": [[list(b.shape), jnp.dtype(b.dtype).name] for b in spec.batch],
+        "batch_spec": [spec_json(s) for s in spec.batch_specs],
+        "loss": loss,
+        "optimizer": optimizer,
+        "logical_rules": _json_logical_rules(spec.logical_rules),
+        "topology": spec.topology,
+        "max_device_bytes": spec.max_device_bytes,
+        "trace_as_target": spec.trace_as_target,
+        "breakdown": spec.breakdown,
+        "network_bytes_per_second": spec.network_bytes_per_second,
+    }
+
+
+def _rebuilt(given: dict[str, Any]) -> StepSpec:
+    """The spec of these arguments (unpickling)."""
+    return StepSpec(**given)
+
+
+def _json_logical_rules(rules: Any) -> Any:
+    """Logical rules (name to mesh axes) for the model's own activation constraints."""
+    if rules is None:
+        return None
+    pairs = list(rules.items()) if isinstance(rules, Mapping) else list(rules)
+    out = [
+        [key, list(value) if isinstance(value, tuple | list) else value]
+        for key, value in pairs
+    ]
+    try:
+        json.dumps(out)
+    except TypeError:
+        raise ArgumentError(
+            "logical_rules",
+            "`logical_rules` must hold only strings, None and tuples of strings "
+            "for a child compile.",
+        ) from None
+    return out
