@@ -3,5 +3,6 @@
 ``estimate`` builds :class:`Roofline` (compute, memory and per-axis
 communication terms, a time range and an MFU ceiling), labelled an estimate,
 from XLA's FLOPs, bytes accessed and collectives plus ``_accelerators``'
-hardware figures.
+hardware figures; ``checks`` checks its inputs; ``program`` estimates a
+compiled program's step on a named topology (what a step report shows).
 """

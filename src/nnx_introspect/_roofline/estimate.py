@@ -34,7 +34,8 @@ from typing import Any
 import numpy as np
 
 from nnx_introspect._accelerators.hardware import DTYPE_ALIASES, Hardware
-from nnx_introspect._typing import short_repr, typechecked
+from nnx_introspect._roofline.checks import checked_peak
+from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
     "LABEL",
@@ -279,91 +280,6 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 1e-9:.2f} ns"
 
 
-# --- Input checks ----------------------------------------------------------------
-
-
-def _number_problems(values: tuple[tuple[str, float | int | None], ...]) -> list[str]:
-    """A sentence for each value that is not a finite number >= 0."""
-    problems = []
-    for name, value in values:
-        if value is None:
-            continue
-        if isinstance(value, bool):
-            raise TypeError(f"`{name}` must be a number, got the bool {value!r}.")
-        if not math.isfinite(value) or value < 0:
-            problems.append(
-                f"`{name}` must be a finite number >= 0, got {value!r}; pass the "
-                "compiled program's figure (XLA's cost_analysis())."
-            )
-    return problems
-
-
-def _mesh_problems(mesh_axes: tuple[tuple[str, int], ...], devices: int) -> list[str]:
-    """Sentences for a malformed mesh or one that is not the target's size."""
-    problems = []
-    names: list[str] = []
-    for index, item in enumerate(mesh_axes):
-        if (
-            not isinstance(item, tuple)
-            or len(item) != 2
-            or not isinstance(item[0], str)
-            or not isinstance(item[1], int)
-            or isinstance(item[1], bool)
-        ):
-            raise TypeError(
-                f"`mesh_axes[{index}]` must be a (name, size) pair such as "
-                f"('fsdp', 32), got {short_repr(item)}."
-            )
-        name, size = item
-        if size < 1:
-            problems.append(
-                f"`mesh_axes` axis {name!r} must have a positive size, got {size}."
-            )
-        if name in names:
-            problems.append(f"`mesh_axes` names the axis {name!r} twice; rename one.")
-        names.append(name)
-    total = math.prod(size for _, size in mesh_axes)
-    if not problems and total != devices:
-        problems.append(
-            f"`mesh_axes` {dict(mesh_axes)} has {total} devices but the hardware "
-            f"has {devices}; make the axis sizes multiply to {devices}."
-        )
-    return problems
-
-
-def _comm_problems(
-    comm_bytes_by_axis: Mapping[tuple[str, ...], int],
-    sizes: dict[str, int],
-) -> list[str]:
-    """Sentences for each key naming unknown axes and each bad byte count."""
-    problems = []
-    for key, value in comm_bytes_by_axis.items():
-        where = f"`comm_bytes_by_axis[{short_repr(key)}]`"
-        if not isinstance(key, tuple) or not all(isinstance(a, str) for a in key):
-            raise TypeError(
-                f"{where}: each key must be a tuple of mesh axis names such as "
-                f"('fsdp',), got {short_repr(key)}."
-            )
-        if not isinstance(value, int) or isinstance(value, bool):
-            raise TypeError(
-                f"{where} must be an integer number of bytes, got {short_repr(value)}."
-            )
-        unknown = [a for a in key if a not in sizes]
-        if not key or unknown or len(set(key)) != len(key):
-            problems.append(
-                f"{where}: the key must name distinct axes of `mesh_axes` "
-                f"{list(sizes)}, got {key!r}."
-            )
-        elif value < 0:
-            problems.append(f"{where} must be >= 0 bytes, got {value}.")
-        elif value > 0 and math.prod(sizes[a] for a in key) == 1:
-            problems.append(
-                f"{where} is {value} bytes but the axes {key!r} span one device; "
-                "a collective over one device sends nothing. Drop the entry."
-            )
-    return problems
-
-
 # --- Links -----------------------------------------------------------------------
 
 
@@ -601,27 +517,16 @@ def roofline(
         >>> est.low_seconds, est.high_seconds, est.tokens_per_second_high
         (1.0, 3.5, 65536.0)
     """
-    problems = _number_problems(
-        (
-            ("flops", flops),
-            ("bytes_accessed", bytes_accessed),
-            ("model_flops", model_flops),
-        )
+    peak = checked_peak(
+        flops=flops,
+        bytes_accessed=bytes_accessed,
+        comm_bytes_by_axis=comm_bytes_by_axis,
+        mesh_axes=mesh_axes,
+        hardware=hardware,
+        dtype=dtype,
+        tokens=tokens,
+        model_flops=model_flops,
     )
-    problems += _mesh_problems(mesh_axes, hardware.devices)
-    sizes = dict(mesh_axes)
-    problems += _comm_problems(comm_bytes_by_axis, sizes)
-    if tokens is not None and (isinstance(tokens, bool) or tokens < 1):
-        problems.append(
-            f"`tokens` must be a positive number of tokens per step, got {tokens!r}."
-        )
-    peak = math.nan
-    try:
-        peak = hardware.peak_flops_per_second(dtype)
-    except ValueError as error:
-        problems.append(str(error))
-    if problems:
-        raise ValueError(" ".join(problems))
     canonical = DTYPE_ALIASES[dtype.strip().lower()]
     names_sizes = tuple(size for _, size in mesh_axes)
     assignment = None
@@ -638,10 +543,11 @@ def roofline(
     bound, low = max(terms, key=lambda term: term[1])
     high = sum(seconds for _, seconds in terms)
     if low == 0:
-        raise ValueError(
+        raise ArgumentError(
+            "flops",
             "`flops`, `bytes_accessed` and `comm_bytes_by_axis` are all zero: "
             "there is no step to estimate. Pass the compiled program's figures "
-            "(cost_analysis()['flops'] and ['bytes accessed'])."
+            "(cost_analysis()['flops'] and ['bytes accessed']).",
         )
     devices = hardware.devices
     model = float(model_flops) if model_flops is not None else float(flops) * devices

@@ -21,12 +21,21 @@ from nnx_introspect._render.formats import batch_str
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._step.inputs import LossLike, _Request
 from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step.step_records import (
+    StepBudget,
+    StepCompilation,
+    StepKind,
+    StepMemory,
+    StepProgram,
+    collectives_from_json,
+    compiled_in_kind,
+)
 from nnx_introspect._xla.analysis import compiler_name
 
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
 
 
-def _step_name(loss: LossLike, tx: optax.GradientTransformation | None) -> str:
+def _step_name(loss: LossLike, tx: optax.GradientTransformation | None) -> StepKind:
     if loss is None:
         return "forward"
     return (
@@ -61,9 +70,6 @@ def assemble_report(
     network: int | None = None,
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
-    flops = numbers["flops"]
-    memory = budget.device_memory_bytes  # the topology's, found once by step_budget
-    oom = bool(numbers.get("out_of_memory", False))
     warnings = list(numbers.get("warnings", []))
     remat = list(numbers.get("remat", []))
     warnings += [_remat_warning(s, budget, numbers["backend"]) for s in remat]
@@ -76,67 +82,88 @@ def assemble_report(
     if request.breakdown and found is None:
         why = numbers.get("breakdown_error") or "XLA wrote no dump to read"
         warnings.append(f"No breakdown of the peak: {why}.")
-    arguments = numbers["argument_bytes"]
-    if arguments is None:  # refused for memory: the plan's exact shards
-        arguments = _planned_argument_bytes(request, plan)
-    temp = numbers["temp_bytes"]
-    if oom and temp is None:
-        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
+    memory = _memory(request, plan, numbers, budget)
+    program = _program(numbers, remat)
     report = StepMemoryReport(
         num_devices=request.num_devices,
-        argument_bytes=arguments,
-        output_bytes=numbers["output_bytes"] or 0,
-        temp_bytes=temp,
-        alias_bytes=numbers["alias_bytes"] or 0,
-        flops=math.nan if flops is None else float(flops),
         plan=plan,
-        backend=numbers["backend"],
-        compiler=compiler_name(numbers["backend"], numbers["device_kind"]),
-        device_kind=numbers["device_kind"],
-        compile_seconds=float(numbers["compile_seconds"]),
         step=_step_name(request.loss, tx),
         loss=request.loss_name,
         optimizer=optimizer_name if tx is None or optimizer_name else "optax object",
         batch=tuple(batch_str(b) for b in request.batch),
         batch_specs=request.batch_specs,
+        memory=memory,
+        budget=StepBudget.from_budget(budget, topology),
+        program=program,
+        compilation=StepCompilation(
+            backend=numbers["backend"],
+            compiler=compiler_name(numbers["backend"], numbers["device_kind"]),
+            device_kind=numbers["device_kind"],
+            compiled_in=compiled_in_kind(compiled_in, request.num_devices, topology),
+            seconds=float(numbers["compile_seconds"]),
+            device_order=_device_order(numbers.get("device_order", "plain"), topology),
+            traced_platform=numbers.get("traced_platform"),
+            log=numbers.get("compiler_log") if debug else None,
+        ),
         topology=topology,
-        compiled_in=compiled_in,
-        device_memory_bytes=memory,
-        max_device_bytes=budget.bytes,
-        budget_basis=budget.basis,
-        allocator_fraction=budget.fraction,
-        traced_platform=numbers.get("traced_platform"),
-        compiler_log=numbers.get("compiler_log") if debug else None,
-        xla_peak_bytes=numbers.get("xla_peak_bytes"),
-        remat_limit_bytes=max((r["limit"] for r in remat), default=None),
-        remat_reduced_to_bytes=max(
-            (r["reduced_to"] for r in remat if r["reduced_to"] is not None),
-            default=None,
-        ),
-        out_of_memory=oom,
-        compiler_message=numbers.get("compiler_message"),
-        compiler_required_bytes=numbers.get("compiler_required_bytes"),
-        compiler_available_bytes=numbers.get("compiler_available_bytes"),
-        warnings=tuple(warnings),
-        device_order=_device_order(numbers.get("device_order", "plain"), topology),
-        sharding_constraints=numbers.get("sharding_constraints"),
-        breakdown=None if found is None else Breakdown.from_json_data(found),
-        bytes_accessed=numbers.get("bytes_accessed"),
-        matmul_dtype=numbers.get("matmul_dtype"),
-        collective_wire_bytes=None
-        if numbers.get("collective_wire_bytes") is None
-        else tuple(
-            (tuple(str(a) for a in axes), int(n), int(wire))
-            for axes, n, wire in numbers["collective_wire_bytes"]
-        ),
-        collectives_data=numbers.get("collectives"),
         network_bytes_per_second=network,
+        warnings=tuple(warnings),
+        breakdown=None if found is None else Breakdown.from_json_data(found),
     )
     extra = _caveats(report, request, plan)
     return (
         dataclasses.replace(report, warnings=report.warnings + extra)
         if extra
         else report
+    )
+
+
+def _memory(
+    request: _Request, plan: MeshConfigReport, numbers: dict[str, Any], budget: Budget
+) -> StepMemory:
+    """XLA's bytes, or for a step refused for memory the plan's and the compiler's."""
+    oom = bool(numbers.get("out_of_memory", False))
+    arguments = numbers["argument_bytes"]
+    if arguments is None:  # refused for memory: the plan's exact shards
+        arguments = _planned_argument_bytes(request, plan)
+    temp = numbers["temp_bytes"]
+    if oom and temp is None:
+        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
+    memory = StepMemory(
+        argument_bytes=arguments,
+        output_bytes=numbers["output_bytes"] or 0,
+        temp_bytes=temp,
+        alias_bytes=numbers["alias_bytes"] or 0,
+        xla_peak_bytes=numbers.get("xla_peak_bytes"),
+        xla_peak_complete=numbers["backend"] != "cpu",
+        out_of_memory=oom,
+        compiler_message=numbers.get("compiler_message"),
+        compiler_required_bytes=numbers.get("compiler_required_bytes"),
+        compiler_available_bytes=numbers.get("compiler_available_bytes"),
+    )
+    # XLA:TPU refuses a program over its available HBM itself; XLA:GPU
+    # compiles one over the device's memory, which cannot run
+    device = budget.device_memory_bytes  # the topology's, found once by step_budget
+    over = device is not None and memory.peak_bytes > device
+    if over and numbers["backend"] != "tpu":
+        return dataclasses.replace(memory, out_of_memory=True)
+    return memory
+
+
+def _program(numbers: dict[str, Any], remat: list[dict[str, Any]]) -> StepProgram:
+    """The program's figures; its collectives read back from their JSON data."""
+    flops = numbers["flops"]
+    return StepProgram(
+        flops=math.nan if flops is None else float(flops),
+        bytes_accessed=numbers.get("bytes_accessed"),
+        matmul_dtype=numbers.get("matmul_dtype"),
+        collectives=collectives_from_json(numbers.get("collectives")),
+        sharding_constraints=numbers.get("sharding_constraints"),
+        remat_limit_bytes=max((r["limit"] for r in remat), default=None),
+        remat_reduced_to_bytes=max(
+            (r["reduced_to"] for r in remat if r["reduced_to"] is not None),
+            default=None,
+        ),
     )
 
 

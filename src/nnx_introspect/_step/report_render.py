@@ -1,0 +1,366 @@
+"""The step report's words: its verdict, its table, its notes and its JSON.
+
+Every sentence a :class:`~nnx_introspect.StepMemoryReport` shows is made here,
+from its records (:mod:`nnx_introspect._step.step_records`) and the few facts
+of the step beside them; the report stores figures and kinds, never these
+words. The functions take any object with the report's attributes
+(:class:`RenderedStep`), so this module does not import the report's.
+"""
+
+import math
+from typing import Any, Protocol
+
+from jax.sharding import PartitionSpec
+
+from nnx_introspect._accelerators.budget import MAX_ADVISED_FRACTION
+from nnx_introspect._mesh import MeshConfigReport
+from nnx_introspect._render.formats import spec_json, spec_str
+from nnx_introspect._render.table import Table, format_bytes
+from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._step.step_records import (
+    StepBudget,
+    StepCompilation,
+    StepMemory,
+    StepProgram,
+)
+
+__all__ = [
+    "CPU_CAVEAT",
+    "RenderedStep",
+    "roofline_note",
+    "step_json",
+    "step_table",
+    "step_verdict",
+]
+
+CPU_CAVEAT = (
+    "XLA:CPU produced these numbers: its temporaries (buffer assignment, fusion, "
+    "layouts) can differ from an accelerator's many times over; argument, output "
+    "and alias bytes are exact on any backend. For TPU numbers pass a TPU "
+    "`topology` (XLA:TPU compiles here without a TPU)."
+)
+"""The note every report compiled by XLA:CPU carries."""
+
+_Row = tuple[str, str, str]
+
+
+class RenderedStep(Protocol):
+    """What the renderers read of a step report (its records and its words)."""
+
+    @property
+    def num_devices(self) -> int: ...
+    @property
+    def plan(self) -> MeshConfigReport: ...
+    @property
+    def step(self) -> str: ...
+    @property
+    def loss(self) -> str | None: ...
+    @property
+    def optimizer(self) -> str | None: ...
+    @property
+    def batch(self) -> tuple[str, ...]: ...
+    @property
+    def batch_specs(self) -> tuple[PartitionSpec, ...]: ...
+    @property
+    def topology(self) -> str | None: ...
+    @property
+    def memory(self) -> StepMemory: ...
+    @property
+    def budget(self) -> StepBudget: ...
+    @property
+    def program(self) -> StepProgram: ...
+    @property
+    def compilation(self) -> StepCompilation: ...
+    @property
+    def roofline(self) -> Roofline | None: ...
+    @property
+    def warnings(self) -> tuple[str, ...]: ...
+    @property
+    def compiled_in(self) -> str: ...
+    @property
+    def budget_basis(self) -> str | None: ...
+    @property
+    def needed_fraction(self) -> float | None: ...
+    @property
+    def ok(self) -> bool: ...
+    @property
+    def verdict(self) -> str: ...
+    @property
+    def what_to_change(self) -> tuple[str, ...]: ...
+    def fits(self, max_device_bytes: Any = None) -> bool: ...
+
+
+def step_verdict(report: RenderedStep) -> str:
+    """One line, the answer first: fits or not, the peak, the budget."""
+    plan, memory, budget = report.plan, report.memory, report.budget
+    compiled = report.compilation
+    where = (
+        f"one step on {report.num_devices} devices ({_mesh_str(plan)}; "
+        f"{compiled.device_kind}), by {compiled.compiler}"
+    )
+    peak = format_bytes(memory.peak_bytes)
+    basis = "" if report.budget_basis is None else f" ({report.budget_basis})"
+    if memory.out_of_memory:
+        has = budget.device_memory_bytes
+        available = memory.compiler_available_bytes
+        what = " (the compiler refused the step)" if memory.refused else ""
+        if available is not None and available != has:
+            of = "" if has is None else f" of the device's {format_bytes(has)}"
+            has_text = f", the compiler has {format_bytes(available)}{of}"
+        else:
+            has_text = "" if has is None else f", the device has {format_bytes(has)}"
+        return f"Out of memory{what}: needs {peak} per device{has_text}; {where}"
+    if budget.max_device_bytes is None:
+        return f"Peak {peak} per device for {where}"
+    limit = format_bytes(budget.max_device_bytes)
+    if report.fits():
+        return f"Fits in {peak} of {limit} per device{basis}: {where}"
+    return (
+        f"Does not fit: needs {peak} per device, the budget is "
+        f"{limit}{basis}{_fraction_advice(report)}; {where}"
+    )
+
+
+def _fraction_advice(report: RenderedStep) -> str:
+    if report.budget.allocator_fraction is None:
+        return ""
+    needed = report.needed_fraction
+    if needed is None:
+        return f"; no allocator fraction up to {MAX_ADVISED_FRACTION} makes it fit"
+    return f"; it fits with XLA_CLIENT_MEM_FRACTION={needed:.2f}"
+
+
+def step_table(report: RenderedStep) -> Table:
+    """The report as a :class:`~nnx_introspect.Table`, the verdict first."""
+    cats = report.plan.bytes_by_category
+    plan_rows = tuple(
+        (f"plan: {cat}", format_bytes(cats[cat]), _n(cats[cat]))
+        for cat in cats
+        if cats[cat]
+    )
+    return Table(
+        title=report.verdict,
+        columns=("", "per device", "bytes"),
+        rows=_memory_rows(report.memory),
+        totals=_totals(report.memory, report.budget) + plan_rows,
+        notes=tuple(_notes(report)),
+    )
+
+
+def _memory_rows(memory: StepMemory) -> tuple[_Row, ...]:
+    """Arguments, outputs, temporaries and aliased bytes (the compiler's if refused)."""
+    refused = memory.refused
+    alias = memory.alias_bytes
+    return (
+        (
+            "arguments (the plan's shards)" if refused else "arguments",
+            format_bytes(memory.argument_bytes),
+            _n(memory.argument_bytes),
+        ),
+        ("outputs", "not given", "-")
+        if refused
+        else ("outputs", format_bytes(memory.output_bytes), _n(memory.output_bytes)),
+        (
+            "temporaries (the compiler's figure)" if refused else "temporaries",
+            format_bytes(memory.temp_bytes),
+            _n(memory.temp_bytes),
+        ),
+        ("aliased (donated)", "not given", "-")
+        if refused
+        else (
+            "aliased (donated)",
+            _minus(format_bytes(alias), alias),
+            _minus(_n(alias), alias),
+        ),
+    )
+
+
+def _totals(memory: StepMemory, budget: StepBudget) -> tuple[_Row, ...]:
+    """The budget, the peak, XLA's own peak and the device's memory."""
+    peak = memory.peak_bytes
+    totals: tuple[_Row, ...] = (("peak per device", format_bytes(peak), _n(peak)),)
+    if memory.xla_peak_bytes is not None and memory.xla_peak_complete:
+        xla_peak = memory.xla_peak_bytes
+        name = "XLA's peak_memory_in_bytes"
+        totals += ((name, format_bytes(xla_peak), _n(xla_peak)),)
+    limit, device = budget.max_device_bytes, budget.device_memory_bytes
+    if limit is not None:
+        name = "device memory (budget)" if limit == device else "budget per device"
+        totals = ((name, format_bytes(limit), _n(limit)), *totals)
+    if device is not None and device != limit:
+        totals += (("device memory", format_bytes(device), _n(device)),)
+    return totals
+
+
+def _notes(report: RenderedStep) -> list[str]:
+    """The compiler's words, how it was compiled, the warnings, the program."""
+    memory, program, compiled = report.memory, report.program, report.compilation
+    notes = []
+    if memory.compiler_message is not None:
+        notes.append(f"The compiler's words: {memory.compiler_message}")
+    notes.append(
+        f"Compiled in {report.compiled_in}, "
+        f"{compiled.seconds:.1f} s; step: {report.step}; batch: "
+        f"{', '.join(report.batch)} split as "
+        f"{', '.join(spec_str(s) for s in report.batch_specs)}."
+    )
+    if report.topology is not None:
+        notes.append(f"Device order: {compiled.device_order}.")
+    notes.append(f"Peak per device: {memory.peak_basis}.")
+    if report.budget_basis is not None:
+        notes.append(f"Budget: {report.budget_basis}.")
+    if program.sharding_constraints is not None:
+        seen = (
+            ""
+            if compiled.traced_platform is None
+            else f"; the model saw the platform {compiled.traced_platform!r}"
+        )
+        notes.append(
+            "Activation sharding constraints in the lowered step: "
+            f"{program.sharding_constraints}{seen}."
+        )
+    notes += [f"Warning: {w}" for w in report.warnings]
+    if compiled.backend == "cpu":
+        notes.append(CPU_CAVEAT)
+    return notes + _program_notes(report)
+
+
+def _program_notes(report: RenderedStep) -> list[str]:
+    """FLOPs, the collectives' wire bytes, the roofline, what the plan rows are."""
+    program, notes = report.program, []
+    if math.isfinite(program.flops):
+        total = program.flops * report.num_devices
+        notes.append(f"{program.flops:.4g} FLOPs per device, {total:.4g} in all.")
+    parts = [
+        f"{','.join(axes) or 'one device'}: {format_bytes(wire)}"
+        for axes, _, wire in program.collective_wire_bytes or ()
+        if wire
+    ]
+    if parts:
+        notes.append(
+            "Collectives on the wire per device and step (ring algorithm): "
+            + "; ".join(parts)
+            + "."
+        )
+    if report.roofline is not None:
+        notes.append(roofline_note(report.roofline))
+    notes.append(
+        "Plan rows: the exact bytes per device of parameters, other state, "
+        "optimizer state and gradients under the same mesh and rules; XLA's "
+        "arguments hold the parameters, state and batch shards."
+    )
+    return notes
+
+
+def roofline_note(estimate: Roofline) -> str:
+    """One sentence: the range, what bounds it, the MFU ceiling, tokens per second.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> from nnx_introspect._roofline.estimate import roofline
+        >>> est = roofline(
+        ...     flops=197e12, bytes_accessed=0.0, comm_bytes_by_axis={},
+        ...     mesh_axes=(("data", 4),), hardware=hardware_for("v5e-4"),
+        ... )
+        >>> print(roofline_note(est))  # doctest: +NORMALIZE_WHITESPACE
+        Step time, estimated (a roofline from the compiled program and data-sheet
+        peaks at bf16, not a measurement): 1 s (perfect overlap) to 1 s (none),
+        bound by compute; MFU ceiling 100%.
+    """
+
+    def seconds(value: float) -> str:
+        return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
+
+    tokens = ""
+    if estimate.tokens_per_second_low is not None:
+        tokens = (
+            f"; {estimate.tokens_per_second_low:,.0f} to "
+            f"{estimate.tokens_per_second_high:,.0f} tokens/s"
+        )
+    return (
+        f"Step time, estimated (a roofline from the compiled program and "
+        f"data-sheet peaks at {estimate.dtype}, not a measurement): "
+        f"{seconds(estimate.low_seconds)} (perfect overlap) to "
+        f"{seconds(estimate.high_seconds)} (none), bound by {estimate.bound}; "
+        f"MFU ceiling {estimate.mfu_ceiling:.0%}{tokens}."
+    )
+
+
+def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[str, Any]:
+    """The report's exact figures, in the order of schema v4, as JSON data."""
+    memory, budget, program = report.memory, report.budget, report.program
+    compiled, plan = report.compilation, report.plan
+    wire = program.collective_wire_bytes
+    collectives = program.collectives
+    return {
+        "ok": report.ok,
+        "fits": None if budget.max_device_bytes is None else report.fits(),
+        "max_device_bytes": budget.max_device_bytes,
+        "device_memory_bytes": budget.device_memory_bytes,
+        "out_of_memory": memory.out_of_memory,
+        "verdict": report.verdict,
+        "num_devices": report.num_devices,
+        "mesh": dict(zip(plan.axis_names, plan.axis_sizes, strict=True)),
+        "peak_bytes": memory.peak_bytes,
+        "peak_basis": memory.peak_basis,
+        "xla_peak_bytes": memory.xla_peak_bytes,
+        "remat_limit_bytes": program.remat_limit_bytes,
+        "remat_reduced_to_bytes": program.remat_reduced_to_bytes,
+        "argument_bytes": memory.argument_bytes,
+        "output_bytes": memory.output_bytes,
+        "temp_bytes": memory.temp_bytes,
+        "alias_bytes": memory.alias_bytes,
+        "flops": program.flops if math.isfinite(program.flops) else None,
+        "backend": compiled.backend,
+        "compiler": compiled.compiler,
+        "device_kind": compiled.device_kind,
+        "topology": report.topology,
+        "compiled_in": report.compiled_in,
+        "compile_seconds": compiled.seconds,
+        "compiler_message": memory.compiler_message,
+        "compiler_required_bytes": memory.compiler_required_bytes,
+        "compiler_available_bytes": memory.compiler_available_bytes,
+        "warnings": list(report.warnings),
+        "device_order": compiled.device_order,
+        "sharding_constraints": program.sharding_constraints,
+        "budget_basis": report.budget_basis,
+        "allocator_fraction": budget.allocator_fraction,
+        "needed_fraction": report.needed_fraction,
+        "traced_platform": compiled.traced_platform,
+        "bytes_accessed": program.bytes_accessed,
+        "matmul_dtype": program.matmul_dtype,
+        "collective_wire_bytes": None
+        if wire is None
+        else [{"axes": list(a), "bytes": n, "wire_bytes": w} for a, n, w in wire],
+        "collectives": None if collectives is None else collectives.json_data(),
+        "roofline": None if report.roofline is None else report.roofline.json_data(),
+        "breakdown": breakdown,
+        "what_to_change": list(report.what_to_change),
+        "step": report.step,
+        "loss": report.loss,
+        "optimizer": report.optimizer,
+        "batch": list(report.batch),
+        "batch_specs": [spec_json(s) for s in report.batch_specs],
+        "temporaries_caveat": CPU_CAVEAT if compiled.backend == "cpu" else None,
+        "plan": {
+            "bytes_per_device": plan.bytes_per_device,
+            "bytes_per_device_by_category": plan.bytes_by_category,
+            "n_params": plan.n_params,
+            "ok": plan.ok,
+        },
+    }
+
+
+def _n(value: int) -> str:
+    return f"{value:,}"
+
+
+def _mesh_str(plan: MeshConfigReport) -> str:
+    return ", ".join(
+        f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes, strict=True)
+    )
+
+
+def _minus(text: str, value: int) -> str:
+    """``"-" + text`` for a deduction, never a negative zero."""
+    return text if value == 0 else "-" + text
