@@ -17,7 +17,7 @@ from nnx_introspect._mesh import parse_bytes
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli import main
-from nnx_introspect.cli.step import _duration, _SearchLine, _status
+from nnx_introspect.cli.progress import _duration, _SearchLine, _status
 
 TARGETS = textwrap.dedent(
     """

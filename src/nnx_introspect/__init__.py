@@ -47,15 +47,18 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step import StepSpec as StepSpec
     from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._summary import KindTotal as KindTotal
     from nnx_introspect._summary import ModelSummary as ModelSummary
     from nnx_introspect._summary import SummaryRow as SummaryRow
     from nnx_introspect._summary import summarize as summarize
+    from nnx_introspect._typing import ArgumentError as ArgumentError
 
 __version__ = "0.1.0"
 
 __all__ = [
+    "ArgumentError",
     "BatchSearch",
     "Breakdown",
     "BreakdownRow",
@@ -74,6 +77,7 @@ __all__ = [
     "Roofline",
     "StateDiff",
     "StepMemoryReport",
+    "StepSpec",
     "SummaryRow",
     "Table",
     "VarRecord",
@@ -100,6 +104,7 @@ __all__ = [
 # cheap (no JAX, no flax): each module is imported the first time one of its names
 # is used (PEP 562). Every name here is also imported above for type checkers.
 _LAZY: dict[str, str] = {
+    "ArgumentError": "nnx_introspect._typing",
     "BatchSearch": "nnx_introspect._search.batch",
     "MeshCandidate": "nnx_introspect._search.meshes",
     "MeshComparison": "nnx_introspect._search.meshes",
@@ -119,6 +124,7 @@ _LAZY: dict[str, str] = {
     "ParamFingerprint": "nnx_introspect._fingerprint",
     "StateDiff": "nnx_introspect._compare",
     "StepMemoryReport": "nnx_introspect._step",
+    "StepSpec": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",
     "Table": "nnx_introspect._render.table",
     "VarRecord": "nnx_introspect._inventory",

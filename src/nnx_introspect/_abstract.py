@@ -8,7 +8,13 @@ import flax.errors
 from flax import nnx
 
 from nnx_introspect import _nnx
-from nnx_introspect._typing import IntLike, as_int, short_repr, typechecked
+from nnx_introspect._typing import (
+    ArgumentError,
+    IntLike,
+    as_int,
+    short_repr,
+    typechecked,
+)
 
 __all__ = [
     "abstract_model",
@@ -102,10 +108,11 @@ def abstract_model(factory: Callable[[nnx.Rngs], M], /, *, seed: IntLike = 0) ->
         # The build runs under a trace: an Rngs (or any variable) made outside
         # the factory cannot be drawn from or mutated there.
         first = str(err).splitlines()[0] if str(err) else type(err).__name__
-        raise ValueError(
+        raise ArgumentError(
+            "factory",
             "`factory` changed flax state created outside it (typically an "
             "`nnx.Rngs` made before the call), which an abstract build cannot "
             "trace: draw from the rngs you are given and build every module "
-            f"inside `factory`. {_EXAMPLE} flax said: {first}"
+            f"inside `factory`. {_EXAMPLE} flax said: {first}",
         ) from err
     return model

@@ -16,7 +16,7 @@ from flax import nnx
 from nnx_introspect import _nnx
 from nnx_introspect._compare import keypath_str, leaf_dtype
 from nnx_introspect._inventory import inventory
-from nnx_introspect._typing import IntLike, Target, as_int, typechecked
+from nnx_introspect._typing import ArgumentError, IntLike, Target, as_int, typechecked
 
 __all__ = [
     "count_params",
@@ -225,10 +225,11 @@ def param_sum(target: Target, /, *filters: Any) -> jax.Array:
     leaves: list[tuple[Any, np.dtype[Any]]] = []
     for keypath, leaf in jax.tree_util.tree_leaves_with_path(state):
         if isinstance(leaf, jax.ShapeDtypeStruct):
-            raise ValueError(
+            raise ArgumentError(
+                "target",
                 "`target` is abstract (its leaves are jax.ShapeDtypeStruct), so it "
                 "has no values to sum. Build the model concretely, or use "
-                "`count_params` for shape-only questions."
+                "`count_params` for shape-only questions.",
             )
         dtype = leaf_dtype(leaf, "target", keypath_str(keypath))
         if dtype is None:  # a PRNG key

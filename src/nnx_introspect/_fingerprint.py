@@ -20,7 +20,7 @@ from nnx_introspect._compare import check_leaves, is_global, is_key_dtype, json_
 from nnx_introspect._inventory import VarRecord, inventory, require_values
 from nnx_introspect._nnx import select_state
 from nnx_introspect._render.table import Report, Table
-from nnx_introspect._typing import Target, typechecked
+from nnx_introspect._typing import ArgumentError, Target, typechecked
 
 __all__ = [
     "LeafFingerprint",
@@ -253,13 +253,14 @@ def param_fingerprint(target: Target, /, *filters: Any) -> ParamFingerprint:
     )
     sharded = [r.path_str for r in records if is_global(r.array)]
     if sharded:
-        raise ValueError(
+        raise ArgumentError(
+            "target",
             f"`target` holds {len(sharded)} array(s) sharded over several processes "
             f"(first: {sharded[0]!r}); a SHA-256 of their bytes needs every byte on "
             "one host, and no process holds them all. Compare sharded models with "
             "`compare_states` or `param_sum`, which work where the shards live, or "
             "fingerprint a fully addressable copy (for example "
             "`jax.experimental.multihost_utils.process_allgather(x, tiled=True)` "
-            "per leaf, which copies each whole array to every host)."
+            "per leaf, which copies each whole array to every host).",
         )
     return ParamFingerprint(leaves=tuple(_leaf_fingerprint(r) for r in records))

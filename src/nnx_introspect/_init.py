@@ -10,7 +10,13 @@ from flax import nnx
 from jaxtyping import Array, Shaped
 
 from nnx_introspect._abstract import check_takes_rngs
-from nnx_introspect._typing import IntLike, as_int, check_finite, typechecked
+from nnx_introspect._typing import (
+    ArgumentError,
+    IntLike,
+    as_int,
+    check_finite,
+    typechecked,
+)
 
 __all__ = [
     "fresh_init_forward",
@@ -117,9 +123,10 @@ def fresh_init_forward(
         out: jax.Array = module(x)
     except (TypeError, ValueError) as error:
         text = " ".join(str(error).split())
-        raise ValueError(
+        raise ArgumentError(
+            "x",
             f"`x` of shape {tuple(x.shape)} and dtype {x.dtype} cannot go through "
             f"the {type(module).__name__} that `factory` builds: {text[:300]} "
-            "Pass an input the module accepts (check its last dimension)."
+            "Pass an input the module accepts (check its last dimension).",
         ) from error
     return out

@@ -15,6 +15,7 @@ import numpy as np
 from flax import nnx
 
 from nnx_introspect import _nnx
+from nnx_introspect._typing import ArgumentError
 
 __all__ = [
     "VarRecord",
@@ -101,9 +102,10 @@ def require_values(
     """
     abstract = [r.path_str for r in records if r.array is None]
     if abstract:
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` is abstract at {len(abstract)} leaf(s) (first: "
-            f"{abstract[0]!r}), so {consequence}. {fix}"
+            f"{abstract[0]!r}), so {consequence}. {fix}",
         )
 
 

@@ -13,6 +13,7 @@ from typing import Any
 from nnx_introspect._inventory import VarRecord, inventory, path_str
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import (
+    ArgumentError,
     IntLike,
     ModulePaths,
     Target,
@@ -390,9 +391,10 @@ def summarize(
     for entry in stacked:
         prefix = _parse_prefix(entry)
         if not prefix:
-            raise ValueError(
+            raise ArgumentError(
+                "stacked",
                 f"`stacked` entries must name a module path such as 'blocks', got "
-                f"{entry!r}."
+                f"{entry!r}.",
             )
         prefixes.append(prefix)
     records = inventory(target)

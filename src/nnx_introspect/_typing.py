@@ -51,7 +51,8 @@ class ArgumentError(ValueError):
             (``"meshes"`` for ``meshes[1]``).
 
     Example:
-        >>> from nnx_introspect._typing import ArgumentError, as_int
+        >>> from nnx_introspect import ArgumentError
+        >>> from nnx_introspect._typing import as_int
         >>> try:
         ...     as_int(-1, "shape[1]")
         ... except ArgumentError as error:

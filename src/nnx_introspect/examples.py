@@ -16,6 +16,8 @@ from flax import nnx
 from jax.sharding import AxisType, PartitionSpec
 from jaxtyping import Array, Float, Int
 
+from nnx_introspect._typing import ArgumentError
+
 __all__ = [
     "BNDropoutMLP",
     "Llama",
@@ -278,9 +280,10 @@ def _constrain(x: Array, *dims: tuple[str, ...]) -> Array:
         ('fsdp', 'tp')
     """
     if len(dims) != x.ndim:
-        raise ValueError(
+        raise ArgumentError(
+            "dims",
             f"`dims` must name the axes of each of the {x.ndim} dimensions of `x` "
-            f"{tuple(x.shape)}, got {len(dims)}: {dims!r}."
+            f"{tuple(x.shape)}, got {len(dims)}: {dims!r}.",
         )
     mesh = jax.sharding.get_abstract_mesh()
     auto = {

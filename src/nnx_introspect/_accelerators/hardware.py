@@ -34,7 +34,7 @@ from nnx_introspect._accelerators.topology import (
     _TOPOLOGY_RE,
     resolve_topology,
 )
-from nnx_introspect._typing import short_repr, typechecked
+from nnx_introspect._typing import ArgumentError, short_repr, typechecked
 
 __all__ = [
     "DTYPES",
@@ -342,15 +342,16 @@ class Hardware:
             >>> hw.peak_flops_per_second("fp8")
             Traceback (most recent call last):
             ...
-            ValueError: `dtype` 'fp8' has no peak on TPU v5e chip ...
+            nnx_introspect._typing.ArgumentError: `dtype` 'fp8' has no peak on ...
         """
         name = DTYPE_ALIASES.get(dtype.strip().lower())
         peaks = dict(self.peak_flops)
         if name is None or name not in peaks:
-            raise ValueError(
+            raise ArgumentError(
+                "dtype",
                 f"`dtype` {short_repr(dtype)} has no peak on {self.device_name} "
                 f"({self.topology}); pass one of {list(peaks)} (or a NumPy "
-                "spelling such as 'bfloat16' or 'float32')."
+                "spelling such as 'bfloat16' or 'float32').",
             )
         return peaks[name]
 
@@ -364,9 +365,10 @@ class Hardware:
         """
         sources = dict(self.sources)
         if figure not in sources:
-            raise ValueError(
+            raise ArgumentError(
+                "figure",
                 f"`figure` {short_repr(figure)} is not a figure of {self.topology}; "
-                f"pass one of {list(sources)}."
+                f"pass one of {list(sources)}.",
             )
         return sources[figure]
 
@@ -463,16 +465,18 @@ def hardware_for(
     chip = _CHIPS[family]
     if network_bytes_per_second is not None:
         if isinstance(network_bytes_per_second, bool) or network_bytes_per_second <= 0:
-            raise ValueError(
+            raise ArgumentError(
+                "network_bytes_per_second",
                 "`network_bytes_per_second` must be a positive number of bytes per "
                 f"second, got {network_bytes_per_second!r}. Pass e.g. 50 * 10**9 "
-                "for one 400 Gb/s NIC per GPU."
+                "for one 400 Gb/s NIC per GPU.",
             )
         if topo.platform != "cuda":
-            raise ValueError(
+            raise ArgumentError(
+                "network_bytes_per_second",
                 f"`network_bytes_per_second` applies to GPU targets (the network "
                 f"between hosts); {topology!r} is a TPU slice whose chips talk "
-                "over ICI only. Leave it out."
+                "over ICI only. Leave it out.",
             )
     sources = [(f"peak_flops.{dtype}", figure.source) for dtype, figure in chip.peaks]
     sources.append(("hbm_bytes_per_second", chip.hbm.source))

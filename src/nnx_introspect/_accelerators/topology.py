@@ -15,7 +15,7 @@ import re
 from collections.abc import Callable
 from typing import Any
 
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
     "GPU_FAMILIES",
@@ -132,9 +132,10 @@ def _chips_2d(family: _Family, topology: str, count: int) -> Topology:
     """``N`` counts chips, one TensorCore each, in a 2D slice (``v5e-4`` is 2x2)."""
     dims2 = _2D.get(count)
     if dims2 is None:
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` {topology!r}: a {family.name} slice has one of "
-            f"{sorted(_2D)} chips, got {count}."
+            f"{sorted(_2D)} chips, got {count}.",
         )
     wrap = {128: (False, True, False), 256: (True, True, False)}.get(count)
     options: dict[str, Any] = {}
@@ -157,10 +158,11 @@ def _megacores_3d(family: _Family, topology: str, count: int) -> Topology:
     """``N`` counts TensorCores, two per chip (one device), in a 3D cube slice."""
     dims3 = _3d_shape(count // 2) if count % 2 == 0 and count >= 8 else None
     if dims3 is None or count > 8192:
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` {topology!r}: {family.name}-N counts TensorCores (2 per "
             f"chip); N must be 8, 16, 32, ... (a power of two up to 8192), got "
-            f"{count}."
+            f"{count}.",
         )
     chips = count // 2
     options: dict[str, Any] = {"chip_config_name": "megacore"}
@@ -190,10 +192,11 @@ def _gpu_hosts(family: _Family, topology: str, count: int) -> Topology:
     """``N`` counts GPUs: one host of 1, 2, 4 or 8, or ``N / 8`` hosts of 8."""
     one_host = count in (1, 2, 4, _GPUS_PER_HOST)
     if not one_host and (count % _GPUS_PER_HOST or not 0 < count <= _MAX_GPUS):
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` {topology!r}: {family.name}-N counts GPUs: one host of 1, "
             f"2, 4 or 8, or hosts of 8 (N a multiple of 8 up to {_MAX_GPUS}), got "
-            f"{count}."
+            f"{count}.",
         )
     hosts, per_host = (1, count) if one_host else (count // 8, _GPUS_PER_HOST)
     if family.gpu is None:  # pragma: no cover - the table's invariant
@@ -414,19 +417,21 @@ def resolve_topology(topology: str) -> Topology:
     examples = "'v5e-4', 'v5e-256', 'v6e-8', 'v5p-8' (4 chips) or 'v4-16' (8 chips)"
     if match is None:
         shown = topology if len(topology) <= 60 else topology[:57] + "..."
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` must name a Cloud TPU slice of the families "
             f"{list(TPU_FAMILIES)} such as {examples}, or NVIDIA GPUs of the "
             f"families {list(GPU_FAMILIES)} such as 'h100-8' or 'a100-64', got "
-            f"{shown!r}."
+            f"{shown!r}.",
         )
     family = _FAMILY_BY_SPELLING[match.group(1)]
     digits = match.group(2).lstrip("0") or "0"
     if len(digits) > _MAX_COUNT_DIGITS:
-        raise ValueError(
+        raise ArgumentError(
+            "topology",
             f"`topology` {match.group(1)}-N: the device count N has {len(digits)} "
             f"digits; no {family.name} target has more than "
             f"{10**_MAX_COUNT_DIGITS - 1} devices. Pass a count such as "
-            f"'{family.name}-8'."
+            f"'{family.name}-8'.",
         )
     return family.slice_rule(family, topology, int(digits))

@@ -5,6 +5,8 @@ import os
 import pathlib
 from typing import Any
 
+from nnx_introspect._typing import ArgumentError
+
 PathLike = str | bytes | os.PathLike[str] | os.PathLike[bytes]
 
 
@@ -36,10 +38,11 @@ def _as_path(path: PathLike) -> pathlib.Path:
     except UnicodeEncodeError as error:
         raw = os.fsencode(text)
         bad = raw[len(text[: error.start].encode("utf-8", "surrogateescape")) :][:1]
-        raise ValueError(
+        raise ArgumentError(
+            "path",
             f"`path` {raw!r} is not a UTF-8 path (byte 0x{bad.hex()} is not "
             "UTF-8), and orbax and tensorstore open UTF-8 paths only. Rename the "
-            "directory (or the directory holding it) to a UTF-8 name."
+            "directory (or the directory holding it) to a UTF-8 name.",
         ) from error
     return pathlib.Path(text)
 
@@ -72,9 +75,10 @@ def resolve_checkpoint(path: PathLike) -> pathlib.Path:
             if found
             else " Pass the directory given to `save` (it holds `_METADATA`)."
         )
-        raise ValueError(
+        raise ArgumentError(
+            "path",
             f"`path` {str(given)!r} is not an orbax PyTree checkpoint: it has no "
-            f"`_METADATA` file.{hint}"
+            f"`_METADATA` file.{hint}",
         )
     return p
 

@@ -22,7 +22,7 @@ from nnx_introspect._compare import (
 )
 from nnx_introspect._inventory import VarRecord, require_values
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import ArgumentError, typechecked
 
 
 @typechecked
@@ -145,13 +145,14 @@ def require_addressable(records: tuple[VarRecord, ...], name: str = "target") ->
         if getattr(r.array, "is_fully_addressable", True) is False
     ]
     if partial:
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` holds {len(partial)} array(s) that are not fully addressable "
             f"from this process (first: {partial[0]!r}), as in a multi-process "
             "`jax.distributed` run, and `verify_restore` restores and compares on one "
             "process. Run it in a single process, use `check_checkpoint` to check "
             "shapes and dtypes (it reads metadata only), or restore with orbax in "
-            "every process and compare with `compare_states`."
+            "every process and compare with `compare_states`.",
         )
 
 

@@ -11,7 +11,7 @@ from flax import nnx
 
 from nnx_introspect._inventory import VarRecord, inventory
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._typing import Target
+from nnx_introspect._typing import ArgumentError, Target
 
 Comparable = Target | Mapping[Any, Any]
 """What :func:`compare_states` accepts: a module or graph node, an ``nnx.State``
@@ -29,8 +29,10 @@ def check_tolerance(value: object, name: str) -> float:
         )
     result = float(value)
     if not math.isfinite(result) or result < 0:
-        raise ValueError(
-            f"`{name}` must be a finite nonnegative float such as 1e-6, got {result!r}."
+        raise ArgumentError(
+            name,
+            f"`{name}` must be a finite nonnegative float such as 1e-6, got "
+            f"{result!r}.",
         )
     return result
 

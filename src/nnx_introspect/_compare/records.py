@@ -78,17 +78,7 @@ def diff_records(
     # No value compared (no common path, or none whose shape and dtype match)
     # is not "values compared": never let an empty comparison read as one.
     all_values = all_values and n_values > 0
-    all_notes = list(notes)
-    if not kinds_compared and common:
-        all_notes.append(
-            "Variable types were not compared: at least one side does not record "
-            "them (checkpoints and plain mappings hold arrays only)."
-        )
-    if not all_values:
-        all_notes.append(
-            "Values were not compared for every path: only structure, shapes and "
-            "dtypes were checked where a side is abstract or is metadata."
-        )
+    all_notes = _notes(notes, kinds_compared or not common, all_values)
     return StateDiff(
         a_label=a_label,
         b_label=b_label,
@@ -100,8 +90,26 @@ def diff_records(
         kinds_compared=kinds_compared,
         rtol=rtol,
         atol=atol,
-        notes=tuple(all_notes),
+        notes=all_notes,
     )
+
+
+def _notes(
+    notes: Sequence[str], kinds_compared: bool, values_compared: bool
+) -> tuple[str, ...]:
+    """``notes``, then what the comparison could not check, if anything."""
+    out = list(notes)
+    if not kinds_compared:
+        out.append(
+            "Variable types were not compared: at least one side does not record "
+            "them (checkpoints and plain mappings hold arrays only)."
+        )
+    if not values_compared:
+        out.append(
+            "Values were not compared for every path: only structure, shapes and "
+            "dtypes were checked where a side is abstract or is metadata."
+        )
+    return tuple(out)
 
 
 def _describe(record: VarRecord) -> str:

@@ -25,6 +25,7 @@ from nnx_introspect._mesh.parse import MeshLike as MeshLike
 from nnx_introspect._mesh.parse import RulesLike as RulesLike
 from nnx_introspect._mesh.parse import SpecLike as SpecLike
 from nnx_introspect._mesh.parse import as_abstract_mesh as as_abstract_mesh
+from nnx_introspect._mesh.parse import check_rules as check_rules
 from nnx_introspect._mesh.parse import load_rules_file as load_rules_file
 from nnx_introspect._mesh.parse import optimizer_from_name as optimizer_from_name
 from nnx_introspect._mesh.parse import parse_bytes as parse_bytes
@@ -44,6 +45,7 @@ __all__ = [
     "MeshProblem",
     "RulesLike",
     "as_abstract_mesh",
+    "check_rules",
     "load_rules_file",
     "mesh_config_report",
     "optimizer_from_name",

@@ -15,6 +15,7 @@ from nnx_introspect._inventory import VarRecord, dtype_nbytes
 from nnx_introspect._mesh.plan import _Planner
 from nnx_introspect._mesh.report import LeafShard, MeshProblem
 from nnx_introspect._nnx import keypath_keys
+from nnx_introspect._typing import ArgumentError
 
 
 def _optimizer_records(
@@ -44,10 +45,11 @@ def _optimizer_records(
         state = jax.eval_shape(tx.init, nnx.State(tree))
         flat, _ = jax.tree_util.tree_flatten_with_path(state)
     except Exception as err:
-        raise ValueError(
+        raise ArgumentError(
+            "optimizer",
             f"`optimizer`'s init failed on the model's parameters: "
             f"{type(err).__name__}: {str(err).splitlines()[0] if str(err) else ''} "
-            "Pass an optax transformation whose init takes the parameter tree."
+            "Pass an optax transformation whose init takes the parameter tree.",
         ) from err
     out: list[VarRecord] = []
     nbytes: dict[tuple[Any, tuple[int, ...]], int] = {}

@@ -11,7 +11,7 @@ import optax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
 from nnx_introspect._mesh.specs import _as_spec, _Entry
-from nnx_introspect._typing import IntLike, as_int, typechecked
+from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 
 __all__ = [
     "as_logical_rules",
@@ -77,9 +77,10 @@ def as_abstract_mesh(mesh: Any, name: str = "mesh") -> AbstractMesh:
         mesh = _parse_mesh_str(mesh, name)
     if isinstance(mesh, Mapping):
         if not mesh:
-            raise ValueError(
+            raise ArgumentError(
+                name,
                 f"`{name}` must name at least one axis, got {{}}. Pass e.g. "
-                "{'data': 2, 'model': 4}."
+                "{'data': 2, 'model': 4}.",
             )
         names: list[str] = []
         sizes: list[int] = []
@@ -103,10 +104,11 @@ def _check_mesh_size(names: tuple[str, ...], sizes: tuple[int, ...], name: str) 
     total = math.prod(sizes)
     if total > MAX_MESH_DEVICES:
         shown = " x ".join(f"{n}={s}" for n, s in zip(names, sizes, strict=True))
-        raise ValueError(
+        raise ArgumentError(
+            name,
             f"`{name}` has {total} devices ({shown}); JAX meshes hold at most "
             f"2**31 - 1 = {MAX_MESH_DEVICES} devices (the product of the axis "
-            "sizes must fit a 32-bit integer). Use smaller axes."
+            "sizes must fit a 32-bit integer). Use smaller axes.",
         )
 
 
@@ -116,13 +118,14 @@ def _parse_mesh_str(text: str, name: str) -> dict[str, int]:
         axis, sep, size = part.partition("=")
         axis, size = axis.strip(), size.strip()
         if not sep or not axis or not axis.isidentifier():
-            raise ValueError(
+            raise ArgumentError(
+                name,
                 f"`{name}` must look like 'data=2,model=4', got {text!r}: {part!r} "
-                "is not 'axis=size'."
+                "is not 'axis=size'.",
             )
         if axis in out:
-            raise ValueError(
-                f"`{name}` names axis {axis!r} twice in {text!r}; each axis once."
+            raise ArgumentError(
+                name, f"`{name}` names axis {axis!r} twice in {text!r}; each axis once."
             )
         try:
             number: float = int(size)
@@ -130,9 +133,10 @@ def _parse_mesh_str(text: str, name: str) -> dict[str, int]:
             try:
                 number = float(size)
             except ValueError:
-                raise ValueError(
+                raise ArgumentError(
+                    name,
                     f"`{name}` must look like 'data=2,model=4', got {text!r}: the "
-                    f"size {size!r} of axis {axis!r} is not a number."
+                    f"size {size!r} of axis {axis!r} is not a number.",
                 ) from None
         out[axis] = as_int(number, f"{name}[{axis!r}]", minimum=1)
     return out
@@ -175,9 +179,10 @@ def _compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec
             try:
                 compiled = re.compile(pattern)
             except re.error as err:
-                raise ValueError(
+                raise ArgumentError(
+                    label,
                     f"`{label}` has an invalid regular expression {pattern!r}: "
-                    f"{err}. Fix the pattern (rules are searched with re.search)."
+                    f"{err}. Fix the pattern (rules are searched with re.search).",
                 ) from err
         else:
             raise TypeError(
@@ -209,6 +214,31 @@ def as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
             f"None) pair, got {pair!r}. Write e.g. ('embed', 'model')."
         )
     return tuple(out)
+
+
+def check_rules(rules: Any = None, logical_rules: Any = None) -> None:
+    """Raise what :func:`mesh_config_report` raises for these rules, or nothing.
+
+    Every pair is checked as the planner reads it (a regular expression that
+    compiles, a spec of axis names; a logical name and its axes), so rules from
+    a file can be refused, naming the rule, before a model is planned.
+
+    Raises:
+        TypeError: If ``rules`` or ``logical_rules``, or a pair or spec entry of
+            them, has the wrong type.
+        ValueError: If a rule's regular expression is invalid (an
+            :class:`~nnx_introspect._typing.ArgumentError` naming ``rules``).
+
+    Example:
+        >>> check_rules([("kernel$", (None, "model"))], [("embed", "model")])
+        >>> check_rules([("[", (None,))])
+        Traceback (most recent call last):
+        ...
+        nnx_introspect._typing.ArgumentError: `rules[0]` has an invalid regular \
+expression '[': ...
+    """
+    _compile_rules(rules)
+    as_logical_rules(logical_rules)
 
 
 _UNITS = {
@@ -250,7 +280,8 @@ def parse_bytes(text: str | IntLike, /) -> int:
         >>> parse_bytes("80")
         Traceback (most recent call last):
         ...
-        ValueError: `max_device_bytes` needs a unit, got '80': write '80GiB', ...
+        nnx_introspect._typing.ArgumentError: `max_device_bytes` needs a unit, got \
+'80': ...
     """
     if not isinstance(text, str):
         return as_int(text, "max_device_bytes", minimum=0)
@@ -258,15 +289,17 @@ def parse_bytes(text: str | IntLike, /) -> int:
     unit = match.group(2).lower() if match else ""
     if match is not None and not unit:
         number = match.group(1)
-        raise ValueError(
+        raise ArgumentError(
+            "max_device_bytes",
             f"`max_device_bytes` needs a unit, got {text!r}: write '{number}GiB', "
             f"'{number}GB', or '{number}B' for bytes (an int such as {number} is "
-            "bytes)."
+            "bytes).",
         )
     if match is None or unit not in _UNITS:
-        raise ValueError(
+        raise ArgumentError(
+            "max_device_bytes",
             "`max_device_bytes` must be a size like '16GiB', '500MB' or '4096B', "
-            f"got {text!r}. Units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB."
+            f"got {text!r}. Units: B, kB, MB, GB, TB, KiB, MiB, GiB, TiB.",
         )
     value = float(match.group(1)) * _UNITS[unit]
     return as_int(value, "max_device_bytes", minimum=0)
@@ -295,9 +328,10 @@ def optimizer_from_name(name: str) -> optax.GradientTransformation:
     """
     factory = _OPTIMIZERS.get(name.lower())
     if factory is None:
-        raise ValueError(
+        raise ArgumentError(
+            "optimizer",
             f"`optimizer` must be one of {sorted(_OPTIMIZERS)}, got {name!r}. "
-            "Pass an optax transformation to the Python API for anything else."
+            "Pass an optax transformation to the Python API for anything else.",
         )
     return factory()
 
@@ -321,17 +355,18 @@ def load_rules_file(
         try:
             data = json.load(f)
         except json.JSONDecodeError as err:
-            raise ValueError(
-                f"`--rules` file {str(path)!r} is not JSON: {err}."
+            raise ArgumentError(
+                "path", f"`--rules` file {str(path)!r} is not JSON: {err}."
             ) from err
     logical: list[tuple[str, Any]] | None = None
     if isinstance(data, dict):
         raw_logical = data.get("logical_rules")
         if raw_logical is not None:
             if not isinstance(raw_logical, list):
-                raise ValueError(
+                raise ArgumentError(
+                    "path",
                     f"`--rules` file {str(path)!r}: 'logical_rules' must be a list of "
-                    "[name, axis] pairs."
+                    "[name, axis] pairs.",
                 )
             logical = [
                 (p[0], tuple(p[1]) if isinstance(p[1], list) else p[1])
@@ -341,16 +376,18 @@ def load_rules_file(
             ]
         data = data.get("rules", [])
     if not isinstance(data, list):
-        raise ValueError(
+        raise ArgumentError(
+            "path",
             f"`--rules` file {str(path)!r} must hold a list of [regex, spec] pairs or "
-            'an object {"rules": [...], "logical_rules": [...]}.'
+            'an object {"rules": [...], "logical_rules": [...]}.',
         )
     rules: list[tuple[str, SpecLike]] = []
     for i, pair in enumerate(data):
         if not isinstance(pair, list) or len(pair) != 2:
-            raise ValueError(
+            raise ArgumentError(
+                "path",
                 f"`--rules` file {str(path)!r}: entry {i} must be [regex, spec], got "
-                f"{pair!r}."
+                f"{pair!r}.",
             )
         spec = pair[1]
         if isinstance(spec, list):

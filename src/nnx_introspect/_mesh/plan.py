@@ -93,11 +93,36 @@ class _Planner:
                 )
             )
             return problems
+        problems += self._indivisible(path, spec, shape, usable)
+        if not problems and self.shard_shape(spec, shape) is None:
+            # Anything else JAX refuses is a problem too, never a silent pass.
+            problems.append(
+                MeshProblem(
+                    path,
+                    "invalid-spec",
+                    f"`{path}`: JAX cannot build NamedSharding(mesh, "
+                    f"{spec_str(spec)}) for shape {shape}: "
+                    f"{self._errors[(spec, shape)]}",
+                )
+            )
+        return problems
+
+    def _indivisible(
+        self,
+        path: str,
+        spec: PartitionSpec,
+        shape: tuple[int, ...],
+        usable: list[bool],
+    ) -> list[MeshProblem]:
+        """A problem per ``usable`` entry of ``spec`` whose dimension does not divide.
+
+        JAX is asked about each dimension alone, so every indivisible dimension
+        is reported (JAX itself stops at the first).
+        """
+        problems: list[MeshProblem] = []
         for dim, entry in enumerate(spec):
             if not usable[dim]:
                 continue
-            # Ask JAX about this dimension alone, so every indivisible dimension
-            # is reported (JAX itself stops at the first).
             alone = PartitionSpec(*([None] * dim), entry)
             if self.shard_shape(alone, shape) is None:
                 axes = entry_axes(entry)
@@ -116,17 +141,6 @@ class _Planner:
                         product=product,
                     )
                 )
-        if not problems and self.shard_shape(spec, shape) is None:
-            # Anything else JAX refuses is a problem too, never a silent pass.
-            problems.append(
-                MeshProblem(
-                    path,
-                    "invalid-spec",
-                    f"`{path}`: JAX cannot build NamedSharding(mesh, "
-                    f"{spec_str(spec)}) for shape {shape}: "
-                    f"{self._errors[(spec, shape)]}",
-                )
-            )
         return problems
 
     def _unknown(

@@ -11,7 +11,7 @@ from nnx_introspect._mesh.specs import entry_axes, spec_str
 from nnx_introspect._render import mesh_charts as _render_charts
 from nnx_introspect._render import table as _render
 from nnx_introspect._render.table import Report, Table, Tone, format_bytes
-from nnx_introspect._typing import IntLike, as_int
+from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
 CATEGORIES = ("params", "other state", "optimizer state", "gradients")
 """The kinds of memory a plan totals, in display order."""
@@ -343,11 +343,12 @@ class MeshConfigReport(Report):
         """
         if max_device_bytes is None:
             if self.max_device_bytes is None:
-                raise ValueError(
+                raise ArgumentError(
+                    "max_device_bytes",
                     "`max_device_bytes` is needed: this report has no budget "
                     "(mesh_config_report(..., max_device_bytes=None)). Pass one, "
                     "such as report.fits('16GiB'), or plan with "
-                    "max_device_bytes=... ."
+                    "max_device_bytes=... .",
                 )
             budget = self.max_device_bytes
         else:

@@ -10,6 +10,10 @@ to :func:`.parser._build_parser`. Targets are resolved by :mod:`.._targets`; a
 target error prints one line on stderr and exits with code 2 (``--debug`` adds the
 traceback).
 
+Two modules serve the handlers: :mod:`.errors` turns a library's bad argument
+into the usage error naming its flag (one table, no reading of messages), and
+:mod:`.progress` draws ``step``'s progress line on a terminal.
+
 Startup is cheap: JAX, flax, orbax and rich are imported inside the handlers,
 never at module level, so ``--help`` and argument errors do not wait for them.
 Every argument converter is pure Python for the same reason.

@@ -6,7 +6,6 @@ from typing import Any
 
 from nnx_introspect._targets import build_target
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
-from nnx_introspect.cli.errors import UsageError
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules
 
@@ -31,35 +30,26 @@ def _add_mesh_parser(subparsers: Any) -> None:
     parser.set_defaults(handler=_run_mesh)
 
 
-_RULES_ARGS = ("`rules", "`logical_rules")
-"""How the planner's messages about the rules start (they name the argument)."""
-
-
 def _run_mesh(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from nnx_introspect._mesh import mesh_config_report
     from nnx_introspect._render.table import format_bytes
 
-    mesh, rules, logical = _mesh_and_rules(args)
+    # A rule the file holds but the planner refuses is a bad --rules, named so.
+    mesh, rules, logical = _mesh_and_rules(args, name_the_file=True)
     model = build_target(args.target, seed=args.seed)
     budget: int | None = args.max_device_bytes
-    try:
-        # The budget travels with the report, so every format, the JSON `ok`
-        # and this exit code give one verdict.
-        report = mesh_config_report(
-            model,
-            mesh,
-            rules=rules,
-            logical_rules=logical,
-            optimizer=args.optimizer,
-            max_device_bytes=budget,
-        )
-    except (TypeError, ValueError) as error:
-        # A rule the file holds but the planner rejects is still a bad --rules.
-        if args.rules is not None and str(error).startswith(_RULES_ARGS):
-            raise UsageError(f"argument --rules: {args.rules!r}: {error}") from error
-        raise
+    # The budget travels with the report, so every format, the JSON `ok` and
+    # this exit code give one verdict.
+    report = mesh_config_report(
+        model,
+        mesh,
+        rules=rules,
+        logical_rules=logical,
+        optimizer=args.optimizer,
+        max_device_bytes=budget,
+    )
     if args.format == "table" and not Console(file=sys.stdout).is_terminal:
         # Plans are wide: into a file or pipe, print the table at its full width.
         width = Console(file=sys.stdout, width=10_000).measure(report).maximum

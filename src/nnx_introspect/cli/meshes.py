@@ -4,34 +4,17 @@
 repeated or is ``auto``: one compile per mesh, ``--jobs`` at a time, rendered
 like every report, exit code 0 when the best mesh fits, 1 when none does, 2 for
 bad input (a :class:`UsageError` naming the flag).
-
-It imports from :mod:`nnx_introspect.cli.step` (the progress line, the flags
-of the library's messages) inside its functions, so ``step`` may import
-:func:`run_compare` and :func:`jobs_arg` at its top.
 """
 
 import argparse
-import re
 import sys
-import time
-from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
 
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.errors import UsageError
+from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.output import _emit
-
-if TYPE_CHECKING:
-    from nnx_introspect._search.meshes import MeshCandidate
-
-_COMPARE_FLAGS = {
-    "meshes": "--mesh",
-    "max_workers": "--jobs",
-    "network_bytes_per_second": "--network-bandwidth",
-}
-"""The comparison's own argument names (in backticks in its messages), as flags."""
-
-_ARGUMENT = re.compile(r"`([A-Za-z_]+)")
+from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
+from nnx_introspect.cli.progress import _CompareLine as _CompareLine  # tests import
+from nnx_introspect.cli.progress import _status
 
 _ONE_STEP_FLAGS = (
     ("max_batch", "--max-batch", "searches the largest batch of one mesh"),
@@ -66,86 +49,6 @@ run at once), got '0'
     return value
 
 
-class _CompareLine:
-    """The progress line of a comparison, its text recomputed at each redraw.
-
-    Before the compiles are submitted, ``message``; then how many have
-    finished, the time since the comparison began, and the last one's answer
-    (``3 of 6 meshes compiled (1m 12s); fsdp=8 fits (1.2 GiB per device)``).
-    """
-
-    def __init__(
-        self, message: str, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.message = message
-        self.clock = clock
-        self.began = clock()
-        self.total: int | None = None
-        self.done = 0
-        self.last: "MeshCandidate | None" = None
-        self.redraw: Callable[[], None] = lambda: None
-
-    def progress(self, done: int, total: int, row: "MeshCandidate | None") -> None:
-        """``compare_meshes``'s ``progress``: ``done`` of ``total`` resolved."""
-        self.done, self.total = done, total
-        if row is not None:
-            self.last = row
-        self.redraw()
-
-    def text(self) -> str:
-        """The line as it reads now."""
-        if self.total is None:
-            return self.message
-        from nnx_introspect._render.table import format_bytes
-        from nnx_introspect.cli.step import _duration
-
-        elapsed = _duration(self.clock() - self.began)
-        line = f"{self.done} of {self.total} meshes compiled ({elapsed})"
-        last = self.last
-        if last is not None:
-            peak = last.peak_bytes
-            size = "" if peak is None else f" ({format_bytes(peak)} per device)"
-            line += f"; {last.name}: {last._short_status()}{size}"
-        return line
-
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(self.text())  # never console markup: a target may hold "[...]"
-
-
-def _compare_usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
-    """The comparison's ``error`` about bad input, as one line naming the flag.
-
-    The first argument named in backticks gives the flag: the comparison's own
-    (``meshes`` is ``--mesh``, ``max_workers`` ``--jobs``) here, the step's
-    through the ``step`` subcommand's rules.
-    """
-    from nnx_introspect.cli.step import _usage_error  # step imports this module
-
-    text = " ".join(str(error).split())
-    names = _ARGUMENT.findall(text)
-    if names and names[0] in _COMPARE_FLAGS:
-        return UsageError(f"argument {_COMPARE_FLAGS[names[0]]}: {text}")
-    return _usage_error(
-        error,
-        rules_given=args.rules is not None,
-        topology_given=args.topology is not None,
-    )
-
-
-def _rules(args: argparse.Namespace) -> tuple[Any, Any]:
-    """``(rules, logical_rules)`` of ``--rules`` (``None`` without it)."""
-    if args.rules is None:
-        return None, None
-    from nnx_introspect._mesh import load_rules_file
-
-    try:
-        return load_rules_file(args.rules)
-    except (OSError, ValueError) as error:
-        raise UsageError(f"argument --rules: {error}") from error
-
-
 def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -> int:
     """Compare ``meshes`` for the ``step`` subcommand's other arguments.
 
@@ -172,8 +75,6 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
             what is wrong with it.
     """
     from nnx_introspect._search.meshes import compare_meshes
-    from nnx_introspect._step import parse_batch
-    from nnx_introspect.cli.step import _status  # step imports this module
 
     for name, flag, what in _ONE_STEP_FLAGS:
         if getattr(args, name, None) not in (None, False):
@@ -196,14 +97,8 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
                 "(such as h100-8 or v5e-16), and this process has 1 CPU device; "
                 "give a --topology, or list the meshes"
             )
-    try:
-        batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
-    except ValueError as error:
-        raise UsageError(f"argument --batch: {error}") from error
-    loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
-    if ":" in args.loss:
-        loss = args.loss
-    rules, logical = _rules(args)
+    batch, loss = _step_inputs(args)
+    rules, logical = _read_rules(args)
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "every factorisation" if auto else f"{len(meshes)} meshes"
     message = f"Comparing {what} of {args.target} with {where}..."
@@ -227,7 +122,7 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
                 network_bytes_per_second=getattr(args, "network_bandwidth", None),
             )
     except (TypeError, ValueError, ImportError) as error:
-        raise _compare_usage_error(error, args) from error
+        raise _usage_error(error, args) from error
     _emit(comparison, args.format)
     if comparison.ok:
         return 0

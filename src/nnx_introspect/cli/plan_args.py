@@ -1,6 +1,7 @@
 """The plan flags of ``mesh`` and ``step``, checked without JAX and read with it.
 
-``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``.
+``--mesh``, ``--rules``, ``--optimizer`` and ``--max-device-bytes``; and what
+``step`` compiles the plan with, ``--batch`` and ``--loss``, read with JAX.
 """
 
 import argparse
@@ -162,23 +163,64 @@ def _add_plan_args(
     )
 
 
-def _mesh_and_rules(args: argparse.Namespace) -> tuple[Any, Any, Any]:
+def _mesh_and_rules(
+    args: argparse.Namespace, *, name_the_file: bool = False
+) -> tuple[Any, Any, Any]:
     """The ``AbstractMesh`` and the rules of ``--mesh`` / ``--rules``.
 
     The library's own checks (such as the largest mesh) are usage errors naming
-    the flag.
+    the flag; so are rules the planner would refuse (see :func:`_read_rules`).
     """
-    from nnx_introspect._mesh import as_abstract_mesh, load_rules_file
+    from nnx_introspect._mesh import as_abstract_mesh
 
     try:
         mesh = as_abstract_mesh(args.mesh, "--mesh")
     except (TypeError, ValueError) as error:
         raise UsageError(f"argument --mesh: {error}") from error
-    rules: Any = None
-    logical: Any = None
-    if args.rules is not None:
-        try:
-            rules, logical = load_rules_file(args.rules)
-        except (OSError, ValueError) as error:
-            raise UsageError(f"argument --rules: {error}") from error
+    rules, logical = _read_rules(args, name_the_file=name_the_file)
     return mesh, rules, logical
+
+
+def _read_rules(
+    args: argparse.Namespace, *, name_the_file: bool = False
+) -> tuple[Any, Any]:
+    """``(rules, logical_rules)`` of ``--rules``, checked (``None`` without it).
+
+    A file that is not JSON of the documented shape, or whose rules the planner
+    refuses (a regular expression that does not compile, a spec that is not
+    axis names), is a usage error naming ``--rules``; the planner's refusal is
+    prefixed with the file's name when ``name_the_file``.
+    """
+    if args.rules is None:
+        return None, None
+    from nnx_introspect._mesh import check_rules, load_rules_file
+
+    try:
+        rules, logical = load_rules_file(args.rules)
+    except (OSError, ValueError) as error:
+        raise UsageError(f"argument --rules: {error}") from error
+    try:
+        check_rules(rules, logical)
+    except (TypeError, ValueError) as error:
+        where = f"{args.rules!r}: " if name_the_file else ""
+        raise UsageError(f"argument --rules: {where}{error}") from error
+    return rules, logical
+
+
+def _step_inputs(args: argparse.Namespace) -> tuple[tuple[Any, ...], Any]:
+    """``(batch, loss)`` of ``step``'s ``--batch`` and ``--loss``.
+
+    ``--batch`` becomes ``jax.ShapeDtypeStruct`` leaves (a dtype JAX does not
+    know is a usage error naming the flag); ``--loss`` a name, ``None`` for
+    ``none``, or the ``package.module:function`` as given.
+    """
+    from nnx_introspect._step import parse_batch
+
+    try:
+        batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
+    except ValueError as error:
+        raise UsageError(f"argument --batch: {error}") from error
+    loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
+    if ":" in args.loss:
+        loss = args.loss
+    return batch, loss

@@ -4,16 +4,23 @@ import argparse
 import dataclasses
 import re
 import sys
-import time
-from collections.abc import Callable, Iterator
-from contextlib import contextmanager
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
-from nnx_introspect.cli.errors import UsageError, _describe
+from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import _add_plan_args, _bytes_arg, _mesh_and_rules
+from nnx_introspect.cli.plan_args import (
+    _add_plan_args,
+    _bytes_arg,
+    _mesh_and_rules,
+    _step_inputs,
+)
+from nnx_introspect.cli.progress import _SearchLine, _status
+
+if TYPE_CHECKING:
+    from nnx_introspect._search.batch import BatchSearch
+    from nnx_introspect._step import StepMemoryReport
 
 _BATCH = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*")
 
@@ -69,6 +76,14 @@ def _add_step_parser(subparsers: Any) -> None:
         budget_help="per-device budget with its unit, such as 80GiB, 80GB or 4096B; a "
         "larger peak exits with 1",
     )
+    _add_inputs_and_target_args(parser)
+    _add_search_and_breakdown_args(parser)
+    _add_output_args(parser, (*FORMATS, "html"))
+    parser.set_defaults(handler=_run_step)
+
+
+def _add_inputs_and_target_args(parser: argparse.ArgumentParser) -> None:
+    """Add what the step compiles, and for what: ``--batch`` to ``--trace-as-cpu``."""
     parser.add_argument(
         "--batch",
         required=True,
@@ -107,6 +122,10 @@ def _add_step_parser(subparsers: Any) -> None:
         "not the target's (a model that shards activations only off the CPU "
         "then compiles without those constraints)",
     )
+
+
+def _add_search_and_breakdown_args(parser: argparse.ArgumentParser) -> None:
+    """Add the search's, the estimate's and the breakdown's flags, ``--top`` last."""
     parser.add_argument(
         "--max-batch",
         action="store_true",
@@ -148,8 +167,6 @@ def _add_step_parser(subparsers: Any) -> None:
         help="with --breakdown: show the N largest buffers (default 20; JSON has "
         "them all)",
     )
-    _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_step)
 
 
 def _top_arg(text: str) -> int:
@@ -167,148 +184,7 @@ def _top_arg(text: str) -> int:
     return value
 
 
-_FLAGS = {
-    "target": "TARGET",
-    "batch": "--batch",
-    "batch_spec": "--batch",
-    "loss": "--loss",
-    "optimizer": "--optimizer",
-    "topology": "--topology",
-    "mesh": "--mesh",
-    "rules": "--rules",
-    "logical_rules": "--rules",
-    "max_device_bytes": "--max-device-bytes",
-    "network_bytes_per_second": "--network-bandwidth",
-}
-"""The library's argument names (in backticks in its messages) and their flags."""
-
-_ARGUMENT = re.compile(r"`([A-Za-z_]+)")
-
-
-def _usage_error(
-    error: BaseException, *, rules_given: bool, topology_given: bool
-) -> UsageError:
-    """The library's ``error`` about bad input, as one line naming the flag.
-
-    The first argument the message names in backticks that is a flag's gives
-    the flag. ``rules`` and ``logical_rules`` count only when ``--rules`` was
-    given: a plan problem of the model's own sharding metadata names them as
-    the fix, not the cause. A step that cannot be sharded ("`mesh` {...}
-    cannot shard the step (...): problems") is judged by its problems: a
-    batch leaf's gives ``--batch``, a plan's ``--rules`` when rules were given
-    (they name the axes), else ``--mesh``. An ``ImportError`` naming no flag
-    is the ``--topology``'s compiler missing when one was given; any other
-    message naming no flag is kept whole.
-    """
-    text = " ".join(str(error).split())
-    _, shard, problems = text.partition("cannot shard the step")
-    if shard:
-        problems = problems.partition("): ")[2]
-        if rules_given and "`rules`" in problems and not problems.startswith("`batch"):
-            return UsageError(f"argument --rules: {text}")
-    for name in _ARGUMENT.findall(problems if shard else text):
-        flag = _FLAGS.get(name)
-        if flag == "--rules" and not rules_given:
-            continue
-        if flag is not None:
-            return UsageError(f"argument {flag}: {text}")
-    if isinstance(error, ImportError) and topology_given:
-        return UsageError(f"argument --topology: {_describe(error)}")
-    return UsageError(_describe(error))
-
-
-def _duration(seconds: float) -> str:
-    """``72.4`` -> ``"1m 12s"``: whole seconds, minutes and hours."""
-    total = int(seconds)
-    if total < 60:
-        return f"{total}s"
-    if total < 3600:
-        return f"{total // 60}m {total % 60:02d}s"
-    return f"{total // 3600}h {total // 60 % 60:02d}m"
-
-
-class _SearchLine:
-    """The ``--max-batch`` progress line, its text recomputed at each redraw.
-
-    Before the first compile, ``message``; from it on, the batch compiling now,
-    the compile's number and the time since the search began (``compiling
-    batch 24 (compile 5, 1m 12s)``), then the last batch's answer.
-    """
-
-    def __init__(
-        self, message: str, clock: Callable[[], float] = time.monotonic
-    ) -> None:
-        self.message = message
-        self.clock = clock
-        self.began = clock()
-        self.batch: int | None = None
-        self.count = 0
-        self.last: tuple[int, int, bool] | None = None
-        self.redraw: Callable[[], None] = lambda: None
-
-    def compiling(self, batch: int, count: int) -> None:
-        """``max_batch``'s ``compiling``: batch ``batch``, compile ``count``."""
-        self.batch, self.count = batch, count
-        self.redraw()
-
-    def done(self, point: tuple[int, int, bool]) -> None:
-        """``max_batch``'s ``progress``: a compile's answer."""
-        self.last = point
-        self.redraw()
-
-    def text(self) -> str:
-        """The line as it reads now."""
-        if self.batch is None:
-            return self.message
-        from nnx_introspect._render.table import format_bytes
-
-        elapsed = _duration(self.clock() - self.began)
-        line = f"compiling batch {self.batch} (compile {self.count}, {elapsed})"
-        if self.last is not None:
-            batch, peak, fits = self.last
-            verdict = "fits" if fits else "does not fit"
-            line += f"; batch {batch} {verdict} ({format_bytes(peak)} per device)"
-        return line
-
-    def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(self.text())  # never console markup: a target may hold "[...]"
-
-
-@contextmanager
-def _status(
-    renderable: Any, console: Any = None, redraw_every: float = 0.25
-) -> Iterator[Callable[[], None]]:
-    """A spinner and ``renderable`` on one line of stderr while the body runs.
-
-    Only when stderr is a terminal (or on the rich ``console`` given): into a
-    file or a pipe, a successful run writes nothing on stderr. The line is
-    redrawn every ``redraw_every`` seconds (a clock in it moves) and cleared at
-    the end. Yields a function that redraws it at once (a no-op off a
-    terminal).
-    """
-    if console is None:
-        if not sys.stderr.isatty():
-            yield lambda: None
-            return
-        from rich.console import Console
-
-        console = Console(file=sys.stderr, force_terminal=True)
-    from rich.live import Live
-    from rich.spinner import Spinner
-
-    line = Spinner("dots", text=renderable)
-    with Live(
-        line, console=console, refresh_per_second=1 / redraw_every, transient=True
-    ) as live:
-        yield live.refresh
-
-
 def _run_step(args: argparse.Namespace) -> int:
-    from nnx_introspect._search.batch import max_batch
-    from nnx_introspect._step import parse_batch, step_memory_report
-
     meshes: list[str] = list(args.mesh)
     if len(meshes) > 1 or meshes[0] == "auto":
         return run_compare(args, meshes, args.jobs)
@@ -319,25 +195,8 @@ def _run_step(args: argparse.Namespace) -> int:
         )
     args.mesh = meshes[0]
     mesh, rules, logical = _mesh_and_rules(args)
-    try:
-        batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
-    except ValueError as error:
-        raise UsageError(f"argument --batch: {error}") from error
-    loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
-    if ":" in args.loss:
-        loss = args.loss
-    budget: int | None = args.max_device_bytes
-    if args.top is not None and not args.breakdown:
-        raise UsageError(
-            "argument --top: shows the largest buffers of the breakdown; add "
-            "--breakdown"
-        )
-    if args.max_batch and budget is None and args.topology is None:
-        raise UsageError(
-            "argument --max-batch: needs --max-device-bytes SIZE, the per-device "
-            "budget the step must fit (for example --max-device-bytes 16GiB), or "
-            "a --topology whose memory gives the budget"
-        )
+    batch, loss = _step_inputs(args)
+    _check_one_step_flags(args)
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "Searching the largest batch" if args.max_batch else "Compiling the step"
     message = f"{what} of {args.target} on {mesh.size} devices with {where}..."
@@ -347,51 +206,97 @@ def _run_step(args: argparse.Namespace) -> int:
         "rules": rules,
         "logical_rules": logical,
         "topology": args.topology,
-        "max_device_bytes": budget,
+        "max_device_bytes": args.max_device_bytes,
         "trace_as_target": not args.trace_as_cpu,
         "breakdown": args.breakdown,
     }
     if args.network_bandwidth is not None:
-        if args.max_batch:
-            raise UsageError(
-                "argument --network-bandwidth: sets the step-time estimate of one "
-                "step's report; --max-batch reports memory only"
-            )
         common["network_bytes_per_second"] = args.network_bandwidth
     try:
         if args.max_batch:
-            line = _SearchLine(message)
-            with _status(line) as redraw:
-                line.redraw = redraw
-                search = max_batch(
-                    args.target,
-                    mesh,
-                    batch,
-                    progress=line.done,
-                    compiling=line.compiling,
-                    **common,
-                )
+            search = _search(args.target, mesh, batch, message, common)
         else:
-            with _status(message):
-                report = step_memory_report(
-                    args.target, mesh, batch, debug=args.debug, **common
-                )
+            report = _compile(args.target, mesh, batch, message, common, args.debug)
     except (TypeError, ValueError, ImportError) as error:
         # Bad input to the step (target, batch, loss, topology, a plan whose
         # specs cannot be applied): a usage error, exit 2.
-        raise _usage_error(
-            error,
-            rules_given=args.rules is not None,
-            topology_given=args.topology is not None,
-        ) from error
+        raise _usage_error(error, args) from error
     if args.max_batch:
-        if args.top is not None:
-            search = search.with_top(args.top)
-        _emit(search, args.format)
-        if not search.ok:
-            sys.stderr.write(f"{PROG}: {search.verdict}.\n")
-            return 1
-        return 0
+        return _show_search(search, args)
+    return _show_step(report, args)
+
+
+def _check_one_step_flags(args: argparse.Namespace) -> None:
+    """Refuse a flag that needs another one: a usage error naming the flag."""
+    if args.top is not None and not args.breakdown:
+        raise UsageError(
+            "argument --top: shows the largest buffers of the breakdown; add "
+            "--breakdown"
+        )
+    if args.max_batch and args.max_device_bytes is None and args.topology is None:
+        raise UsageError(
+            "argument --max-batch: needs --max-device-bytes SIZE, the per-device "
+            "budget the step must fit (for example --max-device-bytes 16GiB), or "
+            "a --topology whose memory gives the budget"
+        )
+    if args.network_bandwidth is not None and args.max_batch:
+        raise UsageError(
+            "argument --network-bandwidth: sets the step-time estimate of one "
+            "step's report; --max-batch reports memory only"
+        )
+
+
+def _search(
+    target: str,
+    mesh: Any,
+    batch: tuple[Any, ...],
+    message: str,
+    common: dict[str, Any],
+) -> "BatchSearch":
+    """``--max-batch``: the search, its progress line on a terminal."""
+    from nnx_introspect._search.batch import max_batch
+
+    line = _SearchLine(message)
+    with _status(line) as redraw:
+        line.redraw = redraw
+        return max_batch(
+            target,
+            mesh,
+            batch,
+            progress=line.done,
+            compiling=line.compiling,
+            **common,
+        )
+
+
+def _compile(
+    target: str,
+    mesh: Any,
+    batch: tuple[Any, ...],
+    message: str,
+    common: dict[str, Any],
+    debug: bool,
+) -> "StepMemoryReport":
+    """One step's report, a spinner on a terminal while it compiles."""
+    from nnx_introspect._step import step_memory_report
+
+    with _status(message):
+        return step_memory_report(target, mesh, batch, debug=debug, **common)
+
+
+def _show_search(search: "BatchSearch", args: argparse.Namespace) -> int:
+    """Write the search in ``--format``; 1 (and its verdict) when no batch fits."""
+    if args.top is not None:
+        search = search.with_top(args.top)
+    _emit(search, args.format)
+    if not search.ok:
+        sys.stderr.write(f"{PROG}: {search.verdict}.\n")
+        return 1
+    return 0
+
+
+def _show_step(report: "StepMemoryReport", args: argparse.Namespace) -> int:
+    """Write the report in ``--format``; 1 (and its verdict) when it does not fit."""
     if args.debug and report.compiler_log:  # the compiler's own log, asked for
         sys.stderr.write(report.compiler_log)
     if args.top is not None and report.breakdown is not None:

@@ -1,0 +1,161 @@
+"""The library's bad arguments on the command line: one table from argument to flag.
+
+A library function refuses a value with an ``ArgumentError`` naming its Python
+argument; the command line names the flag from ``cli.errors.FLAGS`` and exits
+with 2, never reading the message's text.
+"""
+
+import argparse
+
+import pytest
+
+import nnx_introspect._search.batch as batch_module
+import nnx_introspect._search.meshes as meshes_module
+import nnx_introspect._step as step_module
+from nnx_introspect._typing import ArgumentError
+from nnx_introspect.cli import main
+from nnx_introspect.cli.errors import FLAGS, _describe, _usage_error
+
+GIVEN = argparse.Namespace(rules="rules.json", topology="v5e-4")
+"""A ``step`` whose every optional flag was given."""
+
+BARE = argparse.Namespace(rules=None, topology=None)
+"""A ``step`` given neither ``--rules`` nor ``--topology``."""
+
+STEP = ["step", "nnx_introspect.examples:two_layer", "--batch", "float32[8,3]"]
+
+
+def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
+    code = main(argv)
+    out, err = capsys.readouterr()
+    return code, out, err
+
+
+@pytest.mark.parametrize(("argument", "flag"), FLAGS.items())
+def test_every_argument_of_the_table_names_its_flag(argument: str, flag: str) -> None:
+    message = f"`{argument}` must be something else, got  3.\n Pass 4."
+    error = _usage_error(ArgumentError(argument, message), GIVEN)
+    assert (
+        str(error)
+        == f"argument {flag}: `{argument}` must be something else, got 3. Pass 4."
+    )
+    # an item of the argument (`batch[1]`, `mesh['data']`) names the same flag
+    indexed = _usage_error(ArgumentError(f"{argument}[1]", "`x[1]` is bad."), GIVEN)
+    assert str(indexed) == f"argument {flag}: `x[1]` is bad."
+
+
+def test_the_table_names_flags_only() -> None:
+    assert all(f.startswith("--") or f == "TARGET" for f in FLAGS.values())
+    assert FLAGS["max_device_bytes"] == "--max-device-bytes"
+    assert FLAGS["network_bytes_per_second"] == "--network-bandwidth"
+    assert FLAGS["max_workers"] == "--jobs"
+    assert FLAGS["meshes"] == FLAGS["mesh"] == "--mesh"
+    assert FLAGS["logical_rules"] == FLAGS["rules"] == "--rules"
+
+
+def test_the_message_is_never_read_for_a_flag() -> None:
+    # a plain ValueError naming an argument in backticks names no flag
+    error = _usage_error(ValueError("`batch` is wrong"), GIVEN)
+    assert str(error) == "ValueError: `batch` is wrong"
+    # an argument the table does not hold keeps the library's ValueError
+    error = _usage_error(ArgumentError("lo", "`lo` (8) must be at most `hi`."), GIVEN)
+    assert str(error) == "ValueError: `lo` (8) must be at most `hi`."
+    error = _usage_error(TypeError("`loss` must be callable"), GIVEN)
+    assert str(error) == "TypeError: `loss` must be callable"
+
+
+def test_rules_name_the_flag_only_when_it_was_given() -> None:
+    for argument in ("rules", "logical_rules"):
+        error = ArgumentError(argument, f"`{argument}[0]` is bad.")
+        assert (
+            str(_usage_error(error, GIVEN))
+            == f"argument --rules: `{argument}[0]` is bad."
+        )
+        assert str(_usage_error(error, BARE)) == f"ValueError: `{argument}[0]` is bad."
+
+
+def test_a_missing_compiler_names_the_topology() -> None:
+    own = ImportError("`topology='v5e-4'` compiles with XLA:TPU, which needs libtpu.")
+    assert str(_usage_error(own, GIVEN)) == (
+        "argument --topology: `topology='v5e-4'` compiles with XLA:TPU, which needs "
+        "libtpu."
+    )
+    missing = ModuleNotFoundError("No module named 'jax_plugins'")
+    assert str(_usage_error(missing, GIVEN)) == (
+        "argument --topology: ModuleNotFoundError: No module named 'jax_plugins'"
+    )
+    assert str(_usage_error(missing, BARE)) == (
+        "ModuleNotFoundError: No module named 'jax_plugins'"
+    )
+
+
+def test_an_argument_error_reads_as_the_value_error_it_is() -> None:
+    assert _describe(ArgumentError("x", "`x` is bad.")) == "ValueError: `x` is bad."
+    assert _describe(KeyError("k")) == "KeyError: 'k'"
+
+
+def _raises(error: BaseException) -> object:
+    def fail(*args: object, **kwargs: object) -> None:
+        raise error
+
+    return fail
+
+
+@pytest.mark.parametrize(
+    ("module", "name", "argv", "argument", "flag"),
+    [
+        (step_module, "step_memory_report", ["--mesh", "data=8"],
+         "max_device_bytes", "--max-device-bytes"),
+        (step_module, "step_memory_report", ["--mesh", "data=8"], "target", "TARGET"),
+        (batch_module, "max_batch",
+         ["--mesh", "data=8", "--max-batch", "--max-device-bytes", "1MiB"],
+         "batch", "--batch"),
+        (meshes_module, "compare_meshes", ["--mesh", "data=8", "--mesh", "data=4,x=2"],
+         "max_workers", "--jobs"),
+        (meshes_module, "compare_meshes", ["--mesh", "data=8", "--mesh", "data=4,x=2"],
+         "meshes", "--mesh"),
+    ],
+)  # fmt: skip
+def test_a_library_argument_error_exits_2_naming_the_flag(
+    monkeypatch: pytest.MonkeyPatch,
+    capsys: pytest.CaptureFixture[str],
+    module: object,
+    name: str,
+    argv: list[str],
+    argument: str,
+    flag: str,
+) -> None:
+    error = ArgumentError(f"{argument}[0]", f"`{argument}[0]` is bad.\nFix it.")
+    monkeypatch.setattr(module, name, _raises(error))
+    code, out, err = run([*STEP, *argv], capsys)
+    assert (code, out) == (2, "")
+    assert (
+        err
+        == f"nnx-introspect: error: argument {flag}: `{argument}[0]` is bad. Fix it.\n"
+    )
+
+
+def test_the_library_own_argument_error_reaches_the_flag(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # `_accelerators` refuses the slice before anything compiles
+    code, out, err = run([*STEP, "--mesh", "data=8", "--topology", "v5e-3"], capsys)
+    assert (code, out) == (2, "")
+    assert err == (
+        "nnx-introspect: error: argument --topology: `topology` 'v5e-3': a v5e slice "
+        "has one of [1, 4, 8, 16, 32, 64, 128, 256] chips, got 3.\n"
+    )
+
+
+def test_a_plain_value_error_exits_2_with_its_type(
+    monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    monkeypatch.setattr(
+        step_module, "step_memory_report", _raises(ValueError("`mesh` odd"))
+    )
+    code, out, err = run([*STEP, "--mesh", "data=8"], capsys)
+    assert (code, out, err) == (
+        2,
+        "",
+        "nnx-introspect: error: ValueError: `mesh` odd\n",
+    )
