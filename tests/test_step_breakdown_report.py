@@ -164,10 +164,17 @@ def test_renderers_and_json(llama: Any) -> None:
     text = str(llama)
     assert text.splitlines()[0] == llama.verdict
     assert text.index("Buffers live at XLA's peak") > text.index(llama.verdict)
-    assert "What to change, from the breakdown:" in text
+    page = llama.to_html()
+    if llama.max_device_bytes is not None:  # a target's budget, which it fits
+        assert llama.fits() and llama.what_to_change == ()  # nothing to change
+        assert "What to change" not in text and "What to change" not in page
+    else:  # no budget: the facts, right under the verdict on the page
+        assert llama.what_to_change and "What to change, from the breakdown:" in text
+        verdict = page.index('class="verdict')
+        assert verdict < page.index("<h2>What to change</h2>") < page.index("<table")
+        assert "`" not in page[page.index('<ul class="advice">') :].split("</ul>")[0]
     markdown = llama.to_markdown()
     assert "Buffers live at XLA's peak" in markdown
-    page = llama.to_html()
     assert page.index('class="verdict') < page.index("What the peak is made of")
     assert "program point (XLA's schedule)" in page and "the peak by kind" in page
     data = json.loads(llama.to_json())

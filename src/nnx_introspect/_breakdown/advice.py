@@ -1,5 +1,6 @@
 """What to change, from a peak breakdown: only facts the breakdown supports."""
 
+import math
 import os
 from typing import Any, Final
 
@@ -26,11 +27,16 @@ _ONE_BUFFER: Final = 0.20
 
 @typechecked
 def what_to_change(
-    breakdown: Breakdown, plan: MeshConfigReport | None = None
+    breakdown: Breakdown,
+    plan: MeshConfigReport | None = None,
+    *,
+    fits: bool | None = None,
+    fraction: float | None = None,
 ) -> tuple[str, ...]:
-    """Facts from the breakdown that point at what to change; no guesses.
+    """What the breakdown says about the peak, then the options to try; no guesses.
 
-    Stated, each only when the data holds it:
+    Nothing on a step that fits (``fits=True``): there is nothing to change.
+    Otherwise the facts, each said once and only when the data holds it:
 
     - each kind holding at least 10% of the peak, with its share, bytes and
       count; for parameters and optimizer state, with a ``plan``, the mesh
@@ -39,63 +45,58 @@ def what_to_change(
       the backward pass, the share of them from the one source function
       that made the most, with its line range and
       the most buffers one of those lines made (one per layer when a loop over
-      layers runs it);
-    - the largest collective buffer, whenever there is one;
-    - one buffer holding at least 20% of the peak on its own;
+      layers runs it); for collective buffers, the largest;
+    - the largest collective buffer when collectives hold less than 10%;
+    - one buffer holding at least 20% of the peak on its own, unless its kind
+      is that one buffer (said already);
+    - buffers of one source line that are the same tensor in two layouts (the
+      same dtype and element count, shapes that differ), together;
+    - with a ``plan``, why the gradients at the peak are far fewer bytes than
+      the plan's: the update consumes them before the peak;
     - the gap between what the device holds and the live-range peak when it is
       at least 10% of what the device holds, either sign.
+
+    Then each option whose trigger the breakdown holds, each checkable with
+    one more compile, starting ``try:``: rematerialising the function that
+    keeps the most activations; fused attention when the largest kept
+    activations have the shape of attention probabilities (``[..., S, S]``);
+    a smaller global batch when activations or the batch are a large share;
+    a larger ``tp`` axis when parameters or optimizer state are; the GPU
+    allocator's fraction (``fraction``) on a GPU.
 
     Args:
         breakdown: the classified peak.
         plan: the step's mesh plan, whose leaves' specs say what is replicated.
+        fits: whether the step fits its budget (``None``: not judged, no
+            budget); ``True`` says nothing.
+        fraction: the ``XLA_CLIENT_MEM_FRACTION`` at which the step would fit,
+            for a GPU step that does not.
 
     Returns:
-        Sentences, largest kind first.
+        Sentences: facts, largest kind first, then options; ``()`` on a step
+        that fits.
 
     Example:
         >>> row = BreakdownRow("optimizer state", "opt/mu/w", 41, (41,), "u8", "p", \
 "parameter", None, "opt/mu/w", None, 0, None)
         >>> rest = BreakdownRow("temporary", "t", 59, (59,), "u8", "t", \
 "fusion", None, None, None, None, None)
-        >>> what_to_change(Breakdown("cpu", "jit_f", 0, "t", 100, 100, (row, rest)))
-        ('temporary is 59% of the peak (59 B in 1 buffer).', \
-'optimizer state is 41% of the peak (41 B in 1 buffer).', \
-'one buffer is 59% of the peak: t, u8[59] (59 B).')
+        >>> breakdown = Breakdown("cpu", "jit_f", 0, "t", 100, 100, (row, rest))
+        >>> for line in what_to_change(breakdown):
+        ...     print(line)
+        temporary is 59% of the peak (59 B in 1 buffer).
+        optimizer state is 41% of the peak (41 B in 1 buffer).
+        try: a larger tp axis: the parameters and optimizer state split over \
+more devices.
+        >>> what_to_change(breakdown, fits=True)
+        ()
     """
     peak = breakdown.live_peak_bytes
-    facts: list[str] = []
-    if peak <= 0:
+    if peak <= 0 or fits:
         return ()
-    for group in breakdown.by_kind():
-        if group.nbytes < _SHARE * peak:
-            continue
-        if group.label == "activation kept for backward":
-            facts.append(_activations(breakdown, group))
-        else:
-            replicated = _replicated(breakdown, group.label, plan)
-            facts.append(
-                f"{group.label} is {_percent(group.nbytes, peak)} of the peak"
-                f" ({format_bytes(group.nbytes)} in {_buffers(group.count)})"
-                f"{replicated}."
-            )
-    collectives = [r for r in breakdown.rows if r.kind == "collective buffer"]
-    if collectives:
-        largest = max(collectives, key=lambda r: r.nbytes)
-        total = sum(r.nbytes for r in collectives)
-        facts.append(
-            f"the largest collective buffer is one {largest.opcode} buffer of"
-            f" {format_bytes(largest.nbytes)} ({largest.type_str},"
-            f" {largest.op_name or largest.instruction}); {len(collectives)}"
-            f" collective buffers hold {format_bytes(total)},"
-            f" {_percent(total, peak)} of the peak."
-        )
-    largest_row = max(breakdown.rows, key=lambda r: r.nbytes, default=None)
-    if largest_row is not None and largest_row.nbytes >= _ONE_BUFFER * peak:
-        facts.append(
-            f"one buffer is {_percent(largest_row.nbytes, peak)} of the peak:"
-            f" {largest_row.label}, {largest_row.type_str}"
-            f" ({format_bytes(largest_row.nbytes)})."
-        )
+    facts = _kind_facts(breakdown, plan)
+    facts += _layouts(breakdown)
+    facts += _gradients(breakdown, plan)
     gap, held = breakdown.gap_bytes, breakdown.held_bytes
     if held and abs(gap) >= _SHARE * held:
         if gap > 0:
@@ -108,7 +109,202 @@ def what_to_change(
                 f"XLA's live-range peak is {format_bytes(-gap)} above the"
                 f" {format_bytes(held)} memory_analysis() counts as held."
             )
-    return tuple(facts)
+    return tuple(facts + _options(breakdown, plan, fraction))
+
+
+def _kind_facts(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str]:
+    """Each large kind, the largest collective buffer and one large buffer."""
+    peak = breakdown.live_peak_bytes
+    facts: list[str] = []
+    stated: dict[str, int] = {}
+    collectives = [r for r in breakdown.rows if r.kind == "collective buffer"]
+    for group in breakdown.by_kind():
+        if group.nbytes < _SHARE * peak:
+            continue
+        stated[group.label] = group.count
+        if group.label == "activation kept for backward":
+            facts.append(_activations(breakdown, group))
+            continue
+        text = (
+            f"{group.label} is {_percent(group.nbytes, peak)} of the peak"
+            f" ({format_bytes(group.nbytes)} in {_buffers(group.count)})"
+            f"{_replicated(breakdown, group.label, plan)}"
+        )
+        if group.label == "collective buffer":
+            text += "; the largest is " + _largest_collective(collectives)
+        facts.append(text + ".")
+    if collectives and "collective buffer" not in stated:
+        total = sum(r.nbytes for r in collectives)
+        facts.append(
+            "the largest collective buffer is "
+            + _largest_collective(collectives)
+            + f"; {len(collectives)} collective buffers hold {format_bytes(total)},"
+            f" {_percent(total, peak)} of the peak."
+        )
+    largest = max(breakdown.rows, key=lambda r: r.nbytes, default=None)
+    if (
+        largest is not None
+        and largest.nbytes >= _ONE_BUFFER * peak
+        and stated.get(largest.kind) != 1  # "temporary is 55% (in 1 buffer)"
+    ):
+        facts.append(
+            f"one buffer is {_percent(largest.nbytes, peak)} of the peak:"
+            f" {largest.label}, {largest.type_str}"
+            f" ({format_bytes(largest.nbytes)})."
+        )
+    return facts
+
+
+def _largest_collective(rows: list[BreakdownRow]) -> str:
+    """``one all-gather buffer of 2.10 GiB (f32[...], jit(train)/all_gather)``."""
+    largest = max(rows, key=lambda r: r.nbytes)
+    return (
+        f"one {largest.opcode} buffer of {format_bytes(largest.nbytes)}"
+        f" ({largest.type_str}, {largest.op_name or largest.instruction})"
+    )
+
+
+def _layouts(breakdown: Breakdown) -> list[str]:
+    """Buffers of one source line that are one tensor in two (or more) layouts.
+
+    The same dtype, element count and source line, different shapes
+    (``f32[32,2048,2048]`` and ``f32[4,8,2048,2048]``): one sentence naming
+    each shape with its count, when they hold at least 10% of the peak.
+    """
+    peak = breakdown.live_peak_bytes
+    groups: dict[tuple[str, int, str, int], dict[tuple[int, ...], list[int]]] = {}
+    for row in breakdown.rows:
+        if row.source is None or not row.shape:
+            continue
+        key = (row.dtype, math.prod(row.shape), row.source.file, row.source.line)
+        groups.setdefault(key, {}).setdefault(row.shape, []).append(row.nbytes)
+    facts = []
+    for (dtype, _, file, line), shapes in groups.items():
+        total = sum(sum(sizes) for sizes in shapes.values())
+        if len(shapes) < 2 or total < _SHARE * peak:
+            continue
+        named = " and ".join(
+            f"`{dtype}[{','.join(map(str, shape))}]` \u00d7{len(sizes)}"
+            for shape, sizes in sorted(shapes.items(), key=lambda item: -len(item[1]))
+        )
+        count = sum(len(sizes) for sizes in shapes.values())
+        facts.append(
+            f"{named} from line {line} of {os.path.basename(file)} are one tensor"
+            f" in two layouts (the same dtype and element count): {count} buffers,"
+            f" {format_bytes(total)}, {_percent(total, peak)} of the peak."
+        )
+    return facts
+
+
+def _gradients(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str]:
+    """Why the gradients at the peak are far fewer bytes than the plan's."""
+    if plan is None:
+        return []
+    planned = plan.bytes_by_category.get("gradients", 0)
+    live = sum(r.nbytes for r in breakdown.rows if r.kind == "gradient")
+    if not planned or 10 * live > planned:
+        return []
+    return [
+        f"gradient buffers hold {format_bytes(live)} at the peak against the"
+        f" plan's {format_bytes(planned)} of gradients: the optimizer update"
+        " consumes each gradient before the peak, so they are never all live"
+        " at once."
+    ]
+
+
+def _options(
+    breakdown: Breakdown, plan: MeshConfigReport | None, fraction: float | None
+) -> list[str]:
+    """What to try, each only when its trigger is in the breakdown."""
+    peak = breakdown.live_peak_bytes
+    shares = {g.label: g.nbytes for g in breakdown.by_kind()}
+    kept = [r for r in breakdown.rows if r.kind == "activation kept for backward"]
+    options = []
+    if shares.get("activation kept for backward", 0) >= _SHARE * peak:
+        function = _top_function(kept)
+        if function is not None:
+            options.append(
+                f"try: rematerialise `{function}` (wrap it in `nnx.remat`): the"
+                " backward pass recomputes its activations instead of keeping them."
+            )
+        attention = _attention(kept)
+        if attention is not None:
+            how = (
+                "`jax.nn.dot_product_attention` with `implementation='cudnn'`"
+                if breakdown.backend == "gpu"
+                else "`jax.nn.dot_product_attention`; on GPUs with"
+                " `implementation='cudnn'`"
+            )
+            options.append(
+                f"try: fused attention ({how}): the largest kept activations,"
+                f" `{attention}`, have the shape of attention probabilities"
+                " (sequence \u00d7 sequence), which a fused kernel never stores."
+            )
+    batch_scaled = shares.get("activation kept for backward", 0) + shares.get(
+        "batch", 0
+    )
+    if batch_scaled >= _SHARE * peak:
+        options.append(
+            "try: a smaller global batch (`--max-batch` finds the largest that"
+            " fits): the activations and the batch shrink with it."
+        )
+    state = shares.get("parameter", 0) + shares.get("optimizer state", 0)
+    if state >= _SHARE * peak:
+        options.append("try: " + _larger_tp(plan) + ".")
+    if breakdown.backend == "gpu" and fraction is not None:
+        options.append(
+            f"try: `XLA_CLIENT_MEM_FRACTION={fraction:.2f}`: the allocator's pool"
+            " then holds the step."
+        )
+    return options
+
+
+def _top_function(kept: list[BreakdownRow]) -> str | None:
+    """The source function that keeps the most activation bytes, if any."""
+    by_function: dict[str, int] = {}
+    for row in kept:
+        if row.source is not None:
+            name = row.source.function
+            by_function[name] = by_function.get(name, 0) + row.nbytes
+    if not by_function:
+        return None
+    return max(by_function, key=lambda name: by_function[name])
+
+
+def _attention(kept: list[BreakdownRow]) -> str | None:
+    """The largest kept activations' type when shaped like attention probabilities.
+
+    The type (``f32[4,8,2048,2048]``) of the most bytes kept by one type, when
+    it has three dimensions or more and its last two are equal and at least
+    128 (queries by keys).
+    """
+    by_type: dict[tuple[tuple[int, ...], str], int] = {}
+    for row in kept:
+        key = (row.shape, row.type_str)
+        by_type[key] = by_type.get(key, 0) + row.nbytes
+    if not by_type:
+        return None
+    shape, type_str = max(by_type, key=lambda key: by_type[key])
+    if len(shape) >= 3 and shape[-1] == shape[-2] >= 128:
+        return type_str
+    return None
+
+
+def _larger_tp(plan: MeshConfigReport | None) -> str:
+    """``a larger tp axis (tp=8 in place of tp=4, ...)``: state over more devices."""
+    text = "a larger tp axis"
+    if plan is not None and "tp" in map(str, plan.axis_names):
+        sizes = dict(zip(map(str, plan.axis_names), plan.axis_sizes, strict=True))
+        other = next(
+            (name for name, size in sizes.items() if name != "tp" and size % 2 == 0),
+            None,
+        )
+        if other is not None:
+            text = (
+                f"a larger `tp` axis (`tp={2 * sizes['tp']}` with"
+                f" `{other}={sizes[other] // 2}`)"
+            )
+    return text + ": the parameters and optimizer state split over more devices"
 
 
 def _replicated(breakdown: Breakdown, kind: str, plan: MeshConfigReport | None) -> str:

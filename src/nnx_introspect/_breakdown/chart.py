@@ -7,6 +7,7 @@ Both take plain numbers and draw with :mod:`nnx_introspect._render.svg`;
 """
 
 import html
+import re
 from collections.abc import Sequence
 
 from nnx_introspect._breakdown.report import Breakdown
@@ -15,6 +16,7 @@ from nnx_introspect._render import svg
 from nnx_introspect._render.table import format_bytes, table_html
 
 __all__ = [
+    "advice_html",
     "breakdown_html",
     "curve_svg",
     "kinds_bar_svg",
@@ -39,6 +41,76 @@ _COLOURS = dict(
 )
 
 
+def _zoom_ticks(
+    values: Sequence[int], budget: int | None, top: float
+) -> tuple[svg.Tick, ...]:
+    """The zoom band's ticks when the peak and the budget are too close to see.
+
+    ``values`` are the figures to tell apart from the budget (the most bytes
+    live, what the device holds); empty when there is no budget or they are
+    at least 5% of the axis apart from it.
+    """
+    if budget is None or not values:
+        return ()
+    spread = [*values, budget]
+    low, high = min(spread), max(spread)
+    if all(abs(v - budget) >= 0.05 * top for v in values) and high - low >= 0.05 * top:
+        return ()
+    pad = max(0.3 * (high - low), 0.005 * high, 1)
+    return svg.byte_axis_between(max(low - pad, 0), high + pad, 3)
+
+
+def _zoom(
+    frame: svg.Frame,
+    ticks: Sequence[svg.Tick],
+    line: Sequence[tuple[float, float]],
+    x: svg.Scale,
+    marks: tuple[tuple[int, int], int | None, int | None],
+) -> str:
+    """The zoom band: the bytes near the budget, the curve clipped to them.
+
+    ``marks`` is ``((peak point, most bytes live), held bytes, budget)``.
+    """
+    (time, nbytes), held, budget = marks
+    y = svg.Scale(ticks[0][0], ticks[-1][0], frame.baseline, frame.top)
+    width, height = frame.plot_right - frame.left, frame.baseline - frame.top
+    box = f"{frame.left:g} {frame.top:g} {width:g} {height:g}"
+    parts = [
+        svg.text(
+            16,
+            frame.top - 10,
+            "Zoom on the peak and the budget:",
+            size=12,
+            colour=svg.AXIS,
+        ),
+        svg.y_grid(frame, y, ticks),
+        svg.axes(frame),
+        # a nested SVG clips the curve to the band
+        f'<svg x="{frame.left:g}" y="{frame.top:g}" width="{width:g}" '
+        f'height="{height:g}" viewBox="{box}">'
+        + svg.polyline([(px, y(b)) for px, b in line], svg.BLUE, width=1.2)
+        + "</svg>",
+    ]
+    if budget is not None:
+        parts.append(svg.budget_across(frame, y(budget), budget))
+    if held is not None:
+        parts.append(
+            svg.line(
+                frame.left, y(held), frame.plot_right, y(held), "#24292f", dash="2 3"
+            )
+            + svg.text(
+                frame.left + 6,
+                y(held) - 5,
+                f"the device holds {format_bytes(held)} (the verdict's peak)",
+                colour="#24292f",
+            )
+        )
+    parts.append(
+        svg.dot(x(time), y(nbytes), svg.RED, title=f"most live: {format_bytes(nbytes)}")
+    )
+    return "".join(parts)
+
+
 def curve_svg(
     times: Sequence[int],
     live_bytes: Sequence[int],
@@ -47,94 +119,122 @@ def curve_svg(
     peak: tuple[int, int, str],
     budget: int | None = None,
     downsampled: bool = False,
+    held: int | None = None,
 ) -> str:
-    """The memory curve: bytes live per program point, peak marked, budget dashed.
+    """The memory curve: bytes live per program point, the most marked, budget dashed.
+
+    The dot is the most bytes live at one point by XLA's live ranges,
+    labelled ``most live: ...``; the verdict's peak is what the device holds
+    (``held``), which the caption says can differ. The budget is a red dashed
+    line with its own label, apart from the grey grid. When the budget is
+    within 5% of the axis of the most live or of what the device holds, a zoom
+    band below the chart spans just those bytes, so an overshoot of 2% shows.
 
     Args:
         times: The program points drawn, increasing.
         live_bytes: The bytes live at each of them.
         points: How many program points the schedule has.
-        peak: XLA's peak as ``(program point, bytes, instruction)``.
+        peak: The most bytes live as ``(program point, bytes, instruction)``.
         budget: The byte budget drawn as a dashed line, if any.
         downsampled: Whether ``times`` is a sample of the points, each
             standing for the most bytes live in its span (the caption says so).
+        held: What the device holds for the step (the verdict's peak), if
+            known: named in the caption and drawn in the zoom band.
 
     Returns:
         An SVG figure; empty without points.
 
     Example:
         >>> page = curve_svg([0, 1, 2], [10, 30, 20], points=3, peak=(1, 30, "dot"))
-        >>> "peak 30 B" in page, page.count("<circle")
+        >>> "most live: 30 B" in page, page.count("<circle")
         (True, 1)
     """
     if not times:
         return ""
-    frame = svg.Frame(720, 300, left=90, right=20, top=24, bottom=46)
+    time, nbytes, instruction = peak
+    ticks = svg.byte_axis(max(*live_bytes, budget or 0, held or 0))
+    zoom = _zoom_ticks(
+        [nbytes] + ([held] if held is not None else []), budget, ticks[-1][0] or 1
+    )
+    band = 150 if zoom else 0
+    frame = svg.Frame(720, 300 + band, left=90, right=20, top=24, bottom=46 + band)
     x_max = max(points - 1, 1)
     x = frame.x_scale(x_max)
-    ticks = svg.byte_axis(max(*live_bytes, budget or 0))
     y = frame.y_scale(ticks[-1][0] or 1)
     step = max(1, round(svg.nice_step(x_max)))
+    line = [(x(t), b) for t, b in zip(times, live_bytes, strict=True)]
     parts = [
         svg.y_grid(frame, y, ticks),
         svg.axes(frame),
-        svg.x_labels(
-            frame,
-            x,
-            [(t, str(t)) for t in range(0, x_max + 1, step)],
+        svg.text(
+            frame.middle,
+            frame.baseline + 36,
             "program point (XLA's schedule)",
+            size=12,
+            anchor="middle",
         ),
-        svg.polyline(
-            [(x(t), y(b)) for t, b in zip(times, live_bytes, strict=True)],
-            svg.BLUE,
-            width=1.2,
+        *(
+            svg.text(x(t), frame.baseline + 16, str(t), anchor="middle")
+            for t in range(0, x_max + 1, step)
         ),
+        svg.polyline([(px, y(b)) for px, b in line], svg.BLUE, width=1.2),
     ]
     if budget is not None:
         parts.append(svg.budget_across(frame, y(budget), budget))
-    time, nbytes, instruction = peak
     at_x, at_y = x(time), y(nbytes)
     parts += [
         svg.dot(
             at_x,
             at_y,
             svg.RED,
-            title=f"XLA's peak: {format_bytes(nbytes)} at point {time} ({instruction})",
+            title=f"most live: {format_bytes(nbytes)} at point {time} ({instruction})",
         ),
         svg.text(
             min(at_x + 6, frame.plot_right - 4),
             max(at_y - 6, 12),
-            f"peak {format_bytes(nbytes)}",
+            f"most live: {format_bytes(nbytes)}",
             anchor="start" if at_x < frame.width * 0.7 else "end",
         ),
     ]
+    if zoom:
+        below = svg.Frame(720, frame.height, 90, 20, 300 + 20, 46)
+        parts.append(_zoom(below, zoom, line, x, ((time, nbytes), held, budget)))
     sampled = (
         f" (downsampled to {len(times)} of {points} points, each the most bytes "
         "live in its span)"
         if downsampled
         else ""
     )
+    holds = "" if held is None else f" ({format_bytes(held)})"
     return svg.figure(
         frame,
         "bytes live at each program point of the step",
         "".join(parts),
         caption="Bytes live at each program point of one device's step, as XLA "
-        f"scheduled it{sampled}; the dot is XLA's peak, the dashed line the "
-        "budget. Arguments and outputs count while live; XLA's preallocated "
-        "temp buffer is not a value of its own.",
+        f"scheduled it{sampled}; the dot is the most bytes live at one point by "
+        "XLA's live ranges, the dashed line the budget. Arguments and outputs "
+        "count while live; XLA's preallocated temp buffer is not a value of its "
+        f"own. The verdict's peak is what the device holds{holds}: arguments, "
+        "outputs and that temp buffer for the whole step, less what is aliased, "
+        "so it can differ from the most live."
+        + (" The band below zooms on the peak and the budget." if zoom else ""),
     )
 
 
-def kinds_bar_svg(kinds: Sequence[tuple[str, int]], peak: int) -> str:
-    """One bar of the peak split by kind, with a legend of bytes and shares.
+def kinds_bar_svg(
+    kinds: Sequence[tuple[str, int]], peak: int, budget: int | None = None
+) -> str:
+    """One bar of the peak split by kind on a bytes scale, the budget marked.
 
     Args:
         kinds: ``(kind, bytes)`` per kind, largest first; a kind of
             :data:`~nnx_introspect._breakdown.rows.KINDS` has its own colour.
         peak: The bytes of the whole bar.
+        budget: The byte budget, drawn as a dashed line across the bar.
 
     Returns:
-        An SVG figure; empty when there is nothing to split.
+        An SVG figure: the bar over round byte ticks, then a legend of each
+        kind's bytes and share; empty when there is nothing to split.
 
     Example:
         >>> page = kinds_bar_svg([("parameter", 96), ("temporary", 32)], 128)
@@ -143,33 +243,47 @@ def kinds_bar_svg(kinds: Sequence[tuple[str, int]], peak: int) -> str:
     """
     if peak <= 0 or not kinds:
         return ""
-    left, bar_y, bar_h = 10, 10, 26
-    legend_top = bar_y + bar_h + 20
-    frame = svg.Frame(720, legend_top + 18 * len(kinds) + 6, left, 10, bar_y, 0)
+    left, bar_y, bar_h = 20, 24, 26
+    legend_top = bar_y + bar_h + 44
+    frame = svg.Frame(720, legend_top + 18 * len(kinds) + 6, left, 30, bar_y, 0)
+    ticks = svg.byte_axis(max(peak, budget or 0))
+    x = frame.x_scale(ticks[-1][0] or 1)
     colours = [_COLOURS.get(kind, "#afb8c1") for kind, _ in kinds]
-    body = svg.stacked_bar(
-        left,
-        bar_y,
-        frame.plot_right - left,
-        bar_h,
-        [
-            (nbytes, colour, f"{kind}: {format_bytes(nbytes)}")
-            for (kind, nbytes), colour in zip(kinds, colours, strict=True)
-        ],
-    ) + svg.legend(
-        left,
-        legend_top,
-        [
-            (colour, f"{kind}: {format_bytes(nbytes)} ({_percent(nbytes, peak)}%)")
-            for (kind, nbytes), colour in zip(kinds, colours, strict=True)
-        ],
+    axis_y = bar_y + bar_h + 4
+    body = (
+        svg.x_grid(x, ticks, top=bar_y - 4, bottom=axis_y)
+        + svg.stacked_bar(
+            left,
+            bar_y,
+            x(peak) - left,
+            bar_h,
+            [
+                (nbytes, colour, f"{kind}: {format_bytes(nbytes)}")
+                for (kind, nbytes), colour in zip(kinds, colours, strict=True)
+            ],
+        )
+        + (
+            ""
+            if budget is None
+            else svg.budget_up(x(budget), bar_y - 10, axis_y, budget)
+        )
+        + svg.legend(
+            left,
+            legend_top,
+            [
+                (colour, f"{kind}: {format_bytes(nbytes)} ({_percent(nbytes, peak)}%)")
+                for (kind, nbytes), colour in zip(kinds, colours, strict=True)
+            ],
+        )
     )
     return svg.figure(
         frame,
         "the peak by kind",
         body,
         caption="The buffers live at XLA's peak "
-        f"({html.escape(format_bytes(peak))}), by kind.",
+        f"({html.escape(format_bytes(peak))}), by kind"
+        + ("" if budget is None else ", against the budget (dashed)")
+        + ".",
     )
 
 
@@ -178,22 +292,56 @@ def _percent(part: int, whole: int) -> int:
     return (200 * part + whole) // (2 * whole)
 
 
-def breakdown_html(breakdown: Breakdown, budget: int | None) -> str:
-    """The curve, the bar by kind, then the breakdown's table (an HTML fragment).
+def advice_html(facts: Sequence[str]) -> str:
+    """"What to change" as an HTML list, each ```code``` span as ``<code>``.
+
+    Empty when there is nothing to change (a step that fits).
+
+    Example:
+        >>> advice_html(["wrap `Block.__call__` in `nnx.remat` (a < b)."])
+        '<h2>What to change</h2><ul class="advice"><li>wrap <code>Block.__call__\
+</code> in <code>nnx.remat</code> (a &lt; b).</li></ul>'
+        >>> advice_html([])
+        ''
+    """
+    if not facts:
+        return ""
+    items = "".join(
+        "<li>" + _CODE.sub(r"<code>\1</code>", html.escape(fact)) + "</li>"
+        for fact in facts
+    )
+    return f'<h2>What to change</h2><ul class="advice">{items}</ul>'
+
+
+_CODE = re.compile(r"`([^`]+)`")
+
+
+def breakdown_html(
+    breakdown: Breakdown, budget: int | None, advice: Sequence[str] = ()
+) -> str:
+    """"What to change" first, then the curve, the bar by kind and the table.
+
+    An HTML fragment: ``advice`` (:func:`advice_html`; none on a step that
+    fits), the memory curve (its dot the most bytes live, the caption naming
+    what the device holds), the peak by kind against the budget, then the
+    breakdown's table.
 
     Example:
         >>> from nnx_introspect._breakdown.report import BreakdownRow
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
 "parameter", "x", "batch[0]", None, 0, None)
         >>> breakdown = Breakdown("cpu", "jit_f", 3, "x", 96, 128, (row,))
-        >>> page = breakdown_html(breakdown, None)
+        >>> page = breakdown_html(breakdown, None, ["use `x`."])
         >>> "batch: 96 B (100%)" in page, "<table>" in page
         (True, True)
+        >>> page.index("<code>x</code>") < page.index("What the peak is made of")
+        True
     """
     curve = breakdown.curve
     peak = breakdown.live_peak_bytes
     return (
-        "<h2>What the peak is made of</h2>"
+        advice_html(advice)
+        + "<h2>What the peak is made of</h2>"
         + (
             ""
             if curve is None
@@ -204,8 +352,11 @@ def breakdown_html(breakdown: Breakdown, budget: int | None) -> str:
                 points=curve.points,
                 budget=budget,
                 downsampled=curve.downsampled,
+                held=breakdown.held_bytes,
             )
         )
-        + kinds_bar_svg([(g.label, g.nbytes) for g in breakdown.by_kind()], peak)
+        + kinds_bar_svg(
+            [(g.label, g.nbytes) for g in breakdown.by_kind()], peak, budget
+        )
         + table_html(breakdown.table())
     )

@@ -4,7 +4,9 @@
 HTML, the report mixin); ``formats`` the one-line texts of batches, partition
 specs and errors; ``svg`` the one SVG module (scales, round ticks, axes, grid
 lines and the line, bar and scatter marks every chart draws with, and the
-max-batch chart); ``mesh_charts`` the mesh page's bar chart and split grid.
+max-batch chart); ``ticks`` its scales and round ticks (linear, log, or
+clipped near a budget); ``widths`` how wide a terminal table's columns are, so
+nothing is cropped; ``mesh_charts`` the mesh page's bar chart and split grid.
 Charts take plain numbers, never report objects. Nothing here imports another
 package of nnx_introspect but ``_typing``.
 """

@@ -2,7 +2,7 @@
 
 Every chart of the library takes plain numbers and builds its figure from the
 pieces here: a :class:`Frame` (the canvas and its plot area), a :class:`Scale`
-(linear from 0, or log2), round ticks (:func:`nice_step`, :func:`round_ticks`,
+(linear from 0, or logarithmic), round ticks (:func:`nice_step`, :func:`round_ticks`,
 :func:`byte_ticks`), grid lines with their labels, the budget as a dashed red
 line, and the marks (:func:`line`, :func:`polyline`, :func:`rect`,
 :func:`dot`, :func:`text`); :func:`bar_rows` lays out horizontal bars, one row
@@ -18,6 +18,21 @@ from dataclasses import dataclass
 from typing import NamedTuple
 
 from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render.ticks import (
+    Scale,
+    Tick,
+    byte_axis,
+    byte_axis_between,
+    byte_ticks,
+    is_log_axis,
+    log_byte_axis,
+    log_ticks,
+    nice_step,
+    peak_axis,
+    round_ticks,
+    seconds,
+    wants_log,
+)
 
 __all__ = [
     "AXIS",
@@ -32,24 +47,33 @@ __all__ = [
     "Point",
     "Scale",
     "Tick",
+    "arrow",
     "axes",
     "bar_rows",
     "budget_across",
     "budget_up",
     "byte_axis",
+    "byte_axis_between",
     "byte_ticks",
     "category_colour",
     "chart_svg",
     "dot",
     "figure",
+    "is_log_axis",
     "legend",
     "line",
+    "log_byte_axis",
+    "log_ticks",
     "nice_step",
+    "numbered_dot",
+    "peak_axis",
     "polyline",
     "rect",
     "round_ticks",
+    "seconds",
     "stacked_bar",
     "text",
+    "wants_log",
     "x_grid",
     "x_labels",
     "y_grid",
@@ -68,105 +92,8 @@ RED = "#cf222e"
 GREY = "#8c959f"
 """A reference value (an ideal share)."""
 
-Tick = tuple[float, str]
-"""A tick: its value in the axis's units and its label."""
-
 Point = tuple[int, int, bool]
 """``(global batch, peak bytes per device, fits)``."""
-
-
-_UNITS = (("B", 1), ("KiB", 2**10), ("MiB", 2**20), ("GiB", 2**30), ("TiB", 2**40))
-
-
-def nice_step(span: float, intervals: int = 5) -> float:
-    """The 1-2-5 step cutting ``span`` in about ``intervals`` pieces.
-
-    1, 2, 5, 10, 20, 50...
-
-    Example:
-        >>> nice_step(82.31), nice_step(7), nice_step(0.3)
-        (20.0, 2.0, 0.1)
-    """
-    raw = max(span, 1e-12) / intervals
-    magnitude = 10.0 ** math.floor(math.log10(raw))
-    return next(
-        round(m * magnitude, 12)
-        for m in (1, 2, 5, 10)
-        if m * magnitude >= raw * (1 - 1e-9)
-    )
-
-
-def round_ticks(top: float) -> tuple[float, ...]:
-    """Ticks in 1-2-5 steps from 0 to the first at or above ``top``.
-
-    Example:
-        >>> round_ticks(0.42)
-        (0.0, 0.1, 0.2, 0.3, 0.4, 0.5)
-    """
-    step = nice_step(top)
-    count = max(1, math.ceil(max(top, 0) / step - 1e-9))
-    return tuple(round(i * step, 12) for i in range(count + 1))
-
-
-def byte_ticks(top: float) -> tuple[str, int, tuple[float, ...]]:
-    """Round ticks of a bytes axis from 0 to at least ``top``, in one unit.
-
-    Returns:
-        ``(unit, its bytes, ticks in that unit)``.
-
-    Example:
-        >>> byte_ticks(82.31 * 2**30)
-        ('GiB', 1073741824, (0.0, 20.0, 40.0, 60.0, 80.0, 100.0))
-    """
-    unit, size = next(((u, b) for u, b in reversed(_UNITS) if top >= b), _UNITS[0])
-    span = max(top, 1) / size
-    step = nice_step(span)
-    count = math.ceil(span / step - 1e-9)
-    return unit, size, tuple(round(i * step, 12) for i in range(count + 1))
-
-
-def byte_axis(top: float) -> tuple[Tick, ...]:
-    """:func:`byte_ticks` as ``(bytes, label)`` pairs; the last one is the axis's end.
-
-    Example:
-        >>> byte_axis(3000)
-        ((0.0, '0 KiB'), (1024.0, '1 KiB'), (2048.0, '2 KiB'), (3072.0, '3 KiB'))
-    """
-    unit, size, ticks = byte_ticks(top)
-    return tuple((tick * size, f"{tick:g} {unit}") for tick in ticks)
-
-
-@dataclass(frozen=True)
-class Scale:
-    """Data values to pixels: linear from ``low`` to ``high``, or log2 between them.
-
-    Attributes:
-        low: The value drawn at ``start``.
-        high: The value drawn at ``end``.
-        start: Its pixel.
-        end: ``high``'s pixel (smaller than ``start`` on a y axis: SVG's y
-            grows downwards).
-        log: Whether the scale is logarithmic (``low`` must be positive).
-
-    Example:
-        >>> Scale(0, 100, 90, 700)(50), Scale(1, 16, 0, 400, log=True)(4)
-        (395.0, 200.0)
-    """
-
-    low: float
-    high: float
-    start: float
-    end: float
-    log: bool = False
-
-    def share(self, value: float) -> float:
-        """Where ``value`` lies from ``low`` (0) to ``high`` (1)."""
-        if self.log:
-            return math.log2(value / self.low) / (math.log2(self.high / self.low) or 1)
-        return (value - self.low) / ((self.high - self.low) or 1)
-
-    def __call__(self, value: float) -> float:
-        return self.start + (self.end - self.start) * self.share(value)
 
 
 @dataclass(frozen=True)
@@ -302,6 +229,41 @@ def dot(
     return (
         f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill="{colour}">'
         f"{_title(title)}</circle>"
+    )
+
+
+def arrow(x: float, y: float, colour: str, *, up: bool = False, size: float = 7) -> str:
+    """An arrowhead at ``(x, y)`` pointing right (or up): a value off the chart.
+
+    Example:
+        >>> arrow(10, 20, RED)
+        '<polygon points="10,16.5 17,20 10,23.5" fill="#cf222e"/>'
+    """
+    half = size / 2
+    if up:
+        points = [(x - half, y), (x, y - size), (x + half, y)]
+    else:
+        points = [(x, y - half), (x + size, y), (x, y + half)]
+    joined = " ".join(f"{_n(a)},{_n(b)}" for a, b in points)
+    return f'<polygon points="{joined}" fill="{colour}"/>'
+
+
+def numbered_dot(
+    x: float, y: float, label: str, colour: str, *, title: str | None = None
+) -> str:
+    """A scatter point drawn as its number: a filled circle, ``label`` inside.
+
+    The circle widens for a label of several numbers (points that coincide).
+
+    Example:
+        >>> numbered_dot(5, 5, "1", RED).count("<circle"), ">1</text>" in \
+numbered_dot(5, 5, "1", RED)
+        (1, True)
+    """
+    r = max(8.0, 3.3 * len(label) + 3)
+    return dot(x, y, colour, title=title, r=r) + (
+        f'<text x="{_n(x)}" y="{_n(y + 3.5)}" font-size="10" text-anchor="middle" '
+        f'font-weight="700" fill="#ffffff">{html.escape(label, quote=False)}</text>'
     )
 
 
@@ -504,12 +466,17 @@ def bar_rows(
     budget: int | None = None,
     width: int = 720,
     value_width: int = 0,
+    axis: Sequence[Tick] | None = None,
 ) -> tuple[Frame, str]:
-    """Horizontal bars on a bytes axis from 0, one row per label.
+    """Horizontal bars on a bytes axis, one row per label.
 
     Labels right-aligned left of the plot (monospace), round byte ticks below
     it as vertical grid lines, and ``budget`` as a dashed vertical line;
     ``value_width`` pixels right of the plot hold each row's value text.
+    ``axis`` gives the ticks (the first and last are the axis's ends; a first
+    tick above 0 makes the axis logarithmic, see :func:`peak_axis`); by
+    default round ticks from 0 to the largest value. A bar beyond the axis's
+    end stops there with an arrowhead: it runs off the chart.
 
     Returns:
         The frame (for :func:`figure`) and the SVG body.
@@ -530,8 +497,10 @@ def bar_rows(
         bottom=40,
     )
     values = [bar.value for row in rows for bar in row.bars]
-    ticks = byte_axis(max([budget or 0, *values, 1]))
-    x = frame.x_scale(ticks[-1][0] or 1)
+    ticks = axis or byte_axis(max([budget or 0, *values, 1]))
+    log = is_log_axis(ticks)
+    end = ticks[-1][0] or 1
+    x = frame.x_scale(end, low=ticks[0][0], log=log)
     axis_y = frame.baseline + 4
     parts = [x_grid(x, ticks, top=frame.top - 4, bottom=axis_y)]
     for i, row in enumerate(rows):
@@ -563,11 +532,13 @@ def bar_rows(
             mark = rect(
                 frame.left,
                 at,
-                max(x(bar.value) - frame.left, 1),
+                max(x(min(bar.value, end)) - frame.left, 1),
                 height,
                 bar.colour,
                 title=bar.title,
             )
+            if bar.value > end:  # off the chart: an arrowhead past the axis's end
+                mark += arrow(frame.plot_right, at + height / 2, bar.colour)
             parts.append(f'<g class="{bar.cls}">{mark}</g>' if bar.cls else mark)
             at += height
         if row.value:

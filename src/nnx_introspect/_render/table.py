@@ -10,6 +10,7 @@ import html
 import io
 import json
 import shutil
+from collections.abc import Sequence
 from typing import Any, Literal, TypeAlias
 
 from rich.console import Console, ConsoleOptions, RenderResult
@@ -17,6 +18,8 @@ from rich.measure import Measurement
 from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
+
+from nnx_introspect._render.widths import cell_lines, fit_widths, narrowest, pack
 
 __all__ = [
     "FittedTable",
@@ -85,13 +88,17 @@ def to_rich(table: Table) -> "FittedTable":
     """A rich renderable for terminals and notebooks; nothing is cut or split.
 
     The title and the lead sentences (a verdict, headline totals) come first.
-    No cell is ever wrapped, folded or cut: a number, a shape or a path always
-    stands whole on one line. When the console is too narrow for the boxed
-    table, the borders go; narrower still, each row is printed as a block (the
-    path on its own line, then ``column: value`` fields, packed into lines
-    without splitting one), so nothing is cut at any width. Cells are plain
-    :class:`rich.text.Text`, never parsed as console markup, so a path or spec
-    containing ``[...]`` shows as written.
+    The table takes the console's width, never more: its columns at their
+    natural widths while they fit, else headers wrap between their words and
+    a cell of several ``"; "``-separated parts (``fsdp: 49.10 GiB; tp: 2.02
+    TiB``) between its parts. A number, a shape or a path always stands whole
+    on one line. When the console is too narrow for the boxed table, the
+    borders go; narrower still, each row is printed as a block (the path on
+    its own line, then ``column: value`` fields, packed into lines without
+    splitting one), so nothing is cut at any width. A title or a note longer
+    than the table is printed at the console's width, not squeezed to the
+    table's. Cells are plain :class:`rich.text.Text`, never parsed as console
+    markup, so a path or spec containing ``[...]`` shows as written.
 
     Example:
         >>> import io
@@ -111,12 +118,13 @@ class FittedTable:
     """A :class:`Table` rendered by rich at whatever width the console has.
 
     At a width that holds every cell whole, a ``rich.table.Table`` (each column
-    at least as wide as its widest cell; a header of several words may wrap);
-    a little narrower, the same table without borders; below that, one block
-    per row. The title and the lead
+    at least as wide as its widest cell, or as the widest part of a cell of
+    ``"; "``-separated parts; a header of several words may wrap); a little
+    narrower, the same table without borders; below that, one block per row.
+    The table is never wider than the console. The title and the lead
     sentences come first either way (with ``title_above``, the title is always
-    its own first line, never centred over the table). :meth:`rich_table` gives
-    the table itself.
+    its own first line, never centred over the table). :meth:`rich_table`
+    gives the table itself.
     """
 
     def __init__(self, table: Table, *, title_above: bool = False) -> None:
@@ -128,7 +136,12 @@ class FittedTable:
         )
 
     def rich_table(
-        self, *, title: bool = True, compact: bool = False, notes: bool = True
+        self,
+        *,
+        title: bool = True,
+        compact: bool = False,
+        notes: bool = True,
+        widths: Sequence[int] | None = None,
     ) -> RichTable:
         """The ``rich.table.Table``: every cell whole, on one line.
 
@@ -141,6 +154,10 @@ class FittedTable:
                 are printed after it, wrapped at the console's width: rich
                 drops a character where it wraps a caption narrower than its
                 text).
+            widths: Each column's width (without padding), as
+                :func:`~nnx_introspect._render.widths.fit_widths` gives them:
+                a cell wider than its column breaks between its ``"; "``
+                parts. Default: each column as wide as its widest cell.
         """
         table = self.table
         caption = Text("\n".join(table.notes)) if table.notes and notes else None
@@ -160,7 +177,14 @@ class FittedTable:
                 caption_justify="left",
             )
         for i, name in enumerate(table.columns):
-            if i == 0:
+            if widths is not None:
+                out.add_column(
+                    Text(name),
+                    justify="left" if i == 0 else "right",
+                    no_wrap=i == 0,
+                    width=widths[i],
+                )
+            elif i == 0:
                 out.add_column(Text(name), no_wrap=True, min_width=self.first_width)
             else:
                 # At least as wide as its widest cell, so no cell ever wraps;
@@ -171,14 +195,21 @@ class FittedTable:
                     overflow="fold",
                     min_width=self._widest(i),
                 )
+
+        def cells(row: tuple[str, ...]) -> list[Text]:
+            if widths is None:
+                return [Text(c) for c in row]
+            return [
+                Text(c if i == 0 else cell_lines(c, widths[i]))
+                for i, c in enumerate(row)
+            ]
+
         last = len(table.rows) - 1
         for i, row in enumerate(table.rows):
             # A rule between the body and the totals.
-            out.add_row(
-                *(Text(c) for c in row), end_section=bool(table.totals) and i == last
-            )
+            out.add_row(*cells(row), end_section=bool(table.totals) and i == last)
         for row in table.totals:
-            out.add_row(*(Text(c) for c in row), style="bold")
+            out.add_row(*cells(row), style="bold")
         return out
 
     def _widest(self, i: int) -> int:
@@ -186,40 +217,69 @@ class FittedTable:
         cells = [r[i] for r in (*self.table.rows, *self.table.totals) if len(r) > i]
         return max([1, *map(len, cells)])
 
+    def _overhead(self, compact: bool) -> int:
+        """What borders and padding add to the columns' widths."""
+        n = len(self.table.columns)
+        return n - 1 if compact else 3 * n + 1
+
+    def _fit(self, width: int, compact: bool) -> tuple[list[int], bool] | None:
+        """The columns' widths in a console ``width`` wide (see ``fit_widths``)."""
+        rows = (*self.table.rows, *self.table.totals)
+        return fit_widths(self.table.columns, rows, width, self._overhead(compact))
+
     def min_table_width(self, *, compact: bool = False) -> int:
         """The narrowest console that shows the table with every cell whole.
 
-        Headers may wrap between their words, never inside one.
+        Headers may wrap between their words, never inside one; a cell of
+        several ``"; "``-separated parts between its parts.
 
         Args:
             compact: For the borderless table (one space between columns).
         """
-        n = len(self.table.columns)
-        others = sum(
-            max(self._widest(i), *map(len, self.table.columns[i].split() or [""]))
-            for i in range(1, n)
-        )
-        if compact:
-            return self.first_width + others + n - 1  # one space between columns
-        return self.first_width + others + 3 * n + 1  # padding and borders
+        rows = (*self.table.rows, *self.table.totals)
+        return narrowest(self.table.columns, rows) + self._overhead(compact)
 
     def __rich_console__(
         self, console: Console, options: ConsoleOptions
     ) -> RenderResult:
         table = self.table
-        boxed = options.max_width >= self.min_table_width()
-        if boxed and not table.lead and not self.title_above:
-            yield self.rich_table()
+        width = options.max_width
+        compact = False
+        fitted = self._fit(width, compact=False)
+        if fitted is None:
+            compact = True
+            fitted = self._fit(width, compact=True)
+        if fitted is None:
+            yield from self._blocks(width)
             return
+        widths, natural = fitted
+        size = sum(widths) + self._overhead(compact)
+        # A title or note longer than the table goes above or below it at the
+        # console's width: squeezed into the table's, it would wrap early.
+        inside = not (table.lead or self.title_above or compact)
+        inside = inside and len(table.title) <= size
+        notes_inside = inside and all(len(n) <= size for n in table.notes)
+        if not inside:
+            yield Text(table.title, style="bold")
+            for sentence in table.lead:
+                yield Text(sentence)
+        yield self.rich_table(
+            title=inside,
+            compact=compact,
+            notes=notes_inside,
+            widths=None if natural else widths,
+        )
+        if not notes_inside:
+            for note in table.notes:
+                yield Text(note)
+
+    def _blocks(self, width: int) -> RenderResult:
+        """The title and lead, then one block per row, then the notes."""
+        table = self.table
         yield Text(table.title, style="bold")
         for sentence in table.lead:
             yield Text(sentence)
-        if boxed or options.max_width >= self.min_table_width(compact=True):
-            yield self.rich_table(title=False, compact=not boxed, notes=False)
-            for note in table.notes:
-                yield Text(note)
-            return
-        width = max(1, options.max_width - 2)
+        width = max(1, width - 2)
         blocks = [(row, None) for row in table.rows] + [
             (row, "bold") for row in table.totals
         ]
@@ -232,7 +292,7 @@ class FittedTable:
                 for name, cell in zip(table.columns[1:], row[1:], strict=False)
                 if cell
             ]
-            for line in _pack(fields, width):
+            for line in pack(fields, width):
                 yield Padding(Text(line, overflow="fold"), (0, 0, 0, 2))
         for note in table.notes:
             yield Text(note)
@@ -242,20 +302,6 @@ class FittedTable:
     ) -> Measurement:
         measured: Measurement = Measurement.get(console, options, self.rich_table())
         return measured
-
-
-def _pack(fields: list[str], width: int) -> list[str]:
-    """``fields`` joined by ``"; "`` into lines of at most ``width``, none split.
-
-    A field longer than ``width`` has a line of its own (and only it folds).
-    """
-    lines: list[str] = []
-    for field in fields:
-        if lines and len(lines[-1]) + 2 + len(field) <= width:
-            lines[-1] += "; " + field
-        else:
-            lines.append(field)
-    return lines
 
 
 def _md_cell(text: str) -> str:
@@ -530,13 +576,19 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
         """
         tone = self._verdict_tone()
         if tone is None:
-            return table_html(table)
+            return self._after_verdict_html() + table_html(table)
         verdict = str(getattr(self, "verdict"))  # noqa: B009  # checked by the tone
         lead = tuple(s for s in table.lead if s != verdict)
         rest = dataclasses.replace(table, lead=lead)
-        return verdict_html(verdict, tone) + table_html(
-            rest, caption=table.title != verdict
+        return (
+            verdict_html(verdict, tone)
+            + self._after_verdict_html()
+            + table_html(rest, caption=table.title != verdict)
         )
+
+    def _after_verdict_html(self) -> str:
+        """HTML the reader needs right after the verdict (none by default)."""
+        return ""
 
     def __str__(self) -> str:
         """The report as plain text: what ``print(report)`` shows.
