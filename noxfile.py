@@ -70,8 +70,11 @@ def lint(session: nox.Session) -> None:
 def docs(session: nox.Session) -> None:
     """Build the Sphinx HTML docs with ``-W`` and run their doctests."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "docs"))
+    # -q: warnings and errors only (myst logs its whole parser config at each
+    # start, the doctest builder a line per document).
     session.run(
         "sphinx-build",
+        "-q",
         "-W",
         "--keep-going",
         "-b",
@@ -83,6 +86,7 @@ def docs(session: nox.Session) -> None:
     )
     session.run(
         "sphinx-build",
+        "-q",
         "-W",
         "--keep-going",
         "-b",
