@@ -103,9 +103,10 @@ def test_one_tensor_in_two_layouts_is_one_sentence() -> None:
     facts = what_to_change(ATTENTION, fits=False)
     (layouts,) = [f for f in facts if "two layouts" in f]
     assert layouts == (
-        "`f32[32,2048,2048]` \u00d732 and `f32[4,8,2048,2048]` \u00d721 from line"
-        " 120 of model.py are one tensor in two layouts (the same dtype and"
-        " element count): 53 buffers, 848 MiB, 74% of the peak."
+        "`f32[32,2048,2048]` \u00d732 and `f32[4,8,2048,2048]` \u00d721 (activation"
+        " kept for backward) from line 120 of model.py are one tensor in two"
+        " layouts (the same dtype and element count): 53 buffers, 848 MiB, 74% of"
+        " the peak."
     )
 
 

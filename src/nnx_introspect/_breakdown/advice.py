@@ -167,19 +167,26 @@ def _largest_collective(rows: list[BreakdownRow]) -> str:
 def _layouts(breakdown: Breakdown) -> list[str]:
     """Buffers of one source line that are one tensor in two (or more) layouts.
 
-    The same dtype, element count and source line, different shapes
+    The same kind, dtype, element count and source line, different shapes
     (``f32[32,2048,2048]`` and ``f32[4,8,2048,2048]``): one sentence naming
-    each shape with its count, when they hold at least 10% of the peak.
+    each shape with its count (the counts of the table's rows), when they
+    hold at least 10% of the peak.
     """
     peak = breakdown.live_peak_bytes
-    groups: dict[tuple[str, int, str, int], dict[tuple[int, ...], list[int]]] = {}
+    groups: dict[tuple[str, str, int, str, int], dict[tuple[int, ...], list[int]]] = {}
     for row in breakdown.rows:
         if row.source is None or not row.shape:
             continue
-        key = (row.dtype, math.prod(row.shape), row.source.file, row.source.line)
+        key = (
+            row.kind,
+            row.dtype,
+            math.prod(row.shape),
+            row.source.file,
+            row.source.line,
+        )
         groups.setdefault(key, {}).setdefault(row.shape, []).append(row.nbytes)
     facts = []
-    for (dtype, _, file, line), shapes in groups.items():
+    for (kind, dtype, _, file, line), shapes in groups.items():
         total = sum(sum(sizes) for sizes in shapes.values())
         if len(shapes) < 2 or total < _SHARE * peak:
             continue
@@ -189,8 +196,9 @@ def _layouts(breakdown: Breakdown) -> list[str]:
         )
         count = sum(len(sizes) for sizes in shapes.values())
         facts.append(
-            f"{named} from line {line} of {os.path.basename(file)} are one tensor"
-            f" in two layouts (the same dtype and element count): {count} buffers,"
+            f"{named} ({kind}) from line {line} of {os.path.basename(file)} are"
+            " one tensor in two layouts (the same dtype and element count):"
+            f" {count} buffers,"
             f" {format_bytes(total)}, {_percent(total, peak)} of the peak."
         )
     return facts
