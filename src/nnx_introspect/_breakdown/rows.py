@@ -44,8 +44,6 @@ say so (``gradients layers/0/...``).
 
 """
 
-import functools
-import importlib.util
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -54,6 +52,7 @@ from typing import Any, Final
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
 from nnx_introspect._xla.dump import source_json as _source_json
+from nnx_introspect._xla.hlo.frames import user_frame
 
 __all__ = [
     "ARGUMENT_KINDS",
@@ -257,7 +256,7 @@ def classify_buffer(
         its output's name or its user frame.
     """
     path: str | None = None
-    source = _user_frame(buffer)
+    source = user_frame(buffer.stack, buffer.source)
     if buffer.parameter is not None:
         leaf = arguments[buffer.parameter]
         kind, path, label = leaf.kind, leaf.path, leaf.path
@@ -300,31 +299,6 @@ def classify_buffer(
         output_index=buffer.output_index,
         memory_space=buffer.memory_space,
     )
-
-
-_LIBRARIES: Final = ("jax", "jaxlib", "flax", "optax", "numpy")
-"""Packages whose frames are not the user's model: a buffer's source is the
-innermost frame outside them (``TwoLayerMLP.__call__``, not the
-``Linear.__call__`` of flax it calls)."""
-
-
-@functools.cache
-def _library_roots() -> tuple[str, ...]:
-    roots = []
-    for name in _LIBRARIES:
-        spec = importlib.util.find_spec(name)
-        for location in (spec.submodule_search_locations or []) if spec else []:
-            roots.append(os.path.join(os.path.realpath(location), ""))
-    return tuple(roots)
-
-
-def _user_frame(buffer: PeakBuffer) -> SourceLocation | None:
-    """The innermost frame outside JAX, flax, optax and numpy; else the innermost."""
-    roots = _library_roots()
-    for frame in buffer.stack:
-        if not os.path.realpath(frame.file).startswith(roots):
-            return frame
-    return buffer.source
 
 
 def _is_forward(op_name: str | None) -> bool:

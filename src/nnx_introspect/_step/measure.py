@@ -33,7 +33,8 @@ from nnx_introspect._step.inputs import (
 )
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
-from nnx_introspect._typing import IntLike, typechecked
+from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
@@ -239,6 +240,29 @@ def measure_step(spec: StepSpec, *, debug: bool = False) -> StepMemoryReport:
     )
 
 
+def _topology_mesh_here(
+    topology: str, request: _Request, unnamed: ArgumentError
+) -> tuple[Mesh, str]:
+    """The topology's mesh in this process, for a step a child cannot rebuild.
+
+    The compiler's own log (a CUDA plugin that finds no driver logs a
+    traceback) is kept off stderr; when the devices cannot be made here, the
+    error names the argument that kept the step from the child process
+    (``unnamed``'s), with both reasons, and what to pass instead.
+    """
+    failed: ArgumentError | None = None
+    with native_stderr_captured(), python_log_dropped("jax._src.xla_bridge"):
+        try:
+            return topology_mesh(topology, request.mesh_axes)
+        except ArgumentError as error:
+            failed = error
+    raise ArgumentError(
+        unnamed.argument,
+        f"{str(unnamed).rstrip('.')}. It cannot compile in this process either: "
+        f"{failed}",
+    ) from None
+
+
 def _compile_where_the_devices_are(
     spec: StepSpec, request: _Request, plan: MeshConfigReport
 ) -> tuple[dict[str, Any], str]:
@@ -255,10 +279,10 @@ def _compile_where_the_devices_are(
     if topology is not None:
         try:
             payload = _child_request(spec, plan)
-        except ValueError:
+        except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
-            # JAX_PLATFORMS=cpu; topology_mesh says so otherwise).
-            target_mesh_, order = topology_mesh(topology, request.mesh_axes)
+            # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
+            target_mesh_, order = _topology_mesh_here(topology, request, unnamed)
             numbers = _compile(request, target_mesh_, plan) | {"device_order": order}
             return numbers, "this process"
         return _run_child(payload, n), f"a child process ({topology})"

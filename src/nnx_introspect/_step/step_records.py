@@ -341,8 +341,9 @@ def compiled_in_kind(words: str, devices: int, topology: str | None) -> Compiled
 def collectives_from_json(data: dict[str, Any] | None) -> Collectives | None:
     """The :class:`Collectives` of its JSON data (``Collectives.json_data()``).
 
-    A row's stack beyond its innermost frame is not in the JSON, so not in
-    the result; everything its ``json_data()`` shows round-trips exactly.
+    A row's stack (beyond its ``source``, the user's frame) is not in the
+    JSON, so not in the result; everything its ``json_data()`` shows
+    round-trips exactly.
 
     Example:
         >>> found = collectives_from_json(

@@ -115,7 +115,8 @@ class PeakBuffer:
         shape_index: its index in that instruction's (tuple) shape.
         opcode: the instruction's opcode (``fusion``, ``parameter``, ``dot``, ...).
         op_name: JAX's op name from the metadata, if any.
-        source: the innermost user frame, if the metadata carries one.
+        source: the innermost frame, if the metadata carries one (the breakdown
+            takes the innermost user frame of ``stack``).
         stack: every frame, innermost first.
         parameter: the entry parameter number when it is an entry parameter.
         parameter_index: the index inside that parameter's (tuple) shape.

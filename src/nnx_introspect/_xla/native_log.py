@@ -21,6 +21,7 @@ __all__ = [
     "drop_noise",
     "native_stderr_captured",
     "native_stderr_filtered",
+    "python_log_dropped",
 ]
 
 NOISE = re.compile(
@@ -93,3 +94,34 @@ def native_stderr_filtered() -> Iterator[None]:
         if rest:
             sys.stderr.write(rest)
             sys.stderr.flush()
+
+
+@contextlib.contextmanager
+def python_log_dropped(name: str) -> Iterator[None]:
+    """Drop the records of Python logger ``name`` (and its children) in the block.
+
+    A filter on each of the root logger's handlers and on Python's last-resort
+    handler, removed when the block ends (also on an error): what JAX logs
+    while it starts a plugin that cannot start (a traceback) is dropped, the
+    loggers' own settings are never touched.
+
+    Example:
+        >>> import logging
+        >>> with python_log_dropped("jax._src.xla_bridge"):
+        ...     logging.getLogger("jax._src.xla_bridge").warning("dropped")
+    """
+    import logging
+
+    def keep(record: logging.LogRecord) -> bool:
+        return not (record.name == name or record.name.startswith(name + "."))
+
+    handlers = [*logging.getLogger().handlers]
+    if logging.lastResort is not None:
+        handlers.append(logging.lastResort)
+    for handler in handlers:
+        handler.addFilter(keep)
+    try:
+        yield
+    finally:
+        for handler in handlers:
+            handler.removeFilter(keep)

@@ -159,8 +159,9 @@ def topology_mesh(
         if "not implemented for cuda" in str(error):
             hint = (
                 " (the CUDA plugin makes compile-only devices only when JAX "
-                "started with JAX_PLATFORMS=cpu; pass `target` by name so the "
-                "step compiles in a child process that sets it)"
+                "started with JAX_PLATFORMS=cpu; pass the target, loss and "
+                "optimizer by name so the step compiles in a child process that "
+                "sets it)"
             )
         raise ArgumentError(
             "topology",

@@ -26,6 +26,7 @@ from nnx_introspect._xla.hlo import (
     source_stack,
     tuple_elements,
 )
+from nnx_introspect._xla.hlo.frames import user_frame
 from nnx_introspect._xla.toolchain import jaxlib_version
 
 _UNREAD: Final = frozenset(
@@ -274,7 +275,7 @@ def _collective(
         source_target_pairs=pairs,
         channel_id=int(channel) if channel and channel.isdigit() else None,
         op_name=items.get("op_name"),
-        source=stack[0] if stack else None,
+        source=user_frame(stack, stack[0] if stack else None),
         stack=stack,
         count=count.count,
         trip_count_known=count.known,

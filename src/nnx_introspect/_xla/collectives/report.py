@@ -103,8 +103,11 @@ class Collective:
             partition ids, else ``None``.
         channel_id: XLA's channel id, if any.
         op_name: JAX's op name from the metadata, if any.
-        source: the innermost user frame, if the metadata carries one.
-        stack: every frame, innermost first.
+        source: the innermost frame of ``stack`` outside JAX, jaxlib, flax,
+            optax and numpy (:func:`~nnx_introspect._xla.hlo.frames.user_frame`:
+            the model's line, not flax's ``Linear.__call__`` inside it), else
+            the innermost; ``None`` when the metadata carries no frame.
+        stack: every frame, innermost first, the libraries' included.
         count: how many times one step runs it: the product of the known trip
             counts of the while loops around it (summed over call sites).
         trip_count_known: whether every loop around it has a known trip count

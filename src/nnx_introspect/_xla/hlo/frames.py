@@ -1,6 +1,10 @@
 """Source locations: the module's stack-frame index and each instruction's frames."""
 
+import functools
+import importlib.util
+import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
@@ -13,6 +17,7 @@ __all__ = [
     "source_json",
     "source_stack",
     "stack_frames",
+    "user_frame",
 ]
 
 
@@ -35,6 +40,64 @@ def source_json(source: SourceLocation | None) -> dict[str, Any] | None:
     if source is None:
         return None
     return {"file": source.file, "line": source.line, "function": source.function}
+
+
+_LIBRARIES: Final = ("jax", "jaxlib", "flax", "optax", "numpy")
+"""Packages whose frames are not the user's model: a value's source is the
+innermost frame outside them (``TwoLayerMLP.__call__``, not the
+``Linear.__call__`` of flax it calls)."""
+
+
+def user_frame(
+    stack: Sequence[SourceLocation], fallback: SourceLocation | None = None
+) -> SourceLocation | None:
+    """The innermost frame of ``stack`` outside JAX, jaxlib, flax, optax and numpy.
+
+    A frame is a library's when its file, symlinks resolved, lies under the
+    directory of one of those packages as installed here (found with
+    :func:`importlib.util.find_spec`, which imports none of them). The step
+    report labels buffers and collectives by this frame: the model's line that
+    called ``nnx.Linear``, not flax's line inside it.
+
+    Args:
+        stack: An instruction's frames, innermost first (:func:`source_stack`).
+        fallback: What to return when every frame is a library's (or there
+            are none); the callers pass the innermost frame, ``stack[0]``.
+
+    Returns:
+        The innermost user frame, else ``fallback``.
+
+    Example:
+        >>> import importlib.util, os
+        >>> (flax_dir, *_) = importlib.util.find_spec("flax").submodule_search_locations
+        >>> linear = SourceLocation(
+        ...     os.path.join(flax_dir, "nnx", "nn", "linear.py"), 390, "__call__")
+        >>> model = SourceLocation("/src/model.py", 12, "MLP.__call__")
+        >>> user_frame((linear, model)) == model
+        True
+        >>> user_frame((linear,)) is None, user_frame((linear,), linear) == linear
+        (True, True)
+    """
+    for frame in stack:
+        if not _in_library(frame.file):
+            return frame
+    return fallback
+
+
+@functools.cache
+def _library_roots() -> tuple[str, ...]:
+    """Each library's package directory, symlinks resolved, ending in a separator."""
+    roots = []
+    for name in _LIBRARIES:
+        spec = importlib.util.find_spec(name)
+        for location in (spec.submodule_search_locations or []) if spec else []:
+            roots.append(os.path.join(os.path.realpath(location), ""))
+    return tuple(roots)
+
+
+@functools.cache
+def _in_library(file: str) -> bool:
+    return os.path.realpath(file).startswith(_library_roots())
 
 
 _SECTIONS: Final = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
