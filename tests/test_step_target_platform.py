@@ -94,6 +94,10 @@ def test_gpu_target_traces_the_model_as_on_a_gpu() -> None:
         assert report.temp_bytes == hand.temp_size_in_bytes
     assert on_gpu.temp_bytes != as_cpu.temp_bytes  # the constraints matter here
     assert "the model saw the platform 'gpu'" in on_gpu.to_markdown()
+    # a verdict not traced as on its target says so in its first line
+    assert "traced as on 'cpu', not as on its target" in as_cpu.verdict
+    assert "traced as on" not in on_gpu.verdict
+    assert str(as_cpu).splitlines()[0] == as_cpu.verdict  # the first line, whole
 
 
 @needs_libtpu

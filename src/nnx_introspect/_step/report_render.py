@@ -98,6 +98,16 @@ def step_verdict(report: RenderedStep) -> str:
         f"one step on {report.num_devices} devices ({_mesh_str(plan)}; "
         f"{compiled.device_kind}), by {compiled.compiler}"
     )
+    seen = compiled.traced_platform
+    if (
+        seen is not None
+        and compiled.backend in ("gpu", "tpu")
+        and seen != compiled.backend
+    ):
+        where += (
+            f", the model traced as on {seen!r}, not as on its target (code that"
+            " asks for its platform took that path)"
+        )
     peak = format_bytes(memory.peak_bytes)
     basis = "" if report.budget_basis is None else f" ({report.budget_basis})"
     if memory.out_of_memory:
