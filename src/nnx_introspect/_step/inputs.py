@@ -7,6 +7,7 @@ spec runs them in order where it is built.
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeAlias
 
@@ -21,7 +22,13 @@ from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import MeshConfigReport, optimizer_from_name, parse_bytes
 from nnx_introspect._render.formats import batch_str, error_line, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
-from nnx_introspect._typing import ArgumentError, IntLike, check_finite, short_repr
+from nnx_introspect._typing import (
+    ArgumentError,
+    IntLike,
+    as_int,
+    check_finite,
+    short_repr,
+)
 
 __all__ = [
     "BatchLike",
@@ -428,7 +435,15 @@ def as_optimizer(
 
 
 def as_network(value: IntLike | str | None, topology: str | None) -> int | None:
-    """``network_bytes_per_second`` as bytes per second; only for a GPU target."""
+    """``network_bytes_per_second`` as bytes per second; only for a GPU target.
+
+    A number is bytes per second; a string a rate in bytes (``"50GB"``,
+    ``"50GB/s"``, ``"50GBps"``, ``"46.5GiB"``) or in bits per second, as NICs
+    are sold (``"400Gb/s"``, ``"400Gbps"``, ``"400Gbit/s"`` = 50 GB/s): a
+    lowercase ``b`` is bits, an uppercase ``B`` bytes, and ``"400Gb"`` (no
+    ``/s``) is refused as either. The command line's ``--network-bandwidth``
+    reads the same strings the same way.
+    """
     if value is None:
         return None
     from nnx_introspect._accelerators.topology import resolve_topology
@@ -440,7 +455,7 @@ def as_network(value: IntLike | str | None, topology: str | None) -> int | None:
             f"but `topology` is {topology!r}. Pass a GPU topology such as "
             "'h100-256', or leave it out.",
         )
-    rate = parse_bytes(value)
+    rate = _rate_bytes(value)
     if rate <= 0:
         raise ArgumentError(
             "network_bytes_per_second",
@@ -448,6 +463,44 @@ def as_network(value: IntLike | str | None, topology: str | None) -> int | None:
             "bandwidth per GPU, such as '50GB' (400 Gb/s).",
         )
     return rate
+
+
+_RATE = re.compile(
+    r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*?)(/s|ps)?\s*", re.ASCII
+)
+_BITS = {"": 1, "k": 10**3, "m": 10**6, "g": 10**9, "t": 10**12}
+
+
+def _rate_bytes(value: IntLike | str) -> int:
+    """A rate in bytes per second: bits (``Gb/s``, ``Gbps``, ``Gbit``) divided by 8."""
+    if not isinstance(value, str):
+        return as_int(value, "network_bytes_per_second", minimum=0)
+    match = _RATE.fullmatch(value)
+    number, unit, per_second = match.groups() if match else ("", "", None)
+    lower = unit.lower()
+    spelt = next((w for w in ("bits", "bit") if lower.endswith(w)), None)
+    bits = lower[: -len(spelt)] if spelt else None
+    if bits is None and per_second is not None and unit.endswith("b"):
+        bits = lower[:-1]
+    if bits in _BITS:
+        return as_int(
+            float(number) * _BITS[bits] / 8, "network_bytes_per_second", minimum=0
+        )
+    if match is None or (unit.endswith("b") and lower[:-1] in _BITS) or not unit:
+        raise ArgumentError(
+            "network_bytes_per_second",
+            f"`network_bytes_per_second` must be bytes per second ('50GB', "
+            f"'50GB/s', '50GBps') or bits per second ('400Gb/s', '400Gbps'), got "
+            f"{value!r}: a lowercase b is bits, an uppercase B bytes, and a rate "
+            "in bits ends in /s or ps.",
+        )
+    try:
+        return parse_bytes(f"{number}{unit}")
+    except ArgumentError as error:
+        raise ArgumentError(
+            "network_bytes_per_second",
+            str(error).replace("`max_device_bytes`", "`network_bytes_per_second`"),
+        ) from None
 
 
 def check_optimizer_has_a_loss(optimizer: Any, tx: Any, loss: Any) -> None:

@@ -72,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
     Every failure is one line on stderr (``--debug`` adds the traceback).
     Every subcommand runs JAX on the CPU unless ``JAX_PLATFORMS`` is set, so
     no accelerator plugin logs its start-up failures.
+    A subcommand's ``check`` (set with ``parser.set_defaults(check=...)``)
+    runs before JAX is imported: flags that contradict each other fail in a
+    fraction of a second.
     ``KeyboardInterrupt`` (Ctrl-C) stops the command with code 130; any other
     exception or exit, including ``sys.exit()`` called by the user's code, is a
     failure, never a success.
@@ -87,6 +90,12 @@ def main(argv: list[str] | None = None) -> int:
         return exit_.code if isinstance(exit_.code, int) else 2
     handler: Handler = args.handler
     debug = bool(getattr(args, "debug", False))
+    check = getattr(args, "check", None)
+    try:
+        if check is not None:  # the flags against each other, before JAX starts
+            check(args)
+    except UsageError as error:
+        return _fail(str(error), error, debug, 2)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_cpu_only())

@@ -4,14 +4,20 @@ A library function refuses a bad value with an
 :class:`~nnx_introspect._typing.ArgumentError` that names its Python argument;
 :data:`FLAGS` is the one table from those names to the flags that set them, and
 :func:`_usage_error` the one function that turns the library's error into the
-command's usage error (exit code 2). Nothing here reads the message's text.
+command's usage error (exit code 2). The flag is never read from the message's
+text; the message's words are: :data:`SPELLINGS` rewrites the Python spellings
+the library's messages use (``meshes[1]``, ``meshes='auto'``,
+``network_bytes_per_second``) into the flags the user typed, and the library's
+messages for Python callers stay as they are.
 
 No JAX here: the library's types are looked up only once the library has been
 imported (an ``ArgumentError`` cannot exist before), so ``--help`` stays fast.
 """
 
 import argparse
+import re
 import sys
+from collections.abc import Callable
 
 FLAGS: dict[str, str] = {
     "target": "TARGET",
@@ -36,6 +42,71 @@ FLAGS: dict[str, str] = {
 """The library's argument names (``ArgumentError.argument``) and their flags."""
 
 
+def ordinal(n: int) -> str:
+    """``1st``, ``2nd``, ``3rd``, ``4th``, ``11th``, ``21st``...
+
+    Example:
+        >>> [ordinal(n) for n in (1, 2, 3, 4, 11, 12, 13, 21, 102)]
+        ['1st', '2nd', '3rd', '4th', '11th', '12th', '13th', '21st', '102nd']
+    """
+    suffix = "th" if 10 <= n % 100 <= 20 else {1: "st", 2: "nd", 3: "rd"}.get(n % 10)
+    return f"{n}{suffix or 'th'}"
+
+
+def _nth_mesh(match: re.Match[str]) -> str:
+    return f"the {ordinal(int(match.group(1)) + 1)} --mesh"
+
+
+SPELLINGS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], ...] = (
+    (
+        re.compile(r"`meshes\[(\d+)\]` (?=\([^()]*\) has \d+ devices, but)"),
+        lambda m: f"{_nth_mesh(m)} ",
+    ),
+    (re.compile(r"`meshes='auto'`"), "--mesh auto"),
+    (re.compile(r"`meshes` have (\d+) devices"), r"the meshes have \1 devices"),
+    (re.compile(r"a TPU or GPU `topology`"), "a TPU or GPU --topology"),
+    (re.compile(r"as `topology` '([^']*)'"), r"as --topology \1"),
+    (re.compile(r"but `topology` '([^']*)' has"), r"but --topology \1 has"),
+    (
+        re.compile(r"neither `rules`, `logical_rules` nor `batch_spec` names one"),
+        "no --rules name one",
+    ),
+    (re.compile(r"pass `rules` that"), "pass --rules that"),
+    (
+        re.compile(r"`network_bytes_per_second` \S+ is the network between GPU hosts"),
+        "--network-bandwidth is the network between GPU hosts",
+    ),
+    (re.compile(r"but `topology` is None\."), "but no --topology was given."),
+    (re.compile(r"but `topology` is '([^']*)'\."), r"but --topology is \1."),
+    (
+        re.compile(r"Pass a GPU topology such as 'h100-256', or leave it out\."),
+        "Pass a GPU --topology such as h100-256, or leave --network-bandwidth out.",
+    ),
+)
+"""The library's Python spellings and the flags the command line says instead.
+
+Each pattern matches words of one library message (the tests hold each
+against the message it rewrites): ``meshes[1]`` is the 2nd ``--mesh``,
+``meshes='auto'`` is ``--mesh auto``, a `topology` is ``--topology``,
+``network_bytes_per_second`` is ``--network-bandwidth``. A mesh repeated and
+meshes of different device counts never reach the library from the command
+line: :mod:`.checks` refuses them before JAX starts, in the flags' words.
+"""
+
+
+def in_flags(message: str) -> str:
+    """``message`` with the library's Python spellings rewritten as flags.
+
+    Example:
+        >>> in_flags("`meshes[1]` (data=8) has 8 devices, but `topology` 'h100-4' "
+        ...          "has 4.")
+        'the 2nd --mesh (data=8) has 8 devices, but --topology h100-4 has 4.'
+    """
+    for pattern, replacement in SPELLINGS:
+        message = pattern.sub(replacement, message)
+    return message
+
+
 class UsageError(Exception):
     """A bad argument found by a handler; the message starts with the flag."""
 
@@ -56,7 +127,8 @@ def _usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
     """The library's ``error`` about bad input, as one line naming the flag.
 
     An ``ArgumentError`` names its argument, and :data:`FLAGS` its flag
-    (``argument --batch: <the message>``). ``rules`` and ``logical_rules``
+    (``argument --batch: <the message>``, its Python spellings rewritten by
+    :func:`in_flags`). ``rules`` and ``logical_rules``
     count only when ``--rules`` was given: otherwise the rules are the fix the
     message proposes, not the cause. An ``ImportError`` while ``--topology``
     was given is that target's compiler missing: the library's own (a plain
@@ -76,7 +148,7 @@ def _usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
     if flag == "--rules" and getattr(args, "rules", None) is None:
         flag = None
     if flag is not None:
-        return UsageError(f"argument {flag}: {' '.join(str(error).split())}")
+        return UsageError(f"argument {flag}: {in_flags(' '.join(str(error).split()))}")
     if isinstance(error, ImportError) and getattr(args, "topology", None) is not None:
         own = type(error) is ImportError and error.name is None
         what = " ".join(str(error).split()) if own else _describe(error)

@@ -8,20 +8,20 @@ bad input (a :class:`UsageError` naming the flag).
 
 import argparse
 import sys
+from typing import Any
 
 from nnx_introspect.cli.args import PROG
+from nnx_introspect.cli.checks import (
+    AUTO_ON_ONE_DEVICE,
+    check_axes_named,
+    check_compare_flags,
+    check_network_used,
+)
 from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
 from nnx_introspect.cli.progress import _CompareLine as _CompareLine  # tests import
 from nnx_introspect.cli.progress import _status
-
-_ONE_STEP_FLAGS = (
-    ("max_batch", "--max-batch", "searches the largest batch of one mesh"),
-    ("breakdown", "--breakdown", "breaks down the peak of one step"),
-    ("top", "--top", "shows the largest buffers of one step's breakdown"),
-)
-"""Flags of one step that a comparison of several meshes does not take."""
 
 
 def jobs_arg(text: str) -> int:
@@ -76,29 +76,21 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
     """
     from nnx_introspect._search.meshes import compare_meshes
 
-    for name, flag, what in _ONE_STEP_FLAGS:
-        if getattr(args, name, None) not in (None, False):
-            raise UsageError(
-                f"argument {flag}: {what}, not a comparison of several --mesh; "
-                f"compare first, then run the best mesh with {flag}"
-            )
-    auto = [m for m in meshes if m.strip().lower() == "auto"]
-    if auto and len(meshes) > 1:
-        raise UsageError(
-            "argument --mesh: 'auto' compares every factorisation of the device "
-            f"count by itself; give it alone or list the meshes, got {meshes}"
-        )
+    check_compare_flags(args, meshes)  # main checked them before JAX
+    auto = len(meshes) == 1 and meshes[0].strip().lower() == "auto"
     if auto and args.topology is None:
         import jax
 
         if jax.device_count() < 2:
-            raise UsageError(
-                "argument --mesh: 'auto' factors the device count of a --topology "
-                "(such as h100-8 or v5e-16), and this process has 1 CPU device; "
-                "give a --topology, or list the meshes"
-            )
+            raise UsageError(AUTO_ON_ONE_DEVICE)
     batch, loss = _step_inputs(args)
     rules, logical = _read_rules(args)
+    try:
+        check_network_used(args)
+        if not auto:
+            _check_axes(args, meshes, rules, logical)
+    except (TypeError, ValueError, ImportError) as error:
+        raise _usage_error(error, args) from error
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "every factorisation" if auto else f"{len(meshes)} meshes"
     message = f"Comparing {what} of {args.target} with {where}..."
@@ -128,3 +120,18 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
         return 0
     sys.stderr.write(f"{PROG}: {comparison.verdict}.\n")
     return 1
+
+
+def _check_axes(
+    args: argparse.Namespace, meshes: list[str], rules: Any, logical: Any
+) -> None:
+    """Refuse a mesh axis nothing in the step names (``tpp`` for ``tp``).
+
+    The axes the model's sharding and ``--rules`` name, read as
+    ``compare_meshes`` reads them for ``auto`` (a plan on a probe mesh, no
+    compile); see :func:`.checks.check_axes_named`.
+    """
+    from nnx_introspect._search.meshes.candidates import named_axes
+
+    named = named_axes(args.target, rules=rules, logical_rules=logical)
+    check_axes_named(meshes, named)

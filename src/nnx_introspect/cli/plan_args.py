@@ -45,26 +45,36 @@ def _mesh_arg(text: str) -> str:
     This accepts at least every string ``as_abstract_mesh`` accepts (a test holds
     them together); limits such as the largest axis are left to the library.
     """
-    seen: set[str] = set()
+    _mesh_axes(text, check=True)
+    return text
+
+
+def _mesh_axes(text: str, *, check: bool = False) -> tuple[tuple[str, int], ...]:
+    """``"data=2, model=4"`` -> ``(("data", 2), ("model", 4))``, without JAX.
+
+    The axes, sizes and order ``as_abstract_mesh`` reads (``4.0`` is 4); with
+    ``check``, a text it would refuse raises ``argparse.ArgumentTypeError``.
+    """
+    seen: dict[str, int] = {}
     for part in text.split(","):
         axis, sep, size = (x.strip() for x in part.partition("="))
-        if not sep or not axis.isidentifier():
+        if check and (not sep or not axis.isidentifier()):
             raise argparse.ArgumentTypeError(
                 f"must look like 'data=2,model=4', got {text!r}: {part!r} is not "
                 "'axis=size'"
             )
-        if axis in seen:
+        if check and axis in seen:
             raise argparse.ArgumentTypeError(
                 f"names axis {axis!r} twice in {text!r}; name each axis once"
             )
-        seen.add(axis)
         number = _integral(size)
-        if number is None or number < 1:
+        if check and (number is None or number < 1):
             raise argparse.ArgumentTypeError(
                 f"the size of axis {axis!r} must be a positive integer, got "
                 f"{size!r} in {text!r}"
             )
-    return text
+        seen[axis] = number or 0
+    return tuple(seen.items())
 
 
 _SIZE = re.compile(r"\s*([0-9]*\.?[0-9]+(?:[eE][0-9]+)?)\s*([A-Za-z]*)\s*")
@@ -110,8 +120,18 @@ def _rules_arg(text: str) -> str:
 
 
 def _step_mesh_arg(text: str) -> str:
-    """``step --mesh``: a mesh as :func:`_mesh_arg` checks it, or ``auto``."""
-    return "auto" if text.strip().lower() == "auto" else _mesh_arg(text)
+    """``step --mesh``: a mesh as :func:`_mesh_arg` checks it, or ``auto``.
+
+    ``auto`` is spelt so exactly: ``Auto`` or ``AUTO`` is refused, saying so.
+    """
+    if text == "auto":
+        return text
+    if text.strip().lower() == "auto":
+        raise argparse.ArgumentTypeError(
+            f"write 'auto' (lower case) to compare every factorisation of the "
+            f"devices, got {text!r}"
+        )
+    return _mesh_arg(text)
 
 
 def _add_plan_args(

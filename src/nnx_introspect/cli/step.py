@@ -7,16 +7,13 @@ import sys
 from typing import TYPE_CHECKING, Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
-from nnx_introspect.cli.errors import UsageError, _usage_error
+from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
+from nnx_introspect.cli.errors import _usage_error
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import (
-    _add_plan_args,
-    _bytes_arg,
-    _mesh_and_rules,
-    _step_inputs,
-)
+from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules, _step_inputs
 from nnx_introspect.cli.progress import _SearchLine, _status
+from nnx_introspect.cli.rates import _rate_arg
 
 if TYPE_CHECKING:
     from nnx_introspect._search.batch import BatchSearch
@@ -79,7 +76,7 @@ def _add_step_parser(subparsers: Any) -> None:
     _add_inputs_and_target_args(parser)
     _add_search_and_breakdown_args(parser)
     _add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_step)
+    parser.set_defaults(handler=_run_step, check=check_step)
 
 
 def _add_inputs_and_target_args(parser: argparse.ArgumentParser) -> None:
@@ -143,12 +140,15 @@ def _add_search_and_breakdown_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--network-bandwidth",
-        type=_bytes_arg,
+        type=_rate_arg,
         default=None,
-        metavar="SIZE",
-        help="for a GPU --topology of several hosts: the network bandwidth per GPU "
-        "between hosts, per second, for the step-time estimate (default: the "
-        "reference system's, 50GB for H100: one 400 Gb/s NIC per GPU)",
+        metavar="RATE",
+        help="for a GPU --topology of several hosts (h100-16 and up; one host "
+        "has no network, and is refused): the network bandwidth per GPU between "
+        "hosts, for the step-time estimate, in bits per second as NICs are sold "
+        "(400Gb/s, 400Gbps, 100Mbps) or bytes per second (50GB, 50GB/s, 50GBps): "
+        "a lowercase b is bits, an uppercase B bytes (default: the reference "
+        "system's, 400Gb/s = 50GB/s for H100: one 400 Gb/s NIC per GPU)",
     )
     parser.add_argument(
         "--breakdown",
@@ -188,15 +188,14 @@ def _run_step(args: argparse.Namespace) -> int:
     meshes: list[str] = list(args.mesh)
     if len(meshes) > 1 or meshes[0] == "auto":
         return run_compare(args, meshes, args.jobs)
-    if args.jobs is not None:
-        raise UsageError(
-            "argument --jobs: compiles several meshes at once; give --mesh more "
-            "than once, or --mesh auto"
-        )
+    check_one_step(args)  # main checked it before JAX; again for direct callers
     args.mesh = meshes[0]
     mesh, rules, logical = _mesh_and_rules(args)
     batch, loss = _step_inputs(args)
-    _check_one_step_flags(args)
+    try:
+        check_network_used(args)
+    except ValueError as error:  # a bad --topology
+        raise _usage_error(error, args) from error
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "Searching the largest batch" if args.max_batch else "Compiling the step"
     message = f"{what} of {args.target} on {mesh.size} devices with {where}..."
@@ -224,26 +223,6 @@ def _run_step(args: argparse.Namespace) -> int:
     if args.max_batch:
         return _show_search(search, args)
     return _show_step(report, args)
-
-
-def _check_one_step_flags(args: argparse.Namespace) -> None:
-    """Refuse a flag that needs another one: a usage error naming the flag."""
-    if args.top is not None and not args.breakdown:
-        raise UsageError(
-            "argument --top: shows the largest buffers of the breakdown; add "
-            "--breakdown"
-        )
-    if args.max_batch and args.max_device_bytes is None and args.topology is None:
-        raise UsageError(
-            "argument --max-batch: needs --max-device-bytes SIZE, the per-device "
-            "budget the step must fit (for example --max-device-bytes 16GiB), or "
-            "a --topology whose memory gives the budget"
-        )
-    if args.network_bandwidth is not None and args.max_batch:
-        raise UsageError(
-            "argument --network-bandwidth: sets the step-time estimate of one "
-            "step's report; --max-batch reports memory only"
-        )
 
 
 def _search(

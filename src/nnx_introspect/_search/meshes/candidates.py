@@ -17,9 +17,12 @@ from nnx_introspect._mesh.parse import as_logical_rules
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
+from nnx_introspect._step.inputs import as_model
 from nnx_introspect._step.measure import plan_problems
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError
+
+__all__ = ["MAX_AUTO_MESHES", "named_axes"]
 
 MAX_AUTO_MESHES = 512
 """The most candidates ``meshes="auto"`` may enumerate (before planning)."""
@@ -111,6 +114,61 @@ def _auto_axes(
     GPUs, across hosts) and the batch splits over it by default, so tensor
     parallelism (``tp``) stays innermost, within a host, as trainers lay it out.
     """
+    order = list(_step_axes(model, rules, logical_rules, batch_spec))
+    if not order:
+        raise ArgumentError(
+            "meshes",
+            "`meshes='auto'` found no mesh axis: the model's variables carry no "
+            "sharding metadata, and neither `rules`, `logical_rules` nor "
+            "`batch_spec` names one. List the meshes, or pass `rules` that shard "
+            "the parameters.",
+        )
+    return tuple(
+        sorted(
+            order,
+            key=lambda a: (
+                (0, _DATA_AXES.index(a)) if a in _DATA_AXES else (1, order.index(a))
+            ),
+        )
+    )
+
+
+def named_axes(
+    target: Any,
+    *,
+    rules: Any = None,
+    logical_rules: Any = None,
+    batch_spec: Any = None,
+) -> tuple[str, ...]:
+    """The mesh axes a step's sharding names, in the order they first appear.
+
+    What ``meshes="auto"`` enumerates over (before its data-parallel axes move
+    to the front): ``batch_spec``'s axes, the mesh axes of ``logical_rules``,
+    then those of the plan's specs (``rules`` and the model's metadata) on a
+    one-axis probe mesh; nothing compiles. Empty when nothing names an axis.
+
+    Args:
+        target: The model as :class:`~nnx_introspect.StepSpec` takes it.
+        rules: See :class:`~nnx_introspect.StepSpec`.
+        logical_rules: See :class:`~nnx_introspect.StepSpec`.
+        batch_spec: See :class:`~nnx_introspect.StepSpec`.
+
+    Returns:
+        The axis names, each once.
+
+    Example:
+        >>> from jax.sharding import PartitionSpec as P
+        >>> target = "nnx_introspect.examples:two_layer"
+        >>> named_axes(target), named_axes(target, rules=[("kernel", P(None, "tp"))])
+        ((), ('tp',))
+    """
+    return _step_axes(as_model(target), rules, logical_rules, batch_spec)
+
+
+def _step_axes(
+    model: Any, rules: Any, logical_rules: Any, batch_spec: Any
+) -> tuple[str, ...]:
+    """The axes :func:`named_axes` reads, of a model already built."""
     seen: dict[str, None] = {}
     specs: list[Any] = []
     if isinstance(batch_spec, PartitionSpec):
@@ -127,23 +185,7 @@ def _auto_axes(
         for axis in entry_axes(entry):
             seen.setdefault(axis, None)
     seen.pop(_PROBE_AXIS, None)
-    if not seen:
-        raise ArgumentError(
-            "meshes",
-            "`meshes='auto'` found no mesh axis: the model's variables carry no "
-            "sharding metadata, and neither `rules`, `logical_rules` nor "
-            "`batch_spec` names one. List the meshes, or pass `rules` that shard "
-            "the parameters.",
-        )
-    order = list(seen)
-    return tuple(
-        sorted(
-            order,
-            key=lambda a: (
-                (0, _DATA_AXES.index(a)) if a in _DATA_AXES else (1, order.index(a))
-            ),
-        )
-    )
+    return tuple(seen)
 
 
 _DATA_AXES = ("data", "dp", "batch", "replica", "fsdp")
