@@ -1,5 +1,6 @@
 """Writing a report to stdout, and a comparison's verdict to stderr and exit code."""
 
+import io
 import sys
 from typing import TYPE_CHECKING
 
@@ -22,9 +23,15 @@ def _emit(report: "Report", fmt: str) -> None:
         sys.stdout.write(report.to_html())
     else:
         console = Console(file=sys.stdout)
-        if not console.is_terminal:
-            console = Console(file=sys.stdout, width=120)
-        console.print(report)
+        if console.is_terminal:
+            console.print(report)
+            return
+        # a file or a pipe: 120 columns, no line ending in the padding of a
+        # wrapped sentence (which a diff or a test of the output would trip on)
+        buffer = io.StringIO()
+        Console(file=buffer, width=120).print(report)
+        lines = buffer.getvalue().splitlines()
+        sys.stdout.write("".join(line.rstrip() + "\n" for line in lines))
 
 
 def _verdict(diff: "StateDiff") -> int:
