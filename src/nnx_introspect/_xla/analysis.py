@@ -10,7 +10,7 @@ import json
 import math
 import re
 import time
-from typing import Any
+from typing import Any, NamedTuple
 
 from jax.sharding import Mesh
 
@@ -24,6 +24,7 @@ from nnx_introspect._xla.hlo import (
     parse_shape,
     tuple_elements,
 )
+from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.toolchain import (
     cuda_plugin_version,
@@ -208,7 +209,10 @@ def compile_lowered(
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
         raise RuntimeError("XLA gave no memory analysis for the compiled step.")
-    flops, bytes_accessed = _costs(compiled, backend)
+    text = _text_or_error(compiled, backend, dump_to)
+    costs = _costs(compiled, backend, text if isinstance(text, str) else None)
+    if costs.why is not None:
+        numbers["warnings"] = [*numbers["warnings"], left_out(costs.why)]
     return (
         numbers
         | {
@@ -217,11 +221,12 @@ def compile_lowered(
             "temp_bytes": int(memory.temp_size_in_bytes),
             "alias_bytes": int(memory.alias_size_in_bytes),
             "xla_peak_bytes": _peak(memory),
-            "flops": flops,
-            "bytes_accessed": bytes_accessed,
+            "flops": costs.flops,
+            "bytes_accessed": costs.bytes_accessed,
+            "loop_trips": [list(loop) for loop in costs.loops],
             "compile_seconds": seconds,
         }
-        | program_figures(compiled, mesh, dump_to=dump_to)
+        | _figures(text, mesh)
     )
 
 
@@ -238,12 +243,27 @@ def program_figures(
     instructions jaxlib's proto reader refuses) and the compile was dumped to
     ``dump_to``, the text the compiler dumped itself is read instead.
     """
+    backend = str(mesh.devices.flat[0].platform)
+    return _figures(_text_or_error(compiled, backend, dump_to), mesh)
+
+
+def _text_or_error(compiled: Any, backend: str, dump_to: str | None) -> str | Exception:
+    """:func:`_program_text`, or the error it raised, for :func:`_figures` to word."""
+    try:
+        return _program_text(compiled, backend, dump_to)
+    except Exception as error:  # worded by _figures, as when it was read there
+        return error
+
+
+def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:
+    """:func:`program_figures` of the program's text (or the error reading it)."""
     from nnx_introspect._xla.collectives import read_collectives
     from nnx_introspect._xla.dump import DumpFormatError
 
     out: dict[str, Any] = {"collectives": None, "collective_wire_bytes": None}
     try:
-        text = _program_text(compiled, str(mesh.devices.flat[0].platform), dump_to)
+        if isinstance(text, Exception):
+            raise text
         found = read_collectives(
             text, tuple((str(a), int(s)) for a, s in mesh.shape.items())
         )
@@ -354,8 +374,22 @@ def _peak(memory: Any) -> int | None:
     return None if peak is None else int(peak)
 
 
-def _costs(compiled: Any, backend: str) -> tuple[float | None, float | None]:
-    """FLOPs and bytes accessed of one device's program, from one cost analysis.
+class _Costs(NamedTuple):
+    """One device's program costs, each loop's body counted once per trip.
+
+    ``loops`` are ``(name, trips)`` of the program's while loops; ``why``
+    says why the figures are ``None`` for a program with loops (a trip count
+    the program does not state, a body XLA's analysis could not cost alone).
+    """
+
+    flops: float | None
+    bytes_accessed: float | None
+    loops: tuple[tuple[str, int | None], ...] = ()
+    why: str | None = None
+
+
+def _costs(compiled: Any, backend: str, text: str | None = None) -> _Costs:
+    """FLOPs and bytes accessed of one device's program, each loop trip counted.
 
     XLA:CPU and XLA:TPU give ``cost_analysis()``. A deviceless XLA:GPU compile
     gives none ("GetCostAnalysis is not supported" without a GPU client), so
@@ -364,6 +398,12 @@ def _costs(compiled: Any, backend: str) -> tuple[float | None, float | None]:
     rewritten into cuBLAS library calls are custom calls it does not see, and
     :func:`_library_gemm_flops` adds them. ``None`` for a figure XLA gives
     none of.
+
+    Either analysis counts a while loop's body once, not once per trip; the
+    loops of the program's ``text`` (XLA:GPU: of each module) are added per
+    trip by :func:`~nnx_introspect._xla.loop_costs.per_trip_costs`, their
+    bodies costed by the same generic analysis. Without ``text`` (a program
+    jaxlib cannot print) the figures are XLA's own.
     """
     if backend == "gpu":
         return _gpu_costs(compiled)
@@ -373,38 +413,98 @@ def _costs(compiled: Any, backend: str) -> tuple[float | None, float | None]:
     cost = cost if isinstance(cost, dict) else {}
     flops = float(cost.get("flops", math.nan))
     moved = float(cost.get("bytes accessed", math.nan))
-    return (
+    once = _Costs(
         flops if math.isfinite(flops) else None,
         moved if math.isfinite(moved) and moved >= 0 else None,
     )
+    if text is None:
+        return once
+    return _per_trip(once, _loops_of(text))
 
 
-def _gpu_costs(compiled: Any) -> tuple[float | None, float | None]:
+def _gpu_costs(compiled: Any) -> _Costs:
     import jax
-    from jaxlib import _jax
 
     try:
         modules = compiled.runtime_executable().hlo_modules()
         client = jax.devices("cpu")[0].client
         flops = moved = 0.0
+        texts = []
         for module in modules:
-            cost = _jax.hlo_module_cost_analysis(client, module)
-            # a module whose only work is a library call reports -1 (unknown)
-            flops += max(0.0, float(cost.get("flops", 0.0)))
-            flops += _library_gemm_flops(module.to_string())
-            moved += max(0.0, float(cost.get("bytes accessed", 0.0)))
+            texts.append(module.to_string())
+            module_flops, module_moved = _module_costs(client, module, texts[-1])
+            flops += module_flops
+            moved += module_moved
     except Exception:  # pragma: no cover - a jaxlib without these hooks
-        return None, None
+        return _Costs(None, None)
 
     def positive(total: float) -> float | None:
         return total if math.isfinite(total) and total > 0 else None
 
-    return positive(flops), positive(moved)
+    loops = [_loops_of(text) for text in texts]
+    return _per_trip(_Costs(positive(flops), positive(moved)), *loops)
+
+
+def _module_costs(client: Any, module: Any, text: str) -> tuple[float, float]:
+    """XLA's generic cost analysis of one module, cuBLAS calls' FLOPs added."""
+    from jaxlib import _jax
+
+    cost = _jax.hlo_module_cost_analysis(client, module)
+    # a module whose only work is a library call reports -1 (unknown)
+    flops = max(0.0, float(cost.get("flops", 0.0))) + _library_gemm_flops(text)
+    return flops, max(0.0, float(cost.get("bytes accessed", 0.0)))
+
+
+def _loops_of(text: str) -> PerTrip:
+    """What ``text``'s loops add per trip, costed by XLA's generic analysis.
+
+    A body XLA's text reader or cost analysis refuses leaves the costs
+    unknown (:attr:`PerTrip.unknown` says why), never short.
+    """
+    if " while(" not in text:
+        return PerTrip(0.0, 0.0, ())
+    import importlib
+
+    import jax
+
+    hlo: Any = importlib.import_module("jaxlib._hlo")  # jaxlib's HLO bindings
+    client = jax.devices("cpu")[0].client
+
+    def analyse(module_text: str) -> tuple[float, float]:
+        module = hlo.hlo_module_from_text(module_text)
+        return _module_costs(client, module, module_text)
+
+    try:
+        with native_stderr_captured():
+            return per_trip_costs(text, analyse)
+    except Exception as error:  # XLA's reader or analysis, or ours (HloTextError)
+        said = " ".join(str(error).split())[:300]
+        return PerTrip(
+            0.0,
+            0.0,
+            (),
+            f"its loops could not be costed alone ({type(error).__name__}: {said})",
+        )
+
+
+def _per_trip(once: _Costs, *loops: PerTrip) -> _Costs:
+    """``once`` (XLA's figures) with every loop's trips added; ``None`` if unknown."""
+    found = tuple(loop for each in loops for loop in each.loops)
+    why = next((each.unknown for each in loops if each.unknown is not None), None)
+    if why is not None:
+        return _Costs(None, None, found, why)
+    flops = sum(each.flops for each in loops)
+    moved = sum(each.bytes_accessed for each in loops)
+    return _Costs(
+        None if once.flops is None else once.flops + flops,
+        None if once.bytes_accessed is None else once.bytes_accessed + moved,
+        found,
+    )
 
 
 def _gpu_flops(compiled: Any) -> float | None:
     """The FLOPs of :func:`_gpu_costs`."""
-    return _gpu_costs(compiled)[0]
+    return _gpu_costs(compiled).flops
 
 
 def _library_gemm_flops(hlo_text: str) -> float:
