@@ -142,6 +142,15 @@ def _total_flops(target: str, topology: str | None) -> float:
     assert math.isfinite(report.flops), report.warnings
     assert report.bytes_accessed is not None
     assert not any(ONCE_PER_LOOP in w for w in report.warnings)
+    # the FLOPs line states its basis: each loop with the trips it counted
+    trips = report.program.loop_trips
+    words = " ".join(str(report).split())
+    if target == "scanned":
+        assert trips and all(n == LAYERS for _, n in trips), trips
+        assert "each while loop's body counted once per trip" in words
+        assert all(f"{name} \u00d7{n}" in words for name, n in trips)
+    else:
+        assert trips == () and "counted once per trip" not in words
     return float(report.total_flops)
 
 

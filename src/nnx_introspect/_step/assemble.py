@@ -164,6 +164,10 @@ def _program(numbers: dict[str, Any], remat: list[dict[str, Any]]) -> StepProgra
             (r["reduced_to"] for r in remat if r["reduced_to"] is not None),
             default=None,
         ),
+        loop_trips=tuple(
+            (str(name), None if trips is None else int(trips))
+            for name, trips in numbers.get("loop_trips", ())
+        ),
     )
 
 

@@ -240,7 +240,13 @@ def _program_notes(report: RenderedStep) -> list[str]:
     program, notes = report.program, []
     if math.isfinite(program.flops):
         total = program.flops * report.num_devices
-        notes.append(f"{program.flops:.4g} FLOPs per device, {total:.4g} in all.")
+        counted = [f"{name} \u00d7{trips}" for name, trips in program.loop_trips]
+        each = (
+            f" (each while loop's body counted once per trip: {', '.join(counted)})"
+            if counted
+            else ""
+        )
+        notes.append(f"{program.flops:.4g} FLOPs per device, {total:.4g} in all{each}.")
     parts = [
         f"{','.join(axes) or 'one device'}: {format_bytes(wire)}"
         for axes, _, wire in program.collective_wire_bytes or ()

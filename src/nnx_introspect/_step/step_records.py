@@ -242,6 +242,9 @@ class StepProgram:
         remat_limit_bytes: The limit XLA said rematerialization could not
             bring the step under, else ``None``.
         remat_reduced_to_bytes: What it brought the step down to then.
+        loop_trips: ``(name, trips)`` of each while loop of the program, whose
+            body ``flops`` and ``bytes_accessed`` count once per trip (XLA's
+            own cost analysis counts it once); ``()`` without loops.
 
     Example:
         >>> StepProgram(1e9, collectives=None).collective_wire_bytes is None
@@ -258,6 +261,7 @@ class StepProgram:
     sharding_constraints: int | None = None
     remat_limit_bytes: int | None = None
     remat_reduced_to_bytes: int | None = None
+    loop_trips: tuple[tuple[str, int | None], ...] = ()
 
     @property
     def collective_wire_bytes(
