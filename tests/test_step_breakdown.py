@@ -635,7 +635,7 @@ def test_classify_rules() -> None:
     breakdown = classify(peak, arguments, held_bytes=300, outputs=("loss", "grads"))
     assert [(r.instruction, r.kind) for r in breakdown.rows] == [
         ("p", "parameter"),
-        ("ag", "collective buffer"),
+        ("ag", "activation kept for backward"),  # a forward gather, kept
         ("fwd", "activation kept for backward"),
         ("bwd", "temporary"),
         ("out", "output"),

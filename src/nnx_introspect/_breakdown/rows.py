@@ -5,18 +5,34 @@ The step's arguments as XLA numbers them (:class:`ArgumentLeaf`,
 :func:`classify_buffer`, its user frame) and the row's JSON. Nothing here
 compiles or reads a file.
 
-The kinds, in the order they are decided:
+The kinds, in the order they are decided: by the value's role (what it is for)
+first, by its opcode last.
 
 1. ``parameter``, ``optimizer state``, ``other model state``, ``batch``: an entry
    parameter of the jitted step, by its :class:`ArgumentLeaf` (XLA numbers the
    entry parameters as ``jax.jit`` flattens its arguments: the leaf index).
 2. ``output``: (part of) the step's result (new parameters, new optimizer state,
    gradients, the loss), with its output index.
-3. ``collective buffer``: the result of a collective the SPMD partitioner
-   inserted (all-gather, all-reduce, reduce-scatter, all-to-all,
-   collective-permute and their ``-start``/``-done`` halves).
-4. ``activation kept for backward``: a buffer made by the forward pass and still
-   live once the backward pass has begun. JAX names every op under
+3. The same four argument kinds for a copy of an argument: a value whose op
+   name is not JAX's (``jit(step)/...``) but an argument's path as JAX names
+   the step's arguments (``params['layers'][0]['w'].value``,
+   ``opt_state[0].mu['w']``), which XLA gives the copies it makes of that
+   argument (a transposed or re-laid-out parameter). Its label is ``copy of``
+   the argument's path; its ``path`` stays ``None`` (its shape is the copy's).
+4. ``gradient``: a gradient or a partial sum of one, in flight or not:
+   a value with exactly the per-device shape and element type of a
+   differentiated parameter (``classify``'s ``gradient_types``) that is either
+   made by a backward op (its op name contains ``transpose(``), or is the
+   result of a reducing collective (all-reduce, reduce-scatter, their halves)
+   that is no forward op and is live once the backward pass has begun (XLA's
+   combined reduce-scatters carry no op name). A backward value of another
+   shape stays a temporary; an activation that happens to share a
+   parameter's shape and dtype would be counted here too (none does in the
+   library's examples).
+5. ``activation kept for backward``: a buffer made by the forward pass and still
+   live once the backward pass has begun, whatever its opcode (a forward
+   all-gather's result kept for the backward pass is an activation, not a
+   collective buffer). JAX names every op under
    ``jax.value_and_grad`` by the transformation that made it: forward ops carry
    ``jvp(`` (``jit(step)/jvp()/dot_general``), backward ops ``transpose(``
    (``jit(step)/transpose(jvp())/dot_general``). The rule: the op name contains
@@ -26,17 +42,15 @@ The kinds, in the order they are decided:
    Llama's peak falls in the optimizer update of the last layers while the
    first layers' forward values still wait for their backward).
    At a peak inside the forward pass nothing proves a forward value is kept,
-   so it stays a temporary. Under ``jax.checkpoint`` / ``nnx.remat`` the
-   recomputed forward ops are backward ops by name
+   so it stays a temporary (or a collective buffer). Under ``jax.checkpoint`` /
+   ``nnx.remat`` the recomputed forward ops are backward ops by name
    (``transpose(jvp(jvp()))/checkpoint/rematted_computation/dot_general``), so
    only what the remat keeps (each checkpointed block's input) is "kept".
-5. ``gradient``: a value made by a backward op (its op name contains
-   ``transpose(``) with exactly the per-device shape and element type of a
-   differentiated parameter (``classify``'s ``gradient_types``): a gradient, or
-   a partial sum of one. A backward value of another shape stays a temporary;
-   an activation that happens to share a parameter's shape and dtype would be
-   counted here too (none does in the library's examples).
-6. ``temporary``: everything else (XLA's copies, fusions of the optimizer
+6. ``collective buffer``: the result of a collective the SPMD partitioner
+   inserted (all-gather, all-reduce, reduce-scatter, all-to-all,
+   collective-permute and their ``-start``/``-done`` halves) that is none of
+   the above: a collective's own buffer in flight.
+7. ``temporary``: everything else (XLA's copies, fusions of the optimizer
    update, index tables of tuples).
 
 In a step without an optimizer the gradients are outputs; their output names
@@ -45,6 +59,7 @@ say so (``gradients layers/0/...``).
 """
 
 import os
+import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Final
@@ -91,6 +106,9 @@ _COLLECTIVES: Final = frozenset(
         "collective-permute",
     )
     for suffix in ("", "-start", "-done")
+)
+_REDUCING: Final = frozenset(
+    op for op in _COLLECTIVES if op.startswith(("all-reduce", "reduce-scatter"))
 )
 TIMES: Final = "\N{MULTIPLICATION SIGN}"
 """Written before a count of buffers alike: ``layers/*/w \N{MULTIPLICATION SIGN}4``."""
@@ -271,18 +289,10 @@ def classify_buffer(
             else f"output {list(buffer.output_index)}"
         )
         label = f"{name} ({where(source)})" if source else name
+    elif (copied := _argument_of(buffer.op_name, arguments)) is not None:
+        kind, label = copied.kind, f"copy of {copied.path}"
     else:
-        if buffer.opcode in _COLLECTIVES:
-            kind = "collective buffer"
-        elif (
-            _BACKWARD in (buffer.op_name or "")
-            and (buffer.dtype, buffer.shape) in gradients
-        ):
-            kind = "gradient"
-        elif backward_begun and _is_forward(buffer.op_name):
-            kind = "activation kept for backward"
-        else:
-            kind = "temporary"
+        kind = _role(buffer, backward_begun, gradients)
         label = where(source) if source else buffer.op_name or buffer.instruction
     return BreakdownRow(
         kind=kind,
@@ -299,6 +309,77 @@ def classify_buffer(
         output_index=buffer.output_index,
         memory_space=buffer.memory_space,
     )
+
+
+def _role(
+    buffer: PeakBuffer,
+    backward_begun: bool,
+    gradients: frozenset[tuple[str, tuple[int, ...]]],
+) -> str:
+    """The kind of a value made inside the step: rules 4 to 7."""
+    op_name = buffer.op_name or ""
+    if (buffer.dtype, buffer.shape) in gradients and (
+        _BACKWARD in op_name
+        or (
+            backward_begun
+            and buffer.opcode in _REDUCING
+            and not _is_forward(buffer.op_name)
+        )
+    ):
+        return "gradient"
+    if backward_begun and _is_forward(buffer.op_name):
+        return "activation kept for backward"
+    if buffer.opcode in _COLLECTIVES:
+        return "collective buffer"
+    return "temporary"
+
+
+_ARGUMENT_NAME = re.compile(r"([A-Za-z_]\w*)((?:\[[^\]]*\]|\.\w+)*)")
+_ARGUMENT_KEY = re.compile(r"\['((?:[^'\\]|\\.)*)'\]|\[(-?\d+)\]|\.(\w+)")
+
+
+def _argument_of(
+    op_name: str | None, arguments: dict[int, ArgumentLeaf]
+) -> ArgumentLeaf | None:
+    """The argument whose path is ``op_name``, as JAX names a step's arguments.
+
+    ``params['down']['kernel'].value`` names the parameter ``down/kernel``;
+    ``opt_state[0].mu['w']`` the optimizer leaf ``optimizer/opt_state/0/mu/w``.
+    ``None`` for JAX's op names (``jit(step)/...``) and for a path that names
+    no argument or several of different kinds.
+
+    Example:
+        >>> leaves = {0: ArgumentLeaf(0, "down/kernel", "parameter"),
+        ...           1: ArgumentLeaf(1, "optimizer/opt_state/0/mu/down/kernel",
+        ...                           "optimizer state")}
+        >>> _argument_of("params['down']['kernel'].value", leaves).kind
+        'parameter'
+        >>> _argument_of("opt_state[0].mu['down']['kernel']", leaves).kind
+        'optimizer state'
+        >>> _argument_of("jit(train)/jvp()/dot_general", leaves) is None
+        True
+    """
+    found = _ARGUMENT_NAME.fullmatch(op_name or "")
+    if found is None or not found[2]:
+        return None
+    keys = [
+        next(part for part in key.groups() if part is not None)
+        for key in _ARGUMENT_KEY.finditer(found[2])
+    ]
+    if keys and keys[-1] in ("value", "raw_value"):
+        keys = keys[:-1]
+    if not keys:
+        return None
+    joined = "/".join(keys)
+    scoped = f"{found[1]}/{joined}"
+    matches = {
+        leaf.kind: leaf
+        for leaf in arguments.values()
+        if leaf.path == joined
+        or leaf.path == scoped
+        or leaf.path.endswith("/" + scoped)
+    }
+    return next(iter(matches.values())) if len(matches) == 1 else None
 
 
 def _is_forward(op_name: str | None) -> bool:
