@@ -20,6 +20,11 @@ What the dtypes mean, the same on every family:
   CUDA-core (non-tensor) figure; on a TPU six bf16 passes (XLA's
   ``BF16_BF16_F32_X6``), so the bf16 figure / 6, derived, on no data sheet.
 
+What a report calls each peak (:meth:`Hardware.peak_name`): ``"f32"`` is
+``"TF32"`` on a GPU (no f32 matmul runs at an FP32 rate there by default) and
+``"f32_highest"`` ``"FP32 (CUDA cores)"``; on a TPU both are bf16 MXU passes,
+and named so.
+
 Bandwidths are bytes per second in one direction. The sheets print NVLink and
 ICI bidirectional totals; the table halves them (and divides ICI by the chip's
 ports). NICs are quoted in bits per second per direction; the table divides by
@@ -93,6 +98,15 @@ class _Chip:
     network: _Figure | None = None
     """GPU: the default network bandwidth per GPU between hosts, one direction."""
 
+
+# The names of the peaks where the dtype alone would mislead (see the module's text).
+_PEAK_NAMES = {
+    "cuda": {"f32": "TF32", "f32_highest": "FP32 (CUDA cores)"},
+    "tpu": {
+        "f32": "bf16 (one MXU pass per f32 matmul)",
+        "f32_highest": "bf16 / 6 (six MXU passes per f32 matmul)",
+    },
+}
 
 # --- Sources ---------------------------------------------------------------------
 
@@ -354,6 +368,37 @@ class Hardware:
                 "spelling such as 'bfloat16' or 'float32').",
             )
         return peaks[name]
+
+    @typechecked
+    def peak_name(self, dtype: str = "bf16") -> str:
+        """What the peak ``dtype`` runs at is called: ``"TF32"`` for f32 on a GPU.
+
+        An f32 matmul at JAX's default precision runs on TF32 tensor cores
+        (Ampere and later) and as one bf16 MXU pass on a TPU; the name says
+        which peak bounds it, where ``"f32"`` alone would suggest an FP32 rate.
+
+        Args:
+            dtype: A dtype :meth:`peak_flops_per_second` accepts.
+
+        Returns:
+            The peak's name: the canonical dtype (``"bf16"``, ``"fp8"``,
+            ``"int8"``), or ``"TF32"``, ``"FP32 (CUDA cores)"`` and the TPU's
+            bf16 passes for the f32 dtypes.
+
+        Raises:
+            ValueError: If the chip has no peak for ``dtype``.
+
+        Example:
+            >>> hardware_for("h100-8").peak_name("float32")
+            'TF32'
+            >>> hardware_for("v5e-8").peak_name("f32")
+            'bf16 (one MXU pass per f32 matmul)'
+            >>> hardware_for("h100-8").peak_name("bfloat16")
+            'bf16'
+        """
+        self.peak_flops_per_second(dtype)  # refuses a dtype without a peak
+        name = DTYPE_ALIASES[dtype.strip().lower()]
+        return _PEAK_NAMES.get(self.platform, {}).get(name, name)
 
     @typechecked
     def source(self, figure: str) -> str:

@@ -11,6 +11,13 @@ estimate from the compiled program and data-sheet peaks, never a measurement;
 every :class:`Roofline` says so in its :attr:`~Roofline.label` and lists its
 assumptions.
 
+The utilisation it gives always names its basis (:attr:`Roofline.mfu_basis`):
+an MFU when the model's FLOPs are given (``6·N·tokens`` for a training step),
+else a *hardware FLOPs utilisation* counting the program's FLOPs, recompute
+included. It is given at the peak that bounds compute (``TF32`` for f32
+matmuls on a GPU: :meth:`~nnx_introspect._accelerators.hardware.Hardware.peak_name`)
+and at the bf16 dense peak, the one MFUs are usually quoted against.
+
 Which links an axis spans:
 
 * GPUs: devices are numbered host-major (8 GPUs per host, or one host of up
@@ -39,6 +46,7 @@ from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
     "LABEL",
+    "PROGRAM_BASIS",
     "CommTerm",
     "Roofline",
     "roofline",
@@ -49,6 +57,14 @@ LABEL = (
     "(a roofline), not a measurement"
 )
 """The words every :class:`Roofline`'s label starts with."""
+
+PROGRAM_BASIS = "the program's FLOPs x devices, recompute included"
+"""The :attr:`Roofline.mfu_basis` of a hardware FLOPs utilisation."""
+
+_F32_PRECISION = {
+    "f32": "the rate of f32 matmuls at JAX's default precision",
+    "f32_highest": "the rate of f32 matmuls at Precision.HIGHEST",
+}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -123,7 +139,10 @@ class Roofline:
         topology: The target's name.
         devices: Its devices.
         dtype: The dtype whose peak bounds compute (canonical spelling).
+        peak_name: What that peak is called: ``"TF32"`` for ``"f32"`` on a
+            GPU, the dtype where it says all (``"bf16"``).
         peak_flops_per_second: That peak, one device.
+        bf16_peak_flops_per_second: The bf16 dense peak, one device.
         hbm_bytes_per_second: One device's HBM bandwidth.
         flops: One device's program FLOPs, as given.
         bytes_accessed: One device's program bytes accessed, as given.
@@ -136,9 +155,16 @@ class Roofline:
             ``"communication over ('fsdp',)"``.
         model_flops: The FLOPs the MFU counts (all devices, one step).
         model_flops_basis: ``"given"`` or ``"the program's flops x devices"``.
+        utilisation: What :attr:`mfu_ceiling` is: ``"MFU"`` (model FLOPs
+            given) or ``"hardware FLOPs utilisation"`` (the program's FLOPs).
+        mfu_basis: The FLOPs it counts, in words: ``"6·N·tokens, attention
+            not counted"``, ``"the program's FLOPs x devices, recompute
+            included"``...
         mfu_ceiling: ``model_flops / (low_seconds x peak x devices)``: the MFU
             the estimate allows at best.
         mfu_no_overlap: The same at ``high_seconds``.
+        mfu_bf16_ceiling: :attr:`mfu_ceiling` against the bf16 dense peak.
+        mfu_bf16_no_overlap: :attr:`mfu_no_overlap` against the bf16 dense peak.
         tokens: Tokens per step, if given.
         tokens_per_second_low: ``tokens / high_seconds``, or ``None``.
         tokens_per_second_high: ``tokens / low_seconds``, or ``None``.
@@ -160,7 +186,9 @@ class Roofline:
     topology: str
     devices: int
     dtype: str
+    peak_name: str
     peak_flops_per_second: float
+    bf16_peak_flops_per_second: float
     hbm_bytes_per_second: int
     flops: float
     bytes_accessed: float
@@ -172,12 +200,34 @@ class Roofline:
     bound: str
     model_flops: float
     model_flops_basis: str
+    utilisation: str
+    mfu_basis: str
     mfu_ceiling: float
     mfu_no_overlap: float
+    mfu_bf16_ceiling: float
+    mfu_bf16_no_overlap: float
     tokens: int | None
     tokens_per_second_low: float | None
     tokens_per_second_high: float | None
     assumptions: tuple[str, ...]
+
+    @property
+    def peak_words(self) -> str:
+        """The peak's name, and for an f32 step why it is that peak.
+
+        Example:
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> est = roofline(
+            ...     flops=1e12, bytes_accessed=0.0, comm_bytes_by_axis={},
+            ...     mesh_axes=(("data", 8),), hardware=hardware_for("h100-8"),
+            ...     dtype="float32",
+            ... )
+            >>> est.peak_words
+            "TF32, the rate of f32 matmuls at JAX's default precision"
+        """
+        if self.peak_name == self.dtype:
+            return self.peak_name
+        return f"{self.peak_name}, {_F32_PRECISION[self.dtype]}"
 
     @property
     def comm_seconds(self) -> float:
@@ -217,7 +267,9 @@ class Roofline:
             "topology": self.topology,
             "devices": self.devices,
             "dtype": self.dtype,
+            "peak_name": self.peak_name,
             "peak_flops_per_second": self.peak_flops_per_second,
+            "bf16_peak_flops_per_second": self.bf16_peak_flops_per_second,
             "hbm_bytes_per_second": self.hbm_bytes_per_second,
             "flops": self.flops,
             "bytes_accessed": self.bytes_accessed,
@@ -229,8 +281,12 @@ class Roofline:
             "bound": self.bound,
             "model_flops": self.model_flops,
             "model_flops_basis": self.model_flops_basis,
+            "utilisation": self.utilisation,
+            "mfu_basis": self.mfu_basis,
             "mfu_ceiling": self.mfu_ceiling,
             "mfu_no_overlap": self.mfu_no_overlap,
+            "mfu_bf16_ceiling": self.mfu_bf16_ceiling,
+            "mfu_bf16_no_overlap": self.mfu_bf16_no_overlap,
             "tokens": self.tokens,
             "tokens_per_second_low": self.tokens_per_second_low,
             "tokens_per_second_high": self.tokens_per_second_high,
@@ -250,6 +306,10 @@ class Roofline:
             Estimate from the compiled program's ... measurement: 1.00 s to 1.00 s ...
             compute 1.00 s
             ...
+            hardware FLOPs utilisation ceiling 100.0% (no overlap: 100.0%) at the
+            bf16 peak; counting the program's FLOPs x devices, recompute included;
+            bound by compute
+            ...
         """
         lines = [self.label, f"compute {_duration(self.compute_seconds)}"]
         lines.append(f"memory {_duration(self.memory_seconds)}")
@@ -258,9 +318,16 @@ class Roofline:
                 f"communication over {term.axes} ({term.link}, {term.links} "
                 f"link(s)) {_duration(term.seconds)}"
             )
+        at_bf16 = ""
+        if self.bf16_peak_flops_per_second != self.peak_flops_per_second:
+            at_bf16 = (
+                f"; at the bf16 peak {self.mfu_bf16_ceiling:.1%} (no overlap: "
+                f"{self.mfu_bf16_no_overlap:.1%})"
+            )
         lines.append(
-            f"MFU ceiling {self.mfu_ceiling:.1%} (no overlap: "
-            f"{self.mfu_no_overlap:.1%}); bound by {self.bound}"
+            f"{self.utilisation} ceiling {self.mfu_ceiling:.1%} (no overlap: "
+            f"{self.mfu_no_overlap:.1%}) at the {self.peak_name} peak{at_bf16}; "
+            f"counting {self.mfu_basis}; bound by {self.bound}"
         )
         if self.tokens_per_second_low is not None:
             lines.append(
@@ -389,13 +456,18 @@ def _assumptions(
     peak: float,
     mesh_axes: tuple[tuple[str, int], ...],
     assignment: tuple[tuple[int, ...], ...] | None,
-    model_flops_given: bool,
+    mfu_basis: str,
 ) -> tuple[str, ...]:
     """The estimate's assumptions, with the figures it used."""
+    name = hardware.peak_name(dtype)
+    runs = ""
+    if name != dtype:
+        runs = f" ({_F32_PRECISION[dtype]})"
     texts = [
-        f"Compute time is the program's FLOPs at the dense {dtype} peak of "
-        f"{peak:.4g} FLOP/s per device ({hardware.device_name}): every FLOP at "
-        "tensor-core/MXU speed, so work on vector units makes it a lower bound.",
+        f"Compute time is the program's FLOPs at the dense {name} peak of "
+        f"{peak:.4g} FLOP/s per device ({hardware.device_name}){runs}: every "
+        "FLOP at tensor-core/MXU speed, so work on vector units makes it a "
+        "lower bound.",
         "Memory time is XLA's bytes accessed at the data-sheet HBM bandwidth of "
         f"{hardware.hbm_bytes_per_second:.4g} B/s per device; caches and fusion "
         "count only as XLA's cost model saw them.",
@@ -439,21 +511,60 @@ def _assumptions(
         "communication term, each its own resource (optimistic even for terms "
         "sharing links); high is no overlap: their sum."
     )
-    basis = (
-        "the given model FLOPs"
-        if model_flops_given
-        else "the program's FLOPs x devices (rematerialized and redundant work "
-        "included, so it overstates useful work)"
-    )
-    texts.append(
-        f"MFU = {basis} / (step time x peak x devices); the ceiling uses the low "
-        "time. Peaks and bandwidths are data-sheet figures (Hardware.sources); "
-        "sustained rates are lower."
-    )
+    texts.append(_mfu_assumption(hardware, name, mfu_basis))
     return tuple(texts)
 
 
+def _mfu_assumption(hardware: Hardware, name: str, basis: str) -> str:
+    """What the utilisation counts, against which peaks."""
+    if basis == PROGRAM_BASIS:
+        what = (
+            "Hardware FLOPs utilisation = the program's FLOPs x devices "
+            "(rematerialized and redundant work included, so it overstates "
+            "useful work)"
+        )
+    else:
+        what = f"MFU = the model's FLOPs ({basis})"
+    bf16 = ""
+    if name != "bf16":
+        bf16 = (
+            ", given at the dense bf16 peak too "
+            f"({hardware.peak_flops_per_second('bf16'):.4g} FLOP/s per device), "
+            "the one MFUs are usually quoted against"
+        )
+    return (
+        f"{what} / (step time x {name} peak x devices){bf16}; the ceiling uses "
+        "the low time. Peaks and bandwidths are data-sheet figures "
+        "(Hardware.sources); sustained rates are lower."
+    )
+
+
 # --- The estimate ----------------------------------------------------------------
+
+
+def _utilisation(
+    hardware: Hardware,
+    peak: float,
+    times: tuple[float, float],
+    model: float,
+    basis: str,
+) -> dict[str, Any]:
+    """The :class:`Roofline` fields of its utilisation, at its peak and at bf16's."""
+    low, high = times
+    bf16 = hardware.peak_flops_per_second("bf16")
+    devices = hardware.devices
+    program = basis == PROGRAM_BASIS
+    return {
+        "bf16_peak_flops_per_second": bf16,
+        "model_flops": model,
+        "model_flops_basis": "the program's flops x devices" if program else "given",
+        "utilisation": "hardware FLOPs utilisation" if program else "MFU",
+        "mfu_basis": basis,
+        "mfu_ceiling": model / (low * peak * devices),
+        "mfu_no_overlap": model / (high * peak * devices),
+        "mfu_bf16_ceiling": model / (low * bf16 * devices),
+        "mfu_bf16_no_overlap": model / (high * bf16 * devices),
+    }
 
 
 @typechecked
@@ -467,6 +578,7 @@ def roofline(
     dtype: str = "bf16",
     tokens: int | None = None,
     model_flops: float | int | None = None,
+    model_flops_basis: str | None = None,
 ) -> Roofline:
     """Estimate one step's time on ``hardware`` from its compiled program.
 
@@ -492,7 +604,11 @@ def roofline(
         tokens: Tokens one step processes (all devices), for tokens/s.
         model_flops: The model's FLOPs per step over all devices (e.g.
             ``6 x parameters x tokens``) for the MFU; by default
-            ``flops x devices``.
+            ``flops x devices``, and the figure is a hardware FLOPs
+            utilisation.
+        model_flops_basis: How ``model_flops`` was counted, in words
+            (``"6·N·tokens, attention not counted"``), for
+            :attr:`Roofline.mfu_basis`; ``None``: ``"the given model FLOPs"``.
 
     Returns:
         The :class:`Roofline`.
@@ -551,7 +667,9 @@ def roofline(
         )
     devices = hardware.devices
     model = float(model_flops) if model_flops is not None else float(flops) * devices
-    capacity = peak * devices
+    basis = PROGRAM_BASIS
+    if model_flops is not None:
+        basis = model_flops_basis or "the given model FLOPs"
     label = (
         f"{LABEL}: {_duration(low)} to {_duration(high)} per step on "
         f"{hardware.topology} ({bound}-bound at best)"
@@ -561,6 +679,7 @@ def roofline(
         topology=hardware.topology,
         devices=devices,
         dtype=canonical,
+        peak_name=hardware.peak_name(canonical),
         peak_flops_per_second=peak,
         hbm_bytes_per_second=hardware.hbm_bytes_per_second,
         flops=float(flops),
@@ -571,16 +690,11 @@ def roofline(
         low_seconds=low,
         high_seconds=high,
         bound=bound,
-        model_flops=model,
-        model_flops_basis="given"
-        if model_flops is not None
-        else ("the program's flops x devices"),
-        mfu_ceiling=model / (low * capacity),
-        mfu_no_overlap=model / (high * capacity),
+        **_utilisation(hardware, peak, (low, high), model, basis),
         tokens=tokens,
         tokens_per_second_low=None if tokens is None else tokens / high,
         tokens_per_second_high=None if tokens is None else tokens / low,
         assumptions=_assumptions(
-            hardware, canonical, peak, mesh_axes, assignment, model_flops is not None
+            hardware, canonical, peak, mesh_axes, assignment, basis
         ),
     )

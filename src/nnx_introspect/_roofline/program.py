@@ -28,6 +28,7 @@ def program_roofline(
     matmul_dtype: str | None = None,
     tokens: int | None = None,
     model_flops: float | None = None,
+    model_flops_basis: str | None = None,
     network_bytes_per_second: int | None = None,
 ) -> Roofline:
     """The :func:`~nnx_introspect._roofline.estimate.roofline` of a compiled program.
@@ -44,7 +45,9 @@ def program_roofline(
         mesh_axes: The mesh, ``(name, size)`` in its order.
         matmul_dtype: The program's matmul operand type; ``None``: ``"bf16"``.
         tokens: Tokens per step, for tokens/s.
-        model_flops: The FLOPs the MFU counts; default the program's.
+        model_flops: The FLOPs the MFU counts; default the program's (a
+            hardware FLOPs utilisation).
+        model_flops_basis: How ``model_flops`` was counted, in words.
         network_bytes_per_second: The network bandwidth per GPU between hosts;
             ``None``: the family's default.
 
@@ -87,6 +90,7 @@ def program_roofline(
         dtype=dtype,
         tokens=tokens,
         model_flops=model_flops,
+        model_flops_basis=model_flops_basis,
     )
     if not left_out:
         return estimate

@@ -269,7 +269,13 @@ def _program_notes(report: RenderedStep) -> list[str]:
 
 
 def roofline_note(estimate: Roofline) -> str:
-    """One sentence: the range, what bounds it, the MFU ceiling, tokens per second.
+    """One sentence: the range, what bounds it, the utilisation, tokens per second.
+
+    The utilisation says what it counts: an MFU of ``6·N·tokens`` when the
+    tokens are known, else the hardware FLOPs utilisation of the program's
+    FLOPs. It is given at the peak that bounds compute (named: ``TF32`` for
+    f32 matmuls on a GPU) and, where that is not the bf16 dense peak, at the
+    bf16 peak too.
 
     Example:
         >>> from nnx_introspect._accelerators.hardware import hardware_for
@@ -281,7 +287,20 @@ def roofline_note(estimate: Roofline) -> str:
         >>> print(roofline_note(est))  # doctest: +NORMALIZE_WHITESPACE
         Step time, estimated (a roofline from the compiled program and data-sheet
         peaks at bf16, not a measurement): 1 s (perfect overlap) to 1 s (none),
-        bound by compute; MFU ceiling 100%.
+        bound by compute; hardware FLOPs utilisation ceiling 100% (the program's
+        FLOPs x devices, recompute included).
+        >>> tf32 = roofline(
+        ...     flops=494.5e12, bytes_accessed=0.0, comm_bytes_by_axis={},
+        ...     mesh_axes=(("data", 8),), hardware=hardware_for("h100-8"),
+        ...     dtype="f32", tokens=8 * 1024, model_flops=8 * 400e12,
+        ...     model_flops_basis="6·N·tokens, attention not counted",
+        ... )
+        >>> print(roofline_note(tf32))  # doctest: +NORMALIZE_WHITESPACE
+        Step time, estimated (a roofline from the compiled program and data-sheet
+        peaks at TF32, the rate of f32 matmuls at JAX's default precision, not
+        a measurement): 1 s (perfect overlap) to 1 s (none), bound by compute;
+        MFU ceiling 80.9% at the TF32 peak, 40.4% at the bf16 peak
+        (6·N·tokens, attention not counted); 8,192 to 8,192 tokens/s.
     """
 
     def seconds(value: float) -> str:
@@ -293,13 +312,24 @@ def roofline_note(estimate: Roofline) -> str:
             f"; {estimate.tokens_per_second_low:,.0f} to "
             f"{estimate.tokens_per_second_high:,.0f} tokens/s"
         )
+    utilisation = f"{estimate.utilisation} ceiling {_percent(estimate.mfu_ceiling)}"
+    if estimate.bf16_peak_flops_per_second != estimate.peak_flops_per_second:
+        utilisation += (
+            f" at the {estimate.peak_name} peak, "
+            f"{_percent(estimate.mfu_bf16_ceiling)} at the bf16 peak"
+        )
     return (
         f"Step time, estimated (a roofline from the compiled program and "
-        f"data-sheet peaks at {estimate.dtype}, not a measurement): "
+        f"data-sheet peaks at {estimate.peak_words}, not a measurement): "
         f"{seconds(estimate.low_seconds)} (perfect overlap) to "
         f"{seconds(estimate.high_seconds)} (none), bound by {estimate.bound}; "
-        f"MFU ceiling {estimate.mfu_ceiling:.0%}{tokens}."
+        f"{utilisation} ({estimate.mfu_basis}){tokens}."
     )
+
+
+def _percent(fraction: float) -> str:
+    """``0.0477`` -> ``"4.77%"``: three figures, so a 5% difference shows."""
+    return f"{fraction * 100:.3g}%"
 
 
 def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[str, Any]:

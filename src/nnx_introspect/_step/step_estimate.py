@@ -4,7 +4,10 @@
 computes once when it is made (and again when :func:`dataclasses.replace`
 makes a new one, e.g. with another ``network_bytes_per_second``): the
 :func:`~nnx_introspect._roofline.program.program_roofline` of its program on
-the named topology, with the model FLOPs an ``"lm"`` step counts for its MFU.
+the named topology, with the model FLOPs its MFU counts: ``6·N·tokens`` for a
+training step (``2·N·tokens`` forward only) whenever the batch carries integer
+token ids (a ``[batch, sequence]`` integer leaf), whatever the loss is called;
+otherwise the program's FLOPs, labelled a hardware FLOPs utilisation.
 """
 
 import math
@@ -27,14 +30,21 @@ def step_roofline(
     loss: str | None,
     batch: tuple[str, ...],
     network_bytes_per_second: int | None = None,
+    tokens_per_step: int | None = None,
 ) -> Roofline | None:
     """The step-time estimate on a named ``topology``, or ``None``.
 
     ``None`` without a topology, for a step the compiler refused, without
     FLOPs or bytes accessed, or when the collectives could not be read (an
-    estimate without its communication would be too low). MFU counts ``6 N``
-    FLOPs per token for a training step with the ``"lm"`` loss (``2 N``
-    forward only; ``N`` the parameters), else the program's FLOPs.
+    estimate without its communication would be too low). The MFU counts
+    ``6 N`` FLOPs per token for a training step (``2 N`` forward only; ``N``
+    the plan's parameters) when the batch has a ``[B, T]`` integer leaf (its
+    first: ``B·T`` tokens), with any loss, so a custom loss and the built-in
+    ``"lm"`` give the same MFU; attention's FLOPs are not counted (the step
+    does not know the model's shape), and the basis says so. Without token
+    ids it is a hardware FLOPs utilisation: the program's FLOPs, recompute
+    included. ``tokens_per_step`` gives the tokens where the batch's leaves
+    do not (packed or float inputs); it wins over the batch's.
 
     Example:
         >>> from flax import nnx
@@ -46,8 +56,12 @@ def step_roofline(
         ... )
         >>> est = step_roofline("h100-8", plan, StepMemory(1, 0, 0, 0), program,
         ...     step="forward", loss=None, batch=("f32[8,4]",))
-        >>> est.bound, est.topology
-        ('compute', 'h100-8')
+        >>> est.bound, est.topology, est.utilisation
+        ('compute', 'h100-8', 'hardware FLOPs utilisation')
+        >>> tokens = step_roofline("h100-8", plan, StepMemory(1, 0, 0, 0), program,
+        ...     step="forward", loss=None, batch=("int32[8,4]",))
+        >>> tokens.mfu_basis, tokens.model_flops == 2 * plan.n_params * 8 * 4
+        ('2·N·tokens, attention not counted', True)
         >>> step_roofline(None, plan, StepMemory(1, 0, 0, 0), program,
         ...     step="forward", loss=None, batch=()) is None
         True
@@ -61,11 +75,13 @@ def step_roofline(
         or wire is None  # unread: no honest estimate
     ):
         return None
-    tokens = _tokens(batch) if loss == "lm" else None
-    model_flops = None
+    del loss  # the basis is the same whatever the loss is called
+    tokens = tokens_per_step if tokens_per_step is not None else _tokens(batch)
+    model_flops = basis = None
     if tokens is not None:
         per_token = 2 if step == "forward" else 6
         model_flops = float(per_token * plan.n_params * tokens)
+        basis = f"{per_token}·N·tokens, attention not counted"
     return program_roofline(
         topology,
         flops=program.flops,
@@ -75,16 +91,26 @@ def step_roofline(
         matmul_dtype=program.matmul_dtype,
         tokens=tokens,
         model_flops=model_flops,
+        model_flops_basis=basis,
         network_bytes_per_second=network_bytes_per_second,
     )
 
 
 def _tokens(batch: tuple[str, ...]) -> int | None:
-    """Tokens in a step: the elements of the first batch leaf (``int32[8,2048]``)."""
-    if not batch:
-        return None
-    dims = batch[0].partition("[")[2].rstrip("]")
-    try:
-        return math.prod(int(d) for d in dims.split(",") if d.strip())
-    except ValueError:
-        return None
+    """Tokens in a step: ``B·T`` of the first ``[B, T]`` integer leaf, or ``None``.
+
+    Example:
+        >>> _tokens(("float32[8,16]", "int32[8,2048]", "int32[8,2048]"))
+        16384
+        >>> _tokens(("float32[8,16]", "int32[8]")) is None
+        True
+    """
+    for leaf in batch:
+        dtype, _, rest = leaf.partition("[")
+        dims = [d for d in rest.rstrip("]").split(",") if d.strip()]
+        if dtype.startswith(("int", "uint")) and len(dims) == 2:
+            try:
+                return math.prod(int(d) for d in dims)
+            except ValueError:
+                continue
+    return None
