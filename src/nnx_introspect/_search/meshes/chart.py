@@ -85,7 +85,8 @@ ticks.peak_axis`).
         frame,
         "peak bytes per device of each mesh",
         body,
-        caption="Peak bytes per device of each mesh, best first: green fits, red "
+        caption="Peak bytes per device of each mesh, in the table's order: green "
+        "fits, red "
         "does not"
         + ("" if budget is not None else ", blue: no budget to judge by")
         + "; the dashed line is the budget."

@@ -7,6 +7,7 @@ JSON, and the HTML page (its chart drawn by ``chart``).
 
 import dataclasses
 import html
+import math
 from collections.abc import Iterator
 from typing import Any, Literal, TypeAlias
 
@@ -59,7 +60,8 @@ class MeshCandidate:
             else ``None``.
         plan_bytes: Bytes per device of the parameters, other state and
             optimizer state as the plan shards them (``None`` when the plan
-            could not be applied).
+            could not be applied: a rejected plan with errors has no figure of
+            its own, and none of another layout is shown).
         estimated_seconds: A ``(low, high)`` roofline estimate of one step's
             time (perfect overlap, none) from the report's
             :attr:`~StepMemoryReport.roofline`, for a named ``topology``
@@ -154,7 +156,9 @@ class MeshComparison(Report):
     too. Order: the meshes that fit (by ``estimated_seconds`` where rows have
     one, then by peak bytes, lowest first), then those that do not fit (lowest
     peak first), then those rejected by the planner, then those that failed or
-    timed out; ties keep the candidates' order.
+    timed out; ties keep the candidates' order. Meshes whose estimated step
+    times overlap the first's are equal within the estimate (:attr:`equals`):
+    the verdict names them all, not one best.
 
     Attributes:
         target: The model's ``"package.module:factory"`` name.
@@ -210,11 +214,83 @@ class MeshComparison(Report):
 
     @property
     def best(self) -> MeshCandidate | None:
-        """The first candidate when it fits (or, with no budget, compiled)."""
+        """The first candidate when it fits (or, with no budget, compiled).
+
+        First by the order, not necessarily faster: :attr:`equals` lists the
+        candidates whose estimated step times overlap its own.
+        """
         first = self.candidates[0] if self.candidates else None
         if first is None or _GROUP[first.outcome] != 0:
             return None
         return first
+
+    @property
+    def equals(self) -> tuple[MeshCandidate, ...]:
+        """The best and every answer its step-time estimate cannot tell from it.
+
+        The candidates that fit (with no budget: that compiled) whose
+        estimated ``(low, high)`` seconds overlap :attr:`best`'s (more than
+        at one end, or the same point), the best first: which of them is
+        faster depends on what the estimate does not know (how much
+        communication overlaps compute). Just the best when no range overlaps
+        its own or it has no estimate; empty with no best.
+
+        Example:
+            >>> row = lambda mesh, low, high: MeshCandidate(
+            ...     mesh, "fits", estimated_seconds=(low, high))
+            >>> fast, close, slow = (
+            ...     row((("fsdp", 8),), 0.39, 0.83),
+            ...     row((("fsdp", 4), ("tp", 2)), 0.79, 1.16),
+            ...     row((("tp", 8),), 1.2, 1.5),
+            ... )
+            >>> comparison = MeshComparison(
+            ...     "m:f", (fast, close, slow), 8, 2**30, "the budget given", "h100-8",
+            ...     None, ("int32[8,512]",), "forward", 3, 1.0, "a pool",
+            ... )
+            >>> [c.name for c in comparison.equals]
+            ['fsdp=8', 'fsdp=4,tp=2']
+        """
+        best = self.best
+        if best is None or best.estimated_seconds is None:
+            return () if best is None else (best,)
+        low, high = best.estimated_seconds
+        return tuple(
+            c
+            for c in self.candidates
+            if _GROUP[c.outcome] == 0
+            and c.estimated_seconds is not None
+            and (
+                (c.estimated_seconds[0] < high and c.estimated_seconds[1] > low)
+                or c.estimated_seconds == best.estimated_seconds
+            )
+        )
+
+    @property
+    def batch_headroom(self) -> float | None:
+        """How many times the batch could grow, when every mesh uses under half.
+
+        The budget over the highest compiled peak, when every compiled
+        candidate fits in under half the budget; else ``None``. An estimate,
+        and a floor of one: it takes the whole peak to grow with the batch,
+        while the parameters, gradients and optimizer state do not.
+        :func:`~nnx_introspect.max_batch` finds the batch itself, by compiling.
+
+        Example:
+            >>> rows = tuple(
+            ...     MeshCandidate(((axis, 8),), "fits", plan_bytes=peak)
+            ...     for axis, peak in (("data", 30), ("fsdp", 40))
+            ... )
+            >>> MeshComparison(
+            ...     "m:f", rows, 8, 100, "the budget given", None, None, (),
+            ...     "forward", 0, 1.0, "a pool",
+            ... ).batch_headroom is None  # nothing compiled: no peak to go by
+            True
+        """
+        peaks = [c.peak_bytes for c in self.candidates if c.peak_bytes is not None]
+        budget = self.max_device_bytes
+        if not budget or not peaks or 2 * max(peaks) >= budget:
+            return None
+        return budget / max(peaks, default=1)
 
     @property
     def ok(self) -> bool:
@@ -276,11 +352,14 @@ class MeshComparison(Report):
             else f"; the budget is {self.budget_basis}"
         )
         counts = self._counts()
+        if len(self.equals) > 1:
+            return self._tie_verdict(counts, by, basis)
         if best is not None and best.report is not None:
             peak = format_bytes(best.report.peak_bytes)
             if self.max_device_bytes is None:
+                first = "Lowest peak" if best.estimated_seconds is None else "Fastest"
                 return (
-                    f"Lowest peak: {best.name}, {peak} per device (no budget to "
+                    f"{first}: {best.name}, {peak} per device (no budget to "
                     f"judge against; {counts}){by}"
                 )
             budget = format_bytes(self.max_device_bytes)
@@ -298,6 +377,22 @@ class MeshComparison(Report):
             )
         return f"No mesh fits: none compiled ({counts})"
 
+    def _tie_verdict(self, counts: str, by: str, basis: str) -> str:
+        """The verdict when several answers are equal within the estimate."""
+        equals = self.equals
+        peaks = _and([format_bytes(c.peak_bytes or 0) for c in equals])
+        budget = self.max_device_bytes
+        of = (
+            f"per device (no budget to judge against; {counts})"
+            if budget is None
+            else f"of {format_bytes(budget)} per device ({counts})"
+        )
+        return (
+            f"No single best mesh: {_and([c.name for c in equals])} are equal "
+            f"within the estimate (step-time ranges overlap), peaks {peaks} "
+            f"{of}{by}{basis}"
+        )
+
     def table(self) -> Table:
         """The comparison as a :class:`~nnx_introspect.Table`: a row per mesh."""
         budget = self.max_device_bytes
@@ -309,14 +404,18 @@ class MeshComparison(Report):
         wired = any(c.collective_bytes_by_axis for c in self.candidates)
         if wired:
             columns.append("collectives on the wire per device")
+        equals = self.equals
         rows = []
         for c in self.candidates:
             peak = c.peak_bytes
             row = [c.name, c._short_status()]
             if estimates:
                 low_high = c.estimated_seconds
+                tied = " (tied)" if len(equals) > 1 and c in equals else ""
                 row.append(
-                    "-" if low_high is None else f"{low_high[0]:.3g}-{low_high[1]:.3g}"
+                    "-"
+                    if low_high is None
+                    else f"{low_high[0]:.3g}-{low_high[1]:.3g}{tied}"
                 )
                 estimate = None if c.report is None else c.report.roofline
                 row.append("-" if estimate is None else f"{estimate.mfu_ceiling:.0%}")
@@ -368,13 +467,8 @@ class MeshComparison(Report):
         for c in self.candidates:
             if c.reason is not None:
                 yield f"{c.name}: {c.status}"
-        yield (
-            "Order: the meshes that fit first, lowest peak first (by estimated "
-            "step time where known); then those that do not fit, lowest peak "
-            "first; then those rejected by the planner (nothing compiled), failed "
-            "or timed out. 'state per device': the plan's parameters, other "
-            "state and optimizer state."
-        )
+        yield self._order_words()
+        yield from self._estimate_notes()
         if any(c.estimated_seconds is not None for c in self.candidates):
             yield (
                 "Step seconds and MFU ceiling are estimates, not measurements: a "
@@ -402,6 +496,73 @@ class MeshComparison(Report):
                 "or GPU `topology` for that compiler's numbers."
             )
 
+    def _order_words(self) -> str:
+        """The order the rows are in, as :func:`_sort_key` sorts them."""
+        answers = [c for c in self.candidates if _GROUP[c.outcome] == 0]
+        timed = [c for c in answers if c.estimated_seconds is not None]
+        which = "compiled" if self.max_device_bytes is None else "fit"
+        if not timed:
+            order = f"the meshes that {which} first, lowest peak first"
+        else:
+            order = (
+                f"the meshes that {which} first, fastest estimated step time "
+                "first (the low end of its range, then the high end)"
+            )
+            if len(timed) < len(answers):
+                order += ", then those with no estimate, lowest peak first"
+        if self.max_device_bytes is not None:
+            order += "; then those that do not fit, lowest peak first"
+        rejected = any(c.outcome == "rejected" for c in self.candidates)
+        return (
+            f"Order: {order}; then those rejected by the planner (nothing "
+            "compiled), then those that failed or timed out, each in the order "
+            "given. 'state per "
+            "device': the plan's parameters, other state and optimizer state"
+            + (
+                " ('-' where the planner rejected the plan itself: it has no "
+                "figure on that mesh)."
+                if rejected and any(c.plan_bytes is None for c in self.candidates)
+                else "."
+            )
+        )
+
+    def _estimate_notes(self) -> Iterator[str]:
+        """What the estimates cannot tell apart, and the room left in the budget."""
+        equals = self.equals
+        if len(equals) > 1:
+            ranges = _and(
+                [
+                    f"{c.name} {low:.3g}-{high:.3g} s"
+                    for c in equals
+                    if c.estimated_seconds is not None
+                    for low, high in (c.estimated_seconds,)
+                ]
+            )
+            yield (
+                f"{_and([c.name for c in equals])} are equal within the estimate "
+                f"(ranges overlap: {ranges}): which is faster depends on how much "
+                "communication overlaps compute, which the estimate does not "
+                "know; the order among them (marked tied) is the low end's, not "
+                "a ranking. "
+                "Measure them, or choose by peak or by what else matters."
+            )
+        headroom = self.batch_headroom
+        if headroom is not None and self.max_device_bytes is not None:
+            highest = max(
+                (c for c in self.candidates if c.peak_bytes is not None),
+                key=lambda c: c.peak_bytes or 0,
+            )
+            share = _share(highest.peak_bytes or 0, self.max_device_bytes)
+            yield (
+                "Every compiled mesh uses under 50% of the budget (the most, "
+                f"{highest.name}, {share}): the batch can grow about "
+                f"{_times(headroom)}x on each. An estimate: the budget over the "
+                "highest peak, as if the whole peak grew with the batch (the "
+                "parameters, gradients and optimizer state do not, so the room "
+                "is likely larger). `--max-batch` (`max_batch`) finds it, one "
+                "mesh at a time."
+            )
+
     def json_data(self) -> dict[str, Any]:
         """Exact figures for JSON output; each compiled row has its full report."""
         best = self.best
@@ -409,6 +570,8 @@ class MeshComparison(Report):
             "ok": self.ok,
             "verdict": self.verdict,
             "best": None if best is None else best.name,
+            "equals": [c.name for c in self.equals],
+            "batch_headroom": self.batch_headroom,
             "target": self.target,
             "num_devices": self.num_devices,
             "max_device_bytes": self.max_device_bytes,
@@ -477,6 +640,20 @@ def _sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
         estimate = row.estimated_seconds
         return (group, estimate is None, estimate or (0.0, 0.0), peak, index)
     return (group, False, (0.0, 0.0), peak if group == 1 else 0, index)
+
+
+def _and(words: list[str]) -> str:
+    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
+    if len(words) < 2:
+        return "".join(words)
+    return f"{', '.join(words[:-1])} and {words[-1]}"
+
+
+def _times(ratio: float) -> str:
+    """``ratio`` rounded down: one decimal below 10 (``"2.6"``), else whole."""
+    digits = max(0, 1 - math.floor(math.log10(ratio)))
+    scale = 10**digits
+    return f"{math.floor(ratio * scale) / scale:.{digits}f}"
 
 
 def _plural(n: int, noun: str) -> str:

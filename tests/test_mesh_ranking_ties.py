@@ -1,0 +1,211 @@
+"""Mesh rankings that claim no more than the estimates know (issue 24, item 5).
+
+Overlapping step-time ranges are equals, and every output says so; the order
+note says how the rows are sorted; a rejected plan shows no figure of another
+layout; a budget used under half says the batch can grow. Most cases build the
+comparison's rows directly (a stand-in report holding only a peak: no
+compile); one small real comparison checks the rejected row.
+"""
+
+import concurrent.futures
+import json
+import types
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec as P
+
+from nnx_introspect._render.table import Table
+from nnx_introspect._search.meshes import MeshCandidate, MeshComparison, compare_meshes
+from nnx_introspect._search.meshes.report import _sort_key
+
+GIB = 2**30
+BUDGET = 60 * GIB
+
+
+def stand_in(peak: int) -> Any:
+    """What the comparison reads of a compiled row's report, with no compile."""
+    return types.SimpleNamespace(
+        peak_bytes=peak,
+        roofline=None,
+        compiler="XLA:GPU (stand-in)",
+        compiler_message=None,
+        backend="gpu",
+        json_data=lambda: {"peak_bytes": peak},
+        table=lambda: Table("the step (stand-in)", ("peak",), ((str(peak),),)),
+    )
+
+
+def row(
+    mesh: str,
+    peak: int | None,
+    estimate: tuple[float, float] | None,
+    outcome: Any = None,
+) -> MeshCandidate:
+    axes = tuple((a, int(s)) for a, s in (part.split("=") for part in mesh.split(",")))
+    if outcome is None:
+        outcome = "fits" if peak is not None and peak <= BUDGET else "does not fit"
+    report = None if peak is None else stand_in(peak)
+    return MeshCandidate(axes, outcome, None, report, 10 * 2**20, estimate)
+
+
+def compare(*rows: MeshCandidate, budget: int | None = BUDGET) -> MeshComparison:
+    """The rows ranked as ``compare_meshes`` ranks them."""
+    ordered = sorted(enumerate(rows), key=lambda item: _sort_key(*item))
+    return MeshComparison(
+        target="m:f",
+        candidates=tuple(r for _, r in ordered),
+        num_devices=256,
+        max_device_bytes=budget,
+        budget_basis="the budget given",
+        topology="h100-256",
+        auto_axes=None,
+        batch=("int32[256,2048]",),
+        step="forward + backward + optimizer update",
+        compiles=len(rows),
+        seconds=1.0,
+        executor="a stand-in",
+    )
+
+
+# which-mesh.md's sweep: two fit, their ranges overlap (0.789 <= 0.826).
+SWEEP = (
+    row("fsdp=128,tp=2", int(55.05 * GIB), (0.789, 1.16)),
+    row("fsdp=32,tp=8", int(60.04 * GIB), (0.264, 0.775)),
+    row("fsdp=64,tp=4", int(57.62 * GIB), (0.394, 0.826)),
+    row("fsdp=256", None, None, "rejected"),
+)
+
+
+def test_overlapping_ranges_are_equals_in_every_output() -> None:
+    comparison = compare(*SWEEP)
+    names = [c.name for c in comparison.candidates]
+    assert names == ["fsdp=64,tp=4", "fsdp=128,tp=2", "fsdp=32,tp=8", "fsdp=256"]
+    assert [c.name for c in comparison.equals] == ["fsdp=64,tp=4", "fsdp=128,tp=2"]
+    tie = "fsdp=64,tp=4 and fsdp=128,tp=2 are equal within the estimate"
+    verdict = comparison.verdict
+    assert verdict.startswith(f"No single best mesh: {tie} (step-time ranges overlap)")
+    assert "Best mesh" not in verdict and "57.62 GiB and 55.05 GiB of 60 GiB" in verdict
+    table = comparison.table()
+    seconds = {r[0]: r[2] for r in table.rows}
+    assert seconds["fsdp=64,tp=4"] == "0.394-0.826 (tied)"
+    assert seconds["fsdp=128,tp=2"] == "0.789-1.16 (tied)"
+    assert seconds["fsdp=32,tp=8"] == "0.264-0.775"  # does not fit: no tie
+    notes = "\n".join(table.notes)
+    assert f"{tie} (ranges overlap: fsdp=64,tp=4 0.394-0.826 s and " in notes
+    assert tie in comparison.to_markdown() and tie in comparison.to_html()
+    data = json.loads(comparison.to_json())
+    assert data["equals"] == ["fsdp=64,tp=4", "fsdp=128,tp=2"]
+    assert data["best"] == "fsdp=64,tp=4"  # unchanged: the first row
+
+
+def test_ranges_apart_keep_one_best() -> None:
+    apart = compare(
+        row("fsdp=64,tp=4", 57 * GIB, (0.394, 0.78)),
+        row("fsdp=128,tp=2", 55 * GIB, (0.789, 1.16)),
+    )
+    assert [c.name for c in apart.equals] == ["fsdp=64,tp=4"]
+    assert apart.verdict.startswith("Best mesh: fsdp=64,tp=4, peak 57 GiB of 60 GiB")
+    assert "(tied)" not in str(apart.table().rows)
+    assert "equal within the estimate" not in apart.to_markdown()
+    assert json.loads(apart.to_json())["equals"] == ["fsdp=64,tp=4"]
+    touching = compare(  # ranges that only share an end do not overlap
+        row("a=8", GIB, (1.0, 2.0)), row("b=8", GIB, (2.0, 3.0))
+    )
+    assert [c.name for c in touching.equals] == ["a=8"]
+    inside = compare(  # a range inside another's overlaps it
+        row("a=8", GIB, (1.0, 4.0)), row("b=8", GIB, (2.0, 3.0))
+    )
+    assert [c.name for c in inside.equals] == ["a=8", "b=8"]
+    same = compare(row("a=8", GIB, (2.0, 2.0)), row("b=8", GIB, (2.0, 2.0)))
+    assert len(same.equals) == 2  # the same point estimate
+    none_fit = compare(row("a=8", 70 * GIB, (1.0, 2.0)), row("b=8", 70 * GIB, (1, 2)))
+    assert none_fit.equals == () and json.loads(none_fit.to_json())["equals"] == []
+    assert none_fit.verdict.startswith("No mesh fits")
+
+
+def order_note(comparison: MeshComparison) -> str:
+    return next(n for n in comparison.table().notes if n.startswith("Order:"))
+
+
+def test_order_words_match_the_order() -> None:
+    timed = order_note(compare(*SWEEP))
+    assert timed.startswith(
+        "Order: the meshes that fit first, fastest estimated step time first "
+        "(the low end of its range, then the high end); then those that do not "
+        "fit, lowest peak first; then those rejected by the planner"
+    )
+    assert "lowest peak first (by" not in timed
+    # without estimates the rows are sorted by peak, and the words say so
+    untimed = compare(row("a=8", 5 * GIB, None), row("b=8", 3 * GIB, None))
+    assert [c.name for c in untimed.candidates] == ["b=8", "a=8"]
+    assert order_note(untimed).startswith(
+        "Order: the meshes that fit first, lowest peak first; then those that "
+        "do not fit, lowest peak first; then"
+    )
+    mixed = compare(row("a=8", 3 * GIB, None), row("b=8", 5 * GIB, (1.0, 2.0)))
+    assert [c.name for c in mixed.candidates] == ["b=8", "a=8"]
+    assert "then those with no estimate, lowest peak first" in order_note(mixed)
+    no_budget = compare(
+        row("a=8", 5, None, "compiled"), row("b=8", 3, None, "compiled"), budget=None
+    )
+    assert [c.name for c in no_budget.candidates] == ["b=8", "a=8"]
+    words = order_note(no_budget)
+    assert words.startswith("Order: the meshes that compiled first, lowest peak")
+    assert "do not fit" not in words
+
+
+def test_a_budget_used_under_half_says_the_batch_can_grow() -> None:
+    roomy = compare(
+        row("fsdp=8", 20 * GIB, (1.0, 1.1)), row("fsdp=4,tp=2", 23 * GIB, (2.0, 2.2))
+    )
+    assert roomy.batch_headroom == 60 / 23
+    note = next(n for n in roomy.table().notes if n.startswith("Every compiled"))
+    assert note.startswith(
+        "Every compiled mesh uses under 50% of the budget (the most, "
+        "fsdp=4,tp=2, 38%): the batch can grow about 2.6x on each. An estimate: "
+        "the budget over the highest peak"
+    )
+    assert "`--max-batch`" in note
+    assert json.loads(roomy.to_json())["batch_headroom"] == 60 / 23
+    tight = compare(row("fsdp=8", 20 * GIB, None), row("tp=8", 30 * GIB, None))
+    assert tight.batch_headroom is None  # 30 of 60 GiB: not under half
+    assert not any(n.startswith("Every compiled") for n in tight.table().notes)
+    assert json.loads(tight.to_json())["batch_headroom"] is None
+    assert compare(row("a=8", GIB, None), budget=None).batch_headroom is None
+    wide = compare(row("a=8", GIB // 2, None))
+    assert "the batch can grow about 120x on each" in wide.to_markdown()
+
+
+def test_a_rejected_plan_shows_no_figure_of_another_layout() -> None:
+    x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        comparison = compare_meshes(
+            "nnx_introspect.examples:two_layer",
+            ["data=8", "data=2,model=4"],
+            x,
+            rules=[("kernel", P(None, "model"))],  # data=8 has no model axis
+            max_device_bytes="1MiB",
+            executor=pool,
+        )
+    fits, rejected = comparison.candidates
+    assert (fits.name, rejected.name, rejected.outcome) == (
+        "data=2,model=4",
+        "data=8",
+        "rejected",
+    )
+    assert rejected.plan_bytes is None  # not the 144 replicated bytes
+    assert rejected.status.startswith("rejected by the planner: ")
+    assert fits.plan_bytes is not None and 0 < fits.plan_bytes < 144
+    table = comparison.table()
+    state = table.columns.index("state per device")
+    assert {r[0]: r[state] for r in table.rows}["data=8"] == "-"
+    notes = "\n".join(table.notes)
+    assert "data=8: rejected by the planner: " in notes
+    assert "'-' where the planner rejected the plan itself" in notes
+    data = json.loads(comparison.to_json())
+    assert [c["plan_bytes"] for c in data["candidates"]] == [fits.plan_bytes, None]
+    # a tiny model in a 1 MiB budget: room for a far larger batch, said so
+    assert comparison.batch_headroom == 2**20 / (fits.peak_bytes or 1)
+    assert "the batch can grow about" in comparison.to_markdown()
