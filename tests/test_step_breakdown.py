@@ -175,8 +175,15 @@ def test_mlp_rows_add_up_to_xlas_peak(mlp: Classified) -> None:
     # (see test_step_dump): the breakdown is there
     if mlp.backend == "cpu":
         assert peak > mlp.xla_peak and breakdown.peak_time != breakdown.xla_peak_time
+    elif mlp.backend == "gpu":
+        # XLA's list counts the bytes a fusion writes in place over its operand
+        # twice, above what the device holds; each slice once, the peak is
+        # XLA's peak_memory_in_bytes, 71,340,076 (issue 24)
+        assert peak <= mlp.held < mlp.xla_peak
     else:
-        assert peak == mlp.xla_peak and breakdown.peak_time == breakdown.xla_peak_time
+        # the gradients' output buffers, allocated for the step, are counted
+        # before they are written, as XLA's peak_memory_in_bytes (73,438,720)
+        assert peak > mlp.xla_peak and breakdown.peak_time == breakdown.xla_peak_time
     assert sum(row.nbytes for row in breakdown.rows) == peak
     assert sum(g.nbytes for g in breakdown.by_kind()) == peak
     assert sum(g.nbytes for g in breakdown.by_source()) == peak

@@ -91,6 +91,25 @@ def _stated_peak(directory: str) -> int:
     return int(match[1].replace(" ", ""))
 
 
+def _constants_live(directory: str, point: int | None) -> int:
+    """Bytes of the constants XLA's live-range list counts at ``point``, by regex."""
+    (stem,) = [
+        str(p)[: -len("-live-range.txt")]
+        for p in Path(directory).glob("*jit_train*-live-range.txt")
+    ]
+    constants, kind = set(), ""
+    for line in Path(stem + "-buffer-assignment.txt").read_text().splitlines():
+        if line.startswith("allocation "):
+            kind = line
+        elif line.startswith(" value: ") and re.search(r", constant:$", kind):
+            constants.add(line.split()[2])
+    text = Path(stem + "-live-range.txt").read_text()
+    ranges = re.findall(r"^    (\S+?)\{\}:(\d+)-(\d+)$", text, re.M)
+    live = {name for name, a, b in ranges if int(a) <= (point or 0) <= int(b)}
+    sizes = re.findall(r"^    (\S+?)\{\}: (\d+) bytes \(cumulative", text, re.M)
+    return sum(int(n) for name, n in sizes if name in constants & live)
+
+
 @pytest.mark.parametrize("llama", [None], indirect=True, ids=["cpu"])
 def test_cpu_peak_is_xlas_own(llama: Any) -> None:
     """The same step compiled here with a dump: XLA's stated peak is the breakdown's.
@@ -120,10 +139,13 @@ def test_cpu_peak_is_xlas_own(llama: Any) -> None:
     with tempfile.TemporaryDirectory() as directory:
         compile_lowered(lowered, mesh, time.perf_counter(), dump_to=directory)
         stated = _stated_peak(directory)
+        constants = _constants_live(directory, llama.breakdown.xla_peak_time)
     breakdown = llama.breakdown
     assert breakdown.xla_peak_bytes == stated
     if breakdown.xla_peak_time == breakdown.peak_time:
-        assert breakdown.live_peak_bytes == stated
+        # the constants are in the executable, not in the memory the step
+        # holds, so not in the breakdown (issue 24); nothing here is shared
+        assert breakdown.live_peak_bytes == stated - constants
     else:
         assert breakdown.live_peak_bytes > stated
 

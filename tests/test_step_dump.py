@@ -146,11 +146,15 @@ def test_buffers_add_up_to_xlas_peak_exactly(dumped: tuple[str, Path]) -> None:
     assert (peak.xla_peak_time, peak.xla_peak_bytes) == _xla_peak(directory)
     assert sum(b.nbytes for b in peak.buffers) == peak.peak_bytes
     assert peak.peak_instruction
-    # XLA's own point unless its live ranges hold more bytes at another one
+    # XLA's own point unless more bytes are in use at another one; XLA's list
+    # counts bytes two values share twice (XLA:GPU: a fusion written in place
+    # over its operand), so the bytes in use there can be fewer (issue 24)
+    assert peak.xla_peak_bytes is not None
     if peak.peak_time == peak.xla_peak_time:
-        assert peak.peak_bytes == peak.xla_peak_bytes
+        assert peak.peak_bytes == _in_use_at(directory, peak.peak_time)
+    elif backend == "gpu":
+        assert peak.peak_bytes < peak.xla_peak_bytes
     else:
-        assert peak.xla_peak_bytes is not None
         assert peak.peak_bytes > peak.xla_peak_bytes
 
 
@@ -189,12 +193,56 @@ def _live_at(directory: Path, point: int) -> int:
     return total
 
 
+def _in_use_at(directory: Path, point: int) -> int:
+    """Bytes in use at ``point``, by the test's own reading of the two files.
+
+    Each slice (allocation, offset, size) of a value live there once; the
+    allocations of the arguments and outputs (``parameter``, ``output``,
+    ``maybe-live-out``, not a tuple's index table) whole, at every point; no
+    constant or thread-local allocation.
+    """
+    stem = str(next(directory.rglob("*after_optimizations-live-range.txt")))[
+        : -len("-live-range.txt")
+    ]
+    slices, held, allocation, size, kinds = {}, {}, -1, 0, ""
+    for line in Path(stem + "-buffer-assignment.txt").read_text().splitlines():
+        header = re.match(r"^allocation (\d+): size (\d+), (.*):$", line)
+        if header:
+            allocation, size, kinds = int(header[1]), int(header[2]), header[3]
+            if re.search(r"(^|, )(parameter|output|maybe-live-out)", kinds):
+                held[allocation] = size
+            continue
+        value = re.match(
+            r"^ value: <\d+ (\S+?)(\{[\d,]*\})? @\d+> \(size=(\d+),offset=(\d+)\): (.)",
+            line,
+        )
+        if value is None:
+            continue
+        if value[5] == "(":
+            held.pop(allocation, None)
+        if not re.search(r"(^|, )(constant|thread-local)", kinds):
+            slices[(value[1], value[2] or "{}")] = (
+                allocation,
+                int(value[4]),
+                int(value[3]),
+            )
+    text = Path(stem + "-live-range.txt").read_text()
+    used = set()
+    for name, index, start, end in re.findall(
+        r"^    (\S+?)(\{[\d,]*\}):(\d+)-(\d+)$", text, re.M
+    ):
+        if int(start) <= point <= int(end) and (name, index) in slices:
+            used.add(slices[(name, index)])
+    # in this MLP the temporaries' slices live at one point do not overlap
+    return sum(held.values()) + sum(n for a, _, n in used if a not in held)
+
+
 def test_peak_is_the_most_bytes_live(dumped: tuple[str, Path]) -> None:
-    """At the reader's peak, the test's own count of XLA's live ranges agrees."""
+    """At the reader's peak, the test's own count of the bytes in use agrees."""
     backend, directory = dumped
     peak = read_peak(directory, backend=backend)
     assert peak.curve is not None
-    assert _live_at(directory, peak.peak_time) == peak.peak_bytes
+    assert _in_use_at(directory, peak.peak_time) == peak.peak_bytes
     xla_time, xla_bytes = _xla_peak(directory)
     if backend != "tpu":  # XLA:TPU's tuples are in nested shapes: not counted here
         assert _live_at(directory, xla_time) == xla_bytes
@@ -245,17 +293,20 @@ def test_mlp_buffers_by_hand(dumped: tuple[str, Path]) -> None:
             ("jit(_step_fn)/transpose(jvp())/dot_general", OUTPUT_LINE),
         ]
         # and every byte of the peak, by hand: three hidden-sized buffers, the
-        # w2 gradient, the four parameters, x, the output's gradient dy and
-        # three f32 scalars
+        # w2 gradient, the four parameters, x, the output's gradient dy, the
+        # loss, and the other gradients' output buffers (allocated for the
+        # whole step, not yet written; issue 24: two f32 constants, in the
+        # executable, no longer counted)
         by_hand = (
             3 * BATCH * HIDDEN * F32
             + HIDDEN * OUT * F32
             + (IN * HIDDEN + HIDDEN + HIDDEN * OUT + OUT) * F32
             + BATCH * IN * F32
             + BATCH * OUT * F32
-            + 3 * F32
+            + 1 * F32
+            + (IN * HIDDEN + HIDDEN + OUT) * F32
         )
-        assert peak.peak_bytes == by_hand == 79_710_220
+        assert peak.peak_bytes == by_hand == 88_117_252
     else:
         # the forward's hidden pre-activation, kept for the backward pass
         kept = [b for b in hidden if "transpose" not in (b.op_name or "")]
@@ -272,7 +323,10 @@ def test_per_backend_peaks(dumped: tuple[str, Path]) -> None:
     """The figures measured with jaxlib 0.10.2 / libtpu 0.0.52 (pinned)."""
     backend, directory = dumped
     peak = read_peak(directory, backend=backend)
-    expected = {"cpu": 79_710_220, "gpu": 77_631_508, "tpu": 65_048_740}
+    # issue 24: each slice of an allocation once, arguments' and outputs'
+    # allocations at every point; XLA's peak_memory_in_bytes is 71,340,076 on
+    # XLA:GPU and 73,438,720 on XLA:TPU, held on XLA:CPU 88,117,292
+    expected = {"cpu": 88_117_252, "gpu": 71_340_036, "tpu": 73_442_320}
     xla = {"cpu": 52_449_288, "gpu": 77_631_508, "tpu": 65_048_740}
     assert peak.peak_bytes == expected[backend]
     assert peak.xla_peak_bytes == xla[backend]

@@ -32,7 +32,7 @@ Example:
 
 import re
 from collections.abc import Callable, Collection, Hashable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from nnx_introspect._breakdown.rows import (
@@ -94,18 +94,22 @@ class Breakdown(Report):
         module: XLA's module name (``jit_train``).
         peak_time: the program point of the peak, as XLA numbers it.
         peak_instruction: the instruction scheduled there.
-        live_peak_bytes: the most bytes live at one program point by XLA's
-            live ranges (XLA's own peak point unless more are live at another):
-            the rows add up to it exactly.
+        live_peak_bytes: the most bytes in use at one program point, each
+            slice of an allocation once, the arguments' and outputs'
+            allocations at every point (see
+            :class:`~nnx_introspect._xla.dump.PeakBuffers`): the rows add up to
+            it exactly.
         held_bytes: what the device holds for the step (arguments + outputs +
             XLA's temp buffer - aliased, from ``memory_analysis()``).
         rows: every buffer live at the peak, largest first.
         curve: the bytes live at each program point, or ``None``.
         top_n: how many of the largest buffers :meth:`table` shows.
         xla_peak_time: the point XLA's live-range dump names its peak; it is
-            ``peak_time`` unless more bytes are live at another point by XLA's
-            own live ranges (see :class:`PeakBuffers`), ``None`` when not read.
-        xla_peak_bytes: the bytes XLA lists live at its point.
+            ``peak_time`` unless more bytes are in use at another point (see
+            :class:`PeakBuffers`), ``None`` when not read.
+        xla_peak_bytes: the bytes XLA lists live at its point, each value by
+            its instruction's shape: bytes two values share count twice, a
+            multi-output fusion's outputs as 8-byte pointers.
 
     Example:
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
@@ -151,19 +155,17 @@ class Breakdown(Report):
             return (
                 f"The device holds {format_bytes(gap)} more than the buffers live at"
                 " the peak: XLA packs every temporary into one preallocated buffer"
-                " sized for the whole program (with alignment padding), and holds"
-                " the arguments and outputs for the whole step, live or not."
+                " sized for the whole program (with alignment padding), not all of"
+                " it in use at the peak."
             )
         if gap < 0:
             return (
                 f"XLA's live-range peak is {format_bytes(-gap)} above what"
                 " memory_analysis() counts as held (arguments + outputs + temp"
                 " buffer - aliased), so neither figure alone is the device's peak:"
-                " the live ranges count every value live at that point, while XLA"
-                " may place two values in the same bytes (on XLA:GPU, a fusion's"
-                " output written in place over its operand) or in a memory space"
-                " memory_analysis() does not count (on XLA:TPU, values with S(1) in"
-                " their layout, in a temp allocation of their own)."
+                " XLA may place values in a memory space memory_analysis() does not"
+                " count (on XLA:TPU, values with S(1) in their layout, in a temp"
+                " allocation of their own)."
             )
         return "The device holds exactly the buffers live at the peak."
 
@@ -228,7 +230,14 @@ class Breakdown(Report):
                 text = f"{row.opcode} {row.type_str}"
             return f"{text} {TIMES}{count}" if count > 1 else text
 
-        return _groups(self.rows, key, label)
+        groups = _groups(self.rows, key, label)
+        labels = [g.label for g in groups]
+        return tuple(  # two kinds of one line and type: the kind says which
+            replace(g, label=f"{g.label} ({g.kind})")
+            if labels.count(g.label) > 1 and g.kind
+            else g
+            for g in groups
+        )
 
     def table(self, top: IntLike | None = None) -> Table:
         """The ``top`` largest rows of buffers, then the totals by kind and the gap.
@@ -304,15 +313,17 @@ class Breakdown(Report):
                 " layer): Type is one buffer's, Bytes their sum."
             )
         moment, listed = self.xla_peak_time, self.xla_peak_bytes
-        if moment is not None and listed is not None and moment != self.peak_time:
+        if moment is not None and listed is not None and listed != peak:
             notes.append(
                 f"XLA's live-range dump names point {moment} its peak, with"
-                f" {format_bytes(listed)} live; by XLA's own live ranges and sizes"
-                f" {format_bytes(peak)} are live at point {self.peak_time}, and those"
-                " are the buffers listed. XLA picks its point with a sweep"
-                " (HloLiveRange::ComputePeakMemoryMoment) that sizes each value by"
-                " its defining instruction's whole shape: an output of a"
-                " multi-output fusion counts as the tuple's 8-byte pointers there."
+                f" {format_bytes(listed)} live; {format_bytes(peak)} are in use at"
+                f" point {self.peak_time}, each slice of an allocation counted once"
+                " and the arguments' and outputs' allocations at every point, and"
+                " those are the buffers listed. XLA's figure"
+                " (HloLiveRange::ComputePeakMemoryMoment) sizes each value by its"
+                " defining instruction's whole shape: bytes two values share (a"
+                " fusion's output written in place over its operand) count twice,"
+                " an output of a multi-output fusion as the tuple's 8-byte pointers."
             )
         spaces = sorted({row.memory_space for row in self.rows} - {0})
         if spaces:

@@ -31,7 +31,7 @@ Example:
 """
 
 import re
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,6 +51,14 @@ from nnx_introspect._xla.hlo import (
     source_json,
     source_stack,
     stack_frames,
+)
+from nnx_introspect._xla.slices import (
+    Slice,
+    downsample,
+    held_spans,
+    occupied_at,
+    occupied_curve,
+    reserved,
 )
 from nnx_introspect._xla.toolchain import jaxlib_version
 
@@ -77,6 +85,7 @@ _LIVE_RANGE = "-live-range.txt"
 _ASSIGNMENT = "-buffer-assignment.txt"
 _VALUES = "-buffer-assignment-values.txt"
 _MODULE = ".txt"
+_NOT_HELD = ("constant", "thread-local")  # in the executable; not in memory
 
 _PEAK_HEADER = re.compile(r"^  Live ranges at (\d+) \(peak\):$")
 _PEAK_ROW = re.compile(
@@ -107,7 +116,8 @@ class PeakBuffer:
     """One buffer live at the peak.
 
     Attributes:
-        nbytes: its bytes in XLA's live-range accounting.
+        nbytes: the bytes of its slice of an allocation (XLA's buffer
+            assignment), less any a larger slice live at the peak holds.
         shape: the array shape (``()`` for a tuple's index table).
         dtype: XLA's element type (``f32``, ``bf16``, ...; ``tuple`` for an index
             table).
@@ -127,6 +137,8 @@ class PeakBuffer:
         memory_space: the memory space in its layout (``S(1)`` on XLA:TPU is
             its on-chip VMEM, outside the HBM figures); 0, the device's main
             memory, when the layout names none.
+        aliases: the other values live at the peak in the same bytes (an operand
+            written over in place, an alias), as ``name{index}``: no bytes.
     """
 
     nbytes: int
@@ -143,6 +155,7 @@ class PeakBuffer:
     output_index: tuple[int, ...] | None
     allocation: str
     memory_space: int = 0
+    aliases: tuple[str, ...] = ()
 
     @property
     def is_output(self) -> bool:
@@ -155,14 +168,11 @@ class LiveCurve:
     """Bytes live at each program point of the step, as XLA scheduled it.
 
     A value is live from the point its instruction runs to its last use,
-    inclusive (``start-end`` in XLA's live-range dump); the bytes are XLA's own
-    sizes (``ShapeUtil::ByteSizeOf``, 8 bytes per element of a tuple's index
-    table), the same the dump's peak list gives. At XLA's peak the curve equals
-    the peak list's sum exactly (:func:`read_peak` checks it).
-
-    XLA chooses its peak point with a sweep that keeps a value one point past
-    its last use (``HloLiveRange::ComputePeakMemoryMoment``), so the curve can
-    be higher elsewhere: :attr:`highest_time` says where.
+    inclusive (``start-end`` in XLA's live-range dump), in its slice of an
+    allocation (XLA's buffer assignment); the bytes at a point are those of
+    the slices in use there, each counted once, and of the arguments' and
+    outputs' allocations (see :class:`PeakBuffers` and
+    :mod:`nnx_introspect._xla.slices`).
 
     Attributes:
         points: program points in the schedule (``HloLiveRange (max N)``).
@@ -170,7 +180,7 @@ class LiveCurve:
             ``max_points`` after downsampling).
         live_bytes: the bytes live at each of ``times``; after downsampling,
             the most live at any point a kept point stands for.
-        highest_time: the program point where the most bytes are live.
+        highest_time: the program point where the most bytes are in use.
         highest_bytes: the bytes live there.
     """
 
@@ -195,19 +205,22 @@ class PeakBuffers:
         module: the module's name (``jit_step``).
         peak_time: the program point of the peak, as XLA's live-range dump numbers it.
         peak_instruction: the instruction scheduled at that point.
-        peak_bytes: XLA's live-range peak; the buffers add up to it exactly.
+        peak_bytes: the most bytes in use at one point, each slice of an
+            allocation once; the buffers add up to it exactly.
         buffers: the buffers live at the peak, largest first as XLA lists them.
         curve: the bytes live at every program point, or ``None`` when not read.
         xla_peak_time: the point XLA's live-range dump names its peak, when read.
         xla_peak_bytes: the bytes XLA lists live there.
 
-    The peak is XLA's own ("Live ranges at N (peak)") unless more bytes are live
-    at another point by XLA's own live ranges and sizes: XLA picks its moment
-    with a sweep (``HloLiveRange::ComputePeakMemoryMoment``) that keeps each
-    value one point past its last use and sizes it by its defining
-    instruction's whole shape, so an element of a multi-output fusion counts
-    as the tuple's 8-byte pointers there. Then the peak is that other point,
-    its buffers those live there, and ``xla_peak_*`` keep XLA's.
+    The peak is the point where the most bytes are in use by
+    :mod:`nnx_introspect._xla.slices` (each slice of an allocation once; the
+    arguments' and outputs' allocations at every point; XLA's
+    ``peak_memory_in_bytes`` on XLA:GPU and XLA:TPU): XLA's own point ("Live
+    ranges at N (peak)") when it ties. XLA's own figure is neither a floor nor
+    the truth: its sweep (``HloLiveRange::ComputePeakMemoryMoment``) sizes a
+    value by its defining instruction's whole shape, so bytes two values share
+    count twice and a multi-output fusion's outputs as the tuple's 8-byte
+    pointers. ``xla_peak_*`` keep XLA's point and figure.
     """
 
     backend: str
@@ -253,8 +266,8 @@ def read_peak(
             highest point kept exactly.
 
     Returns:
-        The peak's program point, XLA's live-range peak, every buffer live there
-        and the memory curve.
+        The peak's program point and bytes, every buffer in use there and the
+        memory curve (see :class:`PeakBuffers`).
 
     Raises:
         ArgumentError: `backend` is not one of the three, or `max_points` is
@@ -286,32 +299,49 @@ def read_peak(
     for item in assigned.values():
         sizes.setdefault((item.name, item.index), _byte_size(item.shape_text))
     ranges = _read_ranges(stem, len(sequence))
-    curve, live = _curve(stem, ranges, sizes, peak_time, peak_bytes, max_points)
-    # XLA's own moment unless more bytes are live elsewhere by its live ranges
+    _check_peak(stem, ranges, sizes, peak_time, peak_bytes)
+    # each value in its slice of an allocation (one of its own when unassigned)
+    spans: list[Any] = [
+        (
+            by_key[(name, index)].where
+            if (name, index) in by_key
+            else Slice(-1 - n, 0, sizes[(name, index)]),
+            (name, index),
+            start,
+            end,
+        )
+        for n, (name, index, start, end) in enumerate(ranges)
+        if getattr(by_key.get((name, index)), "allocation", "") not in _NOT_HELD
+    ]
+    length = max([peak_time, *(end for *_, end in ranges)]) + 1
+    spans += held_spans(spans, _held(assigned), length)
+    live = occupied_curve([(w, a, b) for w, _, a, b in spans], length)
+    times, kept = downsample(live, peak_time, max_points)
+    highest = int(np.argmax(live))
+    curve = LiveCurve(len(live), times, kept, highest, int(live[highest]))
+    # XLA's own moment unless more bytes are in use elsewhere
     at = peak_time if live[peak_time] == curve.highest_bytes else curve.highest_time
-    rows = peak_rows
-    if at != peak_time:
-        live_there = [
-            (name, index, sizes[(name, index)])
-            for name, index, start, end in ranges
-            if start <= at <= end
-        ]
-        rows = sorted(live_there, key=lambda r: (-r[2], r[0], r[1]))
     buffers = []
-    for name, index, nbytes in rows:
+    for occupant in occupied_at(spans, at):
+        keys: list[Any] = list(occupant.members)
+        (name, index), *others = keys or [
+            reserved(spans, occupant.slice.allocation, at)
+        ]
         found = by_key.get((name, index))
         if found is None:
             raise _error(stem, _ASSIGNMENT, f"a value {name}{_index_text(index)}")
         value = values.get(found.value_id)
         if value is None:
             raise _error(stem, _VALUES, f"the value <{found.value_id} {name}>")
-        buffers.append(_buffer(found, value, nbytes, frames, root, stem))
+        buffer = _buffer(found, value, occupant.nbytes, frames, root, stem)
+        aliases = tuple(f"{n}{_index_text(i) if i else ''}" for n, i in others)
+        buffers.append(replace(buffer, aliases=aliases) if aliases else buffer)
     return PeakBuffers(
         backend=backend,
         module=module,
         peak_time=at,
         peak_instruction=sequence[at],
-        peak_bytes=sum(nbytes for _, _, nbytes in rows),
+        peak_bytes=int(live[at]),
         buffers=tuple(buffers),
         curve=curve,
         xla_peak_time=peak_time,
@@ -371,6 +401,8 @@ class _Assigned:
     allocation: str
     parameter: int | None
     parameter_index: tuple[int, ...] | None
+    where: Slice
+    allocation_bytes: int
 
 
 @dataclass(frozen=True)
@@ -487,52 +519,40 @@ def _read_ranges(stem: Path, points: int) -> list[_Range]:
     return ranges
 
 
-def _curve(
+def _held(assigned: dict[int, "_Assigned"]) -> dict[int, int]:
+    """The allocations held for the whole step (arguments, outputs), by index."""
+    kinds = ("parameter", "output", "maybe-live-out")
+    mine = [a for a in assigned.values() if a.allocation in kinds]
+    held = {a.where.allocation: a.allocation_bytes for a in mine}
+    for a in assigned.values():  # a tuple's index table is written when made
+        if a.shape_text.startswith("("):
+            held.pop(a.where.allocation, None)
+    return held
+
+
+def _check_peak(
     stem: Path,
     ranges: list[_Range],
     sizes: dict[tuple[str, tuple[int, ...]], int],
     peak_time: int,
     peak_bytes: int,
-    max_points: int,
-) -> tuple[LiveCurve, "np.ndarray[Any, np.dtype[np.int64]]"]:
-    """The memory curve, and the bytes live at every point before downsampling."""
-    points = max((end for *_, end in ranges), default=peak_time)
-    points = max(points, peak_time)
-    delta = np.zeros(points + 2, dtype=np.int64)
+) -> None:
+    """Check XLA's live ranges and sizes add up to its own peak list at its point."""
+    total = 0
     for name, index, start, end in ranges:
         if (name, index) not in sizes:
             raise _error(
                 stem, _ASSIGNMENT, f"the size of the value {name}{_index_text(index)}"
             )
-        delta[start] += sizes[(name, index)]
-        delta[end + 1] -= sizes[(name, index)]
-    live = np.cumsum(delta)[: points + 1]
-    if int(live[peak_time]) != peak_bytes:
+        if start <= peak_time <= end:
+            total += sizes[(name, index)]
+    if total != peak_bytes:
         raise _error(
             stem,
             _LIVE_RANGE,
             f"live ranges that add up to the peak's {peak_bytes} bytes at point"
-            f" {peak_time} (they add up to {int(live[peak_time])})",
+            f" {peak_time} (they add up to {total})",
         )
-    full, highest = live, int(np.argmax(live))
-    times = np.arange(points + 1)
-    if len(live) > max_points:
-        edges = np.linspace(0, len(live), max_points - 1, dtype=np.int64)
-        starts = edges[:-1]
-        times = np.unique(np.concatenate([starts, [peak_time, highest]]))
-        bounds = np.searchsorted(times, np.arange(len(live)), side="right") - 1
-        kept = np.full(len(times), np.iinfo(np.int64).min, dtype=np.int64)
-        np.maximum.at(kept, bounds, live)
-        kept[np.searchsorted(times, peak_time)] = live[peak_time]
-        live = kept
-    curve = LiveCurve(
-        points=points + 1,
-        times=tuple(int(t) for t in times),
-        live_bytes=tuple(int(b) for b in live),
-        highest_time=highest,
-        highest_bytes=int(full[highest]),
-    )
-    return curve, full
 
 
 def _byte_size(shape_text: str) -> int:
@@ -575,6 +595,8 @@ def _read_assignment(stem: Path) -> dict[int, _Assigned]:
             allocation=_allocation_kind(header[3]),
             parameter=int(parameter[1]) if parameter else None,
             parameter_index=_index(parameter[2]) if parameter else None,
+            where=Slice(int(header[1]), int(value[6]), int(value[5])),
+            allocation_bytes=int(header[2]),
         )
     if not assigned:
         raise _error(stem, _ASSIGNMENT, "any value")
