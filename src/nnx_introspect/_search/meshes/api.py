@@ -20,7 +20,6 @@ from flax import nnx
 from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
 from nnx_introspect._render.formats import batch_str
-from nnx_introspect._render.table import format_bytes
 from nnx_introspect._search.meshes.arguments import (
     _BY_NAME,
     _check_executor,
@@ -32,6 +31,7 @@ from nnx_introspect._search.meshes.candidates import (
     _auto_axes,
     _auto_meshes,
     _listed_meshes,
+    _plan,
 )
 from nnx_introspect._search.meshes.pool import _cpus, _default_pool
 from nnx_introspect._search.meshes.report import (
@@ -44,7 +44,6 @@ from nnx_introspect._search.meshes.report import (
 from nnx_introspect._search.meshes.run import _Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
-from nnx_introspect._step.measure import plan_problems
 from nnx_introspect._step.spec import StepSpec, step_names
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 
@@ -230,7 +229,7 @@ def compare_meshes(
     to_compile: list[tuple[int, MeshAxes, int]] = []
     for index, mesh in enumerate(candidates):
         candidate = dataclasses.replace(spec, mesh=dict(mesh))
-        reason, state = _planned(candidate, budget.bytes)
+        reason, state = _plan(candidate, budget.bytes)
         if reason is not None or state is None:
             rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
         else:
@@ -255,29 +254,6 @@ def compare_meshes(
         seconds=time.perf_counter() - began,
         executor=described,
     )
-
-
-def _planned(spec: StepSpec, budget: int | None) -> tuple[str | None, int | None]:
-    """``(why the planner rejects spec's mesh or None, its state per device)``.
-
-    Rejected: the plan has errors, the batch does not split over the mesh, or
-    the parameters, other state and optimizer state alone exceed ``budget``.
-    The state is the plan's own bytes per device, ``None`` when the plan has
-    errors: a leaf the mesh cannot shard as its spec says has no bytes on this
-    mesh (the planner would count it whole, a figure of another layout).
-    """
-    plan, problems = plan_problems(spec)
-    state = sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
-    if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        return f"{problems[0]}{more}", None if plan.errors else state
-    if budget is not None and state > budget:
-        return (
-            f"the parameters, other state and optimizer state alone need "
-            f"{format_bytes(state)} per device, over the budget of "
-            f"{format_bytes(budget)}"
-        ), state
-    return None, state
 
 
 def _step_name(loss: Any, optimizer: str | None) -> str:

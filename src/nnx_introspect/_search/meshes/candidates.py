@@ -234,17 +234,20 @@ def _factorisations(n: int, k: int) -> Iterator[tuple[int, ...]]:
     return split(n, k)
 
 
-def _plan(spec: StepSpec, budget: int | None) -> tuple[str | None, int]:
-    """``(why the planner rejects spec's mesh or None, the plan's bytes per device)``.
+def _plan(spec: StepSpec, budget: int | None) -> tuple[str | None, int | None]:
+    """``(why the planner rejects spec's mesh or None, its state per device)``.
 
     Rejected: the plan has errors, the batch does not split over the mesh, or
     the parameters, other state and optimizer state alone exceed ``budget``.
+    The state is the plan's own bytes per device, ``None`` when the plan has
+    errors: a leaf the mesh cannot shard as its spec says has no bytes on this
+    mesh (the planner would count it whole, a figure of another layout).
     """
     plan, problems = plan_problems(spec)
     state = sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
     if problems:
         more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        return f"{problems[0]}{more}", state
+        return f"{problems[0]}{more}", None if plan.errors else state
     if budget is not None and state > budget:
         return (
             f"the parameters, other state and optimizer state alone need "
