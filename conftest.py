@@ -16,7 +16,7 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # from C++ to file descriptor 2 when JAX is first imported on a machine without
 # a GPU; the library keeps them off its users' stderr, and the test run keeps
 # them out of its log the same way (real errors still reach stderr).
-from nnx_introspect._xla.native_log import native_stderr_filtered  # noqa: E402
+from nnx_introspect._xla.native_log import native_stderr_filtered
 
 with native_stderr_filtered():
-    import jax  # noqa: E402, F401
+    import jax  # noqa: F401
