@@ -47,6 +47,10 @@ class SummaryRow:
         nbytes: Packed bytes (int4 counts half a byte per element).
         leaves: Number of array leaves in the row (1 for a single variable).
         layers: The size of the leading stacked-layer axis, or ``None``.
+        repeats: How many rows of a Python list of layers this row stands for
+            (``summarize(..., group_layers=True)``); its ``path`` then holds
+            ``"*"`` for the grouped index, ``shape`` is one member's shape and
+            ``elements``, ``nbytes`` and ``leaves`` are the sums.
 
     Example:
         >>> from flax import nnx
@@ -64,6 +68,7 @@ class SummaryRow:
     nbytes: int
     leaves: int = 1
     layers: int | None = None
+    repeats: int = 1
 
     @property
     def path_str(self) -> str:
@@ -123,7 +128,10 @@ class ModelSummary(Report):
     ``rows`` (each ``path``, ``keys``, ``kind``, ``shape`` (``null`` for a group),
     ``layers`` (``null`` unless stacked), ``dtype``, ``elements``, ``bytes``,
     ``leaves``), ``by_kind`` and ``by_dtype`` (each ``name``, ``leaves``,
-    ``elements``, ``bytes``).
+    ``elements``, ``bytes``). A summary made with ``group_layers=True`` adds
+    ``repeats`` to every row (1 for a row that stands for one variable or
+    group); a grouped row's ``keys`` hold ``"*"`` for the grouped list index
+    and its ``path`` reads ``layers/*/q/kernel``.
 
     Attributes:
         title: What was summarized (the class name of the target).
@@ -136,6 +144,7 @@ class ModelSummary(Report):
         total_bytes: Packed bytes of every leaf.
         abstract: Whether the leaves were shape-only (nothing allocated).
         depth: The aggregation depth, or ``None`` for one row per variable.
+        grouped: Whether identical rows of a list of layers were grouped.
 
     Example:
         >>> import json
@@ -161,12 +170,20 @@ class ModelSummary(Report):
     total_bytes: int
     abstract: bool
     depth: int | None
+    grouped: bool = False
+
+    def _repr_items(self) -> dict[str, Any]:
+        items = super()._repr_items()
+        if not self.grouped:
+            del items["grouped"]
+        return items
 
     def table(self) -> Table:
         """The summary as a :class:`~nnx_introspect.Table`."""
         rows = tuple(
             (
-                r.path_str or "(root)",
+                (r.path_str or "(root)")
+                + (f" \u00d7{r.repeats}" if r.repeats > 1 else ""),
                 r.kind,
                 r.shape_str(),
                 r.dtype,
@@ -239,6 +256,22 @@ class ModelSummary(Report):
                 "bytes": t.nbytes,
             }
 
+        def row(r: SummaryRow) -> dict[str, Any]:
+            data = {
+                "path": r.path_str,
+                "keys": [k if isinstance(k, int) else str(k) for k in r.path],
+                "kind": r.kind,
+                "shape": None if r.shape is None else list(r.shape),
+                "layers": r.layers,
+                "dtype": r.dtype,
+                "elements": r.elements,
+                "bytes": r.nbytes,
+                "leaves": r.leaves,
+            }
+            if self.grouped:
+                data["repeats"] = r.repeats
+            return data
+
         return {
             "title": self.title,
             "abstract": self.abstract,
@@ -247,20 +280,7 @@ class ModelSummary(Report):
             "n_state_leaves": self.n_state_leaves,
             "param_bytes": self.param_bytes,
             "total_bytes": self.total_bytes,
-            "rows": [
-                {
-                    "path": r.path_str,
-                    "keys": [k if isinstance(k, int) else str(k) for k in r.path],
-                    "kind": r.kind,
-                    "shape": None if r.shape is None else list(r.shape),
-                    "layers": r.layers,
-                    "dtype": r.dtype,
-                    "elements": r.elements,
-                    "bytes": r.nbytes,
-                    "leaves": r.leaves,
-                }
-                for r in self.rows
-            ],
+            "rows": [row(r) for r in self.rows],
             "by_kind": [total(t) for t in self.by_kind],
             "by_dtype": [total(t) for t in self.by_dtype],
         }
@@ -329,6 +349,47 @@ def _aggregate(rows: list[SummaryRow], depth: int) -> list[SummaryRow]:
     return out
 
 
+def _is_index(key: Any) -> bool:
+    return isinstance(key, int) and not isinstance(key, bool)
+
+
+def _group_layers(rows: list[SummaryRow]) -> list[SummaryRow]:
+    """Fold rows that differ only in one list index into one ``"*"`` row.
+
+    A run is folded only when it covers every index the model has at that
+    position (under the same prefix), so a differing layer is never hidden.
+    """
+    indices: dict[tuple[Any, ...], set[int]] = {}
+    for row in rows:
+        for i, key in enumerate(row.path):
+            if _is_index(key):
+                indices.setdefault(row.path[:i], set()).add(key)
+    runs: dict[tuple[Any, ...], list[int]] = {}
+    for n, row in enumerate(rows):
+        for i, key in enumerate(row.path):
+            if _is_index(key):
+                rest = dataclasses.replace(
+                    row, path=(*row.path[:i], "*", *row.path[i + 1 :])
+                )
+                runs.setdefault((i, rest), []).append(n)
+    claimed: dict[int, SummaryRow] = {}
+    skipped: set[int] = set()
+    for (i, rest), members in runs.items():
+        if len(members) < 2 or any(n in claimed or n in skipped for n in members):
+            continue
+        if {rows[n].path[i] for n in members} != indices[rest.path[:i]]:
+            continue
+        claimed[members[0]] = dataclasses.replace(
+            rest,
+            elements=sum(rows[n].elements for n in members),
+            nbytes=sum(rows[n].nbytes for n in members),
+            leaves=sum(rows[n].leaves for n in members),
+            repeats=sum(rows[n].repeats for n in members),
+        )
+        skipped.update(members[1:])
+    return [claimed.get(n, row) for n, row in enumerate(rows) if n not in skipped]
+
+
 def _parse_prefix(prefix: str) -> tuple[Any, ...]:
     return tuple(int(k) if k.isdigit() else k for k in prefix.split("/") if k)
 
@@ -340,6 +401,7 @@ def summarize(
     *,
     depth: IntLike | None = None,
     stacked: ModulePaths = (),
+    group_layers: bool = False,
 ) -> ModelSummary:
     """Summarize what ``target`` holds: every variable, by type and by dtype.
 
@@ -362,6 +424,12 @@ def summarize(
             and variable type; ``None`` (default) keeps one row per variable.
         stacked: Module paths (``"blocks"``, ``"encoder/layers"``) whose variables
             carry a leading layer axis without a ``"layers"`` annotation.
+        group_layers: Fold the rows of a Python list of layers that differ only
+            in the list index (same type, shape, dtype) into one row with path
+            ``layers/*/q/kernel`` and ``repeats`` (shown ``x32``): elements and
+            bytes are summed, the shape is one layer's. A run is folded only when
+            it covers every index of the list, so a differing layer keeps its own
+            rows. Applies after ``depth``. Totals never change.
 
     Returns:
         A :class:`ModelSummary`.
@@ -379,6 +447,16 @@ def summarize(
         [('bias', 'Param', (3,), 3), ('kernel', 'Param', (4, 3), 12)]
         >>> summary.n_params, summary.total_bytes
         (15, 60)
+
+        A list of identical layers folds into one row per leaf:
+
+        >>> class Stack(nnx.Module):
+        ...     def __init__(self):
+        ...         rngs = nnx.Rngs(0)
+        ...         self.layers = nnx.List([nnx.Linear(4, 4, rngs=rngs) for _ in "abc"])
+        >>> grouped = summarize(Stack(), group_layers=True)
+        >>> [(r.path_str, r.repeats, r.shape, r.elements) for r in grouped.rows]
+        [('layers/*/bias', 3, (4,), 12), ('layers/*/kernel', 3, (4, 4), 48)]
     """
     level = None if depth is None else as_int(depth, "depth", minimum=1)
     if isinstance(stacked, str):
@@ -412,6 +490,8 @@ def summarize(
     ]
     if level is not None:
         rows = _aggregate(rows, level)
+    if group_layers:
+        rows = _group_layers(rows)
     params = [r for r in records if r.is_param]
     title = type(target).__name__
     return ModelSummary(
@@ -425,4 +505,5 @@ def summarize(
         total_bytes=sum(r.nbytes for r in records),
         abstract=bool(records) and all(r.is_abstract for r in records),
         depth=level,
+        grouped=group_layers,
     )

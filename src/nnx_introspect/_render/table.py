@@ -53,6 +53,8 @@ class Table:
         lead: Sentences shown first, under the title and before any row: a
             report's verdict and headline figures, so a long table never
             hides them.
+        emphasis: The first cells of the totals rows shown in bold; ``None``
+            (the default): every totals row.
 
     Example:
         >>> from flax import nnx
@@ -70,6 +72,18 @@ class Table:
     totals: tuple[tuple[str, ...], ...] = ()
     notes: tuple[str, ...] = ()
     lead: tuple[str, ...] = ()
+    emphasis: tuple[str, ...] | None = None
+
+    def emphasised(self, row: tuple[str, ...]) -> bool:
+        """Whether the totals row ``row`` is shown in bold.
+
+        Example:
+            >>> table = Table("T", ("", "n"), (), (("peak", "1"), ("x", "2")),
+            ...               emphasis=("peak",))
+            >>> [table.emphasised(row) for row in table.totals]
+            [True, False]
+        """
+        return self.emphasis is None or (bool(row) and row[0] in self.emphasis)
 
 
 def format_bytes(n: float) -> str:
@@ -209,7 +223,7 @@ class FittedTable:
             # A rule between the body and the totals.
             out.add_row(*cells(row), end_section=bool(table.totals) and i == last)
         for row in table.totals:
-            out.add_row(*cells(row), style="bold")
+            out.add_row(*cells(row), style="bold" if table.emphasised(row) else "")
         return out
 
     def _widest(self, i: int) -> int:
@@ -281,7 +295,7 @@ class FittedTable:
             yield Text(sentence)
         width = max(1, width - 2)
         blocks = [(row, None) for row in table.rows] + [
-            (row, "bold") for row in table.totals
+            (row, "bold" if table.emphasised(row) else None) for row in table.totals
         ]
         for row, style in blocks:
             if not row:
@@ -309,7 +323,10 @@ def _md_cell(text: str) -> str:
 
 
 def to_markdown(table: Table) -> str:
-    """A GitHub-flavoured markdown table, totals in bold, notes as a list."""
+    """A GitHub-flavoured markdown table, totals in bold, notes as a list.
+
+    Only the totals rows of ``table.emphasis`` are bold when it is given.
+    """
     lines = [f"**{_md_cell(table.title)}**", ""]
     for sentence in table.lead:
         lines += [_md_cell(sentence), ""]
@@ -319,7 +336,8 @@ def to_markdown(table: Table) -> str:
     for row in table.rows:
         lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
     for row in table.totals:
-        cells = [f"**{_md_cell(c)}**" if c else "" for c in row]
+        bold = table.emphasised(row)
+        cells = [f"**{_md_cell(c)}**" if c and bold else _md_cell(c) for c in row]
         lines.append("| " + " | ".join(cells) + " |")
     if table.notes:
         lines.append("")
@@ -334,6 +352,7 @@ table{border-collapse:collapse;font-size:14px}
 th,td{padding:4px 10px;border-bottom:1px solid #d0d7de;text-align:right}
 th:first-child,td:first-child{text-align:left;font-family:ui-monospace,monospace}
 tr.total td{font-weight:600;border-top:2px solid #57606a}
+tr.total.plain td{font-weight:400;border-top:1px solid #d0d7de}
 caption{font-weight:600;font-size:16px;text-align:left;padding-bottom:8px}
 ul.notes{color:#57606a}
 figure.bars{margin:0 0 2rem 0;max-width:960px}
@@ -389,9 +408,9 @@ def table_html(table: Table, *, caption: bool = True) -> str:
     for row in table.rows:
         parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
     for row in table.totals:
-        parts.append(
-            '<tr class="total">' + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>"
-        )
+        kind = "total" if table.emphasised(row) else "total plain"
+        cells = "".join(f"<td>{esc(c)}</td>" for c in row)
+        parts.append(f'<tr class="{kind}">{cells}</tr>')
     parts.append("</tbody></table>")
     if table.notes:
         parts.append('<ul class="notes">')

@@ -23,6 +23,7 @@ from nnx_introspect._render.table import (
     to_rich,
 )
 from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._step.page import compiled_html, peak_bar_svg, peak_parts
 from nnx_introspect._step.report_render import step_json, step_table, step_verdict
 from nnx_introspect._step.step_estimate import step_roofline
 from nnx_introspect._step.step_records import (
@@ -556,16 +557,23 @@ class StepMemoryReport(Report):
     def _body_html(self, table: Table) -> str:
         body = super()._body_html(table)
         if self.breakdown is None:
-            return body
+            memory = self.memory
+            parts = peak_parts(
+                memory.argument_bytes,
+                memory.output_bytes,
+                memory.temp_bytes,
+                memory.alias_bytes,
+            )
+            return body + peak_bar_svg(parts, self.max_device_bytes)
         from nnx_introspect._breakdown.chart import breakdown_html
 
         return body + breakdown_html(self.breakdown, self.max_device_bytes)
 
     def _after_verdict_html(self) -> str:
-        """What to change, right under the verdict (none on a step that fits)."""
+        """What was compiled, then what to change (none on a step that fits)."""
         from nnx_introspect._breakdown.chart import advice_html
 
-        return advice_html(self.what_to_change)
+        return compiled_html(self) + advice_html(self.what_to_change)
 
     def json_data(self) -> dict[str, Any]:
         """Exact figures for JSON output."""

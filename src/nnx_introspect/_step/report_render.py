@@ -154,7 +154,12 @@ def step_table(report: RenderedStep) -> Table:
         rows=_memory_rows(report.memory),
         totals=_totals(report.memory, report.budget) + plan_rows,
         notes=tuple(_notes(report)),
+        emphasis=_EMPHASIS,
     )
+
+
+_EMPHASIS = ("peak per device", "budget per device", "device memory (budget)")
+"""The totals rows in bold: the peak and the budget, nothing else."""
 
 
 def _memory_rows(memory: StepMemory) -> tuple[_Row, ...]:

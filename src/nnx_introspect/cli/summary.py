@@ -13,15 +13,24 @@ def _add_summary_parser(subparsers: Any) -> None:
         "summary",
         help="every variable of a model, with totals per type and dtype",
         description="Summarize a model built abstractly from TARGET: one row per "
-        "variable (path, type, shape, dtype, elements, bytes), totals per "
-        "variable type and per dtype. Nothing is allocated.",
+        "variable (path, type, shape, dtype, elements, bytes), the identical "
+        "variables of a list of layers folded into one row (layers/*/q/kernel "
+        "\u00d732; --every-leaf lists them all), totals per variable type and "
+        "per dtype. Nothing is allocated.",
     )
     _add_target_args(parser)
     parser.add_argument(
         "--depth",
         type=_positive_int,
         default=None,
-        help="aggregate rows by module prefix of this many path keys",
+        help="aggregate rows by module prefix of this many path keys (identical "
+        "groups of a list of layers are then folded as without --depth)",
+    )
+    parser.add_argument(
+        "--every-leaf",
+        action="store_true",
+        help="one row per variable; by default the identical rows of a list of "
+        "layers are folded into one (layers/*/q/kernel \u00d732)",
     )
     _add_output_args(parser)
     parser.set_defaults(handler=_run_summary)
@@ -31,5 +40,8 @@ def _run_summary(args: argparse.Namespace) -> int:
     from nnx_introspect._summary import summarize
 
     model = build_target(args.target, seed=args.seed)
-    _emit(summarize(model, depth=args.depth), args.format)
+    _emit(
+        summarize(model, depth=args.depth, group_layers=not args.every_leaf),
+        args.format,
+    )
     return 0

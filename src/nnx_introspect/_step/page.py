@@ -1,0 +1,136 @@
+"""The step report's HTML page: what was compiled, and the peak's parts as a bar.
+
+Both are made from the report's facts (any :class:`~nnx_introspect._step.
+report_render.RenderedStep`); the bar takes plain numbers and is drawn
+through :mod:`nnx_introspect._render.svg`.
+"""
+
+import html
+from collections.abc import Sequence
+
+from nnx_introspect._render import svg
+from nnx_introspect._render.formats import spec_str
+from nnx_introspect._render.table import format_bytes
+from nnx_introspect._step.report_render import RenderedStep
+
+__all__ = [
+    "compiled_html",
+    "peak_bar_svg",
+    "peak_parts",
+]
+
+_COLOURS = {
+    "arguments": "#0969da",
+    "outputs (not aliased)": "#57606a",
+    "temporaries": "#e16f24",
+}
+
+
+def compiled_html(report: RenderedStep) -> str:
+    """What was compiled, as a definition list: model, loss, optimizer, batch, mesh.
+
+    The model is named by its plan's parameters (the report keeps no name of
+    the target).
+    """
+    plan = report.plan
+    batch = "; ".join(
+        f"{leaf} split as {spec_str(spec)}"
+        for leaf, spec in zip(report.batch, report.batch_specs, strict=True)
+    )
+    mesh = ", ".join(
+        f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes, strict=True)
+    )
+    compiled = report.compilation
+    facts = (
+        ("step", report.step),
+        (
+            "model",
+            f"{plan.n_params:,} parameters in {plan.n_state_leaves:,} state leaves",
+        ),
+        ("loss", report.loss or "none (forward only)"),
+        ("optimizer", report.optimizer or "none"),
+        ("batch", batch or "none"),
+        ("mesh", f"{mesh} ({report.num_devices} devices)"),
+        (
+            "topology",
+            report.topology or f"none ({compiled.device_kind}, {report.compiled_in})",
+        ),
+    )
+    items = "".join(
+        f"<dt>{html.escape(name)}</dt><dd>{html.escape(value)}</dd>"
+        for name, value in facts
+    )
+    return f'<dl class="compiled">{items}</dl>'
+
+
+def peak_parts(
+    argument_bytes: int, output_bytes: int, temp_bytes: int, alias_bytes: int
+) -> list[tuple[str, int]]:
+    """The peak's parts, which sum to it: aliased bytes come off the outputs.
+
+    Example:
+        >>> peak_parts(100, 40, 60, 30)
+        [('arguments', 100), ('outputs (not aliased)', 10), ('temporaries', 60)]
+    """
+    return [
+        ("arguments", argument_bytes),
+        ("outputs (not aliased)", max(0, output_bytes - alias_bytes)),
+        ("temporaries", temp_bytes),
+    ]
+
+
+def peak_bar_svg(parts: Sequence[tuple[str, int]], budget: int | None = None) -> str:
+    """The peak per device as one bar of its ``parts``, the budget marked.
+
+    Args:
+        parts: ``(name, bytes)`` per part (:func:`peak_parts`).
+        budget: The byte budget per device, a dashed line across the bar.
+
+    Returns:
+        An SVG figure; empty when the peak is 0.
+
+    Example:
+        >>> page = peak_bar_svg(peak_parts(96, 32, 0, 0), 256)
+        >>> page.count("<svg"), "arguments: 96 B (75%)" in page
+        (1, True)
+    """
+    peak = sum(nbytes for _, nbytes in parts)
+    if peak <= 0:
+        return ""
+    left, bar_y, bar_h = 20, 24, 26
+    legend_top = bar_y + bar_h + 44
+    frame = svg.Frame(720, legend_top + 18 * len(parts) + 6, left, 30, bar_y, 0)
+    ticks = svg.byte_axis(max(peak, budget or 0))
+    x = frame.x_scale(ticks[-1][0] or 1)
+    colours = [_COLOURS.get(name, "#afb8c1") for name, _ in parts]
+    axis_y = bar_y + bar_h + 4
+    segments = [
+        (nbytes, colour, f"{name}: {format_bytes(nbytes)}")
+        for (name, nbytes), colour in zip(parts, colours, strict=True)
+    ]
+    labels = [
+        (colour, f"{name}: {format_bytes(nbytes)} ({_percent(nbytes, peak)}%)")
+        for (name, nbytes), colour in zip(parts, colours, strict=True)
+    ]
+    top = bar_y - 10
+    mark = "" if budget is None else svg.budget_up(x(budget), top, axis_y, budget)
+    body = (
+        svg.x_grid(x, ticks, top=bar_y - 4, bottom=axis_y)
+        + svg.stacked_bar(left, bar_y, x(peak) - left, bar_h, segments)
+        + mark
+        + svg.legend(left, legend_top, labels)
+    )
+    return svg.figure(
+        frame,
+        "the peak per device",
+        body,
+        caption=f"The peak per device ({html.escape(format_bytes(peak))}): "
+        "arguments, outputs and temporaries, less the aliased bytes"
+        + ("" if budget is None else ", against the budget (dashed)")
+        + ".",
+    )
+
+
+def _percent(part: int, whole: int) -> int:
+    """``part`` as a whole percent of ``whole``, halves rounded up."""
+    return (200 * part + whole) // (2 * whole)
