@@ -10,6 +10,7 @@ from nnx_introspect._xla.hlo.text import (
     _closing,
     _shape_end,
     _top_level,
+    _unquoted,
 )
 
 __all__ = [
@@ -139,24 +140,12 @@ def _attributes(text: str) -> dict[str, str]:
         found = _ATTRIBUTE_START.match(text, at)
         if found is None:
             break
-        key, at = found[1], found.end()
-        depth, quote, start = 0, "", at
-        while at < len(text):
-            char = text[at]
-            if quote:
-                if char == "\\":
-                    at += 1
-                elif char == quote:
-                    quote = ""
-            elif char in "\"'":
-                quote = char
-            elif char in "([{":
-                depth += 1
-            elif char in ")]}":
-                depth -= 1
-            elif depth == 0 and _ATTRIBUTE_START.match(text, at):
+        key, start = found[1], found.end()
+        at = len(text)
+        for index, char, depth in _unquoted(text, start):
+            if char == "," and depth == 0 and _ATTRIBUTE_START.match(text, index):
+                at = index
                 break
-            at += 1
         out[key] = text[start:at]
     return out
 

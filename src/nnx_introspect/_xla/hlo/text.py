@@ -1,6 +1,7 @@
 """Scanning HLO text: brackets, quotes, comments; the parser's one error."""
 
 import re
+from collections.abc import Iterator
 from typing import Final
 
 __all__ = ["HloTextError"]
@@ -63,11 +64,13 @@ def _shape_end(text: str) -> int:
     return len(text)
 
 
-def _closing(text: str, start: int) -> int:
-    """The index of the bracket closing the one at ``start``, or -1."""
-    depth = 0
-    quote = ""
-    at = start
+def _unquoted(text: str, start: int) -> Iterator[tuple[int, str, int]]:
+    """``(index, character, bracket depth after it)`` outside quoted strings.
+
+    From ``start`` on; quote characters, what they enclose and escaped
+    characters inside them are skipped.
+    """
+    depth, quote, at = 0, "", start
     while at < len(text):
         char = text[at]
         if quote:
@@ -77,11 +80,18 @@ def _closing(text: str, start: int) -> int:
                 quote = ""
         elif char in "\"'":
             quote = char
-        elif char in "([{":
-            depth += 1
-        elif char in ")]}":
-            depth -= 1
-            if depth == 0:
-                return at
+        else:
+            if char in "([{":
+                depth += 1
+            elif char in ")]}":
+                depth -= 1
+            yield at, char, depth
         at += 1
+
+
+def _closing(text: str, start: int) -> int:
+    """The index of the bracket closing the one at ``start``, or -1."""
+    for at, char, depth in _unquoted(text, start):
+        if char in ")]}" and depth == 0:
+            return at
     return -1
