@@ -76,7 +76,8 @@ def test_only_the_peak_and_the_budget_are_bold(report: StepMemoryReport) -> None
     assert bold_md == ["budget per device", "peak per device"]
     assert "| plan: params |" in markdown
     table = report.table()
-    assert [row[0] for row in table.totals if table.emphasised(row)] == bold
+    assert table.emphasis is not None
+    assert [row[0] for row in table.totals if row[0] in table.emphasis] == bold
 
 
 def test_the_page_draws_the_peak_against_the_budget(report: StepMemoryReport) -> None:

@@ -74,16 +74,10 @@ class Table:
     lead: tuple[str, ...] = ()
     emphasis: tuple[str, ...] | None = None
 
-    def emphasised(self, row: tuple[str, ...]) -> bool:
-        """Whether the totals row ``row`` is shown in bold.
 
-        Example:
-            >>> table = Table("T", ("", "n"), (), (("peak", "1"), ("x", "2")),
-            ...               emphasis=("peak",))
-            >>> [table.emphasised(row) for row in table.totals]
-            [True, False]
-        """
-        return self.emphasis is None or (bool(row) and row[0] in self.emphasis)
+def _emphasised(table: Table, row: tuple[str, ...]) -> bool:
+    """Whether the totals row ``row`` of ``table`` is shown in bold."""
+    return table.emphasis is None or (bool(row) and row[0] in table.emphasis)
 
 
 def format_bytes(n: float) -> str:
@@ -223,7 +217,7 @@ class FittedTable:
             # A rule between the body and the totals.
             out.add_row(*cells(row), end_section=bool(table.totals) and i == last)
         for row in table.totals:
-            out.add_row(*cells(row), style="bold" if table.emphasised(row) else "")
+            out.add_row(*cells(row), style="bold" if _emphasised(table, row) else "")
         return out
 
     def _widest(self, i: int) -> int:
@@ -295,7 +289,7 @@ class FittedTable:
             yield Text(sentence)
         width = max(1, width - 2)
         blocks = [(row, None) for row in table.rows] + [
-            (row, "bold" if table.emphasised(row) else None) for row in table.totals
+            (row, "bold" if _emphasised(table, row) else None) for row in table.totals
         ]
         for row, style in blocks:
             if not row:
@@ -336,7 +330,7 @@ def to_markdown(table: Table) -> str:
     for row in table.rows:
         lines.append("| " + " | ".join(_md_cell(c) for c in row) + " |")
     for row in table.totals:
-        bold = table.emphasised(row)
+        bold = _emphasised(table, row)
         cells = [f"**{_md_cell(c)}**" if c and bold else _md_cell(c) for c in row]
         lines.append("| " + " | ".join(cells) + " |")
     if table.notes:
@@ -408,7 +402,7 @@ def table_html(table: Table, *, caption: bool = True) -> str:
     for row in table.rows:
         parts.append("<tr>" + "".join(f"<td>{esc(c)}</td>" for c in row) + "</tr>")
     for row in table.totals:
-        kind = "total" if table.emphasised(row) else "total plain"
+        kind = "total" if _emphasised(table, row) else "total plain"
         cells = "".join(f"<td>{esc(c)}</td>" for c in row)
         parts.append(f'<tr class="{kind}">{cells}</tr>')
     parts.append("</tbody></table>")
