@@ -44,6 +44,7 @@ from nnx_introspect._breakdown.rows import (
     argument_leaves,
     backward_has_begun,
     classify_buffer,
+    layout_links,
     row_from_json,
     row_json,
     where,
@@ -110,6 +111,9 @@ class Breakdown(Report):
         xla_peak_bytes: the bytes XLA lists live at its point, each value by
             its instruction's shape: bytes two values share count twice, a
             multi-output fusion's outputs as 8-byte pointers.
+        debug: whether :meth:`table` adds the notes on XLA's internals (how
+            XLA's own live-range peak differs from the one listed); not in
+            the JSON.
 
     Example:
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
@@ -133,8 +137,11 @@ class Breakdown(Report):
     top_n: int = 20
     xla_peak_time: int | None = None
     xla_peak_bytes: int | None = None
+    debug: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.debug, bool):
+            raise TypeError(f"`debug` must be a bool, got {self.debug!r}.")
         if self.top_n < 1:
             raise ArgumentError(
                 "top_n",
@@ -312,8 +319,9 @@ class Breakdown(Report):
                 f"{TIMES}N: N buffers alike (one line of a layer, run by every"
                 " layer): Type is one buffer's, Bytes their sum."
             )
+        notes += _layout_notes(shown)
         moment, listed = self.xla_peak_time, self.xla_peak_bytes
-        if moment is not None and listed is not None and listed != peak:
+        if self.debug and moment is not None and listed is not None and listed != peak:
             notes.append(
                 f"XLA's live-range dump names point {moment} its peak, with"
                 f" {format_bytes(listed)} live; {format_bytes(peak)} are in use at"
@@ -456,8 +464,15 @@ def classify(
         )
     backward_begun = backward_has_begun(peak)
     gradients = frozenset(gradient_types)
+    links = layout_links(peak)
     rows = tuple(
-        classify_buffer(buffer, by_number, outputs, backward_begun, gradients)
+        classify_buffer(
+            replace(buffer, aliases=buffer.aliases + links.get(buffer.instruction, ())),
+            by_number,
+            outputs,
+            backward_begun,
+            gradients,
+        )
         for buffer in peak.buffers
     )
     return Breakdown(
@@ -497,6 +512,26 @@ def _groups(
             )
         )
     return tuple(sorted(groups, key=lambda g: -g.nbytes))
+
+
+def _layout_notes(shown: list[list[BreakdownRow]]) -> list[str]:
+    """A note per two rows shown that are one tensor in two layouts."""
+    number = {row.instruction: n for n, group in enumerate(shown, 1) for row in group}
+    pairs = sorted(
+        {
+            (min(n, number[name]), max(n, number[name]))
+            for n, group in enumerate(shown, 1)
+            for row in group
+            for name in row.aliases
+            if number.get(name, n) != n
+        }
+    )
+    return [
+        f"Rows {a} and {b} are one tensor in two layouts ({shown[a - 1][0].type_str}"
+        f" and {shown[b - 1][0].type_str}): one is a copy, bitcast or reshape of"
+        " the other, and each holds its own bytes."
+        for a, b in pairs
+    ]
 
 
 def _buffers(n: int) -> str:

@@ -19,13 +19,19 @@ first, by its opcode last.
    ``opt_state[0].mu['w']``), which XLA gives the copies it makes of that
    argument (a transposed or re-laid-out parameter). Its label is ``copy of``
    the argument's path; its ``path`` stays ``None`` (its shape is the copy's).
+   A parameter's copy, cast or gathering is also found by its operands
+   (``PeakBuffer.origin``: followed through copies, layout changes and
+   collectives to an entry parameter): ``copy of`` or ``all-gather of`` its
+   path, kind ``parameter``.
 4. ``gradient``: a gradient or a partial sum of one, in flight or not:
    a value with exactly the per-device shape and element type of a
    differentiated parameter (``classify``'s ``gradient_types``) that is either
    made by a backward op (its op name contains ``transpose(``), or is the
    result of a reducing collective (all-reduce, reduce-scatter, their halves)
    that is no forward op and is live once the backward pass has begun (XLA's
-   combined reduce-scatters carry no op name). A backward value of another
+   combined reduce-scatters carry no op name), or a reducing collective whose
+   origin is a backward op and whose shape is a gradient's with some
+   dimensions whole (a partial sum). A backward value of another
    shape stays a temporary; an activation that happens to share a
    parameter's shape and dtype would be counted here too (none does in the
    library's examples).
@@ -38,9 +44,11 @@ first, by its opcode last.
    (``jit(step)/transpose(jvp())/dot_general``). The rule: the op name contains
    ``jvp(`` and no ``transpose(``, and at least one buffer live at the peak was
    made by a backward op, so the backward pass has begun by the peak and this
-   forward value lives across it (XLA may interleave the passes: on XLA:CPU a
-   Llama's peak falls in the optimizer update of the last layers while the
-   first layers' forward values still wait for their backward).
+   forward value lives across it; a value's role is its origin's op name when
+   it has one (a collective's result, a copy of a forward value). XLA may
+   interleave the passes: on XLA:CPU a Llama's peak falls in the optimizer
+   update of the last layers while the first layers' forward values still
+   wait for their backward.
    At a peak inside the forward pass nothing proves a forward value is kept,
    so it stays a temporary (or a collective buffer). Under ``jax.checkpoint`` /
    ``nnx.remat`` the recomputed forward ops are backward ops by name
@@ -68,6 +76,9 @@ from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
 from nnx_introspect._xla.dump import source_json as _source_json
 from nnx_introspect._xla.hlo.frames import user_frame
+from nnx_introspect._xla.hlo.lineage import COLLECTIVES as _COLLECTIVES
+from nnx_introspect._xla.hlo.lineage import REDUCING as _REDUCING
+from nnx_introspect._xla.hlo.lineage import Origin
 
 __all__ = [
     "ARGUMENT_KINDS",
@@ -78,6 +89,7 @@ __all__ = [
     "argument_leaves",
     "backward_has_begun",
     "classify_buffer",
+    "layout_links",
     "row_from_json",
     "row_json",
     "where",
@@ -96,20 +108,6 @@ KINDS: Final = (
 )
 """Every kind a buffer live at the peak can have."""
 
-_COLLECTIVES: Final = frozenset(
-    f"{op}{suffix}"
-    for op in (
-        "all-gather",
-        "all-reduce",
-        "reduce-scatter",
-        "all-to-all",
-        "collective-permute",
-    )
-    for suffix in ("", "-start", "-done")
-)
-_REDUCING: Final = frozenset(
-    op for op in _COLLECTIVES if op.startswith(("all-reduce", "reduce-scatter"))
-)
 TIMES: Final = "\N{MULTIPLICATION SIGN}"
 """Written before a count of buffers alike: ``layers/*/w \N{MULTIPLICATION SIGN}4``."""
 _FORWARD: Final = "jvp("
@@ -213,6 +211,10 @@ class BreakdownRow:
         output_index: its index in the step's output, for an output.
         memory_space: the memory space of its layout (``S(1)`` on XLA:TPU);
             0 for the device's main memory.
+        aliases: the other values live at the peak that are this tensor: in
+            the same bytes (``name{index}``, no bytes of their own) or in
+            another layout (a copy, bitcast or reshape of it, or it of them:
+            their instruction's name, a row of its own).
 
     Example:
         >>> row = BreakdownRow("parameter", "l1/kernel", 8192, (512, 4), "f32", \
@@ -234,6 +236,7 @@ class BreakdownRow:
     parameter: int | None
     output_index: tuple[int, ...] | None
     memory_space: int = 0
+    aliases: tuple[str, ...] = ()
 
     @property
     def type_str(self) -> str:
@@ -291,6 +294,8 @@ def classify_buffer(
         label = f"{name} ({where(source)})" if source else name
     elif (copied := _argument_of(buffer.op_name, arguments)) is not None:
         kind, label = copied.kind, f"copy of {copied.path}"
+    elif (traced := _traced_argument(buffer.origin, arguments)) is not None:
+        kind, label = traced
     else:
         kind = _role(buffer, backward_begun, gradients)
         label = where(source) if source else buffer.op_name or buffer.instruction
@@ -308,7 +313,31 @@ def classify_buffer(
         parameter=buffer.parameter,
         output_index=buffer.output_index,
         memory_space=buffer.memory_space,
+        aliases=buffer.aliases,
     )
+
+
+def _traced_argument(
+    found: Origin | None, arguments: dict[int, ArgumentLeaf]
+) -> tuple[str, str] | None:
+    """``(kind, label)`` of a copy, cast or gathering of a parameter (rule 3).
+
+    Only parameters: a copy of optimizer state XLA makes for the update stays
+    a temporary of it.
+    """
+    if found is None or not found.through:
+        return None
+    leaf = (
+        arguments.get(found.parameter)
+        if found.parameter is not None
+        else _argument_of(found.op_name, arguments)
+    )
+    if leaf is None or leaf.kind != "parameter":
+        return None
+    collective = next((op for op in found.through if op in _COLLECTIVES), None)
+    if collective is None:
+        return leaf.kind, f"copy of {leaf.path}"
+    return leaf.kind, f"{collective.removesuffix('-start')} of {leaf.path}"
 
 
 def _role(
@@ -318,16 +347,23 @@ def _role(
 ) -> str:
     """The kind of a value made inside the step: rules 4 to 7."""
     op_name = buffer.op_name or ""
+    found = buffer.origin
+    role = found.op_name if found is not None and found.op_name else buffer.op_name
+    through = found.through if found is not None else ()
+    reducing = buffer.opcode in _REDUCING or any(op in _REDUCING for op in through)
     if (buffer.dtype, buffer.shape) in gradients and (
         _BACKWARD in op_name
-        or (
-            backward_begun
-            and buffer.opcode in _REDUCING
-            and not _is_forward(buffer.op_name)
-        )
+        or (backward_begun and buffer.opcode in _REDUCING and not _is_forward(role))
     ):
         return "gradient"
-    if backward_begun and _is_forward(buffer.op_name):
+    if (
+        backward_begun
+        and reducing
+        and _BACKWARD in (role or "")
+        and _partial_gradient(buffer, gradients)
+    ):
+        return "gradient"
+    if backward_begun and _is_forward(role):
         return "activation kept for backward"
     if buffer.opcode in _COLLECTIVES:
         return "collective buffer"
@@ -382,6 +418,46 @@ def _argument_of(
     return next(iter(matches.values())) if len(matches) == 1 else None
 
 
+def _partial_gradient(
+    buffer: PeakBuffer, gradients: frozenset[tuple[str, tuple[int, ...]]]
+) -> bool:
+    """Whether ``buffer`` has a gradient's type, or a partial sum's of one.
+
+    A partial sum before its reduce-scatter is the gradient's shard with
+    some dimensions whole: each a multiple of the shard's.
+    """
+    return any(
+        dtype == buffer.dtype
+        and len(shape) == len(buffer.shape)
+        and all(
+            d and whole % d == 0 for whole, d in zip(buffer.shape, shape, strict=True)
+        )
+        for dtype, shape in gradients
+    )
+
+
+def layout_links(peak: PeakBuffers) -> dict[str, tuple[str, ...]]:
+    """The buffers live at the peak that are one tensor in two layouts, by name.
+
+    Two buffers are linked when one's origin was followed through the other
+    by layout changes only (a copy, bitcast, reshape or transpose of the same
+    element type and count): each lists the other.
+
+    Example:
+        >>> from nnx_introspect._xla.dump import PeakBuffers
+        >>> layout_links(PeakBuffers("cpu", "jit_f", 0, "x", 0, ()))
+        {}
+    """
+    names = {b.instruction for b in peak.buffers}
+    links: dict[str, set[str]] = {}
+    for b in peak.buffers:
+        for other in b.origin.layouts if b.origin is not None else ():
+            if other in names and other != b.instruction:
+                links.setdefault(b.instruction, set()).add(other)
+                links.setdefault(other, set()).add(b.instruction)
+    return {name: tuple(sorted(found)) for name, found in links.items()}
+
+
 def _is_forward(op_name: str | None) -> bool:
     return op_name is not None and _FORWARD in op_name and _BACKWARD not in op_name
 
@@ -414,6 +490,7 @@ def row_json(row: BreakdownRow) -> dict[str, Any]:
         "parameter": row.parameter,
         "output_index": None if row.output_index is None else list(row.output_index),
         "memory_space": row.memory_space,
+        "aliases": list(row.aliases),
     }
 
 
@@ -446,4 +523,5 @@ def row_from_json(data: dict[str, Any]) -> BreakdownRow:
         parameter=data.get("parameter"),
         output_index=None if index is None else tuple(int(i) for i in index),
         memory_space=int(data.get("memory_space", 0)),
+        aliases=tuple(str(name) for name in data.get("aliases", ())),
     )

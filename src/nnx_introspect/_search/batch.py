@@ -39,6 +39,7 @@ from nnx_introspect._search.sizes import (
 )
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.measure import measure_step, plan_step
+from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import IntLike, as_int, typechecked
@@ -404,6 +405,8 @@ def max_batch(
     compiling: Callable[[int, int], object] | None = None,
     trace_as_target: bool = True,
     breakdown: bool = False,
+    remat: RematLike = None,
+    microbatches: IntLike = 1,
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
@@ -456,6 +459,10 @@ def max_batch(
         breakdown: See :class:`~nnx_introspect.StepSpec`; for every compile,
             the search keeps those of the largest batch that fits (``report``)
             and the smallest that does not (``failing_report``).
+        remat: See :class:`~nnx_introspect.StepSpec`.
+        microbatches: See :class:`~nnx_introspect.StepSpec`; every size tried
+            is then a multiple of ``microbatches`` times the data-parallel
+            size, so each microbatch splits as the whole batch does.
 
     Returns:
         A frozen :class:`BatchSearch`.
@@ -499,6 +506,8 @@ def max_batch(
         max_device_bytes=max_device_bytes,
         trace_as_target=trace_as_target,
         breakdown=breakdown,
+        remat=remat,
+        microbatches=microbatches,
     )
     limit, basis = search_budget(spec.budget)
     start = leading_size(spec.batch)

@@ -36,7 +36,9 @@ MAX_COMPILES = 24
 def batch_range(spec: StepSpec, lo: Any, hi: Any) -> tuple[int, int, int | None]:
     """``(data-parallel size, lo, hi or None)``, checked."""
     sizes = dict(spec.mesh_axes)
-    dp = math.lcm(*(_leading_split(s, sizes) for s in spec.batch_specs))
+    # k microbatches: each of them splits as the whole batch does
+    split = math.lcm(*(_leading_split(s, sizes) for s in spec.batch_specs))
+    dp = split * int(spec.microbatches)
     low = dp if lo is None else _multiple(lo, "lo", dp)
     top = None if hi is None else _multiple(hi, "hi", dp)
     if top is not None and low > top:

@@ -109,6 +109,9 @@ def assemble_report(
         network_bytes_per_second=network,
         warnings=tuple(warnings),
         breakdown=None if found is None else Breakdown.from_json_data(found),
+        remat=request.remat,
+        microbatches=request.microbatches,
+        target=request.target_name,
     )
     extra = _caveats(report, request, plan)
     return (

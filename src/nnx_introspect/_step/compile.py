@@ -29,6 +29,7 @@ from nnx_introspect._step.loss import (
     _objective,
     _OptimizerError,
 )
+from nnx_introspect._step.options import rematerialised
 from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
@@ -351,7 +352,8 @@ def _lower(
 
     Raises the private errors of a failed trace.
     """
-    model, tx, loss = request.model, request.tx, request.loss
+    model = rematerialised(request.model, request.remat)
+    tx, loss = request.tx, request.loss
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     graphdef, *states = nnx.split(model, nnx.Param, ...)
     params = _shard_state(states[0], specs, "", mesh)
@@ -366,11 +368,13 @@ def _lower(
         jitted = _forward(graphdef)
         groups: tuple[str, ...] = ("output",)
     elif tx is None:
-        jitted = _backward(graphdef, _objective(loss), params, rest, mesh)
+        jitted = _backward(graphdef, _objective(loss), params, rest, request, mesh)
         groups = ("loss", "aux", "gradients", "new other state")
     else:
         opt_state, step = _optimizer_state(tx, params, specs, mesh)
-        jitted = _train(graphdef, _objective(loss), tx, (params, rest, opt_state, step))
+        jitted = _train(
+            graphdef, _objective(loss), tx, (params, rest, opt_state, step), request
+        )
         args = (params, rest, opt_state, step, batch)
         groups = (
             "loss",
@@ -418,11 +422,60 @@ def _grad_step(graphdef: Any, objective: Callable[..., Any]) -> Callable[..., An
     return grad_step
 
 
+def _accumulated(
+    graphdef: Any, objective: Callable[..., Any], request: _Request, mesh: Mesh
+) -> Callable[..., Any]:
+    """:func:`_grad_step` over ``request.microbatches`` microbatches, accumulated.
+
+    Microbatch ``j`` holds rows ``j, j + k, ...`` of every batch leaf: the
+    leaf is reshaped to ``(B / k, k, ...)`` and its first two axes swapped, the
+    rows keeping the leaf's own spec, so each device's microbatch is a slice of
+    its own rows and nothing moves between devices. A ``jax.lax.scan`` sums
+    the losses and gradients (the other state, such as batch statistics,
+    carried from one microbatch to the next); both are divided by ``k``: the
+    mean over the global batch, as the one-shot step's. ``aux`` is stacked.
+    """
+    grad_step = _grad_step(graphdef, objective)
+    k = request.microbatches
+    if k == 1:
+        return grad_step
+
+    def split(leaf: Any, spec: PartitionSpec) -> Any:
+        rows = jnp.swapaxes(leaf.reshape(leaf.shape[0] // k, k, *leaf.shape[1:]), 0, 1)
+        where = NamedSharding(mesh, PartitionSpec(None, *spec))
+        return jax.lax.with_sharding_constraint(rows, where)
+
+    def accumulated(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
+        micro = tuple(map(split, batch, request.batch_specs))
+        zeros = jax.tree.map(jnp.zeros_like, nnx.filter_state(params, _differentiable))
+
+        def body(carry: Any, one: tuple[Any, ...]) -> Any:
+            # the parameters ride in the carry, unchanged: nnx's transforms
+            # refuse state closed over from an outer trace
+            fixed, other, grad_sum, loss_sum = carry
+            value, aux, grads, model = grad_step(fixed, other, one)
+            grad_sum = jax.tree.map(jnp.add, grad_sum, grads)
+            loss_sum = loss_sum + jnp.asarray(value, jnp.float32)
+            return (fixed, _split_state(model)[1], grad_sum, loss_sum), aux
+
+        start = (params, rest, zeros, jnp.zeros((), jnp.float32))
+        (_, other, grad_sum, loss_sum), aux = jax.lax.scan(body, start, micro)
+        grads = jax.tree.map(lambda g: g / k, grad_sum)
+        return loss_sum / k, aux, grads, nnx.merge(graphdef, params, other)
+
+    return accumulated
+
+
 def _backward(
-    graphdef: Any, objective: Callable[..., Any], params: Any, rest: Any, mesh: Mesh
+    graphdef: Any,
+    objective: Callable[..., Any],
+    params: Any,
+    rest: Any,
+    request: _Request,
+    mesh: Mesh,
 ) -> Any:
     """The jitted forward and backward: loss, aux, gradients, new other state."""
-    grad_step = _grad_step(graphdef, objective)
+    grad_step = _accumulated(graphdef, objective, request, mesh)
 
     def backward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
         value, aux, grads, model = grad_step(params, rest, batch)
@@ -439,6 +492,7 @@ def _train(
     objective: Callable[..., Any],
     tx: optax.GradientTransformation,
     state: tuple[Any, Any, Any, jax.ShapeDtypeStruct],
+    request: _Request,
 ) -> Any:
     """The jitted full step: gradients, the optimizer's update, the new state.
 
@@ -447,7 +501,7 @@ def _train(
     needed to build one), the plan's optimizer leaves; the old state donated.
     """
     params, rest, opt_state, step = state
-    grad_step = _grad_step(graphdef, objective)
+    grad_step = _accumulated(graphdef, objective, request, step.sharding.mesh)
 
     def train(
         params: Any,

@@ -102,6 +102,10 @@ class _Request:
     the target's devices (see :mod:`nnx_introspect._step.platform`)."""
     breakdown: bool = False
     """Read XLA's dumps of the compile into a breakdown of the peak."""
+    remat: tuple[tuple[str, str], ...] = ()
+    """``(module class name, policy name)`` pairs rematerialised while traced."""
+    microbatches: int = 1
+    """How many microbatches one step accumulates gradients over."""
 
     @property
     def num_devices(self) -> int:

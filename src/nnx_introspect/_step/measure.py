@@ -31,6 +31,7 @@ from nnx_introspect._step.inputs import (
     check_shardable,
     spec_problems,
 )
+from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
@@ -63,6 +64,8 @@ def step_memory_report(
     debug: bool = False,
     breakdown: bool = False,
     network_bytes_per_second: IntLike | str | None = None,
+    remat: RematLike = None,
+    microbatches: IntLike = 1,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -118,6 +121,8 @@ def step_memory_report(
             stderr.
         breakdown: See :class:`~nnx_introspect.StepSpec`.
         network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`.
+        remat: See :class:`~nnx_introspect.StepSpec`.
+        microbatches: See :class:`~nnx_introspect.StepSpec`.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -167,6 +172,8 @@ def step_memory_report(
         trace_as_target=trace_as_target,
         breakdown=breakdown,
         network_bytes_per_second=network_bytes_per_second,
+        remat=remat,
+        microbatches=microbatches,
     )
     return measure_step(spec, debug=debug)
 

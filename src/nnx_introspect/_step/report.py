@@ -135,6 +135,12 @@ class StepMemoryReport(Report):
             path or source line, the grouped views and the memory curve
             (:class:`~nnx_introspect.Breakdown`); ``None`` otherwise, or when
             it could not be made (``warnings`` says why).
+        remat: The ``(module class, policy)`` pairs rematerialised while the
+            step was traced (``remat=``); empty when none.
+        microbatches: How many microbatches the step accumulated its
+            gradients over (``microbatches=``; 1: one pass over the batch).
+        target: The model's ``"package.module:factory"`` name, when it has
+            one (shown on the HTML page).
         roofline: A step-time estimate for the named ``topology``, computed
             once when the report is made (not an argument):
             :func:`~nnx_introspect._step.step_estimate.step_roofline` of the
@@ -184,6 +190,9 @@ class StepMemoryReport(Report):
     network_bytes_per_second: int | None = None
     warnings: tuple[str, ...] = ()
     breakdown: Breakdown | None = None
+    remat: tuple[tuple[str, str], ...] = ()
+    microbatches: int = 1
+    target: str | None = None
     roofline: Roofline | None = dataclasses.field(
         init=False, default=None, compare=False
     )

@@ -27,6 +27,7 @@ from nnx_introspect._step.step_records import (
 __all__ = [
     "CPU_CAVEAT",
     "RenderedStep",
+    "options_text",
     "roofline_note",
     "step_json",
     "step_table",
@@ -63,6 +64,10 @@ class RenderedStep(Protocol):
     def batch_specs(self) -> tuple[PartitionSpec, ...]: ...
     @property
     def topology(self) -> str | None: ...
+    @property
+    def remat(self) -> tuple[tuple[str, str], ...]: ...
+    @property
+    def microbatches(self) -> int: ...
     @property
     def memory(self) -> StepMemory: ...
     @property
@@ -219,6 +224,8 @@ def _notes(report: RenderedStep) -> list[str]:
         f"{', '.join(report.batch)} split as "
         f"{', '.join(spec_str(s) for s in report.batch_specs)}."
     )
+    if report.remat or report.microbatches > 1:
+        notes.append(options_text(report.remat, report.microbatches))
     if report.topology is not None:
         notes.append(f"Device order: {compiled.device_order}.")
     notes.append(f"Peak per device: {memory.peak_basis}.")
@@ -390,6 +397,8 @@ def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[st
         "step": report.step,
         "loss": report.loss,
         "optimizer": report.optimizer,
+        "remat": dict(report.remat),
+        "microbatches": report.microbatches,
         "batch": list(report.batch),
         "batch_specs": [spec_json(s) for s in report.batch_specs],
         "temporaries_caveat": CPU_CAVEAT if compiled.backend == "cpu" else None,
@@ -400,6 +409,30 @@ def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[st
             "ok": plan.ok,
         },
     }
+
+
+def options_text(remat: tuple[tuple[str, str], ...], microbatches: int) -> str:
+    """The step's options in one sentence, applied or not.
+
+    Example:
+        >>> options_text((("LlamaLayer", "nothing_saveable"),), 4)
+        'Options: rematerialised: LlamaLayer (nothing_saveable); gradients \
+accumulated over 4 microbatches.'
+        >>> options_text((), 1)
+        'Options: no layer rematerialised; one pass over the batch (no \
+microbatches).'
+    """
+    layers = (
+        "no layer rematerialised"
+        if not remat
+        else "rematerialised: " + ", ".join(f"{c} ({p})" for c, p in remat)
+    )
+    passes = (
+        "one pass over the batch (no microbatches)"
+        if microbatches == 1
+        else f"gradients accumulated over {microbatches} microbatches"
+    )
+    return f"Options: {layers}; {passes}."
 
 
 def _n(value: int) -> str:

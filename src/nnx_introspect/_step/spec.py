@@ -37,6 +37,7 @@ from nnx_introspect._step.inputs import (
     check_optimizer_has_a_loss,
     importable_name,
 )
+from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.toolchain import check_compiler
 
@@ -136,6 +137,23 @@ class StepSpec:
             second or a size such as ``"50GB"`` (per second; kept in bytes);
             default: the family's reference system's (400 Gb/s, 50 GB/s, per
             H100).
+        remat: Rematerialise layers while the step is traced: a module class
+            name (``"LlamaLayer"``: every module of that class runs its
+            ``__call__`` under ``nnx.remat`` with the ``nothing_saveable``
+            policy) or a mapping of class names to policy names
+            (``{"LlamaLayer": "dots_with_no_batch_dims_saveable"}``; also
+            ``dots_saveable``, ``everything_saveable`` and
+            ``offload_dot_with_no_batch_dims``, which keeps those dots in host
+            memory). Applied to the step's own
+            copy of the model: the class is never patched. Kept as sorted
+            ``(class, policy)`` pairs.
+        microbatches: Accumulate the gradients over ``k`` microbatches in a
+            ``jax.lax.scan`` and apply the optimizer once; the loss and the
+            gradients are the mean over the global batch, as in one step.
+            Microbatch ``j`` holds rows ``j, j + k, ...``: on each device a
+            slice of its own rows. ``k`` must divide every batch leaf's rows,
+            and the ``B / k`` rows of a microbatch must divide over the mesh
+            axes the rows are split on.
         model: The abstract module built from ``target`` (never the caller's
             own object).
         mesh_axes: The mesh's ``(axis, size)`` pairs, in order.
@@ -181,6 +199,8 @@ class StepSpec:
     trace_as_target: bool = True
     breakdown: bool = False
     network_bytes_per_second: IntLike | str | None = None
+    remat: RematLike = None
+    microbatches: IntLike = 1
     _built: Any = dataclasses.field(default=None, repr=False, compare=False)
     """``(target, model)``: the model a spec of the same target already built."""
 
@@ -224,6 +244,10 @@ class StepSpec:
         with _blame("topology"):
             budget = step_budget(given, self.topology)
         network = as_network(self.network_bytes_per_second, self.topology)
+        remat = as_remat(self.remat, model)
+        microbatches = as_microbatches(
+            self.microbatches, leaves, specs, mesh_axes, loss
+        )
         for name, value in (
             ("_built", (self.target, model)),
             ("model", model),
@@ -237,6 +261,8 @@ class StepSpec:
             ("max_device_bytes", given),
             ("budget", budget),
             ("network_bytes_per_second", network),
+            ("remat", remat),
+            ("microbatches", microbatches),
         ):
             object.__setattr__(self, name, value)
 
@@ -277,6 +303,8 @@ class StepSpec:
             logical_rules=self.logical_rules,
             trace_as_target=self.trace_as_target,
             breakdown=self.breakdown,
+            remat=self.remat,  # type: ignore[arg-type]  # normalised pairs
+            microbatches=int(self.microbatches),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -327,6 +355,8 @@ class StepSpec:
             trace_as_target=bool(fields.get("trace_as_target", True)),
             breakdown=bool(fields.get("breakdown", False)),
             network_bytes_per_second=fields.get("network_bytes_per_second"),
+            remat=tuple((str(c), str(p)) for c, p in fields.get("remat", ())),
+            microbatches=int(fields.get("microbatches", 1)),
             _built=None if model is None else (target, model),
         )
 
@@ -389,6 +419,8 @@ def step_json(spec: StepSpec, why: str) -> dict[str, Any]:
         "trace_as_target": spec.trace_as_target,
         "breakdown": spec.breakdown,
         "network_bytes_per_second": spec.network_bytes_per_second,
+        "remat": [list(pair) for pair in spec.remat],  # type: ignore[union-attr]
+        "microbatches": spec.microbatches,
     }
 
 

@@ -40,18 +40,21 @@ import numpy as np
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.hlo import (
     HloTextError,
+    Module,
     SourceLocation,
-    entry_root,
-    frame_sections,
     instruction,
     memory_space,
     metadata,
+    parse_module,
     parse_shape,
     shape_bytes,
     source_json,
     source_stack,
-    stack_frames,
 )
+from nnx_introspect._xla.hlo.lineage import origin
+from nnx_introspect._xla.peak import LiveCurve as LiveCurve
+from nnx_introspect._xla.peak import PeakBuffer as PeakBuffer
+from nnx_introspect._xla.peak import PeakBuffers as PeakBuffers
 from nnx_introspect._xla.slices import (
     Slice,
     downsample,
@@ -111,129 +114,6 @@ class DumpFormatError(ValueError):
     """XLA's dump is missing, partial or in a format this code does not know."""
 
 
-@dataclass(frozen=True)
-class PeakBuffer:
-    """One buffer live at the peak.
-
-    Attributes:
-        nbytes: the bytes of its slice of an allocation (XLA's buffer
-            assignment), less any a larger slice live at the peak holds.
-        shape: the array shape (``()`` for a tuple's index table).
-        dtype: XLA's element type (``f32``, ``bf16``, ...; ``tuple`` for an index
-            table).
-        instruction: the HLO instruction that defines it.
-        shape_index: its index in that instruction's (tuple) shape.
-        opcode: the instruction's opcode (``fusion``, ``parameter``, ``dot``, ...).
-        op_name: JAX's op name from the metadata, if any.
-        source: the innermost frame, if the metadata carries one (the breakdown
-            takes the innermost user frame of ``stack``).
-        stack: every frame, innermost first.
-        parameter: the entry parameter number when it is an entry parameter.
-        parameter_index: the index inside that parameter's (tuple) shape.
-        output_index: its index in the entry's output when it is (part of) it.
-        allocation: the kind of XLA allocation that holds it (``parameter``,
-            ``output``, ``maybe-live-out``, ``preallocated-temp``, ``constant``,
-            ``thread-local``, ``temp``).
-        memory_space: the memory space in its layout (``S(1)`` on XLA:TPU is
-            its on-chip VMEM, outside the HBM figures); 0, the device's main
-            memory, when the layout names none.
-        aliases: the other values live at the peak in the same bytes (an operand
-            written over in place, an alias), as ``name{index}``: no bytes.
-    """
-
-    nbytes: int
-    shape: tuple[int, ...]
-    dtype: str
-    instruction: str
-    shape_index: tuple[int, ...]
-    opcode: str
-    op_name: str | None
-    source: SourceLocation | None
-    stack: tuple[SourceLocation, ...]
-    parameter: int | None
-    parameter_index: tuple[int, ...] | None
-    output_index: tuple[int, ...] | None
-    allocation: str
-    memory_space: int = 0
-    aliases: tuple[str, ...] = ()
-
-    @property
-    def is_output(self) -> bool:
-        """Whether the buffer is (part of) the entry computation's output."""
-        return self.output_index is not None
-
-
-@dataclass(frozen=True)
-class LiveCurve:
-    """Bytes live at each program point of the step, as XLA scheduled it.
-
-    A value is live from the point its instruction runs to its last use,
-    inclusive (``start-end`` in XLA's live-range dump), in its slice of an
-    allocation (XLA's buffer assignment); the bytes at a point are those of
-    the slices in use there, each counted once, and of the arguments' and
-    outputs' allocations (see :class:`PeakBuffers` and
-    :mod:`nnx_introspect._xla.slices`).
-
-    Attributes:
-        points: program points in the schedule (``HloLiveRange (max N)``).
-        times: the program points kept, ascending (every one, or at most
-            ``max_points`` after downsampling).
-        live_bytes: the bytes live at each of ``times``; after downsampling,
-            the most live at any point a kept point stands for.
-        highest_time: the program point where the most bytes are in use.
-        highest_bytes: the bytes live there.
-    """
-
-    points: int
-    times: tuple[int, ...]
-    live_bytes: tuple[int, ...]
-    highest_time: int
-    highest_bytes: int
-
-    @property
-    def downsampled(self) -> bool:
-        """Whether fewer points are kept than the schedule has."""
-        return len(self.times) < self.points
-
-
-@dataclass(frozen=True)
-class PeakBuffers:
-    """XLA's peak of one compiled module and every buffer live there.
-
-    Attributes:
-        backend: ``cpu``, ``gpu`` or ``tpu``.
-        module: the module's name (``jit_step``).
-        peak_time: the program point of the peak, as XLA's live-range dump numbers it.
-        peak_instruction: the instruction scheduled at that point.
-        peak_bytes: the most bytes in use at one point, each slice of an
-            allocation once; the buffers add up to it exactly.
-        buffers: the buffers live at the peak, largest first as XLA lists them.
-        curve: the bytes live at every program point, or ``None`` when not read.
-        xla_peak_time: the point XLA's live-range dump names its peak, when read.
-        xla_peak_bytes: the bytes XLA lists live there.
-
-    The peak is the point where the most bytes are in use by
-    :mod:`nnx_introspect._xla.slices` (each slice of an allocation once; the
-    arguments' and outputs' allocations at every point; XLA's
-    ``peak_memory_in_bytes`` on XLA:GPU and XLA:TPU): XLA's own point ("Live
-    ranges at N (peak)") when it ties. XLA's own figure is neither a floor nor
-    the truth: its sweep (``HloLiveRange::ComputePeakMemoryMoment``) sizes a
-    value by its defining instruction's whole shape, so bytes two values share
-    count twice and a multi-output fusion's outputs as the tuple's 8-byte
-    pointers. ``xla_peak_*`` keep XLA's point and figure.
-    """
-
-    backend: str
-    module: str
-    peak_time: int
-    peak_instruction: str
-    peak_bytes: int
-    buffers: tuple[PeakBuffer, ...]
-    curve: LiveCurve | None = None
-    xla_peak_time: int | None = None
-    xla_peak_bytes: int | None = None
-
-
 @typechecked
 def dump_options(directory: str | Path) -> dict[str, str | bool]:
     """The compiler options that make XLA write what :func:`read_peak` reads.
@@ -289,7 +169,7 @@ def read_peak(
     sequence = _read_sequence(stem)
     assigned = _read_assignment(stem)
     values = _read_values(stem)
-    frames, root = _read_module(stem)
+    parsed = _read_module(stem)
     by_key: dict[tuple[str, tuple[int, ...]], _Assigned] = {}
     for item in assigned.values():
         by_key.setdefault((item.name, item.index), item)
@@ -333,7 +213,7 @@ def read_peak(
         value = values.get(found.value_id)
         if value is None:
             raise _error(stem, _VALUES, f"the value <{found.value_id} {name}>")
-        buffer = _buffer(found, value, occupant.nbytes, frames, root, stem)
+        buffer = _buffer(found, value, occupant.nbytes, parsed, stem)
         aliases = tuple(f"{n}{_index_text(i) if i else ''}" for n, i in others)
         buffers.append(replace(buffer, aliases=aliases) if aliases else buffer)
     return PeakBuffers(
@@ -640,17 +520,15 @@ def _read_values(stem: Path) -> dict[int, _Value]:
     return values
 
 
-def _read_module(stem: Path) -> tuple[dict[int, tuple[SourceLocation, ...]], str]:
-    """The stack frames by id (innermost first) and the entry's root instruction."""
-    lines = _lines(stem, _MODULE)
+def _read_module(stem: Path) -> Module:
+    """The entry module: its instructions, stack frames and computations."""
     try:
-        frames = stack_frames(frame_sections(lines))
+        parsed = parse_module("\n".join(_lines(stem, _MODULE)))
     except HloTextError as error:
         raise _error(stem, _MODULE, f"{error.what}, got {error.text!r}") from None
-    root = entry_root(lines)
-    if root is None:
+    if parsed.root(parsed.entry) is None:
         raise _error(stem, _MODULE, "an ENTRY computation with a ROOT instruction")
-    return frames, root
+    return parsed
 
 
 # --- one buffer ------------------------------------------------------------------
@@ -660,25 +538,29 @@ def _buffer(
     item: _Assigned,
     value: _Value,
     nbytes: int,
-    frames: dict[int, tuple[SourceLocation, ...]],
-    root: str,
+    parsed: Module,
     stem: Path,
 ) -> PeakBuffer:
     text = value.instruction_text[len(" from instruction: ") :]
     try:
-        opcode = instruction(text).opcode
+        defining = instruction(text)
     except HloTextError:
         raise _error(
             stem, _VALUES, f"an opcode, got {value.instruction_text[:200]!r}"
         ) from None
     items = metadata(text)
     try:
-        stack = source_stack(items, frames)
+        stack = source_stack(items, parsed.frames)
     except HloTextError as error:
         raise _error(stem, _MODULE, error.what) from None
     dtype, shape = parse_shape(item.shape_text)
+    opcode = defining.opcode
     is_parameter = item.parameter is not None and opcode == "parameter"
-    output = next((index for name, index in value.positions if name == root), None)
+    root = parsed.root(parsed.entry)
+    output = next(
+        (index for name, index in value.positions if root and name == root.name),
+        None,
+    )
     return PeakBuffer(
         nbytes=nbytes,
         shape=shape,
@@ -694,4 +576,6 @@ def _buffer(
         output_index=output,
         allocation=item.allocation,
         memory_space=memory_space(item.shape_text),
+        operands=defining.operands,
+        origin=origin(parsed, item.name, item.index),
     )

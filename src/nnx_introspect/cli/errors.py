@@ -34,6 +34,8 @@ FLAGS: dict[str, str] = {
     "network_bytes_per_second": "--network-bandwidth",
     "max_workers": "--jobs",
     "top": "--top",
+    "remat": "--remat",
+    "microbatches": "--microbatches",
     "depth": "--depth",
     "seed": "--seed",
     "rtol": "--rtol",

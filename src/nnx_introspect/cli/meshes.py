@@ -18,6 +18,7 @@ from nnx_introspect.cli.checks import (
     check_network_used,
 )
 from nnx_introspect.cli.errors import UsageError, _usage_error
+from nnx_introspect.cli.options import option_kwargs
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
 from nnx_introspect.cli.progress import _CompareLine as _CompareLine  # tests import
@@ -111,7 +112,9 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
                 max_workers=jobs,
                 trace_as_target=not getattr(args, "trace_as_cpu", False),
                 progress=line.progress,
+                compiling=line.compiling,
                 network_bytes_per_second=getattr(args, "network_bandwidth", None),
+                **option_kwargs(args),
             )
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error

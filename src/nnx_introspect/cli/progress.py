@@ -3,10 +3,12 @@
 :func:`_status` draws one line (only on a terminal) and clears it at the end;
 :class:`_SearchLine` (``step --max-batch``) and :class:`_CompareLine` (``step``
 with several ``--mesh``) are the lines, their text recomputed at each redraw
-with the time elapsed (:func:`_duration`). Rich is imported only when a line is
+with the time elapsed (:func:`_duration`) and, for a comparison, the meshes
+compiling and the time left (:func:`_left`). Rich is imported only when a line is
 drawn.
 """
 
+import heapq
 import sys
 import time
 from collections.abc import Callable, Iterator
@@ -30,6 +32,20 @@ def _duration(seconds: float) -> str:
     if total < 3600:
         return f"{total // 60}m {total % 60:02d}s"
     return f"{total // 3600}h {total // 60 % 60:02d}m"
+
+
+def _left(seconds: float) -> str:
+    """Time left, coarse so the line does not flicker: ``"about 2m left"``.
+
+    Example:
+        >>> _left(42), _left(100), _left(3725)
+        ('under 1m left', 'about 2m left', 'about 1h 02m left')
+    """
+    if seconds < 60:
+        return "under 1m left"
+    if seconds < 3600:
+        return f"about {round(seconds / 60)}m left"
+    return f"about {_duration(seconds)} left"
 
 
 class _SearchLine:
@@ -87,7 +103,13 @@ class _CompareLine:
     Before the compiles are submitted, ``message``; then how many have
     finished, the time since the comparison began, and the last one's answer
     (``3 of 6 meshes compiled (1m 12s); fsdp=8 fits (1.2 GiB per device)``).
+    Told by :meth:`compiling` what compiles now, it names those meshes and,
+    once a compile finished, gives the time left (``1 of 9 meshes compiled
+    (47s, about 2m left); compiling fsdp=4,tp=2, fsdp=2,tp=4; ...``).
     """
+
+    SHOWN = 3
+    """Meshes named as compiling at most; the others are counted."""
 
     def __init__(
         self, message: str, clock: Callable[[], float] = time.monotonic
@@ -98,6 +120,10 @@ class _CompareLine:
         self.total: int | None = None
         self.done = 0
         self.last: "MeshCandidate | None" = None
+        self.names: tuple[str, ...] = ()
+        self.seconds: tuple[float, ...] = ()
+        self.seen: dict[str, float] = {}
+        self.jobs = 0
         self.redraw: Callable[[], None] = lambda: None
 
     def progress(self, done: int, total: int, row: "MeshCandidate | None") -> None:
@@ -107,6 +133,32 @@ class _CompareLine:
             self.last = row
         self.redraw()
 
+    def compiling(self, names: tuple[str, ...], seconds: tuple[float, ...]) -> None:
+        """The comparison's ``compiling``: what compiles now, what took how long."""
+        now = self.clock()
+        self.seen = {name: self.seen.get(name, now) for name in names}
+        self.names, self.seconds = names, seconds
+        self.jobs = max(self.jobs, len(names))
+        self.redraw()
+
+    def left(self) -> float | None:
+        """Seconds left, or ``None`` before a compile finished.
+
+        Each compile to come takes the mean of those finished; one compiling
+        now takes what the mean leaves of it; each goes to the first of the
+        parallel jobs (the most compiling at once) to be free.
+        """
+        if not self.seconds or self.total is None:
+            return None
+        mean = sum(self.seconds) / len(self.seconds)
+        now = self.clock()
+        free = [max(mean - (now - self.seen[name]), 0.0) for name in self.names]
+        free += [0.0] * (max(self.jobs, 1) - len(free))
+        heapq.heapify(free)
+        for _ in range(self.total - len(self.seconds) - len(self.names)):
+            heapq.heapreplace(free, free[0] + mean)
+        return max(free)
+
     def text(self) -> str:
         """The line as it reads now."""
         if self.total is None:
@@ -114,7 +166,15 @@ class _CompareLine:
         from nnx_introspect._render.table import format_bytes
 
         elapsed = _duration(self.clock() - self.began)
-        line = f"{self.done} of {self.total} meshes compiled ({elapsed})"
+        left = self.left()
+        if left is not None:
+            elapsed += f", {_left(left)}"
+        done = max(self.done, len(self.seconds))
+        line = f"{done} of {self.total} meshes compiled ({elapsed})"
+        if self.names:
+            shown = ", ".join(self.names[: self.SHOWN])
+            more = len(self.names) - self.SHOWN
+            line += f"; compiling {shown}" + (f" and {more} more" if more > 0 else "")
         last = self.last
         if last is not None:
             peak = last.peak_bytes

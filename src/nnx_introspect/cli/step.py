@@ -10,6 +10,7 @@ from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target
 from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
 from nnx_introspect.cli.errors import _usage_error
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
+from nnx_introspect.cli.options import add_option_args, option_kwargs
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules, _step_inputs
 from nnx_introspect.cli.progress import _SearchLine, _status
@@ -74,6 +75,7 @@ def _add_step_parser(subparsers: Any) -> None:
         "larger peak exits with 1",
     )
     _add_inputs_and_target_args(parser)
+    add_option_args(parser)
     _add_search_and_breakdown_args(parser)
     _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_step, check=check_step)
@@ -208,6 +210,7 @@ def _run_step(args: argparse.Namespace) -> int:
         "max_device_bytes": args.max_device_bytes,
         "trace_as_target": not args.trace_as_cpu,
         "breakdown": args.breakdown,
+        **option_kwargs(args),
     }
     if args.network_bandwidth is not None:
         common["network_bytes_per_second"] = args.network_bandwidth
@@ -278,10 +281,10 @@ def _show_step(report: "StepMemoryReport", args: argparse.Namespace) -> int:
     """Write the report in ``--format``; 1 (and its verdict) when it does not fit."""
     if args.debug and report.compiler_log:  # the compiler's own log, asked for
         sys.stderr.write(report.compiler_log)
-    if args.top is not None and report.breakdown is not None:
-        report = dataclasses.replace(
-            report, breakdown=dataclasses.replace(report.breakdown, top_n=args.top)
-        )
+    if report.breakdown is not None and (args.top is not None or args.debug):
+        top = report.breakdown.top_n if args.top is None else args.top
+        shown = dataclasses.replace(report.breakdown, top_n=top, debug=args.debug)
+        report = dataclasses.replace(report, breakdown=shown)
     for warning in report.warnings:
         if warning.startswith("No breakdown of the peak"):
             sys.stderr.write(f"{PROG}: warning: {warning}\n")

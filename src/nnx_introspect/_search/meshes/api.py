@@ -44,6 +44,7 @@ from nnx_introspect._search.meshes.report import (
 from nnx_introspect._search.meshes.run import _Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
+from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.spec import StepSpec, step_names
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 
@@ -68,6 +69,9 @@ def compare_meshes(
     trace_as_target: bool = True,
     progress: Callable[[int, int, MeshCandidate | None], object] | None = None,
     network_bytes_per_second: IntLike | str | None = None,
+    compiling: Callable[[tuple[str, ...], tuple[float, ...]], object] | None = None,
+    remat: RematLike = None,
+    microbatches: IntLike = 1,
 ) -> MeshComparison:
     """Compile one step of ``target`` on each of ``meshes`` and rank them.
 
@@ -153,6 +157,14 @@ def compare_meshes(
         progress: Called with ``(done, total, row)``: ``(0, total, None)``
             once the compiles are submitted, then after each candidate's
             compile is resolved (in the order given).
+        compiling: Called with ``(names, seconds)``: the meshes compiling
+            now and the seconds each finished compile took; once the
+            compiles are submitted and whenever either changes.
+        remat: See :class:`~nnx_introspect.StepSpec`; every candidate
+            compiles with it.
+        microbatches: See :class:`~nnx_introspect.StepSpec`; a mesh whose
+            data-parallel axes a microbatch's rows do not divide over is
+            rejected.
 
     Returns:
         A frozen :class:`MeshComparison`.
@@ -212,6 +224,8 @@ def compare_meshes(
         batch_spec=batch_spec,
         max_device_bytes=max_device_bytes,
         trace_as_target=trace_as_target,
+        remat=remat,
+        microbatches=microbatches,  # its rows and loss; its split: per mesh
     )
     target_name, _, _ = step_names(probe, _BY_NAME)
     for name in ("rules", "logical_rules", "batch_spec"):
@@ -225,18 +239,10 @@ def compare_meshes(
     )
     _check_device_count(spec)
     budget = spec.budget
-    rows: dict[int, MeshCandidate] = {}
-    to_compile: list[tuple[int, MeshAxes, int]] = []
-    for index, mesh in enumerate(candidates):
-        candidate = dataclasses.replace(spec, mesh=dict(mesh))
-        reason, state = _plan(candidate, budget.bytes)
-        if reason is not None or state is None:
-            rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
-        else:
-            to_compile.append((index, mesh, state))
+    rows, to_compile = _planned(spec, candidates, budget.bytes)
     described = "nothing (every mesh was rejected by the planner)"
     if to_compile:
-        run = (executor, pool_size, wait, progress)
+        run = (executor, pool_size, wait, progress, compiling)
         compiled, described = _compile_all(spec, run, to_compile)
         rows |= compiled
     ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
@@ -256,6 +262,28 @@ def compare_meshes(
     )
 
 
+def _planned(
+    spec: StepSpec, candidates: Sequence[MeshAxes], budget: int | None
+) -> tuple[dict[int, MeshCandidate], list[tuple[int, MeshAxes, int]]]:
+    """The rows the planner rejects, and ``(index, mesh, state bytes)`` to compile."""
+    rows: dict[int, MeshCandidate] = {}
+    to_compile: list[tuple[int, MeshAxes, int]] = []
+    for index, mesh in enumerate(candidates):
+        try:
+            candidate = dataclasses.replace(spec, mesh=dict(mesh))
+        except ArgumentError as error:  # k microbatches do not split on it
+            if error.argument != "microbatches":
+                raise
+            rows[index] = MeshCandidate(mesh, "rejected", str(error))
+            continue
+        reason, state = _plan(candidate, budget)
+        if reason is not None or state is None:
+            rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
+        else:
+            to_compile.append((index, mesh, state))
+    return rows, to_compile
+
+
 def _step_name(loss: Any, optimizer: str | None) -> str:
     if loss is None:
         return "forward"
@@ -266,14 +294,14 @@ def _step_name(loss: Any, optimizer: str | None) -> str:
 
 def _compile_all(
     spec: StepSpec,
-    run: tuple[Any, int | None, float | None, Any],
+    run: tuple[Any, int | None, float | None, Any, Any],
     to_compile: list[tuple[int, MeshAxes, int]],
 ) -> tuple[dict[int, MeshCandidate], str]:
     """Every candidate's row, compiled on the executor, and the executor described.
 
-    ``run`` is ``(executor, default pool size, timeout, progress)``.
+    ``run`` is ``(executor, default pool size, timeout, progress, compiling)``.
     """
-    executor, pool_size, wait, progress = run
+    executor, pool_size, wait, progress, compiling = run
     own: concurrent.futures.ProcessPoolExecutor | None = None
     if isinstance(executor, concurrent.futures.Executor):
         pool: concurrent.futures.Executor = executor
@@ -283,7 +311,9 @@ def _compile_all(
         devices = spec.num_devices if spec.topology is None else None
         pool = own = _default_pool(workers, devices)
         described = f"a spawn process pool of {_plural(workers, 'worker')}"
-    rows = _Run(pool, own, wait, progress, spec.budget.bytes).all(spec, to_compile)
+    rows = _Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
+        spec, to_compile
+    )
     return rows, described
 
 

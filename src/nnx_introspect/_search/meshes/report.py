@@ -19,7 +19,13 @@ from nnx_introspect._render.table import (
     table_html,
     verdict_html,
 )
+from nnx_introspect._roofline.estimate import Roofline
 from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
+from nnx_introspect._search.meshes.utilisation import (
+    utilisation_cells,
+    utilisation_header,
+    utilisation_notes,
+)
 from nnx_introspect._step.report import StepMemoryReport
 
 Outcome: TypeAlias = Literal[
@@ -397,16 +403,19 @@ class MeshComparison(Report):
         """The comparison as a :class:`~nnx_introspect.Table`: a row per mesh."""
         budget = self.max_device_bytes
         estimates = any(c.estimated_seconds is not None for c in self.candidates)
+        rooflines = self._rooflines()
         columns = ["mesh", "status"]
         if estimates:
-            columns += ["step seconds (est.)", "MFU ceiling (est.)"]
+            columns += ["step seconds (est.)", utilisation_header(rooflines)]
         columns += ["peak per device", "peak bytes", "of budget", "state per device"]
         wired = any(c.collective_bytes_by_axis for c in self.candidates)
         if wired:
             columns.append("collectives on the wire per device")
         equals = self.equals
         rows = []
-        for c in self.candidates:
+        for c, utilisation in zip(
+            self.candidates, utilisation_cells(rooflines), strict=True
+        ):
             peak = c.peak_bytes
             row = [c.name, c._short_status()]
             if estimates:
@@ -417,8 +426,7 @@ class MeshComparison(Report):
                     if low_high is None
                     else f"{low_high[0]:.3g}-{low_high[1]:.3g}{tied}"
                 )
-                estimate = None if c.report is None else c.report.roofline
-                row.append("-" if estimate is None else f"{estimate.mfu_ceiling:.0%}")
+                row.append(utilisation)
             row += [
                 "-" if peak is None else format_bytes(peak),
                 "-" if peak is None else f"{peak:,}",
@@ -440,6 +448,12 @@ class MeshComparison(Report):
             rows=tuple(rows),
             notes=tuple(self._notes()),
         )
+
+    def _rooflines(self) -> list[Roofline | None]:
+        """Each row's step-time estimate, ``None`` where it has none."""
+        return [
+            None if c.report is None else c.report.roofline for c in self.candidates
+        ]
 
     def _notes(self) -> Iterator[str]:
         budget = self.max_device_bytes
@@ -470,12 +484,15 @@ class MeshComparison(Report):
         yield self._order_words()
         yield from self._estimate_notes()
         if any(c.estimated_seconds is not None for c in self.candidates):
+            rooflines = self._rooflines()
+            ceiling = utilisation_header(rooflines).removesuffix(" (est.)")
             yield (
-                "Step seconds and MFU ceiling are estimates, not measurements: a "
+                f"Step seconds and {ceiling} are estimates, not measurements: a "
                 "roofline of each compiled program's FLOPs, bytes accessed and "
                 "collective bytes on the target's data-sheet figures, from perfect "
                 "overlap to none (each row's report lists the assumptions)."
             )
+            yield from utilisation_notes(rooflines)
         if any(c.collective_bytes_by_axis for c in self.candidates):
             yield (
                 "Collectives on the wire: bytes each device sends per step over "

@@ -4,13 +4,16 @@ One compile of the step's :class:`~nnx_introspect.StepSpec`, varied to the
 candidate's mesh, per candidate; its report, its error or
 its timeout becomes that candidate's row. An interrupt cancels the compiles
 not yet started (and stops the default pool); the same bad-input error from
-every compile is raised.
+every compile is raised. While the rows are collected, an optional
+``compiling`` callback hears which meshes compile now and how long each
+finished compile took (:data:`Compiling`), for a progress line's ETA.
 """
 
 import concurrent.futures
 import dataclasses
+import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, TypeAlias
 
 from nnx_introspect._search.meshes.pool import _stop_pool
 from nnx_introspect._search.meshes.report import (
@@ -18,10 +21,21 @@ from nnx_introspect._search.meshes.report import (
     MeshCandidate,
     Outcome,
     _error_text,
+    _mesh_name,
 )
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
+
+Compiling: TypeAlias = Callable[[tuple[str, ...], tuple[float, ...]], object]
+"""``compiling(names, seconds)``: the meshes compiling now (``"fsdp=8"``, in the
+order given) and the seconds each finished compile took, in the order they
+finished. Called once the compiles are submitted and whenever either changes,
+from the thread that collects the rows. On a ``ThreadPoolExecutor`` or
+``ProcessPoolExecutor`` of ``n`` workers the first ``n`` compiles not finished
+are the ones running (each pool takes its calls in order), and a compile's
+seconds run from when a worker was free for it; on another executor, the
+compiles whose futures say they run, their seconds from submission at worst."""
 
 
 def _measure_on(spec: StepSpec, mesh: dict[str, int]) -> StepMemoryReport:
@@ -39,14 +53,27 @@ class _Run:
         wait: float | None,
         progress: Callable[[int, int, MeshCandidate | None], object] | None,
         budget: int | None,
+        compiling: Compiling | None = None,
     ) -> None:
         self.executor = executor
         self.own = own
         self.wait = wait
         self.progress = progress
         self.budget = budget
+        self.compiling = compiling
         self.futures: list[concurrent.futures.Future[Any] | None] = []
         self.errors: list[BaseException | None] = []
+        self.names: list[str] = []
+        workers = getattr(executor, "_max_workers", None)  # a stdlib pool's size
+        standard = (
+            concurrent.futures.ThreadPoolExecutor,
+            concurrent.futures.ProcessPoolExecutor,
+        )
+        self.jobs = workers if isinstance(executor, standard) else None
+        self.began = time.perf_counter()
+        self.started: dict[int, float] = {}
+        self.finished: dict[int, float | None] = {}  # None: cancelled
+        self.told: tuple[tuple[str, ...], int] | None = None
 
     def all(
         self, spec: StepSpec, to_compile: list[tuple[int, MeshAxes, int]]
@@ -59,6 +86,8 @@ class _Run:
         timed_out = False
         try:
             refused: dict[int, str] = {}
+            self.names = [_mesh_name(mesh) for _, mesh, _ in to_compile]
+            self.began = time.perf_counter()
             for k, (_, mesh, _) in enumerate(to_compile):
                 try:
                     self.futures.append(
@@ -70,6 +99,7 @@ class _Run:
             total = len(to_compile)
             if self.progress is not None:
                 self.progress(0, total, None)
+            self._tell()
             for k, ((index, mesh, state), future) in enumerate(
                 zip(to_compile, self.futures, strict=True), start=1
             ):
@@ -98,7 +128,7 @@ class _Run:
     ) -> MeshCandidate:
         self.errors.append(None)
         try:
-            report = future.result(timeout=self.wait)
+            report = self._result(future)
         except TimeoutError as error:  # concurrent.futures.TimeoutError since 3.11
             if future.done():  # the compile itself raised a TimeoutError
                 return MeshCandidate(mesh, "failed", _error_text(error), None, state)
@@ -131,6 +161,53 @@ class _Run:
             if wire is None
             else {",".join(axes) or "one device": w for axes, _, w in wire if w},
         )
+
+    def _result(self, future: concurrent.futures.Future[Any]) -> Any:
+        """``future.result(timeout=self.wait)``, telling ``compiling`` meanwhile.
+
+        With a ``compiling`` callback, waits for whichever compile finishes
+        first, in slices, until ``future`` is done or its ``wait`` has passed;
+        raises as :meth:`concurrent.futures.Future.result` does.
+        """
+        futures = [f for f in self.futures if f is not None]
+        standard = all(isinstance(f, concurrent.futures.Future) for f in futures)
+        if self.compiling is None or not standard:
+            return future.result(timeout=self.wait)
+        deadline = None if self.wait is None else time.monotonic() + self.wait
+        while not future.done():
+            left = None if deadline is None else deadline - time.monotonic()
+            if left is not None and left <= 0:
+                break
+            pending = [f for f in futures if not f.done()]
+            concurrent.futures.wait(
+                pending, timeout=left, return_when=concurrent.futures.FIRST_COMPLETED
+            )
+            self._tell()
+        return future.result(timeout=0)
+
+    def _tell(self) -> None:
+        """Call ``compiling`` with the meshes compiling now, if anything changed."""
+        if self.compiling is None:
+            return
+        now = time.perf_counter()
+        running: list[int] = []
+        for k, future in enumerate(self.futures):
+            if future is None or k in self.finished:
+                continue
+            if future.done():
+                took = now - self.started.get(k, self.began)
+                self.finished[k] = None if future.cancelled() else took
+            elif self.jobs is not None or future.running():
+                running.append(k)
+        if self.jobs is not None:  # the pool takes its calls in order
+            running = running[: self.jobs]
+        for k in running:
+            self.started.setdefault(k, now)
+        names = tuple(self.names[k] for k in running)
+        if self.told != (names, len(self.finished)):
+            self.told = (names, len(self.finished))
+            seconds = tuple(s for s in self.finished.values() if s is not None)
+            self.compiling(names, seconds)
 
     def _cancel(self) -> None:
         """Cancel every compile not started; stop the default pool's workers."""

@@ -1,0 +1,90 @@
+"""``--remat`` and ``--microbatches``: the step options, parsed without JAX."""
+
+import argparse
+from typing import Any
+
+__all__ = ["add_option_args", "microbatches_arg", "option_kwargs", "remat_arg"]
+
+
+def remat_arg(text: str) -> tuple[str, str | None]:
+    """``--remat CLASS[:POLICY]`` -> ``(class, policy or None)``.
+
+    The library checks the class against the model and the policy against
+    ``jax.checkpoint_policies`` before compiling; here only the shape.
+
+    Example:
+        >>> remat_arg("LlamaLayer"), remat_arg("LlamaLayer:dots_saveable")
+        (('LlamaLayer', None), ('LlamaLayer', 'dots_saveable'))
+        >>> remat_arg(":x")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be CLASS or CLASS:POLICY (a module class \
+of the model, such as LlamaLayer:dots_saveable), got ':x'
+    """
+    name, colon, policy = text.partition(":")
+    if not name.isidentifier() or (colon and not policy.isidentifier()):
+        raise argparse.ArgumentTypeError(
+            "must be CLASS or CLASS:POLICY (a module class of the model, such as "
+            f"LlamaLayer:dots_saveable), got {text!r}"
+        )
+    return name, policy if colon else None
+
+
+def microbatches_arg(text: str) -> int:
+    """``--microbatches K``: a positive integer.
+
+    Example:
+        >>> microbatches_arg("4")
+        4
+        >>> microbatches_arg("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a positive integer (how many \
+microbatches one step accumulates gradients over), got '0'
+    """
+    need = (
+        "must be a positive integer (how many microbatches one step accumulates "
+        f"gradients over), got {text!r}"
+    )
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(need) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(need)
+    return value
+
+
+def add_option_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--remat`` and ``--microbatches``."""
+    parser.add_argument(
+        "--remat",
+        action="append",
+        type=remat_arg,
+        default=None,
+        metavar="CLASS[:POLICY]",
+        help="rematerialise every module of this class while the step is traced "
+        "(nnx.remat around its __call__, on the step's own copy of the model), "
+        "with a jax.checkpoint_policies policy: nothing_saveable (the default), "
+        "dots_with_no_batch_dims_saveable, dots_saveable, everything_saveable or "
+        "offload_dot_with_no_batch_dims; repeat for several classes",
+    )
+    parser.add_argument(
+        "--microbatches",
+        type=microbatches_arg,
+        default=1,
+        metavar="K",
+        help="accumulate the gradients over K microbatches (a scan) and update "
+        "once: each device's microbatch is a slice of its own rows; K must "
+        "divide the batch, and a microbatch's rows the mesh's data axes",
+    )
+
+
+def option_kwargs(args: argparse.Namespace) -> dict[str, Any]:
+    """``remat=`` and ``microbatches=`` for the library, from the flags."""
+    pairs = getattr(args, "remat", None) or []
+    remat = {name: policy or "nothing_saveable" for name, policy in pairs}
+    return {
+        "remat": remat or None,
+        "microbatches": getattr(args, "microbatches", 1),
+    }
