@@ -453,6 +453,18 @@ STEP_BAD: dict[str, dict[str, Any]] = {
     "topology": {"unknown-family": "v9-4", "chip-count": "v5e-3", "int": 4},
     "rules": {"int": 3, "bad-regex": [("(", P())], "spec-int": [("kernel", 3)]},
     "logical_rules": {"int": 3, "int-item": [3]},
+    "remat": {
+        "int": 3,
+        "unknown-class": "Block",
+        "unknown-policy": {"Linear": "nope"},
+        "empty": {},
+        "int-policy": {"Linear": 3},
+    },
+    "microbatches": {
+        **{k: v for k, v in BAD_POSITIVE.items() if v is not None},
+        "no-split": 2,  # 1 row per microbatch over data=2
+        "not-dividing": 3,
+    },
 }
 for _arg, _bad in STEP_BAD.items():
     for _what, _value in _bad.items():
@@ -685,6 +697,51 @@ for _arg, _bad in COMPARE_BAD.items():
         case("compare_meshes", _arg, _what, _compare_case(_arg, _what, _value))
 
 
+def _fit(w: World, **kwargs: Any) -> Any:
+    options: dict[str, Any] = {"executor": _ONE_THREAD, "max_device_bytes": 10**6}
+    options.update(kwargs)
+    meshes = options.pop("meshes", "data=2")
+    return nnx_introspect.fit_step(
+        "tests.test_bad_input:_linear", meshes, STEP_BATCH, **options
+    )
+
+
+target_cases(
+    "fit_step",
+    "target",
+    lambda w, t: nnx_introspect.fit_step(
+        t, "data=2", STEP_BATCH, executor=_ONE_THREAD, max_device_bytes=10**6
+    ),
+)
+FIT_BAD: dict[str, dict[str, Any]] = {
+    "meshes": {"int": 3, "bad-axis": "data=0", "empty": []},
+    "executor": {"str": "pool", "int": 2},
+    "loss": {"int": 3, "unknown": "nope", "none": None},
+    "optimizer": {"int": 3, "unknown": "nope"},
+    "topology": {"unknown-family": "v9-4", "int": 4},
+    "max_device_bytes": {"negative": -1, "not-a-size": "lots", "none": None},
+    "remat": {"int": 3, "unknown-class": "Block"},
+    "progress": {"int": 3},
+}
+for _arg, _bad in FIT_BAD.items():
+    for _what, _value in _bad.items():
+        case("fit_step", _arg, _what, lambda w, a=_arg, v=_value: _fit(w, **{a: v}))
+case(
+    "fit_step",
+    "batch",
+    "int",
+    lambda w: nnx_introspect.fit_step(
+        "tests.test_bad_input:_linear", "data=2", 3, executor=_ONE_THREAD
+    ),
+)
+for _what, _value in {k: v for k, v in BAD_POSITIVE.items() if v is not None}.items():
+    case(
+        "fit_step",
+        "max_workers",
+        _what,
+        lambda w, v=_value: _fit(w, executor=None, max_workers=v),
+    )
+
 REPORTS: dict[str, Callable[[World], Any]] = {
     "CheckpointReport": lambda w: w.checkpoint_summary,
     "MeshConfigReport": lambda w: w.mesh_report,
@@ -697,6 +754,7 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     ),
     "Breakdown": lambda w: _breakdown(),
     "MeshComparison": lambda w: _compare(w),
+    "FitSearch": lambda w: _fit(w),
 }
 for _cls, _get in REPORTS.items():
     for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():

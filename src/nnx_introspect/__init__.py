@@ -43,6 +43,9 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._roofline.estimate import Roofline as Roofline
     from nnx_introspect._search.batch import BatchSearch as BatchSearch
     from nnx_introspect._search.batch import max_batch as max_batch
+    from nnx_introspect._search.fit import FitRow as FitRow
+    from nnx_introspect._search.fit import FitSearch as FitSearch
+    from nnx_introspect._search.fit import fit_step as fit_step
     from nnx_introspect._search.meshes import MeshCandidate as MeshCandidate
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
@@ -65,6 +68,8 @@ __all__ = [
     "CheckpointLeaf",
     "CheckpointReport",
     "DiffEntry",
+    "FitRow",
+    "FitSearch",
     "KindTotal",
     "LeafFingerprint",
     "LeafShard",
@@ -89,6 +94,7 @@ __all__ = [
     "compare_states",
     "count_params",
     "count_state_leaves",
+    "fit_step",
     "fresh_init_forward",
     "ideal_share",
     "max_batch",
@@ -109,6 +115,9 @@ _LAZY: dict[str, str] = {
     "MeshCandidate": "nnx_introspect._search.meshes",
     "MeshComparison": "nnx_introspect._search.meshes",
     "compare_meshes": "nnx_introspect._search.meshes",
+    "FitRow": "nnx_introspect._search.fit",
+    "FitSearch": "nnx_introspect._search.fit",
+    "fit_step": "nnx_introspect._search.fit",
     "Roofline": "nnx_introspect._roofline.estimate",
     "Breakdown": "nnx_introspect._breakdown.report",
     "BreakdownRow": "nnx_introspect._breakdown.report",

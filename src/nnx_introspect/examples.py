@@ -28,7 +28,9 @@ __all__ = [
     "llama",
     "llama_7b",
     "llama_7b_sharded",
+    "llama_7b_sharded_f32",
     "llama_7b_sharded_remat",
+    "llama_7b_sharded_remat_f32",
     "llama_tiny",
     "llama_tiny_sharded",
     "tied_embedding",
@@ -188,6 +190,17 @@ class LlamaConfig:
             (``nnx.remat``): the backward keeps only each layer's input and
             recomputes the rest, trading FLOPs for memory. The forward's
             values are the same.
+        dtype: The computation dtype, as mixed-precision trainers use it:
+            every ``Linear``, ``Embed`` and ``RMSNorm`` casts its parameters
+            to it and computes in it (their ``dtype=``), so the activations,
+            the residual stream and the returned logits are in it, while the
+            parameters, their gradients and the optimizer state stay in
+            ``param_dtype``. As trainers do, the RMSNorm statistics (flax
+            computes them in at least float32), the attention softmax
+            (``jax.nn.dot_product_attention`` computes it in float32) and the
+            rotary angles are float32. ``None`` (the default) computes in the
+            parameters' dtype, as the model did before it had this field. The
+            ``lm`` loss casts the logits to float32 before the cross-entropy.
 
     Example:
         >>> from nnx_introspect import abstract_model, count_params
@@ -195,6 +208,17 @@ class LlamaConfig:
         >>> # embed + lm_head + 2 layers x (2 norms + q,k,v,o + gate,up,down) + norm
         >>> count_params(abstract_model(llama(cfg)))
         2920
+
+        bfloat16 compute, float32 storage:
+
+        >>> import dataclasses, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> mixed = dataclasses.replace(cfg, dtype=jnp.bfloat16)
+        >>> model = Llama(mixed, rngs=nnx.Rngs(0))
+        >>> model(jnp.zeros((1, 5), jnp.int32)).dtype
+        dtype(bfloat16)
+        >>> {leaf.dtype for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))}
+        {dtype('float32')}
     """
 
     vocab: int
@@ -206,13 +230,25 @@ class LlamaConfig:
     partitioned: bool = False
     shard_activations: bool = False
     remat: bool = False
+    dtype: Any = None
 
 
 LLAMA_TINY = LlamaConfig(vocab=8000, d_model=256, n_layers=8, n_heads=4, d_ff=688)
 """About 10.4M parameters: small enough to build concretely in a test."""
 
-LLAMA_7B = LlamaConfig(vocab=32000, d_model=4096, n_layers=32, n_heads=32, d_ff=11008)
-"""The Llama-2-7B shapes: 6,738,415,616 parameters in 291 leaves."""
+LLAMA_7B = LlamaConfig(
+    vocab=32000,
+    d_model=4096,
+    n_layers=32,
+    n_heads=32,
+    d_ff=11008,
+    dtype=jnp.bfloat16,
+)
+"""The Llama-2-7B shapes: 6,738,415,616 float32 parameters in 291 leaves,
+computing in bfloat16 as 7B models are trained."""
+
+LLAMA_7B_F32 = dataclasses.replace(LLAMA_7B, dtype=None)
+""":data:`LLAMA_7B` computing in float32: the same parameters."""
 
 
 def _meta(cfg: LlamaConfig, names: tuple[str | None, ...]) -> dict[str, Any]:
@@ -316,29 +352,32 @@ def _rope(x: Float[Array, "b s h d"]) -> Float[Array, "b s h d"]:
     angle = (pos * freq)[None, :, None, :]
     cos, sin = jnp.cos(angle), jnp.sin(angle)
     x1, x2 = x[..., :half], x[..., half:]
-    return jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    y = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    # float32 angles promote a bfloat16 input: back to the compute dtype
+    return y if y.dtype == x.dtype else y.astype(x.dtype)
 
 
 class LlamaLayer(nnx.Module):
     """One pre-norm decoder layer: RMSNorm, attention, RMSNorm, gated MLP."""
 
     def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs) -> None:
-        d, f, dt = cfg.d_model, cfg.d_ff, cfg.param_dtype
+        d, f = cfg.d_model, cfg.d_ff
+        dt = {"dtype": cfg.dtype, "param_dtype": cfg.param_dtype}
         col, row = _meta(cfg, ("fsdp", "tp")), _meta(cfg, ("tp", "fsdp"))
 
         def linear(i: int, o: int, meta: dict[str, Any]) -> nnx.Linear:
             return nnx.Linear(
-                i, o, use_bias=False, param_dtype=dt, rngs=rngs, kernel_metadata=meta
+                i, o, use_bias=False, rngs=rngs, kernel_metadata=meta, **dt
             )
 
         self.n_heads = cfg.n_heads
         self.shard_activations = cfg.shard_activations
-        self.attn_norm = nnx.RMSNorm(d, param_dtype=dt, rngs=rngs)
+        self.attn_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
         self.q = linear(d, d, col)
         self.k = linear(d, d, col)
         self.v = linear(d, d, col)
         self.o = linear(d, d, row)
-        self.mlp_norm = nnx.RMSNorm(d, param_dtype=dt, rngs=rngs)
+        self.mlp_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
         self.gate = linear(d, f, col)
         self.up = linear(d, f, col)
         self.down = linear(f, d, row)
@@ -394,6 +433,7 @@ class Llama(nnx.Module):
         self.embed = nnx.Embed(
             cfg.vocab,
             cfg.d_model,
+            dtype=cfg.dtype,
             param_dtype=cfg.param_dtype,
             rngs=rngs,
             embedding_metadata=_meta(cfg, ("tp", "fsdp")),
@@ -401,11 +441,14 @@ class Llama(nnx.Module):
         self.layers = nnx.List(
             [LlamaLayer(cfg, rngs=rngs) for _ in range(cfg.n_layers)]
         )
-        self.norm = nnx.RMSNorm(cfg.d_model, param_dtype=cfg.param_dtype, rngs=rngs)
+        self.norm = nnx.RMSNorm(
+            cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+        )
         self.lm_head = nnx.Linear(
             cfg.d_model,
             cfg.vocab,
             use_bias=False,
+            dtype=cfg.dtype,
             param_dtype=cfg.param_dtype,
             rngs=rngs,
             kernel_metadata=_meta(cfg, ("fsdp", "tp")),
@@ -468,7 +511,10 @@ def llama_tiny(rngs: nnx.Rngs) -> Llama:
 def llama_7b(rngs: nnx.Rngs) -> Llama:
     """Llama-2-7B shapes: 6,738,415,616 float32 parameters (25.1 GiB) in 291 leaves.
 
-    Vocabulary 32000, width 4096, 32 layers, 32 heads, MLP width 11008.
+    Vocabulary 32000, width 4096, 32 layers, 32 heads, MLP width 11008. It
+    computes in bfloat16 with float32 parameters (``LlamaConfig.dtype``), as
+    7B models are trained: bfloat16 activations and matmuls, float32
+    parameters, gradients and optimizer state.
 
     Build it abstractly (:func:`~nnx_introspect.abstract_model`): concretely it
     needs 25 GiB.
@@ -516,7 +562,9 @@ def llama_7b_sharded(rngs: nnx.Rngs) -> Llama:
     """:func:`llama_7b` with sharding annotations (``fsdp``, ``tp``): a real split.
 
     The same annotations and activation constraints as
-    :func:`llama_tiny_sharded`. On ``fsdp=2,tp=4`` the
+    :func:`llama_tiny_sharded`, and the same bfloat16 compute with float32
+    parameters as :func:`llama_7b` (:func:`llama_7b_sharded_f32` computes in
+    float32). On ``fsdp=2,tp=4`` the
     embedding, the head and the 224 layer kernels split 8 ways and the 65 norm
     scales stay replicated; on ``fsdp=3,tp=5`` nothing divides 4096 or 11008,
     and the plan lists 450 indivisible dimensions.
@@ -534,13 +582,34 @@ def llama_7b_sharded(rngs: nnx.Rngs) -> Llama:
     return Llama(_sharded(LLAMA_7B), rngs=rngs)
 
 
+def llama_7b_sharded_f32(rngs: nnx.Rngs) -> Llama:
+    """:func:`llama_7b_sharded` computing in float32: activations and matmuls too.
+
+    The example as it was before it computed in bfloat16
+    (``LlamaConfig.dtype=None``): the same parameters, shardings and state
+    bytes; only the step's activations (twice the bytes) and its matmuls'
+    precision differ.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> from nnx_introspect import mesh_config_report
+        >>> model = abstract_model(llama_7b_sharded_f32)
+        >>> count_params(model) == count_params(abstract_model(llama_7b_sharded))
+        True
+        >>> mesh_config_report(model, "fsdp=2,tp=4").bytes_per_device
+        3370139648
+    """
+    return Llama(_sharded(LLAMA_7B_F32), rngs=rngs)
+
+
 def llama_7b_sharded_remat(rngs: nnx.Rngs) -> Llama:
     """:func:`llama_7b_sharded` with each decoder layer rematerialised.
 
     ``LlamaConfig.remat``: the backward pass keeps each layer's input and
     recomputes its attention and MLP, instead of keeping their activations
     (the attention probabilities, ``f32[B, heads, T, T]`` per layer, above
-    all). The same parameters and the same forward values.
+    all). The same parameters and the same forward values; bfloat16 compute,
+    float32 parameters, as :func:`llama_7b_sharded`.
 
     Example:
         >>> from nnx_introspect import abstract_model, count_params
@@ -548,3 +617,15 @@ def llama_7b_sharded_remat(rngs: nnx.Rngs) -> Llama:
         6738415616
     """
     return Llama(dataclasses.replace(_sharded(LLAMA_7B), remat=True), rngs=rngs)
+
+
+def llama_7b_sharded_remat_f32(rngs: nnx.Rngs) -> Llama:
+    """:func:`llama_7b_sharded_remat` computing in float32 (``LlamaConfig.dtype=None``).
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> model = abstract_model(llama_7b_sharded_remat_f32)
+        >>> count_params(model) == count_params(abstract_model(llama_7b_sharded_remat))
+        True
+    """
+    return Llama(dataclasses.replace(_sharded(LLAMA_7B_F32), remat=True), rngs=rngs)

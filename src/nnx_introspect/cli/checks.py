@@ -48,7 +48,13 @@ def check_step(args: argparse.Namespace) -> None:
             counts, ``--network-bandwidth`` without a ``--topology``...
     """
     meshes: list[str] = list(args.mesh)
-    if _comparing(meshes):
+    if getattr(args, "fit", False):
+        from nnx_introspect.cli.fit import check_fit_flags
+
+        check_fit_flags(args)
+        if _comparing(meshes):
+            _check_mesh_list(meshes)
+    elif _comparing(meshes):
         check_compare_flags(args, meshes)
         if meshes == ["auto"] and args.topology is None:
             devices = _cpu_devices(os.environ)

@@ -9,6 +9,7 @@ from typing import TYPE_CHECKING, Any
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
 from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
 from nnx_introspect.cli.errors import _usage_error
+from nnx_introspect.cli.fit import run_fit
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.options import add_option_args, option_kwargs
 from nnx_introspect.cli.output import _emit
@@ -133,6 +134,16 @@ def _add_search_and_breakdown_args(parser: argparse.ArgumentParser) -> None:
         "size is where the search starts); exits with 1 when no batch fits",
     )
     parser.add_argument(
+        "--fit",
+        action="store_true",
+        help="search the fastest configuration that fits the budget instead: "
+        "the --mesh (or several, or auto) x rematerialising a layer (--remat "
+        "CLASS, default: the one keeping the most activations) under each "
+        "jax.checkpoint_policies policy x microbatches, each compiled (a few "
+        "compiles, pruned by what the last ones showed); exits with 1 when "
+        "nothing fits",
+    )
+    parser.add_argument(
         "--jobs",
         type=jobs_arg,
         default=None,
@@ -188,6 +199,8 @@ def _top_arg(text: str) -> int:
 
 def _run_step(args: argparse.Namespace) -> int:
     meshes: list[str] = list(args.mesh)
+    if args.fit:
+        return run_fit(args, meshes)
     if len(meshes) > 1 or meshes[0] == "auto":
         return run_compare(args, meshes, args.jobs)
     check_one_step(args)  # main checked it before JAX; again for direct callers

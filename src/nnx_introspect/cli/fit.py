@@ -1,0 +1,84 @@
+"""``step --fit``: the fastest configuration of the step that fits."""
+
+import argparse
+import sys
+
+from nnx_introspect.cli.args import PROG
+from nnx_introspect.cli.errors import UsageError, _usage_error
+from nnx_introspect.cli.output import _emit
+from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
+from nnx_introspect.cli.progress import _status
+
+__all__ = ["check_fit_flags", "run_fit"]
+
+_NOT_WITH_FIT = (
+    ("max_batch", "--max-batch", "searches batch sizes of one configuration"),
+    ("breakdown", "--breakdown", "breaks down one step's peak"),
+    ("top", "--top", "shows one step's largest buffers"),
+)
+
+
+def check_fit_flags(args: argparse.Namespace) -> None:
+    """Refuse flags ``--fit`` chooses itself or cannot take: usage errors."""
+    for name, flag, what in _NOT_WITH_FIT:
+        if getattr(args, name, None) not in (None, False):
+            raise UsageError(
+                f"argument {flag}: {what}, and --fit searches configurations; "
+                f"run the chosen configuration with {flag} afterwards"
+            )
+    if getattr(args, "microbatches", 1) != 1:
+        raise UsageError(
+            "argument --microbatches: --fit chooses the microbatches itself; "
+            "leave --microbatches out"
+        )
+    remat = getattr(args, "remat", None) or []
+    if len(remat) > 1 or any(policy is not None for _, policy in remat):
+        raise UsageError(
+            "argument --remat: with --fit, give one class (--remat LlamaLayer): "
+            "--fit tries every policy"
+        )
+    if args.max_device_bytes is None and args.topology is None:
+        raise UsageError(
+            "argument --fit: needs a budget: --max-device-bytes SIZE or a "
+            "--topology whose memory gives it"
+        )
+    if args.loss is None or args.loss == "none":
+        raise UsageError(
+            "argument --fit: changes the backward pass; --loss none compiles the "
+            "forward only"
+        )
+
+
+def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
+    """Run ``fit_step`` for ``step --fit``; 1 (and the verdict) when none fits."""
+    from nnx_introspect._search.fit import fit_step
+
+    check_fit_flags(args)
+    batch, loss = _step_inputs(args)
+    rules, logical = _read_rules(args)
+    remat = getattr(args, "remat", None) or []
+    message = f"Searching the fastest configuration of {args.target} that fits..."
+    try:
+        with _status(message):
+            search = fit_step(
+                args.target,
+                meshes[0] if len(meshes) == 1 else meshes,
+                batch,
+                loss=loss,
+                optimizer=args.optimizer,
+                rules=rules,
+                logical_rules=logical,
+                topology=args.topology,
+                max_device_bytes=args.max_device_bytes,
+                remat=remat[0][0] if remat else None,
+                max_workers=args.jobs,
+                trace_as_target=not getattr(args, "trace_as_cpu", False),
+                network_bytes_per_second=getattr(args, "network_bandwidth", None),
+            )
+    except (TypeError, ValueError, ImportError) as error:
+        raise _usage_error(error, args) from error
+    _emit(search, args.format)
+    if search.ok:
+        return 0
+    sys.stderr.write(f"{PROG}: {search.verdict}.\n")
+    return 1
