@@ -465,6 +465,10 @@ STEP_BAD: dict[str, dict[str, Any]] = {
         "no-split": 2,  # 1 row per microbatch over data=2
         "not-dividing": 3,
     },
+    "tokens_per_step": {
+        **{k: v for k, v in BAD_POSITIVE.items() if v is not None},
+        "str": "many",
+    },
 }
 for _arg, _bad in STEP_BAD.items():
     for _what, _value in _bad.items():

@@ -407,6 +407,7 @@ def max_batch(
     breakdown: bool = False,
     remat: RematLike = None,
     microbatches: IntLike = 1,
+    tokens_per_step: IntLike | None = None,
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
@@ -463,6 +464,8 @@ def max_batch(
         microbatches: See :class:`~nnx_introspect.StepSpec`; every size tried
             is then a multiple of ``microbatches`` times the data-parallel
             size, so each microbatch splits as the whole batch does.
+        tokens_per_step: See :class:`~nnx_introspect.StepSpec` (the reports'
+            estimates; the search itself reads memory only).
 
     Returns:
         A frozen :class:`BatchSearch`.
@@ -508,6 +511,7 @@ def max_batch(
         breakdown=breakdown,
         remat=remat,
         microbatches=microbatches,
+        tokens_per_step=tokens_per_step,
     )
     limit, basis = search_budget(spec.budget)
     start = leading_size(spec.batch)

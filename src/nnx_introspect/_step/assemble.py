@@ -112,6 +112,7 @@ def assemble_report(
         remat=request.remat,
         microbatches=request.microbatches,
         target=request.target_name,
+        tokens_per_step=request.tokens_per_step,
     )
     extra = _caveats(report, request, plan)
     return (

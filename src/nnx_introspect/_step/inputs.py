@@ -106,6 +106,8 @@ class _Request:
     """``(module class name, policy name)`` pairs rematerialised while traced."""
     microbatches: int = 1
     """How many microbatches one step accumulates gradients over."""
+    tokens_per_step: int | None = None
+    """The tokens one step trains on, where the batch does not tell."""
 
     @property
     def num_devices(self) -> int:

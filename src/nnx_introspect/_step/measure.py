@@ -66,6 +66,7 @@ def step_memory_report(
     network_bytes_per_second: IntLike | str | None = None,
     remat: RematLike = None,
     microbatches: IntLike = 1,
+    tokens_per_step: IntLike | None = None,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -123,6 +124,7 @@ def step_memory_report(
         network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`.
         remat: See :class:`~nnx_introspect.StepSpec`.
         microbatches: See :class:`~nnx_introspect.StepSpec`.
+        tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -174,6 +176,7 @@ def step_memory_report(
         network_bytes_per_second=network_bytes_per_second,
         remat=remat,
         microbatches=microbatches,
+        tokens_per_step=tokens_per_step,
     )
     return measure_step(spec, debug=debug)
 

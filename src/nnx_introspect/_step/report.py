@@ -141,6 +141,8 @@ class StepMemoryReport(Report):
             gradients over (``microbatches=``; 1: one pass over the batch).
         target: The model's ``"package.module:factory"`` name, when it has
             one (shown on the HTML page).
+        tokens_per_step: The tokens per step given for the MFU
+            (``tokens_per_step=``), or ``None``: the batch's.
         roofline: A step-time estimate for the named ``topology``, computed
             once when the report is made (not an argument):
             :func:`~nnx_introspect._step.step_estimate.step_roofline` of the
@@ -193,6 +195,7 @@ class StepMemoryReport(Report):
     remat: tuple[tuple[str, str], ...] = ()
     microbatches: int = 1
     target: str | None = None
+    tokens_per_step: int | None = None
     roofline: Roofline | None = dataclasses.field(
         init=False, default=None, compare=False
     )
@@ -208,6 +211,7 @@ class StepMemoryReport(Report):
             loss=self.loss,
             batch=self.batch,
             network_bytes_per_second=self.network_bytes_per_second,
+            tokens_per_step=self.tokens_per_step,
         )
         object.__setattr__(self, "roofline", estimate)
 

@@ -69,6 +69,8 @@ class RenderedStep(Protocol):
     @property
     def microbatches(self) -> int: ...
     @property
+    def tokens_per_step(self) -> int | None: ...
+    @property
     def memory(self) -> StepMemory: ...
     @property
     def budget(self) -> StepBudget: ...
@@ -399,6 +401,7 @@ def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[st
         "optimizer": report.optimizer,
         "remat": dict(report.remat),
         "microbatches": report.microbatches,
+        "tokens_per_step": report.tokens_per_step,
         "batch": list(report.batch),
         "batch_specs": [spec_json(s) for s in report.batch_specs],
         "temporaries_caveat": CPU_CAVEAT if compiled.backend == "cpu" else None,

@@ -38,7 +38,7 @@ from nnx_introspect._step.inputs import (
     importable_name,
 )
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
-from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla.toolchain import check_compiler
 
 __all__ = [
@@ -154,6 +154,10 @@ class StepSpec:
             slice of its own rows. ``k`` must divide every batch leaf's rows,
             and the ``B / k`` rows of a microbatch must divide over the mesh
             axes the rows are split on.
+        tokens_per_step: The tokens one step trains on, for the MFU's
+            ``6·N·tokens`` where the batch does not tell (packed sequences,
+            float inputs); default: ``B·T`` of the batch's first ``[B, T]``
+            integer leaf, else no MFU (a hardware FLOPs utilisation).
         model: The abstract module built from ``target`` (never the caller's
             own object).
         mesh_axes: The mesh's ``(axis, size)`` pairs, in order.
@@ -201,6 +205,7 @@ class StepSpec:
     network_bytes_per_second: IntLike | str | None = None
     remat: RematLike = None
     microbatches: IntLike = 1
+    tokens_per_step: IntLike | None = None
     _built: Any = dataclasses.field(default=None, repr=False, compare=False)
     """``(target, model)``: the model a spec of the same target already built."""
 
@@ -248,6 +253,9 @@ class StepSpec:
         microbatches = as_microbatches(
             self.microbatches, leaves, specs, mesh_axes, loss
         )
+        tokens = self.tokens_per_step
+        if tokens is not None:
+            tokens = as_int(tokens, "tokens_per_step", minimum=1)
         for name, value in (
             ("_built", (self.target, model)),
             ("model", model),
@@ -263,6 +271,7 @@ class StepSpec:
             ("network_bytes_per_second", network),
             ("remat", remat),
             ("microbatches", microbatches),
+            ("tokens_per_step", tokens),
         ):
             object.__setattr__(self, name, value)
 
@@ -305,6 +314,9 @@ class StepSpec:
             breakdown=self.breakdown,
             remat=self.remat,  # type: ignore[arg-type]  # normalised pairs
             microbatches=int(self.microbatches),
+            tokens_per_step=None
+            if self.tokens_per_step is None
+            else int(self.tokens_per_step),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -357,6 +369,7 @@ class StepSpec:
             network_bytes_per_second=fields.get("network_bytes_per_second"),
             remat=tuple((str(c), str(p)) for c, p in fields.get("remat", ())),
             microbatches=int(fields.get("microbatches", 1)),
+            tokens_per_step=fields.get("tokens_per_step"),
             _built=None if model is None else (target, model),
         )
 
@@ -421,6 +434,7 @@ def step_json(spec: StepSpec, why: str) -> dict[str, Any]:
         "network_bytes_per_second": spec.network_bytes_per_second,
         "remat": [list(pair) for pair in spec.remat],  # type: ignore[union-attr]
         "microbatches": spec.microbatches,
+        "tokens_per_step": spec.tokens_per_step,
     }
 
 

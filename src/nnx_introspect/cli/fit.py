@@ -74,6 +74,7 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
                 max_workers=args.jobs,
                 trace_as_target=not getattr(args, "trace_as_cpu", False),
                 network_bytes_per_second=getattr(args, "network_bandwidth", None),
+                tokens_per_step=getattr(args, "tokens_per_step", None),
             )
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error

@@ -70,6 +70,15 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         "offload_dot_with_no_batch_dims; repeat for several classes",
     )
     parser.add_argument(
+        "--tokens-per-step",
+        type=_tokens_arg,
+        default=None,
+        metavar="N",
+        help="the tokens one step trains on, for the MFU's 6·N·tokens where the "
+        "batch does not tell (packed sequences, float inputs); default: B x T of "
+        "the first integer [B, T] --batch",
+    )
+    parser.add_argument(
         "--microbatches",
         type=microbatches_arg,
         default=1,
@@ -87,4 +96,22 @@ def option_kwargs(args: argparse.Namespace) -> dict[str, Any]:
     return {
         "remat": remat or None,
         "microbatches": getattr(args, "microbatches", 1),
+        "tokens_per_step": getattr(args, "tokens_per_step", None),
     }
+
+
+def _tokens_arg(text: str) -> int:
+    """``--tokens-per-step N``: a positive integer.
+
+    Example:
+        >>> _tokens_arg("16384")
+        16384
+    """
+    need = f"must be a positive integer (tokens per step), got {text!r}"
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(need) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(need)
+    return value

@@ -85,6 +85,7 @@ def fit_step(
     trace_as_target: bool = True,
     network_bytes_per_second: IntLike | str | None = None,
     progress: Callable[[int, int, FitRow], object] | None = None,
+    tokens_per_step: IntLike | None = None,
 ) -> FitSearch:
     """The fastest configuration of one training step that fits the budget.
 
@@ -121,6 +122,7 @@ def fit_step(
         trace_as_target: See :class:`~nnx_introspect.StepSpec`.
         network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`.
         progress: Called with ``(done, submitted, row)`` after each compile.
+        tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
 
     Returns:
         A frozen :class:`FitSearch`: every row, the chosen configuration and
@@ -155,6 +157,7 @@ def fit_step(
         batch_spec=batch_spec,
         max_device_bytes=max_device_bytes,
         trace_as_target=trace_as_target,
+        tokens_per_step=tokens_per_step,
     )
     spec, candidates, target_name = _checked(
         spec, meshes, topology, network_bytes_per_second

@@ -72,6 +72,7 @@ def compare_meshes(
     compiling: Callable[[tuple[str, ...], tuple[float, ...]], object] | None = None,
     remat: RematLike = None,
     microbatches: IntLike = 1,
+    tokens_per_step: IntLike | None = None,
 ) -> MeshComparison:
     """Compile one step of ``target`` on each of ``meshes`` and rank them.
 
@@ -165,6 +166,7 @@ def compare_meshes(
         microbatches: See :class:`~nnx_introspect.StepSpec`; a mesh whose
             data-parallel axes a microbatch's rows do not divide over is
             rejected.
+        tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
 
     Returns:
         A frozen :class:`MeshComparison`.
@@ -226,6 +228,7 @@ def compare_meshes(
         trace_as_target=trace_as_target,
         remat=remat,
         microbatches=microbatches,  # its rows and loss; its split: per mesh
+        tokens_per_step=tokens_per_step,
     )
     target_name, _, _ = step_names(probe, _BY_NAME)
     for name in ("rules", "logical_rules", "batch_spec"):
