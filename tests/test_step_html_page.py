@@ -57,7 +57,9 @@ def test_the_page_names_what_was_compiled(report: StepMemoryReport) -> None:
     assert facts["optimizer"] == "adamw"
     assert facts["batch"] == "int32[8,64] split as P(&#x27;fsdp&#x27;)"
     assert facts["mesh"] == "fsdp=2, tp=4 (8 devices)"
-    assert facts["model"].startswith(f"{report.plan.n_params:,} parameters")
+    n = report.plan.n_params
+    assert facts["model"].startswith(f"{_TARGET} ({n:,} parameters")
+    assert "options" not in facts  # none applied
     assert facts["step"] == "forward + backward + optimizer update"
     assert facts["topology"].startswith("none")
     # right under the verdict, before the table
@@ -111,5 +113,13 @@ def test_without_a_budget_the_bar_has_no_budget(report: StepMemoryReport) -> Non
     assert bold == ["peak per device"]
 
 
-def test_the_json_is_unchanged(report: StepMemoryReport) -> None:
-    assert list(json.loads(report.to_json())) == _SCHEMA_V4_KEYS
+_ADDED_KEYS = ["remat", "microbatches", "tokens_per_step"]
+"""Keys added since (issue 25's step options, issue 24's tokens), after
+``optimizer``: every earlier key keeps its place."""
+
+
+def test_the_json_only_adds_keys(report: StepMemoryReport) -> None:
+    keys = list(json.loads(report.to_json()))
+    assert [k for k in keys if k not in _ADDED_KEYS] == _SCHEMA_V4_KEYS
+    after = keys.index("optimizer") + 1
+    assert keys[after : after + len(_ADDED_KEYS)] == _ADDED_KEYS

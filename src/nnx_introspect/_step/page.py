@@ -11,7 +11,7 @@ from collections.abc import Sequence
 from nnx_introspect._render import svg
 from nnx_introspect._render.formats import spec_str
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._step.report_render import RenderedStep
+from nnx_introspect._step.report_render import RenderedStep, options_text
 
 __all__ = [
     "compiled_html",
@@ -29,8 +29,9 @@ _COLOURS = {
 def compiled_html(report: RenderedStep) -> str:
     """What was compiled, as a definition list: model, loss, optimizer, batch, mesh.
 
-    The model is named by its plan's parameters (the report keeps no name of
-    the target).
+    The model by its ``"package.module:factory"`` name when it has one
+    (:attr:`~nnx_introspect.StepMemoryReport.target`), with its plan's
+    parameters; the options (remat, microbatches) when any was applied.
     """
     plan = report.plan
     batch = "; ".join(
@@ -41,12 +42,11 @@ def compiled_html(report: RenderedStep) -> str:
         f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes, strict=True)
     )
     compiled = report.compilation
-    facts = (
+    size = f"{plan.n_params:,} parameters in {plan.n_state_leaves:,} state leaves"
+    name = getattr(report, "target", None)
+    facts: tuple[tuple[str, str], ...] = (
         ("step", report.step),
-        (
-            "model",
-            f"{plan.n_params:,} parameters in {plan.n_state_leaves:,} state leaves",
-        ),
+        ("model", size if name is None else f"{name} ({size})"),
         ("loss", report.loss or "none (forward only)"),
         ("optimizer", report.optimizer or "none"),
         ("batch", batch or "none"),
@@ -56,6 +56,8 @@ def compiled_html(report: RenderedStep) -> str:
             report.topology or f"none ({compiled.device_kind}, {report.compiled_in})",
         ),
     )
+    if report.remat or report.microbatches > 1:
+        facts += (("options", options_text(report.remat, report.microbatches)),)
     items = "".join(
         f"<dt>{html.escape(name)}</dt><dd>{html.escape(value)}</dd>"
         for name, value in facts
