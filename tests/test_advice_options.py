@@ -53,6 +53,14 @@ def test_nothing_on_a_step_that_fits() -> None:
     assert "What to change" not in page
 
 
+FIT = (
+    "try: `--fit` (`fit_step`) for all of them at once: it compiles the step with"
+    " a layer rematerialised under each policy, with microbatches and on each"
+    " mesh, and names the fastest configuration that fits."
+)
+"""The last option whenever there is one: the search that tries them all."""
+
+
 def test_the_options_name_what_to_try() -> None:
     facts = what_to_change(ATTENTION, fits=False, fraction=0.93)
     options = [f for f in facts if f.startswith("try: ")]
@@ -69,6 +77,7 @@ def test_the_options_name_what_to_try() -> None:
         " devices.",
         "try: `XLA_CLIENT_MEM_FRACTION=0.93`: the allocator's pool then holds the"
         " step.",
+        FIT,
     ]
     # the options come after every fact
     assert facts[-len(options) :] == tuple(options)
@@ -91,6 +100,7 @@ def test_only_options_whose_trigger_is_present() -> None:
     assert [o.split(" (")[0].split(":")[1] for o in options] == [
         " rematerialise `LlamaBlock.__call__`",
         " a smaller global batch",
+        " `--fit`",
     ]
     # temporaries alone trigger no option
     alone = _breakdown(_row("temporary", 100 * MiB, (25 * MiB,)))

@@ -43,6 +43,7 @@ from nnx_introspect._xla.dump import (
     read_peak,
 )
 from nnx_introspect.examples import LLAMA_TINY, Llama
+from tests.test_advice_options import FIT
 
 needs_plugin = pytest.mark.skipif(
     toolchain.cuda_plugin_version() is None,
@@ -723,6 +724,7 @@ def test_what_to_change_kind_shares() -> None:
         # the temporary's one buffer is said once, as its kind; then the option
         "try: a larger tp axis: the parameters and optimizer state split over"
         " more devices.",
+        FIT,
     )
 
 
@@ -757,6 +759,7 @@ def test_what_to_change_activations_by_function() -> None:
         " backward pass recomputes its activations instead of keeping them.",
         "try: a smaller global batch (`--max-batch` finds the largest that fits):"
         " the activations and the batch shrink with it.",
+        FIT,
     )
 
 
@@ -782,13 +785,14 @@ def test_what_to_change_collectives_and_gap() -> None:
     assert not any("collective buffers hold" in f for f in facts)
     # held 12 GiB, peak 10 GiB: the gap is 2 GiB, 17% of what is held (the last
     # fact; the option the parameters' share triggers follows)
-    assert facts[-1].startswith("try: a larger tp axis")
-    assert facts[-2] == (
+    assert facts[-1] == FIT
+    assert facts[-2].startswith("try: a larger tp axis")
+    assert facts[-3] == (
         "the device holds 2 GiB (17% of 12 GiB) beyond the buffers live at the peak."
     )
     # a live-range peak above what is held (XLA:TPU, XLA:GPU) is said, not hidden
     below = what_to_change(_breakdown(*rows, held=8 * gib))
-    assert below[-2] == (
+    assert below[-3] == (
         "XLA's live-range peak is 2 GiB above the 8 GiB memory_analysis() counts"
         " as held."
     )

@@ -88,6 +88,9 @@ def what_to_change(
         optimizer state is 41% of the peak (41 B in 1 buffer).
         try: a larger tp axis: the parameters and optimizer state split over \
 more devices.
+        try: `--fit` (`fit_step`) for all of them at once: it compiles the step \
+with a layer rematerialised under each policy, with microbatches and on each \
+mesh, and names the fastest configuration that fits.
         >>> what_to_change(breakdown, fits=True)
         ()
     """
@@ -263,6 +266,13 @@ def _options(
         options.append(
             f"try: `XLA_CLIENT_MEM_FRACTION={fraction:.2f}`: the allocator's pool"
             " then holds the step."
+        )
+    if options:
+        options.append(
+            "try: `--fit` (`fit_step`) for all of them at once: it compiles the"
+            " step with a layer rematerialised under each policy, with"
+            " microbatches and on each mesh, and names the fastest configuration"
+            " that fits."
         )
     return options
 
