@@ -7,7 +7,7 @@ from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
-from nnx_introspect.cli.progress import _status
+from nnx_introspect.cli.progress import _ClockLine, _status
 
 __all__ = ["check_fit_flags", "run_fit"]
 
@@ -58,8 +58,10 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
     rules, logical = _read_rules(args)
     remat = getattr(args, "remat", None) or []
     message = f"Searching the fastest configuration of {args.target} that fits..."
+    line = _ClockLine(message)
     try:
-        with _status(message):
+        with _status(line) as redraw:
+            line.redraw = redraw
             search = fit_step(
                 args.target,
                 meshes[0] if len(meshes) == 1 else meshes,
@@ -75,6 +77,7 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
                 trace_as_target=not getattr(args, "trace_as_cpu", False),
                 network_bytes_per_second=getattr(args, "network_bandwidth", None),
                 tokens_per_step=getattr(args, "tokens_per_step", None),
+                progress=line.fitted,
             )
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error

@@ -48,6 +48,45 @@ def _left(seconds: float) -> str:
     return f"about {_duration(seconds)} left"
 
 
+class _ClockLine:
+    """A line with the time since it began: ``Compiling the step... (12s)``.
+
+    ``note`` (set by :meth:`fitted`, ``step --fit``'s progress) follows it:
+    how many compiles finished and the last one's answer.
+
+    Example:
+        >>> ticks = iter([0.0, 72.0])
+        >>> line = _ClockLine("Compiling...", clock=lambda: next(ticks))
+        >>> line.text()
+        'Compiling... (1m 12s)'
+    """
+
+    def __init__(
+        self, message: str, clock: Callable[[], float] = time.monotonic
+    ) -> None:
+        self.message, self.clock = message, clock
+        self.began = clock()
+        self.note = ""
+        self.redraw: Callable[[], None] = lambda: None
+
+    def fitted(self, done: int, submitted: int, row: Any) -> None:
+        """``fit_step``'s ``progress``: ``done`` of ``submitted`` compiled."""
+        self.note = (
+            f"; {done} of {submitted} compiled; {row.name} with {row.options}: "
+            f"{row.status}"
+        )
+        self.redraw()
+
+    def text(self) -> str:
+        """The line as it reads now."""
+        return f"{self.message} ({_duration(self.clock() - self.began)}){self.note}"
+
+    def __rich__(self) -> Any:
+        from rich.text import Text
+
+        return Text(self.text())
+
+
 class _SearchLine:
     """The ``--max-batch`` progress line, its text recomputed at each redraw.
 

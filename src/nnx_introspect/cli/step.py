@@ -14,7 +14,7 @@ from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.options import add_option_args, option_kwargs
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules, _step_inputs
-from nnx_introspect.cli.progress import _SearchLine, _status
+from nnx_introspect.cli.progress import _ClockLine, _SearchLine, _status
 from nnx_introspect.cli.rates import _rate_arg
 
 if TYPE_CHECKING:
@@ -275,7 +275,7 @@ def _compile(
     """One step's report, a spinner on a terminal while it compiles."""
     from nnx_introspect._step import step_memory_report
 
-    with _status(message):
+    with _status(_ClockLine(message)):
         return step_memory_report(target, mesh, batch, debug=debug, **common)
 
 
