@@ -325,12 +325,14 @@ class _Search:
         """Every stage, in order."""
         alive = self._planned(candidates)
         self.compile([(m, None, 1) for m in alive], breakdown=True)
-        failing = [m for m in alive if self.found[(m, None, 1)][0].status != "fits"]
+        failing = [  # a compile that failed is not a step that is too big
+            m for m in alive if self.found[(m, None, 1)][0].status == "does not fit"
+        ]
         self.layer = layer
         if layer is None:
             self.layer, self.layer_basis = self._choose_layer(failing)
         for mesh in alive:
-            if mesh not in failing:
+            if self.found[(mesh, None, 1)][0].status == "fits":
                 self._skip_all(
                     mesh, "the mesh fits without options, each of which only adds time"
                 )
