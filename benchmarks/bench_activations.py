@@ -1,9 +1,13 @@
 """Activation memory of the sharded 7B example: XLA:GPU's figure against the formula.
 
-Measures (issue 17, item 4) the AdamW training step of ``llama_7b_sharded``
-(next-token loss, T=2048) on ``h100-8`` (``fsdp=2,tp=4``) at B=4, 8 and 16 and on
-``h100-2048`` (``fsdp=256,tp=8``) at B=256, each compiled deviceless by XLA:GPU
-in a child process. Per step:
+Measures (issue 17, item 4) the AdamW training step of the float32 7B example
+``llama_7b_sharded_f32`` (``TARGET`` of ``tests/test_examples_activations.py``;
+next-token loss, T=2048) on ``h100-8`` (``fsdp=2,tp=4``) at B=4, 8 and 16 and on
+``h100-2048`` (``fsdp=256,tp=8``) at B=256, then the bfloat16 example
+``llama_7b_sharded`` (float32 parameters, bfloat16 compute) on ``h100-8`` at B=8
+and on ``h100-2048`` at B=256 against the same formula with 2-byte activations
+(``expected_bf16_temp_bytes`` of ``tests/test_examples_dtype_activations.py``),
+each compiled deviceless by XLA:GPU in a child process. Per step:
 
 * **compiled temporaries**: the report's ``temp_bytes``, XLA's temporaries per
   device (saved activations, the loss's logits and their gradient, the
@@ -14,12 +18,13 @@ in a child process. Per step:
   FSDP-gathered weights: ``expected_temp_bytes`` of
   ``tests/test_examples_activations.py``, whose docstring lists every adapted
   term;
-* **ratio**: compiled / formula (the test holds B=4 and B=256 within 0.6-1.6);
+* **ratio**: compiled / formula (the tests hold float32 B=4 and B=256, and
+  bfloat16 B=256, within 0.6-1.6);
 * **constraints**: the sharding constraints in the lowered step (forward and
   transposed);
 * **verdict**: the report's verdict line.
 
-From B=8 on ``h100-8`` the step reaches the memory XLA:GPU's scheduler
+From B=8 on ``h100-8`` the float32 step reaches the memory XLA:GPU's scheduler
 rematerialises towards, or the device's: the figure is then what
 rematerialisation left of the step (or the compiler's required bytes), and the
 ratio says less about the example's activations.
@@ -43,25 +48,34 @@ from nnx_introspect._render.table import format_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
 from tests.test_examples_activations import SEQ, TARGET, expected_temp_bytes
+from tests.test_examples_dtype_activations import TARGET as BF16_TARGET
+from tests.test_examples_dtype_activations import expected_bf16_temp_bytes
 
-CASES = (
+F32_CASES = (
     ("h100-8", {"fsdp": 2, "tp": 4}, 4),
     ("h100-8", {"fsdp": 2, "tp": 4}, 8),
     ("h100-8", {"fsdp": 2, "tp": 4}, 16),
     ("h100-2048", {"fsdp": 256, "tp": 8}, 256),
 )
+BF16_CASES = (
+    ("h100-8", {"fsdp": 2, "tp": 4}, 8),
+    ("h100-2048", {"fsdp": 256, "tp": 8}, 256),
+)
+CASES = tuple((TARGET, expected_temp_bytes, *case) for case in F32_CASES) + tuple(
+    (BF16_TARGET, expected_bf16_temp_bytes, *case) for case in BF16_CASES
+)
 
 
 def main() -> None:
     print(
-        "| Step (llama_7b_sharded, AdamW, T=2048) | compiled temporaries | formula "
+        "| Step (AdamW, T=2048) | compiled temporaries | formula "
         "| ratio | constraints | verdict |"
     )
     print("| :--- | ---: | ---: | ---: | ---: | :--- |")
-    for topology, mesh, batch in CASES:
+    for target, formula, topology, mesh, batch in CASES:
         start = time.perf_counter()
         report = step_memory_report(
-            TARGET,
+            target,
             mesh,
             jax.ShapeDtypeStruct((batch, SEQ), jnp.int32),
             loss="lm",
@@ -69,10 +83,11 @@ def main() -> None:
             topology=topology,
         )
         wall = time.perf_counter() - start
-        expected = expected_temp_bytes(batch, mesh["fsdp"], mesh["tp"])
+        expected = formula(batch, mesh["fsdp"], mesh["tp"])
         axes = ",".join(f"{a}={n}" for a, n in mesh.items())
+        name = target.rsplit(":", 1)[1]
         print(
-            f"| {topology} ({axes}) B={batch} ({wall:.0f} s) "
+            f"| {name} {topology} ({axes}) B={batch} ({wall:.0f} s) "
             f"| {format_bytes(report.temp_bytes)} "
             f"| {format_bytes(round(expected))} "
             f"| {report.temp_bytes / expected:.2f} "

@@ -24,9 +24,16 @@ Measures (issue 9), on 8 virtual CPU devices set before JAX starts:
 * ``--sweep`` (issue 19): ``compare_meshes`` of the 7B on ``h100-256``
   (B=256, AdamW, ``meshes="auto"``) with 1 and 2 local jobs and on a Dask
   ``LocalCluster`` of 2 workers: wall time (target <= 6 min with 2 jobs), the
-  speed-up, and whether the rows agree.
+  speed-up, and whether the rows agree;
+* ``--fit`` (issue 25): ``fit_step`` on the float32 7B
+  (``llama_7b_sharded_f32``, ``fsdp=2,tp=4``, B=8x2048, AdamW, ``h100-8``,
+  60.60 GiB against a 59.33 GiB budget) with 2 local jobs: compiles (target
+  <= 12), wall time (target <= 10 min), the chosen row and the change, and
+  the chosen configuration reported alone by ``step_memory_report`` with the
+  same options (its peak equals the row's).
 
-    python benchmarks/bench_step.py [--skip-7b] [--breakdown-cost] [--sweep]
+    python benchmarks/bench_step.py [--skip-7b] [--breakdown-cost] [--sweep] [--fit]
+    python benchmarks/bench_step.py --only --fit    # only the flagged rows
 """
 
 import os
@@ -84,6 +91,7 @@ def main() -> None:
     parser.add_argument("--7b-batch", dest="batch_7b", type=int, default=256)
     parser.add_argument("--breakdown-cost", action="store_true")
     parser.add_argument("--sweep", action="store_true")
+    parser.add_argument("--fit", action="store_true")
     parser.add_argument("--only", action="store_true", help="only the flagged rows")
     args = parser.parse_args()
     if args.only:
@@ -93,6 +101,8 @@ def main() -> None:
             breakdown_cost()
         if args.sweep:
             sweep()
+        if args.fit:
+            fit()
         return
 
     print("| Measurement | Result | Target |")
@@ -160,6 +170,8 @@ def main() -> None:
         breakdown_cost()
     if args.sweep:
         sweep()
+    if args.fit:
+        fit()
 
 
 _ONE_REPORT = """
@@ -307,6 +319,58 @@ def sweep() -> None:
         row("  Dask LocalCluster(2 workers): wall", f"{wall:.0f} s")
         row("  rows identical, Dask vs local pool", str(same), "True")
     row("  best", two.verdict.split(";")[0][:160])
+
+
+def fit() -> None:
+    """fit_step on the float32 7B on h100-8 (60.60 GiB of 59.33), 2 local jobs."""
+    from nnx_introspect import fit_step
+
+    skip = _available("h100-8")
+    label = "fit_step, 7B float32 (llama_7b_sharded_f32) B=8 on h100-8 (fsdp=2,tp=4)"
+    if skip:
+        row(label, skip)
+        return
+    target = "nnx_introspect.examples:llama_7b_sharded_f32"
+    common: dict[str, Any] = {"loss": "lm", "optimizer": "adamw", "topology": "h100-8"}
+    start = time.perf_counter()
+    found = fit_step(target, "fsdp=2,tp=4", tokens(8, 2048), max_workers=2, **common)
+    wall = time.perf_counter() - start
+    row(label + ": compiles", str(found.compiles), "<= 12")
+    row("  wall with 2 jobs", f"{wall:.0f} s", "<= 600 s")
+    row("  rows: compiled / not compiled", _fit_counts(found))
+    chosen = found.chosen
+    if chosen is None:
+        row("  chosen", f"none fits: {found.verdict[:160]}")
+        return
+    low, high = chosen.seconds or (math.nan, math.nan)
+    row(
+        "  chosen",
+        f"{chosen.options}, {format_bytes(chosen.peak_bytes or 0)}, "
+        f"{low:.3f}-{high:.3f} s",
+    )
+    row("  equals", "; ".join(r.options for r in found.equals) or "none")
+    row("  change", str(found.change)[:200])
+    start = time.perf_counter()
+    alone = step_memory_report(
+        target,
+        "fsdp=2,tp=4",
+        tokens(8, 2048),
+        remat=dict(chosen.remat),
+        microbatches=chosen.microbatches,
+        **common,
+    )
+    row(
+        "  chosen alone (step_memory_report): peak, fits, equals the row, wall",
+        f"{format_bytes(alone.peak_bytes)}, {alone.fits()}, "
+        f"{alone.peak_bytes == chosen.peak_bytes}, "
+        f"{time.perf_counter() - start:.0f} s",
+        "the row's peak, True, True",
+    )
+
+
+def _fit_counts(found: Any) -> str:
+    compiled = sum(1 for r in found.rows if r.status != "not compiled")
+    return f"{compiled} / {len(found.rows) - compiled}"
 
 
 def _available(topology: str) -> str | None:

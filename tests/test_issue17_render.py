@@ -20,6 +20,7 @@ from nnx_introspect import (
     Table,
     checkpoint_report,
     compare_states,
+    fit_step,
     mesh_config_report,
     param_fingerprint,
     summarize,
@@ -202,6 +203,13 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
             X,
             executor=_ONE_THREAD,
         ),
+        "FitSearch": fit_step(
+            "tests.test_issue17_render:linear",
+            "data=8",
+            X,
+            max_device_bytes="1MiB",
+            executor=_ONE_THREAD,
+        ),
         "Breakdown": Breakdown(
             "cpu",
             "jit_f",
@@ -266,6 +274,7 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "Breakdown",
         "Collectives",
         "MeshComparison",
+        "FitSearch",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(

@@ -64,8 +64,10 @@ def _add_step_parser(subparsers: Any) -> None:
         "a child process when the mesh needs more than this one has) or, with "
         "--topology, with XLA:TPU or XLA:GPU for a named slice (no device "
         "needed). With --max-batch, search the largest global batch that fits "
-        "instead. Exits with 1 when the step does not fit --max-device-bytes (or "
-        "the topology's device memory) or no batch fits, 2 on bad input.",
+        "instead; with --fit, the fastest configuration (remat, microbatches, "
+        "mesh) that fits. Exits with 1 when the step does not fit "
+        "--max-device-bytes (or the topology's device memory), no batch or no "
+        "configuration fits, 2 on bad input.",
     )
     _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
     _add_plan_args(
@@ -148,8 +150,8 @@ def _add_search_and_breakdown_args(parser: argparse.ArgumentParser) -> None:
         type=jobs_arg,
         default=None,
         metavar="N",
-        help="with several --mesh (or auto): compile N meshes at once in local "
-        "processes (default: the CPUs this process may use)",
+        help="with several --mesh, auto or --fit: compile N steps at once in "
+        "local processes (default: the CPUs this process may use)",
     )
     parser.add_argument(
         "--network-bandwidth",
