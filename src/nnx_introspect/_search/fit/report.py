@@ -13,18 +13,13 @@ from nnx_introspect._render.table import (
     verdict_html,
 )
 from nnx_introspect._search.meshes.chart import time_peak_svg
+from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
 
 __all__ = ["FitRow", "FitSearch", "FitStatus"]
 
 FitStatus: TypeAlias = Literal["fits", "does not fit", "failed", "not compiled"]
 """What became of one configuration: compiled and judged, a compile that
 raised, or not compiled (its row says why)."""
-
-MeshAxes: TypeAlias = tuple[tuple[str, int], ...]
-
-
-def _mesh_name(mesh: MeshAxes) -> str:
-    return ",".join(f"{a}={s}" for a, s in mesh)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -32,7 +32,7 @@ from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
 from nnx_introspect._render.formats import batch_str, error_line
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.fit.layers import KEPT, layer_to_remat
-from nnx_introspect._search.fit.report import FitRow, FitSearch, MeshAxes
+from nnx_introspect._search.fit.report import FitRow, FitSearch, _speed
 from nnx_introspect._search.meshes.api import _candidates, _check_device_count
 from nnx_introspect._search.meshes.arguments import (
     _BY_NAME,
@@ -41,7 +41,7 @@ from nnx_introspect._search.meshes.arguments import (
 )
 from nnx_introspect._search.meshes.candidates import _PROBE_AXIS, _plan
 from nnx_introspect._search.meshes.pool import _cpus, _default_pool, _stop_pool
-from nnx_introspect._search.meshes.report import _plural
+from nnx_introspect._search.meshes.report import MeshAxes, _plural
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat
@@ -560,13 +560,6 @@ def _kept(report: StepMemoryReport | None) -> int | None:
     if report is None or report.breakdown is None:
         return None
     return sum(r.nbytes for r in report.breakdown.rows if r.kind == KEPT)
-
-
-def _speed(row: FitRow) -> tuple[float, float, float]:
-    if row.seconds is not None:
-        return (row.seconds[0], row.seconds[1], float(row.peak_bytes or 0))
-    flops = row.flops if row.flops is not None else float("inf")
-    return (flops, flops, float(row.peak_bytes or 0))
 
 
 def _slower(row: FitRow, best: FitRow | None) -> bool:
