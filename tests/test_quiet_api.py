@@ -72,3 +72,48 @@ def test_jax_imported_first_writes_only_the_plugins_import_lines() -> None:
     done = _run(code)
     assert done.returncode == 0, done.stderr
     assert len(done.stderr.splitlines()) == len(baseline.splitlines())
+
+
+_CPU_CALLS = {
+    "step_memory_report": "f(name, 'data=8', x)",
+    "compare_meshes": "f(name, ['data=8', 'data=4,model=2'], x, max_workers=1)",
+    "fit_step": "f(name, 'data=8', x, max_device_bytes='1MiB', max_workers=1)",
+}
+
+
+@pytest.mark.skipif(
+    toolchain.cuda_plugin_version() is None or toolchain.libtpu_version() is None,
+    reason="needs both the gpu and the tpu extras",
+)
+@pytest.mark.parametrize("function", sorted(_CPU_CALLS))
+def test_a_step_compiled_on_this_processs_cpu_writes_nothing(function: str) -> None:
+    """No topology: the library starts JAX's backends itself (to count this
+    process's devices), so the plugins' noise at that start is its to drop."""
+    code = (
+        "import nnx_introspect as ni\n"
+        f"f = ni.{function}\n"
+        "import jax, jax.numpy as jnp\n"
+        "x = jax.ShapeDtypeStruct((8, 3), jnp.float32)\n"
+        "name = 'nnx_introspect.examples:two_layer'\n"
+        f"print({_CPU_CALLS[function]}.verdict)\n"
+    )
+    done = _run(code)
+    assert done.returncode == 0, done.stderr
+    assert "632 B per device" in done.stdout, done.stdout
+    assert done.stderr == ""
+
+
+def test_libtpus_probe_lines_are_noise_and_nothing_else_is() -> None:
+    from nnx_introspect._xla.native_log import drop_noise
+
+    probe = (
+        "Failed to find host bounds for accelerator type: WARNING: could not "
+        "determine TPU accelerator type, please set env var "
+        "`TPU_ACCELERATOR_TYPE` manually, otherwise libtpu.so may not properly "
+        "initialize.\n"
+        "WARNING: Logging before InitGoogle() is written to STDERR\n"
+        "=== Source Location Trace: ===\n"
+        "learning/45eac/tfrc/runtime/libtpu_init_utils.cc:370\n"
+    )
+    real = "RuntimeError: Unable to initialize backend 'cpu'\n"
+    assert drop_noise(probe + real) == real

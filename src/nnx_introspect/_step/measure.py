@@ -35,7 +35,11 @@ from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
-from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
+from nnx_introspect._xla.native_log import (
+    native_stderr_captured,
+    python_log_dropped,
+    start_backends_quietly,
+)
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
@@ -235,6 +239,7 @@ def measure_step(spec: StepSpec, *, debug: bool = False) -> StepMemoryReport:
     What :func:`step_memory_report` does once its arguments are a spec; the
     searches call it with each spec they try.
     """
+    start_backends_quietly()  # before this process's devices are counted
     plan = plan_step(spec)
     request = spec.request()
     numbers, compiled_in = _compile_where_the_devices_are(spec, request, plan)

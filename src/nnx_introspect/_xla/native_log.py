@@ -22,16 +22,23 @@ __all__ = [
     "native_stderr_captured",
     "native_stderr_filtered",
     "python_log_dropped",
+    "start_backends_quietly",
 ]
 
 NOISE = re.compile(
     r"^(WARNING: All log messages before absl::InitializeLog\(\) is called"
     r"|[IWE]\d{4} [\d:.]+\s+\d+ (cudart_stub|cuda_executor|cuda_diagnostics"
     r"|cuda_dnn|cuda_fft|cuda_blas|xla_bridge|tpu_[a-z_]+|[a-z_]*tpu[a-z_]*)\.cc:"
-    r"|.*\bINVALID_ARGUMENT\b.*\b(metadata|TPU)\b)"
+    r"|.*\bINVALID_ARGUMENT\b.*\b(metadata|TPU)\b"
+    r"|Failed to find host bounds for accelerator type: WARNING: could not "
+    r"determine TPU"
+    r"|WARNING: Logging before InitGoogle\(\) is written to STDERR"
+    r"|=== Source Location Trace: ===\s*$"
+    r"|learning/[\w/.-]+/libtpu[\w.-]*\.cc:\d+\s*$)"
 )
 """Lines the CUDA plugin's stub and absl print when no GPU (or CUDA library) is
-present, and libtpu's probes of a TPU VM that is not there."""
+present, and libtpu's probes of a TPU VM that is not there (its "host bounds"
+warning, its InitGoogle line and the source trace of its init)."""
 
 
 def drop_noise(text: str) -> str:
@@ -125,3 +132,26 @@ def python_log_dropped(name: str) -> Iterator[None]:
     finally:
         for handler in handlers:
             handler.removeFilter(keep)
+
+
+def start_backends_quietly() -> None:
+    """Start JAX's backends in this process, the plugins' noise kept off stderr.
+
+    Library code that needs this process's devices (a step compiled on a CPU
+    mesh here, counting the devices) calls it first. Starting the backends is
+    then the library's doing, not the caller's: a CUDA plugin that finds no
+    GPU writes driver lines to file descriptor 2 and logs a traceback through
+    ``jax._src.xla_bridge``, libtpu its probe errors; both are dropped, every
+    other line is written back (:func:`native_stderr_filtered`). Cheap once
+    the backends are started.
+
+    Example:
+        >>> start_backends_quietly()
+        >>> import jax
+        >>> jax.device_count() >= 1
+        True
+    """
+    with native_stderr_filtered(), python_log_dropped("jax._src.xla_bridge"):
+        import jax
+
+        jax.devices()

@@ -48,6 +48,7 @@ from nnx_introspect._step.options import as_remat
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec, step_names
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._xla.native_log import start_backends_quietly
 
 __all__ = ["POLICY_LADDER", "fit_step"]
 
@@ -146,6 +147,7 @@ def fit_step(
     """
     began = time.perf_counter()
     pool_size = _check_executor(executor, max_workers)
+    start_backends_quietly()  # "auto" and the checks count this process's devices
     spec = StepSpec(
         target,
         {_PROBE_AXIS: 1},

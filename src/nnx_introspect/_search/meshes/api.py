@@ -47,6 +47,7 @@ from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.spec import StepSpec, step_names
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._xla.native_log import start_backends_quietly
 
 
 @typechecked
@@ -213,6 +214,7 @@ def compare_meshes(
     began = time.perf_counter()
     pool_size = _check_executor(executor, max_workers)
     wait = _check_timeout(timeout)
+    start_backends_quietly()  # "auto" and the checks count this process's devices
     with _blame("topology"):
         devices = None if topology is None else resolve_topology(topology).devices
     probe = StepSpec(  # on a one-axis probe mesh: what needs no mesh is checked
