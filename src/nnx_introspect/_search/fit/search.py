@@ -33,11 +33,9 @@ from nnx_introspect._render.formats import batch_str, error_line
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.fit.layers import KEPT, layer_to_remat
 from nnx_introspect._search.fit.report import FitRow, FitSearch, _speed
-from nnx_introspect._search.meshes.api import _candidates, _check_device_count
+from nnx_introspect._search.meshes.api import checked_candidates
 from nnx_introspect._search.meshes.arguments import (
-    _BY_NAME,
     _check_executor,
-    _check_picklable,
 )
 from nnx_introspect._search.meshes.candidates import _PROBE_AXIS, _plan
 from nnx_introspect._search.meshes.pool import _cpus, _default_pool, _stop_pool
@@ -46,7 +44,7 @@ from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepSpec, step_names
+from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
@@ -205,20 +203,12 @@ def _checked(
             "`loss` is None, which compiles the forward only, and `fit_step` "
             "changes the backward pass (remat, microbatches). Pass a loss.",
         )
-    target_name, _, _ = step_names(probe, _BY_NAME)
-    for name in ("rules", "logical_rules", "batch_spec"):
-        _check_picklable(getattr(probe, name), name)
     if isinstance(meshes, str) and meshes.strip().lower() != "auto":
         meshes = [meshes]
     devices = None if topology is None else resolve_topology(topology).devices
-    _, candidates = _candidates(probe, meshes, topology, devices)
-    spec = dataclasses.replace(
-        probe,
-        mesh=dict(candidates[0]),
-        topology=topology,
-        network_bytes_per_second=network,
+    spec, _, candidates, target_name = checked_candidates(
+        probe, meshes, topology, devices, network
     )
-    _check_device_count(spec)
     if spec.budget.bytes is None:
         raise ArgumentError(
             "max_device_bytes",

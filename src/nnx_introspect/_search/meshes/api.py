@@ -232,17 +232,9 @@ def compare_meshes(
         microbatches=microbatches,  # its rows and loss; its split: per mesh
         tokens_per_step=tokens_per_step,
     )
-    target_name, _, _ = step_names(probe, _BY_NAME)
-    for name in ("rules", "logical_rules", "batch_spec"):
-        _check_picklable(getattr(probe, name), name)
-    auto_axes, candidates = _candidates(probe, meshes, topology, devices)
-    spec = dataclasses.replace(  # the compiler's package checked first
-        probe,
-        mesh=dict(candidates[0]),
-        topology=topology,
-        network_bytes_per_second=network_bytes_per_second,
+    spec, auto_axes, candidates, target_name = checked_candidates(
+        probe, meshes, topology, devices, network_bytes_per_second
     )
-    _check_device_count(spec)
     budget = spec.budget
     rows, to_compile = _planned(spec, candidates, budget.bytes)
     described = "nothing (every mesh was rejected by the planner)"
@@ -265,6 +257,35 @@ def compare_meshes(
         seconds=time.perf_counter() - began,
         executor=described,
     )
+
+
+def checked_candidates(
+    probe: StepSpec,
+    meshes: Any,
+    topology: str | None,
+    devices: int | None,
+    network: Any,
+) -> tuple[StepSpec, tuple[str, ...] | None, list[MeshAxes], str]:
+    """What a search over meshes checks before any compile, in order.
+
+    ``probe`` (the step on a one-axis probe mesh) must name what a worker
+    rebuilds and pickle its rules; the meshes are listed or enumerated; the
+    spec on the first of them checks the topology's compiler and the device
+    count. Returns ``(that spec, the axes of "auto" or None, the candidate
+    meshes, the target's name)``.
+    """
+    target_name, _, _ = step_names(probe, _BY_NAME)
+    for name in ("rules", "logical_rules", "batch_spec"):
+        _check_picklable(getattr(probe, name), name)
+    auto_axes, candidates = _candidates(probe, meshes, topology, devices)
+    spec = dataclasses.replace(  # the compiler's package checked first
+        probe,
+        mesh=dict(candidates[0]),
+        topology=topology,
+        network_bytes_per_second=network,
+    )
+    _check_device_count(spec)
+    return spec, auto_axes, candidates, target_name
 
 
 def _planned(
