@@ -21,6 +21,7 @@ code as ``step_memory_report``'s, so both sides compile one program):
     The table for benchmarks/README.md.
 """
 
+import contextlib
 import json
 import os
 import subprocess
@@ -219,11 +220,16 @@ def _versions() -> dict[str, str]:
     import importlib.metadata as md
 
     out = {}
-    for pkg in ("jax", "jaxlib", "flax", "optax", "jax-cuda13-plugin", "jax-cuda12-plugin"):
-        try:
+    for pkg in (
+        "jax",
+        "jaxlib",
+        "flax",
+        "optax",
+        "jax-cuda13-plugin",
+        "jax-cuda12-plugin",
+    ):
+        with contextlib.suppress(md.PackageNotFoundError):
             out[pkg] = md.version(pkg)
-        except md.PackageNotFoundError:
-            pass
     return out
 
 
@@ -292,7 +298,10 @@ def compare(deviceless_path: str, measured_path: str) -> None:
         ours = json.load(f)
     with open(measured_path) as f:
         real = json.load(f)
-    print("| case | ours: peak (XLA's) | real compile: peak | allocator peak | ours / allocator |")
+    print(
+        "| case | ours: peak (XLA's) | real compile: peak | allocator peak"
+        " | ours / allocator |"
+    )
     print("| :--- | ---: | ---: | ---: | ---: |")
     for name, row in real["cases"].items():
         if "stats_step" not in row or name not in ours:
