@@ -1,7 +1,7 @@
 """Activation memory of the sharded 7B example: XLA:GPU's figure against the formula.
 
 Measures (issue 17, item 4) the AdamW training step of the float32 7B example
-``llama_7b_sharded_f32`` (``TARGET`` of ``tests/test_examples_activations.py``;
+``llama_7b_sharded_f32`` (all 32 layers; the tests compile 4 of them;
 next-token loss, T=2048) on ``h100-8`` (``fsdp=2,tp=4``) at B=4, 8 and 16 and on
 ``h100-2048`` (``fsdp=256,tp=8``) at B=256, then the bfloat16 example
 ``llama_7b_sharded`` (float32 parameters, bfloat16 compute) on ``h100-8`` at B=8
@@ -36,6 +36,7 @@ import os
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -47,9 +48,12 @@ from nnx_introspect import step_memory_report
 from nnx_introspect._render.table import format_bytes
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
-from tests.test_examples_activations import SEQ, TARGET, expected_temp_bytes
-from tests.test_examples_dtype_activations import TARGET as BF16_TARGET
+from tests.test_examples_activations import LAYERS, SEQ, expected_temp_bytes
 from tests.test_examples_dtype_activations import expected_bf16_temp_bytes
+
+# the whole 32-layer 7B (the tests compile 4 of its layers, for CI's time)
+TARGET = "nnx_introspect.examples:llama_7b_sharded_f32"
+BF16_TARGET = "nnx_introspect.examples:llama_7b_sharded"
 
 F32_CASES = (
     ("h100-8", {"fsdp": 2, "tp": 4}, 4),
@@ -61,8 +65,10 @@ BF16_CASES = (
     ("h100-8", {"fsdp": 2, "tp": 4}, 8),
     ("h100-2048", {"fsdp": 256, "tp": 8}, 256),
 )
-CASES = tuple((TARGET, expected_temp_bytes, *case) for case in F32_CASES) + tuple(
-    (BF16_TARGET, expected_bf16_temp_bytes, *case) for case in BF16_CASES
+F32_FORMULA = functools.partial(expected_temp_bytes, layers=LAYERS)
+BF16_FORMULA = functools.partial(expected_bf16_temp_bytes, layers=LAYERS)
+CASES = tuple((TARGET, F32_FORMULA, *case) for case in F32_CASES) + tuple(
+    (BF16_TARGET, BF16_FORMULA, *case) for case in BF16_CASES
 )
 
 
