@@ -297,7 +297,7 @@ class _Search:
             )
             try:
                 futures.append(self.pool.submit(measure_step, spec))
-            except (concurrent.futures.BrokenExecutor, RuntimeError) as error:
+            except concurrent.futures.BrokenExecutor as error:
                 self._broke(error)
                 futures.append(None)
         self.submitted += sum(f is not None for f in futures)
