@@ -12,7 +12,7 @@ from nnx_introspect._render.table import (
     table_html,
     verdict_html,
 )
-from nnx_introspect._search.meshes.chart import time_peak_svg
+from nnx_introspect._search.meshes.chart import CHOSEN, time_peak_svg
 from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
 
 __all__ = ["FitRow", "FitSearch", "FitStatus"]
@@ -340,12 +340,14 @@ class FitSearch(Report):
         """A standalone page: the verdict, peak against time, the table."""
         table = self.table()
         points = []
-        for i, r in enumerate(self._ordered(), 1):
+        for r in self._ordered():
             if r.peak_bytes is None or r.seconds is None:
                 continue
             outcome = "fits" if r.status == "fits" else "does not fit"
+            if r is self.chosen:
+                outcome = CHOSEN
             label = f"{'chosen: ' if r is self.chosen else ''}{r.name} {r.options}"
-            points.append((f"{i}. {label}", r.peak_bytes, outcome, outcome, r.seconds))
+            points.append((label, r.peak_bytes, outcome, outcome, r.seconds))
         chart = time_peak_svg(points, self.max_device_bytes)
         body = (
             verdict_html(table.title, "ok" if self.ok else "bad")
