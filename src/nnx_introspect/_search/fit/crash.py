@@ -43,9 +43,9 @@ def crash_cause(error: BaseException, own_pool: bool) -> str:
 
     Example:
         >>> from concurrent.futures.process import BrokenProcessPool
-        >>> crash_cause(BrokenProcessPool("gone"), own_pool=False)
-        'the worker processes died (BrokenProcessPool: gone); the worker's own \
-error, if any, is on its stderr'
+        >>> print(crash_cause(BrokenProcessPool("gone"), own_pool=False))
+        the worker processes died (BrokenProcessPool: gone); the worker's own error, \
+if any, is on its stderr
     """
     cause = f"the worker processes died ({error_line(error)})"
     script = unguarded_main() if own_pool else None

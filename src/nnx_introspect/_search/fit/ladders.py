@@ -131,12 +131,15 @@ class RematLadder:
     """No remat, then each candidate class under each policy, most saved first.
 
     Example:
-        >>> ladder = RematLadder([RematCandidate("Block", 0, 4, "")], ("dots_saveable",
-        ...                      "nothing_saveable"))
-        >>> [r for r, _ in ladder.after(None, Config((("data", 8),)))]
-        [(('Block', 'dots_saveable'),), (('Block', 'nothing_saveable'),)]
-        >>> dots, nothing = ladder.after(None, Config((("data", 8),)))[:2]
-        >>> ladder.at_most(dots[0], nothing[0]), ladder.at_most(nothing[0], dots[0])
+        >>> block = RematCandidate("Block", 0, 4, "")
+        >>> ladder = RematLadder([block], ("dots_saveable", "nothing_saveable"),
+        ...                      offload="no topology")
+        >>> ladder.after(None, Config((("data", 8),)))  # doctest: +NORMALIZE_WHITESPACE
+        [((('Block', 'dots_saveable'),), None),
+         ((('Block', 'nothing_saveable'),), None),
+         ((('Block', 'offload_dot_with_no_batch_dims'),), 'no topology')]
+        >>> (dots, _), (nothing, _) = ladder.after(None, Config((("data", 8),)))[:2]
+        >>> ladder.at_most(dots, nothing), ladder.at_most(nothing, dots)
         (True, False)
     """
 

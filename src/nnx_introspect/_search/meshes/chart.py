@@ -52,7 +52,7 @@ def text_box(
 
     Example:
         >>> text_box(100, 50, "abcd", 10, anchor="end")
-        (75.2, 40, 100, 53.0)
+        (76.0, 40, 100.0, 53.0)
     """
     width = len(content) * size * (0.62 if mono else 0.6)
     left = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
