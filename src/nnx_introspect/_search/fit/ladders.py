@@ -93,6 +93,9 @@ class Ladder(Protocol):
     """Its first rung (the step as given)."""
     rounds: int
     """How many times the search climbs it (each round from the last rungs)."""
+    side_by_side: bool
+    """Whether a round's rungs all compile at once (``False``: a rung waits
+    while another of its round, no further along any ladder, may fit)."""
 
     def after(self, state: SearchState, config: Config) -> list[tuple[Any, str | None]]:
         """The rungs to try after ``config``'s: ``(rung, None)``, or with why not."""
@@ -146,6 +149,7 @@ class RematLadder:
     field = "remat"
     first: Remat = ()
     rounds = 1
+    side_by_side = True  # one round: every candidate and policy at once
 
     def __init__(
         self,
@@ -188,6 +192,7 @@ class MicrobatchLadder:
     field = "microbatches"
     first = 1
     rounds = 8  # each round at least doubles k: 2**8 microbatches at most
+    side_by_side = False
 
     def after(self, state: SearchState, config: Config) -> list[tuple[int, str | None]]:
         if any(policy == HOST_OFFLOAD for _, policy in config.remat):

@@ -366,8 +366,9 @@ class _Search:
         Each round proposes the next rungs; a proposal is not compiled (its
         row says why) when a configuration no further along any ladder fits
         already, or when its start on this ladder is estimated slower than the
-        best fit; it waits a round when another proposal of this round is no
-        further along any ladder (if that one fits, it is not needed). Returns
+        best fit; unless the ladder's rungs compile side by side, it waits a
+        round when another proposal of this round is no further along any
+        ladder (if that one fits, it is not needed). Returns
         ``frontier`` and every configuration compiled.
         """
         leaves = list(frontier)
@@ -379,7 +380,8 @@ class _Search:
             waiting = [
                 (origin, new)
                 for origin, new in proposals
-                if any(dominates(self.ladders, other, new) for other in news)
+                if not ladder.side_by_side
+                and any(dominates(self.ladders, other, new) for other in news)
             ]
             run = [new for origin, new in proposals if (origin, new) not in waiting]
             if not run:
