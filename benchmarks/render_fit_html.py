@@ -20,6 +20,7 @@ import tempfile
 from pathlib import Path
 
 import nnx_introspect as ni
+from nnx_introspect._search.fit.report import FitStatus
 
 GIB = 2**30
 MESH = (("fsdp", 4), ("tp", 2))
@@ -35,7 +36,7 @@ def search() -> ni.FitSearch:
 
     def row(remat: str, policy: str, k: int, gib: float, s: float) -> ni.FitRow:
         peak = int(gib * GIB)
-        status = "fits" if peak <= int(59.33 * GIB) else "does not fit"
+        status: FitStatus = "fits" if peak <= int(59.33 * GIB) else "does not fit"
         pairs = ((remat, policy),) if remat else ()
         return ni.FitRow(MESH, pairs, k, status, peak_bytes=peak, seconds=(s, s * 1.5))
 

@@ -11,6 +11,7 @@ import re
 
 import nnx_introspect as ni
 from nnx_introspect._render import svg
+from nnx_introspect._search.fit.report import FitStatus
 from nnx_introspect._search.meshes.chart import time_peak_svg
 
 GIB = 2**30
@@ -82,7 +83,7 @@ def _collisions(page: str) -> list[str]:
 def _row(remat: str, k: int, gib: float, seconds: float) -> ni.FitRow:
     peak = int(gib * GIB)
     pairs = ((remat, "dots_with_no_batch_dims_saveable"),) if remat else ()
-    status = "fits" if peak <= BUDGET else "does not fit"
+    status: FitStatus = "fits" if peak <= BUDGET else "does not fit"
     return ni.FitRow(
         MESH, pairs, k, status, peak_bytes=peak, seconds=(seconds, seconds * 1.6)
     )
