@@ -101,7 +101,7 @@ def test_each_candidate_is_tried_under_the_policies(two: ni.FitSearch) -> None:
 def test_a_rung_is_compiled_only_when_nothing_before_it_fits(two: ni.FitSearch) -> None:
     compiled = [r for r in two.rows if r.peak_bytes is not None]
     configs = {Config(r.mesh, r.remat, r.microbatches): r for r in compiled}
-    order = two_ladders = (
+    two_ladders = (
         RematLadder(
             [
                 RematCandidate("LlamaLayer", 0, 8, ""),
@@ -111,7 +111,6 @@ def test_a_rung_is_compiled_only_when_nothing_before_it_fits(two: ni.FitSearch) 
         ),
         MicrobatchLadder(),
     )
-    del order
     for config, row in configs.items():
         if config.microbatches == 1:
             continue  # the remat rungs compile side by side
