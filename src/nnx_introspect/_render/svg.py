@@ -232,6 +232,19 @@ def dot(
     )
 
 
+def ring(x: float, y: float, r: float, colour: str, *, width: float = 2.5) -> str:
+    """An unfilled circle around a point: the one to look at.
+
+    Example:
+        >>> ring(1, 2, 12, GREEN)
+        '<circle cx="1" cy="2" r="12" fill="none" stroke="#1a7f37" stroke-width="2.5"/>'
+    """
+    return (
+        f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill="none" '
+        f'stroke="{colour}" stroke-width="{width:g}"/>'
+    )
+
+
 def arrow(x: float, y: float, colour: str, *, up: bool = False, size: float = 7) -> str:
     """An arrowhead at ``(x, y)`` pointing right (or up): a value off the chart.
 
@@ -277,6 +290,7 @@ def text(
     colour: str | None = None,
     mono: bool = False,
     italic: bool = False,
+    bold: bool = False,
 ) -> str:
     """A label; ``anchor`` is ``"start"``, ``"middle"`` or ``"end"``.
 
@@ -290,6 +304,7 @@ def text(
         + (f' fill="{colour}"' if colour else "")
         + (' font-family="ui-monospace,monospace"' if mono else "")
         + (' font-style="italic"' if italic else "")
+        + (' font-weight="700"' if bold else "")
         + f">{html.escape(content, quote=False)}</text>"
     )
 

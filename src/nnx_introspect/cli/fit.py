@@ -50,7 +50,11 @@ def check_fit_flags(args: argparse.Namespace) -> None:
 
 
 def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
-    """Run ``fit_step`` for ``step --fit``; 1 (and the verdict) when none fits."""
+    """Run ``fit_step`` for ``step --fit``: 0 fits, 1 none fits, 3 the search failed.
+
+    A failed search (its worker processes died, or every compile raised) is
+    not a memory verdict: its cause is the verdict, and the exit code is 3.
+    """
     from nnx_introspect._search.fit import fit_step
 
     check_fit_flags(args)
@@ -85,4 +89,4 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
     if search.ok:
         return 0
     sys.stderr.write(f"{PROG}: {search.verdict}.\n")
-    return 1
+    return 3 if search.failure is not None else 1

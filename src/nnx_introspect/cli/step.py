@@ -67,7 +67,8 @@ def _add_step_parser(subparsers: Any) -> None:
         "instead; with --fit, the fastest configuration (remat, microbatches, "
         "mesh) that fits. Exits with 1 when the step does not fit "
         "--max-device-bytes (or the topology's device memory), no batch or no "
-        "configuration fits, 2 on bad input.",
+        "configuration fits, 2 on bad input, 3 when a --fit search itself "
+        "fails (its worker processes died, or every compile raised).",
     )
     _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
     _add_plan_args(
@@ -140,10 +141,11 @@ def _add_search_and_breakdown_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="search the fastest configuration that fits the budget instead: "
         "the --mesh (or several, or auto) x rematerialising a layer (--remat "
-        "CLASS, default: the one keeping the most activations) under each "
-        "jax.checkpoint_policies policy x microbatches, each compiled (a few "
-        "compiles, pruned by what the last ones showed); exits with 1 when "
-        "nothing fits",
+        "CLASS, default: the repeated classes whose subtrees keep the most "
+        "activations) under each jax.checkpoint_policies policy x microbatches, "
+        "each compiled (a few compiles, pruned by what the last ones showed); "
+        "exits with 1 when nothing fits, 3 when the search itself fails (its "
+        "worker processes died: a script without the __main__ guard, say)",
     )
     parser.add_argument(
         "--jobs",

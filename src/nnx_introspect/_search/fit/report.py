@@ -12,7 +12,7 @@ from nnx_introspect._render.table import (
     table_html,
     verdict_html,
 )
-from nnx_introspect._search.meshes.chart import time_peak_svg
+from nnx_introspect._search.meshes.chart import CHOSEN, time_peak_svg
 from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
 
 __all__ = ["FitRow", "FitSearch", "FitStatus"]
@@ -114,6 +114,11 @@ class FitSearch(Report):
         smallest: When nothing fits: the configuration with the smallest peak.
         smallest_batch: When nothing fits: the largest global batch that fits
             with :attr:`smallest`'s options (``max_batch``), or ``None``.
+        candidates: The remat candidates tried, ``(module class, evidence)``,
+            in the order the evidence ranks them.
+        failure: Why the search itself failed (its worker processes died, or
+            every compile raised), or ``None``: then :attr:`verdict` says so
+            first, and the CLI exits with 3.
 
     Example:
         >>> fits = FitRow((("fsdp", 8),), (), 2, "fits", peak_bytes=10, seconds=(1, 2))
@@ -125,7 +130,7 @@ class FitSearch(Report):
     """
 
     SCHEMA = "nnx-introspect/fit-search"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     target: str
     batch: tuple[str, ...]
@@ -141,6 +146,8 @@ class FitSearch(Report):
     executor: str
     smallest: FitRow | None = None
     smallest_batch: int | None = None
+    candidates: tuple[tuple[str, str], ...] = ()
+    failure: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -187,6 +194,9 @@ class FitSearch(Report):
     def verdict(self) -> str:
         """One sentence: the configuration chosen, or that none fits."""
         budget = format_bytes(self.max_device_bytes)
+        if self.failure is not None:
+            on = "" if self.topology is None else f" on {self.topology}"
+            return f"The search failed{on}: {self.failure}"
         best = self.chosen
         if best is not None and best.peak_bytes is not None:
             return (
@@ -267,12 +277,7 @@ class FitSearch(Report):
             f"Budget: {format_bytes(self.max_device_bytes)} per device "
             f"({self.budget_basis}). Batch {', '.join(self.batch)}; {self.compiles} "
             f"compiles in {self.seconds:.0f} s on {self.executor}.",
-            "Remat: "
-            + (
-                f"{self.layer} ({self.layer_basis})."
-                if self.layer is not None
-                else f"no layer to rematerialise ({self.layer_basis})."
-            ),
+            self._remat_note(),
         ]
         if estimates:
             notes.append(
@@ -280,10 +285,15 @@ class FitSearch(Report):
                 "overlap to none, not a measurement): recompute and per-microbatch "
                 "collectives are in the compiled program it reads."
             )
-        else:
+        elif self.topology is None:
             notes.append(
                 "No topology, so no step-time estimate: ranked by the program's "
                 "FLOPs per device (recompute included)."
+            )
+        else:
+            notes.append(
+                f"Topology {self.topology}: no row has a step-time estimate "
+                "(nothing compiled), so none is ranked by time."
             )
         if estimates:
             notes += [
@@ -293,10 +303,19 @@ class FitSearch(Report):
             ]
         return notes
 
+    def _remat_note(self) -> str:
+        """Which classes were rematerialised, each with its evidence."""
+        if self.layer is None:
+            return f"Remat: no layer to rematerialise ({self.layer_basis})."
+        others = [(n, b) for n, b in self.candidates if n != self.layer]
+        tried = "".join(f" Also tried: {n} ({b})." for n, b in others)
+        return f"Remat: {self.layer} ({self.layer_basis}).{tried}"
+
     def json_data(self) -> dict[str, Any]:
         """The search as JSON data."""
         return {
             "ok": self.ok,
+            "failure": self.failure,
             "verdict": self.verdict,
             "change": self.change,
             "target": self.target,
@@ -308,6 +327,7 @@ class FitSearch(Report):
             "equals": [r.json_data() for r in self.equals],
             "layer": self.layer,
             "layer_basis": self.layer_basis,
+            "candidates": [{"class": n, "basis": b} for n, b in self.candidates],
             "rows": [r.json_data() for r in self.rows],
             "compiles": self.compiles,
             "seconds": self.seconds,
@@ -320,12 +340,14 @@ class FitSearch(Report):
         """A standalone page: the verdict, peak against time, the table."""
         table = self.table()
         points = []
-        for i, r in enumerate(self._ordered(), 1):
+        for r in self._ordered():
             if r.peak_bytes is None or r.seconds is None:
                 continue
             outcome = "fits" if r.status == "fits" else "does not fit"
+            if r is self.chosen:
+                outcome = CHOSEN
             label = f"{'chosen: ' if r is self.chosen else ''}{r.name} {r.options}"
-            points.append((f"{i}. {label}", r.peak_bytes, outcome, outcome, r.seconds))
+            points.append((label, r.peak_bytes, outcome, outcome, r.seconds))
         chart = time_peak_svg(points, self.max_device_bytes)
         body = (
             verdict_html(table.title, "ok" if self.ok else "bad")

@@ -1,21 +1,25 @@
 """:func:`fit_step`: the fastest configuration of the user's step that fits.
 
-Candidates are meshes x remat choices x microbatch counts, compiled in stages
-on an executor, each stage chosen from what the last one showed:
+A configuration is a mesh and one rung of each ladder
+(:mod:`~nnx_introspect._search.fit.ladders`), compiled in rounds on an
+executor, each round chosen from what the last one showed:
 
 1. every mesh as given (no remat, one microbatch), with a breakdown: a mesh
-   that fits here needs nothing (every option only adds time), and the
-   breakdown of the first that does not names the layer to rematerialise;
-2. that layer under each policy, most saved first (``dots_saveable``,
-   ``dots_with_no_batch_dims_saveable``, ``nothing_saveable``; the host
-   offload policy for a named topology);
-3. for each policy that does not fit, the fewest microbatches predicted to fit
-   (the kept activations fall as 1/k), doubled while it does not.
+   that fits here needs nothing (every rung only adds time), and the
+   breakdown of the first that does not names the remat candidates (the
+   repeated module classes holding the kept activations, outermost first);
+2. the remat ladder: each candidate under each policy, most saved first
+   (``dots_saveable``, ``dots_with_no_batch_dims_saveable``,
+   ``nothing_saveable``; the host offload policy for a named topology);
+3. the microbatch ladder: for each configuration that does not fit, the
+   fewest microbatches predicted to fit (the kept activations fall as 1/k),
+   doubled while it does not.
 
-Memory falls and time rises along both ladders, so a configuration is not
-compiled when one of the same mesh with no more recompute and no more
-microbatches already fits, or when its mesh and policy are already estimated
-slower than a fitting configuration; its row says why.
+Memory falls and time rises along every ladder, so a configuration is not
+compiled when one of the same mesh no further along any ladder already fits,
+or when its start on the ladder is already estimated slower than a fitting
+configuration; its row says why. A search whose executor breaks (a worker
+process died) stops, and its report is a failure naming the cause.
 """
 
 import concurrent.futures
@@ -31,7 +35,18 @@ from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
 from nnx_introspect._render.formats import batch_str, error_line
 from nnx_introspect._search.batch import max_batch
-from nnx_introspect._search.fit.layers import KEPT, layer_to_remat
+from nnx_introspect._search.fit.crash import crash_cause
+from nnx_introspect._search.fit.ladders import (
+    POLICY_LADDER,
+    Config,
+    Ladder,
+    MicrobatchLadder,
+    Remat,
+    RematCandidate,
+    RematLadder,
+    candidates_from,
+    dominates,
+)
 from nnx_introspect._search.fit.report import FitRow, FitSearch, _speed
 from nnx_introspect._search.meshes.api import checked_candidates
 from nnx_introspect._search.meshes.arguments import (
@@ -50,18 +65,8 @@ from nnx_introspect._xla.native_log import start_backends_quietly
 
 __all__ = ["POLICY_LADDER", "fit_step"]
 
-POLICY_LADDER: tuple[str | None, ...] = (
-    None,
-    "dots_saveable",
-    "dots_with_no_batch_dims_saveable",
-    "nothing_saveable",
-)
-"""Remat policies fastest first (most saved): memory falls along it."""
-
-_OFFLOAD = "offload_dot_with_no_batch_dims"
-
-_Config = tuple[MeshAxes, str | None, int]
-"""``(mesh, policy or None for no remat, microbatches)``."""
+MAX_REMAT_CANDIDATES = 3
+"""The most module classes the search rematerialises, each under every policy."""
 
 
 @typechecked
@@ -174,6 +179,7 @@ def fit_step(
         pool = own = _default_pool(workers, None if topology else spec.num_devices)
         described = f"a spawn process pool of {_plural(workers, 'worker')}"
     search = _Search(spec, budget, pool, progress)
+    search.own_pool = own is not None
     try:
         search.run(candidates, layer)
     except BaseException:
@@ -181,7 +187,10 @@ def fit_step(
             _stop_pool(own)
         raise
     if own is not None:
-        own.shutdown(wait=True)
+        if search.crash is None:
+            own.shutdown(wait=True)
+        else:
+            _stop_pool(own)
     found = search.result(target_name, described, time.perf_counter() - began)
     return _with_smallest_batch(found, spec, began)
 
@@ -222,7 +231,7 @@ def _checked(
 def _with_smallest_batch(found: FitSearch, spec: StepSpec, began: float) -> FitSearch:
     """Nothing fits: the largest batch that fits with the smallest peak's options."""
     small = found.smallest
-    if small is None:
+    if small is None or found.failure is not None:
         return found
     bigger = max_batch(
         spec.target,
@@ -247,8 +256,12 @@ def _with_smallest_batch(found: FitSearch, spec: StepSpec, began: float) -> FitS
     )
 
 
+class _CrashedError(Exception):
+    """The executor broke: no further compile can run."""
+
+
 class _Search:
-    """The staged search's state: its rows, its reports, its compiles."""
+    """The search's state: its rows, its reports, its compiles, its ladders."""
 
     def __init__(
         self,
@@ -259,82 +272,168 @@ class _Search:
     ) -> None:
         self.spec, self.budget, self.pool, self.progress = spec, budget, pool, progress
         self.rows: list[FitRow] = []
-        self.found: dict[_Config, tuple[FitRow, StepMemoryReport | None]] = {}
+        self.found: dict[Config, tuple[FitRow, StepMemoryReport | None]] = {}
         self.specs: dict[MeshAxes, StepSpec] = {}
         self.compiles = self.submitted = 0
-        self.layer: str | None = None
-        self.layer_basis = "the layer was given (`remat`)"
+        self.ladders: tuple[Ladder, ...] = (RematLadder([], ()), MicrobatchLadder())
+        self.candidates: list[RematCandidate] = []
+        self.crash: str | None = None
+        self.own_pool = False
 
     # -- compiling -------------------------------------------------------
 
-    def _remat(self, policy: str | None) -> tuple[tuple[str, str], ...]:
-        if policy is None or self.layer is None:
-            return ()
-        return ((self.layer, policy),)
+    def compile(self, configs: list[Config], breakdown: bool = False) -> None:
+        """Compile ``configs`` on the pool (all at once), their rows added.
 
-    def compile(self, configs: list[_Config], breakdown: bool = False) -> None:
-        """Compile ``configs`` on the pool (all at once), their rows added."""
-        futures = []
-        for mesh, policy, k in configs:
+        Raises :class:`_CrashedError` (after adding every row) when the pool broke.
+        """
+        futures: list[concurrent.futures.Future[StepMemoryReport] | None] = []
+        for config in configs:
             spec = dataclasses.replace(
-                self.specs[mesh],
-                remat=self._remat(policy),
-                microbatches=k,
+                self.specs[config.mesh],
+                remat=config.remat,
+                microbatches=config.microbatches,
                 breakdown=breakdown,
             )
-            futures.append(self.pool.submit(measure_step, spec))
-        self.submitted += len(futures)
+            try:
+                futures.append(self.pool.submit(measure_step, spec))
+            except concurrent.futures.BrokenExecutor as error:
+                self._broke(error)
+                futures.append(None)
+        self.submitted += sum(f is not None for f in futures)
         for config, future in zip(configs, futures, strict=True):
-            mesh, policy, k = config
             report: StepMemoryReport | None = None
             try:
+                if future is None:
+                    raise _CrashedError(self.crash)
                 report = future.result()
+            except concurrent.futures.BrokenExecutor as error:
+                self._broke(error)
+                row = FitRow(*_fields(config), "failed", why=self.crash)
             except Exception as error:
-                row = FitRow(
-                    mesh, self._remat(policy), k, "failed", why=error_line(error)
-                )
+                row = FitRow(*_fields(config), "failed", why=error_line(error))
             else:
-                row = _row(mesh, self._remat(policy), k, report, self.budget)
-            self.compiles += 1
+                row = _row(config, report, self.budget)
+            self.compiles += future is not None
             self._add(config, row, report)
-            if self.progress is not None:
+            if self.progress is not None and future is not None:
                 self.progress(self.compiles, self.submitted, row)
+        if self.crash is not None:
+            raise _CrashedError(self.crash)
+
+    def _broke(self, error: BaseException) -> None:
+        if self.crash is None:
+            self.crash = crash_cause(error, self.own_pool)
 
     def _add(
-        self, config: _Config, row: FitRow, report: StepMemoryReport | None = None
+        self, config: Config, row: FitRow, report: StepMemoryReport | None = None
     ) -> None:
+        if config in self.found:
+            return
         self.rows.append(row)
         self.found[config] = (row, report)
 
-    def skip(self, config: _Config, why: str) -> None:
+    def skip(self, config: Config, why: str) -> None:
         """A row for a configuration not compiled, and why."""
-        mesh, policy, k = config
-        self._add(config, FitRow(mesh, self._remat(policy), k, "not compiled", why))
+        self._add(config, FitRow(*_fields(config), "not compiled", why))
 
     # -- the stages ------------------------------------------------------
 
     def run(self, candidates: Sequence[MeshAxes], layer: str | None) -> None:
-        """Every stage, in order."""
-        alive = self._planned(candidates)
-        self.compile([(m, None, 1) for m in alive], breakdown=True)
-        failing = [  # a compile that failed is not a step that is too big
-            m for m in alive if self.found[(m, None, 1)][0].status == "does not fit"
-        ]
-        self.layer = layer
-        if layer is None:
-            self.layer, self.layer_basis = self._choose_layer(failing)
-        for mesh in alive:
-            if self.found[(mesh, None, 1)][0].status == "fits":
-                self._skip_all(
-                    mesh, "the mesh fits without options, each of which only adds time"
-                )
-        failing = self._slower_pruned(failing, None)
-        self._policies(failing)
-        for _ in range(8):  # each round doubles k: 2**8 microbatches at most
-            configs = self._microbatch_round(failing)
-            if not configs:
+        """The given step on every mesh, then each ladder in turn."""
+        try:
+            frontier = [Config(m) for m in self._planned(candidates)]
+            self.compile(frontier, breakdown=True)
+            self.candidates = self._candidates(frontier, layer)
+            offload = (
+                "host offload is tried for a named GPU or TPU topology only"
+                if self.spec.topology is None
+                else None
+            )
+            policies = tuple(p for p in POLICY_LADDER if p is not None)
+            self.ladders = (
+                RematLadder(self.candidates, policies, offload),
+                MicrobatchLadder(),
+            )
+            for ladder in self.ladders:
+                frontier = self.climb(ladder, frontier)
+        except _CrashedError:
+            return
+
+    def climb(self, ladder: Ladder, frontier: list[Config]) -> list[Config]:
+        """Climb ``ladder`` from each configuration of ``frontier`` that does not fit.
+
+        Each round proposes the next rungs; a proposal is not compiled (its
+        row says why) when a configuration no further along any ladder fits
+        already, or when its start on this ladder is estimated slower than the
+        best fit; unless the ladder's rungs compile side by side, it waits a
+        round when another proposal of this round is no further along any
+        ladder (if that one fits, it is not needed). Returns
+        ``frontier`` and every configuration compiled.
+        """
+        leaves = list(frontier)
+        for round_ in range(ladder.rounds):
+            proposals: list[tuple[Config, Config]] = []
+            for config in frontier:
+                proposals += self._proposals(ladder, config, first_round=round_ == 0)
+            news = [new for _, new in proposals]
+            waiting = [
+                (origin, new)
+                for origin, new in proposals
+                if not ladder.side_by_side
+                and any(dominates(self.ladders, other, new) for other in news)
+            ]
+            run = [new for origin, new in proposals if (origin, new) not in waiting]
+            if not run:
                 break
-            self.compile(configs)
+            self.compile(run)
+            leaves += run
+            frontier = run + [origin for origin, _ in waiting]
+        return leaves
+
+    def _proposals(
+        self, ladder: Ladder, config: Config, first_round: bool
+    ) -> list[tuple[Config, Config]]:
+        """``(config, next)`` for each rung after ``config``'s worth compiling."""
+        row = self.found[config][0]
+        if row.status not in ("fits", "does not fit"):
+            return []
+        rungs = ladder.after(self, config)
+        first = dataclasses.replace(config, **{ladder.field: ladder.first})
+        start = self.found.get(first)
+        best = self._best()
+        out = []
+        for rung, why in rungs:
+            new = dataclasses.replace(config, **{ladder.field: rung})
+            if new in self.found:
+                continue
+            if why is None and row.status == "fits":
+                if not first_round:
+                    continue
+                why = f"{row.options} fits: each rung further along only adds time"
+            if why is None:
+                why = self._pruned(new, start[0] if start else row, best)
+            if why is None:
+                out.append((config, new))
+            else:
+                self.skip(new, why)
+        return out
+
+    def _pruned(self, new: Config, start: FitRow, best: FitRow | None) -> str | None:
+        """Why ``new`` cannot beat a fit found, or ``None``."""
+        for other, (row, _) in self.found.items():
+            if row.status == "fits" and dominates(self.ladders, other, new):
+                return (
+                    f"{row.options} already fits: memory falls and time rises "
+                    "along every ladder"
+                )
+        if _slower(start, best):
+            assert best is not None
+            return (
+                f"{start.options} is estimated slower than {best.name} with "
+                f"{best.options}, which fits; climbing further only adds time"
+            )
+        return None
 
     def _planned(self, candidates: Sequence[MeshAxes]) -> list[MeshAxes]:
         """The meshes the planner accepts; a row for each it rejects."""
@@ -343,162 +442,35 @@ class _Search:
             try:
                 spec = dataclasses.replace(self.spec, mesh=dict(mesh))
             except ArgumentError as error:
-                self.skip((mesh, None, 1), str(error))
+                self.skip(Config(mesh), str(error))
                 continue
             reason, _ = _plan(spec, self.budget)
             if reason is not None:
-                self.skip((mesh, None, 1), f"rejected by the planner: {reason}")
+                self.skip(Config(mesh), f"rejected by the planner: {reason}")
                 continue
             self.specs[mesh] = spec
             alive.append(mesh)
         return alive
 
-    def _choose_layer(self, failing: list[MeshAxes]) -> tuple[str | None, str]:
-        for mesh in failing:
-            report = self.found[(mesh, None, 1)][1]
-            if report is not None and report.breakdown is not None:
-                return layer_to_remat(self.spec.model, report.breakdown)
-        return layer_to_remat(self.spec.model, None)
-
-    def _policies(self, failing: list[MeshAxes]) -> None:
-        """Stage 2: the layer under each policy, one microbatch."""
-        if self.layer is None:
-            return
-        configs: list[_Config] = []
-        for mesh in failing:
-            configs += [(mesh, p, 1) for p in POLICY_LADDER[1:]]
-            if self.spec.topology is None:
-                self.skip(
-                    (mesh, _OFFLOAD, 1),
-                    "host offload is tried for a named GPU or TPU topology only",
-                )
-            else:
-                configs.append((mesh, _OFFLOAD, 1))
-        self.compile(configs)
+    def _candidates(
+        self, given: list[Config], layer: str | None
+    ) -> list[RematCandidate]:
+        """The classes to rematerialise: the one given, else the breakdown's."""
+        if layer is not None:
+            modules = nnx.iter_modules(self.spec.model)
+            count = sum(1 for _, m in modules if type(m).__name__ == layer)
+            return [RematCandidate(layer, 0, count, "the layer was given (`remat`)")]
+        for config in given:
+            row, report = self.found[config]
+            if row.status == "does not fit" and _has_breakdown(report):
+                assert report is not None
+                found = candidates_from(report.breakdown, self.spec.model)
+                return found[:MAX_REMAT_CANDIDATES]
+        return candidates_from(None, self.spec.model)[:MAX_REMAT_CANDIDATES]
 
     def _best(self) -> FitRow | None:
         fitting = [r for r in self.rows if r.status == "fits"]
         return min(fitting, key=_speed) if fitting else None
-
-    def _slower_pruned(
-        self, meshes: list[MeshAxes], policy: str | None
-    ) -> list[MeshAxes]:
-        """``meshes`` whose given step could still beat the best fit found."""
-        best, out = self._best(), []
-        for mesh in meshes:
-            row = self.found[(mesh, policy, 1)][0]
-            if _slower(row, best):
-                assert best is not None
-                self._skip_all(
-                    mesh,
-                    f"its fastest configuration is estimated slower than {best.name} "
-                    f"with {best.options}, which fits",
-                )
-            else:
-                out.append(mesh)
-        return out
-
-    def _skip_all(self, mesh: MeshAxes, why: str) -> None:
-        """Rows for the policies of ``mesh`` that stage 2 would compile."""
-        if self.layer is None:
-            return
-        for policy in POLICY_LADDER[1:]:
-            if (mesh, policy, 1) not in self.found:
-                self.skip((mesh, policy, 1), why)
-
-    def _microbatch_round(self, failing: list[MeshAxes]) -> list[_Config]:
-        """Stage 3: for each policy short of the budget, the next k to try.
-
-        Along the policy ladder (fastest first), a policy is tried this round
-        only with fewer microbatches than a faster one tried this round: with
-        as many or more it would be slower and fit no better. (If the faster
-        one does not fit, the next round comes back to it.)
-        """
-        configs: list[_Config] = []
-        best = self._best()
-        for mesh in failing:
-            ladder = POLICY_LADDER if self.layer is not None else (None,)
-            bound = None
-            for i, policy in enumerate(ladder):
-                config = self._next_k(mesh, policy, ladder[: i + 1], best)
-                if config is None or (bound is not None and config[2] >= bound):
-                    continue
-                configs.append(config)
-                bound = config[2]
-        return configs
-
-    def _next_k(
-        self,
-        mesh: MeshAxes,
-        policy: str | None,
-        cheaper: tuple[str | None, ...],
-        best: FitRow | None,
-    ) -> _Config | None:
-        """The next microbatch count for ``policy`` on ``mesh``, or None."""
-        tried = sorted(k for (m, p, k) in self.found if m == mesh and p == policy)
-        if not tried:
-            return None
-        last_row = self.found[(mesh, policy, tried[-1])][0]
-        if last_row.status != "does not fit":
-            return None
-        one = self.found[(mesh, policy, 1)][0]
-        k = self._predicted_k(mesh, one, tried[-1])
-        if k is None:
-            return None
-        config = (mesh, policy, k)
-        faster = [
-            (p, j)
-            for (m, p, j), (row, _) in self.found.items()
-            if m == mesh and p in cheaper and j <= k and row.status == "fits"
-        ]
-        if faster:
-            p, j = faster[0]
-            self.skip(
-                config,
-                f"{'no remat' if p is None else p} with {j} microbatch"
-                f"{'es' if j > 1 else ''} already fits: memory falls and time "
-                "rises along both ladders",
-            )
-            return None
-        if _slower(one, best):
-            assert best is not None
-            self.skip(
-                config,
-                f"with one microbatch it is estimated slower than {best.name} with "
-                f"{best.options}, which fits; more microbatches only add time",
-            )
-            return None
-        return config
-
-    def _predicted_k(self, mesh: MeshAxes, one: FitRow, last: int) -> int | None:
-        """The fewest microbatches (> ``last``) predicted to fit, the batch allowing.
-
-        The kept activations fall as 1/k; the rest of the peak stays. A
-        policy's kept bytes are its peak minus what the given step's peak
-        holds besides its kept activations.
-        """
-        spec = self.specs[mesh]
-        allowed = []
-        k = last * 2
-        while k <= 1 << 12:
-            try:
-                dataclasses.replace(spec, microbatches=k)
-            except ArgumentError:
-                break
-            allowed.append(k)
-            k *= 2
-        if not allowed:
-            return None
-        base_row, report = self.found[(mesh, None, 1)]
-        kept = _kept(report)
-        if one.peak_bytes is None or base_row.peak_bytes is None or kept is None:
-            return allowed[0]
-        rest = base_row.peak_bytes - kept
-        kept_here = max(one.peak_bytes - rest, 0)
-        for k in allowed:
-            if rest + kept_here / k <= self.budget:
-                return k
-        return allowed[-1]
 
     def result(self, target: str, executor: str, seconds: float) -> FitSearch:
         """The search's report."""
@@ -509,6 +481,13 @@ class _Search:
             if best is not None or not compiled
             else min(compiled, key=lambda r: r.peak_bytes or 0)
         )
+        failed = [r for r in self.rows if r.status == "failed"]
+        failure = self.crash
+        if failure is None and failed and not compiled:
+            failure = f"every compile failed; the first: {failed[0].why}"
+        chosen_layer = best.remat[0][0] if best is not None and best.remat else None
+        basis = {c.name: c.basis for c in self.candidates}
+        layer = chosen_layer or (self.candidates[0].name if self.candidates else None)
         return FitSearch(
             target=target,
             batch=tuple(batch_str(b) for b in self.spec.batch),
@@ -517,27 +496,26 @@ class _Search:
             budget_basis=self.spec.budget.basis or "the budget given",
             rows=tuple(self.rows),
             chosen=best,
-            layer=self.layer,
-            layer_basis=self.layer_basis,
+            layer=layer,
+            layer_basis=basis.get(layer or "", "no module class repeats"),
             compiles=self.compiles,
             seconds=seconds,
             executor=executor,
             smallest=smallest,
+            candidates=tuple((c.name, c.basis) for c in self.candidates),
+            failure=failure,
         )
 
 
-def _row(
-    mesh: MeshAxes,
-    remat: tuple[tuple[str, str], ...],
-    k: int,
-    report: StepMemoryReport,
-    budget: int,
-) -> FitRow:
+def _fields(config: Config) -> tuple[MeshAxes, Remat, int]:
+    """A row's first three fields."""
+    return config.mesh, config.remat, config.microbatches
+
+
+def _row(config: Config, report: StepMemoryReport, budget: int) -> FitRow:
     estimate = report.roofline
     return FitRow(
-        mesh,
-        remat,
-        k,
+        *_fields(config),
         "fits" if report.fits(budget) else "does not fit",
         peak_bytes=report.peak_bytes,
         seconds=None
@@ -548,14 +526,12 @@ def _row(
     )
 
 
-def _kept(report: StepMemoryReport | None) -> int | None:
-    if report is None or report.breakdown is None:
-        return None
-    return sum(r.nbytes for r in report.breakdown.rows if r.kind == KEPT)
-
-
 def _slower(row: FitRow, best: FitRow | None) -> bool:
     """Whether ``row`` is surely slower than ``best`` (its range above best's)."""
     if best is None or row.seconds is None or best.seconds is None:
         return False
     return row.seconds[0] > best.seconds[1]
+
+
+def _has_breakdown(report: StepMemoryReport | None) -> bool:
+    return report is not None and report.breakdown is not None

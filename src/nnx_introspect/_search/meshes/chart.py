@@ -25,9 +25,75 @@ MeshRow: TypeAlias = tuple[str, int | None, str, str, tuple[float, float] | None
 estimated seconds per step or None)``, as a :class:`MeshCandidate` gives them."""
 
 
+CHOSEN = "chosen"
+"""The outcome of the configuration a search chose: green, ringed and labelled."""
+
+
 def _colour(outcome: str) -> str:
-    """Green fits, blue with no budget to judge by, red otherwise."""
-    return {"fits": svg.GREEN, "compiled": svg.BLUE}.get(outcome, svg.RED)
+    """Green fits (the chosen one too), blue with no budget to judge by, red else."""
+    return {"fits": svg.GREEN, CHOSEN: svg.GREEN, "compiled": svg.BLUE}.get(
+        outcome, svg.RED
+    )
+
+
+Box: TypeAlias = tuple[float, float, float, float]
+"""``(left, top, right, bottom)`` in pixels."""
+
+
+def text_box(
+    x: float,
+    y: float,
+    content: str,
+    size: float,
+    anchor: str = "start",
+    mono: bool = False,
+) -> Box:
+    """Where a label drawn by :func:`svg.text` lies, generously (0.62 em a letter).
+
+    Example:
+        >>> text_box(100, 50, "abcd", 10, anchor="end")
+        (76.0, 40, 100.0, 53.0)
+    """
+    width = len(content) * size * (0.62 if mono else 0.6)
+    left = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
+    return (round(left, 1), y - size, round(left + width, 1), y + 0.3 * size)
+
+
+def overlap(a: Box, b: Box) -> float:
+    """The area two boxes share (0 when apart).
+
+    Example:
+        >>> overlap((0, 0, 10, 10), (5, 5, 20, 20)), overlap((0, 0, 1, 1), (2, 2, 3, 3))
+        (25, 0)
+    """
+    width = min(a[2], b[2]) - max(a[0], b[0])
+    height = min(a[3], b[3]) - max(a[1], b[1])
+    return width * height if width > 0 and height > 0 else 0
+
+
+def place(
+    content: str,
+    size: float,
+    spots: Sequence[tuple[float, float, str]],
+    taken: Sequence[Box],
+    inside: Box,
+) -> tuple[float, float, str, Box]:
+    """Where to write ``content``: ``(x, y, anchor, its box)``.
+
+    The first of ``spots`` whose label overlaps nothing ``taken`` and stays
+    ``inside``; else the one overlapping least.
+    """
+    best: tuple[float, float, float, str, Box] | None = None
+    for x, y, anchor in spots:
+        box = text_box(x, y, content, size, anchor)
+        out = box[0] < inside[0] or box[2] > inside[2] or box[1] < inside[1]
+        cost = sum(overlap(box, t) for t in taken) + (1e6 if out else 0)
+        if cost == 0:
+            return x, y, anchor, box
+        if best is None or cost < best[0]:
+            best = (cost, x, y, anchor, box)
+    assert best is not None
+    return best[1], best[2], best[3], best[4]
 
 
 def _axis_words(ticks: Sequence[svg.Tick], off: int) -> str:
@@ -122,27 +188,73 @@ def _time_axis(points: Sequence[_Point]) -> tuple[tuple[float, ...], bool]:
     return svg.round_ticks(max(times)), False
 
 
+_MONO = 12 * 0.62
+"""The width of a letter of the legend's names (12 px monospace), generously."""
+_SANS = 12 * 0.6
+"""The width of a letter of the legend's figures (12 px), generously."""
+
+
+def _legend_lines(
+    points: Sequence[_Point], width: float
+) -> list[tuple[float, int, _Point, bool]]:
+    """``(x, line, point, figures on their own line)`` per legend entry.
+
+    Two columns when every entry fits half the width, else one; an entry
+    wider than its column puts its figures on the line below its name.
+    """
+
+    def wide(p: _Point) -> float:
+        return 30 + _MONO * len(p[1]) + _SANS * len(_figures(p))
+
+    column = (width - 32) / 2
+    if all(wide(p) <= column for p in points):
+        half = (len(points) + 1) // 2
+        return [
+            (16 + (width / 2) * (i // half), i % half, p, False)
+            for i, p in enumerate(points)
+        ]
+    out, line = [], 0
+    for p in points:
+        apart = wide(p) > width - 32
+        out.append((16.0, line, p, apart))
+        line += 2 if apart else 1
+    return out
+
+
+def _figures(point: _Point) -> str:
+    _, _, low, high, peak, _ = point
+    return f"{format_bytes(peak)}, {low:.3g}-{high:.3g} s"
+
+
 def _legend(points: Sequence[_Point], top: float, width: float) -> tuple[str, float]:
-    """Number, mesh name and figures per point, in two columns; and its height."""
-    half = (len(points) + 1) // 2
+    """Number, name and figures per point, never past ``width``; and its height."""
     parts = []
-    for i, (number, name, low, high, peak, outcome) in enumerate(points):
-        x = 16 + (width / 2) * (i // half)
-        y = top + 18 * (i % half)
+    lines = 0
+    for x, line, point, apart in _legend_lines(points, width):
+        number, name, _, _, _, outcome = point
+        y = top + 18 * line
+        chosen = outcome == CHOSEN
         parts += [
             svg.text(
-                x + 14, y, str(number), size=12, anchor="end", colour=_colour(outcome)
-            ),
-            svg.text(x + 22, y, name, size=12, mono=True),
-            svg.text(
-                x + 30 + 7.3 * len(name),
+                x + 14,
                 y,
-                f"{format_bytes(peak)}, {low:.3g}-{high:.3g} s",
+                str(number),
+                size=12,
+                anchor="end",
+                colour=_colour(outcome),
+                bold=chosen,
+            ),
+            svg.text(x + 22, y, name, size=12, mono=True, bold=chosen),
+            svg.text(
+                x + 22 if apart else x + 30 + _MONO * len(name),
+                y + 18 if apart else y,
+                _figures(point),
                 size=12,
                 colour=svg.AXIS,
             ),
         ]
-    return "".join(parts), 18 * half
+        lines = max(lines, line + (2 if apart else 1))
+    return "".join(parts), 18 * lines
 
 
 def _near(points: Sequence[_Point], budget: int | None) -> list[_Point]:
@@ -188,17 +300,60 @@ def _panel(
             anchor="middle",
         )
     )
-    if budget is not None and ticks[0][0] <= budget <= top:
-        parts.append(svg.budget_across(frame, y(budget), budget))
     placed = []
+    taken: list[Box] = []
     for point in points:
         _, _, low, high, peak, outcome = point
         at = -100.0  # off the chart: grouped only with the others off it
         if peak <= top:
             at = y(peak)
             parts.append(svg.line(x(low), at, x(high), at, _colour(outcome), width=2))
+            taken.append((x(low) - 2, at - 3, x(high) + 2, at + 3))
         placed.append((x(low), at, point))
-    for px, py, members in _clusters(placed):
+    marks, chosen_at = _marks(frame, _clusters(placed), taken)
+    inside = (frame.left, frame.top - 14, frame.plot_right + 16, frame.baseline)
+    if chosen_at is not None:
+        px, py, r = chosen_at
+        spots = [
+            (px - r - 6, py + 4, "end"),
+            (px, py - r - 6, "middle"),
+            (px, py + r + 14, "middle"),
+            (px + r + 6, py - 8, "start"),
+        ]
+        cx, cy, anchor, box = place("chosen", 11, spots, taken, inside)
+        marks += svg.text(cx, cy, "chosen", anchor=anchor, colour=svg.GREEN, bold=True)
+        taken.append(box)
+    if budget is not None and ticks[0][0] <= budget <= top:
+        at = y(budget)
+        label = f"budget {format_bytes(budget)}"
+        right, left = frame.plot_right, frame.left + 6
+        spots = [
+            (right, at - 6, "end"),
+            (right, at + 15, "end"),
+            (left, at - 6, "start"),
+            (left, at + 15, "start"),
+            (frame.middle, at - 6, "middle"),
+            (frame.middle, at + 15, "middle"),
+        ]
+        bx, by, anchor, box = place(label, 11, spots, taken, inside)
+        parts.append(svg.line(frame.left, at, right, at, svg.RED, width=2, dash="6 4"))
+        parts.append(svg.text(bx, by, label, anchor=anchor, colour=svg.RED))
+    return "".join(parts) + marks
+
+
+def _marks(
+    frame: svg.Frame,
+    clusters: list[tuple[float, float, list[_Point]]],
+    taken: list[Box],
+) -> tuple[str, tuple[float, float, float] | None]:
+    """The numbered points, a ring around the chosen one.
+
+    Their boxes are added to ``taken``; returns the marks and the chosen
+    point's ``(x, y, ring radius)``.
+    """
+    parts = []
+    chosen_at = None
+    for px, py, members in clusters:
         label = ",".join(str(m[0]) for m in members)
         title = "; ".join(
             f"{m[0]} {m[1]}: {format_bytes(m[4])} per device, "
@@ -212,9 +367,16 @@ def _panel(
                 svg.arrow(px, frame.top - 2, colour, up=True, size=10),
                 svg.text(px + 8, frame.top - 4, label, size=11, colour=colour),
             ]
-        else:
-            parts.append(svg.numbered_dot(px, py, label, colour, title=title))
-    return "".join(parts)
+            taken.append(text_box(px + 8, frame.top - 4, label, 11))
+            continue
+        r = max(8.0, 3.3 * len(label) + 3)
+        parts.append(svg.numbered_dot(px, py, label, colour, title=title))
+        if any(m[5] == CHOSEN for m in members):
+            r += 5
+            parts.append(svg.ring(px, py, r, svg.GREEN))
+            chosen_at = (px, py, r)
+        taken.append((px - r, py - r, px + r, py + r))
+    return "".join(parts), chosen_at
 
 
 def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
@@ -260,7 +422,9 @@ def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
             low, high = min(values), max(values)
             pad = max(0.15 * (high - low), 0.01 * high)
             zoom = svg.byte_axis_between(low - pad, high + pad, 4)
-    legend_rows = (len(points) + 1) // 2
+    legend_rows = max(
+        line + (2 if apart else 1) for _, line, _, apart in _legend_lines(points, 720)
+    )
     panels = 2 if zoom else 1
     height = 34 + panels * (_PLOT + _GAP) + 18 * legend_rows
     parts = []
@@ -287,8 +451,13 @@ def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
         "".join(parts),
         caption="Peak bytes per device against the estimated step time of each "
         "compiled mesh (an estimate, not a measurement), numbered as in the "
-        "legend: green fits, red does not; the dashed line is the budget. Lower "
-        "and further left is better."
+        "legend: green fits, red does not"
+        + (
+            "; the ringed point is the one chosen"
+            if any(p[5] == CHOSEN for p in points)
+            else ""
+        )
+        + "; the dashed line is the budget. Lower and further left is better."
         + _axis_words(ticks, 0)
         + (
             f" The second panel zooms on the {len(near)} within 10% of the budget."
