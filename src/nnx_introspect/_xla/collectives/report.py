@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.hlo import SourceLocation
+from nnx_introspect._xla.hlo import SourceLocation, array_bytes
 from nnx_introspect._xla.hlo import source_json as _source_json
 
 KINDS: Final = (
@@ -114,6 +114,13 @@ class Collective:
             (an unknown one counts once).
         loops: the while instructions around it, outermost first (along its
             first call path).
+        sources: one source per array of ``nbytes`` (parallel to ``shapes``),
+            ``None`` where none was found: the collective's own frame, or for
+            one without (XLA's combiners leave a combined collective none),
+            the array's as its ``get-tuple-element``, the users of its result
+            or the producers of its operand give it; ``()`` when not read
+            (a row rebuilt from JSON without them). ``source`` is then the
+            source of the most bytes.
     """
 
     kind: str
@@ -137,6 +144,47 @@ class Collective:
     count: int
     trip_count_known: bool
     loops: tuple[str, ...]
+    sources: tuple[SourceLocation | None, ...] = ()
+
+    @property
+    def unsourced_wire_bytes(self) -> Fraction:
+        """``total_wire_bytes`` of the arrays without a source.
+
+        Each array's share of the wire bytes is its share of ``nbytes``;
+        without per-array ``sources``, all of them when ``source`` is
+        ``None``, else none.
+        """
+        if len(self.sources) != len(self.shapes) or not self.nbytes:
+            return self.total_wire_bytes if self.source is None else Fraction(0)
+        sizes = [
+            array_bytes(dtype, shape)
+            for dtype, shape in zip(self.dtypes, self.shapes, strict=True)
+        ]
+        missing = sum(
+            size
+            for size, source in zip(sizes, self.sources, strict=True)
+            if source is None
+        )
+        return self.total_wire_bytes * Fraction(missing, sum(sizes) or 1)
+
+    @property
+    def source_summary(self) -> str:
+        """Its sources as ``"examples.py:402 ×8, examples.py:398 ×4"``.
+
+        Each distinct source of ``sources`` with its number of arrays, most
+        arrays first (``"? ×2"`` for arrays without one); for a row with one
+        array or none listed, ``source`` alone (``""`` when ``None``).
+        """
+        if len(self.sources) <= 1:
+            return _short_where(self.source)
+        counts: dict[str, int] = {}
+        for source in self.sources:
+            key = _short_where(source) or "?"
+            counts[key] = counts.get(key, 0) + 1
+        if len(counts) == 1 and "?" not in counts:
+            return next(iter(counts))
+        ranked = sorted(counts.items(), key=lambda item: (item[0] == "?", -item[1]))
+        return ", ".join(f"{where} ×{n}" for where, n in ranked)
 
     @property
     def wire_bytes(self) -> Fraction:
@@ -228,6 +276,11 @@ class Collectives(Report):
         return sum((row.total_wire_bytes for row in self.rows), Fraction(0))
 
     @property
+    def unsourced_wire_bytes(self) -> Fraction:
+        """What each device sends per step for arrays without a source line."""
+        return sum((row.unsourced_wire_bytes for row in self.rows), Fraction(0))
+
+    @property
     def trip_counts_known(self) -> bool:
         """Whether every loop around a collective has a known trip count."""
         return all(row.trip_count_known for row in self.rows)
@@ -267,7 +320,7 @@ class Collectives(Report):
                 str(row.count) + ("" if row.trip_count_known else "?"),
                 format_bytes(row.total_bytes),
                 format_bytes(float(row.total_wire_bytes)),
-                _where(row.source),
+                _row_where(row),
             )
             for row in self.top(top)
         )
@@ -391,6 +444,19 @@ def _where(source: SourceLocation | None) -> str:
     return f"{source.function} {file}:{source.line}".strip()
 
 
+def _short_where(source: SourceLocation | None) -> str:
+    """``examples.py:402``: a source's file name and line (``""`` for none)."""
+    if source is None:
+        return ""
+    return f"{source.file.rsplit('/', 1)[-1]}:{source.line}"
+
+
+def _row_where(row: Collective) -> str:
+    """The table's source of a row: its sources counted when it combines several."""
+    distinct = set(row.sources)
+    return row.source_summary if len(distinct) > 1 else _where(row.source)
+
+
 def _totals(
     rows: Sequence[Collective],
     key: Callable[[Collective], Any],
@@ -441,6 +507,7 @@ def _row_json(row: Collective) -> dict[str, Any]:
         "count": row.count,
         "trip_count_known": row.trip_count_known,
         "loops": list(row.loops),
+        "sources": [_source_json(source) for source in row.sources],
     }
 
 
