@@ -7,6 +7,7 @@ from typing import Any, Final
 
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.collectives.irregular import _irregular_note, _span
 from nnx_introspect._xla.hlo import SourceLocation, array_bytes
 from nnx_introspect._xla.hlo import source_json as _source_json
 
@@ -393,12 +394,61 @@ class Collectives(Report):
                 "A count with '?' is inside a while loop whose trip count XLA "
                 "does not state: each unknown loop counts once."
             )
-        if any(row.axes == _ANY_QUESTION for row in self.rows):
-            notes.append(
-                "Axes '?': the groups are not whole mesh axes (a part of an "
-                "axis, or groups that differ)."
-            )
+        irregular = self.irregular_note()
+        if irregular is not None:
+            notes.append(irregular)
         return notes
+
+    def irregular_wire_bytes(self) -> tuple[tuple[tuple[str, ...], int], ...]:
+        """The wire bytes of the ``("?",)`` rows, per the axes their groups lie in.
+
+        Each row over device groups that are not whole mesh axes, keyed by its
+        span: the mesh axes along which some group's devices differ, the
+        smallest combination of whole axes each group lies inside (so the
+        links it uses); per device and step, rounded, most first. What
+        :func:`~nnx_introspect._roofline.program.program_roofline` counts
+        them as (``irregular_wire_bytes``).
+
+        Example:
+            >>> row = Collective("all-gather", "ag", "all-gather", "sync", "main",
+            ...     64, 64, 32, ("f32",), ((16,),), 2, ((0, 1), (2, 3)), ("?",),
+            ...     None, 1, None, None, (), 1, True, ())
+            >>> Collectives("jit_f", (("fsdp", 4),), (row,)).irregular_wire_bytes()
+            ((('fsdp',), 32),)
+        """
+        spans: dict[tuple[str, ...], Fraction] = {}
+        for row in self.rows:
+            if row.axes == _ANY_QUESTION:
+                span = _span(row.groups, self.mesh_axes)
+                spans[span] = spans.get(span, Fraction(0)) + row.total_wire_bytes
+        ranked = sorted(spans.items(), key=lambda item: -item[1])
+        return tuple((span, round(wire)) for span, wire in ranked if wire)
+
+    def irregular_note(self) -> str | None:
+        """What the ``"?"`` axes are, with their bytes and groups; ``None`` without.
+
+        Example:
+            >>> Collectives("jit_f", (("fsdp", 4),), ()).irregular_note() is None
+            True
+        """
+        rows = sorted(
+            (row for row in self.rows if row.axes == _ANY_QUESTION),
+            key=lambda row: -row.total_wire_bytes,
+        )
+        return _irregular_note(
+            [
+                (
+                    row.name,
+                    row.kind,
+                    row.groups,
+                    round(row.total_wire_bytes),
+                    _row_where(row),
+                )
+                for row in rows
+            ],
+            self.mesh_axes,
+            round(self.wire_bytes),
+        )
 
     def json_data(self) -> dict[str, Any]:
         """Every row and the totals, in exact integers.
