@@ -103,7 +103,7 @@ def test_each_array_of_a_combined_gather_gets_its_own_source() -> None:
     assert (row.op_name, row.stack) == (None, ())  # the combiner left it none
     assert lines(row) == [20, 30, None]
     assert row.source is not None and row.source.line == 20  # first of a tie
-    assert row.source_summary == "m.py:20 ×1, m.py:30 ×1, ? ×1"
+    assert row.source_summary == "m.py:20 \u00d71, m.py:30 \u00d71, ? \u00d71"
     # the wire bytes of the array without a source: a third, each array 256 B
     assert row.unsourced_wire_bytes == Fraction(3, 4) * 256
     found = Collectives("jit_t", MESH, (row,))
@@ -254,7 +254,9 @@ def gpu(
     dump = tmp_path_factory.mktemp("dump")
     flags = os.environ.get("XLA_FLAGS", "")
     with pytest.MonkeyPatch.context() as patch:
-        patch.setenv("XLA_FLAGS", f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text")
+        patch.setenv(
+            "XLA_FLAGS", f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text"
+        )
         report = nnx_introspect.step_memory_report(
             "nnx_introspect.examples:llama_tiny_sharded",
             "fsdp=4,tp=2",

@@ -69,26 +69,37 @@ def _irregular_note(
         groups that are not whole mesh axes: all-gather ag.3 (examples.py:465)
         over {0,1,2,3}, {4,5,6,7}, inside fsdp+tp. XLA makes such groups
         when it partitions an op whose operand is sharded over several axes
-        (an embedding lookup's gather from a table sharded over two of them);
-        the step-time estimate counts these bytes over the axes each group
-        lies inside, at those links' bandwidth.
+        (an embedding lookup's gather from a table sharded over two, a loss's
+        take_along_axis on sharded logits); the step-time estimate counts
+        these bytes over the axes each group lies inside, at those links'
+        bandwidth.
     """
     if not rows:
         return None
     wire = sum(row[3] for row in rows)
-    share = f" ({100 * wire / total_wire:.1f}% of the collectives')" if total_wire else ""
+    share = (
+        f" ({100 * wire / total_wire:.1f}% of the collectives')" if total_wire else ""
+    )
+    alike: dict[tuple[str, str, str], list[str]] = {}
+    for name, kind, groups, _, source in rows:
+        alike.setdefault((kind, _groups_text(groups), source), []).append(name)
+    spans = {
+        _groups_text(groups): "+".join(_span(groups, mesh_axes)) or "one device"
+        for _, _, groups, _, _ in rows
+    }
     listed = [
-        f"{kind} {name}" + (f" ({source})" if source else "")
-        + f" over {_groups_text(groups)}, inside "
-        + ("+".join(_span(groups, mesh_axes)) or "one device")
-        for name, kind, groups, _, source in rows[:3]
+        (f"{kind} {names[0]}" if len(names) == 1 else f"{len(names)} {kind}s")
+        + (f" ({source})" if source else "")
+        + f" over {groups}, inside {spans[groups]}"
+        for (kind, groups, source), names in alike.items()
     ]
-    more = f"; {len(rows) - 3} more" if len(rows) > 3 else ""
+    more = f"; {len(listed) - 3} more" if len(listed) > 3 else ""
     return (
         f"Axes '?': {format_bytes(wire)} on the wire{share} over device groups "
-        f"that are not whole mesh axes: {'; '.join(listed)}{more}. XLA makes such "
+        f"that are not whole mesh axes: {'; '.join(listed[:3])}{more}. XLA makes such "
         "groups when it partitions an op whose operand is sharded over several "
-        "axes (an embedding lookup's gather from a table sharded over two of "
-        "them); the step-time estimate counts these bytes over the axes each "
-        "group lies inside, at those links' bandwidth."
+        "axes (an embedding lookup's gather from a table sharded over two, a "
+        "loss's take_along_axis on sharded logits); the step-time estimate "
+        "counts these bytes over the axes each group lies inside, at those "
+        "links' bandwidth."
     )

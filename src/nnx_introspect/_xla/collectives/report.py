@@ -170,10 +170,10 @@ class Collective:
 
     @property
     def source_summary(self) -> str:
-        """Its sources as ``"examples.py:402 ×8, examples.py:398 ×4"``.
+        """Its sources as ``"examples.py:402 \u00d78, examples.py:398 \u00d74"``.
 
         Each distinct source of ``sources`` with its number of arrays, most
-        arrays first (``"? ×2"`` for arrays without one); for a row with one
+        arrays first (``"? \u00d72"`` for arrays without one); for a row with one
         array or none listed, ``source`` alone (``""`` when ``None``).
         """
         if len(self.sources) <= 1:
@@ -185,7 +185,7 @@ class Collective:
         if len(counts) == 1 and "?" not in counts:
             return next(iter(counts))
         ranked = sorted(counts.items(), key=lambda item: (item[0] == "?", -item[1]))
-        return ", ".join(f"{where} ×{n}" for where, n in ranked)
+        return ", ".join(f"{where} \u00d7{n}" for where, n in ranked)
 
     @property
     def wire_bytes(self) -> Fraction:

@@ -127,7 +127,9 @@ def _result_values(
     opcode = instruction.opcode
     if opcode.endswith("-start"):
         done = f"{_base(opcode)}-done"
-        holders = [u for u in module.users.get(instruction.name, []) if u.opcode == done]
+        holders = [
+            u for u in module.users.get(instruction.name, []) if u.opcode == done
+        ]
     elif instruction.root and instruction.computation != module.entry:
         holders = [
             user
