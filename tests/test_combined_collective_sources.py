@@ -308,3 +308,45 @@ def test_each_gathered_weight_points_at_the_line_that_calls_its_layer(
             ), name
             checked += 1
     assert checked >= 7 * 8  # 7 kernels in each of 8 layers, at least once
+
+
+# --- a gather inside a loop counts once per trip, in the estimate too ---------------
+
+
+def test_a_gather_repeated_in_a_loop_is_timed_once_per_trip() -> None:
+    """Issue 28, item 8: XLA:GPU gathers the weights inside the accumulation
+    loop; each trip's gather is on the wire, and in the communication term."""
+    body = (
+        "%body (bp: (s32[], f32[16])) -> (s32[], f32[16]) {\n"
+        "  %bp = (s32[], f32[16]{0}) parameter(0)\n"
+        "  %i = s32[] get-tuple-element(%bp), index=0\n"
+        "  %w = f32[16]{0} get-tuple-element(%bp), index=1\n"
+        f"  %g = f32[64]{{0}} all-gather(%w), channel_id=1, {ALL}, "
+        f"dimensions={{0}}{meta(9)}\n"
+        "  %one = s32[] constant(1)\n  %next = s32[] add(%i, %one)\n"
+        "  ROOT %t = (s32[], f32[16]{0}) tuple(%next, %w)\n}\n\n"
+        "%cond (cp: (s32[], f32[16])) -> pred[] {\n"
+        "  %cp = (s32[], f32[16]{0}) parameter(0)\n"
+        "  %ci = s32[] get-tuple-element(%cp), index=0\n"
+        "  %n = s32[] constant(3)\n"
+        "  ROOT %lt = pred[] compare(%ci, %n), direction=LT\n}\n\n"
+    )
+    text = module(
+        "  %z = s32[] constant(0)\n  %init = (s32[], f32[16]{0}) tuple(%z, %p0)\n"
+        "  ROOT %loop = (s32[], f32[16]{0}) while(%init), condition=%cond, "
+        'body=%body, backend_config={"known_trip_count":{"n":"3"}}'
+    ).replace("ENTRY", body + "ENTRY")
+    found = read_collectives(text, MESH)
+    (row,) = found.rows
+    assert (row.count, row.loops) == (3, ("loop",))
+    assert row.wire_bytes == 192
+    wire = [(axes, round(t.wire_bytes)) for axes, t in found.by_axis().items()]
+    assert wire == [(("fsdp",), 3 * 192)]
+    estimate = program_roofline(
+        "h100-8",
+        flops=1e9,
+        bytes_accessed=1e6,
+        wire_bytes_by_axes=wire,
+        mesh_axes=(("fsdp", 8),),
+    )
+    assert estimate.comm[0].wire_bytes == 3 * 192

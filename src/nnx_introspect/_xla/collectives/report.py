@@ -503,8 +503,11 @@ def _short_where(source: SourceLocation | None) -> str:
 
 def _row_where(row: Collective) -> str:
     """The table's source of a row: its sources counted when it combines several."""
-    distinct = set(row.sources)
-    return row.source_summary if len(distinct) > 1 else _where(row.source)
+    if len(set(row.sources)) <= 1:
+        return _where(row.source)
+    parts = row.source_summary.split(", ")
+    more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
+    return ", ".join(parts[:3]) + more
 
 
 def _totals(
