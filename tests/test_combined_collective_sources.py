@@ -350,3 +350,46 @@ def test_a_gather_repeated_in_a_loop_is_timed_once_per_trip() -> None:
         mesh_axes=(("fsdp", 8),),
     )
     assert estimate.comm[0].wire_bytes == 3 * 192
+
+
+# XLA:TPU's async collective fusion, as libtpu writes it: the start fusion's
+# AsyncCollectiveStart tuple (operand, result, state), a continuation fusion
+# that multiplies something else (line 60) while carrying the result to its
+# output element 1, the done fusion, and the gathered weight's user (line 70).
+TPU = (
+    "%start_c (sp: f32[16]) -> (f32[16], f32[64], u32[]) {\n"
+    "  %sp = f32[16]{0} parameter(0)\n"
+    f"  %g = f32[64]{{0}} all-gather(%sp), channel_id=1, {ALL}, dimensions={{0}}\n"
+    "  ROOT %cs = (f32[16]{0}, f32[64]{0}, u32[]) custom-call(%g), "
+    'custom_call_target="AsyncCollectiveStart"\n}\n\n'
+    "%cont_c (k0: f32[64], k1: f32[16]) -> (f32[16], f32[64]) {\n"
+    "  %k0 = f32[64]{0} parameter(0)\n  %k1 = f32[16]{0} parameter(1)\n"
+    "  %m = f32[16]{0} multiply(%k1, %k1)\n"
+    "  ROOT %kt = (f32[16]{0}, f32[64]{0}) tuple(%m, %k0)\n}\n\n"
+    "%done_c (dp: f32[64]) -> f32[64] {\n"
+    "  %dp = f32[64]{0} parameter(0)\n"
+    "  ROOT %cd = f32[64]{0} custom-call(%dp), "
+    'custom_call_target="AsyncCollectiveDone"\n}\n\n'
+)
+TPU_ENTRY = (
+    "  %st = (f32[16]{0}, f32[64]{0}, u32[]) fusion(%p0), kind=kCustom, calls=%start_c\n"
+    "  %r = f32[64]{0} get-tuple-element(%st), index=1\n"
+    "  %ct = (f32[16]{0}, f32[64]{0}) fusion(%r, %p1), kind=kCustom, calls=%cont_c, "
+    'backend_config={"continuation_config":{}}' + meta(60) + "\n"
+    "  %c1 = f32[64]{0} get-tuple-element(%ct), index=1\n"
+    "  %dn = f32[64]{0} fusion(%c1), kind=kCustom, calls=%done_c\n"
+    f"  ROOT %use = f32[64]{{0}} multiply(%dn, %dn){meta(70)}"
+)
+
+
+def test_a_tpu_async_gather_points_at_its_user_not_the_overlapped_op() -> None:
+    text = module(TPU_ENTRY).replace("ENTRY", TPU + "ENTRY")
+    row = one(text)
+    assert (row.kind, row.form) == ("all-gather", "TPU async collective fusion")
+    assert lines(row) == [70]  # not 60, the multiply run while it was in flight
+    # the same continuation computing with the gathered value is its user
+    computing = text.replace("tuple(%m, %k0)", "tuple(%m, %k2)").replace(
+        "  %m = f32[16]{0} multiply(%k1, %k1)\n",
+        "  %m = f32[16]{0} multiply(%k1, %k1)\n  %k2 = f32[64]{0} negate(%k0)\n",
+    )
+    assert lines(one(computing)) == [60]

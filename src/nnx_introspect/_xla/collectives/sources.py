@@ -29,7 +29,9 @@ from nnx_introspect._xla.hlo import (
     Module,
     SourceLocation,
     metadata,
+    parse_shape,
     source_stack,
+    tuple_elements,
 )
 from nnx_introspect._xla.hlo.frames import user_frame
 
@@ -61,13 +63,17 @@ def _array_sources(
     for index in range(arrays):
         results = list(_result_values(instruction, index, arrays, module))
         operands = _operand_values(instruction, index, arrays, module)
-        sides = [(results, _users), (operands, _producers)]
-        if kind in _REDUCING:
-            sides.reverse()
-        source = next((_frame(value, module) for value in results[:1]), None)
+        users_first = kind not in _REDUCING
+        held = [at for at, part in results[:1] if part is None]
+        source = next((_frame(at, module) for at in held), None)
         source = source or (own if arrays == 1 else None)
-        for values, step in sides:
-            source = source or _search(values, module, step)
+        for users in (users_first, not users_first):
+            if source is None:
+                source = (
+                    _forward(results, module)
+                    if users
+                    else _search(operands, module, _producers)
+                )
         found.append(source or own)
     return tuple(found)
 
@@ -92,11 +98,97 @@ def _search(
     return None
 
 
-def _users(at: Instruction, module: Module) -> Iterator[Instruction]:
-    """What uses ``at``; a called computation's root continues at its callers."""
-    yield from module.users.get(at.name, [])
-    if at.root and at.computation != module.entry:
-        yield from module.callers.get(at.computation, [])
+def _forward(
+    start: list[tuple[Instruction, int | None]], module: Module
+) -> SourceLocation | None:
+    """The first frame of what uses the value, breadth-first from ``start``.
+
+    ``(instruction, tuple index)`` pairs: the value is that element of the
+    instruction's result (``None``: all of it). It is followed through
+    ``get-tuple-element`` of its own index only, into tuples, and through
+    fusions that pass it to their result unchanged (XLA:TPU's continuation
+    fusions carry a collective in flight while they run another op's work,
+    whose frame is not the collective's); the first instruction that computes
+    with it and has a frame is its source.
+    """
+    queue = deque(start)
+    seen = {(at.name, part) for at, part in start}
+    while queue and len(seen) <= _MOST_VISITS:
+        at, part = queue.popleft()
+        for user in module.users.get(at.name, []):
+            carried = _carry(at, part, user, module)
+            if carried is None:  # computes with it: its frame, or go on through it
+                frame = _frame(user, module)
+                if frame is not None:
+                    return frame
+                carried = [(user, None)]
+            for item in carried:
+                if (item[0].name, item[1]) not in seen:
+                    seen.add((item[0].name, item[1]))
+                    queue.append(item)
+    return None
+
+
+_MOVES: Final = frozenset(
+    ("bitcast", "copy", "transpose", "reshape", "convert", "copy-start", "copy-done")
+)
+"""Opcodes that pass a value on (their frame, if any, still names the value's op)."""
+
+
+def _carry(
+    at: Instruction, part: int | None, user: Instruction, module: Module
+) -> list[tuple[Instruction, int | None]] | None:
+    """Where ``user`` carries ``at{part}``: ``[]`` not at all, ``None`` it computes."""
+    if user.opcode == "get-tuple-element":
+        index = user.attributes.get("index")
+        return [(user, None)] if part is None or index == str(part) else []
+    if part is not None:
+        return []  # a whole tuple handed on: not followed
+    if user.opcode == "tuple":
+        return [(user, k) for k, name in enumerate(user.operands) if name == at.name]
+    if user.opcode in _MOVES or user.opcode.endswith("-done"):
+        frame = _frame(user, module)
+        return None if frame is not None else [(user, None)]
+    called = user.attributes.get("calls", "").lstrip("%")
+    if user.opcode != "fusion" or called not in module.computations:
+        return None
+    outputs: list[tuple[Instruction, int | None]] = []
+    for k, name in enumerate(user.operands):
+        if name != at.name:
+            continue
+        passed = _passed(called, k, module)
+        if passed is False:
+            return None
+        outputs.append((user, None if passed is True else passed))
+    return outputs
+
+
+def _passed(computation: str, number: int, module: Module) -> int | bool:
+    """Whether a fusion's parameter ``number`` reaches its root unchanged.
+
+    The root's tuple index it reaches (``True``: the root is the value), else
+    ``False``: the fusion computes with it. Through moves, tuples and XLA:TPU's
+    ``AsyncCollective*`` custom calls.
+    """
+    params = [
+        i
+        for i in module.computations[computation]
+        if i.opcode == "parameter" and i.operand_text.strip() == str(number)
+    ]
+    todo = list(params)
+    while todo:
+        at = todo.pop()
+        for user in module.users.get(at.name, []):
+            if user.root and user.opcode == "tuple":
+                return user.operands.index(at.name)
+            target = user.attributes.get("custom_call_target", "")
+            if user.opcode in _MOVES or "AsyncCollective" in target:
+                if user.root:
+                    return True
+                todo.append(user)
+            elif user.opcode != "get-tuple-element":
+                return False
+    return False
 
 
 def _producers(at: Instruction, module: Module) -> Iterator[Instruction]:
@@ -116,15 +208,18 @@ def _producers(at: Instruction, module: Module) -> Iterator[Instruction]:
 
 def _result_values(
     instruction: Instruction, index: int, arrays: int, module: Module
-) -> Iterator[Instruction]:
-    """The instructions that hold array ``index`` of the collective's result.
+) -> Iterator[tuple[Instruction, int | None]]:
+    """What holds array ``index`` of the collective's result, as ``(at, part)``.
 
     The ``get-tuple-element`` taking it out of a tuple result (of the
     instruction, of its ``-done``, of its async wrapper's ``async-done``),
-    else, for one array, that result's holder itself.
+    else, for one array, that result's holder itself; for a collective inside
+    a fusion (XLA:TPU's async collective fusion), the fusion's result element
+    the collective's result reaches.
     """
     holders = [instruction]
     opcode = instruction.opcode
+    callers = module.callers.get(instruction.computation, [])
     if opcode.endswith("-start"):
         done = f"{_base(opcode)}-done"
         holders = [
@@ -133,19 +228,53 @@ def _result_values(
     elif instruction.root and instruction.computation != module.entry:
         holders = [
             user
-            for caller in module.callers.get(instruction.computation, [])
+            for caller in callers
             if caller.opcode == "async-start"
             for user in _async_dones(caller, module)
         ]
+    elif instruction.computation != module.entry and arrays == 1:
+        part = _fused_part(instruction, module)
+        for caller in callers:
+            if caller.opcode == "fusion" and part is not None:
+                yield caller, None if part is True else part
+        return
     for holder in holders:
         if arrays == 1:
-            yield holder
+            yield holder, None
             continue
         for user in module.users.get(holder.name, []):
             if user.opcode == "get-tuple-element" and user.attributes.get(
                 "index"
             ) == str(index):
-                yield user
+                yield user, None
+
+
+def _fused_part(instruction: Instruction, module: Module) -> int | bool | None:
+    """The element of its fusion's result a fused collective's result becomes.
+
+    XLA:TPU's start fusion returns ``AsyncCollectiveStart(collective)``, a
+    tuple whose elements are the operand, the result and the collective's
+    state: the first element after the operand's with the result's type and
+    dimensions. ``True``: the fusion's result is the value; ``None``: not
+    found.
+    """
+    root = module.root(instruction.computation)
+    if root is None or instruction.name not in root.operands:
+        return True if root is instruction else None
+    if root.opcode in _MOVES:
+        return True
+    wanted = _type(instruction.shape)
+    for k, element in enumerate(tuple_elements(root.shape)):
+        if k >= 1 and _type(element) == wanted:
+            return k
+    return None
+
+
+def _type(shape: str) -> tuple[str, tuple[int, ...]] | None:
+    try:
+        return parse_shape(shape)
+    except HloTextError:
+        return None
 
 
 def _async_dones(start: Instruction, module: Module) -> Iterator[Instruction]:
