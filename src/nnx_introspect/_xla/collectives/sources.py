@@ -13,9 +13,13 @@ matmul whose gradient is reduce-scattered).
 :func:`_array_sources` reads, for each array, the first stack frame found in
 that order: the array's own result value, then for a reducing collective
 (all-reduce, reduce-scatter) its operand's producers before the result's
-users, for the others the users first; each side followed breadth-first
-through at most :data:`_MOST_VISITS` instructions, through ``parameter`` to a
-fusion's or an async wrapper's operand and from a ``-start`` to its ``-done``.
+users, for the others the users first. The users are followed by the
+array's tuple index (only its own ``get-tuple-element``; through fusions that
+pass it on unchanged, as XLA:TPU's continuation fusions carry a collective in
+flight while they compute something else) to the first instruction that
+computes with it; the producers breadth-first through operands and from a
+called computation's ``parameter`` to its caller's operand. Each side looks
+at most at :data:`_MOST_VISITS` instructions.
 """
 
 from collections import deque
