@@ -2,8 +2,9 @@
 
 :func:`program_roofline` is what a step report estimates with: the program's
 FLOPs and bytes accessed, its collectives' wire bytes per mesh-axis
-combination (those over groups that are not whole mesh axes left out, and
-said so in an assumption), on the named topology's data-sheet figures at the
+combination (those over device groups that are not whole mesh axes counted
+over the axes each group lies inside, when the caller says which, else left
+out; an assumption says either), on the named topology's data-sheet figures at the
 peak of the program's matmul dtype (``f32`` when the chip has no peak for it).
 """
 
@@ -14,6 +15,7 @@ from collections.abc import Sequence
 from nnx_introspect._accelerators.hardware import hardware_for
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._roofline.estimate import Roofline, roofline
+from nnx_introspect._typing import ArgumentError
 
 __all__ = ["program_roofline"]
 
@@ -30,6 +32,7 @@ def program_roofline(
     model_flops: float | None = None,
     model_flops_basis: str | None = None,
     network_bytes_per_second: int | None = None,
+    irregular_wire_bytes: Sequence[tuple[tuple[str, ...], int]] | None = None,
 ) -> Roofline:
     """The :func:`~nnx_introspect._roofline.estimate.roofline` of a compiled program.
 
@@ -50,6 +53,12 @@ def program_roofline(
         model_flops_basis: How ``model_flops`` was counted, in words.
         network_bytes_per_second: The network bandwidth per GPU between hosts;
             ``None``: the family's default.
+        irregular_wire_bytes: The ``("?",)`` bytes again, as ``(axes, wire
+            bytes)`` keyed by the mesh axes each of their device groups lies
+            inside (:meth:`~nnx_introspect._xla.collectives.Collectives.
+            irregular_wire_bytes`): given, they are counted in those axes'
+            terms instead of left out, and ``("?",)`` entries of
+            ``wire_bytes_by_axes`` are not counted again.
 
     Returns:
         The estimate.
@@ -65,14 +74,35 @@ def program_roofline(
         >>> print(est.assumptions[-1])  # doctest: +NORMALIZE_WHITESPACE
         1 MiB on the wire over device groups that are not whole mesh axes are
         left out of the communication terms.
+        >>> est = program_roofline(
+        ...     "h100-8", flops=1e12, bytes_accessed=1e9,
+        ...     wire_bytes_by_axes=((("tp",), 450 * 10**6), (("?",), 450 * 10**6)),
+        ...     mesh_axes=(("tp", 8),), irregular_wire_bytes=((("tp",), 450 * 10**6),),
+        ... )
+        >>> [(term.axes, term.seconds) for term in est.comm]
+        [(('tp',), 0.002)]
     """
     sizes = dict(mesh_axes)
     comm: dict[tuple[str, ...], int] = {}
-    left_out = 0
-    for axes, wire in wire_bytes_by_axes:
+    left_out = irregular = 0
+    listed = [(tuple(axes), wire, False) for axes, wire in wire_bytes_by_axes]
+    if irregular_wire_bytes is not None:
+        listed = [item for item in listed if item[0] != ("?",)]
+        listed += [(tuple(axes), wire, True) for axes, wire in irregular_wire_bytes]
+    spans: list[str] = []
+    for axes, wire, spanned in listed:
         if axes and all(a in sizes for a in axes):
             if math.prod(sizes[a] for a in axes) > 1 and wire:
-                comm[tuple(axes)] = comm.get(tuple(axes), 0) + wire
+                comm[axes] = comm.get(axes, 0) + wire
+                irregular += wire if spanned else 0
+                spans += ["+".join(axes)] if spanned else []
+        elif spanned and axes:
+            raise ArgumentError(
+                "irregular_wire_bytes",
+                f"`irregular_wire_bytes` names axes {axes} the mesh "
+                f"{dict(mesh_axes)} lacks; pass Collectives.irregular_wire_bytes() "
+                "of the program compiled on this mesh.",
+            )
         else:
             left_out += wire
     hardware = hardware_for(topology, network_bytes_per_second=network_bytes_per_second)
@@ -92,10 +122,19 @@ def program_roofline(
         model_flops=model_flops,
         model_flops_basis=model_flops_basis,
     )
-    if not left_out:
+    notes = []
+    if irregular:
+        notes.append(
+            f"{format_bytes(irregular)} on the wire over device groups that are "
+            "not whole mesh axes (axes '?') are counted over "
+            f"{', '.join(spans)}: the axes each group lies inside, at their "
+            "links' bandwidth."
+        )
+    if left_out:
+        notes.append(
+            f"{format_bytes(left_out)} on the wire over device groups that are "
+            "not whole mesh axes are left out of the communication terms."
+        )
+    if not notes:
         return estimate
-    note = (
-        f"{format_bytes(left_out)} on the wire over device groups that are "
-        "not whole mesh axes are left out of the communication terms."
-    )
-    return dataclasses.replace(estimate, assumptions=(*estimate.assumptions, note))
+    return dataclasses.replace(estimate, assumptions=(*estimate.assumptions, *notes))

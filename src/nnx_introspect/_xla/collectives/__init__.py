@@ -49,11 +49,20 @@ compared ``LT`` with a constant and stepped by a constant from a constant
 (XLA:TPU states none); a pipelined collective XLA peels out of its loop is a
 row of its own, outside.
 
+A collective XLA's combiners made of many (one instruction, a tuple of
+arrays, no ``op_name`` or stack frame) gets one source per array
+(``Collective.sources``), from the ``get-tuple-element`` that takes the array
+out of the result, the result's users or the operand's producers (``sources``).
+A collective over device groups that are not whole mesh axes (axes ``"?"``)
+is explained in a note and its bytes are keyed by the axes each group lies
+inside for the step-time estimate (``irregular``).
+
 The program's text is parsed by :mod:`nnx_introspect._xla.hlo` (instructions,
 attributes, stack frames, shapes and bytes). The modules: ``errors``
 (:class:`CollectiveFormatError`, the parser's errors turned into it),
 ``loops`` (how many times one step runs each computation: while loops and
-their trip counts), ``groups`` (replica groups in every form, as partition
+their trip counts), ``sources`` (each array's source), ``irregular`` (the
+``"?"`` groups' span and note), ``groups`` (replica groups in every form, as partition
 ids, then as mesh axes), ``report`` (:class:`Collectives`, its
 :class:`Collective` rows and totals, :func:`wire_factor`) and ``read``
 (:func:`compiled_hlo_text` and :func:`read_collectives`, composing them: each

@@ -18,10 +18,12 @@ from nnx_introspect._xla.collectives.errors import (
 from nnx_introspect._xla.collectives.groups import _axes, _groups
 from nnx_introspect._xla.collectives.loops import _call_counts, _Calls
 from nnx_introspect._xla.collectives.report import KINDS, Collective, Collectives
+from nnx_introspect._xla.collectives.sources import _array_sources
 from nnx_introspect._xla.hlo import (
     HloTextError,
     Instruction,
     Module,
+    SourceLocation,
     metadata,
     source_stack,
     tuple_elements,
@@ -258,6 +260,8 @@ def _collective(
     except HloTextError as error:
         raise _format_error(error.what, named.text) from None
     channel = instruction.attributes.get("channel_id")
+    own = user_frame(stack, stack[0] if stack else None)
+    sources = _array_sources(instruction, kind, len(counted), module)
     return Collective(
         kind=kind,
         name=named.name,
@@ -275,12 +279,24 @@ def _collective(
         source_target_pairs=pairs,
         channel_id=int(channel) if channel and channel.isdigit() else None,
         op_name=items.get("op_name"),
-        source=user_frame(stack, stack[0] if stack else None),
+        source=own or _heaviest(sources, [nbytes for _, _, nbytes in counted]),
         stack=stack,
         count=count.count,
         trip_count_known=count.known,
         loops=count.loops,
+        sources=sources,
     )
+
+
+def _heaviest(
+    sources: tuple[SourceLocation | None, ...], nbytes: list[int]
+) -> SourceLocation | None:
+    """The source of the most bytes among a collective's arrays (first on a tie)."""
+    weights: dict[SourceLocation, int] = {}
+    for source, size in zip(sources, nbytes, strict=True):
+        if source is not None:
+            weights[source] = weights.get(source, 0) + size
+    return max(weights, key=lambda s: weights[s], default=None)
 
 
 def _form(

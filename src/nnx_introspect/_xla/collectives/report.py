@@ -7,7 +7,8 @@ from typing import Any, Final
 
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.hlo import SourceLocation
+from nnx_introspect._xla.collectives.irregular import _irregular_note, _span
+from nnx_introspect._xla.hlo import SourceLocation, array_bytes
 from nnx_introspect._xla.hlo import source_json as _source_json
 
 KINDS: Final = (
@@ -114,6 +115,13 @@ class Collective:
             (an unknown one counts once).
         loops: the while instructions around it, outermost first (along its
             first call path).
+        sources: one source per array of ``nbytes`` (parallel to ``shapes``),
+            ``None`` where none was found: the collective's own frame, or for
+            one without (XLA's combiners leave a combined collective none),
+            the array's as its ``get-tuple-element``, the users of its result
+            or the producers of its operand give it; ``()`` when not read
+            (a row rebuilt from JSON without them). ``source`` is then the
+            source of the most bytes.
     """
 
     kind: str
@@ -137,6 +145,47 @@ class Collective:
     count: int
     trip_count_known: bool
     loops: tuple[str, ...]
+    sources: tuple[SourceLocation | None, ...] = ()
+
+    @property
+    def unsourced_wire_bytes(self) -> Fraction:
+        """``total_wire_bytes`` of the arrays without a source.
+
+        Each array's share of the wire bytes is its share of ``nbytes``;
+        without per-array ``sources``, all of them when ``source`` is
+        ``None``, else none.
+        """
+        if len(self.sources) != len(self.shapes) or not self.nbytes:
+            return self.total_wire_bytes if self.source is None else Fraction(0)
+        sizes = [
+            array_bytes(dtype, shape)
+            for dtype, shape in zip(self.dtypes, self.shapes, strict=True)
+        ]
+        missing = sum(
+            size
+            for size, source in zip(sizes, self.sources, strict=True)
+            if source is None
+        )
+        return self.total_wire_bytes * Fraction(missing, sum(sizes) or 1)
+
+    @property
+    def source_summary(self) -> str:
+        """Its sources as ``"examples.py:402 \u00d78, examples.py:398 \u00d74"``.
+
+        Each distinct source of ``sources`` with its number of arrays, most
+        arrays first (``"? \u00d72"`` for arrays without one); for a row with one
+        array or none listed, ``source`` alone (``""`` when ``None``).
+        """
+        if len(self.sources) <= 1:
+            return _short_where(self.source)
+        counts: dict[str, int] = {}
+        for source in self.sources:
+            key = _short_where(source) or "?"
+            counts[key] = counts.get(key, 0) + 1
+        if len(counts) == 1 and "?" not in counts:
+            return next(iter(counts))
+        ranked = sorted(counts.items(), key=lambda item: (item[0] == "?", -item[1]))
+        return ", ".join(f"{where} \u00d7{n}" for where, n in ranked)
 
     @property
     def wire_bytes(self) -> Fraction:
@@ -228,6 +277,11 @@ class Collectives(Report):
         return sum((row.total_wire_bytes for row in self.rows), Fraction(0))
 
     @property
+    def unsourced_wire_bytes(self) -> Fraction:
+        """What each device sends per step for arrays without a source line."""
+        return sum((row.unsourced_wire_bytes for row in self.rows), Fraction(0))
+
+    @property
     def trip_counts_known(self) -> bool:
         """Whether every loop around a collective has a known trip count."""
         return all(row.trip_count_known for row in self.rows)
@@ -267,7 +321,7 @@ class Collectives(Report):
                 str(row.count) + ("" if row.trip_count_known else "?"),
                 format_bytes(row.total_bytes),
                 format_bytes(float(row.total_wire_bytes)),
-                _where(row.source),
+                _row_where(row),
             )
             for row in self.top(top)
         )
@@ -340,12 +394,61 @@ class Collectives(Report):
                 "A count with '?' is inside a while loop whose trip count XLA "
                 "does not state: each unknown loop counts once."
             )
-        if any(row.axes == _ANY_QUESTION for row in self.rows):
-            notes.append(
-                "Axes '?': the groups are not whole mesh axes (a part of an "
-                "axis, or groups that differ)."
-            )
+        irregular = self.irregular_note()
+        if irregular is not None:
+            notes.append(irregular)
         return notes
+
+    def irregular_wire_bytes(self) -> tuple[tuple[tuple[str, ...], int], ...]:
+        """The wire bytes of the ``("?",)`` rows, per the axes their groups lie in.
+
+        Each row over device groups that are not whole mesh axes, keyed by its
+        span: the mesh axes along which some group's devices differ, the
+        smallest combination of whole axes each group lies inside (so the
+        links it uses); per device and step, rounded, most first. What
+        :func:`~nnx_introspect._roofline.program.program_roofline` counts
+        them as (``irregular_wire_bytes``).
+
+        Example:
+            >>> row = Collective("all-gather", "ag", "all-gather", "sync", "main",
+            ...     64, 64, 32, ("f32",), ((16,),), 2, ((0, 1), (2, 3)), ("?",),
+            ...     None, 1, None, None, (), 1, True, ())
+            >>> Collectives("jit_f", (("fsdp", 4),), (row,)).irregular_wire_bytes()
+            ((('fsdp',), 32),)
+        """
+        spans: dict[tuple[str, ...], Fraction] = {}
+        for row in self.rows:
+            if row.axes == _ANY_QUESTION:
+                span = _span(row.groups, self.mesh_axes)
+                spans[span] = spans.get(span, Fraction(0)) + row.total_wire_bytes
+        ranked = sorted(spans.items(), key=lambda item: -item[1])
+        return tuple((span, round(wire)) for span, wire in ranked if wire)
+
+    def irregular_note(self) -> str | None:
+        """What the ``"?"`` axes are, with their bytes and groups; ``None`` without.
+
+        Example:
+            >>> Collectives("jit_f", (("fsdp", 4),), ()).irregular_note() is None
+            True
+        """
+        rows = sorted(
+            (row for row in self.rows if row.axes == _ANY_QUESTION),
+            key=lambda row: -row.total_wire_bytes,
+        )
+        return _irregular_note(
+            [
+                (
+                    row.name,
+                    row.kind,
+                    row.groups,
+                    round(row.total_wire_bytes),
+                    _row_where(row),
+                )
+                for row in rows
+            ],
+            self.mesh_axes,
+            round(self.wire_bytes),
+        )
 
     def json_data(self) -> dict[str, Any]:
         """Every row and the totals, in exact integers.
@@ -389,6 +492,22 @@ def _where(source: SourceLocation | None) -> str:
         return ""
     file = source.file.rsplit("/", 1)[-1]
     return f"{source.function} {file}:{source.line}".strip()
+
+
+def _short_where(source: SourceLocation | None) -> str:
+    """``examples.py:402``: a source's file name and line (``""`` for none)."""
+    if source is None:
+        return ""
+    return f"{source.file.rsplit('/', 1)[-1]}:{source.line}"
+
+
+def _row_where(row: Collective) -> str:
+    """The table's source of a row: its sources counted when it combines several."""
+    if len(set(row.sources)) <= 1:
+        return _where(row.source)
+    parts = row.source_summary.split(", ")
+    more = f" and {len(parts) - 3} more" if len(parts) > 3 else ""
+    return ", ".join(parts[:3]) + more
 
 
 def _totals(
@@ -441,6 +560,7 @@ def _row_json(row: Collective) -> dict[str, Any]:
         "count": row.count,
         "trip_count_known": row.trip_count_known,
         "loops": list(row.loops),
+        "sources": [_source_json(source) for source in row.sources],
     }
 
 
