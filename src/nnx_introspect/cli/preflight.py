@@ -72,13 +72,14 @@ def complete_meshes(
     logical: Any,
     out: TextIO | None = None,
 ) -> list[str]:
-    """``meshes`` with every axis the step names, each omitted one of size 1.
+    """``meshes`` with every axis the model names, each omitted one of size 1.
 
     The axes the model's sharding and ``--rules`` name are read as
     ``compare_meshes`` reads them for ``auto`` (a plan on a probe mesh, no
     compile). A mesh axis nothing names is refused first (see
-    :func:`.checks.check_axes_named`); then each mesh that leaves out a named
-    axis gets it with size 1 (``fsdp=8`` -> ``fsdp=8,tp=1``), with a note on
+    :func:`.checks.check_axes_named`); then each mesh that leaves out an axis
+    the model's own sharding names (not only ``--rules``: that is the rules'
+    mistake, refused by the library naming ``--rules``) gets it with size 1 (``fsdp=8`` -> ``fsdp=8,tp=1``), with a note on
     ``out`` (stderr) naming the mesh compiled. ``auto`` is returned as it is.
 
     Raises:
@@ -91,9 +92,12 @@ def complete_meshes(
 
     try:
         named = named_axes(args.target, rules=rules, logical_rules=logical)
+        own = named_axes(args.target) if rules or logical else named
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error
     check_axes_named(meshes, named)
+    # Only the model's own axes: one only --rules names is the rules' mistake.
+    named = tuple(axis for axis in named if axis in own)
     completed = []
     for text in meshes:
         missing = missing_axes(text, named)
