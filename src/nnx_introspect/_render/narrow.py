@@ -58,9 +58,12 @@ json shows every column).',)
     yield table
     if not (table.short or table.optional):
         return
-    short = tuple(s or c for s, c in zip(table.short, table.columns, strict=True))
-    current = dataclasses.replace(table, columns=short or table.columns)
-    if short and short != table.columns:
+    short = tuple(
+        (table.short[i] if i < len(table.short) else "") or column
+        for i, column in enumerate(table.columns)
+    )
+    current = dataclasses.replace(table, columns=short)
+    if short != table.columns:
         yield current
     dropped: list[str] = []
     for name in table.optional:
