@@ -79,8 +79,6 @@ json shows every column).',)
             table,
             columns=tuple(current.columns[i] for i in keep),
             rows=tuple(tuple(r[i] for i in keep if i < len(r)) for r in table.rows),
-            totals=tuple(
-                tuple(r[i] for i in keep if i < len(r)) for r in table.totals
-            ),
+            totals=tuple(tuple(r[i] for i in keep if i < len(r)) for r in table.totals),
             notes=(note, *table.notes),
         )

@@ -8,7 +8,6 @@ bad input (a :class:`UsageError` naming the flag).
 
 import argparse
 import sys
-from typing import Any
 
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.checks import (
@@ -123,4 +122,3 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
         return 0
     sys.stderr.write(f"{PROG}: {comparison.verdict}.\n")
     return 1
-

@@ -79,8 +79,9 @@ def complete_meshes(
     compile). A mesh axis nothing names is refused first (see
     :func:`.checks.check_axes_named`); then each mesh that leaves out an axis
     the model's own sharding names (not only ``--rules``: that is the rules'
-    mistake, refused by the library naming ``--rules``) gets it with size 1 (``fsdp=8`` -> ``fsdp=8,tp=1``), with a note on
-    ``out`` (stderr) naming the mesh compiled. ``auto`` is returned as it is.
+    mistake, refused by the library naming ``--rules``) gets it with size 1
+    (``fsdp=8`` -> ``fsdp=8,tp=1``), with a note on ``out`` (stderr) naming the
+    mesh compiled. ``auto`` is returned as it is.
 
     Raises:
         UsageError: A misspelt axis, or a target or ``--rules`` the plan
