@@ -11,10 +11,22 @@ markdown, JSON and HTML keep every column.
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import TYPE_CHECKING
+from typing import Any, Protocol, TypeVar
 
-if TYPE_CHECKING:
-    from nnx_introspect._render.table import Table
+
+class _Narrowable(Protocol):
+    """What :func:`narrower` reads of a ``Table`` (``table.py`` imports this)."""
+
+    __dataclass_fields__: dict[str, Any]
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+    totals: tuple[tuple[str, ...], ...]
+    notes: tuple[str, ...]
+    short: tuple[str, ...]
+    optional: tuple[str, ...]
+
+
+_T = TypeVar("_T", bound=_Narrowable)
 
 __all__ = ["SHORT_HEADERS", "narrower", "short_headers"]
 
@@ -38,7 +50,7 @@ def short_headers(columns: Sequence[str]) -> tuple[str, ...]:
     return tuple(SHORT_HEADERS.get(c, "") for c in columns)
 
 
-def narrower(table: "Table") -> Iterator["Table"]:
+def narrower(table: _T) -> Iterator[_T]:
     """``table``, then narrower versions of it, the narrowest last.
 
     Example:

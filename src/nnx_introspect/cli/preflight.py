@@ -15,16 +15,16 @@ Two things a newcomer gets wrong without an error to tell them:
 """
 
 import argparse
+import difflib
 import sys
 from collections.abc import Sequence
 from typing import Any, TextIO
 
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.checks import check_axes_named
-from nnx_introspect.cli.errors import _usage_error
+from nnx_introspect.cli.errors import UsageError, _usage_error, ordinal
 from nnx_introspect.cli.plan_args import _mesh_axes
 
-__all__ = ["complete_meshes", "loss_note", "missing_axes"]
+__all__ = ["check_axes_named", "complete_meshes", "loss_note", "missing_axes"]
 
 LOSS_NOTE = (
     f"{PROG}: note: no --loss given: the step differentiates 'mean', the mean "
@@ -77,7 +77,7 @@ def complete_meshes(
     The axes the model's sharding and ``--rules`` name are read as
     ``compare_meshes`` reads them for ``auto`` (a plan on a probe mesh, no
     compile). A mesh axis nothing names is refused first (see
-    :func:`.checks.check_axes_named`); then each mesh that leaves out an axis
+    :func:`check_axes_named`); then each mesh that leaves out an axis
     the model's own sharding names (not only ``--rules``: that is the rules'
     mistake, refused by the library naming ``--rules``) gets it with size 1
     (``fsdp=8`` -> ``fsdp=8,tp=1``), with a note on ``out`` (stderr) naming the
@@ -115,3 +115,43 @@ def complete_meshes(
             f"{'it' if len(missing) == 1 else 'them'}\n"
         )
     return completed
+
+
+def check_axes_named(
+    meshes: Sequence[str], named: Sequence[str], *, batch_spec_given: bool = False
+) -> None:
+    """Refuse a mesh axis nothing in the step names, when the step names some.
+
+    ``named`` are the mesh axes the step's sharding names (the model's specs,
+    ``--rules`` and its logical rules). Each mesh's first axis is named too:
+    the batch splits over it, unless it is close to a named axis that mesh
+    lacks (``fsdpp=4,tp=2``). An axis no spec, rule or batch names shards
+    nothing, so it is most likely misspelt (``tpp=4`` for ``tp=4``): a usage
+    error before anything compiles, with the closest named axis. A step that
+    names no axis (a model without sharding metadata, no rules) has nothing
+    to hold the meshes against, and is not checked.
+    """
+    if not named:
+        return
+    problems = []
+    for i, text in enumerate(meshes):
+        axes = [a for a, _ in _mesh_axes(text)]
+        for k, axis in enumerate(axes):
+            lacked = [a for a in named if a not in axes]
+            close = difflib.get_close_matches(axis, lacked or list(named), 1)
+            if axis in named or (k == 0 and not batch_spec_given and not lacked):
+                continue
+            if k == 0 and not batch_spec_given and not close:
+                continue  # the batch's axis, not a named axis misspelt
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            problems.append(
+                f"axis {axis!r} of the {ordinal(i + 1)} --mesh ({text.strip()}){hint}"
+            )
+    if problems:
+        verb = "is" if len(problems) == 1 else "are"
+        raise UsageError(
+            f"argument --mesh: {'; '.join(problems)} {verb} named by nothing in "
+            f"the step: the model's sharding and --rules name {', '.join(named)}, "
+            "and the batch splits over each mesh's first axis; fix the spelling, "
+            "or leave the axis out"
+        )
