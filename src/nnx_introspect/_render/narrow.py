@@ -11,19 +11,26 @@ markdown, JSON and HTML keep every column.
 
 import dataclasses
 from collections.abc import Iterator, Sequence
-from typing import Any, Protocol, TypeVar
+from typing import Any, ClassVar, Protocol, TypeVar
 
 
 class _Narrowable(Protocol):
     """What :func:`narrower` reads of a ``Table`` (``table.py`` imports this)."""
 
-    __dataclass_fields__: dict[str, Any]
-    columns: tuple[str, ...]
-    rows: tuple[tuple[str, ...], ...]
-    totals: tuple[tuple[str, ...], ...]
-    notes: tuple[str, ...]
-    short: tuple[str, ...]
-    optional: tuple[str, ...]
+    __dataclass_fields__: ClassVar[dict[str, "dataclasses.Field[Any]"]]
+
+    @property
+    def columns(self) -> tuple[str, ...]: ...
+    @property
+    def rows(self) -> tuple[tuple[str, ...], ...]: ...
+    @property
+    def totals(self) -> tuple[tuple[str, ...], ...]: ...
+    @property
+    def notes(self) -> tuple[str, ...]: ...
+    @property
+    def short(self) -> tuple[str, ...]: ...
+    @property
+    def optional(self) -> tuple[str, ...]: ...
 
 
 _T = TypeVar("_T", bound=_Narrowable)
