@@ -242,3 +242,29 @@ def test_the_progress_line_stays_within_the_width() -> None:
     shown = [s for s in re.split(r"[\r\n]", drawn) if s.strip()]
     assert shown and all(len(s) <= 60 for s in shown), shown
     assert all(s.rstrip().endswith("…") for s in shown)  # cut, not wrapped
+
+
+def test_fit_searches_the_completed_mesh_after_both_notes(
+    capsys: pytest.CaptureFixture[str], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    import types
+
+    import nnx_introspect._search.fit as fit_module
+
+    seen: dict[str, object] = {}
+
+    def fake_fit_step(target: str, meshes: object, batch: object, **kwargs: object):  # type: ignore[no-untyped-def]
+        seen.update(meshes=meshes, loss=kwargs["loss"])
+        return types.SimpleNamespace(ok=True, to_json=lambda: "{}")
+
+    monkeypatch.setattr(fit_module, "fit_step", fake_fit_step)
+    argv = ["step", SHARDED, "--mesh", "fsdp=8", "--batch", "int32[8,16]", "--fit"]
+    code, out, err = run(
+        [*argv, "--max-device-bytes", "1GiB", "--format", "json"], capsys
+    )
+    assert code == 0 and out == "{}\n", err
+    assert seen == {"meshes": "fsdp=8,tp=1", "loss": "mean"}
+    lines = err.splitlines()
+    assert len(lines) == 2, err
+    assert lines[0].startswith("nnx-introspect: note: --mesh fsdp=8 leaves out tp")
+    assert lines[1] == LOSS_NOTE.rstrip("\n")
