@@ -63,7 +63,7 @@ def lint(session: nox.Session) -> None:
     session.install("--no-deps", "-e", ".")
     session.run("ruff", "check", *session.posargs)
     session.run("ruff", "format", "--check", *session.posargs)
-    session.run("lint-imports")
+    session.run("lint-imports", "--no-logo")  # no 10-line banner in the log
 
 
 @nox.session(python=PYTHON)

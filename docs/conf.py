@@ -11,6 +11,10 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 
 import nnx_introspect
 
+# JAX's first import, through the package: its plugins' native lines (CUDA's
+# "Could not find cuda drivers") stay out of the build's log.
+from nnx_introspect import summarize  # noqa: F401
+
 project = "nnx-introspect"
 author = "nnx-introspect developers"
 copyright = "2026, nnx-introspect developers"

@@ -183,7 +183,7 @@ def test_concrete_build_checks_what_the_factory_returns(
          "integer from 0 to 9223372036854775807, got 9223372036854775808"),
         (["summary", "--format", "x"], "argument --format: invalid choice: 'x'"),
         (["summary", "--bogus"], "unrecognized arguments: --bogus"),
-        (["frobnicate"], "argument COMMAND: invalid choice: 'frobnicate'"),
+        (["frobnicate"], "unknown command 'frobnicate'; the commands are summary, mesh"),
         ([], "the following arguments are required: COMMAND"),
     ],
 )  # fmt: skip

@@ -22,8 +22,9 @@ from nnx_introspect._search.meshes.candidates import named_axes
 from nnx_introspect._step.inputs import as_network
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli import main
-from nnx_introspect.cli.checks import _cpu_devices, check_axes_named
+from nnx_introspect.cli.checks import _cpu_devices
 from nnx_introspect.cli.errors import SPELLINGS, _usage_error, in_flags
+from nnx_introspect.cli.preflight import check_axes_named
 from nnx_introspect.cli.rates import rate_bytes
 
 SMALL = "nnx_introspect.examples:two_layer"

@@ -19,6 +19,7 @@ from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from nnx_introspect._render.narrow import narrower
 from nnx_introspect._render.widths import cell_lines, fit_widths, narrowest, pack
 
 __all__ = [
@@ -55,6 +56,10 @@ class Table:
             hides them.
         emphasis: The first cells of the totals rows shown in bold; ``None``
             (the default): every totals row.
+        short: Shorter headers, one per column (``""`` keeps one), for a
+            terminal too narrow for the table (see ``_render/narrow.py``).
+        optional: Headers of the columns such a terminal may leave out, the
+            first left out first (a note names them; other formats keep them).
 
     Example:
         >>> from flax import nnx
@@ -73,6 +78,8 @@ class Table:
     notes: tuple[str, ...] = ()
     lead: tuple[str, ...] = ()
     emphasis: tuple[str, ...] | None = None
+    short: tuple[str, ...] = ()
+    optional: tuple[str, ...] = ()
 
 
 def _emphasised(table: Table, row: tuple[str, ...]) -> bool:
@@ -250,17 +257,19 @@ class FittedTable:
     def __rich_console__(
         self, console: Console, options: ConsoleOptions
     ) -> RenderResult:
-        table = self.table
         width = options.max_width
-        compact = False
-        fitted = self._fit(width, compact=False)
-        if fitted is None:
-            compact = True
-            fitted = self._fit(width, compact=True)
-        if fitted is None:
-            yield from self._blocks(width)
-            return
-        widths, natural = fitted
+        for table in narrower(self.table):  # short headers, then fewer columns
+            fitted = FittedTable(table, title_above=self.title_above)
+            for compact in (False, True):
+                layout = fitted._fit(width, compact=compact)
+                if layout is not None:
+                    yield from fitted._table(compact, *layout)
+                    return
+        yield from self._blocks(width)
+
+    def _table(self, compact: bool, widths: list[int], natural: bool) -> RenderResult:
+        """The title and lead, the table at ``widths``, the notes after it."""
+        table = self.table
         size = sum(widths) + self._overhead(compact)
         # A title or note longer than the table goes above or below it at the
         # console's width: squeezed into the table's, it would wrap early.

@@ -9,11 +9,11 @@ user typed it. The handlers run :func:`check_one_step` and
 
 What needs JAX or the model is checked in the handlers, still before anything
 compiles: :func:`check_network_used` (a ``--topology`` of one host has no
-network) and :func:`check_axes_named` (a mesh axis nothing in the step names).
+network) and :func:`.preflight.check_axes_named` (a mesh axis nothing in the
+step names).
 """
 
 import argparse
-import difflib
 import math
 import os
 import re
@@ -210,44 +210,4 @@ def check_network_used(args: argparse.Namespace) -> None:
             "crosses the network, so the bandwidth would change nothing; leave "
             "--network-bandwidth out, or name a topology of several hosts (such "
             "as h100-16, two hosts of 8)"
-        )
-
-
-def check_axes_named(
-    meshes: Sequence[str], named: Sequence[str], *, batch_spec_given: bool = False
-) -> None:
-    """Refuse a mesh axis nothing in the step names, when the step names some.
-
-    ``named`` are the mesh axes the step's sharding names (the model's specs,
-    ``--rules`` and its logical rules). Each mesh's first axis is named too:
-    the batch splits over it, unless it is close to a named axis that mesh
-    lacks (``fsdpp=4,tp=2``). An axis no spec, rule or batch names shards
-    nothing, so it is most likely misspelt (``tpp=4`` for ``tp=4``): a usage
-    error before anything compiles, with the closest named axis. A step that
-    names no axis (a model without sharding metadata, no rules) has nothing
-    to hold the meshes against, and is not checked.
-    """
-    if not named:
-        return
-    problems = []
-    for i, text in enumerate(meshes):
-        axes = [a for a, _ in _mesh_axes(text)]
-        for k, axis in enumerate(axes):
-            lacked = [a for a in named if a not in axes]
-            close = difflib.get_close_matches(axis, lacked or list(named), 1)
-            if axis in named or (k == 0 and not batch_spec_given and not lacked):
-                continue
-            if k == 0 and not batch_spec_given and not close:
-                continue  # the batch's axis, not a named axis misspelt
-            hint = f" (did you mean {close[0]!r}?)" if close else ""
-            problems.append(
-                f"axis {axis!r} of the {ordinal(i + 1)} --mesh ({text.strip()}){hint}"
-            )
-    if problems:
-        verb = "is" if len(problems) == 1 else "are"
-        raise UsageError(
-            f"argument --mesh: {'; '.join(problems)} {verb} named by nothing in "
-            f"the step: the model's sharding and --rules name {', '.join(named)}, "
-            "and the batch splits over each mesh's first axis; fix the spelling, "
-            "or leave the axis out"
         )

@@ -7,6 +7,7 @@ from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
+from nnx_introspect.cli.preflight import complete_meshes, loss_note
 from nnx_introspect.cli.progress import _ClockLine, _status
 
 __all__ = ["check_fit_flags", "run_fit"]
@@ -42,7 +43,7 @@ def check_fit_flags(args: argparse.Namespace) -> None:
             "argument --fit: needs a budget: --max-device-bytes SIZE or a "
             "--topology whose memory gives it"
         )
-    if args.loss is None or args.loss == "none":
+    if args.loss == "none":
         raise UsageError(
             "argument --fit: changes the backward pass; --loss none compiles the "
             "forward only"
@@ -60,6 +61,8 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
     check_fit_flags(args)
     batch, loss = _step_inputs(args)
     rules, logical = _read_rules(args)
+    meshes = complete_meshes(args, meshes, rules, logical)
+    loss_note(args, batch)
     remat = getattr(args, "remat", None) or []
     message = f"Searching the fastest configuration of {args.target} that fits..."
     line = _ClockLine(message)

@@ -8,12 +8,10 @@ bad input (a :class:`UsageError` naming the flag).
 
 import argparse
 import sys
-from typing import Any
 
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.checks import (
     AUTO_ON_ONE_DEVICE,
-    check_axes_named,
     check_compare_flags,
     check_network_used,
 )
@@ -21,6 +19,7 @@ from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.options import option_kwargs
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
+from nnx_introspect.cli.preflight import complete_meshes, loss_note
 from nnx_introspect.cli.progress import _CompareLine as _CompareLine  # tests import
 from nnx_introspect.cli.progress import _status
 
@@ -88,10 +87,10 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
     rules, logical = _read_rules(args)
     try:
         check_network_used(args)
-        if not auto:
-            _check_axes(args, meshes, rules, logical)
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error
+    meshes = complete_meshes(args, meshes, rules, logical)
+    loss_note(args, batch)
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "every factorisation" if auto else f"{len(meshes)} meshes"
     message = f"Comparing {what} of {args.target} with {where}..."
@@ -123,18 +122,3 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
         return 0
     sys.stderr.write(f"{PROG}: {comparison.verdict}.\n")
     return 1
-
-
-def _check_axes(
-    args: argparse.Namespace, meshes: list[str], rules: Any, logical: Any
-) -> None:
-    """Refuse a mesh axis nothing in the step names (``tpp`` for ``tp``).
-
-    The axes the model's sharding and ``--rules`` name, read as
-    ``compare_meshes`` reads them for ``auto`` (a plan on a probe mesh, no
-    compile); see :func:`.checks.check_axes_named`.
-    """
-    from nnx_introspect._search.meshes.candidates import named_axes
-
-    named = named_axes(args.target, rules=rules, logical_rules=logical)
-    check_axes_named(meshes, named)

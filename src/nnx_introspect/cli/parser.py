@@ -2,6 +2,7 @@
 
 import argparse
 import difflib
+import re
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
@@ -60,6 +61,10 @@ class _Parser(argparse.ArgumentParser):
         return text
 
     def error(self, message: str) -> NoReturn:
+        command = _INVALID_COMMAND.match(message)
+        if command is not None:  # a misspelt subcommand: the flags after it are
+            # unknown to this parser only because the subcommand is
+            self._exit_one_line(_unknown_command(command.group(1), self._commands()))
         unknown = [
             a
             for a in self._parsing
@@ -68,8 +73,36 @@ class _Parser(argparse.ArgumentParser):
         if unknown and not message.startswith("unrecognized"):
             # A missing required flag is often a misspelt one: say both.
             message = f"{self._unknown(unknown)}; {message}"
+        self._exit_one_line(message)
+
+    def _exit_one_line(self, message: str) -> NoReturn:
         text = " ".join(message.split())
         self.exit(2, f"{self.prog}: error: {text} (see '{self.prog} --help')\n")
+
+    def _commands(self) -> list[str]:
+        """The subcommands' names, in the order ``--help`` lists them."""
+        for action in self._actions:
+            if isinstance(action, argparse._SubParsersAction):
+                return list(action.choices)
+        return []
+
+
+_INVALID_COMMAND = re.compile(r"argument COMMAND: invalid choice: '(.*?)'")
+
+
+def _unknown_command(given: str, commands: Sequence[str]) -> str:
+    """A subcommand that does not exist, led by the closest one.
+
+    Example:
+        >>> _unknown_command("stpe", ["summary", "mesh", "step"])
+        "unknown command 'stpe' (did you mean 'step'?); the commands are summary, \
+mesh, step"
+        >>> _unknown_command("x", ["summary", "step"])
+        "unknown command 'x'; the commands are summary, step"
+    """
+    close = difflib.get_close_matches(given, commands, 1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    return f"unknown command {given!r}{hint}; the commands are {', '.join(commands)}"
 
 
 def _build_parser() -> argparse.ArgumentParser:

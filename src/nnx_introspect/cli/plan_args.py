@@ -231,8 +231,9 @@ def _step_inputs(args: argparse.Namespace) -> tuple[tuple[Any, ...], Any]:
     """``(batch, loss)`` of ``step``'s ``--batch`` and ``--loss``.
 
     ``--batch`` becomes ``jax.ShapeDtypeStruct`` leaves (a dtype JAX does not
-    know is a usage error naming the flag); ``--loss`` a name, ``None`` for
-    ``none``, or the ``package.module:function`` as given.
+    know is a usage error naming the flag); ``--loss`` a name (``"mean"``
+    when it was not given), ``None`` for ``none``, or the
+    ``package.module:function`` as given.
     """
     from nnx_introspect._step import parse_batch
 
@@ -240,7 +241,6 @@ def _step_inputs(args: argparse.Namespace) -> tuple[tuple[Any, ...], Any]:
         batch = tuple(parse_batch(name, dims) for name, dims in args.batch)
     except ValueError as error:
         raise UsageError(f"argument --batch: {error}") from error
-    loss: Any = None if args.loss.lower() == "none" else args.loss.lower()
-    if ":" in args.loss:
-        loss = args.loss
+    given = "mean" if args.loss is None else args.loss  # None: not given
+    loss: Any = None if given == "none" else given
     return batch, loss

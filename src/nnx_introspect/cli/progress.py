@@ -48,6 +48,18 @@ def _left(seconds: float) -> str:
     return f"about {_duration(seconds)} left"
 
 
+def _one_line(text: str) -> Any:
+    """``text`` as a progress line: one line, cut with "…" at the console's width.
+
+    Wrapped onto a second line, a redrawn line leaves its first half behind
+    on a terminal narrower than it; cut, it stays within the width. Plain
+    text, never console markup: a target may hold ``[...]``.
+    """
+    from rich.text import Text
+
+    return Text(text, no_wrap=True, overflow="ellipsis")
+
+
 class _ClockLine:
     """A line with the time since it began: ``Compiling the step... (12s)``.
 
@@ -82,9 +94,7 @@ class _ClockLine:
         return f"{self.message} ({_duration(self.clock() - self.began)}){self.note}"
 
     def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(self.text())
+        return _one_line(self.text())
 
 
 class _SearchLine:
@@ -131,9 +141,7 @@ class _SearchLine:
         return line
 
     def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(self.text())  # never console markup: a target may hold "[...]"
+        return _one_line(self.text())
 
 
 class _CompareLine:
@@ -222,9 +230,7 @@ class _CompareLine:
         return line
 
     def __rich__(self) -> Any:
-        from rich.text import Text
-
-        return Text(self.text())  # never console markup: a target may hold "[...]"
+        return _one_line(self.text())
 
 
 @contextmanager

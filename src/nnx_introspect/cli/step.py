@@ -13,7 +13,13 @@ from nnx_introspect.cli.fit import run_fit
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.options import add_option_args, option_kwargs
 from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules, _step_inputs
+from nnx_introspect.cli.plan_args import (
+    _add_plan_args,
+    _mesh_and_rules,
+    _read_rules,
+    _step_inputs,
+)
+from nnx_introspect.cli.preflight import complete_meshes, loss_note
 from nnx_introspect.cli.progress import _ClockLine, _SearchLine, _status
 from nnx_introspect.cli.rates import _rate_arg
 
@@ -44,10 +50,29 @@ def _batch_arg(text: str) -> tuple[str, tuple[int, ...]]:
     return match.group(1), tuple(int(d) for d in dims)
 
 
+_LOSS_NAMES = ("mean", "lm", "none")
+
+
 def _loss_arg(text: str) -> str:
-    """``--loss``: a loss name or a ``package.module:function`` (resolved later)."""
-    if text.lower() in ("mean", "lm", "none") or ":" in text:
+    """``--loss``: a loss name or a ``package.module:function`` (resolved later).
+
+    The names are spelt exactly (``LM`` is refused, saying so), as the
+    library spells them.
+
+    Example:
+        >>> _loss_arg("lm"), _loss_arg("pkg.mod:fn")
+        ('lm', 'pkg.mod:fn')
+        >>> _loss_arg("LM")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: write 'lm' (lower case), got 'LM'
+    """
+    if text in _LOSS_NAMES or ":" in text:
         return text
+    if text.strip().lower() in _LOSS_NAMES:
+        raise argparse.ArgumentTypeError(
+            f"write {text.strip().lower()!r} (lower case), got {text!r}"
+        )
     raise argparse.ArgumentTypeError(
         f"must be 'mean', 'lm', 'none' or 'package.module:function', got {text!r}"
     )
@@ -98,11 +123,12 @@ def _add_inputs_and_target_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--loss",
-        default="mean",
+        default=None,
         type=_loss_arg,
         metavar="LOSS",
-        help="'mean' (default: the mean of the output), 'lm' (next-token "
-        "cross-entropy against the first --batch), 'none' (forward only) or "
+        help="'mean' (default: the mean of the model's output, a stand-in, not "
+        "a training loss), 'lm' (next-token cross-entropy against the first "
+        "--batch: the one for integer token ids), 'none' (forward only) or "
         "'package.module:function' taking (model, batch)",
     )
     parser.add_argument(
@@ -208,9 +234,11 @@ def _run_step(args: argparse.Namespace) -> int:
     if len(meshes) > 1 or meshes[0] == "auto":
         return run_compare(args, meshes, args.jobs)
     check_one_step(args)  # main checked it before JAX; again for direct callers
-    args.mesh = meshes[0]
+    args.mesh = complete_meshes(args, meshes, *_read_rules(args))[0]
     mesh, rules, logical = _mesh_and_rules(args)
     batch, loss = _step_inputs(args)
+    if loss is not None:
+        loss_note(args, batch)
     try:
         check_network_used(args)
     except ValueError as error:  # a bad --topology

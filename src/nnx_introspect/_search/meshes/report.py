@@ -11,6 +11,7 @@ import math
 from collections.abc import Iterator
 from typing import Any, Literal, TypeAlias
 
+from nnx_introspect._render.narrow import short_headers
 from nnx_introspect._render.table import (
     Report,
     Table,
@@ -447,6 +448,8 @@ class MeshComparison(Report):
             columns=tuple(columns),
             rows=tuple(rows),
             notes=tuple(self._notes()),
+            short=short_headers(columns),
+            optional=("peak bytes", "state per device", "of budget"),
         )
 
     def _rooflines(self) -> list[Roofline | None]:
