@@ -49,6 +49,9 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import MeshCandidate as MeshCandidate
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
+    from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
+    from nnx_introspect._serve import ServeProgram as ServeProgram
+    from nnx_introspect._serve import serve_memory_report as serve_memory_report
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
     from nnx_introspect._step import StepSpec as StepSpec
     from nnx_introspect._step import step_memory_report as step_memory_report
@@ -80,6 +83,8 @@ __all__ = [
     "ModelSummary",
     "ParamFingerprint",
     "Roofline",
+    "ServeMemoryReport",
+    "ServeProgram",
     "StateDiff",
     "StepMemoryReport",
     "StepSpec",
@@ -101,6 +106,7 @@ __all__ = [
     "mesh_config_report",
     "param_fingerprint",
     "param_sum",
+    "serve_memory_report",
     "step_memory_report",
     "summarize",
     "verify_restore",
@@ -132,6 +138,9 @@ _LAZY: dict[str, str] = {
     "ModelSummary": "nnx_introspect._summary",
     "ParamFingerprint": "nnx_introspect._fingerprint",
     "StateDiff": "nnx_introspect._compare",
+    "ServeMemoryReport": "nnx_introspect._serve",
+    "ServeProgram": "nnx_introspect._serve",
+    "serve_memory_report": "nnx_introspect._serve",
     "StepMemoryReport": "nnx_introspect._step",
     "StepSpec": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",
