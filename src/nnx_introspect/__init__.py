@@ -51,6 +51,9 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
     from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
     from nnx_introspect._serve import ServeProgram as ServeProgram
+    from nnx_introspect._serve import ServeSearch as ServeSearch
+    from nnx_introspect._serve import max_context as max_context
+    from nnx_introspect._serve import max_sequences as max_sequences
     from nnx_introspect._serve import serve_memory_report as serve_memory_report
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
     from nnx_introspect._step import StepSpec as StepSpec
@@ -85,6 +88,7 @@ __all__ = [
     "Roofline",
     "ServeMemoryReport",
     "ServeProgram",
+    "ServeSearch",
     "StateDiff",
     "StepMemoryReport",
     "StepSpec",
@@ -103,6 +107,8 @@ __all__ = [
     "fresh_init_forward",
     "ideal_share",
     "max_batch",
+    "max_context",
+    "max_sequences",
     "mesh_config_report",
     "param_fingerprint",
     "param_sum",
@@ -140,6 +146,9 @@ _LAZY: dict[str, str] = {
     "StateDiff": "nnx_introspect._compare",
     "ServeMemoryReport": "nnx_introspect._serve",
     "ServeProgram": "nnx_introspect._serve",
+    "ServeSearch": "nnx_introspect._serve",
+    "max_context": "nnx_introspect._serve",
+    "max_sequences": "nnx_introspect._serve",
     "serve_memory_report": "nnx_introspect._serve",
     "StepMemoryReport": "nnx_introspect._step",
     "StepSpec": "nnx_introspect._step",

@@ -18,15 +18,26 @@ from nnx_introspect._step.step_records import StepMemory
 from nnx_introspect._typing import typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
-__all__ = ["measure_serve", "serve_memory_report"]
+__all__ = ["measure_serve", "program_memory", "serve_memory_report"]
 
 
-def _memory(numbers: dict[str, Any], budget: Budget) -> StepMemory:
+def program_memory(numbers: dict[str, Any], budget: Budget, planned: int) -> StepMemory:
+    """XLA's figures as a step's memory.
+
+    Refused for memory: the planned arguments (weights and cache) and the
+    compiler's required bytes.
+    """
     oom = bool(numbers.get("out_of_memory", False))
+    arguments = numbers["argument_bytes"]
+    if arguments is None:
+        arguments = planned
+    temp = numbers["temp_bytes"]
+    if temp is None:
+        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
     memory = StepMemory(
-        argument_bytes=numbers["argument_bytes"] or 0,
+        argument_bytes=arguments,
         output_bytes=numbers["output_bytes"] or 0,
-        temp_bytes=numbers["temp_bytes"] or 0,
+        temp_bytes=temp,
         alias_bytes=numbers["alias_bytes"] or 0,
         xla_peak_bytes=numbers.get("xla_peak_bytes"),
         xla_peak_complete=numbers["backend"] != "cpu",
@@ -64,7 +75,9 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
             tokens=1 if name == "decode" else spec.prompt,
             weights_bytes=inputs.weights_bytes,
             kv_cache_bytes=inputs.kv_cache_bytes,
-            memory=_memory(numbers, spec.budget),
+            memory=program_memory(
+                numbers, spec.budget, inputs.weights_bytes + inputs.kv_cache_bytes
+            ),
             flops=numbers.get("flops"),
             warnings=tuple(numbers.get("warnings", ())),
             compile_seconds=float(numbers.get("compile_seconds", 0.0)),
