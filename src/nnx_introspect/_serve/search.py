@@ -141,10 +141,7 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
             guess = guess if guess > good else 2 * good
         else:
             guess = min(max(guess, good + step), bad - step)
-        # confirmed on each side: the neighbour the verdict points to
-        neighbour = guess + step if fits(guess) else guess - step
-        if neighbour > 0:
-            fits(neighbour)
+        fits(guess)  # the next line, through it, confirms the other side
     return ServeSearch(searched, good, step, tuple(order), spec.budget)
 
 
@@ -157,8 +154,11 @@ def max_sequences(
     Takes :func:`~nnx_introspect.serve_memory_report`'s keyword arguments
     (``topology``, ``max_device_bytes``, ``weights``, ``kv_cache``, ...); a
     budget is needed. Two compiles give the line of decode memory against
-    sequences, the prediction is confirmed by a compile on each side (four
-    compiles), and the answer is a compiled one.
+    sequences; each next compile is where the line through the two points
+    nearest the budget meets it, until a compile that fits and one a step
+    above that does not are found (four compiles on an exact line; five on
+    XLA:CPU's tiny Llama, whose small programs are not quite affine). The
+    answer is always a compiled one.
 
     Example:
         >>> from nnx_introspect import max_sequences
@@ -166,8 +166,8 @@ def max_sequences(
         >>> found = max_sequences(llama_tiny, "tp=2", context=64,
         ...                       max_device_bytes=80_000_000)
         >>> fit = {s: ok for s, _, _, ok in found.points}
-        >>> fit[found.value], fit[found.value + 1], found.compiles
-        (True, False, 4)
+        >>> fit[found.value], fit[found.value + 1], found.compiles <= 6
+        (True, False, True)
     """
     start_backends_quietly()
     return search_serve(_spec(target, mesh, 1, context, options), "sequences")
