@@ -17,7 +17,10 @@ CFG = LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, n_kv_hea
 TINY = llama(CFG)
 S, T, PROMPT = 4, 16, 8
 MESH = {"data": 2, "tp": 2}
-CPU = {"xla_backend_optimization_level": 0, "xla_llvm_disable_expensive_passes": True}
+CPU: dict[str, Any] = {  # XLA:CPU's options, as the library compiles with
+    "xla_backend_optimization_level": 0,
+    "xla_llvm_disable_expensive_passes": True,
+}
 
 
 @pytest.fixture(scope="module")

@@ -30,7 +30,9 @@ from nnx_introspect._serve.spec import (
     WEIGHT_DTYPES,
     ServeSpec,
 )
-from nnx_introspect._step.platform import devices_seen_as
+# _step/platform.py has no __all__ yet (another branch is refactoring _step):
+# the module by name until it exports devices_seen_as
+from nnx_introspect._step import platform as step_platform
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
@@ -91,7 +93,7 @@ def serve_mesh(spec: ServeSpec) -> tuple[Mesh, list[Any] | None]:
 
 
 def _caller(spec: ServeSpec, model: Any) -> Callable[..., Any]:
-    decode = spec.options.decode
+    decode: Callable[..., Any] | None = spec.options.decode
     if decode is not None:
         return decode
     params = list(inspect.signature(type(model).__call__).parameters)[1:]
@@ -196,7 +198,8 @@ def cache_problems(cache: Any, spec: ServeSpec) -> list[ArgumentError]:
 
 
 def _shard_bytes(leaf: Any, sharding: NamedSharding, dtype: Any) -> int:
-    return math.prod(sharding.shard_shape(leaf.shape)) * np.dtype(dtype).itemsize
+    shard: tuple[int, ...] = sharding.shard_shape(leaf.shape)
+    return math.prod(shard) * int(np.dtype(dtype).itemsize)
 
 
 def _weights(spec: ServeSpec, model: Any, mesh: Mesh) -> tuple[Any, Any, int]:
@@ -333,7 +336,7 @@ def lower_program(
     jitted: Any, args: tuple[Any, ...], mesh: Mesh, trace_devices: list[Any] | None
 ) -> Any:
     """``jitted`` lowered with ``args`` under the mesh, traced as on the target."""
-    with _mesh_contexts(mesh), devices_seen_as(trace_devices):
+    with _mesh_contexts(mesh), step_platform.devices_seen_as(trace_devices):
         try:
             return jitted.lower(*args)
         except ArgumentError:
