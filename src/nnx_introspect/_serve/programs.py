@@ -30,6 +30,7 @@ from nnx_introspect._serve.spec import (
     WEIGHT_DTYPES,
     ServeSpec,
 )
+
 # _step/platform.py has no __all__ yet (another branch is refactoring _step):
 # the module by name until it exports devices_seen_as
 from nnx_introspect._step import platform as step_platform
