@@ -10,7 +10,13 @@ import pytest
 from nnx_introspect import ArgumentError, serve_memory_report
 from nnx_introspect._serve.programs import cache_problems, serve_inputs, serve_mesh
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
-from nnx_introspect.examples import LlamaConfig, TwoLayer, llama, llama_7b
+from nnx_introspect.examples import (
+    LlamaConfig,
+    TwoLayer,
+    llama,
+    llama_7b,
+    llama_7b_sharded,
+)
 
 TINY = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48))
 GQA = llama(
@@ -145,3 +151,13 @@ def test_kv_bytes_per_token_of_the_7b_tp8_by_arithmetic() -> None:
     assert dp_inputs.kv_cache_bytes == 2 * 32 * 8 * 128 * 2 * 4 * 4096
     # weights: a bfloat16 copy, replicated (llama_7b carries no annotations)
     assert inputs.weights_bytes == 6_738_415_616 * 2
+
+
+def test_training_axes_the_serving_mesh_lacks_are_replicated() -> None:
+    """llama_7b_sharded names fsdp and tp; served on tp=8 alone, tp splits all."""
+    spec = ServeSpec(llama_7b_sharded, "tp=8", sequences=8, context=128)
+    inputs = serve_inputs(spec, serve_mesh(spec)[0])
+    d, f, v, layers = 4096, 11008, 32000, 32
+    split = 2 * v * d + layers * (4 * d * d + 3 * d * f)  # every kernel over tp
+    norms = (2 * layers + 1) * d  # replicated
+    assert inputs.weights_bytes == (split // 8 + norms) * 2

@@ -198,6 +198,11 @@ def cache_problems(cache: Any, spec: ServeSpec) -> list[ArgumentError]:
     return problems
 
 
+_TRAINING_AXES = ("fsdp", "data", "dp", "batch", "sp", "stage", "pipeline")
+"""Annotation names a serving mesh may lack: weights split over them in training
+are replicated over the serving mesh (a server keeps no optimizer shards)."""
+
+
 def _shard_bytes(leaf: Any, sharding: NamedSharding, dtype: Any) -> int:
     shard: tuple[int, ...] = sharding.shard_shape(leaf.shape)
     return math.prod(shard) * int(np.dtype(dtype).itemsize)
@@ -205,6 +210,12 @@ def _shard_bytes(leaf: Any, sharding: NamedSharding, dtype: Any) -> int:
 
 def _weights(spec: ServeSpec, model: Any, mesh: Mesh) -> tuple[Any, Any, int]:
     plan = mesh_config_report(model, dict(spec.mesh_axes))
+    if plan.errors:  # training axes a serving mesh lacks (fsdp): replicated
+        names = [a for a, _ in spec.mesh_axes]
+        rules = [(a, a) for a in names]
+        rules += [(a, None) for a in _TRAINING_AXES if a not in names]
+        retried = mesh_config_report(model, dict(spec.mesh_axes), logical_rules=rules)
+        plan = plan if retried.errors else retried
     if plan.errors:
         raise ArgumentError(
             "mesh",
