@@ -77,7 +77,8 @@ class ServeSearch:
         return "\n".join(lines) + "\n"
 
 
-def _decode_peak(spec: ServeSpec) -> tuple[int, bool]:
+def _decode_peak(spec: ServeSpec) -> tuple[int, bool, int]:
+    """The decode peak, whether it fits, and the cache's bytes per position."""
     mesh, trace_devices = serve_mesh(spec)
     inputs = serve_inputs(spec, mesh)
     jitted = programs(inputs, spec)["decode"]
@@ -86,7 +87,8 @@ def _decode_peak(spec: ServeSpec) -> tuple[int, bool]:
     planned = inputs.weights_bytes + inputs.kv_cache_bytes
     memory = program_memory(numbers, spec.budget, planned)
     budget = spec.budget.bytes or 0
-    return memory.peak_bytes, not memory.out_of_memory and memory.peak_bytes <= budget
+    fit = not memory.out_of_memory and memory.peak_bytes <= budget
+    return memory.peak_bytes, fit, inputs.kv_bytes_per_token
 
 
 def _predict(line: list[tuple[int, int]], budget: int, step: int) -> int:
@@ -114,17 +116,27 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
     step = spec.data_parallel if searched == "sequences" else 1
     points: dict[int, tuple[int, bool]] = {}
     order: list[tuple[int, int, int, bool]] = []
+    per_token = [0]
 
     def fits(n: int) -> bool:
         if n not in points:
             extra = "prefill_sequences" if searched == "sequences" else "prompt"
             trial = spec.replace(**{searched: n, extra: None})
-            points[n] = _decode_peak(trial)
+            peak, ok, per_token[0] = _decode_peak(trial)
+            points[n] = (peak, ok)
             order.append((trial.sequences, trial.context, *points[n]))
         return points[n][1]
 
     fits(step)
-    fits(16 * step if searched == "sequences" else 128)
+    # the second point where the cache alone would meet the budget: one more
+    # step adds a sequence's positions (or a position of each sequence) a device
+    fixed = (
+        spec.context
+        if searched == "sequences"
+        else max(1, spec.sequences // spec.data_parallel)
+    )
+    grows = max(1, per_token[0] * fixed)
+    fits(max(2 * step, (step + (budget - points[step][0]) // grows) // step * step))
     while True:
         good = max((n for n, (_, ok) in points.items() if ok), default=0)
         bad = min(
