@@ -212,7 +212,7 @@ def _weights(spec: ServeSpec, model: Any, mesh: Mesh) -> tuple[Any, Any, int]:
     plan = mesh_config_report(model, dict(spec.mesh_axes))
     if plan.errors:  # training axes a serving mesh lacks (fsdp): replicated
         names = [a for a, _ in spec.mesh_axes]
-        rules = [(a, a) for a in names]
+        rules: list[tuple[str, str | None]] = [(a, a) for a in names]
         rules += [(a, None) for a in _TRAINING_AXES if a not in names]
         retried = mesh_config_report(model, dict(spec.mesh_axes), logical_rules=rules)
         plan = plan if retried.errors else retried

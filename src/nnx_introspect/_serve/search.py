@@ -149,8 +149,8 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
         # the line through the two points nearest the budget, on each side
         near = sorted(points, key=lambda n: abs(points[n][0] - budget))[:2]
         guess = _predict([(n, points[n][0]) for n in near], budget, step)
-        if bad is None:  # no failure yet: beyond the best fit, at least double
-            guess = guess if guess > good else 2 * good
+        if bad is None:  # no failure yet: beyond the best fit
+            guess = guess if guess > good else good + step  # confirm above
         else:
             guess = min(max(guess, good + step), bad - step)
         fits(guess)  # the next line, through it, confirms the other side

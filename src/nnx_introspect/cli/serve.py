@@ -6,7 +6,6 @@ from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
 from nnx_introspect.cli.errors import UsageError, _usage_error
-from nnx_introspect.cli.output import _emit
 
 SERVE_FLAGS = {
     "sequences": "--sequences",
@@ -122,11 +121,23 @@ def _run_serve(args: argparse.Namespace) -> int:
     if args.max_sequences or args.max_context:
         _emit_search(found, args.format)
         return 0 if found.value > 0 else 1
-    _emit(report, args.format)
+    _emit_report(report, args.format)
     if report.fits() is False:
         sys.stderr.write(f"{PROG}: {report.verdict}.\n")
         return 1
     return 0
+
+
+def _emit_report(report: Any, fmt: str) -> None:
+    """The serving report in ``fmt`` (it has no ``Report`` table yet)."""
+    if fmt == "json":
+        sys.stdout.write(report.to_json() + "\n")
+    elif fmt == "markdown":
+        sys.stdout.write(report.to_markdown())
+    else:
+        from rich.console import Console
+
+        Console(file=sys.stdout, width=120).print(report)
 
 
 def _emit_search(found: Any, fmt: str) -> None:
