@@ -548,9 +548,9 @@ def test_llama_by_layer_collapses_layers(llama: Any) -> None:
     assert groups[f"{mu}/attn_norm/scale \N{MULTIPLICATION SIGN}2"].count == 2
     # one line of the layer's code, run by both layers, is one row: the SiLU
     # gate (f32[2,64,688] per layer, its forward values kept for the backward)
-    import nnx_introspect.examples as examples
+    import nnx_introspect._llama as llama_source
 
-    lines = Path(examples.__file__).read_text().splitlines()
+    lines = Path(llama_source.__file__).read_text().splitlines()
     silu = next(i + 1 for i, text in enumerate(lines) if "jax.nn.silu(gate)" in text)
     batch_ff = 2 * 64 * ff * 4
     gate = [
@@ -561,7 +561,7 @@ def test_llama_by_layer_collapses_layers(llama: Any) -> None:
         and r.type_str == f"f32[2,64,{ff}]"
     ]
     assert len(gate) >= 2 and all(r.nbytes == batch_ff for r in gate)
-    label = f"LlamaLayer.__call__ examples.py:{silu} f32[2,64,{ff}]"
+    label = f"LlamaLayer.__call__ _llama.py:{silu} f32[2,64,{ff}]"
     row = groups[f"{label} \N{MULTIPLICATION SIGN}{len(gate)}"]
     assert (row.count, row.nbytes) == (len(gate), len(gate) * batch_ff)
 

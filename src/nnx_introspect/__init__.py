@@ -49,6 +49,12 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import MeshCandidate as MeshCandidate
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
+    from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
+    from nnx_introspect._serve import ServeProgram as ServeProgram
+    from nnx_introspect._serve import ServeSearch as ServeSearch
+    from nnx_introspect._serve import max_context as max_context
+    from nnx_introspect._serve import max_sequences as max_sequences
+    from nnx_introspect._serve import serve_memory_report as serve_memory_report
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
     from nnx_introspect._step import StepSpec as StepSpec
     from nnx_introspect._step import step_memory_report as step_memory_report
@@ -80,6 +86,9 @@ __all__ = [
     "ModelSummary",
     "ParamFingerprint",
     "Roofline",
+    "ServeMemoryReport",
+    "ServeProgram",
+    "ServeSearch",
     "StateDiff",
     "StepMemoryReport",
     "StepSpec",
@@ -98,9 +107,12 @@ __all__ = [
     "fresh_init_forward",
     "ideal_share",
     "max_batch",
+    "max_context",
+    "max_sequences",
     "mesh_config_report",
     "param_fingerprint",
     "param_sum",
+    "serve_memory_report",
     "step_memory_report",
     "summarize",
     "verify_restore",
@@ -132,6 +144,12 @@ _LAZY: dict[str, str] = {
     "ModelSummary": "nnx_introspect._summary",
     "ParamFingerprint": "nnx_introspect._fingerprint",
     "StateDiff": "nnx_introspect._compare",
+    "ServeMemoryReport": "nnx_introspect._serve",
+    "ServeProgram": "nnx_introspect._serve",
+    "ServeSearch": "nnx_introspect._serve",
+    "max_context": "nnx_introspect._serve",
+    "max_sequences": "nnx_introspect._serve",
+    "serve_memory_report": "nnx_introspect._serve",
     "StepMemoryReport": "nnx_introspect._step",
     "StepSpec": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",

@@ -12,6 +12,7 @@ from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.checkpoint import _add_checkpoint_parser
 from nnx_introspect.cli.diff import _add_diff_parser
 from nnx_introspect.cli.mesh import _add_mesh_parser
+from nnx_introspect.cli.serve import _add_serve_parser
 from nnx_introspect.cli.step import _add_step_parser
 from nnx_introspect.cli.summary import _add_summary_parser
 
@@ -118,4 +119,5 @@ def _build_parser() -> argparse.ArgumentParser:
     _add_diff_parser(subparsers)
     _add_checkpoint_parser(subparsers)
     _add_step_parser(subparsers)
+    _add_serve_parser(subparsers)
     return parser

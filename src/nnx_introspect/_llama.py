@@ -1,0 +1,485 @@
+"""The Llama-style decoder of the examples: config, layers, KV-cache decoding.
+
+:mod:`nnx_introspect.examples` re-exports every public name here and holds the
+factories (``llama_tiny``, ``llama_7b``, ...).
+"""
+
+import dataclasses
+import math
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from flax import nnx
+from jax.sharding import AxisType, PartitionSpec
+from jaxtyping import Array, Float, Int
+
+from nnx_introspect._typing import ArgumentError
+
+__all__ = [
+    "LLAMA3_8B",
+    "LLAMA_7B",
+    "LLAMA_7B_F32",
+    "LLAMA_TINY",
+    "KVCache",
+    "Llama",
+    "LlamaConfig",
+    "LlamaLayer",
+    "llama",
+]
+
+KVCache = dict[str, dict[str, Array]]
+"""A :class:`Llama`'s KV cache: ``{"layer_<i>": {"k": ..., "v": ...}}``, each
+``[sequences, context, n_kv_heads, head_dim]``."""
+
+
+@dataclasses.dataclass(frozen=True)
+class LlamaConfig:
+    """The sizes of a :class:`Llama` decoder.
+
+    Args:
+        vocab: Vocabulary size.
+        d_model: Residual width.
+        n_layers: Number of decoder layers.
+        n_heads: Attention heads (``d_model`` must be divisible by it).
+        d_ff: Hidden width of the gated MLP.
+        param_dtype: Parameter dtype.
+        partitioned: Annotate kernels with sharding names (``"fsdp"``, ``"tp"``),
+            as model zoos do, so mesh planning has specs to work with.
+        shard_activations: Constrain the activations as production trainers
+            do: the batch over ``data`` and ``fsdp``; the heads, the MLP's
+            hidden units and the vocabulary over ``tp``; the residual stream's
+            sequence over ``tp`` (sequence parallelism). Only under a mesh with
+            those axes; with no mesh the forward is the unconstrained one.
+        remat: Rematerialise each decoder layer for the backward pass
+            (``nnx.remat``): the backward keeps only each layer's input and
+            recomputes the rest, trading FLOPs for memory. The forward's
+            values are the same.
+        dtype: The computation dtype, as mixed-precision trainers use it:
+            every ``Linear``, ``Embed`` and ``RMSNorm`` casts its parameters
+            to it and computes in it (their ``dtype=``), so the activations,
+            the residual stream and the returned logits are in it, while the
+            parameters, their gradients and the optimizer state stay in
+            ``param_dtype``. As trainers do, the RMSNorm statistics (flax
+            computes them in at least float32), the attention softmax
+            (``jax.nn.dot_product_attention`` computes it in float32) and the
+            rotary angles are float32. ``None`` (the default) computes in the
+            parameters' dtype, as the model did before it had this field. The
+            ``lm`` loss casts the logits to float32 before the cross-entropy.
+        n_kv_heads: Key and value heads (grouped-query attention, Ainslie et
+            al. 2023): each serves ``n_heads // n_kv_heads`` query heads, and
+            the k and v kernels are ``d_model x n_kv_heads * head_dim``.
+            ``None`` (the default) is ``n_heads``: multi-head attention, the
+            parameters of a model built before this field existed.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> cfg = LlamaConfig(vocab=100, d_model=8, n_layers=2, n_heads=2, d_ff=16)
+        >>> # embed + lm_head + 2 layers x (2 norms + q,k,v,o + gate,up,down) + norm
+        >>> count_params(abstract_model(llama(cfg)))
+        2920
+
+        bfloat16 compute, float32 storage:
+
+        >>> import dataclasses, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> mixed = dataclasses.replace(cfg, dtype=jnp.bfloat16)
+        >>> model = Llama(mixed, rngs=nnx.Rngs(0))
+        >>> model(jnp.zeros((1, 5), jnp.int32)).dtype
+        dtype(bfloat16)
+        >>> {leaf.dtype for leaf in jax.tree.leaves(nnx.state(model, nnx.Param))}
+        {dtype('float32')}
+    """
+
+    vocab: int
+    d_model: int
+    n_layers: int
+    n_heads: int
+    d_ff: int
+    param_dtype: Any = jnp.float32
+    partitioned: bool = False
+    shard_activations: bool = False
+    remat: bool = False
+    dtype: Any = None
+    n_kv_heads: int | None = None
+
+    def __post_init__(self) -> None:
+        kv = self.kv_heads
+        if kv < 1 or self.n_heads % kv or self.d_model % self.n_heads:
+            raise ArgumentError(
+                "n_kv_heads",
+                f"`n_kv_heads` {self.n_kv_heads!r} must divide `n_heads` "
+                f"{self.n_heads}, which must divide `d_model` {self.d_model}. "
+                "Pass a divisor of `n_heads` (or None for `n_heads`).",
+            )
+
+    @property
+    def kv_heads(self) -> int:
+        """The key and value heads: ``n_kv_heads``, or ``n_heads`` if ``None``."""
+        return self.n_heads if self.n_kv_heads is None else self.n_kv_heads
+
+
+LLAMA_TINY = LlamaConfig(vocab=8000, d_model=256, n_layers=8, n_heads=4, d_ff=688)
+"""About 10.4M parameters: small enough to build concretely in a test."""
+
+LLAMA_7B = LlamaConfig(
+    vocab=32000,
+    d_model=4096,
+    n_layers=32,
+    n_heads=32,
+    d_ff=11008,
+    dtype=jnp.bfloat16,
+)
+"""The Llama-2-7B shapes: 6,738,415,616 float32 parameters in 291 leaves,
+computing in bfloat16 as 7B models are trained."""
+
+LLAMA_7B_F32 = dataclasses.replace(LLAMA_7B, dtype=None)
+""":data:`LLAMA_7B` computing in float32: the same parameters."""
+
+LLAMA3_8B = LlamaConfig(
+    vocab=128256,
+    d_model=4096,
+    n_layers=32,
+    n_heads=32,
+    d_ff=14336,
+    dtype=jnp.bfloat16,
+    n_kv_heads=8,
+)
+"""The Llama-3-8B shapes: 8,030,261,248 float32 parameters, 8 KV heads
+(grouped-query attention), a 128,256-token vocabulary; bfloat16 compute."""
+
+
+def _meta(cfg: LlamaConfig, names: tuple[str | None, ...]) -> dict[str, Any]:
+    return {"out_sharding": names} if cfg.partitioned else {}
+
+
+_BATCH_AXES = ("data", "fsdp")
+"""The mesh axes an activation's batch dimension is split over, outermost first
+(MaxText's ``activation_batch`` order); an axis the mesh lacks is left out."""
+
+_MODEL_AXES = ("tp",)
+"""The mesh axes the heads, the MLP's hidden units and the vocabulary are split over
+(the ``"tp"`` of the kernels' annotations)."""
+
+_RESIDUAL = (_BATCH_AXES, _MODEL_AXES, ())
+"""``(batch, seq, d_model)``: the batch split, and the sequence over ``tp``.
+
+Megatron's sequence parallelism (Korthikanti et al. 2022): between the blocks
+the ``tp`` devices hold a slice of the tokens each instead of a copy of all of
+them, for the same traffic (the row-parallel output's all-reduce becomes a
+reduce-scatter, the next block's input an all-gather). Trainers split the
+residual over ``tp`` too (tunix's ``act_btd`` splits its width, MaxText's
+``activation_embed``) rather than replicate it. Of the three, the sequence split
+needs the fewest temporaries in XLA:GPU's compile of the 7B's training step
+(``benchmarks/bench_activations.py``)."""
+
+_HEADS = (_BATCH_AXES, (), _MODEL_AXES, ())
+"""``(batch, seq, heads, head_dim)``: column-parallel q, k, v and attention's output."""
+
+_HIDDEN = (_BATCH_AXES, (), _MODEL_AXES)
+"""``(batch, seq, d_ff or vocab)``: the MLP's hidden units and the logits."""
+
+
+def _constrain(x: Array, *dims: tuple[str, ...]) -> Array:
+    """``x`` with dimension ``i`` split over the mesh axes named in ``dims[i]``.
+
+    A ``jax.lax.with_sharding_constraint`` on the current mesh (the one
+    ``jax.set_mesh`` sets, read with ``jax.sharding.get_abstract_mesh()``, also
+    inside ``jax.jit``), as trainers constrain activations. Of each dimension's
+    names, only those of the mesh's Auto axes are used, outermost first, while
+    their sizes' product divides the dimension; a dimension with none is
+    replicated. With no such axis at all (no mesh, only Explicit or Manual axes,
+    or other names) ``x`` is returned as is, so a model runs unsharded eagerly.
+    The legacy ``with mesh:`` alone sets no abstract mesh and so constrains
+    nothing.
+
+    Args:
+        x: The activation.
+        *dims: One tuple of mesh axis names per dimension of ``x``, ``()`` to
+            replicate that dimension.
+
+    Returns:
+        ``x``, constrained when the mesh has any of the named axes.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> x = jnp.ones((8, 4))
+        >>> _constrain(x, ("data", "fsdp"), ()) is x  # no mesh: unchanged
+        True
+        >>> mesh = jax.make_mesh((2, 4), ("fsdp", "tp"),
+        ...                      axis_types=(jax.sharding.AxisType.Auto,) * 2)
+        >>> with jax.set_mesh(mesh):
+        ...     y = jax.jit(lambda x: _constrain(x, ("data", "fsdp"), ("tp",)))(x)
+        >>> tuple(y.sharding.spec)
+        ('fsdp', 'tp')
+    """
+    if len(dims) != x.ndim:
+        raise ArgumentError(
+            "dims",
+            f"`dims` must name the axes of each of the {x.ndim} dimensions of `x` "
+            f"{tuple(x.shape)}, got {len(dims)}: {dims!r}.",
+        )
+    mesh = jax.sharding.get_abstract_mesh()
+    auto = {
+        name: size
+        for name, size, kind in zip(
+            mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True
+        )
+        if kind == AxisType.Auto
+    }
+    if not any(name in auto for names in dims for name in names):
+        return x
+    entries: list[str | tuple[str, ...] | None] = []
+    for size, names in zip(x.shape, dims, strict=True):
+        used: list[str] = []
+        for name in names:
+            if (
+                name in auto
+                and size % (math.prod(auto[u] for u in used) * auto[name]) == 0
+            ):
+                used.append(name)
+        entries.append(None if not used else used[0] if len(used) == 1 else tuple(used))
+    y: Array = jax.lax.with_sharding_constraint(x, PartitionSpec(*entries))
+    return y
+
+
+def _rope(
+    x: Float[Array, "b s h d"], positions: Int[Array, "b s"] | None = None
+) -> Float[Array, "b s h d"]:
+    half = x.shape[-1] // 2
+    freq = 10000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
+    if positions is None:
+        pos = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None]
+        angle = (pos * freq)[None, :, None, :]
+    else:  # each sequence's own positions (decoding with a KV cache)
+        angle = (positions.astype(jnp.float32)[..., None] * freq)[:, :, None, :]
+    cos, sin = jnp.cos(angle), jnp.sin(angle)
+    x1, x2 = x[..., :half], x[..., half:]
+    y = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
+    # float32 angles promote a bfloat16 input: back to the compute dtype
+    return y if y.dtype == x.dtype else y.astype(x.dtype)
+
+
+class LlamaLayer(nnx.Module):
+    """One pre-norm decoder layer: RMSNorm, attention, RMSNorm, gated MLP."""
+
+    def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs) -> None:
+        d, f = cfg.d_model, cfg.d_ff
+        dt = {"dtype": cfg.dtype, "param_dtype": cfg.param_dtype}
+        col, row = _meta(cfg, ("fsdp", "tp")), _meta(cfg, ("tp", "fsdp"))
+
+        def linear(i: int, o: int, meta: dict[str, Any]) -> nnx.Linear:
+            return nnx.Linear(
+                i, o, use_bias=False, rngs=rngs, kernel_metadata=meta, **dt
+            )
+
+        self.n_heads = cfg.n_heads
+        self.n_kv_heads = cfg.kv_heads
+        kv = cfg.kv_heads * (d // cfg.n_heads)
+        self.shard_activations = cfg.shard_activations
+        self.attn_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
+        self.q = linear(d, d, col)
+        self.k = linear(d, kv, col)
+        self.v = linear(d, kv, col)
+        self.o = linear(d, d, row)
+        self.mlp_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
+        self.gate = linear(d, f, col)
+        self.up = linear(d, f, col)
+        self.down = linear(f, d, row)
+
+    def __call__(
+        self,
+        x: Float[Array, "b s d"],
+        positions: Int[Array, "b s"] | None = None,
+        cache: dict[str, Array] | None = None,
+        mask: Any = None,
+    ) -> Any:
+        """Causal self-attention with rotary positions, then the SiLU-gated MLP.
+
+        With ``shard_activations``: q, k, v and attention's output split by
+        head, the MLP's gate, up and their product by hidden unit (both over
+        ``tp``, as the column-parallel kernels produce them), the residual
+        stream after each block by batch and, over ``tp``, by sequence.
+
+        With a ``cache`` (``{"k", "v"}``, ``[b, context, n_kv_heads,
+        head_dim]``), this call's keys and values are written into it at
+        ``positions``, attention reads the whole cache under ``mask``
+        (``[b, s, context]``), and ``(x, cache)`` is returned.
+        """
+        b, s, d = x.shape
+        hd = d // self.n_heads
+        h = self.attn_norm(x)
+        q = self._shard(self.q(h).reshape(b, s, self.n_heads, hd), _HEADS)
+        k = self._shard(self.k(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
+        v = self._shard(self.v(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
+        q, k = _rope(q, positions), _rope(k, positions)
+        if cache is None:
+            causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
+        else:
+            rows = jnp.arange(b)[:, None]
+            cache = {
+                name: self._shard(
+                    cache[name].at[rows, positions].set(new.astype(cache[name].dtype)),
+                    _HEADS,
+                )
+                for name, new in (("k", k), ("v", v))
+            }
+            k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
+            causal = mask[:, None]
+        att = jax.nn.dot_product_attention(q, k, v, mask=causal)
+        att = self._shard(att, _HEADS)
+        x = self._shard(x + self.o(att.reshape(b, s, d)), _RESIDUAL)
+        h = self.mlp_norm(x)
+        gate = self._shard(self.gate(h), _HIDDEN)
+        up = self._shard(self.up(h), _HIDDEN)
+        hidden = self._shard(jax.nn.silu(gate) * up, _HIDDEN)
+        out = self._shard(x + self.down(hidden), _RESIDUAL)
+        return out if cache is None else (out, cache)
+
+    def _shard(self, x: Array, dims: tuple[tuple[str, ...], ...]) -> Array:
+        return _constrain(x, *dims) if self.shard_activations else x
+
+
+class Llama(nnx.Module):
+    """A Llama-style decoder: embedding, ``n_layers`` x :class:`LlamaLayer`, norm, head.
+
+    Every linear layer is bias-free and every RMSNorm holds only a scale, so the
+    state has ``1 + 9 * n_layers + 2`` leaves and
+    ``2 * vocab * d + n_layers * (2 d^2 + 2 d k + 3 d f + 2 d) + d`` parameters,
+    ``k = n_kv_heads * d / n_heads`` (``d`` without grouped-query attention).
+
+    Args:
+        cfg: The sizes.
+        rngs: The RNG streams.
+
+    Example:
+        >>> from flax import nnx
+        >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2, d_ff=12)
+        >>> model = Llama(cfg, rngs=nnx.Rngs(0))
+        >>> model(jnp.zeros((1, 5), jnp.int32)).shape
+        (1, 5, 11)
+    """
+
+    def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs) -> None:
+        self.embed = nnx.Embed(
+            cfg.vocab,
+            cfg.d_model,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+            embedding_metadata=_meta(cfg, ("tp", "fsdp")),
+        )
+        self.layers = nnx.List(
+            [LlamaLayer(cfg, rngs=rngs) for _ in range(cfg.n_layers)]
+        )
+        self.norm = nnx.RMSNorm(
+            cfg.d_model, dtype=cfg.dtype, param_dtype=cfg.param_dtype, rngs=rngs
+        )
+        self.lm_head = nnx.Linear(
+            cfg.d_model,
+            cfg.vocab,
+            use_bias=False,
+            dtype=cfg.dtype,
+            param_dtype=cfg.param_dtype,
+            rngs=rngs,
+            kernel_metadata=_meta(cfg, ("fsdp", "tp")),
+        )
+        self.shard_activations = cfg.shard_activations
+        self.remat = cfg.remat
+        self.n_kv_heads = cfg.kv_heads
+        self.head_dim = cfg.d_model // cfg.n_heads
+
+    def __call__(
+        self,
+        tokens: Int[Array, "b s"],
+        positions: Int[Array, "b s"] | None = None,
+        cache: KVCache | None = None,
+        attention_mask: Any = None,
+    ) -> Any:
+        """Next-token logits for ``tokens``; with a ``cache``, ``(logits, cache)``.
+
+        With ``shard_activations``, the embedded tokens are constrained like
+        the residual stream and the logits by batch and vocabulary.
+
+        The KV-cache path follows the tunix and flax-gemma convention
+        ``model(tokens, positions, cache, attention_mask) -> (logits, cache)``:
+        ``positions`` (``[b, s]``, default ``0 .. s-1``) are where each
+        token's keys and values are written in the cache (made by
+        :meth:`init_cache`) and its rotary angle; ``attention_mask``
+        (``[b, s, context]``, booleans) says which cache positions each token
+        reads, by default those at or before its own position.
+        """
+        x = self.embed(tokens)
+        if self.shard_activations:
+            x = _constrain(x, *_RESIDUAL)
+        if cache is not None:
+            x, cache = self._decode(x, tokens, positions, cache, attention_mask)
+        else:
+            for layer in self.layers:
+                if self.remat:
+                    x = nnx.remat(_call_layer)(layer, x)
+                else:
+                    x = layer(x) if positions is None else layer(x, positions)
+        y: jax.Array = self.lm_head(self.norm(x))
+        y = _constrain(y, *_HIDDEN) if self.shard_activations else y
+        return y if cache is None else (y, cache)
+
+    def _decode(
+        self, x: Array, tokens: Array, positions: Any, cache: KVCache, mask: Any
+    ) -> tuple[Array, KVCache]:
+        b, s = tokens.shape
+        if positions is None:
+            positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+        if mask is None:
+            context = cache["layer_0"]["k"].shape[1]
+            mask = jnp.arange(context)[None, None, :] <= positions[:, :, None]
+        out: KVCache = {}
+        for i, layer in enumerate(self.layers):
+            x, out[f"layer_{i}"] = layer(x, positions, cache[f"layer_{i}"], mask)
+        return x, out
+
+    def init_cache(self, sequences: int, context: int, dtype: Any) -> KVCache:
+        """An empty KV cache (zeros) for ``sequences`` of ``context`` positions.
+
+        Each layer's ``k`` and ``v`` are ``[sequences, context, n_kv_heads,
+        head_dim]`` in ``dtype``: ``2 * n_layers * n_kv_heads * head_dim``
+        values per position of each sequence.
+
+        Example:
+            >>> from flax import nnx
+            >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2,
+            ...                   d_ff=12, n_kv_heads=1)
+            >>> cache = Llama(cfg, rngs=nnx.Rngs(0)).init_cache(3, 16, jnp.int8)
+            >>> sorted(cache), cache["layer_1"]["v"].shape
+            (['layer_0', 'layer_1'], (3, 16, 1, 4))
+        """
+        shape = (sequences, context, self.n_kv_heads, self.head_dim)
+        return {
+            f"layer_{i}": {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
+            for i in range(len(self.layers))
+        }
+
+
+def _call_layer(layer: "LlamaLayer", x: Array) -> Array:
+    out: Array = layer(x)
+    return out
+
+
+def llama(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
+    """A factory ``(rngs) -> Llama`` for ``cfg``.
+
+    Usable as a CLI target or with :func:`~nnx_introspect.abstract_model`.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2, d_ff=12)
+        >>> count_params(abstract_model(llama(cfg)))  # 176 + 2 * (256 + 288 + 16) + 8
+        1304
+    """
+
+    def factory(rngs: nnx.Rngs) -> Llama:
+        return Llama(cfg, rngs=rngs)
+
+    factory.__name__ = factory.__qualname__ = "llama"
+    return factory

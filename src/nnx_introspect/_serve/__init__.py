@@ -1,0 +1,28 @@
+"""Serving memory: prefill and decode compiled for a target, the KV cache, the fit.
+
+Modules: ``spec`` (the checked request), ``programs`` (the two programs'
+arguments, builders and compile), ``report`` (records and rendering), ``api``
+(:func:`serve_memory_report`), ``search`` (:func:`max_sequences`, :func:`max_context`).
+"""
+
+from nnx_introspect._serve.api import measure_serve as measure_serve
+from nnx_introspect._serve.api import serve_memory_report as serve_memory_report
+from nnx_introspect._serve.report import ServeMemoryReport as ServeMemoryReport
+from nnx_introspect._serve.report import ServeProgram as ServeProgram
+from nnx_introspect._serve.search import ServeSearch as ServeSearch
+from nnx_introspect._serve.search import max_context as max_context
+from nnx_introspect._serve.search import max_sequences as max_sequences
+from nnx_introspect._serve.spec import ServeOptions as ServeOptions
+from nnx_introspect._serve.spec import ServeSpec as ServeSpec
+
+__all__ = [
+    "ServeMemoryReport",
+    "ServeOptions",
+    "ServeProgram",
+    "ServeSearch",
+    "ServeSpec",
+    "max_context",
+    "max_sequences",
+    "measure_serve",
+    "serve_memory_report",
+]

@@ -1,0 +1,188 @@
+"""The public :func:`serve_memory_report`: a :class:`ServeSpec`, compiled, read."""
+
+import dataclasses
+from typing import Any
+
+from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._serve.programs import (
+    compile_program,
+    program_args,
+    programs,
+    serve_inputs,
+    serve_mesh,
+)
+from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
+from nnx_introspect._serve.spec import ServeOptions, ServeSpec
+from nnx_introspect._step.inputs import importable_name
+from nnx_introspect._step.step_records import StepMemory
+from nnx_introspect._typing import typechecked
+from nnx_introspect._xla.native_log import start_backends_quietly
+
+__all__ = ["measure_serve", "program_memory", "serve_memory_report"]
+
+
+def program_memory(numbers: dict[str, Any], budget: Budget, planned: int) -> StepMemory:
+    """XLA's figures as a step's memory.
+
+    Refused for memory: the planned arguments (weights and cache) and the
+    compiler's required bytes.
+    """
+    oom = bool(numbers.get("out_of_memory", False))
+    arguments = numbers["argument_bytes"]
+    if arguments is None:
+        arguments = planned
+    temp = numbers["temp_bytes"]
+    if temp is None:
+        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
+    memory = StepMemory(
+        argument_bytes=arguments,
+        output_bytes=numbers["output_bytes"] or 0,
+        temp_bytes=temp,
+        alias_bytes=numbers["alias_bytes"] or 0,
+        xla_peak_bytes=numbers.get("xla_peak_bytes"),
+        xla_peak_complete=numbers["backend"] != "cpu",
+        out_of_memory=oom,
+        compiler_message=numbers.get("compiler_message"),
+        compiler_required_bytes=numbers.get("compiler_required_bytes"),
+        compiler_available_bytes=numbers.get("compiler_available_bytes"),
+    )
+    device = budget.device_memory_bytes
+    if device is not None and memory.peak_bytes > device and not oom:
+        # XLA:GPU compiles a program over the device's memory, which cannot run
+        return dataclasses.replace(memory, out_of_memory=True)
+    return memory
+
+
+def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
+    """Build, compile and read both serving programs of ``spec``.
+
+    Every problem of the cache's split (sequences over the data-parallel axes,
+    KV heads over ``tp``) is raised before anything is compiled.
+    """
+    start_backends_quietly()
+    mesh, trace_devices = serve_mesh(spec)
+    inputs = serve_inputs(spec, mesh)
+    jitted = programs(inputs, spec)
+    found: dict[str, ServeProgram] = {}
+    backend = "cpu"
+    for name in ("prefill", "decode"):
+        args = program_args(inputs, spec, mesh, name)
+        numbers = compile_program(jitted[name], args, mesh, trace_devices)
+        backend = numbers["backend"]
+        found[name] = ServeProgram(
+            name=name,
+            sequences=spec.sequences if name == "decode" else spec.prefill_sequences,
+            tokens=1 if name == "decode" else spec.prompt,
+            weights_bytes=inputs.weights_bytes,
+            kv_cache_bytes=inputs.kv_cache_bytes,
+            memory=program_memory(
+                numbers, spec.budget, inputs.weights_bytes + inputs.kv_cache_bytes
+            ),
+            flops=numbers.get("flops"),
+            warnings=tuple(numbers.get("warnings", ())),
+            compile_seconds=float(numbers.get("compile_seconds", 0.0)),
+        )
+    target = importable_name(spec.target) or type(spec.model).__name__
+    return ServeMemoryReport(
+        target=target,
+        mesh_axes=spec.mesh_axes,
+        topology=spec.topology,
+        sequences=spec.sequences,
+        context=spec.context,
+        prompt=spec.prompt,
+        weights=spec.options.weights,
+        kv_cache=spec.options.kv_cache,
+        kv_bytes_per_token=inputs.kv_bytes_per_token,
+        prefill=found["prefill"],
+        decode=found["decode"],
+        budget=spec.budget,
+        backend=backend,
+    )
+
+
+@typechecked
+def serve_memory_report(
+    target: Any,
+    mesh: Any,
+    /,
+    *,
+    sequences: Any,
+    context: Any,
+    prompt: Any = None,
+    prefill_sequences: Any = None,
+    topology: str | None = None,
+    max_device_bytes: Any = None,
+    weights: Any = "bfloat16",
+    kv_cache: Any = "bfloat16",
+    init_cache: Any = None,
+    decode: Any = None,
+) -> ServeMemoryReport:
+    """Prefill and decode memory per device, compiled for the target without it.
+
+    Compiles the two programs a server runs, each with the KV cache donated:
+    **prefill** of ``prompt`` tokens for ``prefill_sequences`` sequences,
+    written into a cache of ``sequences`` x ``context`` positions, and
+    **decode** of one token for each of ``sequences``, reading the whole
+    cache. The served weights are a copy in ``weights`` dtype, sharded as the
+    model's annotations say; the cache splits sequences over the data-parallel
+    axes and KV heads over ``tp``. Out of memory is a verdict
+    (:meth:`ServeMemoryReport.fits`), never an error.
+
+    Args:
+        target: An ``nnx.Module``, a factory ``(rngs) -> Module`` or
+            ``"package.module:factory"``; built abstractly.
+        mesh: The serving mesh: ``"tp=8"``, ``{"data": 2, "tp": 4}``, a ``Mesh``.
+        sequences: Sequences decoded at once.
+        context: Positions of the KV cache per sequence.
+        prompt: Tokens prefilled per sequence; ``context`` by default.
+        prefill_sequences: Sequences prefilled at once; all by default.
+        topology: A target such as ``"h100-8"`` or ``"v5e-8"``, compiled for
+            with no accelerator present; ``None`` compiles for this process's
+            devices.
+        max_device_bytes: A budget per device (``"70GiB"`` or bytes).
+        weights: ``"bfloat16"`` (default), ``"float32"`` or ``None`` (the
+            model's own dtype).
+        kv_cache: ``"bfloat16"``, ``"float8_e4m3fn"``, ``"int8"``, ``"float32"``.
+        init_cache: ``"pkg.mod:fn"`` making the cache as
+            ``fn(model, sequences, context, dtype)``; default the model's
+            ``init_cache(sequences, context, dtype)``.
+        decode: ``"pkg.mod:fn"`` called as
+            ``fn(model, tokens, positions, cache) -> (logits, cache)``; default
+            ``model(tokens, positions, cache, attention_mask)``.
+
+    Returns:
+        The :class:`ServeMemoryReport`.
+
+    Raises:
+        ArgumentError: For a bad value (naming the argument): ``sequences``
+            not a positive integer, ``prompt`` longer than ``context``, an
+            unknown dtype, a ``tp`` that does not divide the KV heads, a model
+            with no cache path, a cache of the wrong layout.
+
+    Example:
+        >>> from nnx_introspect import serve_memory_report
+        >>> from nnx_introspect.examples import llama_tiny_sharded
+        >>> report = serve_memory_report(
+        ...     llama_tiny_sharded, "fsdp=2,tp=4", sequences=4, context=64,
+        ...     prompt=16, max_device_bytes="1GiB")
+        >>> report.kv_bytes_per_token  # 2 x 8 layers x 1 KV head x 64 x 2 B
+        2048
+        >>> report.decode.kv_cache_bytes == 2048 * 2 * 64  # 2 sequences a device
+        True
+        >>> report.fits()
+        True
+    """
+    start_backends_quietly()  # before the model is built: no plugin lines
+    options = ServeOptions(weights, kv_cache, init_cache, decode)
+    spec = ServeSpec(
+        target,
+        mesh,
+        sequences,
+        context,
+        prompt,
+        prefill_sequences,
+        topology,
+        max_device_bytes,
+        options,
+    )
+    return measure_serve(spec)

@@ -1,0 +1,256 @@
+"""The serving report: prefill and decode per device, the KV cache, the verdict."""
+
+import dataclasses
+import json
+from typing import Any
+
+from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._render.table import format_bytes
+from nnx_introspect._step.step_records import StepMemory
+
+__all__ = ["ServeMemoryReport", "ServeProgram"]
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeProgram:
+    """One compiled serving program's figures, per device.
+
+    Attributes:
+        name: ``"prefill"`` or ``"decode"``.
+        sequences: Sequences the program handles at once.
+        tokens: Tokens per sequence it takes (the prompt, or 1).
+        weights_bytes: One device's share of the served weights.
+        kv_cache_bytes: One device's share of the KV cache (donated).
+        memory: XLA's memory analysis, with the training step's peak rule.
+        flops: XLA's FLOPs per device, or ``None`` when it gave none.
+        warnings: XLA's and this tool's caveats.
+        compile_seconds: Lowering and compiling.
+
+    Example:
+        >>> from nnx_introspect._step.step_records import StepMemory
+        >>> memory = StepMemory(150, 60, 20, 40)
+        >>> program = ServeProgram("decode", 8, 1, 100, 40, memory, 1e6)
+        >>> program.peak_bytes  # 150 + 60 + 20 - 40 aliased
+        190
+    """
+
+    name: str
+    sequences: int
+    tokens: int
+    weights_bytes: int
+    kv_cache_bytes: int
+    memory: StepMemory
+    flops: float | None
+    warnings: tuple[str, ...] = ()
+    compile_seconds: float = 0.0
+
+    @property
+    def argument_bytes(self) -> int:
+        """XLA's argument bytes: weights, cache, tokens, positions."""
+        return self.memory.argument_bytes
+
+    @property
+    def output_bytes(self) -> int:
+        """XLA's output bytes: the logits and the new cache."""
+        return self.memory.output_bytes
+
+    @property
+    def temp_bytes(self) -> int:
+        """XLA's temporaries."""
+        return self.memory.temp_bytes
+
+    @property
+    def alias_bytes(self) -> int:
+        """Output bytes in a donated argument's buffers (the cache)."""
+        return self.memory.alias_bytes
+
+    @property
+    def peak_bytes(self) -> int:
+        """The peak, as a training step's (:attr:`StepMemory.peak_bytes`)."""
+        return self.memory.peak_bytes
+
+    def json_data(self) -> dict[str, Any]:
+        """The figures as JSON data."""
+        return {
+            "name": self.name,
+            "sequences": self.sequences,
+            "tokens": self.tokens,
+            "weights_bytes": self.weights_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "argument_bytes": self.argument_bytes,
+            "output_bytes": self.output_bytes,
+            "temp_bytes": self.temp_bytes,
+            "alias_bytes": self.alias_bytes,
+            "peak_bytes": self.peak_bytes,
+            "out_of_memory": self.memory.out_of_memory,
+            "flops": self.flops,
+            "warnings": list(self.warnings),
+            "compile_seconds": round(self.compile_seconds, 3),
+        }
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeMemoryReport:
+    """Prefill and decode memory per device for a model served on a mesh.
+
+    Attributes:
+        target: The target's name, or its type's.
+        mesh_axes: The mesh's ``(axis, size)`` pairs.
+        topology: The compile target, or ``None`` (this process's devices).
+        sequences: Sequences decoded at once.
+        context: Positions of the cache.
+        prompt: Tokens prefilled per sequence.
+        weights: The weights' dtype (``None``: the model's own).
+        kv_cache: The KV cache's dtype.
+        kv_bytes_per_token: One position of one sequence on one device, all
+            layers: the cache's shapes, dtype and sharding.
+        prefill: The prefill program.
+        decode: The decode program.
+        budget: One device's budget, as a training step's.
+        backend: The compiler's platform (``"cpu"``, ``"gpu"``, ``"tpu"``).
+
+    Example:
+        >>> from nnx_introspect import serve_memory_report
+        >>> from nnx_introspect.examples import llama_tiny
+        >>> report = serve_memory_report(llama_tiny, "tp=2", sequences=2,
+        ...                              context=32, max_device_bytes=10**6)
+        >>> report.fits(), report.decode.peak_bytes > 10**6
+        (False, True)
+        >>> print(report.verdict.split(":")[0])
+        does NOT fit
+    """
+
+    target: str
+    mesh_axes: tuple[tuple[str, int], ...]
+    topology: str | None
+    sequences: int
+    context: int
+    prompt: int
+    weights: str | None
+    kv_cache: str
+    kv_bytes_per_token: int
+    prefill: ServeProgram
+    decode: ServeProgram
+    budget: Budget
+    backend: str
+
+    @property
+    def peak_bytes(self) -> int:
+        """The larger of the two programs' peaks."""
+        return max(self.prefill.peak_bytes, self.decode.peak_bytes)
+
+    def fits(self) -> bool | None:
+        """Whether both programs fit the budget; ``None`` without one.
+
+        A program the compiler refused for memory does not fit.
+        """
+        if any(p.memory.out_of_memory for p in (self.prefill, self.decode)):
+            return False
+        if self.budget.bytes is None:
+            return None
+        return self.peak_bytes <= self.budget.bytes
+
+    @property
+    def verdict(self) -> str:
+        """The verdict in one line."""
+        fits = self.fits()
+        peak = format_bytes(self.peak_bytes)
+        if fits is None:
+            return f"peak {peak} per device; no budget (pass max_device_bytes)"
+        budget = format_bytes(self.budget.bytes or 0)
+        word = "fits" if fits else "does NOT fit"
+        return f"{word}: peak {peak} per device of a {budget} budget"
+
+    def json_data(self) -> dict[str, Any]:
+        """The report as JSON data."""
+        return {
+            "target": self.target,
+            "mesh": [list(a) for a in self.mesh_axes],
+            "topology": self.topology,
+            "sequences": self.sequences,
+            "context": self.context,
+            "prompt": self.prompt,
+            "weights": self.weights,
+            "kv_cache": self.kv_cache,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "backend": self.backend,
+            "budget_bytes": self.budget.bytes,
+            "budget_basis": self.budget.basis,
+            "fits": self.fits(),
+            "verdict": self.verdict,
+            "prefill": self.prefill.json_data(),
+            "decode": self.decode.json_data(),
+        }
+
+    def to_json(self) -> str:
+        """:meth:`json_data` as indented JSON text."""
+        return json.dumps(self.json_data(), indent=2)
+
+    def _rows(self) -> list[tuple[str, str, str]]:
+        p, d = self.prefill, self.decode
+
+        def both(f: Any) -> tuple[str, str]:
+            return format_bytes(f(p)), format_bytes(f(d))
+
+        rows: list[tuple[str, str, str]] = [
+            ("sequences x tokens", f"{p.sequences} x {p.tokens}", f"{d.sequences} x 1")
+        ]
+        for label, field in (
+            ("weights", "weights_bytes"),
+            ("KV cache", "kv_cache_bytes"),
+            ("arguments", "argument_bytes"),
+            ("outputs", "output_bytes"),
+            ("temporaries", "temp_bytes"),
+            ("aliased (donated cache)", "alias_bytes"),
+            ("peak", "peak_bytes"),
+        ):
+            rows.append((label, *both(lambda x, f=field: getattr(x, f))))
+        flops = [f"{x.flops:.3g}" if x.flops is not None else "-" for x in (p, d)]
+        rows.append(("FLOPs", flops[0], flops[1]))
+        return rows
+
+    def _title(self) -> str:
+        mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
+        where = self.topology or self.backend
+        return (
+            f"Serving {self.target} on {mesh} ({where}): {self.sequences} "
+            f"sequences x {self.context} positions, prompt {self.prompt}, "
+            f"weights {self.weights or 'as built'}, KV cache {self.kv_cache}"
+        )
+
+    def to_markdown(self) -> str:
+        """The report as a markdown table with the verdict."""
+        lines = [
+            f"**{self._title()}**",
+            "",
+            "| per device | prefill | decode |",
+            "|---|--:|--:|",
+            *(f"| {a} | {b} | {c} |" for a, b, c in self._rows()),
+            "",
+            f"KV cache per position of a sequence: "
+            f"{format_bytes(self.kv_bytes_per_token)} "
+            f"({self.kv_bytes_per_token:,} B) per device.",
+            "",
+            f"**Verdict:** {self.verdict}"
+            + (f" ({self.budget.basis})" if self.budget.basis else "")
+            + ".",
+        ]
+        warnings = sorted({w for p in (self.prefill, self.decode) for w in p.warnings})
+        lines += [f"- {w}" for w in warnings]
+        return "\n".join(lines) + "\n"
+
+    def __rich__(self) -> Any:
+        """A rich table with the verdict as its caption."""
+        from rich.table import Table
+
+        table = Table(title=self._title(), caption=self.verdict)
+        for column in ("per device", "prefill", "decode"):
+            table.add_column(
+                column, justify="left" if column == "per device" else "right"
+            )
+        for row in self._rows():
+            table.add_row(*row)
+        table.add_row(
+            "KV cache per position", format_bytes(self.kv_bytes_per_token), ""
+        )
+        return table
