@@ -235,7 +235,7 @@ def test_irregular_bytes_on_axes_the_mesh_lacks_are_refused() -> None:
 
 
 def calling_lines() -> dict[str, int]:
-    """``{"q": 396, ...}``: the line of examples.py that calls each layer."""
+    """``{"q": 396, ...}``: the line of the Llama's source that calls each layer."""
     lines_, first = inspect.getsourcelines(examples.LlamaLayer.__call__)
     found: dict[str, int] = {}
     for offset, text in enumerate(lines_):
@@ -286,7 +286,8 @@ def test_each_gathered_weight_points_at_the_line_that_calls_its_layer(
     gpu: tuple[StepMemoryReport, str],
 ) -> None:
     """Each array's origin (a parameter, named by JAX in its op_name) against
-    the line of examples.py that calls that layer, read from the file."""
+    the line of the Llama's source (``_llama.py``) that calls that layer, read
+    from the file."""
     _, text = gpu
     expected = calling_lines()
     program = parse_module(text)
@@ -304,7 +305,7 @@ def test_each_gathered_weight_points_at_the_line_that_calls_its_layer(
             assert source is not None, name
             assert (source.line, os.path.basename(source.file)) == (
                 expected[layer[1]],
-                "examples.py",
+                os.path.basename(inspect.getsourcefile(examples.LlamaLayer) or ""),
             ), name
             checked += 1
     assert checked >= 7 * 8  # 7 kernels in each of 8 layers, at least once
