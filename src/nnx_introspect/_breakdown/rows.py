@@ -75,7 +75,7 @@ from typing import Any, Final
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
 from nnx_introspect._xla.dump import source_json as _source_json
-from nnx_introspect._xla.hlo.frames import user_frame
+from nnx_introspect._xla.hlo.frames import user_frame, user_frames
 from nnx_introspect._xla.hlo.lineage import COLLECTIVES as _COLLECTIVES
 from nnx_introspect._xla.hlo.lineage import REDUCING as _REDUCING
 from nnx_introspect._xla.hlo.lineage import Origin
@@ -215,6 +215,11 @@ class BreakdownRow:
             the same bytes (``name{index}``, no bytes of their own) or in
             another layout (a copy, bitcast or reshape of it, or it of them:
             their instruction's name, a row of its own).
+        stack: the user frames of its instruction, innermost first (every
+            frame outside JAX, jaxlib, flax, optax and numpy): the call chain
+            through the model's modules, ``LlamaLayer.__call__`` then
+            ``Llama.__call__``, by which a row is attributed to each module
+            class whose ``__call__`` it ran under.
 
     Example:
         >>> row = BreakdownRow("parameter", "l1/kernel", 8192, (512, 4), "f32", \
@@ -237,6 +242,7 @@ class BreakdownRow:
     output_index: tuple[int, ...] | None
     memory_space: int = 0
     aliases: tuple[str, ...] = ()
+    stack: tuple[SourceLocation, ...] = ()
 
     @property
     def type_str(self) -> str:
@@ -314,6 +320,7 @@ def classify_buffer(
         output_index=buffer.output_index,
         memory_space=buffer.memory_space,
         aliases=buffer.aliases,
+        stack=user_frames(buffer.stack),
     )
 
 
@@ -491,6 +498,7 @@ def row_json(row: BreakdownRow) -> dict[str, Any]:
         "output_index": None if row.output_index is None else list(row.output_index),
         "memory_space": row.memory_space,
         "aliases": list(row.aliases),
+        "stack": [_source_json(frame) for frame in row.stack],
     }
 
 
@@ -524,4 +532,8 @@ def row_from_json(data: dict[str, Any]) -> BreakdownRow:
         output_index=None if index is None else tuple(int(i) for i in index),
         memory_space=int(data.get("memory_space", 0)),
         aliases=tuple(str(name) for name in data.get("aliases", ())),
+        stack=tuple(
+            SourceLocation(str(f["file"]), int(f["line"]), str(f["function"]))
+            for f in data.get("stack", ())
+        ),
     )

@@ -18,6 +18,7 @@ __all__ = [
     "source_stack",
     "stack_frames",
     "user_frame",
+    "user_frames",
 ]
 
 
@@ -82,6 +83,46 @@ def user_frame(
         if not _in_library(frame.file):
             return frame
     return fallback
+
+
+def user_frames(stack: Sequence[SourceLocation]) -> tuple[SourceLocation, ...]:
+    """The frames of ``stack`` outside JAX, jaxlib, flax, optax and numpy, in order.
+
+    The user's call chain of an instruction (innermost first), by the rule of
+    :func:`user_frame`: ``Attention.__call__`` under ``DecoderLayer.__call__``
+    under ``Llama.__call__``, without flax's and JAX's frames between them,
+    nor this library's private modules' (the step it builds around the model).
+
+    Example:
+        >>> import importlib.util, os
+        >>> (flax_dir, *_) = importlib.util.find_spec("flax").submodule_search_locations
+        >>> linear = SourceLocation(
+        ...     os.path.join(flax_dir, "nnx", "nn", "linear.py"), 390, "__call__")
+        >>> layer = SourceLocation("/src/model.py", 12, "Layer.__call__")
+        >>> model = SourceLocation("/src/model.py", 30, "Model.__call__")
+        >>> [f.function for f in user_frames((linear, layer, linear, model))]
+        ['Layer.__call__', 'Model.__call__']
+    """
+    return tuple(
+        frame
+        for frame in stack
+        if not _in_library(frame.file) and not _in_private(frame.file)
+    )
+
+
+_OWN: Final = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+)
+"""This library's package directory (``.../nnx_introspect``)."""
+
+
+@functools.cache
+def _in_private(file: str) -> bool:
+    """Whether ``file`` is one of this library's private modules (``_step/...``)."""
+    path = os.path.realpath(file)
+    if not path.startswith(os.path.join(_OWN, "")):
+        return False
+    return os.path.relpath(path, _OWN).startswith("_")
 
 
 @functools.cache
