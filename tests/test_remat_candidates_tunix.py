@@ -19,7 +19,7 @@ from nnx_introspect._search.fit.layers import KEPT, remat_candidates
 
 pytest.importorskip("tunix")
 
-from tests.tunix_lm import TINY, lm_loss, tiny_llama3  # noqa: E402
+from tests.tunix_lm import TINY, lm_loss, tiny_llama3
 
 
 @pytest.fixture(scope="module")
