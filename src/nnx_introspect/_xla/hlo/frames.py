@@ -14,6 +14,7 @@ __all__ = [
     "SourceLocation",
     "entry_root",
     "frame_sections",
+    "in_package",
     "source_json",
     "source_stack",
     "stack_frames",
@@ -134,6 +135,23 @@ def _library_roots() -> tuple[str, ...]:
         for location in (spec.submodule_search_locations or []) if spec else []:
             roots.append(os.path.join(os.path.realpath(location), ""))
     return tuple(roots)
+
+
+@functools.cache
+def in_package(file: str, package: str) -> bool:
+    """Whether ``file`` lies in ``package`` as installed here (symlinks resolved).
+
+    Example:
+        >>> import optax.transforms
+        >>> in_package(optax.transforms.__file__, "optax")
+        True
+        >>> in_package("/src/model.py", "optax")
+        False
+    """
+    spec = importlib.util.find_spec(package)
+    locations = (spec.submodule_search_locations or []) if spec else []
+    roots = tuple(os.path.join(os.path.realpath(path), "") for path in locations)
+    return bool(roots) and os.path.realpath(file).startswith(roots)
 
 
 @functools.cache
