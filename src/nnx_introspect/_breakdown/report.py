@@ -499,6 +499,7 @@ def classify(
             outputs,
             backward_begun,
             gradients,
+            peak.peak_time,
         )
         for buffer in peak.buffers
     )

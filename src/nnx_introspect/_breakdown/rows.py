@@ -279,6 +279,7 @@ def classify_buffer(
     outputs: Sequence[str],
     backward_begun: bool,
     gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
+    peak_time: int | None = None,
 ) -> BreakdownRow:
     """One buffer live at the peak as a row: its kind by the module's rules.
 
@@ -289,6 +290,8 @@ def classify_buffer(
         backward_begun: :func:`backward_has_begun` of the peak.
         gradients: ``(element type, per-device shape)`` of each
             differentiated parameter.
+        peak_time: the peak's program point: an asynchronous collective
+            started by it and done after it is in flight (``None``: none is).
 
     Returns:
         The buffer's :class:`BreakdownRow`, labelled by its argument's path,
@@ -298,7 +301,7 @@ def classify_buffer(
     source = user_frame(buffer.stack, buffer.source)
     if buffer.empty:
         kind, label = "empty buffer", _empty_label(buffer, arguments, outputs)
-    elif _in_flight(buffer):
+    elif _in_flight(buffer, peak_time):
         kind = "collective in flight"
         label = _in_flight_label(buffer, arguments, source)
     elif buffer.parameter is not None:
@@ -341,12 +344,15 @@ def classify_buffer(
     )
 
 
-def _in_flight(buffer: PeakBuffer) -> bool:
+def _in_flight(buffer: PeakBuffer, peak_time: int | None) -> bool:
     """Whether ``buffer`` is an asynchronous collective's, started and not done."""
     return (
-        buffer.opcode.endswith("-start")
-        and buffer.opcode.removesuffix("-start") in _COLLECTIVES
+        peak_time is not None
+        and buffer.opcode.endswith("-start")
+        and buffer.opcode in _COLLECTIVES
         and buffer.done_at is not None
+        and buffer.live_range is not None
+        and buffer.live_range[0] <= peak_time < buffer.done_at
     )
 
 
