@@ -147,7 +147,7 @@ def test_the_stack_survives_json(breakdown: Breakdown) -> None:
 
 
 def _frame(cls: type, line_only: bool = False) -> SourceLocation:
-    call = inspect.unwrap(cls.__call__)  # type: ignore[misc]
+    call = inspect.unwrap(cls.__call__)
     file = inspect.getsourcefile(call)
     assert file is not None
     line = inspect.getsourcelines(call)[1] + 1

@@ -234,7 +234,7 @@ def test_mlp_outputs_keep_their_index(mlp: Classified) -> None:
             f"empty: held for output grad w2, its value written at point {written}"
         )
     assert all(
-        row.label.startswith(MLP_OUTPUTS[row.output_index[0]])
+        row.label.startswith(MLP_OUTPUTS[i[0]])
         if row.kind == "output"
         else row.label.startswith(f"empty: held for output {MLP_OUTPUTS[i[0]]}")
         for i, row in outputs.items()

@@ -12,7 +12,7 @@ from typing import Any
 import jax.numpy as jnp
 import optax
 from flax import nnx
-from tunix.models.llama3 import model as llama3
+from tunix.models.llama3 import model as llama3  # type: ignore[import-untyped]
 
 TINY = llama3.ModelConfig(
     num_layers=4,

@@ -222,7 +222,7 @@ def _layouts(breakdown: Breakdown) -> list[str]:
         total = sum(r.nbytes for r in members)
         if total < _SHARE * peak:
             continue
-        named = " and ".join(
+        listed = " and ".join(
             f"`{dtype}[{','.join(map(str, shape))}]` \u00d7"
             f"{sum(1 for r in members if r.shape == shape)}"
             for shape in shapes
@@ -235,7 +235,7 @@ def _layouts(breakdown: Breakdown) -> list[str]:
         )
         count = len(groups)
         facts.append(
-            f"{named} ({kind}){where} are {_tensors(count)} in two layouts (one"
+            f"{listed} ({kind}){where} are {_tensors(count)} in two layouts (one"
             " a copy, bitcast or transpose of the other, both live at the peak):"
             f" {len(members)} buffers, {format_bytes(total)},"
             f" {_percent(total, peak)} of the peak."
