@@ -202,6 +202,32 @@ def read_peak(
     curve = LiveCurve(len(live), times, kept, highest, int(live[highest]))
     # XLA's own moment unless more bytes are in use elsewhere
     at = peak_time if live[peak_time] == curve.highest_bytes else curve.highest_time
+    buffers = _peak_buffers(spans, at, by_key, values, parsed, stem, ranges, sequence)
+    return PeakBuffers(
+        backend=backend,
+        module=module,
+        peak_time=at,
+        peak_instruction=sequence[at],
+        peak_bytes=int(live[at]),
+        buffers=tuple(buffers),
+        curve=curve,
+        xla_peak_time=peak_time,
+        xla_peak_bytes=peak_bytes,
+        phases=schedule_phases(sequence, parsed),
+    )
+
+
+def _peak_buffers(
+    spans: list[Any],
+    at: int,
+    by_key: dict[tuple[str, tuple[int, ...]], "_Assigned"],
+    values: dict[int, "_Value"],
+    parsed: Module,
+    stem: Path,
+    ranges: list["_Range"],
+    sequence: dict[int, str],
+) -> list[PeakBuffer]:
+    """Each slice occupied at ``at`` as a :class:`PeakBuffer`, largest first."""
     live_ranges = {(name, index): (start, end) for name, index, start, end in ranges}
     points = {name: point for point, name in sequence.items()}
     buffers = []
@@ -227,18 +253,7 @@ def read_peak(
                 done_at=_done_at(parsed, buffer, points),
             )
         )
-    return PeakBuffers(
-        backend=backend,
-        module=module,
-        peak_time=at,
-        peak_instruction=sequence[at],
-        peak_bytes=int(live[at]),
-        buffers=tuple(buffers),
-        curve=curve,
-        xla_peak_time=peak_time,
-        xla_peak_bytes=peak_bytes,
-        phases=schedule_phases(sequence, parsed),
-    )
+    return buffers
 
 
 def _done_at(parsed: Module, buffer: PeakBuffer, points: dict[str, int]) -> int | None:
