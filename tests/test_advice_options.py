@@ -1,5 +1,7 @@
 """Issue 24: "What to change" names options, says each fact once, nothing on a fit."""
 
+import dataclasses
+
 from flax import nnx
 
 from nnx_introspect import mesh_config_report
@@ -109,18 +111,62 @@ def test_only_options_whose_trigger_is_present() -> None:
     )
 
 
-def test_one_tensor_in_two_layouts_is_one_sentence() -> None:
-    facts = what_to_change(ATTENTION, fits=False)
-    (layouts,) = [f for f in facts if "two layouts" in f]
+def _linked(rows: tuple[BreakdownRow, ...], pairs: int) -> tuple[BreakdownRow, ...]:
+    """``rows`` with the first ``pairs`` of each shape's rows linked in pairs
+    (one a copy of the other: each names the other in ``aliases``)."""
+    out = list(rows)
+    first = [i for i, r in enumerate(rows) if r.shape == (32, 2048, 2048)][:pairs]
+    second = [i for i, r in enumerate(rows) if r.shape == (4, 8, 2048, 2048)][:pairs]
+    for n, (a, b) in enumerate(zip(first, second, strict=True)):
+        out[a] = dataclasses.replace(
+            out[a], instruction=f"a{n}", aliases=(f"b{n}",), label=f"a{n}"
+        )
+        out[b] = dataclasses.replace(
+            out[b], instruction=f"b{n}", aliases=(f"a{n}",), label=f"b{n}"
+        )
+    return tuple(out)
+
+
+def test_one_tensor_in_two_layouts_only_by_lineage() -> None:
+    # the same dtype, element count and line, but no row a copy of another:
+    # different tensors (a matmul's outputs and a multiply's), no sentence
+    assert not any("two layouts" in f for f in what_to_change(ATTENTION, fits=False))
+    # 21 pairs linked by their lineage: one sentence, counting the linked rows
+    linked = _breakdown(*_linked(ATTENTION.rows, 21))
+    (layouts,) = [f for f in what_to_change(linked, fits=False) if "two layouts" in f]
     assert layouts == (
-        "`f32[32,2048,2048]` \u00d732 and `f32[4,8,2048,2048]` \u00d721 (activation"
-        " kept for backward) from line 120 of model.py are one tensor in two"
-        " layouts (the same dtype and element count): 53 buffers, 848 MiB, 74% of"
-        " the peak."
+        "`f32[4,8,2048,2048]` \u00d721 and `f32[32,2048,2048]` \u00d721 (activation"
+        " kept for backward) from line 120 of model.py are 21 tensors, each in two"
+        " layouts (one a copy, bitcast or transpose of the other, both live at the"
+        " peak): 42 buffers, 672 MiB, 59% of the peak."
+    )
+    # an alias to a row of another dtype is no layout change
+    cast = _breakdown(
+        *(
+            dataclasses.replace(r, dtype="bf16") if r.instruction[0] == "b" else r
+            for r in linked.rows
+        )
+    )
+    assert not any("two layouts" in f for f in what_to_change(cast, fits=False))
+
+
+def _phased(peak: int, backward: int | None, update: int | None) -> Breakdown:
+    rows = (_row("gradient", 1024, (256,)), _row("optimizer state", 2**20, (2**18,)))
+    total = sum(r.nbytes for r in rows)
+    return Breakdown(
+        "gpu",
+        "jit_train",
+        peak,
+        "fusion",
+        total,
+        total,
+        rows,
+        backward_start=backward,
+        optimizer_start=update,
     )
 
 
-def test_gradients_consumed_before_the_peak_are_explained() -> None:
+def test_why_few_gradients_follows_the_peaks_phase() -> None:
     class Two(nnx.Module):
         def __init__(self, rngs: nnx.Rngs) -> None:
             self.w = nnx.Linear(256, 256, rngs=rngs)
@@ -128,18 +174,34 @@ def test_gradients_consumed_before_the_peak_are_explained() -> None:
     plan = mesh_config_report(Two(nnx.Rngs(0)), "fsdp=2,tp=4", optimizer="adamw")
     planned = plan.bytes_by_category["gradients"]
     assert planned > 0
-    breakdown = _breakdown(
-        _row("gradient", 1024, (256,)),
-        _row("optimizer state", planned, (planned // 4,)),
-    )
-    facts = what_to_change(breakdown, plan)
-    gradient = [f for f in facts if f.startswith("gradient buffers hold")]
-    assert gradient == [
+    head = (
         "gradient buffers hold 1 KiB at the peak against the plan's"
-        f" {_fmt(planned)} of gradients: the optimizer update consumes each"
-        " gradient before the peak, so they are never all live at once."
+        f" {_fmt(planned)} of gradients: "
+    )
+
+    def said(breakdown: Breakdown) -> list[str]:
+        facts = what_to_change(breakdown, plan)
+        return [f for f in facts if f.startswith("gradient buffers hold")]
+
+    # the issue's step: the peak 2 instructions into the backward pass
+    assert said(_phased(1512, 1510, 3478)) == [
+        head + "the peak is 2 instructions into the backward pass (program point"
+        " 1512; the backward pass begins at 1510, the optimizer update at 3478),"
+        " so most gradients are not made yet."
     ]
+    assert said(_phased(3500, 1510, 3478)) == [
+        head + "the optimizer update, begun at program point 3478 (the peak is at"
+        " 3500), consumes each gradient as it is made, so they are never all live"
+        " at once."
+    ]
+    assert said(_phased(900, 1510, 3478)) == [
+        head + "the peak is in the forward pass (program point 900; the backward"
+        " pass begins at 1510), before any gradient is made."
+    ]
+    # phases not read: nothing said
+    assert said(_phased(3500, None, None)) == []
     # with a plan naming tp, the option says how large
+    facts = what_to_change(_phased(3500, 1510, 3478), plan)
     assert any(
         f.startswith("try: a larger `tp` axis (`tp=8` with `fsdp=1`)") for f in facts
     )

@@ -49,10 +49,12 @@ def what_to_change(
     - the largest collective buffer when collectives hold less than 10%;
     - one buffer holding at least 20% of the peak on its own, unless its kind
       is that one buffer (said already);
-    - buffers of one source line that are the same tensor in two layouts (the
-      same dtype and element count, shapes that differ), together;
+    - buffers that are one tensor in two layouts (one a copy, bitcast or
+      transpose of the other, by their lineage: ``aliases``), together;
     - with a ``plan``, why the gradients at the peak are far fewer bytes than
-      the plan's: the update consumes them before the peak;
+      the plan's, by the peak's phase in the schedule: the optimizer update
+      has begun and consumes them, or the peak is in the backward (forward)
+      pass and most (all) are not made yet;
     - the gap between what the device holds and the live-range peak when it is
       at least 10% of what the device holds, either sign.
 
@@ -100,6 +102,7 @@ mesh, and names the fastest configuration that fits.
     facts = _kind_facts(breakdown, plan)
     facts += _layouts(breakdown)
     facts += _gradients(breakdown, plan)
+    facts += _parameters(breakdown, plan)
     gap, held = breakdown.gap_bytes, breakdown.held_bytes
     if held and abs(gap) >= _SHARE * held:
         if gap > 0:
@@ -168,59 +171,156 @@ def _largest_collective(rows: list[BreakdownRow]) -> str:
 
 
 def _layouts(breakdown: Breakdown) -> list[str]:
-    """Buffers of one source line that are one tensor in two (or more) layouts.
+    """Buffers that are one tensor in two (or more) layouts, by their lineage.
 
-    The same kind, dtype, element count and source line, different shapes
-    (``f32[32,2048,2048]`` and ``f32[4,8,2048,2048]``): one sentence naming
-    each shape with its count (the counts of the table's rows), when they
-    hold at least 10% of the peak.
+    Rows are one tensor when one's origin was followed to the other through
+    layout changes only (a copy, bitcast, reshape or transpose of the same
+    element type and count: :func:`~nnx_introspect._breakdown.rows.layout_links`,
+    in each row's ``aliases``); rows that merely share a dtype, an element
+    count and a source line are not. Tensors alike (the same kind, dtype and
+    shapes: one per layer) make one sentence naming each shape with its
+    count, when they hold at least 10% of the peak.
     """
     peak = breakdown.live_peak_bytes
-    groups: dict[tuple[str, str, int, str, int], dict[tuple[int, ...], list[int]]] = {}
-    for row in breakdown.rows:
-        if row.source is None or not row.shape:
+    rows = breakdown.rows
+    named: dict[str, list[int]] = {}
+    for n, row in enumerate(rows):
+        named.setdefault(row.instruction, []).append(n)
+    parent = list(range(len(rows)))
+
+    def root(n: int) -> int:
+        while parent[n] != n:
+            parent[n] = parent[parent[n]]
+            n = parent[n]
+        return n
+
+    for n, row in enumerate(rows):
+        for name in row.aliases:
+            # the one row of that name, the same elements in another layout
+            others = [
+                m
+                for m in named.get(name, [])
+                if m != n
+                and rows[m].dtype == row.dtype
+                and math.prod(rows[m].shape) == math.prod(row.shape)
+            ]
+            if len(others) == 1:
+                parent[root(others[0])] = root(n)
+    tensors: dict[int, list[BreakdownRow]] = {}
+    for n, row in enumerate(rows):
+        tensors.setdefault(root(n), []).append(row)
+    alike: dict[tuple[Any, ...], list[list[BreakdownRow]]] = {}
+    for members in tensors.values():
+        shapes = sorted({r.shape for r in members})
+        if len(shapes) < 2:
             continue
-        key = (
-            row.kind,
-            row.dtype,
-            math.prod(row.shape),
-            row.source.file,
-            row.source.line,
-        )
-        groups.setdefault(key, {}).setdefault(row.shape, []).append(row.nbytes)
+        key = (members[0].kind, members[0].dtype, tuple(shapes))
+        alike.setdefault(key, []).append(members)
     facts = []
-    for (kind, dtype, _, file, line), shapes in groups.items():
-        total = sum(sum(sizes) for sizes in shapes.values())
-        if len(shapes) < 2 or total < _SHARE * peak:
+    for (kind, dtype, shapes), groups in alike.items():
+        members = [r for group in groups for r in group]
+        total = sum(r.nbytes for r in members)
+        if total < _SHARE * peak:
             continue
-        named = " and ".join(
-            f"`{dtype}[{','.join(map(str, shape))}]` \u00d7{len(sizes)}"
-            for shape, sizes in sorted(shapes.items(), key=lambda item: -len(item[1]))
+        listed = " and ".join(
+            f"`{dtype}[{','.join(map(str, shape))}]` \u00d7"
+            f"{sum(1 for r in members if r.shape == shape)}"
+            for shape in shapes
         )
-        count = sum(len(sizes) for sizes in shapes.values())
+        source = next((r.source for r in members if r.source is not None), None)
+        where = (
+            f" from line {source.line} of {os.path.basename(source.file)}"
+            if source is not None
+            else ""
+        )
+        count = len(groups)
         facts.append(
-            f"{named} ({kind}) from line {line} of {os.path.basename(file)} are"
-            " one tensor in two layouts (the same dtype and element count):"
-            f" {count} buffers,"
-            f" {format_bytes(total)}, {_percent(total, peak)} of the peak."
+            f"{listed} ({kind}){where} are {_tensors(count)} in two layouts (one"
+            " a copy, bitcast or transpose of the other, both live at the peak):"
+            f" {len(members)} buffers, {format_bytes(total)},"
+            f" {_percent(total, peak)} of the peak."
         )
     return facts
 
 
+def _tensors(n: int) -> str:
+    return "one tensor" if n == 1 else f"{n} tensors, each"
+
+
 def _gradients(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str]:
-    """Why the gradients at the peak are far fewer bytes than the plan's."""
+    """Why the gradients at the peak are far fewer bytes than the plan's.
+
+    By the peak's phase in the schedule: the optimizer update has begun
+    (it consumes each gradient as it is made), the peak is in the backward
+    pass (most are not made yet) or in the forward pass (none is). Nothing
+    when the schedule's phases were not read.
+    """
     if plan is None:
         return []
     planned = plan.bytes_by_category.get("gradients", 0)
     live = sum(r.nbytes for r in breakdown.rows if r.kind == "gradient")
-    if not planned or 10 * live > planned:
+    phase = breakdown.phase
+    if not planned or 10 * live > planned or phase is None:
         return []
-    return [
+    head = (
         f"gradient buffers hold {format_bytes(live)} at the peak against the"
-        f" plan's {format_bytes(planned)} of gradients: the optimizer update"
-        " consumes each gradient before the peak, so they are never all live"
-        " at once."
-    ]
+        f" plan's {format_bytes(planned)} of gradients: "
+    )
+    at, backward = breakdown.peak_time, breakdown.backward_start
+    update = breakdown.optimizer_start
+    if phase == "optimizer":
+        why = (
+            f"the optimizer update, begun at program point {update} (the peak is"
+            f" at {at}), consumes each gradient as it is made, so they are never"
+            " all live at once."
+        )
+    elif phase == "backward":
+        later = f", the optimizer update at {update}" if update is not None else ""
+        why = (
+            f"the peak is {at - (backward or 0)} instructions into the backward"
+            f" pass (program point {at}; the backward pass begins at {backward}"
+            f"{later}), so most gradients are not made yet."
+        )
+    else:
+        why = (
+            f"the peak is in the forward pass (program point {at}; the backward"
+            f" pass begins at {backward}), before any gradient is made."
+        )
+    return [head + why]
+
+
+def _parameters(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str]:
+    """Why more parameter bytes are live at the peak than the plan's, or in flight.
+
+    The parameter rows beyond the plan's are copies, casts and gathers of
+    parameters (labelled ``copy of``, ``all-gather of``, ...); the bytes of
+    parameters' collectives in flight at the peak (kind ``collective in
+    flight``) are said apart, whether or not a plan is given, when they hold
+    at least 10% of the parameters' bytes at the peak or of the plan's.
+    """
+    rows = [r for r in breakdown.rows if r.kind == "parameter"]
+    live = sum(r.nbytes for r in rows)
+    copies = sum(r.nbytes for r in rows if r.parameter is None)
+    flight = [r for r in breakdown.rows if r.kind == "collective in flight"]
+    gathering = sum(r.nbytes for r in flight if " of " in r.label)
+    planned = plan.bytes_by_category.get("params", 0) if plan is not None else 0
+    facts = []
+    if planned and live > planned + _SHARE * planned:
+        facts.append(
+            f"parameter buffers hold {format_bytes(live)} at the peak against"
+            f" the plan's {format_bytes(planned)} of parameters:"
+            f" {format_bytes(copies)} of them are copies, casts or gathers XLA"
+            " makes of parameters (labelled `copy of`, `all-gather of`)."
+        )
+    if gathering and gathering >= _SHARE * max(live, planned):
+        largest = max(flight, key=lambda r: r.nbytes)
+        facts.append(
+            f"{format_bytes(gathering)} of parameters are in collectives in"
+            " flight at the peak, started before it and done after it (not"
+            f" counted as parameters); the largest: {largest.label}"
+            f" ({format_bytes(largest.nbytes)})."
+        )
+    return facts
 
 
 def _options(

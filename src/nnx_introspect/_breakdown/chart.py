@@ -33,7 +33,9 @@ _COLOURS = dict(
             "#57606a",  # output
             "#cf222e",  # gradient
             "#e16f24",  # activation kept for backward
+            "#4ac26b",  # collective in flight
             "#1b7c83",  # collective buffer
+            "#eaeef2",  # empty buffer
             "#afb8c1",  # temporary
         ),
         strict=True,

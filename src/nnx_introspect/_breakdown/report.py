@@ -53,6 +53,7 @@ from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla.dump import LiveCurve, PeakBuffers, SourceLocation
 from nnx_introspect._xla.dump import source_json as _source_json
+from nnx_introspect._xla.hlo.phases import Phases
 
 __all__ = [
     "ARGUMENT_KINDS",
@@ -114,6 +115,11 @@ class Breakdown(Report):
         debug: whether :meth:`table` adds the notes on XLA's internals (how
             XLA's own live-range peak differs from the one listed); not in
             the JSON.
+        backward_start: the first program point of the backward pass
+            (:mod:`~nnx_introspect._xla.hlo.phases`), ``None`` when the
+            program has none or it was not read.
+        optimizer_start: the first program point of the optimizer update,
+            ``None`` when none or not read.
 
     Example:
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
@@ -124,7 +130,7 @@ class Breakdown(Report):
     """
 
     SCHEMA = "nnx-introspect/peak-breakdown"
-    SCHEMA_VERSION = 1
+    SCHEMA_VERSION = 2
 
     backend: str
     module: str
@@ -138,6 +144,8 @@ class Breakdown(Report):
     xla_peak_time: int | None = None
     xla_peak_bytes: int | None = None
     debug: bool = False
+    backward_start: int | None = None
+    optimizer_start: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.debug, bool):
@@ -148,6 +156,20 @@ class Breakdown(Report):
                 f"`top_n` must be a positive integer, got {self.top_n}: the table"
                 " shows that many of the largest buffers.",
             )
+
+    @property
+    def phase(self) -> str | None:
+        """The peak's phase: ``forward``, ``backward`` or ``optimizer``.
+
+        The latest begun by the peak's program point (XLA may interleave
+        them); ``None`` when the schedule's phases were not read.
+
+        Example:
+            >>> Breakdown("cpu", "jit_f", 12, "x", 0, 0, (), backward_start=10,
+            ...           optimizer_start=30).phase
+            'backward'
+        """
+        return Phases(self.backward_start, self.optimizer_start).at(self.peak_time)
 
     @property
     def gap_bytes(self) -> int:
@@ -358,6 +380,9 @@ class Breakdown(Report):
             "xla_peak_time": self.xla_peak_time,
             "xla_peak_bytes": self.xla_peak_bytes,
             "held_bytes": self.held_bytes,
+            "phase": self.phase,
+            "backward_start": self.backward_start,
+            "optimizer_start": self.optimizer_start,
             "gap": {"bytes": self.gap_bytes, "reason": self.gap_reason},
             "rows": [row_json(row) for row in self.rows],
             "curve": _curve_json(self.curve),
@@ -390,6 +415,8 @@ class Breakdown(Report):
             xla_peak_bytes=data.get("xla_peak_bytes"),
             held_bytes=int(data["held_bytes"]),
             rows=tuple(row_from_json(row) for row in data["rows"]),
+            backward_start=data.get("backward_start"),
+            optimizer_start=data.get("optimizer_start"),
             curve=None
             if curve is None
             else LiveCurve(
@@ -472,6 +499,7 @@ def classify(
             outputs,
             backward_begun,
             gradients,
+            peak.peak_time,
         )
         for buffer in peak.buffers
     )
@@ -486,6 +514,8 @@ def classify(
         curve=peak.curve,
         xla_peak_time=peak.xla_peak_time,
         xla_peak_bytes=peak.xla_peak_bytes,
+        backward_start=peak.phases.backward_start if peak.phases else None,
+        optimizer_start=peak.phases.optimizer_start if peak.phases else None,
     )
 
 

@@ -5,9 +5,19 @@ The step's arguments as XLA numbers them (:class:`ArgumentLeaf`,
 :func:`classify_buffer`, its user frame) and the row's JSON. Nothing here
 compiles or reads a file.
 
-The kinds, in the order they are decided: by the value's role (what it is for)
-first, by its opcode last.
+The kinds, in the order they are decided: what the slot holds at the peak
+first, then the value's role (what it is for), by its opcode last.
 
+0. ``empty buffer``: an argument's or output's allocation, held for the whole
+   step, in which no value is live at the peak (a donated parameter's slot
+   after its old value's last use and before its new value is written): its
+   label names what it is held for and when that value is written.
+0. ``collective in flight``: an asynchronous collective started before the
+   peak and done after it (``all-gather-start`` ... ``all-gather-done``), its
+   buffer live across the peak: a parameter's all-gather in flight is not a
+   parameter of the plan but the gathered copy on its way. Its label names
+   what it gathers (``all-gather of layers/0/w``) and the points it starts
+   and is done.
 1. ``parameter``, ``optimizer state``, ``other model state``, ``batch``: an entry
    parameter of the jitted step, by its :class:`ArgumentLeaf` (XLA numbers the
    entry parameters as ``jax.jit`` flattens its arguments: the leaf index).
@@ -75,7 +85,7 @@ from typing import Any, Final
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
 from nnx_introspect._xla.dump import source_json as _source_json
-from nnx_introspect._xla.hlo.frames import user_frame
+from nnx_introspect._xla.hlo.frames import user_frame, user_frames
 from nnx_introspect._xla.hlo.lineage import COLLECTIVES as _COLLECTIVES
 from nnx_introspect._xla.hlo.lineage import REDUCING as _REDUCING
 from nnx_introspect._xla.hlo.lineage import Origin
@@ -103,7 +113,9 @@ KINDS: Final = (
     "output",
     "gradient",
     "activation kept for backward",
+    "collective in flight",
     "collective buffer",
+    "empty buffer",
     "temporary",
 )
 """Every kind a buffer live at the peak can have."""
@@ -215,6 +227,11 @@ class BreakdownRow:
             the same bytes (``name{index}``, no bytes of their own) or in
             another layout (a copy, bitcast or reshape of it, or it of them:
             their instruction's name, a row of its own).
+        stack: the user frames of its instruction, innermost first (every
+            frame outside JAX, jaxlib, flax, optax and numpy): the call chain
+            through the model's modules, ``LlamaLayer.__call__`` then
+            ``Llama.__call__``, by which a row is attributed to each module
+            class whose ``__call__`` it ran under.
 
     Example:
         >>> row = BreakdownRow("parameter", "l1/kernel", 8192, (512, 4), "f32", \
@@ -237,6 +254,7 @@ class BreakdownRow:
     output_index: tuple[int, ...] | None
     memory_space: int = 0
     aliases: tuple[str, ...] = ()
+    stack: tuple[SourceLocation, ...] = ()
 
     @property
     def type_str(self) -> str:
@@ -261,6 +279,7 @@ def classify_buffer(
     outputs: Sequence[str],
     backward_begun: bool,
     gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
+    peak_time: int | None = None,
 ) -> BreakdownRow:
     """One buffer live at the peak as a row: its kind by the module's rules.
 
@@ -271,6 +290,8 @@ def classify_buffer(
         backward_begun: :func:`backward_has_begun` of the peak.
         gradients: ``(element type, per-device shape)`` of each
             differentiated parameter.
+        peak_time: the peak's program point: an asynchronous collective
+            started by it and done after it is in flight (``None``: none is).
 
     Returns:
         The buffer's :class:`BreakdownRow`, labelled by its argument's path,
@@ -278,7 +299,12 @@ def classify_buffer(
     """
     path: str | None = None
     source = user_frame(buffer.stack, buffer.source)
-    if buffer.parameter is not None:
+    if buffer.empty:
+        kind, label = "empty buffer", _empty_label(buffer, arguments, outputs)
+    elif _in_flight(buffer, peak_time):
+        kind = "collective in flight"
+        label = _in_flight_label(buffer, arguments, source)
+    elif buffer.parameter is not None:
         leaf = arguments[buffer.parameter]
         kind, path, label = leaf.kind, leaf.path, leaf.path
         if buffer.parameter_index:
@@ -314,7 +340,63 @@ def classify_buffer(
         output_index=buffer.output_index,
         memory_space=buffer.memory_space,
         aliases=buffer.aliases,
+        stack=user_frames(buffer.stack),
     )
+
+
+def _in_flight(buffer: PeakBuffer, peak_time: int | None) -> bool:
+    """Whether ``buffer`` is an asynchronous collective's, started and not done."""
+    return (
+        peak_time is not None
+        and buffer.opcode.endswith("-start")
+        and buffer.opcode in _COLLECTIVES
+        and buffer.done_at is not None
+        and buffer.live_range is not None
+        and buffer.live_range[0] <= peak_time < buffer.done_at
+    )
+
+
+def _in_flight_label(
+    buffer: PeakBuffer, arguments: dict[int, ArgumentLeaf], source: Any
+) -> str:
+    """``all-gather of layers/0/w (in flight: points 1455-1465)``."""
+    traced = _traced_argument(buffer.origin, arguments)
+    what = (
+        traced[1]
+        if traced is not None
+        else f"{buffer.opcode.removesuffix('-start')}"
+        + (f" at {where(source)}" if source else "")
+    )
+    start = buffer.live_range[0] if buffer.live_range else None
+    span = f"points {start}-{buffer.done_at}" if start is not None else ""
+    return f"{what} (in flight{': ' + span if span else ''})"
+
+
+def _empty_label(
+    buffer: PeakBuffer, arguments: dict[int, ArgumentLeaf], outputs: Sequence[str]
+) -> str:
+    """``empty: held for output new params l1/kernel, its value written at point 9``."""
+    if buffer.parameter is not None and buffer.parameter in arguments:
+        held = f"argument {arguments[buffer.parameter].path}"
+    elif buffer.output_index is not None:
+        first = buffer.output_index[0] if buffer.output_index else None
+        held = "output " + (
+            outputs[first]
+            if first is not None and first < len(outputs)
+            else str(list(buffer.output_index))
+        )
+    else:
+        held = buffer.instruction
+    when = ""
+    if buffer.live_range is not None:
+        start, end = buffer.live_range
+        if buffer.parameter is not None:  # its old value, dead by the peak
+            when = f", its value last used at point {end}"
+        elif buffer.output_index is not None:  # an output lives to the end
+            when = f", its value written at point {start}"
+        else:
+            when = f", its value live at points {start}-{end}"
+    return f"empty: held for {held}{when}"
 
 
 def _traced_argument(
@@ -491,6 +573,7 @@ def row_json(row: BreakdownRow) -> dict[str, Any]:
         "output_index": None if row.output_index is None else list(row.output_index),
         "memory_space": row.memory_space,
         "aliases": list(row.aliases),
+        "stack": [_source_json(frame) for frame in row.stack],
     }
 
 
@@ -524,4 +607,8 @@ def row_from_json(data: dict[str, Any]) -> BreakdownRow:
         output_index=None if index is None else tuple(int(i) for i in index),
         memory_space=int(data.get("memory_space", 0)),
         aliases=tuple(str(name) for name in data.get("aliases", ())),
+        stack=tuple(
+            SourceLocation(str(f["file"]), int(f["line"]), str(f["function"]))
+            for f in data.get("stack", ())
+        ),
     )

@@ -52,6 +52,7 @@ from nnx_introspect._xla.hlo import (
     source_stack,
 )
 from nnx_introspect._xla.hlo.lineage import origin
+from nnx_introspect._xla.hlo.phases import schedule_phases
 from nnx_introspect._xla.peak import LiveCurve as LiveCurve
 from nnx_introspect._xla.peak import PeakBuffer as PeakBuffer
 from nnx_introspect._xla.peak import PeakBuffers as PeakBuffers
@@ -201,6 +202,34 @@ def read_peak(
     curve = LiveCurve(len(live), times, kept, highest, int(live[highest]))
     # XLA's own moment unless more bytes are in use elsewhere
     at = peak_time if live[peak_time] == curve.highest_bytes else curve.highest_time
+    buffers = _peak_buffers(spans, at, by_key, values, parsed, stem, ranges, sequence)
+    return PeakBuffers(
+        backend=backend,
+        module=module,
+        peak_time=at,
+        peak_instruction=sequence[at],
+        peak_bytes=int(live[at]),
+        buffers=tuple(buffers),
+        curve=curve,
+        xla_peak_time=peak_time,
+        xla_peak_bytes=peak_bytes,
+        phases=schedule_phases(sequence, parsed),
+    )
+
+
+def _peak_buffers(
+    spans: list[Any],
+    at: int,
+    by_key: dict[tuple[str, tuple[int, ...]], "_Assigned"],
+    values: dict[int, "_Value"],
+    parsed: Module,
+    stem: Path,
+    ranges: list["_Range"],
+    sequence: dict[int, str],
+) -> list[PeakBuffer]:
+    """Each slice occupied at ``at`` as a :class:`PeakBuffer`, largest first."""
+    live_ranges = {(name, index): (start, end) for name, index, start, end in ranges}
+    points = {name: point for point, name in sequence.items()}
     buffers = []
     for occupant in occupied_at(spans, at):
         keys: list[Any] = list(occupant.members)
@@ -215,17 +244,30 @@ def read_peak(
             raise _error(stem, _VALUES, f"the value <{found.value_id} {name}>")
         buffer = _buffer(found, value, occupant.nbytes, parsed, stem)
         aliases = tuple(f"{n}{_index_text(i) if i else ''}" for n, i in others)
-        buffers.append(replace(buffer, aliases=aliases) if aliases else buffer)
-    return PeakBuffers(
-        backend=backend,
-        module=module,
-        peak_time=at,
-        peak_instruction=sequence[at],
-        peak_bytes=int(live[at]),
-        buffers=tuple(buffers),
-        curve=curve,
-        xla_peak_time=peak_time,
-        xla_peak_bytes=peak_bytes,
+        buffers.append(
+            replace(
+                buffer,
+                aliases=aliases,
+                live_range=live_ranges.get((name, index)),
+                empty=not occupant.members,
+                done_at=_done_at(parsed, buffer, points),
+            )
+        )
+    return buffers
+
+
+def _done_at(parsed: Module, buffer: PeakBuffer, points: dict[str, int]) -> int | None:
+    """The program point of an asynchronous ``-start``'s ``-done``, if scheduled."""
+    if not buffer.opcode.endswith("-start"):
+        return None
+    done = buffer.opcode.removesuffix("-start") + "-done"
+    return next(
+        (
+            points[user.name]
+            for user in parsed.users.get(buffer.instruction, [])
+            if user.opcode == done and user.name in points
+        ),
+        None,
     )
 
 

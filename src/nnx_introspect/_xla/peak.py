@@ -13,6 +13,7 @@ from dataclasses import dataclass
 
 from nnx_introspect._xla.hlo import SourceLocation
 from nnx_introspect._xla.hlo.lineage import Origin
+from nnx_introspect._xla.hlo.phases import Phases
 
 __all__ = ["LiveCurve", "PeakBuffer", "PeakBuffers"]
 
@@ -50,6 +51,15 @@ class PeakBuffer:
             copies, layout changes and collectives
             (:func:`~nnx_introspect._xla.hlo.lineage.origin`); ``None`` when
             not read.
+        live_range: the program points of its value's first and last use
+            (XLA's ``BufferLiveRange``), when read.
+        empty: whether no value is live in its bytes at the peak: an argument's
+            or output's allocation, held for the whole step, between its old
+            value's last use and its new value's definition (the value it is
+            for is ``instruction``).
+        done_at: for an asynchronous collective's ``-start``, the program
+            point of its ``-done``: it is in flight from ``live_range[0]`` to
+            there.
     """
 
     nbytes: int
@@ -69,6 +79,9 @@ class PeakBuffer:
     aliases: tuple[str, ...] = ()
     operands: tuple[str, ...] = ()
     origin: Origin | None = None
+    live_range: tuple[int, int] | None = None
+    empty: bool = False
+    done_at: int | None = None
 
     @property
     def is_output(self) -> bool:
@@ -124,6 +137,8 @@ class PeakBuffers:
         curve: the bytes live at every program point, or ``None`` when not read.
         xla_peak_time: the point XLA's live-range dump names its peak, when read.
         xla_peak_bytes: the bytes XLA lists live there.
+        phases: where the backward pass and the optimizer update begin in
+            the schedule, when read.
 
     The peak is the point where the most bytes are in use by
     :mod:`nnx_introspect._xla.slices` (each slice of an allocation once; the
@@ -145,3 +160,4 @@ class PeakBuffers:
     curve: LiveCurve | None = None
     xla_peak_time: int | None = None
     xla_peak_bytes: int | None = None
+    phases: Phases | None = None

@@ -14,10 +14,12 @@ __all__ = [
     "SourceLocation",
     "entry_root",
     "frame_sections",
+    "in_package",
     "source_json",
     "source_stack",
     "stack_frames",
     "user_frame",
+    "user_frames",
 ]
 
 
@@ -84,6 +86,46 @@ def user_frame(
     return fallback
 
 
+def user_frames(stack: Sequence[SourceLocation]) -> tuple[SourceLocation, ...]:
+    """The frames of ``stack`` outside JAX, jaxlib, flax, optax and numpy, in order.
+
+    The user's call chain of an instruction (innermost first), by the rule of
+    :func:`user_frame`: ``Attention.__call__`` under ``DecoderLayer.__call__``
+    under ``Llama.__call__``, without flax's and JAX's frames between them,
+    nor this library's private modules' (the step it builds around the model).
+
+    Example:
+        >>> import importlib.util, os
+        >>> (flax_dir, *_) = importlib.util.find_spec("flax").submodule_search_locations
+        >>> linear = SourceLocation(
+        ...     os.path.join(flax_dir, "nnx", "nn", "linear.py"), 390, "__call__")
+        >>> layer = SourceLocation("/src/model.py", 12, "Layer.__call__")
+        >>> model = SourceLocation("/src/model.py", 30, "Model.__call__")
+        >>> [f.function for f in user_frames((linear, layer, linear, model))]
+        ['Layer.__call__', 'Model.__call__']
+    """
+    return tuple(
+        frame
+        for frame in stack
+        if not _in_library(frame.file) and not _in_private(frame.file)
+    )
+
+
+_OWN: Final = os.path.dirname(
+    os.path.dirname(os.path.dirname(os.path.realpath(__file__)))
+)
+"""This library's package directory (``.../nnx_introspect``)."""
+
+
+@functools.cache
+def _in_private(file: str) -> bool:
+    """Whether ``file`` is one of this library's private modules (``_step/...``)."""
+    path = os.path.realpath(file)
+    if not path.startswith(os.path.join(_OWN, "")):
+        return False
+    return os.path.relpath(path, _OWN).startswith("_")
+
+
 @functools.cache
 def _library_roots() -> tuple[str, ...]:
     """Each library's package directory, symlinks resolved, ending in a separator."""
@@ -93,6 +135,23 @@ def _library_roots() -> tuple[str, ...]:
         for location in (spec.submodule_search_locations or []) if spec else []:
             roots.append(os.path.join(os.path.realpath(location), ""))
     return tuple(roots)
+
+
+@functools.cache
+def in_package(file: str, package: str) -> bool:
+    """Whether ``file`` lies in ``package`` as installed here (symlinks resolved).
+
+    Example:
+        >>> import optax.transforms
+        >>> in_package(optax.transforms.__file__, "optax")
+        True
+        >>> in_package("/src/model.py", "optax")
+        False
+    """
+    spec = importlib.util.find_spec(package)
+    locations = (spec.submodule_search_locations or []) if spec else []
+    roots = tuple(os.path.join(os.path.realpath(path), "") for path in locations)
+    return bool(roots) and os.path.realpath(file).startswith(roots)
 
 
 @functools.cache

@@ -1,0 +1,46 @@
+"""tunix's Llama 3 at a small size, and a causal LM loss in its calling convention.
+
+Only for tests and benchmarks that ``pytest.importorskip("tunix")`` first:
+tunix (``google-tunix``) is no dependency of the library. Its layers' ``__call__``
+are wrapped in ``jax.named_scope`` and ``DecoderLayer.__call__`` delegates to
+``DecoderLayer.block``: what :func:`~nnx_introspect._search.fit.layers.
+remat_candidates` must see through.
+"""
+
+from typing import Any
+
+import jax.numpy as jnp
+import optax
+from flax import nnx
+from tunix.models.llama3 import model as llama3  # type: ignore[import-untyped]
+
+TINY = llama3.ModelConfig(
+    num_layers=4,
+    vocab_size=512,
+    embed_dim=64,
+    hidden_dim=192,
+    num_heads=4,
+    head_dim=16,
+    num_kv_heads=2,
+    rope_theta=500_000,
+    norm_eps=1e-5,
+    weight_tying=True,
+)
+"""Llama-3.2-1B's shape (tied embedding, grouped KV heads) at 4 layers of width 64."""
+
+
+def tiny_llama3(rngs: nnx.Rngs) -> Any:
+    """tunix's ``Llama3`` with :data:`TINY`'s sizes."""
+    return llama3.Llama3(TINY, rngs=rngs)
+
+
+def lm_loss(model: Any, batch: tuple[Any, ...]) -> Any:
+    """Next-token cross-entropy, calling ``model(tokens, positions, None, mask)``."""
+    tokens = batch[0]
+    b, t = tokens.shape
+    positions = jnp.broadcast_to(jnp.arange(t), (b, t))
+    mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), dtype=bool)), (b, t, t))
+    logits, _ = model(tokens, positions, None, mask)
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits[:, :-1].astype(jnp.float32), tokens[:, 1:]
+    ).mean()
