@@ -20,12 +20,15 @@ import dataclasses
 from collections.abc import Sequence
 from typing import Any, Protocol
 
+from flax import nnx
+
 from nnx_introspect._breakdown.report import Breakdown
-from nnx_introspect._search.fit.candidates_shim import (
+from nnx_introspect._search.fit.layers import (
+    KEPT,
     RematCandidate,
+    layer_to_remat,
     remat_candidates,
 )
-from nnx_introspect._search.fit.layers import KEPT
 from nnx_introspect._search.fit.report import FitRow
 from nnx_introspect._search.meshes.report import MeshAxes
 from nnx_introspect._step.report import StepMemoryReport
@@ -251,5 +254,17 @@ def kept_bytes(report: StepMemoryReport | None) -> int | None:
 
 
 def candidates_from(breakdown: Breakdown | None, model: Any) -> list[RematCandidate]:
-    """The remat candidates the breakdown's evidence names (the one import site)."""
-    return list(remat_candidates(breakdown, model))
+    """The remat candidates the breakdown's evidence names, best first.
+
+    Without evidence (no breakdown of a failing compile, or no repeated class
+    holding kept activations) the one class :func:`layer_to_remat` picks by
+    the model's structure, its basis saying so.
+    """
+    found = remat_candidates(breakdown, model)
+    if found:
+        return found
+    name, basis = layer_to_remat(model, breakdown)
+    if name is None:
+        return []
+    instances = sum(1 for _, m in nnx.iter_modules(model) if type(m).__name__ == name)
+    return [RematCandidate(name, 0, instances, basis)]
