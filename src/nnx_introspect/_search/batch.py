@@ -408,6 +408,7 @@ def max_batch(
     remat: RematLike = None,
     microbatches: IntLike = 1,
     tokens_per_step: IntLike | None = None,
+    cache: bool = True,
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
@@ -466,6 +467,8 @@ def max_batch(
             size, so each microbatch splits as the whole batch does.
         tokens_per_step: See :class:`~nnx_introspect.StepSpec` (the reports'
             estimates; the search itself reads memory only).
+        cache: Read each program compiled before from the cache of compile
+            results (see :func:`~nnx_introspect.step_memory_report`).
 
     Returns:
         A frozen :class:`BatchSearch`.
@@ -543,7 +546,7 @@ def max_batch(
             compiler=None,
             **common,
         )
-    return _searched(spec, start, common, (progress, compiling), began)
+    return _searched(spec, start, common, (progress, compiling), began, cache)
 
 
 def _searched(
@@ -552,6 +555,7 @@ def _searched(
     common: dict[str, Any],
     callbacks: tuple[Any, Any],
     began: float,
+    cache: bool = True,
 ) -> BatchSearch:
     """The search itself: ``spec`` compiled at each batch size tried."""
     progress, compiling = callbacks
@@ -563,7 +567,7 @@ def _searched(
     def fits(size: int) -> bool:
         if compiling is not None:
             compiling(size, len(points) + 1)
-        report = measure_step(with_batch_size(spec, size))
+        report = measure_step(with_batch_size(spec, size), cache=cache)
         point = (size, report.peak_bytes, report.fits(limit))
         reports[size], points[size] = report, point
         if progress is not None:

@@ -104,6 +104,7 @@ def assemble_report(
             device_order=_device_order(numbers.get("device_order", "plain"), topology),
             traced_platform=numbers.get("traced_platform"),
             log=numbers.get("compiler_log") if debug else None,
+            cached=numbers.get("cached"),
         ),
         topology=topology,
         network_bytes_per_second=network,

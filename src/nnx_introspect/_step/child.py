@@ -152,7 +152,11 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
     else:
         devices = np.array(jax.devices()[:n]).reshape([s for _, s in mesh_axes])
         mesh, order = Mesh(devices, tuple(a for a, _ in mesh_axes)), "plain"
-    return _compile(request, mesh, plan, trace_devices) | {"device_order": order}
+    cache = bool(data.get("cache", False))
+    numbers = _compile(
+        request, mesh, plan, trace_devices, topology=topology, cache=cache
+    )
+    return numbers | {"device_order": order}
 
 
 def _child_env(n: int, topology: str | None) -> dict[str, str]:

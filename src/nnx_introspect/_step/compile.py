@@ -6,6 +6,7 @@ import re
 import shutil
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -16,6 +17,7 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._breakdown.report import ArgumentLeaf, argument_leaves, classify
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
@@ -33,6 +35,13 @@ from nnx_introspect._step.options import rematerialised
 from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
+from nnx_introspect._xla.cache import (
+    cache_enabled,
+    compile_key,
+    load_result,
+    store_result,
+    without_callers,
+)
 from nnx_introspect._xla.dump import DumpFormatError, read_peak
 
 
@@ -163,6 +172,9 @@ def _compile(
     mesh: Mesh,
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,
+    *,
+    topology: str | None = None,
+    cache: bool = False,
 ) -> dict[str, Any]:
     """Lower and compile the step on ``mesh``; XLA's numbers as plain values.
 
@@ -182,6 +194,12 @@ def _compile(
     (removed before this returns) and ``numbers["breakdown"]`` is the
     :class:`~nnx_introspect._breakdown.report.Breakdown` of its peak as JSON
     data, or ``numbers["breakdown_error"]`` says why there is none.
+
+    With ``cache`` (and ``NNX_INTROSPECT_CACHE`` not ``off``), a program
+    compiled before for the same ``topology``, devices, flags, versions and
+    options is not compiled again: its readings come from
+    :mod:`~nnx_introspect._xla.cache`, ``numbers["cached"]`` the date of
+    that compile and ``compile_seconds`` the time spent now.
     """
     start = time.perf_counter()
     fallback: str | None = None
@@ -201,16 +219,57 @@ def _compile(
             "`.abstract_mesh` would be"
         )
         mesh = auto
-    if request.breakdown:
-        numbers = _compile_with_breakdown(lowered, mesh, start, names)
-    else:
-        numbers = compile_lowered(lowered, mesh, start)
+    numbers = _compile_or_recall(request, lowered, mesh, start, names, topology, cache)
     numbers["sharding_constraints"] = count_sharding_constraints(lowered)
     numbers["traced_platform"] = seen
     numbers["explicit_axes_fallback"] = fallback
     if fallback is not None:
         numbers["warnings"] = [*numbers.get("warnings", []), f"`mesh`: {fallback}."]
     return numbers
+
+
+def _compile_or_recall(
+    request: _Request,
+    lowered: Any,
+    mesh: Mesh,
+    start: float,
+    names: "_Names",
+    topology: str | None,
+    cache: bool,
+) -> dict[str, Any]:
+    """The compile's readings: from the cache when it holds them, else compiled."""
+    key = None
+    if cache_enabled(cache):
+        described = None if topology is None else [topology, repr(resolve_topology(topology))]
+        extra: dict[str, Any] = {"breakdown": request.breakdown}
+        if request.breakdown:  # the breakdown names the arguments by path
+            extra |= {
+                "arguments": [repr(a) for a in names.arguments],
+                "outputs": list(names.outputs),
+                "gradient_types": sorted(repr(t) for t in names.gradient_types),
+            }
+        text = without_callers(lowered.as_text(debug_info=True), _callers())
+        key = compile_key(text, mesh, topology=described, extra=extra)
+        hit = load_result(key)
+        if hit is not None:
+            seconds = time.perf_counter() - start
+            return hit.readings | {"compile_seconds": seconds, "cached": hit.compiled_on}
+    if request.breakdown:
+        numbers = _compile_with_breakdown(lowered, mesh, start, names)
+    else:
+        numbers = compile_lowered(lowered, mesh, start)
+    if key is not None:
+        store_result(key, numbers)
+    return numbers
+
+
+def _callers() -> set[tuple[str, int]]:
+    """``(file, line)`` of every frame of this call's stack: the lowering's callers.
+
+    The program's source locations name them (and the lines they stand on
+    differ from one script to the next), so they stay out of the cache key.
+    """
+    return {(frame.filename, frame.lineno or 0) for frame in traceback.extract_stack()}
 
 
 def _compile_with_breakdown(

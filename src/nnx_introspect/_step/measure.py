@@ -35,6 +35,7 @@ from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._xla.cache import cache_enabled
 from nnx_introspect._xla.native_log import (
     native_stderr_captured,
     python_log_dropped,
@@ -71,6 +72,7 @@ def step_memory_report(
     remat: RematLike = None,
     microbatches: IntLike = 1,
     tokens_per_step: IntLike | None = None,
+    cache: bool = True,
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -129,6 +131,12 @@ def step_memory_report(
         remat: See :class:`~nnx_introspect.StepSpec`.
         microbatches: See :class:`~nnx_introspect.StepSpec`.
         tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
+        cache: Read a program compiled before from the cache of compile
+            results, and keep this one's there
+            (``$XDG_CACHE_HOME/nnx-introspect``; ``NNX_INTROSPECT_CACHE=off``
+            turns it off too). A report from the cache is the first one's,
+            but for ``compilation.seconds`` (the time spent now) and
+            ``compilation.cached`` (when it was compiled).
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -182,7 +190,7 @@ def step_memory_report(
         microbatches=microbatches,
         tokens_per_step=tokens_per_step,
     )
-    return measure_step(spec, debug=debug)
+    return measure_step(spec, debug=debug, cache=cache)
 
 
 def plan_step(spec: StepSpec) -> MeshConfigReport:
@@ -233,16 +241,20 @@ def plan_problems(spec: StepSpec) -> tuple[MeshConfigReport, list[str]]:
     return plan, problems
 
 
-def measure_step(spec: StepSpec, *, debug: bool = False) -> StepMemoryReport:
+def measure_step(
+    spec: StepSpec, *, debug: bool = False, cache: bool = True
+) -> StepMemoryReport:
     """Plan, compile and report the step ``spec`` describes.
 
     What :func:`step_memory_report` does once its arguments are a spec; the
-    searches call it with each spec they try.
+    searches call it with each spec they try. With ``cache``, a program
+    compiled before is read from the cache of compile results
+    (:mod:`~nnx_introspect._xla.cache`) instead of compiled again.
     """
     start_backends_quietly()  # before this process's devices are counted
     plan = plan_step(spec)
     request = spec.request()
-    numbers, compiled_in = _compile_where_the_devices_are(spec, request, plan)
+    numbers, compiled_in = _compile_where_the_devices_are(spec, request, plan, cache)
     return assemble_report(
         request,
         plan,
@@ -279,7 +291,7 @@ def _topology_mesh_here(
 
 
 def _compile_where_the_devices_are(
-    spec: StepSpec, request: _Request, plan: MeshConfigReport
+    spec: StepSpec, request: _Request, plan: MeshConfigReport, cache: bool
 ) -> tuple[dict[str, Any], str]:
     """XLA's numbers and where they were compiled.
 
@@ -293,22 +305,25 @@ def _compile_where_the_devices_are(
     axis_names = tuple(a for a, _ in spec.mesh_axes)
     if topology is not None:
         try:
-            payload = _child_request(spec, plan)
+            payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
         except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
             target_mesh_, order = _topology_mesh_here(topology, request, unnamed)
-            numbers = _compile(request, target_mesh_, plan) | {"device_order": order}
+            numbers = _compile(
+                request, target_mesh_, plan, topology=topology, cache=cache
+            )
+            numbers |= {"device_order": order}
             return numbers, "this process"
         return _run_child(payload, n), f"a child process ({topology})"
     if isinstance(mesh, Mesh):
-        return _compile(request, mesh, plan) | {"device_order": "the mesh's"}, (
-            "this process"
-        )
+        numbers = _compile(request, mesh, plan, cache=cache)
+        return numbers | {"device_order": "the mesh's"}, "this process"
     if n <= jax.device_count():
         sizes = [s for _, s in request.mesh_axes]
         devices = np.array(jax.devices()[:n]).reshape(sizes)
-        numbers = _compile(request, Mesh(devices, axis_names), plan)
+        numbers = _compile(request, Mesh(devices, axis_names), plan, cache=cache)
         return numbers | {"device_order": "plain"}, "this process"
-    numbers = _run_child(_child_request(spec, plan), n)
+    payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
+    numbers = _run_child(payload, n)
     return numbers, f"a child process with {n} virtual CPU devices"
