@@ -18,6 +18,7 @@ from flax import nnx
 from nnx_introspect import compare_meshes, max_batch, step_memory_report
 from nnx_introspect._xla import cache as cache_module
 from nnx_introspect._xla.cache import load_result, store_result
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect.cli.parser import _build_parser as build_parser
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
@@ -111,7 +112,13 @@ def test_the_budget_is_not_in_the_key(cache_dir: pathlib.Path) -> None:
 def test_a_damaged_entry_is_a_miss(cache_dir: pathlib.Path) -> None:
     first = step_memory_report(linear, "data=8", X)
     (entry,) = entries(cache_dir)
-    for damage in ("{not json", json.dumps({"format": 1, "key": "other"}), ""):
+    wrong_readings = {
+        "format": 1, "key": entry.stem, "compiled_on": "2026-12-05T07:00:00+00:00",
+        "readings": {"backend": "cpu", "not a field": 1},
+    }  # fmt: skip
+    damages = ("{not json", json.dumps({"format": 1, "key": "other"}), "",
+               json.dumps(wrong_readings), "\xff\xfe")  # fmt: skip
+    for damage in damages:
         entry.write_text(damage)
         again = step_memory_report(linear, "data=8", X)
         assert again.compilation.cached is None, damage
@@ -144,12 +151,16 @@ def test_the_default_directory(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def test_least_recently_used_entries_go_first(cache_dir: pathlib.Path) -> None:
-    readings = {"figure": "x" * 1000}
-    size = len(json.dumps({"format": 1, "key": "k" * 64, "compiled_on": "2026-12-05T07:03:38+00:00", "readings": readings}))  # noqa: E501
+    readings = XlaReadings("cpu", "cpu", 1.0, compiler_log="x" * 1000)
+    store_result("k" * 64, readings)
+    (probe,) = entries(cache_dir)
+    size = probe.stat().st_size  # one entry's bytes, all alike
+    probe.unlink()
     for n, key in enumerate(("a" * 64, "b" * 64, "c" * 64)):
         store_result(key, readings, limit=10 * size)
-        os.utime(entries(cache_dir)[-1], (1000 + n, 1000 + n))
-    assert load_result("a" * 64) is not None  # used now: the newest
+        os.utime(cache_dir / "results" / f"{key}.json", (1000 + n, 1000 + n))
+    hit = load_result("a" * 64)  # used now: the newest
+    assert hit is not None and hit.readings == readings
     store_result("d" * 64, readings, limit=3 * size)  # room for three
     kept = {p.stem[0] for p in entries(cache_dir)}
     assert kept == {"a", "c", "d"}  # b: the least recently used

@@ -4,6 +4,7 @@
 try); :func:`plan_step` and :func:`plan_problems` plan one without compiling.
 """
 
+import dataclasses
 from collections.abc import Callable
 from typing import Any, cast
 
@@ -36,6 +37,7 @@ from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.cache import cache_enabled
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.native_log import (
     native_stderr_captured,
     python_log_dropped,
@@ -254,11 +256,11 @@ def measure_step(
     start_backends_quietly()  # before this process's devices are counted
     plan = plan_step(spec)
     request = spec.request()
-    numbers, compiled_in = _compile_where_the_devices_are(spec, request, plan, cache)
+    readings, compiled_in = _compile_where_the_devices_are(spec, request, plan, cache)
     return assemble_report(
         request,
         plan,
-        numbers,
+        readings,
         spec.topology,
         compiled_in,
         spec.budget,
@@ -292,8 +294,8 @@ def _topology_mesh_here(
 
 def _compile_where_the_devices_are(
     spec: StepSpec, request: _Request, plan: MeshConfigReport, cache: bool
-) -> tuple[dict[str, Any], str]:
-    """XLA's numbers and where they were compiled.
+) -> tuple[XlaReadings, str]:
+    """XLA's readings and where they were compiled.
 
     A named topology compiles in a child process (its compiler started in a
     controlled environment, its memory not this process's), or here when the
@@ -310,20 +312,20 @@ def _compile_where_the_devices_are(
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
             target_mesh_, order = _topology_mesh_here(topology, request, unnamed)
-            numbers = _compile(
+            readings = _compile(
                 request, target_mesh_, plan, topology=topology, cache=cache
             )
-            numbers |= {"device_order": order}
-            return numbers, "this process"
+            return dataclasses.replace(readings, device_order=order), "this process"
         return _run_child(payload, n), f"a child process ({topology})"
     if isinstance(mesh, Mesh):
-        numbers = _compile(request, mesh, plan, cache=cache)
-        return numbers | {"device_order": "the mesh's"}, "this process"
+        readings = _compile(request, mesh, plan, cache=cache)
+        return dataclasses.replace(readings, device_order="the mesh's"), (
+            "this process"
+        )
     if n <= jax.device_count():
         sizes = [s for _, s in request.mesh_axes]
         devices = np.array(jax.devices()[:n]).reshape(sizes)
-        numbers = _compile(request, Mesh(devices, axis_names), plan, cache=cache)
-        return numbers | {"device_order": "plain"}, "this process"
+        readings = _compile(request, Mesh(devices, axis_names), plan, cache=cache)
+        return readings, "this process"
     payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
-    numbers = _run_child(payload, n)
-    return numbers, f"a child process with {n} virtual CPU devices"
+    return _run_child(payload, n), f"a child process with {n} virtual CPU devices"

@@ -35,6 +35,7 @@ import tempfile
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import (
     cuda_plugin_version,
     jaxlib_version,
@@ -133,7 +134,7 @@ _NAME_LOC = re.compile(r'^(#loc\d+) = loc\("[^"\n]*"\((#loc\d+)\)\)$', re.MULTIL
 
 
 def without_callers(program_text: str, callers: Collection[tuple[str, int]]) -> str:
-    """``program_text`` with the locations of its lowering's callers blanked.
+    r"""``program_text`` with the locations of its lowering's callers blanked.
 
     A program lowered with its source locations names every frame above the
     traced function too: the script line that asked for the report, and its
@@ -154,7 +155,7 @@ def without_callers(program_text: str, callers: Collection[tuple[str, int]]) -> 
     """
     if not callers:
         return program_text
-    outer = set()
+    outer: set[str] = set()
 
     def file_loc(match: re.Match[str]) -> str:
         if (match.group(2), int(match.group(3))) not in callers:
@@ -222,7 +223,7 @@ def compile_key(
 class CachedResult(NamedTuple):
     """A cache hit: the stored readings and when they were compiled (ISO 8601)."""
 
-    readings: dict[str, Any]
+    readings: XlaReadings
     compiled_on: str
 
 
@@ -246,6 +247,7 @@ def load_result(key: str) -> CachedResult | None:
             or not isinstance(data.get("compiled_on"), str)
         ):
             raise ValueError("not an entry of this format")
+        readings = XlaReadings.from_json_data(data["readings"])
     except FileNotFoundError:
         return None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -254,13 +256,13 @@ def load_result(key: str) -> CachedResult | None:
         return None
     with contextlib.suppress(OSError):
         os.utime(path)
-    return CachedResult(data["readings"], data["compiled_on"])
+    return CachedResult(readings, data["compiled_on"])
 
 
 def store_result(
-    key: str, readings: Mapping[str, Any], *, limit: int = MAX_CACHE_BYTES
+    key: str, readings: XlaReadings, *, limit: int = MAX_CACHE_BYTES
 ) -> None:
-    """Keep ``readings`` (JSON data) under ``key``; then hold the size bound.
+    """Keep ``readings`` under ``key``; then hold the size bound.
 
     Written to a temporary file and renamed into place, so a reader never
     sees half an entry; a directory that cannot be written is skipped.
@@ -272,7 +274,7 @@ def store_result(
         "compiled_on": datetime.datetime.now(datetime.UTC).isoformat(
             timespec="seconds"
         ),
-        "readings": dict(readings),
+        "readings": readings.json_data(),
     }
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
