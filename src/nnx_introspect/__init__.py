@@ -49,7 +49,11 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import MeshCandidate as MeshCandidate
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
+    from nnx_introspect._step import StepBudget as StepBudget
+    from nnx_introspect._step import StepCompilation as StepCompilation
+    from nnx_introspect._step import StepMemory as StepMemory
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step import StepProgram as StepProgram
     from nnx_introspect._step import StepSpec as StepSpec
     from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._summary import KindTotal as KindTotal
@@ -81,7 +85,11 @@ __all__ = [
     "ParamFingerprint",
     "Roofline",
     "StateDiff",
+    "StepBudget",
+    "StepCompilation",
+    "StepMemory",
     "StepMemoryReport",
+    "StepProgram",
     "StepSpec",
     "SummaryRow",
     "Table",
@@ -132,7 +140,11 @@ _LAZY: dict[str, str] = {
     "ModelSummary": "nnx_introspect._summary",
     "ParamFingerprint": "nnx_introspect._fingerprint",
     "StateDiff": "nnx_introspect._compare",
+    "StepBudget": "nnx_introspect._step",
+    "StepCompilation": "nnx_introspect._step",
+    "StepMemory": "nnx_introspect._step",
     "StepMemoryReport": "nnx_introspect._step",
+    "StepProgram": "nnx_introspect._step",
     "StepSpec": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",
     "Table": "nnx_introspect._render.table",

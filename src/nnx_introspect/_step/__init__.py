@@ -46,6 +46,10 @@ from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
 from nnx_introspect._step.spec import StepSpec as StepSpec
+from nnx_introspect._step.step_records import StepBudget as StepBudget
+from nnx_introspect._step.step_records import StepCompilation as StepCompilation
+from nnx_introspect._step.step_records import StepMemory as StepMemory
+from nnx_introspect._step.step_records import StepProgram as StepProgram
 from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
@@ -53,7 +57,11 @@ __all__ = [
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
+    "StepBudget",
+    "StepCompilation",
+    "StepMemory",
     "StepMemoryReport",
+    "StepProgram",
     "StepSpec",
     "parse_batch",
     "parse_topology",
