@@ -178,7 +178,7 @@ def compile_lowered(
             compiled: Any = lowered.compile(compiler_options=options)
         except Exception as error:  # the compiler's JaxRuntimeError
             compiled = error
-    said = {
+    said: dict[str, Any] = {
         "backend": backend,
         "device_kind": str(device.device_kind),
         "compiler_log": log[0],
