@@ -20,7 +20,9 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 # their own directory. Set here, before any child process or worker starts,
 # so that they inherit it.
 os.environ["NNX_INTROSPECT_CACHE"] = "off"
-os.environ["NNX_INTROSPECT_CACHE_DIR"] = tempfile.mkdtemp(prefix="nnx-introspect-test-cache-")
+os.environ["NNX_INTROSPECT_CACHE_DIR"] = tempfile.mkdtemp(
+    prefix="nnx-introspect-test-cache-"
+)
 
 # The CUDA plugin (the gpu extra) writes "Could not find cuda drivers" lines
 # from C++ to file descriptor 2 when JAX is first imported on a machine without

@@ -201,8 +201,9 @@ def test_no_cache_flag() -> None:
     from nnx_introspect.cli.options import option_kwargs
 
     parser = build_parser()
-    args = parser.parse_args(["step", "--mesh", "data=8", "--batch", "float32[8,4]", "--no-cache"])
+    args = parser.parse_args(
+        ["step", "--mesh", "data=8", "--batch", "float32[8,4]", "--no-cache"]
+    )
     assert option_kwargs(args)["cache"] is False
     args = parser.parse_args(["step", "--mesh", "data=8", "--batch", "float32[8,4]"])
     assert option_kwargs(args)["cache"] is True
-

@@ -37,12 +37,12 @@ from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.cache import cache_enabled
-from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.native_log import (
     native_stderr_captured,
     python_log_dropped,
     start_backends_quietly,
 )
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [

@@ -305,17 +305,20 @@ class StepMemoryReport(Report):
     max_device_bytes = _Alias[int | None](
         "budget",
         "max_device_bytes",
-        "The budget :meth:`fits` uses by default: the one given, else the device's usable memory; or ``None``.",
+        "The budget :meth:`fits` uses by default: the one given, else the "
+        "device's usable memory; or ``None``.",
     )
     budget_basis = _Alias[str | None](
         "budget",
         "basis_words",
-        "What ``max_device_bytes`` is, in words (``budget.basis_words``); ``None`` without a budget.",
+        "What ``max_device_bytes`` is, in words (``budget.basis_words``); "
+        "``None`` without a budget.",
     )
     allocator_fraction = _Alias[float | None](
         "budget",
         "allocator_fraction",
-        "The share of a GPU's memory JAX's allocator takes (a GPU target without ``max_device_bytes``), else ``None``.",
+        "The share of a GPU's memory JAX's allocator takes (a GPU target "
+        "without ``max_device_bytes``), else ``None``.",
     )
     flops = _Alias[float](
         "program",
@@ -337,7 +340,8 @@ class StepMemoryReport(Report):
     ](
         "program",
         "collective_wire_bytes",
-        "``(axes, bytes, wire bytes)`` per mesh-axis combination, per device and step, or ``None`` when the collectives were not read.",
+        "``(axes, bytes, wire bytes)`` per mesh-axis combination, per device "
+        "and step, or ``None`` when the collectives were not read.",
     )
     sharding_constraints = _Alias[int | None](
         "program",

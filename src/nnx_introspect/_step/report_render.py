@@ -233,6 +233,7 @@ def _notes(report: RenderedStep) -> list[str]:
         f"{', '.join(report.batch)} split as "
         f"{', '.join(spec_str(s) for s in report.batch_specs)}."
     )
+    notes.append(loss_text(report.loss, report.batch))
     if report.remat or report.microbatches > 1:
         notes.append(options_text(report.remat, report.microbatches))
     if report.topology is not None:
@@ -453,6 +454,36 @@ def _step_data(
             "ok": plan.ok,
         },
     }
+
+
+def loss_text(loss: str | None, batch: tuple[str, ...]) -> str:
+    """What the step differentiated, in one sentence; the likely fix for ``mean``.
+
+    Example:
+        >>> text = loss_text("mean", ("int32[8,2048]",))
+        >>> text.startswith("Loss: mean — the mean of the model's outputs, not a")
+        True
+        >>> text.endswith('pass loss="lm" (--loss lm).')
+        True
+        >>> loss_text("mean", ("float32[8,4]",)).endswith("not a training loss.")
+        True
+        >>> loss_text(None, ("float32[8,4]",))
+        'Loss: none — the forward pass only.'
+    """
+    if loss is None:
+        return "Loss: none — the forward pass only."
+    if loss == "lm":
+        return "Loss: lm — the next-token cross-entropy of the logits against batch[0]."
+    if loss != "mean":
+        return f"Loss: {loss} — the callable given."
+    text = "Loss: mean — the mean of the model's outputs, not a training loss"
+    tokens = batch[0] if batch else ""
+    if tokens.startswith(("int", "uint")) and tokens.count(",") == 1:
+        text += (
+            "; the batch is integer token ids: for a language model's training "
+            'step pass loss="lm" (--loss lm)'
+        )
+    return text + "."
 
 
 def options_text(remat: tuple[tuple[str, str], ...], microbatches: int) -> str:

@@ -48,9 +48,9 @@ __all__ = [
     "cache_directory",
     "cache_enabled",
     "compile_key",
-    "without_callers",
     "load_result",
     "store_result",
+    "without_callers",
 ]
 
 MAX_CACHE_BYTES = 2**30
@@ -196,8 +196,10 @@ def compile_key(
         >>> from jax.sharding import Mesh
         >>> mesh = Mesh(jax.devices()[:2], ("data",))
         >>> a = compile_key("module @f {}", mesh)
-        >>> a == compile_key("module @f {}", mesh), a == compile_key("module @g {}", mesh)
-        (True, False)
+        >>> a == compile_key("module @f {}", mesh)
+        True
+        >>> a == compile_key("module @g {}", mesh)
+        False
         >>> len(a)
         64
     """
@@ -214,7 +216,8 @@ def compile_key(
         "toolchain": _toolchain(),
         "extra": dict(extra or {}),
     }
-    digest = hashlib.sha256(json.dumps(described, sort_keys=True, default=repr).encode())
+    text = json.dumps(described, sort_keys=True, default=repr)
+    digest = hashlib.sha256(text.encode())
     digest.update(b"\0")
     digest.update(program_text.encode())
     return digest.hexdigest()

@@ -1,7 +1,8 @@
 """What one compile of a program said, as one typed record: :class:`XlaReadings`.
 
-The record travels from the compile (:func:`~nnx_introspect._xla.analysis.compile_lowered`,
-in this process or a child's) to the report that is assembled from it, and is
+The record travels from the compile
+(:func:`~nnx_introspect._xla.analysis.compile_lowered`, in this process or a
+child's) to the report that is assembled from it, and is
 kept by the cache of compile results; :meth:`XlaReadings.json_data` and
 :meth:`XlaReadings.from_json_data` are its one JSON form for both.
 """

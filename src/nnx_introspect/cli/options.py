@@ -97,7 +97,7 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
 
 
 def option_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``cache=``, from the flags."""
+    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``cache=``: the flags'."""
     pairs = getattr(args, "remat", None) or []
     remat = {name: policy or "nothing_saveable" for name, policy in pairs}
     return {
