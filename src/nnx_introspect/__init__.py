@@ -53,6 +53,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._step import StepCompilation as StepCompilation
     from nnx_introspect._step import StepMemory as StepMemory
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step import StepOptions as StepOptions
     from nnx_introspect._step import StepProgram as StepProgram
     from nnx_introspect._step import StepSpec as StepSpec
     from nnx_introspect._step import step_memory_report as step_memory_report
@@ -89,6 +90,7 @@ __all__ = [
     "StepCompilation",
     "StepMemory",
     "StepMemoryReport",
+    "StepOptions",
     "StepProgram",
     "StepSpec",
     "SummaryRow",
@@ -144,6 +146,7 @@ _LAZY: dict[str, str] = {
     "StepCompilation": "nnx_introspect._step",
     "StepMemory": "nnx_introspect._step",
     "StepMemoryReport": "nnx_introspect._step",
+    "StepOptions": "nnx_introspect._step",
     "StepProgram": "nnx_introspect._step",
     "StepSpec": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",

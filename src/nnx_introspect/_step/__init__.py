@@ -45,6 +45,7 @@ from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
+from nnx_introspect._step.spec import StepOptions as StepOptions
 from nnx_introspect._step.spec import StepSpec as StepSpec
 from nnx_introspect._step.step_records import StepBudget as StepBudget
 from nnx_introspect._step.step_records import StepCompilation as StepCompilation
@@ -61,6 +62,7 @@ __all__ = [
     "StepCompilation",
     "StepMemory",
     "StepMemoryReport",
+    "StepOptions",
     "StepProgram",
     "StepSpec",
     "parse_batch",
