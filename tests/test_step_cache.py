@@ -207,3 +207,17 @@ def test_no_cache_flag() -> None:
     assert option_kwargs(args)["cache"] is False
     args = parser.parse_args(["step", "--mesh", "data=8", "--batch", "float32[8,4]"])
     assert option_kwargs(args)["cache"] is True
+
+
+def test_a_child_compile_reads_the_cache_too(cache_dir: pathlib.Path) -> None:
+    """16 virtual CPU devices: the child process keys, stores and reads."""
+    x = jax.ShapeDtypeStruct((16, 3), jnp.float32)
+    target = "nnx_introspect.examples:two_layer"
+    first = step_memory_report(target, "data=16", x, optimizer="adamw")
+    assert first.compiled_in == "a child process with 16 virtual CPU devices"
+    assert first.compilation.cached is None and len(entries(cache_dir)) == 1
+    again = step_memory_report(target, "data=16", x, optimizer="adamw")
+    assert again.compilation.cached is not None
+    assert without_time(again.json_data()) == without_time(first.json_data())
+    off = step_memory_report(target, "data=16", x, optimizer="adamw", cache=False)
+    assert off.compilation.cached is None  # the child was told
