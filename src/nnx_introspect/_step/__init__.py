@@ -26,7 +26,8 @@ the step they describe, checked once where it is built), ``platform`` (the
 target's devices as the model sees them while tracing), ``loss`` and
 ``compile`` (the step), ``child`` (the child-process compile; ``python -m
 nnx_introspect._step`` is the child), ``report`` (:class:`StepMemoryReport`),
-``assemble`` (the report from XLA's readings, :class:`~nnx_introspect._xla.readings.XlaReadings`) and ``measure``
+``assemble`` (the report from XLA's readings,
+:class:`~nnx_introspect._xla.readings.XlaReadings`) and ``measure``
 (:func:`step_memory_report`, composing them;
 :func:`~nnx_introspect._step.measure.measure_step` measures a spec).
 """
