@@ -37,6 +37,7 @@ from nnx_introspect._step import platform as step_platform
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = ["Inputs", "compile_program", "serve_inputs", "serve_mesh"]
@@ -363,8 +364,8 @@ def lower_program(
 
 def compile_program(
     jitted: Any, args: tuple[Any, ...], mesh: Mesh, trace_devices: list[Any] | None
-) -> dict[str, Any]:
-    """XLA's numbers for ``jitted`` on ``mesh`` (lowering time included)."""
+) -> XlaReadings:
+    """XLA's readings of ``jitted`` on ``mesh`` (lowering time included)."""
     start = time.perf_counter()
     lowered = lower_program(jitted, args, mesh, trace_devices)
     return compile_lowered(lowered, mesh, start)

@@ -6,6 +6,7 @@ import re
 import shutil
 import tempfile
 import time
+import traceback
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, NoReturn
@@ -16,6 +17,7 @@ import optax
 from flax import nnx
 from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._breakdown.report import ArgumentLeaf, argument_leaves, classify
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
@@ -33,7 +35,15 @@ from nnx_introspect._step.options import rematerialised
 from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
+from nnx_introspect._xla.cache import (
+    cache_enabled,
+    compile_key,
+    load_result,
+    store_result,
+    without_callers,
+)
 from nnx_introspect._xla.dump import DumpFormatError, read_peak
+from nnx_introspect._xla.readings import XlaReadings
 
 
 def _shard_state(
@@ -163,25 +173,34 @@ def _compile(
     mesh: Mesh,
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,
-) -> dict[str, Any]:
-    """Lower and compile the step on ``mesh``; XLA's numbers as plain values.
+    *,
+    topology: str | None = None,
+    cache: bool = False,
+) -> XlaReadings:
+    """Lower and compile the step on ``mesh``; XLA's readings of it.
 
     With ``trace_devices`` (a named target's compile-only devices, in its
     child process), the model is traced with JAX's device lookups answering
     with them (:func:`~nnx_introspect._step.platform.devices_seen_as`), so
     code that asks for its platform sees the target's;
-    ``numbers["traced_platform"]`` says which platform the model saw.
+    ``traced_platform`` says which platform the model saw.
 
     A ``mesh`` with Explicit axes (``jax.make_mesh``'s default) is used as is
     when the step traces under it, as the user's own ``jax.jit`` would; when the
     model does not (it was written for Auto axes, as most NNX models are), the
     step is compiled on the same devices with Auto axes, and
-    ``numbers["explicit_axes_fallback"]`` says why.
+    ``explicit_axes_fallback`` says why.
 
     With ``request.breakdown``, XLA dumps the compiled step into a temporary directory
-    (removed before this returns) and ``numbers["breakdown"]`` is the
+    (removed before this returns) and ``breakdown`` is the
     :class:`~nnx_introspect._breakdown.report.Breakdown` of its peak as JSON
-    data, or ``numbers["breakdown_error"]`` says why there is none.
+    data, or ``breakdown_error`` says why there is none.
+
+    With ``cache`` (and ``NNX_INTROSPECT_CACHE`` not ``off``), a program
+    compiled before for the same ``topology``, devices, flags, versions and
+    options is not compiled again: its readings come from
+    :mod:`~nnx_introspect._xla.cache`, ``cached`` the date of
+    that compile and ``compile_seconds`` the time spent now.
     """
     start = time.perf_counter()
     fallback: str | None = None
@@ -201,43 +220,92 @@ def _compile(
             "`.abstract_mesh` would be"
         )
         mesh = auto
-    if request.breakdown:
-        numbers = _compile_with_breakdown(lowered, mesh, start, names)
-    else:
-        numbers = compile_lowered(lowered, mesh, start)
-    numbers["sharding_constraints"] = count_sharding_constraints(lowered)
-    numbers["traced_platform"] = seen
-    numbers["explicit_axes_fallback"] = fallback
+    readings = _compile_or_recall(request, lowered, mesh, start, names, topology, cache)
+    warnings = readings.warnings
     if fallback is not None:
-        numbers["warnings"] = [*numbers.get("warnings", []), f"`mesh`: {fallback}."]
-    return numbers
+        warnings = (*warnings, f"`mesh`: {fallback}.")
+    return dataclasses.replace(
+        readings,
+        sharding_constraints=count_sharding_constraints(lowered),
+        traced_platform=seen,
+        explicit_axes_fallback=fallback,
+        warnings=warnings,
+    )
+
+
+def _compile_or_recall(
+    request: _Request,
+    lowered: Any,
+    mesh: Mesh,
+    start: float,
+    names: "_Names",
+    topology: str | None,
+    cache: bool,
+) -> XlaReadings:
+    """The compile's readings: from the cache when it holds them, else compiled."""
+    key = None
+    if cache_enabled(cache):
+        described = None
+        if topology is not None:
+            described = [topology, repr(resolve_topology(topology))]
+        extra: dict[str, Any] = {"breakdown": request.breakdown}
+        if request.breakdown:  # the breakdown names the arguments by path
+            extra |= {
+                "arguments": [repr(a) for a in names.arguments],
+                "outputs": list(names.outputs),
+                "gradient_types": sorted(repr(t) for t in names.gradient_types),
+            }
+        text = without_callers(lowered.as_text(debug_info=True), _callers())
+        key = compile_key(text, mesh, topology=described, extra=extra)
+        hit = load_result(key)
+        if hit is not None:
+            seconds = time.perf_counter() - start
+            return dataclasses.replace(
+                hit.readings, compile_seconds=seconds, cached=hit.compiled_on
+            )
+    if request.breakdown:
+        readings = _compile_with_breakdown(lowered, mesh, start, names)
+    else:
+        readings = compile_lowered(lowered, mesh, start)
+    if key is not None:
+        store_result(key, readings)
+    return readings
+
+
+def _callers() -> set[tuple[str, int]]:
+    """``(file, line)`` of every frame of this call's stack: the lowering's callers.
+
+    The program's source locations name them (and the lines they stand on
+    differ from one script to the next), so they stay out of the cache key.
+    """
+    return {(frame.filename, frame.lineno or 0) for frame in traceback.extract_stack()}
 
 
 def _compile_with_breakdown(
     lowered: Any, mesh: Mesh, start: float, names: "_Names"
-) -> dict[str, Any]:
+) -> XlaReadings:
     """:func:`compile_lowered` with XLA's dumps read into a breakdown of the peak.
 
     A breakdown that cannot be made (a compile refused for memory writes no
     buffer assignment; a dump in a format this jaxlib's reader does not know)
-    is ``numbers["breakdown_error"]``, never an exception.
+    is ``breakdown_error``, never an exception.
     """
     directory = tempfile.mkdtemp(prefix="nnx-introspect-dump-")
     try:
-        numbers = compile_lowered(lowered, mesh, start, dump_to=directory)
-        if numbers.get("out_of_memory"):
-            numbers["breakdown_error"] = (
-                "the compiler refused the step for memory, so it assigned no "
-                "buffers to break down"
+        readings = compile_lowered(lowered, mesh, start, dump_to=directory)
+        if readings.out_of_memory:
+            return dataclasses.replace(
+                readings,
+                breakdown_error="the compiler refused the step for memory, so it "
+                "assigned no buffers to break down",
             )
-            return numbers
         try:
-            peak = read_peak(directory, backend=numbers["backend"])
+            peak = read_peak(directory, backend=readings.backend)
             held = (
-                numbers["argument_bytes"]
-                + numbers["output_bytes"]
-                + numbers["temp_bytes"]
-                - numbers["alias_bytes"]
+                (readings.argument_bytes or 0)
+                + (readings.output_bytes or 0)
+                + (readings.temp_bytes or 0)
+                - (readings.alias_bytes or 0)
             )
             found = classify(
                 peak,
@@ -247,10 +315,8 @@ def _compile_with_breakdown(
                 gradient_types=names.gradient_types,
             )
         except (DumpFormatError, ValueError) as error:
-            numbers["breakdown_error"] = error_line(error)
-        else:
-            numbers["breakdown"] = found.json_data()
-        return numbers
+            return dataclasses.replace(readings, breakdown_error=error_line(error))
+        return dataclasses.replace(readings, breakdown=found.json_data())
     finally:
         shutil.rmtree(directory, ignore_errors=True)
 

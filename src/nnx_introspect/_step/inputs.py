@@ -400,10 +400,12 @@ def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
             ) from None
     if isinstance(loss, str):
         if loss not in LOSSES:
+            meant = next((name for name in LOSSES if name == loss.lower()), None)
+            hint = "" if meant is None else f" Loss names are lower case: {meant!r}."
             raise ArgumentError(
                 "loss",
                 f"`loss` must be None, one of {list(LOSSES)} or a callable "
-                f"`loss(model, batch) -> scalar`, got {loss!r}.",
+                f"`loss(model, batch) -> scalar`, got {loss!r}.{hint}",
             )
         if loss == "lm":
             tokens = batch[0]

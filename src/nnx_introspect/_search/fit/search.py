@@ -90,6 +90,7 @@ def fit_step(
     network_bytes_per_second: IntLike | str | None = None,
     progress: Callable[[int, int, FitRow], object] | None = None,
     tokens_per_step: IntLike | None = None,
+    cache: bool = True,
 ) -> FitSearch:
     """The fastest configuration of one training step that fits the budget.
 
@@ -127,6 +128,8 @@ def fit_step(
         network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`.
         progress: Called with ``(done, submitted, row)`` after each compile.
         tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
+        cache: Read each program compiled before from the cache of compile
+            results (see :func:`~nnx_introspect.step_memory_report`).
 
     Returns:
         A frozen :class:`FitSearch`: every row, the chosen configuration and
@@ -178,7 +181,7 @@ def fit_step(
         workers = pool_size or _cpus()
         pool = own = _default_pool(workers, None if topology else spec.num_devices)
         described = f"a spawn process pool of {_plural(workers, 'worker')}"
-    search = _Search(spec, budget, pool, progress)
+    search = _Search(spec, budget, pool, progress, cache)
     search.own_pool = own is not None
     try:
         search.run(candidates, layer)
@@ -269,8 +272,10 @@ class _Search:
         budget: int,
         pool: concurrent.futures.Executor,
         progress: Callable[[int, int, FitRow], object] | None,
+        cache: bool = True,
     ) -> None:
         self.spec, self.budget, self.pool, self.progress = spec, budget, pool, progress
+        self.cache = cache
         self.rows: list[FitRow] = []
         self.found: dict[Config, tuple[FitRow, StepMemoryReport | None]] = {}
         self.specs: dict[MeshAxes, StepSpec] = {}
@@ -296,7 +301,7 @@ class _Search:
                 breakdown=breakdown,
             )
             try:
-                futures.append(self.pool.submit(measure_step, spec))
+                futures.append(self.pool.submit(measure_step, spec, cache=self.cache))
             except concurrent.futures.BrokenExecutor as error:
                 self._broke(error)
                 futures.append(None)

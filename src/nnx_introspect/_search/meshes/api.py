@@ -74,6 +74,7 @@ def compare_meshes(
     remat: RematLike = None,
     microbatches: IntLike = 1,
     tokens_per_step: IntLike | None = None,
+    cache: bool = True,
 ) -> MeshComparison:
     """Compile one step of ``target`` on each of ``meshes`` and rank them.
 
@@ -168,6 +169,8 @@ def compare_meshes(
             data-parallel axes a microbatch's rows do not divide over is
             rejected.
         tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
+        cache: Read each program compiled before from the cache of compile
+            results (see :func:`~nnx_introspect.step_memory_report`).
 
     Returns:
         A frozen :class:`MeshComparison`.
@@ -240,7 +243,7 @@ def compare_meshes(
     described = "nothing (every mesh was rejected by the planner)"
     if to_compile:
         run = (executor, pool_size, wait, progress, compiling)
-        compiled, described = _compile_all(spec, run, to_compile)
+        compiled, described = _compile_all(spec, run, to_compile, cache)
         rows |= compiled
     ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
     return MeshComparison(
@@ -322,6 +325,7 @@ def _compile_all(
     spec: StepSpec,
     run: tuple[Any, int | None, float | None, Any, Any],
     to_compile: list[tuple[int, MeshAxes, int]],
+    cache: bool = True,
 ) -> tuple[dict[int, MeshCandidate], str]:
     """Every candidate's row, compiled on the executor, and the executor described.
 
@@ -338,7 +342,7 @@ def _compile_all(
         pool = own = _default_pool(workers, devices)
         described = f"a spawn process pool of {_plural(workers, 'worker')}"
     rows = _Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
-        spec, to_compile
+        spec, to_compile, cache
     )
     return rows, described
 
