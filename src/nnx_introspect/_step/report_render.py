@@ -280,6 +280,11 @@ def _program_notes(report: RenderedStep) -> list[str]:
             + "; ".join(parts)
             + "."
         )
+    irregular = (
+        None if program.collectives is None else program.collectives.irregular_note()
+    )
+    if irregular is not None:
+        notes.append(irregular)
     if report.roofline is not None:
         notes.append(roofline_note(report.roofline))
     notes.append(

@@ -394,4 +394,7 @@ def _collective(row: dict[str, Any]) -> Collective:
         count=row["count"],
         trip_count_known=row["trip_count_known"],
         loops=tuple(row["loops"]),
+        sources=tuple(
+            None if s is None else SourceLocation(**s) for s in row.get("sources", ())
+        ),
     )
