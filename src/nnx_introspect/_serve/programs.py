@@ -8,7 +8,6 @@ XLA's memory and cost analyses are read as for a training step
 
 import contextlib
 import dataclasses
-import inspect
 import math
 import time
 import warnings
@@ -21,6 +20,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._conventions import call_parameters, follows_kv_cache_convention
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import mesh_config_report
 from nnx_introspect._render.formats import error_line
@@ -98,11 +98,11 @@ def _caller(spec: ServeSpec, model: Any) -> Callable[..., Any]:
     decode: Callable[..., Any] | None = spec.options.decode
     if decode is not None:
         return decode
-    params = list(inspect.signature(type(model).__call__).parameters)[1:]
-    if len(params) < 4:
+    if not follows_kv_cache_convention(model):
+        params = tuple(p.name for p in call_parameters(model) or ())
         raise ArgumentError(
             "decode",
-            f"`{type(model).__name__}.__call__` takes {tuple(params)}, not the "
+            f"`{type(model).__name__}.__call__` takes {params}, not the "
             f"KV-cache convention. Pass `decode` (--decode); accepted: "
             f"{_CONVENTIONS}.",
         )

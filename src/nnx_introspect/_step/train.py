@@ -27,6 +27,7 @@ from nnx_introspect._step.loss import (
     _objective,
     _OptimizerError,
 )
+from nnx_introspect._typing import ArgumentError
 
 __all__ = ["TrainingProgram", "training_program"]
 
@@ -91,10 +92,10 @@ def _shardings(tree: Any) -> Any:
 
 
 def _forward(graphdef: Any) -> Any:
-    """The jitted forward pass ``model(*batch)``."""
+    """The jitted forward pass ``model(*batch)`` (or the KV-cache convention)."""
 
     def forward(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-        return _call_model(nnx.merge(graphdef, params, rest), batch)
+        return _call_model(nnx.merge(graphdef, params, rest), batch, None)
 
     return jax.jit(forward, keep_unused=True)
 
@@ -264,7 +265,7 @@ def _update(
         return tx.update(
             grads, opt_state, params, value=value, grad=grads, value_fn=value_fn
         )
-    except (_ModelError, _LossError):
+    except (_ModelError, _LossError, ArgumentError):
         raise
     except Exception as error:
         raise _OptimizerError(
