@@ -157,3 +157,26 @@ def test_the_recogniser_reads_through_decorators() -> None:
     assert not follows_kv_cache_convention(Plain())
     assert accepts_positional(Plain(), 1) and accepts_positional(Plain(), 2)
     assert not accepts_positional(Plain(), 3)
+
+
+@pytest.mark.parametrize(
+    ("mesh", "fix"),
+    [
+        ("fsdp=8", '`mesh "fsdp=8,tp=1"` (an axis of size 1 shards nothing)'),
+        ("fsdp=2,tpp=4", "`mesh \"fsdp=2,tp=4\"` ('tpp' renamed 'tp', the axis"),
+        ("data=2,tp=4", '`mesh "data=2,tp=4,fsdp=1"` (an axis of size 1'),
+        ("data=2", None),  # two axes to add: the mesh follows another naming
+    ],
+)
+def test_a_mesh_missing_an_axis_gets_the_fixed_mesh(mesh: str, fix: str | None) -> None:
+    from nnx_introspect.examples import llama_tiny_sharded
+
+    tokens = jax.ShapeDtypeStruct((8, 16), jnp.int32)
+    with pytest.raises(ValueError) as info:
+        step_memory_report(llama_tiny_sharded, mesh, tokens, loss="lm")
+    text = str(info.value)
+    assert "axes the mesh lacks" in text
+    if fix is None:
+        assert "e.g. `mesh" not in text
+    else:
+        assert f"name them in `mesh` (--mesh), e.g. {fix}" in text
