@@ -83,7 +83,8 @@ def accepts_positional(model: Any, count: int) -> bool:
 def follows_kv_cache_convention(model: Any) -> bool:
     """Whether ``model`` takes ``(tokens, positions, cache, attention_mask)``.
 
-    Read from the signature: four positional arguments (or ``*args``).
+    Read from the signature: four named positional parameters (a bare
+    ``*args`` says nothing of the convention).
 
     Example:
         >>> class Gemma:
@@ -94,8 +95,6 @@ def follows_kv_cache_convention(model: Any) -> bool:
     params = call_parameters(model)
     if params is None:
         return False
-    if any(p.kind is inspect.Parameter.VAR_POSITIONAL for p in params):
-        return True
     return sum(p.kind in _POSITIONAL for p in params) >= 4
 
 
