@@ -262,8 +262,10 @@ def search_probe(
                 "spec holds it. Pass the spec alone, or "
                 "`dataclasses.replace(spec, batch=...)`."
             )
-        topology = rest.pop("topology", target.topology)
-        network = rest.pop("network_bytes_per_second", target.network_bytes_per_second)
+        topology, network = _kept_apart(
+            rest.pop("topology", target.topology),
+            rest.pop("network_bytes_per_second", target.network_bytes_per_second),
+        )
         target = dataclasses.replace(
             target,
             mesh={_PROBE_AXIS: 1},
@@ -276,10 +278,23 @@ def search_probe(
             f"{caller}() needs `target`, `meshes` and `batch` (or a StepSpec and "
             "`meshes`), got no `batch`."
         )
-    topology = rest.pop("topology", None)
-    network = rest.pop("network_bytes_per_second", None)
+    topology, network = _kept_apart(
+        **{
+            k: rest.pop(k)
+            for k in ("topology", "network_bytes_per_second")
+            if k in rest
+        }
+    )
     probe = as_step_spec(target, {_PROBE_AXIS: 1}, batch, rest, caller=caller)
     return probe, topology, network
+
+
+@typechecked
+def _kept_apart(
+    topology: str | None = None, network_bytes_per_second: IntLike | str | None = None
+) -> tuple[str | None, IntLike | str | None]:
+    """The options a search checks against its candidates, type-checked."""
+    return topology, network_bytes_per_second
 
 
 def checked_candidates(
