@@ -49,9 +49,10 @@ def hand_lm(model: Any, batch: tuple[jax.Array, ...]) -> jax.Array:
     positions = jnp.broadcast_to(jnp.arange(t), (b, t))
     mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), dtype=bool)), (b, t, t))
     logits, _ = model(tokens, positions, None, mask)
-    return optax.softmax_cross_entropy_with_integer_labels(
+    value: jax.Array = optax.softmax_cross_entropy_with_integer_labels(
         logits[:, :-1].astype(jnp.float32), tokens[:, 1:]
     ).mean()
+    return value
 
 
 def _tokens() -> jax.Array:

@@ -98,7 +98,13 @@ class StepSpec:
             output), ``"lm"`` (next-token cross-entropy of ``(B, T, V)`` logits
             against the ``(B, T)`` integer tokens of ``batch[0]``), a callable
             ``loss(model, batch) -> scalar`` (``batch`` is the tuple) or its
-            ``"package.module:function"`` name (kept as the function).
+            ``"package.module:function"`` name (kept as the function). The
+            built-in losses call ``model(*batch)``, or, when the model cannot
+            take the batch alone and follows the tunix / flax-gemma
+            convention ``model(tokens, positions, cache, attention_mask) ->
+            (logits, cache)``, ``model(tokens, positions, None, mask)`` with
+            positions ``0 .. T-1`` and a causal ``[B, T, T]`` mask, taking the
+            logits from the pair; any other model needs a loss callable.
         optimizer: An optax transformation or a name (``"adamw"``, ...); needs
             a loss.
         rules: ``(regular expression, PartitionSpec)`` pairs, as in
@@ -468,9 +474,10 @@ def _json_logical_rules(rules: Any) -> Any:
 class StepOptions(TypedDict, total=False):
     """How one step is compiled: the keyword arguments every entry point takes.
 
-    Written once, here: :func:`~nnx_introspect.step_memory_report` and
-    :func:`~nnx_introspect.max_batch` take them as ``**options``, and each
-    is the :class:`StepSpec` field of its name (documented there).
+    Written once, here: :func:`~nnx_introspect.step_memory_report`,
+    :func:`~nnx_introspect.max_batch`, :func:`~nnx_introspect.compare_meshes`
+    and :func:`~nnx_introspect.fit_step` take them as ``**options``, and
+    each is the :class:`StepSpec` field of its name (documented there).
 
     Example:
         >>> options: StepOptions = {"loss": "lm", "optimizer": "adamw"}
