@@ -49,6 +49,7 @@ from nnx_introspect._breakdown.rows import (
     row_json,
     where,
 )
+from nnx_introspect._render.formats import whole_percent
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla.dump import LiveCurve, PeakBuffers, SourceLocation
@@ -572,7 +573,7 @@ def _percent(part: int, whole: int) -> str:
     """``part`` as a whole percent of ``whole``, halves rounded up, in exact ints."""
     if not whole:
         return "-"
-    return f"{(200 * part + whole) // (2 * whole)}%"
+    return f"{whole_percent(part, whole)}%"
 
 
 def _signed_bytes(n: int) -> str:

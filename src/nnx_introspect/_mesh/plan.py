@@ -16,8 +16,8 @@ from nnx_introspect._mesh.specs import (
     _entry_names,
     _spec_of,
     entry_axes,
-    spec_str,
 )
+from nnx_introspect._render.formats import spec_str
 
 
 class _Planner:

@@ -12,10 +12,6 @@ __all__ = [
 _Entry: TypeAlias = str | tuple[str, ...] | None
 
 
-def spec_str(spec: PartitionSpec) -> str:
-    return "P(" + ", ".join(repr(a) for a in spec) + ")"
-
-
 def entry_axes(entry: Any) -> tuple[str, ...]:
     if entry is None:
         return ()

@@ -10,7 +10,6 @@ import dataclasses
 import math
 
 import jax.numpy as jnp
-import optax
 from jax.sharding import NamedSharding
 
 from nnx_introspect._accelerators.budget import Budget
@@ -18,29 +17,21 @@ from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._mesh import MeshConfigReport, as_abstract_mesh
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._step.inputs import LossLike, _Request
+from nnx_introspect._step.inputs import _Request
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.step_records import (
     StepBudget,
     StepCompilation,
-    StepKind,
     StepMemory,
     StepProgram,
     collectives_from_json,
     compiled_in_kind,
+    step_kind,
 )
 from nnx_introspect._xla.analysis import compiler_name
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
 
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
-
-
-def _step_name(loss: LossLike, tx: optax.GradientTransformation | None) -> StepKind:
-    if loss is None:
-        return "forward"
-    return (
-        "forward + backward" if tx is None else "forward + backward + optimizer update"
-    )
 
 
 def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
@@ -86,7 +77,7 @@ def assemble_report(
     report = StepMemoryReport(
         num_devices=request.num_devices,
         plan=plan,
-        step=_step_name(request.loss, tx),
+        step=step_kind(request.loss, tx),
         loss=request.loss_name,
         optimizer=optimizer_name if tx is None or optimizer_name else "optax object",
         batch=tuple(batch_str(b) for b in request.batch),

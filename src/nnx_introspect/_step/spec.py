@@ -45,6 +45,7 @@ __all__ = [
     "StepOptions",
     "StepSpec",
     "as_step_spec",
+    "blame",
     "step_json",
     "step_names",
 ]
@@ -53,7 +54,7 @@ _BY_JSON = "a StepSpec's JSON names them, and whoever reads it rebuilds them"
 
 
 @contextlib.contextmanager
-def _blame(argument: str) -> Iterator[None]:
+def blame(argument: str) -> Iterator[None]:
     """A plain ``ValueError`` raised inside becomes an ``ArgumentError``.
 
     For the checks of other packages (the mesh, a size, a topology): the
@@ -230,7 +231,7 @@ class StepSpec:
             model = built[1]
         else:
             model = as_model(self.target)
-        with _blame("mesh"):
+        with blame("mesh"):
             abstract = as_abstract_mesh(self.mesh)
         mesh_axes = tuple(
             (str(a), int(s))
@@ -243,12 +244,12 @@ class StepSpec:
         check_optimizer_has_a_loss(self.optimizer, tx, loss)
         given = self.max_device_bytes
         if given is not None:
-            with _blame("max_device_bytes"):
+            with blame("max_device_bytes"):
                 given = parse_bytes(given)
         if self.topology is not None:  # a bad name, size or missing compiler
-            with _blame("topology"):
+            with blame("topology"):
                 check_compiler(self.topology, mesh_axes)
-        with _blame("topology"):
+        with blame("topology"):
             budget = step_budget(given, self.topology)
         network = as_network(self.network_bytes_per_second, self.topology)
         remat = as_remat(self.remat, model)

@@ -7,10 +7,9 @@ default the local ``pool``) and ranked into a :class:`MeshComparison`
 """
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -45,7 +44,8 @@ from nnx_introspect._search.meshes.run import _Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.options import RematLike
-from nnx_introspect._step.spec import StepSpec, step_names
+from nnx_introspect._step.spec import StepSpec, blame, step_names
+from nnx_introspect._step.step_records import step_kind
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
@@ -218,7 +218,7 @@ def compare_meshes(
     pool_size = _check_executor(executor, max_workers)
     wait = _check_timeout(timeout)
     start_backends_quietly()  # "auto" and the checks count this process's devices
-    with _blame("topology"):
+    with blame("topology"):
         devices = None if topology is None else resolve_topology(topology).devices
     probe = StepSpec(  # on a one-axis probe mesh: what needs no mesh is checked
         target,
@@ -255,7 +255,7 @@ def compare_meshes(
         topology=topology,
         auto_axes=auto_axes,
         batch=tuple(batch_str(leaf) for leaf in spec.batch),
-        step=_step_name(spec.loss, spec.optimizer_name),
+        step=step_kind(spec.loss, spec.optimizer_name),
         compiles=len(to_compile),
         seconds=time.perf_counter() - began,
         executor=described,
@@ -313,14 +313,6 @@ def _planned(
     return rows, to_compile
 
 
-def _step_name(loss: Any, optimizer: str | None) -> str:
-    if loss is None:
-        return "forward"
-    if optimizer is None:
-        return "forward + backward"
-    return "forward + backward + optimizer update"
-
-
 def _compile_all(
     spec: StepSpec,
     run: tuple[Any, int | None, float | None, Any, Any],
@@ -371,14 +363,3 @@ def _candidates(
         count = devices if devices is not None else jax.device_count()
         return auto_axes, _auto_meshes(auto_axes, count)
     return None, _listed_meshes(meshes, topology, devices)
-
-
-@contextlib.contextmanager
-def _blame(argument: str) -> Iterator[None]:
-    """A plain ``ValueError`` raised inside becomes an ``ArgumentError``."""
-    try:
-        yield
-    except ArgumentError:
-        raise
-    except ValueError as error:
-        raise ArgumentError(argument, str(error)) from error
