@@ -458,7 +458,7 @@ SIZES = ["16GiB", "1.5 kB", "4096", " 7 b ", "0", "1e3", "2E2MiB", "0.5KiB", "0.
 
 def _cli_bytes(text: str) -> int | None:
     try:
-        return cli._bytes_arg(text)
+        return cli.bytes_arg(text)
     except argparse.ArgumentTypeError:
         return None
 
@@ -498,7 +498,7 @@ def test_mesh_syntax_check_rejects_only_what_the_library_rejects(text: str) -> N
     except (TypeError, ValueError):
         library_ok = False
     try:
-        cli._mesh_arg(text)
+        cli.mesh_arg(text)
         cli_ok = True
     except argparse.ArgumentTypeError:
         cli_ok = False

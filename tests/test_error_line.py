@@ -17,7 +17,7 @@ import nnx_introspect as ni
 from nnx_introspect._render.formats import error_line
 
 
-class _Unprintable(Exception):
+class _UnprintableError(Exception):
     def __str__(self) -> str:
         raise RuntimeError("no text")
 
@@ -34,7 +34,7 @@ def test_system_exit_shows_its_code() -> None:
 
 
 def test_an_unprintable_error_is_named_not_raised() -> None:
-    assert error_line(_Unprintable()) == "_Unprintable: <unprintable>"
+    assert error_line(_UnprintableError()) == "_UnprintableError: <unprintable>"
 
 
 def test_a_long_message_is_cut_at_300_characters() -> None:
@@ -66,8 +66,8 @@ def test_the_fit_search_writes_an_unprintable_worker_error_with_it() -> None:
         loss="lm",
         optimizer="adamw",
         max_device_bytes="250MB",
-        executor=_FailingPool(_Unprintable),
+        executor=_FailingPool(_UnprintableError),
     )
     failed = [row for row in found.rows if row.status == "failed"]
     assert failed and found.chosen is None
-    assert {row.why for row in failed} == {"_Unprintable: <unprintable>"}
+    assert {row.why for row in failed} == {"_UnprintableError: <unprintable>"}

@@ -17,7 +17,7 @@ from nnx_introspect._mesh import parse_bytes
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli import main
-from nnx_introspect.cli.progress import _duration, _SearchLine, _status
+from nnx_introspect.cli.progress import SearchLine, _duration, live_status
 
 TARGETS = textwrap.dedent(
     """
@@ -68,7 +68,7 @@ def test_duration(seconds: float, text: str) -> None:
 
 def test_the_line_shows_the_batch_compiling_its_number_and_the_time() -> None:
     clock = Clock()
-    line = _SearchLine("Searching...", clock)
+    line = SearchLine("Searching...", clock)
     assert line.text() == "Searching..."  # before the first compile
     line.compiling(8, 1)
     assert line.text() == "compiling batch 8 (compile 1, 0s)"  # from the first on
@@ -85,8 +85,8 @@ def test_the_line_moves_on_a_terminal() -> None:
     clock = Clock()
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=120)
-    line = _SearchLine("Searching the largest batch", clock)
-    with _status(line, console=console, redraw_every=60) as redraw:
+    line = SearchLine("Searching the largest batch", clock)
+    with live_status(line, console=console, redraw_every=60) as redraw:
         line.redraw = redraw
         line.compiling(24, 5)
         first = buffer.getvalue()
@@ -101,8 +101,8 @@ def test_the_line_moves_on_a_terminal() -> None:
 def test_no_line_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     pipe = io.StringIO()  # isatty() is False
     monkeypatch.setattr(sys, "stderr", pipe)
-    line = _SearchLine("Searching", Clock())
-    with _status(line) as redraw:
+    line = SearchLine("Searching", Clock())
+    with live_status(line) as redraw:
         line.redraw = redraw
         line.compiling(8, 1)
         redraw()

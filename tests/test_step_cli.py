@@ -11,7 +11,7 @@ import jax.numpy as jnp
 import pytest
 
 from nnx_introspect._step import parse_batch, step_memory_report
-from nnx_introspect.cli import _batch_arg, main
+from nnx_introspect.cli import batch_arg, main
 
 TARGETS = textwrap.dedent(
     """
@@ -247,9 +247,9 @@ def test_bad_target_exits_2(
 
 
 def test_parse_batch() -> None:
-    leaf = parse_batch(*_batch_arg("bfloat16[2, 3]"))
+    leaf = parse_batch(*batch_arg("bfloat16[2, 3]"))
     assert leaf.shape == (2, 3) and leaf.dtype == jnp.bfloat16
-    assert parse_batch(*_batch_arg("int32[]")).shape == ()
+    assert parse_batch(*batch_arg("int32[]")).shape == ()
     with pytest.raises(ValueError, match="'int33' is not a dtype"):
         parse_batch("int33", (8,))
 

@@ -24,7 +24,7 @@ from jax.sharding import PartitionSpec as P
 import nnx_introspect.examples as ex
 from nnx_introspect import _step
 from nnx_introspect._step import step_memory_report
-from nnx_introspect._step.compile import _compile
+from nnx_introspect._step.compile import compile_request
 from nnx_introspect._xla.readings import XlaReadings
 
 
@@ -382,17 +382,17 @@ def _llama_forward_compiled(mesh: Mesh, tokens: jax.ShapeDtypeStruct) -> Any:
 
 
 class Spy:
-    """Keeps the readings ``_compile`` returns."""
+    """Keeps the readings ``compile_request`` returns."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.numbers: list[XlaReadings] = []
 
         def spy(*args: Any, **kwargs: Any) -> XlaReadings:
-            numbers = _compile(*args, **kwargs)
+            numbers = compile_request(*args, **kwargs)
             self.numbers.append(numbers)
             return numbers
 
-        monkeypatch.setattr("nnx_introspect._step.measure._compile", spy)
+        monkeypatch.setattr("nnx_introspect._step.measure.compile_request", spy)
 
 
 def test_an_explicit_mesh_compiles_with_auto_axes_when_the_model_needs_them(

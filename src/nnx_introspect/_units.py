@@ -12,7 +12,7 @@ def format_bytes(n: float) -> str:
 
     Example:
         >>> format_bytes(1536), format_bytes(512), format_bytes(16 * 2**30)
-        ('1.5 KiB', '512 B', '16 GiB')
+        ('1.50 KiB', '512 B', '16 GiB')
     """
     value = float(n)
     for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):

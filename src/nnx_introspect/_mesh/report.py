@@ -529,7 +529,7 @@ class MeshConfigReport(Report):
         return report_html(report)
 
 
-def _budget(value: IntLike | str) -> int:
+def budget_bytes(value: IntLike | str) -> int:
     """A per-device budget in bytes, from an integer or a size such as ``"16GiB"``."""
     if isinstance(value, str):
         return parse_bytes(value)

@@ -4,7 +4,7 @@ JAX is imported only where a spec or a dtype is built, so the command line's
 target lookup (which writes its errors here) starts without it.
 """
 
-from collections.abc import Sequence
+from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -51,7 +51,7 @@ def batch_str(leaf: "jax.ShapeDtypeStruct") -> str:
     return f"{jnp.dtype(leaf.dtype).name}[{','.join(str(d) for d in leaf.shape)}]"
 
 
-def spec_str(spec: Sequence[Any]) -> str:
+def spec_str(spec: Iterable[Any]) -> str:
     """``P(...)`` as JAX writes it; list entries (orbax stores lists) as tuples.
 
     Example:

@@ -17,7 +17,7 @@ from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._mesh import MeshConfigReport, as_abstract_mesh
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._step.inputs import _Request
+from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.step_records import (
     StepBudget,
@@ -34,7 +34,7 @@ from nnx_introspect._xla.readings import RematStatement, XlaReadings
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
 
 
-def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
+def _planned_argument_bytes(request: Request, plan: MeshConfigReport) -> int:
     """Bytes of the step's arguments on one device, from the plan's shards.
 
     What XLA's ``argument_size_in_bytes`` counts, without the compiler's
@@ -51,7 +51,7 @@ def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
 
 
 def assemble_report(
-    request: _Request,
+    request: Request,
     plan: MeshConfigReport,
     readings: XlaReadings,
     topology: str | None,
@@ -114,7 +114,7 @@ def assemble_report(
 
 
 def _memory(
-    request: _Request, plan: MeshConfigReport, readings: XlaReadings, budget: Budget
+    request: Request, plan: MeshConfigReport, readings: XlaReadings, budget: Budget
 ) -> StepMemory:
     """XLA's bytes, or for a step refused for memory the plan's and the compiler's."""
     oom = readings.out_of_memory
@@ -172,7 +172,7 @@ NO_CONSTRAINT_WARNING = (
 
 
 def _caveats(
-    report: StepMemoryReport, request: _Request, plan: MeshConfigReport
+    report: StepMemoryReport, request: Request, plan: MeshConfigReport
 ) -> tuple[str, ...]:
     """Warnings judged on the finished report: what its numbers may not show."""
     out: list[str] = []

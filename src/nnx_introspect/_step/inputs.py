@@ -33,6 +33,7 @@ from nnx_introspect._typing import (
 __all__ = [
     "BatchLike",
     "LossLike",
+    "Request",
     "SpecsLike",
     "as_batch",
     "as_batch_specs",
@@ -43,6 +44,7 @@ __all__ = [
     "check_optimizer_has_a_loss",
     "check_shardable",
     "importable_name",
+    "name_of_loss",
     "spec_problems",
 ]
 
@@ -83,7 +85,7 @@ its ``"package.module:function"`` name."""
 
 
 @dataclasses.dataclass(frozen=True)
-class _Request:
+class Request:
     """Everything a compile needs, normalised (and JSON-able for a child)."""
 
     model: Any
@@ -426,7 +428,7 @@ def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
     return loss
 
 
-def _loss_name(loss: Any) -> str | None:
+def name_of_loss(loss: Any) -> str | None:
     if loss is None or isinstance(loss, str):
         return loss
     return str(getattr(loss, "__name__", type(loss).__name__))

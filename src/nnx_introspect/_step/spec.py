@@ -25,9 +25,8 @@ from nnx_introspect._render.formats import spec_from_json, spec_json
 from nnx_introspect._step.inputs import (
     BatchLike,
     LossLike,
+    Request,
     SpecsLike,
-    _loss_name,
-    _Request,
     as_batch,
     as_batch_specs,
     as_loss,
@@ -36,6 +35,7 @@ from nnx_introspect._step.inputs import (
     as_optimizer,
     check_optimizer_has_a_loss,
     importable_name,
+    name_of_loss,
 )
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
@@ -299,16 +299,16 @@ class StepSpec:
         """Devices in the mesh."""
         return math.prod(s for _, s in self.mesh_axes)
 
-    def request(self) -> _Request:
+    def request(self) -> Request:
         """What a compile reads, as :mod:`~nnx_introspect._step.compile` takes it."""
-        return _Request(
+        return Request(
             model=self.model,
             target_name=self.target_name,
             mesh_axes=self.mesh_axes,
             batch=self.batch,
             batch_specs=self.batch_specs,
             loss=self.loss,
-            loss_name=_loss_name(self.loss),
+            loss_name=name_of_loss(self.loss),
             tx=self.tx,
             optimizer_name=self.optimizer_name,
             rules=self.rules,

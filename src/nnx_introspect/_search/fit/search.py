@@ -47,14 +47,14 @@ from nnx_introspect._search.fit.ladders import (
     candidates_from,
     dominates,
 )
-from nnx_introspect._search.fit.report import FitRow, FitSearch, _speed
+from nnx_introspect._search.fit.report import FitRow, FitSearch, speed_key
 from nnx_introspect._search.meshes.api import checked_candidates
 from nnx_introspect._search.meshes.arguments import (
-    _check_executor,
+    check_executor,
 )
-from nnx_introspect._search.meshes.candidates import _PROBE_AXIS, _plan
-from nnx_introspect._search.meshes.pool import _cpus, _default_pool, _stop_pool
-from nnx_introspect._search.meshes.report import MeshAxes, _plural
+from nnx_introspect._search.meshes.candidates import PROBE_AXIS, plan_check
+from nnx_introspect._search.meshes.pool import cpus, default_pool, stop_pool
+from nnx_introspect._search.meshes.report import MeshAxes, plural
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat
@@ -152,11 +152,11 @@ def fit_step(
         (True, 'nothing: the step fits as it is (on mesh data=8)', 1)
     """
     began = time.perf_counter()
-    pool_size = _check_executor(executor, max_workers)
+    pool_size = check_executor(executor, max_workers)
     start_backends_quietly()  # "auto" and the checks count this process's devices
     spec = StepSpec(
         target,
-        {_PROBE_AXIS: 1},
+        {PROBE_AXIS: 1},
         batch,
         loss=loss,
         optimizer=optimizer,
@@ -178,22 +178,22 @@ def fit_step(
         pool: concurrent.futures.Executor = executor
         described = type(executor).__name__
     else:
-        workers = pool_size or _cpus()
-        pool = own = _default_pool(workers, None if topology else spec.num_devices)
-        described = f"a spawn process pool of {_plural(workers, 'worker')}"
+        workers = pool_size or cpus()
+        pool = own = default_pool(workers, None if topology else spec.num_devices)
+        described = f"a spawn process pool of {plural(workers, 'worker')}"
     search = _Search(spec, budget, pool, progress, cache)
     search.own_pool = own is not None
     try:
         search.run(candidates, layer)
     except BaseException:
         if own is not None:
-            _stop_pool(own)
+            stop_pool(own)
         raise
     if own is not None:
         if search.crash is None:
             own.shutdown(wait=True)
         else:
-            _stop_pool(own)
+            stop_pool(own)
     found = search.result(target_name, described, time.perf_counter() - began)
     return _with_smallest_batch(found, spec, began)
 
@@ -449,7 +449,7 @@ class _Search:
             except ArgumentError as error:
                 self.skip(Config(mesh), str(error))
                 continue
-            reason, _ = _plan(spec, self.budget)
+            reason, _ = plan_check(spec, self.budget)
             if reason is not None:
                 self.skip(Config(mesh), f"rejected by the planner: {reason}")
                 continue
@@ -475,7 +475,7 @@ class _Search:
 
     def _best(self) -> FitRow | None:
         fitting = [r for r in self.rows if r.status == "fits"]
-        return min(fitting, key=_speed) if fitting else None
+        return min(fitting, key=speed_key) if fitting else None
 
     def result(self, target: str, executor: str, seconds: float) -> FitSearch:
         """The search's report."""

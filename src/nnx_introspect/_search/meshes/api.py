@@ -20,27 +20,27 @@ from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._search.meshes.arguments import (
-    _BY_NAME,
-    _check_executor,
-    _check_picklable,
-    _check_timeout,
+    BY_NAME,
+    check_executor,
+    check_picklable,
+    check_timeout,
 )
 from nnx_introspect._search.meshes.candidates import (
-    _PROBE_AXIS,
-    _auto_axes,
-    _auto_meshes,
-    _listed_meshes,
-    _plan,
+    PROBE_AXIS,
+    auto_meshes,
+    listed_meshes,
+    pick_auto_axes,
+    plan_check,
 )
-from nnx_introspect._search.meshes.pool import _cpus, _default_pool
+from nnx_introspect._search.meshes.pool import cpus, default_pool
 from nnx_introspect._search.meshes.report import (
     MeshAxes,
     MeshCandidate,
     MeshComparison,
-    _plural,
-    _sort_key,
+    plural,
+    sort_key,
 )
-from nnx_introspect._search.meshes.run import _Run
+from nnx_introspect._search.meshes.run import Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
 from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
 from nnx_introspect._step.options import RematLike
@@ -215,14 +215,14 @@ def compare_meshes(
         4) does not divide over model (product 8). ... (and 1 more)
     """
     began = time.perf_counter()
-    pool_size = _check_executor(executor, max_workers)
-    wait = _check_timeout(timeout)
+    pool_size = check_executor(executor, max_workers)
+    wait = check_timeout(timeout)
     start_backends_quietly()  # "auto" and the checks count this process's devices
     with blame("topology"):
         devices = None if topology is None else resolve_topology(topology).devices
     probe = StepSpec(  # on a one-axis probe mesh: what needs no mesh is checked
         target,
-        {_PROBE_AXIS: 1},
+        {PROBE_AXIS: 1},
         batch,
         loss=loss,
         optimizer=optimizer,
@@ -245,7 +245,7 @@ def compare_meshes(
         run = (executor, pool_size, wait, progress, compiling)
         compiled, described = _compile_all(spec, run, to_compile, cache)
         rows |= compiled
-    ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
+    ordered = sorted(rows.items(), key=lambda item: sort_key(item[0], item[1]))
     return MeshComparison(
         target=target_name,
         candidates=tuple(row for _, row in ordered),
@@ -277,9 +277,9 @@ def checked_candidates(
     count. Returns ``(that spec, the axes of "auto" or None, the candidate
     meshes, the target's name)``.
     """
-    target_name, _, _ = step_names(probe, _BY_NAME)
+    target_name, _, _ = step_names(probe, BY_NAME)
     for name in ("rules", "logical_rules", "batch_spec"):
-        _check_picklable(getattr(probe, name), name)
+        check_picklable(getattr(probe, name), name)
     auto_axes, candidates = _candidates(probe, meshes, topology, devices)
     spec = dataclasses.replace(  # the compiler's package checked first
         probe,
@@ -305,7 +305,7 @@ def _planned(
                 raise
             rows[index] = MeshCandidate(mesh, "rejected", str(error))
             continue
-        reason, state = _plan(candidate, budget)
+        reason, state = plan_check(candidate, budget)
         if reason is not None or state is None:
             rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
         else:
@@ -329,11 +329,11 @@ def _compile_all(
         pool: concurrent.futures.Executor = executor
         described = type(executor).__name__
     else:
-        workers = min(pool_size or _cpus(), len(to_compile))
+        workers = min(pool_size or cpus(), len(to_compile))
         devices = spec.num_devices if spec.topology is None else None
-        pool = own = _default_pool(workers, devices)
-        described = f"a spawn process pool of {_plural(workers, 'worker')}"
-    rows = _Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
+        pool = own = default_pool(workers, devices)
+        described = f"a spawn process pool of {plural(workers, 'worker')}"
+    rows = Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
         spec, to_compile, cache
     )
     return rows, described
@@ -357,9 +357,9 @@ def _candidates(
 ) -> tuple[tuple[str, ...] | None, list[MeshAxes]]:
     """``(the axes of "auto" or None, the candidate meshes)``."""
     if isinstance(meshes, str) and meshes.strip().lower() == "auto":
-        auto_axes = _auto_axes(
+        auto_axes = pick_auto_axes(
             probe.model, probe.rules, probe.logical_rules, probe.batch_spec
         )
         count = devices if devices is not None else jax.device_count()
-        return auto_axes, _auto_meshes(auto_axes, count)
-    return None, _listed_meshes(meshes, topology, devices)
+        return auto_axes, auto_meshes(auto_axes, count)
+    return None, listed_meshes(meshes, topology, devices)
