@@ -437,6 +437,13 @@ def test_lazy_names_match_the_type_checking_imports_and_all() -> None:
                 imports[alias.name] = str(node.module)
     assert imports == nnx_introspect._LAZY
     assert sorted(imports) == nnx_introspect.__all__
+    # the block is the one listing: no name is written again as a string
+    strings = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert not strings & set(imports)
     assert set(nnx_introspect.__all__) <= set(dir(nnx_introspect))
     with pytest.raises(AttributeError, match="has no attribute 'count_parms'"):
         nnx_introspect.count_parms  # type: ignore[attr-defined]  # noqa: B018
