@@ -14,7 +14,7 @@ import jax
 import jax.numpy as jnp
 
 import nnx_introspect as ni
-from nnx_introspect._render.formats import error_line
+from nnx_introspect._text import error_line
 
 
 class _UnprintableError(Exception):

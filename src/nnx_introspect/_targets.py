@@ -22,7 +22,7 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
-from nnx_introspect._render.formats import error_line
+from nnx_introspect._text import error_line
 
 __all__ = [
     "DEFAULT_TARGET",

@@ -1,11 +1,10 @@
-"""How batch leaves, specs, errors and shares are written as text, specs as JSON.
-
-JAX is imported only where a spec or a dtype is built, so the command line's
-target lookup (which writes its errors here) starts without it.
-"""
+"""How batch leaves, specs and shares are written as text, and specs as JSON."""
 
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any
+
+# error_line lives in _text; kept here for _serve/programs.py and _step/loss.py
+from nnx_introspect._text import error_line as error_line
 
 if TYPE_CHECKING:
     import jax
@@ -19,30 +18,6 @@ __all__ = [
     "spec_str",
     "whole_percent",
 ]
-
-
-def error_line(error: BaseException) -> str:
-    """``error`` as one line of at most 300 characters: its type and message.
-
-    Survives what user code raises: ``SystemExit`` (its code is shown) and an
-    exception whose ``__str__`` itself raises.
-
-    Example:
-        >>> error_line(ValueError("bad   value"))
-        'ValueError: bad value'
-        >>> error_line(SystemExit("stop"))
-        "SystemExit('stop')"
-    """
-    name = type(error).__name__
-    try:
-        if isinstance(error, SystemExit):  # `sys.exit("message")` or a code
-            text = f"{name}({error.code!r})"
-        else:
-            text = " ".join(str(error).split())
-            text = f"{name}: {text}" if text else name
-    except Exception:  # a user exception whose __str__ or __repr__ fails
-        text = f"{name}: <unprintable>"
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def batch_str(leaf: "jax.ShapeDtypeStruct") -> str:

@@ -21,7 +21,7 @@ from rich.text import Text
 
 from nnx_introspect._render.narrow import narrower
 from nnx_introspect._render.widths import cell_lines, fit_widths, narrowest, pack
-from nnx_introspect._units import format_bytes
+from nnx_introspect._text import format_bytes
 
 __all__ = [
     "FittedTable",

@@ -21,12 +21,13 @@ from nnx_introspect._breakdown.report import ArgumentLeaf, argument_leaves, clas
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._render.formats import batch_str, error_line
+from nnx_introspect._render.formats import batch_str
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
 from nnx_introspect._step.options import rematerialised
 from nnx_introspect._step.platform import devices_seen_as
 from nnx_introspect._step.train import differentiable, training_program
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.cache import (

@@ -20,8 +20,9 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import MeshConfigReport, optimizer_from_name, parse_bytes
-from nnx_introspect._render.formats import batch_str, error_line, spec_str
+from nnx_introspect._render.formats import batch_str, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import (
     ArgumentError,
     IntLike,

@@ -18,7 +18,6 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import path_str
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._render.formats import error_line
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import (
     _call_model,
@@ -27,6 +26,7 @@ from nnx_introspect._step.loss import (
     _objective,
     _OptimizerError,
 )
+from nnx_introspect._text import error_line
 
 __all__ = ["TrainingProgram", "training_program"]
 

@@ -33,7 +33,7 @@ from flax import nnx
 
 from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
-from nnx_introspect._render.formats import batch_str, error_line
+from nnx_introspect._render.formats import batch_str
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.fit.crash import crash_cause
 from nnx_introspect._search.fit.ladders import (
@@ -60,6 +60,7 @@ from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
