@@ -8,7 +8,6 @@ or from arithmetic on the shapes, never from the code under test.
 
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -581,21 +580,3 @@ def test_the_none_and_mask_recipe_in_a_child() -> None:
 
 
 # --- the docs page --------------------------------------------------------------------
-
-
-def test_howto_page_doctests() -> None:
-    """Run the ``{doctest}`` blocks of the step-memory how-to."""
-    import doctest
-
-    page = Path(__file__).parent.parent / "docs" / "howto" / "step-memory.md"
-    blocks = re.findall(r"```\{doctest\}\n(.*?)```", page.read_text(), flags=re.S)
-    globs = {"jax": jax, "jnp": jnp, "nnx": nnx, "ni": __import__("nnx_introspect")}
-    test = doctest.DocTestParser().get_doctest(
-        "\n".join(blocks), globs, "step-memory", str(page), 0
-    )
-    runner = doctest.DocTestRunner(
-        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    )
-    output: list[str] = []
-    runner.run(test, out=output.append)
-    assert runner.failures == 0, "".join(output)
