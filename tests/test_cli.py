@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnx_introspect import cli
+from tests.cli_helpers import run
 
 TARGETS = textwrap.dedent(
     """
@@ -63,23 +64,11 @@ USER_EXIT_MODULES = {
 }
 
 
-@pytest.fixture
-def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "cli_targets_mod.py").write_text(TARGETS)
-    (tmp_path / "cli_broken_mod.py").write_text("import does_not_exist_xyz\n")
-    for name, source in USER_EXIT_MODULES.items():
-        (tmp_path / f"{name}.py").write_text(source)
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "cli_targets_mod", raising=False)
-    monkeypatch.delitem(sys.modules, "cli_broken_mod", raising=False)
-    return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
+TARGET_MODULES = {
+    "cli_targets_mod": TARGETS,
+    "cli_broken_mod": "import does_not_exist_xyz\n",
+    **USER_EXIT_MODULES,
+}
 
 
 def test_default_target_is_the_7b_example(capsys: pytest.CaptureFixture[str]) -> None:

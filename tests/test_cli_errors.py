@@ -13,8 +13,8 @@ import nnx_introspect._search.batch as batch_module
 import nnx_introspect._search.meshes as meshes_module
 import nnx_introspect._step as step_module
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect.cli import main
 from nnx_introspect.cli.errors import FLAGS, describe, usage_error
+from tests.cli_helpers import run
 
 GIVEN = argparse.Namespace(rules="rules.json", topology="v5e-4")
 """A ``step`` whose every optional flag was given."""
@@ -23,12 +23,6 @@ BARE = argparse.Namespace(rules=None, topology=None)
 """A ``step`` given neither ``--rules`` nor ``--topology``."""
 
 STEP = ["step", "nnx_introspect.examples:two_layer", "--batch", "float32[8,3]"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 @pytest.mark.parametrize(("argument", "flag"), FLAGS.items())

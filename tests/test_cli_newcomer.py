@@ -26,17 +26,12 @@ from nnx_introspect.cli.checks import _cpu_devices
 from nnx_introspect.cli.errors import SPELLINGS, in_flags, usage_error
 from nnx_introspect.cli.preflight import check_axes_named
 from nnx_introspect.cli.rates import rate_bytes
+from tests.cli_helpers import run
 
 SMALL = "nnx_introspect.examples:two_layer"
 STEP = ["step", SMALL, "--batch", "float32[8,3]"]
 SHY = "tests.platform_models:cpu_shy_mlp"  # names fsdp and tp
 SHY_STEP = ["step", SHY, "--batch", "float32[8,256]"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- before JAX: each in a fresh process that never imports it -------------------

@@ -19,20 +19,14 @@ import pytest
 from rich.console import Console
 
 from nnx_introspect._render.table import Table, to_rich
-from nnx_introspect.cli import main
 from nnx_introspect.cli.errors import UsageError
 from nnx_introspect.cli.preflight import LOSS_NOTE, complete_meshes, loss_note
 from nnx_introspect.cli.progress import ClockLine, live_status
+from tests.cli_helpers import run
 from tests.test_meshes_label_utilisation import GIB, compare, estimate, row
 
 SHARDED = "nnx_introspect.examples:llama_tiny_sharded"  # names fsdp and tp
 TWO_LAYER = "nnx_introspect.examples:two_layer"  # names no axis
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- item 12: a misspelt subcommand -------------------------------------------

@@ -1,4 +1,4 @@
-"""Issue 17 on the command line: --max-batch progress, path-like targets, sizes."""
+"""--max-batch progress on a terminal; path-like targets and sizes on the command line."""
 
 import io
 import re
@@ -18,6 +18,7 @@ from nnx_introspect._search.batch import max_batch
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli import main
 from nnx_introspect.cli.progress import SearchLine, _duration, live_status
+from tests.cli_helpers import run
 
 TARGETS = textwrap.dedent(
     """
@@ -27,20 +28,6 @@ TARGETS = textwrap.dedent(
         return nnx.Linear(4, 6, rngs=rngs)
     """
 )
-
-
-@pytest.fixture
-def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "issue17_targets.py").write_text(TARGETS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "issue17_targets", raising=False)
-    return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 STEP = ["step", "issue17_targets:linear", "--mesh", "data=8", "--batch", "float32[8,4]"]
@@ -56,6 +43,9 @@ class Clock:
 
     def __call__(self) -> float:
         return self.now
+
+
+TARGET_MODULES = {"issue17_targets": TARGETS}
 
 
 @pytest.mark.parametrize(
