@@ -50,7 +50,7 @@ class _FailingPool(concurrent.futures.Executor):
     def __init__(self, make: Callable[[], BaseException]) -> None:
         self.make = make
 
-    def submit(  # type: ignore[override]
+    def submit(
         self, fn: Callable[..., Any], /, *args: Any, **kwargs: Any
     ) -> concurrent.futures.Future[Any]:
         future: concurrent.futures.Future[Any] = concurrent.futures.Future()
