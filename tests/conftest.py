@@ -3,6 +3,8 @@
 Devices are configured in the repository's root ``conftest.py``, before JAX starts.
 """
 
+import sys
+from pathlib import Path
 from typing import Any
 
 import jax
@@ -88,3 +90,21 @@ def assert_readonly() -> Any:
         return result
 
     return check
+
+
+@pytest.fixture
+def targets_dir(
+    request: pytest.FixtureRequest, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> Path:
+    """The working directory, holding the test module's ``TARGET_MODULES``.
+
+    ``TARGET_MODULES`` maps a module name to its source; each is written as
+    ``<name>.py`` and forgotten by ``sys.modules``, so a target spec such as
+    ``"<name>:factory"`` imports this test's copy.
+    """
+    modules: dict[str, str] = request.module.TARGET_MODULES
+    for name, source in modules.items():
+        (tmp_path / f"{name}.py").write_text(source)
+        monkeypatch.delitem(sys.modules, name, raising=False)
+    monkeypatch.chdir(tmp_path)
+    return tmp_path

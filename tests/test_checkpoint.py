@@ -1,12 +1,9 @@
 """checkpoint_report, check_checkpoint and verify_restore on real orbax checkpoints."""
 
 import dataclasses
-import doctest
-import io
 import json
 import os
 import pathlib
-import re
 from collections.abc import Callable, Iterator
 from typing import Any
 
@@ -292,23 +289,6 @@ def test_diff_of_two_checkpoints_across_layouts(tmp_path: pathlib.Path) -> None:
     assert not diff_checkpoints(a, c, values=False).values_compared
     diff = diff_checkpoints(a, c)
     assert problems(diff) == [("l1/kernel", "value"), ("l2/kernel", "value")]
-
-
-def test_howto_page_doctests() -> None:
-    """The how-to's doctest blocks run here too, not only in the Sphinx build."""
-    page = pathlib.Path(__file__).parents[1] / "docs/howto/verify-a-checkpoint.md"
-    blocks = re.findall(r"```\{doctest\}\n(.*?)```", page.read_text(), flags=re.S)
-    assert len(blocks) >= 6
-    test = doctest.DocTestParser().get_doctest(
-        "".join(blocks), {}, page.name, str(page), 0
-    )
-    runner = doctest.DocTestRunner(
-        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    )
-    out = io.StringIO()
-    result = runner.run(test, out=out.write)
-    assert result.failed == 0, out.getvalue()
-    assert result.attempted >= 20
 
 
 def test_metadata_inventory_reads_shapes_only() -> None:

@@ -13,6 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnx_introspect import cli
+from tests.cli_helpers import run
 
 TARGETS = textwrap.dedent(
     """
@@ -63,23 +64,11 @@ USER_EXIT_MODULES = {
 }
 
 
-@pytest.fixture
-def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "cli_targets_mod.py").write_text(TARGETS)
-    (tmp_path / "cli_broken_mod.py").write_text("import does_not_exist_xyz\n")
-    for name, source in USER_EXIT_MODULES.items():
-        (tmp_path / f"{name}.py").write_text(source)
-        monkeypatch.delitem(sys.modules, name, raising=False)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "cli_targets_mod", raising=False)
-    monkeypatch.delitem(sys.modules, "cli_broken_mod", raising=False)
-    return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
+TARGET_MODULES = {
+    "cli_targets_mod": TARGETS,
+    "cli_broken_mod": "import does_not_exist_xyz\n",
+    **USER_EXIT_MODULES,
+}
 
 
 def test_default_target_is_the_7b_example(capsys: pytest.CaptureFixture[str]) -> None:
@@ -437,6 +426,13 @@ def test_lazy_names_match_the_type_checking_imports_and_all() -> None:
                 imports[alias.name] = str(node.module)
     assert imports == nnx_introspect._LAZY
     assert sorted(imports) == nnx_introspect.__all__
+    # the block is the one listing: no name is written again as a string
+    strings = {
+        node.value
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant) and isinstance(node.value, str)
+    }
+    assert not strings & set(imports)
     assert set(nnx_introspect.__all__) <= set(dir(nnx_introspect))
     with pytest.raises(AttributeError, match="has no attribute 'count_parms'"):
         nnx_introspect.count_parms  # type: ignore[attr-defined]  # noqa: B018
@@ -458,7 +454,7 @@ SIZES = ["16GiB", "1.5 kB", "4096", " 7 b ", "0", "1e3", "2E2MiB", "0.5KiB", "0.
 
 def _cli_bytes(text: str) -> int | None:
     try:
-        return cli._bytes_arg(text)
+        return cli.bytes_arg(text)
     except argparse.ArgumentTypeError:
         return None
 
@@ -498,7 +494,7 @@ def test_mesh_syntax_check_rejects_only_what_the_library_rejects(text: str) -> N
     except (TypeError, ValueError):
         library_ok = False
     try:
-        cli._mesh_arg(text)
+        cli.mesh_arg(text)
         cli_ok = True
     except argparse.ArgumentTypeError:
         cli_ok = False

@@ -13,8 +13,8 @@ import nnx_introspect._search.batch as batch_module
 import nnx_introspect._search.meshes as meshes_module
 import nnx_introspect._step as step_module
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect.cli import main
-from nnx_introspect.cli.errors import FLAGS, _describe, _usage_error
+from nnx_introspect.cli.errors import FLAGS, describe, usage_error
+from tests.cli_helpers import run
 
 GIVEN = argparse.Namespace(rules="rules.json", topology="v5e-4")
 """A ``step`` whose every optional flag was given."""
@@ -25,22 +25,16 @@ BARE = argparse.Namespace(rules=None, topology=None)
 STEP = ["step", "nnx_introspect.examples:two_layer", "--batch", "float32[8,3]"]
 
 
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 @pytest.mark.parametrize(("argument", "flag"), FLAGS.items())
 def test_every_argument_of_the_table_names_its_flag(argument: str, flag: str) -> None:
     message = f"`{argument}` must be something else, got  3.\n Pass 4."
-    error = _usage_error(ArgumentError(argument, message), GIVEN)
+    error = usage_error(ArgumentError(argument, message), GIVEN)
     assert (
         str(error)
         == f"argument {flag}: `{argument}` must be something else, got 3. Pass 4."
     )
     # an item of the argument (`batch[1]`, `mesh['data']`) names the same flag
-    indexed = _usage_error(ArgumentError(f"{argument}[1]", "`x[1]` is bad."), GIVEN)
+    indexed = usage_error(ArgumentError(f"{argument}[1]", "`x[1]` is bad."), GIVEN)
     assert str(indexed) == f"argument {flag}: `x[1]` is bad."
 
 
@@ -55,12 +49,12 @@ def test_the_table_names_flags_only() -> None:
 
 def test_the_message_is_never_read_for_a_flag() -> None:
     # a plain ValueError naming an argument in backticks names no flag
-    error = _usage_error(ValueError("`batch` is wrong"), GIVEN)
+    error = usage_error(ValueError("`batch` is wrong"), GIVEN)
     assert str(error) == "ValueError: `batch` is wrong"
     # an argument the table does not hold keeps the library's ValueError
-    error = _usage_error(ArgumentError("lo", "`lo` (8) must be at most `hi`."), GIVEN)
+    error = usage_error(ArgumentError("lo", "`lo` (8) must be at most `hi`."), GIVEN)
     assert str(error) == "ValueError: `lo` (8) must be at most `hi`."
-    error = _usage_error(TypeError("`loss` must be callable"), GIVEN)
+    error = usage_error(TypeError("`loss` must be callable"), GIVEN)
     assert str(error) == "TypeError: `loss` must be callable"
 
 
@@ -68,30 +62,30 @@ def test_rules_name_the_flag_only_when_it_was_given() -> None:
     for argument in ("rules", "logical_rules"):
         error = ArgumentError(argument, f"`{argument}[0]` is bad.")
         assert (
-            str(_usage_error(error, GIVEN))
+            str(usage_error(error, GIVEN))
             == f"argument --rules: `{argument}[0]` is bad."
         )
-        assert str(_usage_error(error, BARE)) == f"ValueError: `{argument}[0]` is bad."
+        assert str(usage_error(error, BARE)) == f"ValueError: `{argument}[0]` is bad."
 
 
 def test_a_missing_compiler_names_the_topology() -> None:
     own = ImportError("`topology='v5e-4'` compiles with XLA:TPU, which needs libtpu.")
-    assert str(_usage_error(own, GIVEN)) == (
+    assert str(usage_error(own, GIVEN)) == (
         "argument --topology: `topology='v5e-4'` compiles with XLA:TPU, which needs "
         "libtpu."
     )
     missing = ModuleNotFoundError("No module named 'jax_plugins'")
-    assert str(_usage_error(missing, GIVEN)) == (
+    assert str(usage_error(missing, GIVEN)) == (
         "argument --topology: ModuleNotFoundError: No module named 'jax_plugins'"
     )
-    assert str(_usage_error(missing, BARE)) == (
+    assert str(usage_error(missing, BARE)) == (
         "ModuleNotFoundError: No module named 'jax_plugins'"
     )
 
 
 def test_an_argument_error_reads_as_the_value_error_it_is() -> None:
-    assert _describe(ArgumentError("x", "`x` is bad.")) == "ValueError: `x` is bad."
-    assert _describe(KeyError("k")) == "KeyError: 'k'"
+    assert describe(ArgumentError("x", "`x` is bad.")) == "ValueError: `x` is bad."
+    assert describe(KeyError("k")) == "KeyError: 'k'"
 
 
 def _raises(error: BaseException) -> object:

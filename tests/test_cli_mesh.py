@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from nnx_introspect import cli
+from tests.cli_helpers import run
 
 TARGETS = textwrap.dedent(
     """
@@ -24,18 +24,7 @@ TARGETS = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "mesh_targets_mod.py").write_text(TARGETS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "mesh_targets_mod", raising=False)
-    return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = cli.main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
+TARGET_MODULES = {"mesh_targets_mod": TARGETS}
 
 
 def test_json_plan_exit_0(

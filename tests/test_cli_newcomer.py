@@ -23,20 +23,15 @@ from nnx_introspect._step.inputs import as_network
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli import main
 from nnx_introspect.cli.checks import _cpu_devices
-from nnx_introspect.cli.errors import SPELLINGS, _usage_error, in_flags
+from nnx_introspect.cli.errors import SPELLINGS, in_flags, usage_error
 from nnx_introspect.cli.preflight import check_axes_named
 from nnx_introspect.cli.rates import rate_bytes
+from tests.cli_helpers import run
 
 SMALL = "nnx_introspect.examples:two_layer"
 STEP = ["step", SMALL, "--batch", "float32[8,3]"]
 SHY = "tests.platform_models:cpu_shy_mlp"  # names fsdp and tp
 SHY_STEP = ["step", SHY, "--batch", "float32[8,256]"]
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- before JAX: each in a fresh process that never imports it -------------------
@@ -223,7 +218,7 @@ def test_python_spellings_become_flags(case: str) -> None:
     args = argparse.Namespace(rules=None, topology="v5e-4")
     argument = "network_bytes_per_second" if "network" in case else "meshes"
     flag = "--network-bandwidth" if "network" in case else "--mesh"
-    error = _usage_error(ArgumentError(argument, python), args)
+    error = usage_error(ArgumentError(argument, python), args)
     assert str(error) == f"argument {flag}: {cli}"
 
 

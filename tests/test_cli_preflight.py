@@ -19,20 +19,14 @@ import pytest
 from rich.console import Console
 
 from nnx_introspect._render.table import Table, to_rich
-from nnx_introspect.cli import main
 from nnx_introspect.cli.errors import UsageError
 from nnx_introspect.cli.preflight import LOSS_NOTE, complete_meshes, loss_note
-from nnx_introspect.cli.progress import _ClockLine, _status
+from nnx_introspect.cli.progress import ClockLine, live_status
+from tests.cli_helpers import run
 from tests.test_meshes_label_utilisation import GIB, compare, estimate, row
 
 SHARDED = "nnx_introspect.examples:llama_tiny_sharded"  # names fsdp and tp
 TWO_LAYER = "nnx_introspect.examples:two_layer"  # names no axis
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 # --- item 12: a misspelt subcommand -------------------------------------------
@@ -235,8 +229,8 @@ def test_a_table_without_optional_columns_still_falls_back_to_blocks() -> None:
 def test_the_progress_line_stays_within_the_width() -> None:
     buffer = io.StringIO()
     console = Console(file=buffer, width=60, force_terminal=True, color_system=None)
-    line = _ClockLine("Searching the fastest configuration of " + "m" * 80)
-    with _status(line, console=console) as redraw:
+    line = ClockLine("Searching the fastest configuration of " + "m" * 80)
+    with live_status(line, console=console) as redraw:
         redraw()
     drawn = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", buffer.getvalue())
     shown = [s for s in re.split(r"[\r\n]", drawn) if s.strip()]

@@ -1075,25 +1075,6 @@ def test_load_rules_file(tmp_path: Path) -> None:
         load_rules_file(bad)
 
 
-def test_howto_page_doctests() -> None:
-    """Run the ``{doctest}`` blocks of the how-to, as Sphinx's doctest builder does."""
-    import doctest
-
-    page = Path(__file__).parent.parent / "docs" / "howto" / "plan-a-mesh.md"
-    blocks = re.findall(r"```\{doctest\}\n(.*?)```", page.read_text(), flags=re.S)
-    globs = {"jax": jax, "jnp": jnp, "nnx": nnx, "ni": __import__("nnx_introspect")}
-    test = doctest.DocTestParser().get_doctest(
-        "\n".join(blocks), globs, "plan-a-mesh", str(page), 0
-    )
-    runner = doctest.DocTestRunner(
-        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    )
-    output: list[str] = []
-    runner.run(test, out=output.append)
-    assert runner.tries > 20
-    assert runner.failures == 0, "".join(output)
-
-
 # --- issue 13/14: sizes of every mesh form, the budget on the report, repr ------
 
 

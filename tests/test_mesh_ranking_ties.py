@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 from nnx_introspect._render.table import Table
 from nnx_introspect._search.meshes import MeshCandidate, MeshComparison, compare_meshes
-from nnx_introspect._search.meshes.report import _sort_key
+from nnx_introspect._search.meshes.report import sort_key
 
 GIB = 2**30
 BUDGET = 60 * GIB
@@ -52,7 +52,7 @@ def row(
 
 def compare(*rows: MeshCandidate, budget: int | None = BUDGET) -> MeshComparison:
     """The rows ranked as ``compare_meshes`` ranks them."""
-    ordered = sorted(enumerate(rows), key=lambda item: _sort_key(*item))
+    ordered = sorted(enumerate(rows), key=lambda item: sort_key(*item))
     return MeshComparison(
         target="m:f",
         candidates=tuple(r for _, r in ordered),

@@ -6,12 +6,12 @@ import pytest
 from rich.console import Console
 
 from nnx_introspect._search.fit import FitRow
-from nnx_introspect.cli.progress import _ClockLine, _status
+from nnx_introspect.cli.progress import ClockLine, live_status
 
 
 def test_the_line_counts_time_and_fit_compiles() -> None:
     now = [100.0]
-    line = _ClockLine("Compiling the step...", clock=lambda: now[0])
+    line = ClockLine("Compiling the step...", clock=lambda: now[0])
     assert line.text() == "Compiling the step... (0s)"
     now[0] = 165.0
     assert line.text() == "Compiling the step... (1m 05s)"
@@ -26,10 +26,10 @@ def test_the_line_counts_time_and_fit_compiles() -> None:
 def test_it_is_drawn_on_a_terminal_only(capsys: pytest.CaptureFixture[str]) -> None:
     out = io.StringIO()
     console = Console(file=out, force_terminal=True, width=80)
-    with _status(_ClockLine("Working..."), console=console):
+    with live_status(ClockLine("Working..."), console=console):
         pass
     assert "Working..." in out.getvalue()
     capsys.readouterr()
-    with _status(_ClockLine("Working...")) as redraw:  # captured stderr: no tty
+    with live_status(ClockLine("Working...")) as redraw:  # captured stderr: no tty
         redraw()
     assert capsys.readouterr().err == ""

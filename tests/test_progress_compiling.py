@@ -3,7 +3,7 @@
 "0 of 9 meshes compiled (47s)" said nothing for a whole first compile: the
 line now names the meshes compiling and, once one finished, how long is left
 (the mean compile time over the parallel jobs). The line is tested on a fake
-clock; the collecting side (``_Run``'s ``compiling`` callback) on a thread
+clock; the collecting side (``Run``'s ``compiling`` callback) on a thread
 pool whose compiles wait for the test's word.
 """
 
@@ -15,8 +15,8 @@ import pytest
 
 from nnx_introspect._search.meshes import MeshAxes, MeshCandidate
 from nnx_introspect._search.meshes import run as run_module
-from nnx_introspect._search.meshes.run import _Run
-from nnx_introspect.cli.progress import _CompareLine, _left
+from nnx_introspect._search.meshes.run import Run
+from nnx_introspect.cli.progress import CompareLine, _left
 
 
 class Clock:
@@ -29,7 +29,7 @@ class Clock:
 
 def test_the_line_names_the_meshes_compiling_before_any_finished() -> None:
     clock = Clock()
-    line = _CompareLine("Comparing 9 meshes...", clock)
+    line = CompareLine("Comparing 9 meshes...", clock)
     line.progress(0, 9, None)
     line.compiling(("fsdp=8", "fsdp=4,tp=2"), ())
     clock.now += 47
@@ -41,7 +41,7 @@ def test_the_line_names_the_meshes_compiling_before_any_finished() -> None:
 
 def test_the_time_left_is_the_mean_compile_over_the_jobs() -> None:
     clock = Clock()
-    line = _CompareLine("Comparing 9 meshes...", clock)
+    line = CompareLine("Comparing 9 meshes...", clock)
     line.progress(0, 9, None)
     line.compiling(("fsdp=8", "fsdp=4,tp=2"), ())
     clock.now += 60
@@ -65,7 +65,7 @@ def test_the_time_left_is_the_mean_compile_over_the_jobs() -> None:
 
 def test_finished_out_of_order_counts_as_compiled() -> None:
     clock = Clock()
-    line = _CompareLine("Comparing 3 meshes...", clock)
+    line = CompareLine("Comparing 3 meshes...", clock)
     line.progress(0, 3, None)
     line.compiling(("a=8", "b=8", "c=8"), ())
     clock.now += 10
@@ -74,7 +74,7 @@ def test_finished_out_of_order_counts_as_compiled() -> None:
 
 
 def test_many_meshes_compiling_are_counted_past_three() -> None:
-    line = _CompareLine("Comparing...", Clock())
+    line = CompareLine("Comparing...", Clock())
     line.progress(0, 16, None)
     line.compiling(tuple(f"data={n}" for n in (1, 2, 4, 8, 16)), ())
     assert line.text() == (
@@ -118,7 +118,7 @@ def test_the_run_tells_which_meshes_compile_now(monkeypatch: Any) -> None:
     ]
     spec: Any = None
     with concurrent.futures.ThreadPoolExecutor(max_workers=2) as pool:
-        rows = _Run(
+        rows = Run(
             pool, None, None, lambda d, t, r: progress.append((d, t)), None, compiling
         ).all(spec, to_compile)
     assert heard[0] == (("a=8", "b=8"), 0)  # two workers: the first two
@@ -143,7 +143,7 @@ def test_a_timeout_still_holds_with_the_callback(monkeypatch: Any) -> None:
     spec: Any = None
     pool = concurrent.futures.ThreadPoolExecutor(max_workers=1)
     try:
-        rows = _Run(pool, None, 0.2, None, None, lambda n, s: heard.append(n)).all(
+        rows = Run(pool, None, 0.2, None, None, lambda n, s: heard.append(n)).all(
             spec, to_compile
         )
     finally:
@@ -157,5 +157,5 @@ def test_no_callback_no_change(monkeypatch: Any) -> None:
     monkeypatch.setattr(run_module, "_measure_on", lambda spec, mesh: "no")
     spec: Any = None
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
-        rows = _Run(pool, None, None, None, None).all(spec, [(0, (("a", 1),), 0)])
+        rows = Run(pool, None, None, None, None).all(spec, [(0, (("a", 1),), 0)])
     assert rows[0].outcome == "failed"

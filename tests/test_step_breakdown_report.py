@@ -27,7 +27,7 @@ from nnx_introspect import Breakdown, max_batch, step_memory_report
 from nnx_introspect._step import compile as compile_module
 from nnx_introspect._step import libtpu_version
 from nnx_introspect._step.compile import _lower
-from nnx_introspect._step.inputs import _Request
+from nnx_introspect._step.inputs import Request
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.dump import DumpFormatError
 from nnx_introspect._xla.toolchain import cuda_plugin_version
@@ -121,7 +121,7 @@ def test_cpu_peak_is_xlas_own(llama: Any) -> None:
 
     model = as_model(TARGET)
     tx, _ = as_optimizer("adamw")
-    request = _Request(
+    request = Request(
         model=model,
         target_name=TARGET,
         mesh_axes=(("fsdp", 2), ("tp", 4)),

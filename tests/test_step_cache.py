@@ -19,7 +19,7 @@ from nnx_introspect import compare_meshes, max_batch, step_memory_report
 from nnx_introspect._xla import cache as cache_module
 from nnx_introspect._xla.cache import load_result, store_result
 from nnx_introspect._xla.readings import XlaReadings
-from nnx_introspect.cli.parser import _build_parser as build_parser
+from nnx_introspect.cli.parser import build_parser as build_parser
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
 

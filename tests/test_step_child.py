@@ -137,7 +137,7 @@ def test_child_type_errors_stay_type_errors(monkeypatch: pytest.MonkeyPatch) -> 
     completed = subprocess.CompletedProcess([], 0, out[0], "")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: completed)
     with pytest.raises(TypeError, match="`loss` returned a tuple"):
-        child._run_child({"topology": None}, 2)
+        child.run_child({"topology": None}, 2)
 
 
 class _Stdin:

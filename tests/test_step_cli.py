@@ -11,7 +11,8 @@ import jax.numpy as jnp
 import pytest
 
 from nnx_introspect._step import parse_batch, step_memory_report
-from nnx_introspect.cli import _batch_arg, main
+from nnx_introspect.cli import batch_arg, main
+from tests.cli_helpers import run
 
 TARGETS = textwrap.dedent(
     """
@@ -36,20 +37,6 @@ TARGETS = textwrap.dedent(
 )
 
 
-@pytest.fixture
-def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "step_cli_targets.py").write_text(TARGETS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "step_cli_targets", raising=False)
-    return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
-
-
 BASE = [
     "step",
     "step_cli_targets:linear",
@@ -58,6 +45,9 @@ BASE = [
     "--batch",
     "float32[8,4]",
 ]
+
+
+TARGET_MODULES = {"step_cli_targets": TARGETS}
 
 
 def test_json_report_exit_0(
@@ -247,9 +237,9 @@ def test_bad_target_exits_2(
 
 
 def test_parse_batch() -> None:
-    leaf = parse_batch(*_batch_arg("bfloat16[2, 3]"))
+    leaf = parse_batch(*batch_arg("bfloat16[2, 3]"))
     assert leaf.shape == (2, 3) and leaf.dtype == jnp.bfloat16
-    assert parse_batch(*_batch_arg("int32[]")).shape == ()
+    assert parse_batch(*batch_arg("int32[]")).shape == ()
     with pytest.raises(ValueError, match="'int33' is not a dtype"):
         parse_batch("int33", (8,))
 

@@ -31,8 +31,8 @@ from nnx_introspect._search.meshes import (
 )
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli.errors import UsageError
-from nnx_introspect.cli.meshes import _CompareLine, jobs_arg, run_compare
-from nnx_introspect.cli.parser import _build_parser
+from nnx_introspect.cli.meshes import CompareLine, jobs_arg, run_compare
+from nnx_introspect.cli.parser import build_parser
 
 # up: (256, 2048) over (fsdp, tp); down: (2048, 256) over (tp, fsdp); no biases.
 TARGET = "tests.platform_models:cpu_shy_mlp"
@@ -95,14 +95,14 @@ def test_fitting_meshes_come_first_lowest_peak_first(pooled: MeshComparison) -> 
 def test_rows_sort_by_estimated_seconds_when_they_have_one(
     pooled: MeshComparison,
 ) -> None:
-    from nnx_introspect._search.meshes import _sort_key
+    from nnx_introspect._search.meshes import sort_key
 
     rows = list(pooled.candidates)
     timed = [
         MeshCandidate(r.mesh, r.outcome, None, r.report, r.plan_bytes, (s, s + 1))
         for r, s in zip(rows, (3.0, 1.0, 2.0), strict=True)
     ]
-    ordered = sorted(enumerate(timed), key=lambda item: _sort_key(*item))
+    ordered = sorted(enumerate(timed), key=lambda item: sort_key(*item))
     assert [r.estimated_seconds for _, r in ordered] == [(1, 2), (2, 3), (3, 4)]
     timed_comparison = MeshComparison(
         **{**pooled.__dict__, "candidates": tuple(r for _, r in ordered)}
@@ -492,7 +492,7 @@ def test_jobs_must_be_a_positive_integer(
 def step_args(*extra: str) -> argparse.Namespace:
     """The ``step`` subcommand's arguments, as its parser gives them."""
     argv = ["step", SMALL, "--mesh", "data=8", "--batch", "float32[8,3]", *extra]
-    return _build_parser().parse_args(argv)
+    return build_parser().parse_args(argv)
 
 
 def test_cli_writes_the_comparison_and_exits_0(
@@ -539,7 +539,7 @@ def test_cli_bad_input_is_a_usage_error(
 
 def test_cli_progress_line() -> None:
     now = [100.0]
-    line = _CompareLine("Comparing 2 meshes...", clock=lambda: now[0])
+    line = CompareLine("Comparing 2 meshes...", clock=lambda: now[0])
     assert line.text() == "Comparing 2 meshes..."
     line.progress(0, 2, None)
     now[0] += 72

@@ -8,7 +8,6 @@ or from arithmetic on the shapes, never from the code under test.
 
 import re
 import warnings
-from pathlib import Path
 from typing import Any
 
 import jax
@@ -24,7 +23,7 @@ from jax.sharding import PartitionSpec as P
 import nnx_introspect.examples as ex
 from nnx_introspect import _step
 from nnx_introspect._step import step_memory_report
-from nnx_introspect._step.compile import _compile
+from nnx_introspect._step.compile import compile_request
 from nnx_introspect._xla.readings import XlaReadings
 
 
@@ -382,17 +381,17 @@ def _llama_forward_compiled(mesh: Mesh, tokens: jax.ShapeDtypeStruct) -> Any:
 
 
 class Spy:
-    """Keeps the readings ``_compile`` returns."""
+    """Keeps the readings ``compile_request`` returns."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
         self.numbers: list[XlaReadings] = []
 
         def spy(*args: Any, **kwargs: Any) -> XlaReadings:
-            numbers = _compile(*args, **kwargs)
+            numbers = compile_request(*args, **kwargs)
             self.numbers.append(numbers)
             return numbers
 
-        monkeypatch.setattr("nnx_introspect._step.measure._compile", spy)
+        monkeypatch.setattr("nnx_introspect._step.measure.compile_request", spy)
 
 
 def test_an_explicit_mesh_compiles_with_auto_axes_when_the_model_needs_them(
@@ -581,21 +580,3 @@ def test_the_none_and_mask_recipe_in_a_child() -> None:
 
 
 # --- the docs page --------------------------------------------------------------------
-
-
-def test_howto_page_doctests() -> None:
-    """Run the ``{doctest}`` blocks of the step-memory how-to."""
-    import doctest
-
-    page = Path(__file__).parent.parent / "docs" / "howto" / "step-memory.md"
-    blocks = re.findall(r"```\{doctest\}\n(.*?)```", page.read_text(), flags=re.S)
-    globs = {"jax": jax, "jnp": jnp, "nnx": nnx, "ni": __import__("nnx_introspect")}
-    test = doctest.DocTestParser().get_doctest(
-        "\n".join(blocks), globs, "step-memory", str(page), 0
-    )
-    runner = doctest.DocTestRunner(
-        optionflags=doctest.ELLIPSIS | doctest.NORMALIZE_WHITESPACE
-    )
-    output: list[str] = []
-    runner.run(test, out=output.append)
-    assert runner.failures == 0, "".join(output)

@@ -94,5 +94,5 @@ def test_a_child_argument_error_stays_one(monkeypatch: pytest.MonkeyPatch) -> No
     completed = subprocess.CompletedProcess([], 0, line + "\n", "")
     monkeypatch.setattr(subprocess, "run", lambda *a, **k: completed)
     with pytest.raises(ArgumentError, match="`batch` is bad") as info:
-        child._run_child({"topology": None}, 2)
+        child.run_child({"topology": None}, 2)
     assert info.value.argument == "batch"

@@ -22,6 +22,8 @@ import sys
 from collections.abc import Callable
 from typing import Any
 
+from nnx_introspect._text import error_line
+
 __all__ = [
     "DEFAULT_TARGET",
     "TargetError",
@@ -35,19 +37,6 @@ DEFAULT_TARGET = "nnx_introspect.examples:llama_7b"
 
 class TargetError(Exception):
     """A target that cannot be resolved or built; the message is one line."""
-
-
-def error_line(error: BaseException) -> str:
-    name = type(error).__name__
-    try:
-        if isinstance(error, SystemExit):  # `sys.exit("message")` or a code
-            text = f"{name}({error.code!r})"
-        else:
-            text = " ".join(str(error).split())
-            text = f"{name}: {text}" if text else name
-    except Exception:  # a user exception whose __str__ or __repr__ fails
-        text = f"{name}: <unprintable>"
-    return text if len(text) <= 300 else text[:297] + "..."
 
 
 def _not_interrupt(error: BaseException) -> None:

@@ -17,7 +17,7 @@ import os
 from collections.abc import Mapping
 
 from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._text import format_bytes
 
 __all__ = [
     "MAX_ADVISED_FRACTION",

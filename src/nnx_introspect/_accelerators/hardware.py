@@ -35,8 +35,8 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators.topology import (
-    _FAMILY_BY_SPELLING,
-    _TOPOLOGY_RE,
+    FAMILY_BY_SPELLING,
+    TOPOLOGY_RE,
     resolve_topology,
 )
 from nnx_introspect._typing import ArgumentError, short_repr, typechecked
@@ -446,10 +446,10 @@ class Hardware:
 
 def _family(topology: str) -> str:
     """The family of a name :func:`resolve_topology` accepted."""
-    match = _TOPOLOGY_RE.fullmatch(topology.strip().lower())
+    match = TOPOLOGY_RE.fullmatch(topology.strip().lower())
     if match is None:  # pragma: no cover - resolve_topology refused it first
         raise AssertionError(topology)
-    return _FAMILY_BY_SPELLING[match.group(1)].name
+    return FAMILY_BY_SPELLING[match.group(1)].name
 
 
 def _torus(

@@ -18,7 +18,9 @@ from typing import Any
 from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
+    "FAMILY_BY_SPELLING",
     "GPU_FAMILIES",
+    "TOPOLOGY_RE",
     "TPU_FAMILIES",
     "Topology",
     "parse_topology",
@@ -361,14 +363,14 @@ _FAMILIES: tuple[_Family, ...] = (
     _Family("b200", (), "cuda", "", "", 191_514_411_008, _gpu_hosts, _B200),
 )
 
-_FAMILY_BY_SPELLING = {
+FAMILY_BY_SPELLING = {
     spelling: family
     for family in _FAMILIES
     for spelling in (family.name, *family.aliases)
 }
 
-_TOPOLOGY_RE = re.compile(
-    f"({'|'.join(re.escape(s) for s in _FAMILY_BY_SPELLING)})-([0-9]+)"
+TOPOLOGY_RE = re.compile(
+    f"({'|'.join(re.escape(s) for s in FAMILY_BY_SPELLING)})-([0-9]+)"
 )
 
 TPU_FAMILIES = tuple(f.name for f in _FAMILIES if f.platform == "tpu")
@@ -413,7 +415,7 @@ def parse_topology(topology: str, /) -> tuple[str, int]:
 
 
 def resolve_topology(topology: str) -> Topology:
-    match = _TOPOLOGY_RE.fullmatch(topology.strip().lower())
+    match = TOPOLOGY_RE.fullmatch(topology.strip().lower())
     examples = "'v5e-4', 'v5e-256', 'v6e-8', 'v5p-8' (4 chips) or 'v4-16' (8 chips)"
     if match is None:
         shown = topology if len(topology) <= 60 else topology[:57] + "..."
@@ -424,7 +426,7 @@ def resolve_topology(topology: str) -> Topology:
             f"families {list(GPU_FAMILIES)} such as 'h100-8' or 'a100-64', got "
             f"{shown!r}.",
         )
-    family = _FAMILY_BY_SPELLING[match.group(1)]
+    family = FAMILY_BY_SPELLING[match.group(1)]
     digits = match.group(2).lstrip("0") or "0"
     if len(digits) > _MAX_COUNT_DIGITS:
         raise ArgumentError(

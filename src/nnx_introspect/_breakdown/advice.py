@@ -8,8 +8,8 @@ from nnx_introspect._breakdown.report import (
     Breakdown,
     BreakdownRow,
     Group,
-    _buffers,
-    _percent,
+    buffer_count,
+    percent_text,
 )
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._render.table import format_bytes
@@ -107,7 +107,7 @@ mesh, and names the fastest configuration that fits.
     if held and abs(gap) >= _SHARE * held:
         if gap > 0:
             facts.append(
-                f"the device holds {format_bytes(gap)} ({_percent(gap, held)} of"
+                f"the device holds {format_bytes(gap)} ({percent_text(gap, held)} of"
                 f" {format_bytes(held)}) beyond the buffers live at the peak."
             )
         else:
@@ -132,8 +132,8 @@ def _kind_facts(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str
             facts.append(_activations(breakdown, group))
             continue
         text = (
-            f"{group.label} is {_percent(group.nbytes, peak)} of the peak"
-            f" ({format_bytes(group.nbytes)} in {_buffers(group.count)})"
+            f"{group.label} is {percent_text(group.nbytes, peak)} of the peak"
+            f" ({format_bytes(group.nbytes)} in {buffer_count(group.count)})"
             f"{_replicated(breakdown, group.label, plan)}"
         )
         if group.label == "collective buffer":
@@ -145,7 +145,7 @@ def _kind_facts(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str
             "the largest collective buffer is "
             + _largest_collective(collectives)
             + f"; {len(collectives)} collective buffers hold {format_bytes(total)},"
-            f" {_percent(total, peak)} of the peak."
+            f" {percent_text(total, peak)} of the peak."
         )
     largest = max(breakdown.rows, key=lambda r: r.nbytes, default=None)
     if (
@@ -154,7 +154,7 @@ def _kind_facts(breakdown: Breakdown, plan: MeshConfigReport | None) -> list[str
         and stated.get(largest.kind) != 1  # "temporary is 55% (in 1 buffer)"
     ):
         facts.append(
-            f"one buffer is {_percent(largest.nbytes, peak)} of the peak:"
+            f"one buffer is {percent_text(largest.nbytes, peak)} of the peak:"
             f" {largest.label}, {largest.type_str}"
             f" ({format_bytes(largest.nbytes)})."
         )
@@ -238,7 +238,7 @@ def _layouts(breakdown: Breakdown) -> list[str]:
             f"{listed} ({kind}){where} are {_tensors(count)} in two layouts (one"
             " a copy, bitcast or transpose of the other, both live at the peak):"
             f" {len(members)} buffers, {format_bytes(total)},"
-            f" {_percent(total, peak)} of the peak."
+            f" {percent_text(total, peak)} of the peak."
         )
     return facts
 
@@ -444,7 +444,9 @@ def _replicated(breakdown: Breakdown, kind: str, plan: MeshConfigReport | None) 
             continue
         over = sum(n for n, spec in rows if str(axis) not in _spec_axes(spec))
         if 2 * over > total:
-            clauses.append(f"{_percent(over, total)} of it replicated over `{axis}`")
+            clauses.append(
+                f"{percent_text(over, total)} of it replicated over `{axis}`"
+            )
     return (", " + ", ".join(clauses)) if clauses else ""
 
 
@@ -461,8 +463,8 @@ def _activations(breakdown: Breakdown, group: Group) -> str:
     peak = breakdown.live_peak_bytes
     kept = [r for r in breakdown.rows if r.kind == "activation kept for backward"]
     text = (
-        f"activations kept for the backward pass: {_percent(group.nbytes, peak)} of"
-        f" the peak ({format_bytes(group.nbytes)} in {_buffers(group.count)})"
+        f"activations kept for the backward pass: {percent_text(group.nbytes, peak)} of"
+        f" the peak ({format_bytes(group.nbytes)} in {buffer_count(group.count)})"
     )
     by_function: dict[tuple[str, str], list[BreakdownRow]] = {}
     for row in kept:
@@ -489,12 +491,12 @@ def _activations(breakdown: Breakdown, group: Group) -> str:
         by_type.items(), key=lambda item: sum(r.nbytes for r in item[1])
     )
     largest = (
-        f"; the most from line {line}: {_buffers(len(most))} of {kind}"
+        f"; the most from line {line}: {buffer_count(len(most))} of {kind}"
         f" ({format_bytes(sum(r.nbytes for r in most))})"
         if len(lines) > 1
         else ""
     )
     return (
-        f"{text}, {_percent(sum(r.nbytes for r in rows), group.nbytes)} of it from"
+        f"{text}, {percent_text(sum(r.nbytes for r in rows), group.nbytes)} of it from"
         f" `{function}` {span} of {os.path.basename(file)}{repeat}{largest}."
     )

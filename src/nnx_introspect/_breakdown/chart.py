@@ -13,6 +13,7 @@ from collections.abc import Sequence
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._breakdown.rows import KINDS
 from nnx_introspect._render import svg
+from nnx_introspect._render.formats import whole_percent
 from nnx_introspect._render.table import format_bytes, table_html
 
 __all__ = [
@@ -273,7 +274,10 @@ def kinds_bar_svg(
             left,
             legend_top,
             [
-                (colour, f"{kind}: {format_bytes(nbytes)} ({_percent(nbytes, peak)}%)")
+                (
+                    colour,
+                    f"{kind}: {format_bytes(nbytes)} ({whole_percent(nbytes, peak)}%)",
+                )
                 for (kind, nbytes), colour in zip(kinds, colours, strict=True)
             ],
         )
@@ -287,11 +291,6 @@ def kinds_bar_svg(
         + ("" if budget is None else ", against the budget (dashed)")
         + ".",
     )
-
-
-def _percent(part: int, whole: int) -> int:
-    """``part`` as a whole percent of ``whole``, halves rounded up."""
-    return (200 * part + whole) // (2 * whole)
 
 
 def advice_html(facts: Sequence[str]) -> str:

@@ -49,6 +49,7 @@ from nnx_introspect._breakdown.rows import (
     row_json,
     where,
 )
+from nnx_introspect._render.formats import whole_percent
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla.dump import LiveCurve, PeakBuffers, SourceLocation
@@ -63,7 +64,9 @@ __all__ = [
     "BreakdownRow",
     "Group",
     "argument_leaves",
+    "buffer_count",
     "classify",
+    "percent_text",
 ]
 
 
@@ -293,7 +296,7 @@ class Breakdown(Report):
                 group[0].kind,
                 group[0].type_str,
                 format_bytes(sum(r.nbytes for r in group)),
-                _percent(sum(r.nbytes for r in group), peak),
+                percent_text(sum(r.nbytes for r in group), peak),
             )
             for group in largest[:top]
         )
@@ -301,9 +304,9 @@ class Breakdown(Report):
             (
                 g.label,
                 "",
-                _buffers(g.count),
+                buffer_count(g.count),
                 format_bytes(g.nbytes),
-                _percent(g.nbytes, peak),
+                percent_text(g.nbytes, peak),
             )
             for g in self.by_kind()
         )
@@ -312,7 +315,7 @@ class Breakdown(Report):
             (
                 "live-range peak",
                 "",
-                _buffers(len(self.rows)),
+                buffer_count(len(self.rows)),
                 format_bytes(peak),
                 "100%",
             ),
@@ -328,7 +331,7 @@ class Breakdown(Report):
             notes=notes,
             lead=(
                 f"Peak at program point {self.peak_time} ({self.peak_instruction}):"
-                f" {format_bytes(peak)} in {_buffers(len(self.rows))}.",
+                f" {format_bytes(peak)} in {buffer_count(len(self.rows))}.",
             ),
         )
 
@@ -564,15 +567,15 @@ def _layout_notes(shown: list[list[BreakdownRow]]) -> list[str]:
     ]
 
 
-def _buffers(n: int) -> str:
+def buffer_count(n: int) -> str:
     return f"{n} buffer" if n == 1 else f"{n} buffers"
 
 
-def _percent(part: int, whole: int) -> str:
+def percent_text(part: int, whole: int) -> str:
     """``part`` as a whole percent of ``whole``, halves rounded up, in exact ints."""
     if not whole:
         return "-"
-    return f"{(200 * part + whole) // (2 * whole)}%"
+    return f"{whole_percent(part, whole)}%"
 
 
 def _signed_bytes(n: int) -> str:

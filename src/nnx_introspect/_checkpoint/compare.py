@@ -6,7 +6,7 @@ import numpy as np
 from nnx_introspect._checkpoint.encoding import as_restored, as_stored, stored_number
 from nnx_introspect._checkpoint.files import PathLike
 from nnx_introspect._checkpoint.read import Checkpoint, key_of, read_checkpoint
-from nnx_introspect._checkpoint.shardings import normalize_spec, spec_str, target_spec
+from nnx_introspect._checkpoint.shardings import normalize_spec, target_spec
 from nnx_introspect._compare import (
     Comparable,
     StateDiff,
@@ -15,6 +15,7 @@ from nnx_introspect._compare import (
     records_of,
 )
 from nnx_introspect._inventory import VarRecord
+from nnx_introspect._render.formats import spec_str
 from nnx_introspect._typing import typechecked
 
 

@@ -5,6 +5,7 @@ from typing import Any
 from jax.sharding import NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import VarRecord
+from nnx_introspect._render.formats import spec_str
 
 
 def sharding_str(meta: Any) -> str:
@@ -29,15 +30,6 @@ def sharding_str(meta: Any) -> str:
     if device is not None:
         return f"single device {device}"
     return type(meta).__name__  # pragma: no cover - other sharding metadata
-
-
-def spec_str(spec: tuple[Any, ...]) -> str:
-    """``P(...)`` as JAX and the mesh planner write it (orbax stores lists)."""
-    return (
-        "P("
-        + ", ".join(repr(tuple(a) if isinstance(a, list) else a) for a in spec)
-        + ")"
-    )
 
 
 def normalize_spec(spec: tuple[Any, ...]) -> tuple[Any, ...]:

@@ -33,6 +33,7 @@ from nnx_introspect._mesh.report import CATEGORIES as CATEGORIES
 from nnx_introspect._mesh.report import LeafShard as LeafShard
 from nnx_introspect._mesh.report import MeshConfigReport as MeshConfigReport
 from nnx_introspect._mesh.report import MeshProblem as MeshProblem
+from nnx_introspect._mesh.report import mesh_str as mesh_str
 
 __all__ = [
     "CATEGORIES",
@@ -48,6 +49,7 @@ __all__ = [
     "check_rules",
     "load_rules_file",
     "mesh_config_report",
+    "mesh_str",
     "optimizer_from_name",
     "parse_bytes",
 ]

@@ -4,21 +4,21 @@ import optax
 
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh.optimizer import (
-    _optimizer_records,
-    _plan_gradients,
-    _plan_optimizer_leaves,
+    optimizer_records,
+    plan_gradients,
+    plan_optimizer_leaves,
 )
 from nnx_introspect._mesh.parse import (
     LogicalRulesLike,
     MeshLike,
     RulesLike,
-    _compile_rules,
     as_abstract_mesh,
     as_logical_rules,
+    compile_rules,
     optimizer_from_name,
 )
-from nnx_introspect._mesh.plan import _plan_model_leaves, _Planner, _unmatched_rules
-from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, _budget
+from nnx_introspect._mesh.plan import Planner, find_unmatched_rules, plan_model_leaves
+from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, budget_bytes
 from nnx_introspect._nnx import devices_present
 from nnx_introspect._typing import IntLike, Target, typechecked
 
@@ -107,22 +107,22 @@ def mesh_config_report(
         False
     """
     abstract = as_abstract_mesh(mesh)
-    budget = None if max_device_bytes is None else _budget(max_device_bytes)
-    compiled_rules = _compile_rules(rules)
+    budget = None if max_device_bytes is None else budget_bytes(max_device_bytes)
+    compiled_rules = compile_rules(rules)
     logical = as_logical_rules(logical_rules)
     tx = optimizer_from_name(optimizer) if isinstance(optimizer, str) else optimizer
-    planner = _Planner(abstract)
+    planner = Planner(abstract)
     records = inventory(target)
-    opt_records = _optimizer_records(records, tx) if tx is not None else ()
+    opt_records = optimizer_records(records, tx) if tx is not None else ()
 
-    model = _plan_model_leaves(planner, records, compiled_rules, logical)
-    optimizer_leaves, optimizer_warnings = _plan_optimizer_leaves(
+    model = plan_model_leaves(planner, records, compiled_rules, logical)
+    optimizer_leaves, optimizer_warnings = plan_optimizer_leaves(
         planner, records, opt_records, model.param_plans
     )
     gradient_leaves = (
-        _plan_gradients(planner, records, model.param_plans) if tx is not None else ()
+        plan_gradients(planner, records, model.param_plans) if tx is not None else ()
     )
-    unmatched, rule_warnings = _unmatched_rules(compiled_rules, model)
+    unmatched, rule_warnings = find_unmatched_rules(compiled_rules, model)
     present = devices_present()
     params = [r for r in records if r.is_param]
     return MeshConfigReport(

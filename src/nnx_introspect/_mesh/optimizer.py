@@ -12,13 +12,13 @@ from flax import nnx
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._inventory import VarRecord, dtype_nbytes
-from nnx_introspect._mesh.plan import _Planner
+from nnx_introspect._mesh.plan import Planner
 from nnx_introspect._mesh.report import LeafShard, MeshProblem
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._typing import ArgumentError
 
 
-def _optimizer_records(
+def optimizer_records(
     records: Sequence[VarRecord], tx: optax.GradientTransformation
 ) -> tuple[VarRecord, ...]:
     """The records of ``nnx.Optimizer(model, tx, wrt=nnx.Param)``'s state.
@@ -130,8 +130,8 @@ def _mirrored_param(
     return None
 
 
-def _plan_optimizer_leaves(
-    planner: _Planner,
+def plan_optimizer_leaves(
+    planner: Planner,
     records: Sequence[VarRecord],
     opt_records: Sequence[VarRecord],
     param_plans: Mapping[tuple[Any, ...], LeafShard],
@@ -185,8 +185,8 @@ def _plan_optimizer_leaves(
     return tuple(optimizer_leaves), (warning,)
 
 
-def _plan_gradients(
-    planner: _Planner,
+def plan_gradients(
+    planner: Planner,
     records: Sequence[VarRecord],
     param_plans: Mapping[tuple[Any, ...], LeafShard],
 ) -> tuple[LeafShard, ...]:

@@ -10,11 +10,12 @@ from typing import Any, TypeAlias
 import optax
 from jax.sharding import AbstractMesh, Mesh, PartitionSpec
 
-from nnx_introspect._mesh.specs import _as_spec, _Entry
+from nnx_introspect._mesh.specs import Entry, as_spec
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 
 __all__ = [
     "as_logical_rules",
+    "compile_rules",
 ]
 
 # The containers' items are checked by the planner itself (not by beartype), so
@@ -157,7 +158,7 @@ def _pairs(value: Any, name: str, example: str) -> list[tuple[str, Any]]:
     return [(f"{name}[{i}]", item) for i, item in enumerate(value)]
 
 
-def _compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec]]:
+def compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec]]:
     if rules is None:
         return []
     out: list[tuple[str, re.Pattern[str], PartitionSpec]] = []
@@ -189,14 +190,14 @@ def _compile_rules(rules: Any) -> list[tuple[str, re.Pattern[str], PartitionSpec
                 f"`{label}` must start with a regular expression string, got "
                 f"{pattern!r}."
             )
-        out.append((compiled.pattern, compiled, _as_spec(spec, label)))
+        out.append((compiled.pattern, compiled, as_spec(spec, label)))
     return out
 
 
-def as_logical_rules(rules: Any) -> tuple[tuple[str, _Entry], ...] | None:
+def as_logical_rules(rules: Any) -> tuple[tuple[str, Entry], ...] | None:
     if rules is None:
         return None
-    out: list[tuple[str, _Entry]] = []
+    out: list[tuple[str, Entry]] = []
     for label, pair in _pairs(rules, "logical_rules", "('embed', 'model')"):
         ok = isinstance(pair, tuple | list) and len(pair) == 2
         if ok and isinstance(pair[0], str):
@@ -237,7 +238,7 @@ def check_rules(rules: Any = None, logical_rules: Any = None) -> None:
         nnx_introspect._typing.ArgumentError: `rules[0]` has an invalid regular \
 expression '[': ...
     """
-    _compile_rules(rules)
+    compile_rules(rules)
     as_logical_rules(logical_rules)
 
 

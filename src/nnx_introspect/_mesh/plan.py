@@ -12,15 +12,15 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 from nnx_introspect._inventory import VarRecord, dtype_nbytes
 from nnx_introspect._mesh.report import LeafShard, MeshProblem
 from nnx_introspect._mesh.specs import (
-    _Entry,
-    _entry_names,
-    _spec_of,
+    Entry,
     entry_axes,
-    spec_str,
+    entry_names,
+    spec_of,
 )
+from nnx_introspect._render.formats import spec_str
 
 
-class _Planner:
+class Planner:
     """Places leaves on one abstract mesh, caching JAX's answers per (spec, shape)."""
 
     def __init__(self, mesh: AbstractMesh) -> None:
@@ -52,7 +52,7 @@ class _Planner:
         used: list[str] = []
         usable: list[bool] = []  # per entry: worth asking JAX about divisibility
         for dim, entry in enumerate(spec):
-            names = _entry_names(entry)
+            names = entry_names(entry)
             if names is None:
                 usable.append(False)
                 problems.append(
@@ -240,7 +240,7 @@ class _Planner:
 
 
 def _metadata_spec(
-    record: VarRecord, logical: tuple[tuple[str, _Entry], ...] | None
+    record: VarRecord, logical: tuple[tuple[str, Entry], ...] | None
 ) -> tuple[PartitionSpec, str, frozenset[str]] | None:
     """Flax's own spec for ``record``'s variable, its source, untranslated names.
 
@@ -275,7 +275,7 @@ def _metadata_spec(
         for name in e
         if isinstance(name, str) and name in mapping
     )
-    return _spec_of(entries), source, untranslated
+    return spec_of(entries), source, untranslated
 
 
 def _category(record: VarRecord) -> str:
@@ -297,11 +297,11 @@ class _ModelPlan:
     rule_matches: tuple[int, ...]
 
 
-def _plan_model_leaves(
-    planner: _Planner,
+def plan_model_leaves(
+    planner: Planner,
     records: Sequence[VarRecord],
     compiled_rules: Sequence[tuple[str, re.Pattern[str], PartitionSpec]],
-    logical: tuple[tuple[str, _Entry], ...] | None,
+    logical: tuple[tuple[str, Entry], ...] | None,
 ) -> _ModelPlan:
     """Each state leaf's spec (rules, then metadata, else replicated) and problems."""
     problems: list[MeshProblem] = []
@@ -344,7 +344,7 @@ def _plan_model_leaves(
     )
 
 
-def _unmatched_rules(
+def find_unmatched_rules(
     compiled_rules: Sequence[tuple[str, re.Pattern[str], PartitionSpec]],
     plan: _ModelPlan,
 ) -> tuple[tuple[str, ...], tuple[MeshProblem, ...]]:

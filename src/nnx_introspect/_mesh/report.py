@@ -7,9 +7,10 @@ from typing import Any
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh.parse import parse_bytes
-from nnx_introspect._mesh.specs import entry_axes, spec_str
+from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._render import mesh_charts as _render_charts
 from nnx_introspect._render import table as _render
+from nnx_introspect._render.formats import spec_json, spec_str
 from nnx_introspect._render.table import Report, Table, Tone, format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
@@ -414,7 +415,7 @@ class MeshConfigReport(Report):
             for leaf in self.top_waste()
         )
         return Table(
-            title=f"Mesh plan ({_mesh_str(self)}; {self.num_devices} devices)",
+            title=f"Mesh plan ({mesh_str(self)}; {self.num_devices} devices)",
             lead=self.headline(),
             columns=(
                 "path",
@@ -528,7 +529,7 @@ class MeshConfigReport(Report):
         return report_html(report)
 
 
-def _budget(value: IntLike | str) -> int:
+def budget_bytes(value: IntLike | str) -> int:
     """A per-device budget in bytes, from an integer or a size such as ``"16GiB"``."""
     if isinstance(value, str):
         return parse_bytes(value)
@@ -563,14 +564,11 @@ def _short_source(source: str) -> str:
     return source
 
 
-def _mesh_str(report: MeshConfigReport) -> str:
+def mesh_str(report: MeshConfigReport) -> str:
+    """The mesh's axes as ``name=size`` pairs: ``"fsdp=2, tp=4"``."""
     return ", ".join(
         f"{n}={s}" for n, s in zip(report.axis_names, report.axis_sizes, strict=True)
     )
-
-
-def spec_json(spec: PartitionSpec) -> list[Any]:
-    return [list(a) if isinstance(a, tuple) else a for a in spec]
 
 
 # --- The HTML page: verdict first, per-leaf detail last -------------------------
@@ -625,7 +623,7 @@ def report_html(report: MeshConfigReport) -> str:
         for i, leaf in enumerate(shown)
     )
     head = (
-        f"<h1>Mesh plan: {esc(_mesh_str(report))} ({report.num_devices} devices)"
+        f"<h1>Mesh plan: {esc(mesh_str(report))} ({report.num_devices} devices)"
         f"</h1>{verdict}<p>{format_bytes(used)} per device (ideal "
         f"{format_bytes(report.ideal_bytes_per_device)}, replication overhead "
         f"{format_bytes(report.replication_overhead)}); {len(report.errors)} "

@@ -6,14 +6,14 @@ from typing import Any, TypeAlias
 from jax.sharding import PartitionSpec
 
 __all__ = [
+    "Entry",
+    "as_spec",
     "entry_axes",
+    "entry_names",
+    "spec_of",
 ]
 
-_Entry: TypeAlias = str | tuple[str, ...] | None
-
-
-def spec_str(spec: PartitionSpec) -> str:
-    return "P(" + ", ".join(repr(a) for a in spec) + ")"
+Entry: TypeAlias = str | tuple[str, ...] | None
 
 
 def entry_axes(entry: Any) -> tuple[str, ...]:
@@ -24,7 +24,7 @@ def entry_axes(entry: Any) -> tuple[str, ...]:
     return (str(entry),)
 
 
-def _entry_names(entry: Any) -> tuple[str, ...] | None:
+def entry_names(entry: Any) -> tuple[str, ...] | None:
     """The mesh axis names of a spec entry, or ``None`` if it is not a valid entry."""
     if entry is None:
         return ()
@@ -35,7 +35,7 @@ def _entry_names(entry: Any) -> tuple[str, ...] | None:
     return None
 
 
-def _as_spec(spec: Any, name: str) -> PartitionSpec:
+def as_spec(spec: Any, name: str) -> PartitionSpec:
     if spec is None:
         return PartitionSpec()
     if isinstance(spec, PartitionSpec):
@@ -47,7 +47,7 @@ def _as_spec(spec: Any, name: str) -> PartitionSpec:
             f"`{name}` must be a PartitionSpec or a tuple of mesh axis names / None, "
             f"got {spec!r}. Write e.g. PartitionSpec(None, 'model')."
         )
-    out: list[_Entry] = []
+    out: list[Entry] = []
     for entry in entries:
         if entry is None or isinstance(entry, str):
             out.append(entry)
@@ -61,11 +61,11 @@ def _as_spec(spec: Any, name: str) -> PartitionSpec:
     return PartitionSpec(*out)
 
 
-def _spec_of(entries: Sequence[Any]) -> PartitionSpec:
+def spec_of(entries: Sequence[Any]) -> PartitionSpec:
     """``PartitionSpec(*entries)``; entries it cannot hold are kept for the report."""
     try:
         return PartitionSpec(*entries)
     except Exception:
         return PartitionSpec(
-            *(e if _entry_names(e) is not None else repr(e) for e in entries)
+            *(e if entry_names(e) is not None else repr(e) for e in entries)
         )

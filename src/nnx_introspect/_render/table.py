@@ -21,6 +21,7 @@ from rich.text import Text
 
 from nnx_introspect._render.narrow import narrower
 from nnx_introspect._render.widths import cell_lines, fit_widths, narrowest, pack
+from nnx_introspect._text import format_bytes
 
 __all__ = [
     "FittedTable",
@@ -85,18 +86,6 @@ class Table:
 def _emphasised(table: Table, row: tuple[str, ...]) -> bool:
     """Whether the totals row ``row`` of ``table`` is shown in bold."""
     return table.emphasis is None or (bool(row) and row[0] in table.emphasis)
-
-
-def format_bytes(n: float) -> str:
-    """Human-readable bytes with binary units: ``format_bytes(1536) == "1.5 KiB"``."""
-    value = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB", "PiB"):
-        if abs(value) < 1024 or unit == "PiB":
-            if unit == "B":
-                return f"{value:g} B"
-            return f"{value:.2f} {unit}".replace(".00 ", " ")
-        value /= 1024
-    raise AssertionError("unreachable")  # pragma: no cover
 
 
 def to_rich(table: Table) -> "FittedTable":

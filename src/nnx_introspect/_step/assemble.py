@@ -10,7 +10,6 @@ import dataclasses
 import math
 
 import jax.numpy as jnp
-import optax
 from jax.sharding import NamedSharding
 
 from nnx_introspect._accelerators.budget import Budget
@@ -18,16 +17,16 @@ from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._mesh import MeshConfigReport, as_abstract_mesh
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._step.inputs import LossLike, _Request
+from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.step_records import (
     StepBudget,
     StepCompilation,
-    StepKind,
     StepMemory,
     StepProgram,
     collectives_from_json,
     compiled_in_kind,
+    step_kind,
 )
 from nnx_introspect._xla.analysis import compiler_name
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
@@ -35,15 +34,7 @@ from nnx_introspect._xla.readings import RematStatement, XlaReadings
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
 
 
-def _step_name(loss: LossLike, tx: optax.GradientTransformation | None) -> StepKind:
-    if loss is None:
-        return "forward"
-    return (
-        "forward + backward" if tx is None else "forward + backward + optimizer update"
-    )
-
-
-def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
+def _planned_argument_bytes(request: Request, plan: MeshConfigReport) -> int:
     """Bytes of the step's arguments on one device, from the plan's shards.
 
     What XLA's ``argument_size_in_bytes`` counts, without the compiler's
@@ -60,7 +51,7 @@ def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
 
 
 def assemble_report(
-    request: _Request,
+    request: Request,
     plan: MeshConfigReport,
     readings: XlaReadings,
     topology: str | None,
@@ -86,7 +77,7 @@ def assemble_report(
     report = StepMemoryReport(
         num_devices=request.num_devices,
         plan=plan,
-        step=_step_name(request.loss, tx),
+        step=step_kind(request.loss, tx),
         loss=request.loss_name,
         optimizer=optimizer_name if tx is None or optimizer_name else "optax object",
         batch=tuple(batch_str(b) for b in request.batch),
@@ -123,7 +114,7 @@ def assemble_report(
 
 
 def _memory(
-    request: _Request, plan: MeshConfigReport, readings: XlaReadings, budget: Budget
+    request: Request, plan: MeshConfigReport, readings: XlaReadings, budget: Budget
 ) -> StepMemory:
     """XLA's bytes, or for a step refused for memory the plan's and the compiler's."""
     oom = readings.out_of_memory
@@ -181,7 +172,7 @@ NO_CONSTRAINT_WARNING = (
 
 
 def _caveats(
-    report: StepMemoryReport, request: _Request, plan: MeshConfigReport
+    report: StepMemoryReport, request: Request, plan: MeshConfigReport
 ) -> tuple[str, ...]:
     """Warnings judged on the finished report: what its numbers may not show."""
     out: list[str] = []

@@ -31,7 +31,7 @@ from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import LeafShard, MeshConfigReport
 from nnx_introspect._render.formats import spec_from_json, spec_json
-from nnx_introspect._step.compile import _compile
+from nnx_introspect._step.compile import compile_request
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
 from nnx_introspect._typing import ArgumentError
@@ -40,6 +40,8 @@ from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
     "MAX_CHILD_DEVICES",
+    "child_request",
+    "run_child",
 ]
 
 MAX_CHILD_DEVICES = 2048
@@ -49,7 +51,7 @@ CHILD_TIMEOUT_SECONDS = 900.0
 """How long a child compile may take before it is stopped."""
 
 
-def _child_request(spec: StepSpec, plan: MeshConfigReport) -> dict[str, Any]:
+def child_request(spec: StepSpec, plan: MeshConfigReport) -> dict[str, Any]:
     """The JSON a child needs: the spec's, and the plan's resolved specs.
 
     The child compiles exactly ``plan``'s specs: every leaf's path, shape,
@@ -125,7 +127,7 @@ def _check_same_model(model: Any, leaves: tuple[LeafShard, ...], target: str) ->
 
 
 def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
-    """Compile from a child request (see :func:`_child_request`); XLA's readings."""
+    """Compile from a child request (see :func:`child_request`); XLA's readings."""
     model = build_target(data["target"])
     mesh_axes = tuple((str(a), int(s)) for a, s in data["mesh"])
     n = math.prod(s for _, s in mesh_axes)
@@ -155,7 +157,7 @@ def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
         devices = np.array(jax.devices()[:n]).reshape([s for _, s in mesh_axes])
         mesh, order = Mesh(devices, tuple(a for a, _ in mesh_axes)), "plain"
     cache = bool(data.get("cache", False))
-    readings = _compile(
+    readings = compile_request(
         request, mesh, plan, trace_devices, topology=topology, cache=cache
     )
     return dataclasses.replace(readings, device_order=order)
@@ -199,7 +201,7 @@ _ERRORS: dict[str, type[Exception]] = {  # an ArgumentError also sends "argument
 }
 
 
-def _run_child(payload: dict[str, Any], n: int) -> XlaReadings:
+def run_child(payload: dict[str, Any], n: int) -> XlaReadings:
     topology = payload.get("topology")
     where = f"{n} virtual CPU devices" if topology is None else f"topology {topology!r}"
     try:

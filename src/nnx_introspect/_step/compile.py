@@ -21,12 +21,13 @@ from nnx_introspect._breakdown.report import ArgumentLeaf, argument_leaves, clas
 from nnx_introspect._inventory import inventory, path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._render.formats import batch_str, error_line
-from nnx_introspect._step.inputs import _Request
+from nnx_introspect._render.formats import batch_str
+from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
 from nnx_introspect._step.options import rematerialised
 from nnx_introspect._step.platform import devices_seen_as
-from nnx_introspect._step.train import _differentiable, training_program
+from nnx_introspect._step.train import differentiable, training_program
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.cache import (
@@ -103,8 +104,8 @@ def _mesh_contexts(mesh: Mesh, logical_rules: Any) -> Iterator[None]:
         yield
 
 
-def _compile(
-    request: _Request,
+def compile_request(
+    request: Request,
     mesh: Mesh,
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,
@@ -169,7 +170,7 @@ def _compile(
 
 
 def _compile_or_recall(
-    request: _Request,
+    request: Request,
     lowered: Any,
     mesh: Mesh,
     start: float,
@@ -256,7 +257,7 @@ def _compile_with_breakdown(
         shutil.rmtree(directory, ignore_errors=True)
 
 
-def _raise_as_argument_error(request: _Request, error: Exception) -> NoReturn:
+def _raise_as_argument_error(request: Request, error: Exception) -> NoReturn:
     """Raise the ArgumentError naming the argument to blame.
 
     It is chained to the user's own exception, so its traceback is kept.
@@ -338,13 +339,13 @@ def _names(
             _XLA_TYPES.get(jnp.dtype(leaf.dtype).name, jnp.dtype(leaf.dtype).name),
             tuple(leaf.sharding.shard_shape(leaf.shape)),
         )
-        for leaf in jax.tree.leaves(nnx.filter_state(params, _differentiable))
+        for leaf in jax.tree.leaves(nnx.filter_state(params, differentiable))
     )
     return _Names(arguments, tuple(out_names), gradient_types)
 
 
 def _lower(
-    request: _Request,
+    request: Request,
     mesh: Mesh,
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,

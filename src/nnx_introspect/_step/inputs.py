@@ -21,8 +21,9 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import MeshConfigReport, optimizer_from_name, parse_bytes
-from nnx_introspect._render.formats import batch_str, error_line, spec_str
+from nnx_introspect._render.formats import batch_str, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import (
     ArgumentError,
     IntLike,
@@ -34,6 +35,7 @@ from nnx_introspect._typing import (
 __all__ = [
     "BatchLike",
     "LossLike",
+    "Request",
     "SpecsLike",
     "as_batch",
     "as_batch_specs",
@@ -44,6 +46,7 @@ __all__ = [
     "check_optimizer_has_a_loss",
     "check_shardable",
     "importable_name",
+    "name_of_loss",
     "spec_problems",
 ]
 
@@ -84,7 +87,7 @@ its ``"package.module:function"`` name."""
 
 
 @dataclasses.dataclass(frozen=True)
-class _Request:
+class Request:
     """Everything a compile needs, normalised (and JSON-able for a child)."""
 
     model: Any
@@ -427,7 +430,7 @@ def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
     return loss
 
 
-def _loss_name(loss: Any) -> str | None:
+def name_of_loss(loss: Any) -> str | None:
     if loss is None or isinstance(loss, str):
         return loss
     return str(getattr(loss, "__name__", type(loss).__name__))

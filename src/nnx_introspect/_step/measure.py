@@ -19,11 +19,11 @@ from nnx_introspect._mesh import (
     mesh_config_report,
 )
 from nnx_introspect._step.assemble import assemble_report
-from nnx_introspect._step.child import _child_request, _run_child
-from nnx_introspect._step.compile import _compile
+from nnx_introspect._step.child import child_request, run_child
+from nnx_introspect._step.compile import compile_request
 from nnx_introspect._step.inputs import (
     BatchLike,
-    _Request,
+    Request,
     check_shardable,
     spec_problems,
 )
@@ -230,7 +230,7 @@ def measure_step(
 
 
 def _topology_mesh_here(
-    topology: str, request: _Request, unnamed: ArgumentError
+    topology: str, request: Request, unnamed: ArgumentError
 ) -> tuple[Mesh, str]:
     """The topology's mesh in this process, for a step a child cannot rebuild.
 
@@ -253,7 +253,7 @@ def _topology_mesh_here(
 
 
 def _compile_where_the_devices_are(
-    spec: StepSpec, request: _Request, plan: MeshConfigReport, cache: bool
+    spec: StepSpec, request: Request, plan: MeshConfigReport, cache: bool
 ) -> tuple[XlaReadings, str]:
     """XLA's readings and where they were compiled.
 
@@ -267,25 +267,27 @@ def _compile_where_the_devices_are(
     axis_names = tuple(a for a, _ in spec.mesh_axes)
     if topology is not None:
         try:
-            payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
+            payload = child_request(spec, plan) | {"cache": cache_enabled(cache)}
         except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
             target_mesh_, order = _topology_mesh_here(topology, request, unnamed)
-            readings = _compile(
+            readings = compile_request(
                 request, target_mesh_, plan, topology=topology, cache=cache
             )
             return dataclasses.replace(readings, device_order=order), "this process"
-        return _run_child(payload, n), f"a child process ({topology})"
+        return run_child(payload, n), f"a child process ({topology})"
     if isinstance(mesh, Mesh):
-        readings = _compile(request, mesh, plan, cache=cache)
+        readings = compile_request(request, mesh, plan, cache=cache)
         return dataclasses.replace(readings, device_order="the mesh's"), (
             "this process"
         )
     if n <= jax.device_count():
         sizes = [s for _, s in request.mesh_axes]
         devices = np.array(jax.devices()[:n]).reshape(sizes)
-        readings = _compile(request, Mesh(devices, axis_names), plan, cache=cache)
+        readings = compile_request(
+            request, Mesh(devices, axis_names), plan, cache=cache
+        )
         return readings, "this process"
-    payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
-    return _run_child(payload, n), f"a child process with {n} virtual CPU devices"
+    payload = child_request(spec, plan) | {"cache": cache_enabled(cache)}
+    return run_child(payload, n), f"a child process with {n} virtual CPU devices"

@@ -9,7 +9,7 @@ import html
 from collections.abc import Sequence
 
 from nnx_introspect._render import svg
-from nnx_introspect._render.formats import spec_str
+from nnx_introspect._render.formats import spec_str, whole_percent
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._step.report_render import (
     RenderedStep,
@@ -118,7 +118,7 @@ def peak_bar_svg(parts: Sequence[tuple[str, int]], budget: int | None = None) ->
         for (name, nbytes), colour in zip(parts, colours, strict=True)
     ]
     labels = [
-        (colour, f"{name}: {format_bytes(nbytes)} ({_percent(nbytes, peak)}%)")
+        (colour, f"{name}: {format_bytes(nbytes)} ({whole_percent(nbytes, peak)}%)")
         for (name, nbytes), colour in zip(parts, colours, strict=True)
     ]
     top = bar_y - 10
@@ -138,8 +138,3 @@ def peak_bar_svg(parts: Sequence[tuple[str, int]], budget: int | None = None) ->
         + ("" if budget is None else ", against the budget (dashed)")
         + ".",
     )
-
-
-def _percent(part: int, whole: int) -> int:
-    """``part`` as a whole percent of ``whole``, halves rounded up."""
-    return (200 * part + whole) // (2 * whole)

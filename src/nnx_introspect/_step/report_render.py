@@ -14,7 +14,7 @@ from typing import Any, Protocol
 from jax.sharding import PartitionSpec
 
 from nnx_introspect._accelerators.budget import MAX_ADVISED_FRACTION
-from nnx_introspect._mesh import MeshConfigReport
+from nnx_introspect._mesh import MeshConfigReport, mesh_str
 from nnx_introspect._render.formats import spec_json, spec_str
 from nnx_introspect._render.table import Table, format_bytes
 from nnx_introspect._roofline.estimate import Roofline
@@ -103,7 +103,7 @@ def step_verdict(report: RenderedStep) -> str:
     plan, memory, budget = report.plan, report.memory, report.budget
     compiled = report.compilation
     where = (
-        f"one step on {report.num_devices} devices ({_mesh_str(plan)}; "
+        f"one step on {report.num_devices} devices ({mesh_str(plan)}; "
         f"{compiled.device_kind}), by {compiled.compiler}"
     )
     seen = compiled.traced_platform
@@ -517,12 +517,6 @@ microbatches).'
 
 def _n(value: int) -> str:
     return f"{value:,}"
-
-
-def _mesh_str(plan: MeshConfigReport) -> str:
-    return ", ".join(
-        f"{n}={s}" for n, s in zip(plan.axis_names, plan.axis_sizes, strict=True)
-    )
 
 
 def _minus(text: str, value: int) -> str:

@@ -25,9 +25,8 @@ from nnx_introspect._render.formats import spec_from_json, spec_json
 from nnx_introspect._step.inputs import (
     BatchLike,
     LossLike,
+    Request,
     SpecsLike,
-    _loss_name,
-    _Request,
     as_batch,
     as_batch_specs,
     as_loss,
@@ -36,6 +35,7 @@ from nnx_introspect._step.inputs import (
     as_optimizer,
     check_optimizer_has_a_loss,
     importable_name,
+    name_of_loss,
 )
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
@@ -45,6 +45,7 @@ __all__ = [
     "StepOptions",
     "StepSpec",
     "as_step_spec",
+    "blame",
     "step_json",
     "step_names",
 ]
@@ -53,7 +54,7 @@ _BY_JSON = "a StepSpec's JSON names them, and whoever reads it rebuilds them"
 
 
 @contextlib.contextmanager
-def _blame(argument: str) -> Iterator[None]:
+def blame(argument: str) -> Iterator[None]:
     """A plain ``ValueError`` raised inside becomes an ``ArgumentError``.
 
     For the checks of other packages (the mesh, a size, a topology): the
@@ -236,7 +237,7 @@ class StepSpec:
             model = built[1]
         else:
             model = as_model(self.target)
-        with _blame("mesh"):
+        with blame("mesh"):
             abstract = as_abstract_mesh(self.mesh)
         mesh_axes = tuple(
             (str(a), int(s))
@@ -249,12 +250,12 @@ class StepSpec:
         check_optimizer_has_a_loss(self.optimizer, tx, loss)
         given = self.max_device_bytes
         if given is not None:
-            with _blame("max_device_bytes"):
+            with blame("max_device_bytes"):
                 given = parse_bytes(given)
         if self.topology is not None:  # a bad name, size or missing compiler
-            with _blame("topology"):
+            with blame("topology"):
                 check_compiler(self.topology, mesh_axes)
-        with _blame("topology"):
+        with blame("topology"):
             budget = step_budget(given, self.topology)
         network = as_network(self.network_bytes_per_second, self.topology)
         remat = as_remat(self.remat, model)
@@ -304,16 +305,16 @@ class StepSpec:
         """Devices in the mesh."""
         return math.prod(s for _, s in self.mesh_axes)
 
-    def request(self) -> _Request:
+    def request(self) -> Request:
         """What a compile reads, as :mod:`~nnx_introspect._step.compile` takes it."""
-        return _Request(
+        return Request(
             model=self.model,
             target_name=self.target_name,
             mesh_axes=self.mesh_axes,
             batch=self.batch,
             batch_specs=self.batch_specs,
             loss=self.loss,
-            loss_name=_loss_name(self.loss),
+            loss_name=name_of_loss(self.loss),
             tx=self.tx,
             optimizer_name=self.optimizer_name,
             rules=self.rules,

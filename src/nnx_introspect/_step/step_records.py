@@ -33,12 +33,28 @@ __all__ = [
     "StepMemory",
     "StepProgram",
     "collectives_from_json",
+    "step_kind",
 ]
 
 StepKind = Literal[
     "forward", "forward + backward", "forward + backward + optimizer update"
 ]
 """What one step compiles: the forward pass, with the backward, with the update."""
+
+
+def step_kind(loss: object, optimizer: object) -> StepKind:
+    """What a step with ``loss`` and ``optimizer`` (either may be ``None``) compiles.
+
+    Example:
+        >>> step_kind(None, None), step_kind("loss", None)
+        ('forward', 'forward + backward')
+    """
+    if loss is None:
+        return "forward"
+    if optimizer is None:
+        return "forward + backward"
+    return "forward + backward + optimizer update"
+
 
 CompiledIn = Literal["this process", "virtual CPU child", "target child"]
 """Where a step compiled: here, in a child process with virtual CPU devices, or in

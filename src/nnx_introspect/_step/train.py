@@ -18,8 +18,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import path_str
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._render.formats import error_line
-from nnx_introspect._step.inputs import _Request
+from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import (
     _call_model,
     _LossError,
@@ -27,6 +26,7 @@ from nnx_introspect._step.loss import (
     _objective,
     _OptimizerError,
 )
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["TrainingProgram", "training_program"]
@@ -46,7 +46,7 @@ def _optimizer_state(
     """
     try:
         abstract = jax.eval_shape(
-            tx.init, nnx.as_pure(nnx.filter_state(params, _differentiable))
+            tx.init, nnx.as_pure(nnx.filter_state(params, differentiable))
         )
     except Exception as err:
         raise ValueError(
@@ -74,7 +74,7 @@ def _split_state(model: Any) -> tuple[Any, Any]:
     return states[0], states[1]
 
 
-def _differentiable(path: Any, variable: Any) -> bool:
+def differentiable(path: Any, variable: Any) -> bool:
     """Whether ``variable`` is a floating (or complex) ``nnx.Param``.
 
     What a step differentiates: integer parameters (int8 weights of a quantized
@@ -112,7 +112,7 @@ def _grad_step(graphdef: Any, objective: Callable[..., Any]) -> Callable[..., An
         model = nnx.merge(graphdef, params, rest)
         (value, aux), grads = nnx.value_and_grad(
             lambda m: objective(m, batch),
-            argnums=nnx.DiffState(0, _differentiable),
+            argnums=nnx.DiffState(0, differentiable),
             has_aux=True,
         )(model)
         return value, aux, grads, model
@@ -121,7 +121,7 @@ def _grad_step(graphdef: Any, objective: Callable[..., Any]) -> Callable[..., An
 
 
 def _accumulated(
-    graphdef: Any, objective: Callable[..., Any], request: _Request, mesh: Mesh
+    graphdef: Any, objective: Callable[..., Any], request: Request, mesh: Mesh
 ) -> Callable[..., Any]:
     """:func:`_grad_step` over ``request.microbatches`` microbatches, accumulated.
 
@@ -145,7 +145,7 @@ def _accumulated(
 
     def accumulated(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
         micro = tuple(map(split, batch, request.batch_specs))
-        zeros = jax.tree.map(jnp.zeros_like, nnx.filter_state(params, _differentiable))
+        zeros = jax.tree.map(jnp.zeros_like, nnx.filter_state(params, differentiable))
 
         def body(carry: Any, one: tuple[Any, ...]) -> Any:
             # the parameters ride in the carry, unchanged: nnx's transforms
@@ -169,7 +169,7 @@ def _backward(
     objective: Callable[..., Any],
     params: Any,
     rest: Any,
-    request: _Request,
+    request: Request,
     mesh: Mesh,
 ) -> Any:
     """The jitted forward and backward: loss, aux, gradients, new other state."""
@@ -180,7 +180,7 @@ def _backward(
         return value, aux, grads, _split_state(model)[1]
 
     replicated = NamedSharding(mesh, PartitionSpec())
-    grad_shardings = _shardings(nnx.filter_state(params, _differentiable))
+    grad_shardings = _shardings(nnx.filter_state(params, differentiable))
     out = (replicated, None, grad_shardings, _shardings(rest))
     return jax.jit(backward, out_shardings=out, keep_unused=True)
 
@@ -190,7 +190,7 @@ def _train(
     objective: Callable[..., Any],
     tx: optax.GradientTransformation,
     state: tuple[Any, Any, Any, jax.ShapeDtypeStruct],
-    request: _Request,
+    request: Request,
 ) -> Any:
     """The jitted full step: gradients, the optimizer's update, the new state.
 
@@ -209,7 +209,7 @@ def _train(
         batch: tuple[Any, ...],
     ) -> Any:
         value, aux, grads, model = grad_step(params, rest, batch)
-        param_arrays = nnx.as_pure(nnx.state(model, _differentiable))
+        param_arrays = nnx.as_pure(nnx.state(model, differentiable))
         grad_arrays = nnx.as_pure(nnx.state(grads, nnx.Param))
 
         def value_fn(new_params: Any) -> Any:
@@ -293,7 +293,7 @@ class TrainingProgram:
 
 
 def training_program(
-    request: _Request,
+    request: Request,
     mesh: Mesh,
     graphdef: Any,
     state: tuple[Any, Any, tuple[Any, ...]],

@@ -60,7 +60,7 @@ from typing import Final
 
 from nnx_introspect._xla.hlo import Instruction, Module, names_in, parse_module
 from nnx_introspect._xla.hlo.loops import trip_count
-from nnx_introspect._xla.hlo.module import _CLOSING, _COMPUTATION, _called
+from nnx_introspect._xla.hlo.module import CLOSING, COMPUTATION, called_computations
 
 __all__ = ["ONCE_PER_LOOP", "PerTrip", "left_out", "per_trip_costs"]
 
@@ -184,7 +184,7 @@ class _Costing:
     def _through(self, caller: Instruction) -> Costs:
         """What loops in the computations ``caller`` calls add (a ``call``'s)."""
         flops = moved = 0.0
-        for name in _called(caller):
+        for name in called_computations(caller):
             if name not in self.module.computations or not self._has_loop(name):
                 continue
             if caller.opcode != "call":
@@ -203,7 +203,7 @@ class _Costing:
                 found.opcode == "while"
                 or any(
                     name in self.module.computations and self._has_loop(name)
-                    for name in _called(found)
+                    for name in called_computations(found)
                 )
                 for found in self.module.computations[computation]
             )
@@ -234,7 +234,7 @@ class _Costing:
                 continue
             seen.add(name)
             for found in self.module.computations[name]:
-                todo.extend(_called(found))
+                todo.extend(called_computations(found))
         return seen
 
 
@@ -246,10 +246,10 @@ def _computation_texts(text: str) -> tuple[str, dict[str, str]]:
     for line in text.splitlines()[1:]:
         if current is not None:
             current.append(line)
-            if _CLOSING.match(line):
+            if CLOSING.match(line):
                 current = None
             continue
-        found = _COMPUTATION.match(line)
+        found = COMPUTATION.match(line)
         if found is not None:
             current = blocks[found[2]] = [line]
         elif not blocks:

@@ -17,7 +17,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from nnx_introspect._accelerators.topology import Topology, resolve_topology
-from nnx_introspect._render.formats import error_line
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [

@@ -25,9 +25,9 @@ from nnx_introspect.cli.entry import main as main
 from nnx_introspect.cli.errors import UsageError as UsageError
 from nnx_introspect.cli.parser import Handler as Handler
 from nnx_introspect.cli.plan_args import OPTIMIZERS as OPTIMIZERS
-from nnx_introspect.cli.plan_args import _bytes_arg as _bytes_arg
-from nnx_introspect.cli.plan_args import _mesh_arg as _mesh_arg
-from nnx_introspect.cli.step import _batch_arg as _batch_arg
+from nnx_introspect.cli.plan_args import bytes_arg as bytes_arg
+from nnx_introspect.cli.plan_args import mesh_arg as mesh_arg
+from nnx_introspect.cli.step import batch_arg as batch_arg
 
 __all__ = [
     "main",

@@ -13,7 +13,7 @@ PROG = "nnx-introspect"
 FORMATS = ("table", "markdown", "json")
 
 
-def _add_output_args(
+def add_output_args(
     parser: argparse.ArgumentParser, formats: Sequence[str] = FORMATS
 ) -> None:
     """Add ``--format`` (first choice is the default) and ``--debug``."""
@@ -30,7 +30,7 @@ def _add_output_args(
     )
 
 
-def _add_target_args(parser: argparse.ArgumentParser, *, seed: bool = True) -> None:
+def add_target_args(parser: argparse.ArgumentParser, *, seed: bool = True) -> None:
     """Add the ``TARGET`` positional (default: the 7B example) and ``--seed``."""
     parser.add_argument(
         "target",
@@ -44,7 +44,7 @@ def _add_target_args(parser: argparse.ArgumentParser, *, seed: bool = True) -> N
         return
     parser.add_argument(
         "--seed",
-        type=_seed,
+        type=seed_arg,
         default=0,
         help="seed of the nnx.Rngs given to the factory (default: 0)",
     )
@@ -68,8 +68,8 @@ def _int_arg(minimum: int, maximum: int | None = None) -> Callable[[str], int]:
     return convert
 
 
-_positive_int = _int_arg(1)
-_seed = _int_arg(0, 2**63 - 1)  # what nnx.Rngs (jax.random.key) takes
+positive_int = _int_arg(1)
+seed_arg = _int_arg(0, 2**63 - 1)  # what nnx.Rngs (jax.random.key) takes
 
 
 def _tolerance_arg(text: str) -> float:
@@ -82,7 +82,8 @@ def _tolerance_arg(text: str) -> float:
     return value
 
 
-def _add_tolerance_args(parser: argparse.ArgumentParser) -> None:
+def add_tolerance_args(parser: argparse.ArgumentParser) -> None:
+    """Adds ``--rtol`` and ``--atol`` (the tolerances of a value comparison)."""
     for name, what in (("rtol", "relative"), ("atol", "absolute")):
         parser.add_argument(
             f"--{name}",

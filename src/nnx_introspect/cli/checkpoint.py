@@ -6,18 +6,18 @@ from typing import TYPE_CHECKING, Any
 from nnx_introspect._targets import TargetError, build_target
 from nnx_introspect.cli.args import (
     FORMATS,
-    _add_output_args,
-    _add_tolerance_args,
-    _seed,
+    add_output_args,
+    add_tolerance_args,
+    seed_arg,
 )
 from nnx_introspect.cli.errors import UsageError
-from nnx_introspect.cli.output import _emit, _verdict
+from nnx_introspect.cli.output import emit, verdict_code
 
 if TYPE_CHECKING:
     from nnx_introspect._compare import StateDiff
 
 
-def _checkpoint_path(text: str) -> str:
+def checkpoint_path(text: str) -> str:
     """``text`` if it is an orbax checkpoint directory, else a TargetError."""
     from nnx_introspect._checkpoint import resolve_checkpoint
 
@@ -28,7 +28,7 @@ def _checkpoint_path(text: str) -> str:
     return text
 
 
-def _model_against_checkpoint(
+def model_against_checkpoint(
     path: str, target: str, seed: int, *, values: bool, rtol: float, atol: float
 ) -> "StateDiff":
     """The model of ``target`` against the checkpoint at ``path`` (model vs file).
@@ -45,7 +45,8 @@ def _model_against_checkpoint(
     return check_checkpoint(path, model)
 
 
-def _add_checkpoint_parser(subparsers: Any) -> None:
+def add_checkpoint_parser(subparsers: Any) -> None:
+    """Adds the ``checkpoint`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "checkpoint",
         help="describe an orbax checkpoint, or check it against a model",
@@ -64,7 +65,7 @@ def _add_checkpoint_parser(subparsers: Any) -> None:
     )
     parser.add_argument(
         "--seed",
-        type=_seed,
+        type=seed_arg,
         default=0,
         help="seed of the nnx.Rngs given to the --model factory (default: 0)",
     )
@@ -73,21 +74,21 @@ def _add_checkpoint_parser(subparsers: Any) -> None:
         action="store_true",
         help="also restore and compare values (builds the model concretely)",
     )
-    _add_tolerance_args(parser)
-    _add_output_args(parser, (*FORMATS, "html"))
+    add_tolerance_args(parser)
+    add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_checkpoint)
 
 
 def _run_checkpoint(args: argparse.Namespace) -> int:
     from nnx_introspect._checkpoint import checkpoint_report
 
-    path = _checkpoint_path(args.path)
+    path = checkpoint_path(args.path)
     if args.model is None:
         if args.verify:
             raise UsageError("--verify needs --model TARGET")
-        _emit(checkpoint_report(path), args.format)
+        emit(checkpoint_report(path), args.format)
         return 0
-    diff = _model_against_checkpoint(
+    diff = model_against_checkpoint(
         path,
         args.model,
         args.seed,
@@ -95,5 +96,5 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
         rtol=args.rtol,
         atol=args.atol,
     )
-    _emit(diff, args.format)
-    return _verdict(diff)
+    emit(diff, args.format)
+    return verdict_code(diff)

@@ -20,7 +20,7 @@ import re
 from collections.abc import Mapping, Sequence
 
 from nnx_introspect.cli.errors import UsageError, ordinal
-from nnx_introspect.cli.plan_args import _mesh_axes
+from nnx_introspect.cli.plan_args import mesh_axes
 
 _ONE_STEP_FLAGS = (
     ("max_batch", "--max-batch", "searches the largest batch of one mesh"),
@@ -159,7 +159,7 @@ def _check_mesh_list(meshes: Sequence[str]) -> None:
     """
     if meshes == ["auto"]:
         return
-    listed = [_mesh_axes(m) for m in meshes]
+    listed = [mesh_axes(m) for m in meshes]
     problems = []
     counts = [math.prod(s for _, s in axes) for axes in listed]
     if len(set(counts)) > 1:

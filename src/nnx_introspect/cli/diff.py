@@ -8,12 +8,12 @@ from typing import TYPE_CHECKING, Any
 from nnx_introspect._targets import DEFAULT_TARGET, TargetError, build_target
 from nnx_introspect.cli.args import (
     FORMATS,
-    _add_output_args,
-    _add_tolerance_args,
-    _seed,
+    add_output_args,
+    add_tolerance_args,
+    seed_arg,
 )
-from nnx_introspect.cli.checkpoint import _checkpoint_path, _model_against_checkpoint
-from nnx_introspect.cli.output import _emit, _verdict
+from nnx_introspect.cli.checkpoint import checkpoint_path, model_against_checkpoint
+from nnx_introspect.cli.output import emit, verdict_code
 
 if TYPE_CHECKING:
     from nnx_introspect._compare import StateDiff
@@ -22,7 +22,7 @@ if TYPE_CHECKING:
 def _is_checkpoint_operand(text: str) -> bool:
     """Whether a ``diff`` operand names a checkpoint (an existing path)."""
     if os.path.exists(text):
-        _checkpoint_path(text)
+        checkpoint_path(text)
         return True
     if ":" not in text:
         raise TargetError(
@@ -32,7 +32,8 @@ def _is_checkpoint_operand(text: str) -> bool:
     return False
 
 
-def _add_diff_parser(subparsers: Any) -> None:
+def add_diff_parser(subparsers: Any) -> None:
+    """Adds the ``diff`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "diff",
         help="compare two models or checkpoints path by path (exit 1 if they differ)",
@@ -49,19 +50,21 @@ def _add_diff_parser(subparsers: Any) -> None:
     parser.add_argument("b", metavar="B", help="the other side: checkpoint or target")
     parser.add_argument(
         "--seed",
-        type=_seed,
+        type=seed_arg,
         default=0,
         help="seed of the nnx.Rngs for target A, and B unless --seed-b (default: 0)",
     )
-    parser.add_argument("--seed-b", type=_seed, default=None, help="seed for target B")
+    parser.add_argument(
+        "--seed-b", type=seed_arg, default=None, help="seed for target B"
+    )
     parser.add_argument(
         "--shapes-only",
         action="store_true",
         help="compare structure, shapes and dtypes only: targets are built "
         "abstractly and checkpoints read from metadata (nothing allocated)",
     )
-    _add_tolerance_args(parser)
-    _add_output_args(parser, (*FORMATS, "html"))
+    add_tolerance_args(parser)
+    add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_diff)
 
 
@@ -82,7 +85,7 @@ def _run_diff(args: argparse.Namespace) -> int:
             path, spec, seed = args.a, args.b, seed_b
         else:
             path, spec, seed = args.b, args.a, args.seed
-        diff = _model_against_checkpoint(
+        diff = model_against_checkpoint(
             path, spec, seed, values=values, rtol=rtol, atol=atol
         )
         if a_is_ckpt:  # the library reads model vs checkpoint; the user asked A vs B
@@ -93,8 +96,8 @@ def _run_diff(args: argparse.Namespace) -> int:
         diff = compare_states(a, b, rtol=rtol, atol=atol)
     a_label, b_label = _labels(args.a, args.b, a_is_ckpt, b_is_ckpt, args.seed, seed_b)
     diff = _relabelled(diff, a_label, b_label)
-    _emit(diff, args.format)
-    return _verdict(diff)
+    emit(diff, args.format)
+    return verdict_code(diff)
 
 
 def _labels(

@@ -9,8 +9,8 @@ from contextlib import contextmanager
 
 from nnx_introspect._targets import TargetError
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.errors import UsageError, _describe
-from nnx_introspect.cli.parser import Handler, _build_parser
+from nnx_introspect.cli.errors import UsageError, describe
+from nnx_introspect.cli.parser import Handler, build_parser
 from nnx_introspect.cli.quiet import orbax_leftovers_dropped, start_jax_quietly
 
 
@@ -83,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
         The exit code: 0 on success, 2 for a usage or target error, 1 for a
         difference, a problem or any other failure, 130 when interrupted.
     """
-    parser = _build_parser()
+    parser = build_parser()
     try:
         args = parser.parse_args(argv)
     except SystemExit as exit_:
@@ -109,4 +109,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as error:
         return _fail("interrupted", error, debug, 130)
     except BaseException as error:  # SystemExit from a library or a model too
-        return _fail(_describe(error), error, debug, 1)
+        return _fail(describe(error), error, debug, 1)

@@ -3,7 +3,7 @@
 A library function refuses a bad value with an
 :class:`~nnx_introspect._typing.ArgumentError` that names its Python argument;
 :data:`FLAGS` is the one table from those names to the flags that set them, and
-:func:`_usage_error` the one function that turns the library's error into the
+:func:`usage_error` the one function that turns the library's error into the
 command's usage error (exit code 2). The flag is never read from the message's
 text; the message's words are: :data:`SPELLINGS` rewrites the Python spellings
 the library's messages use (``meshes[1]``, ``meshes='auto'``,
@@ -126,7 +126,7 @@ def _argument(error: BaseException) -> str | None:
     return None
 
 
-def _usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
+def usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
     """The library's ``error`` about bad input, as one line naming the flag.
 
     An ``ArgumentError`` names its argument, and :data:`FLAGS` its flag
@@ -142,9 +142,9 @@ def _usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
         >>> from nnx_introspect._typing import ArgumentError
         >>> args = argparse.Namespace(rules=None, topology=None)
         >>> error = ArgumentError("batch[0]", "`batch[0]` is a scalar.")
-        >>> print(_usage_error(error, args))
+        >>> print(usage_error(error, args))
         argument --batch: `batch[0]` is a scalar.
-        >>> print(_usage_error(ValueError("no flag"), args))
+        >>> print(usage_error(ValueError("no flag"), args))
         ValueError: no flag
     """
     flag = FLAGS.get(_argument(error) or "")
@@ -154,12 +154,12 @@ def _usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
         return UsageError(f"argument {flag}: {in_flags(' '.join(str(error).split()))}")
     if isinstance(error, ImportError) and getattr(args, "topology", None) is not None:
         own = type(error) is ImportError and error.name is None
-        what = " ".join(str(error).split()) if own else _describe(error)
+        what = " ".join(str(error).split()) if own else describe(error)
         return UsageError(f"argument --topology: {what}")
-    return UsageError(_describe(error))
+    return UsageError(describe(error))
 
 
-def _describe(error: BaseException) -> str:
+def describe(error: BaseException) -> str:
     """``error`` in one line: its type and message.
 
     An ``ArgumentError`` reads as the ``ValueError`` the library documents.

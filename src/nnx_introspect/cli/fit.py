@@ -4,11 +4,11 @@ import argparse
 import sys
 
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.errors import UsageError, _usage_error
-from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
+from nnx_introspect.cli.errors import UsageError, usage_error
+from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.plan_args import read_rules, step_inputs
 from nnx_introspect.cli.preflight import complete_meshes, loss_note
-from nnx_introspect.cli.progress import _ClockLine, _status
+from nnx_introspect.cli.progress import ClockLine, live_status
 
 __all__ = ["check_fit_flags", "run_fit"]
 
@@ -59,15 +59,15 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
     from nnx_introspect._search.fit import fit_step
 
     check_fit_flags(args)
-    batch, loss = _step_inputs(args)
-    rules, logical = _read_rules(args)
+    batch, loss = step_inputs(args)
+    rules, logical = read_rules(args)
     meshes = complete_meshes(args, meshes, rules, logical)
     loss_note(args, batch)
     remat = getattr(args, "remat", None) or []
     message = f"Searching the fastest configuration of {args.target} that fits..."
-    line = _ClockLine(message)
+    line = ClockLine(message)
     try:
-        with _status(line) as redraw:
+        with live_status(line) as redraw:
             line.redraw = redraw
             search = fit_step(
                 args.target,
@@ -88,8 +88,8 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
                 progress=line.fitted,
             )
     except (TypeError, ValueError, ImportError) as error:
-        raise _usage_error(error, args) from error
-    _emit(search, args.format)
+        raise usage_error(error, args) from error
+    emit(search, args.format)
     if search.ok:
         return 0
     sys.stderr.write(f"{PROG}: {search.verdict}.\n")

@@ -5,12 +5,13 @@ import sys
 from typing import Any
 
 from nnx_introspect._targets import build_target
-from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
-from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import _add_plan_args, _mesh_and_rules
+from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
+from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.plan_args import add_plan_args, mesh_and_rules
 
 
-def _add_mesh_parser(subparsers: Any) -> None:
+def add_mesh_parser(subparsers: Any) -> None:
+    """Adds the ``mesh`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "mesh",
         help="per-device memory of a model (and its training state) over a mesh",
@@ -19,14 +20,14 @@ def _add_mesh_parser(subparsers: Any) -> None:
         "device, replicated axes, problems. No devices are needed. Exits with 1 "
         "when a spec cannot be applied or the budget is exceeded.",
     )
-    _add_target_args(parser)
-    _add_plan_args(
+    add_target_args(parser)
+    add_plan_args(
         parser,
         optimizer_help="also plan this optimizer's state and the gradients",
         budget_help="per-device budget with its unit, such as 16GiB, 16GB or 4096B; "
         "exceeding it exits with 1",
     )
-    _add_output_args(parser, (*FORMATS, "html"))
+    add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_mesh)
 
 
@@ -37,7 +38,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
     from nnx_introspect._render.table import format_bytes
 
     # A rule the file holds but the planner refuses is a bad --rules, named so.
-    mesh, rules, logical = _mesh_and_rules(args, name_the_file=True)
+    mesh, rules, logical = mesh_and_rules(args, name_the_file=True)
     model = build_target(args.target, seed=args.seed)
     budget: int | None = args.max_device_bytes
     # The budget travels with the report, so every format, the JSON `ok` and
@@ -55,7 +56,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
         width = Console(file=sys.stdout, width=10_000).measure(report).maximum
         Console(file=sys.stdout, width=max(120, width)).print(report)
     else:
-        _emit(report, args.format)
+        emit(report, args.format)
     if report.ok:
         return 0
     failures = []

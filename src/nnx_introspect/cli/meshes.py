@@ -15,13 +15,13 @@ from nnx_introspect.cli.checks import (
     check_compare_flags,
     check_network_used,
 )
-from nnx_introspect.cli.errors import UsageError, _usage_error
+from nnx_introspect.cli.errors import UsageError, usage_error
 from nnx_introspect.cli.options import option_kwargs
-from nnx_introspect.cli.output import _emit
-from nnx_introspect.cli.plan_args import _read_rules, _step_inputs
+from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.plan_args import read_rules, step_inputs
 from nnx_introspect.cli.preflight import complete_meshes, loss_note
-from nnx_introspect.cli.progress import _CompareLine as _CompareLine  # tests import
-from nnx_introspect.cli.progress import _status
+from nnx_introspect.cli.progress import CompareLine as CompareLine  # tests import
+from nnx_introspect.cli.progress import live_status
 
 
 def jobs_arg(text: str) -> int:
@@ -83,20 +83,20 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
 
         if jax.device_count() < 2:
             raise UsageError(AUTO_ON_ONE_DEVICE)
-    batch, loss = _step_inputs(args)
-    rules, logical = _read_rules(args)
+    batch, loss = step_inputs(args)
+    rules, logical = read_rules(args)
     try:
         check_network_used(args)
     except (TypeError, ValueError, ImportError) as error:
-        raise _usage_error(error, args) from error
+        raise usage_error(error, args) from error
     meshes = complete_meshes(args, meshes, rules, logical)
     loss_note(args, batch)
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "every factorisation" if auto else f"{len(meshes)} meshes"
     message = f"Comparing {what} of {args.target} with {where}..."
-    line = _CompareLine(message)
+    line = CompareLine(message)
     try:
-        with _status(line) as redraw:
+        with live_status(line) as redraw:
             line.redraw = redraw
             comparison = compare_meshes(
                 args.target,
@@ -116,8 +116,8 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
                 **option_kwargs(args),
             )
     except (TypeError, ValueError, ImportError) as error:
-        raise _usage_error(error, args) from error
-    _emit(comparison, args.format)
+        raise usage_error(error, args) from error
+    emit(comparison, args.format)
     if comparison.ok:
         return 0
     sys.stderr.write(f"{PROG}: {comparison.verdict}.\n")

@@ -11,7 +11,7 @@ if TYPE_CHECKING:
     from nnx_introspect._render.table import Report
 
 
-def _emit(report: "Report", fmt: str) -> None:
+def emit(report: "Report", fmt: str) -> None:
     """Write ``report`` to stdout in ``fmt`` (``table`` uses rich)."""
     from rich.console import Console
 
@@ -34,7 +34,8 @@ def _emit(report: "Report", fmt: str) -> None:
         sys.stdout.write("".join(line.rstrip() + "\n" for line in lines))
 
 
-def _verdict(diff: "StateDiff") -> int:
+def verdict_code(diff: "StateDiff") -> int:
+    """The exit code of a comparison: 0 when equal, else 1 (its count on stderr)."""
     if diff.equal:
         return 0
     sys.stderr.write(

@@ -9,12 +9,12 @@ from typing import Any, NoReturn
 
 from nnx_introspect import __version__
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.checkpoint import _add_checkpoint_parser
-from nnx_introspect.cli.diff import _add_diff_parser
-from nnx_introspect.cli.mesh import _add_mesh_parser
-from nnx_introspect.cli.serve import _add_serve_parser
-from nnx_introspect.cli.step import _add_step_parser
-from nnx_introspect.cli.summary import _add_summary_parser
+from nnx_introspect.cli.checkpoint import add_checkpoint_parser
+from nnx_introspect.cli.diff import add_diff_parser
+from nnx_introspect.cli.mesh import add_mesh_parser
+from nnx_introspect.cli.serve import add_serve_parser
+from nnx_introspect.cli.step import add_step_parser
+from nnx_introspect.cli.summary import add_summary_parser
 
 Handler = Callable[[argparse.Namespace], int]
 
@@ -106,7 +106,8 @@ mesh, step"
     return f"unknown command {given!r}{hint}; the commands are {', '.join(commands)}"
 
 
-def _build_parser() -> argparse.ArgumentParser:
+def build_parser() -> argparse.ArgumentParser:
+    """The command line's parser, with every command."""
     parser = _Parser(
         prog=PROG,
         description="Exact, read-only introspection of Flax NNX models.",
@@ -114,10 +115,10 @@ def _build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--version", action="version", version=f"{PROG} {__version__}")
     subparsers = parser.add_subparsers(dest="command", metavar="COMMAND")
     subparsers.required = True
-    _add_summary_parser(subparsers)
-    _add_mesh_parser(subparsers)
-    _add_diff_parser(subparsers)
-    _add_checkpoint_parser(subparsers)
-    _add_step_parser(subparsers)
-    _add_serve_parser(subparsers)
+    add_summary_parser(subparsers)
+    add_mesh_parser(subparsers)
+    add_diff_parser(subparsers)
+    add_checkpoint_parser(subparsers)
+    add_step_parser(subparsers)
+    add_serve_parser(subparsers)
     return parser

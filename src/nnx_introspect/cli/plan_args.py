@@ -39,17 +39,17 @@ def _integral(text: str) -> int | None:
     return int(value) if math.isfinite(value) and value.is_integer() else None
 
 
-def _mesh_arg(text: str) -> str:
+def mesh_arg(text: str) -> str:
     """Check the syntax of ``--mesh`` without JAX; the handler checks the rest.
 
     This accepts at least every string ``as_abstract_mesh`` accepts (a test holds
     them together); limits such as the largest axis are left to the library.
     """
-    _mesh_axes(text, check=True)
+    mesh_axes(text, check=True)
     return text
 
 
-def _mesh_axes(text: str, *, check: bool = False) -> tuple[tuple[str, int], ...]:
+def mesh_axes(text: str, *, check: bool = False) -> tuple[tuple[str, int], ...]:
     """``"data=2, model=4"`` -> ``(("data", 2), ("model", 4))``, without JAX.
 
     The axes, sizes and order ``as_abstract_mesh`` reads (``4.0`` is 4); with
@@ -82,7 +82,7 @@ _UNITS = {"b": 1, "kb": 10**3, "mb": 10**6, "gb": 10**9, "tb": 10**12}
 _UNITS |= {"kib": 2**10, "mib": 2**20, "gib": 2**30, "tib": 2**40}
 
 
-def _bytes_arg(text: str) -> int:
+def bytes_arg(text: str) -> int:
     """``--max-device-bytes``: what ``_mesh.parse_bytes`` gives, without JAX.
 
     A size needs its unit: a bare ``80`` (80 bytes or 80 GiB?) is refused.
@@ -120,7 +120,7 @@ def _rules_arg(text: str) -> str:
 
 
 def _step_mesh_arg(text: str) -> str:
-    """``step --mesh``: a mesh as :func:`_mesh_arg` checks it, or ``auto``.
+    """``step --mesh``: a mesh as :func:`mesh_arg` checks it, or ``auto``.
 
     ``auto`` is spelt so exactly: ``Auto`` or ``AUTO`` is refused, saying so.
     """
@@ -131,10 +131,10 @@ def _step_mesh_arg(text: str) -> str:
             f"write 'auto' (lower case) to compare every factorisation of the "
             f"devices, got {text!r}"
         )
-    return _mesh_arg(text)
+    return mesh_arg(text)
 
 
-def _add_plan_args(
+def add_plan_args(
     parser: argparse.ArgumentParser,
     *,
     optimizer_help: str,
@@ -160,7 +160,7 @@ def _add_plan_args(
         parser.add_argument(
             "--mesh",
             required=True,
-            type=_mesh_arg,
+            type=mesh_arg,
             help="the proposed mesh, e.g. 'data=2,model=4' (any size)",
         )
     parser.add_argument(
@@ -176,20 +176,20 @@ def _add_plan_args(
     )
     parser.add_argument(
         "--max-device-bytes",
-        type=_bytes_arg,
+        type=bytes_arg,
         default=None,
         metavar="SIZE",
         help=budget_help,
     )
 
 
-def _mesh_and_rules(
+def mesh_and_rules(
     args: argparse.Namespace, *, name_the_file: bool = False
 ) -> tuple[Any, Any, Any]:
     """The ``AbstractMesh`` and the rules of ``--mesh`` / ``--rules``.
 
     The library's own checks (such as the largest mesh) are usage errors naming
-    the flag; so are rules the planner would refuse (see :func:`_read_rules`).
+    the flag; so are rules the planner would refuse (see :func:`read_rules`).
     """
     from nnx_introspect._mesh import as_abstract_mesh
 
@@ -197,11 +197,11 @@ def _mesh_and_rules(
         mesh = as_abstract_mesh(args.mesh, "--mesh")
     except (TypeError, ValueError) as error:
         raise UsageError(f"argument --mesh: {error}") from error
-    rules, logical = _read_rules(args, name_the_file=name_the_file)
+    rules, logical = read_rules(args, name_the_file=name_the_file)
     return mesh, rules, logical
 
 
-def _read_rules(
+def read_rules(
     args: argparse.Namespace, *, name_the_file: bool = False
 ) -> tuple[Any, Any]:
     """``(rules, logical_rules)`` of ``--rules``, checked (``None`` without it).
@@ -227,7 +227,7 @@ def _read_rules(
     return rules, logical
 
 
-def _step_inputs(args: argparse.Namespace) -> tuple[tuple[Any, ...], Any]:
+def step_inputs(args: argparse.Namespace) -> tuple[tuple[Any, ...], Any]:
     """``(batch, loss)`` of ``step``'s ``--batch`` and ``--loss``.
 
     ``--batch`` becomes ``jax.ShapeDtypeStruct`` leaves (a dtype JAX does not

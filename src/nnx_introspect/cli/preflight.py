@@ -21,8 +21,8 @@ from collections.abc import Sequence
 from typing import Any, TextIO
 
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.errors import UsageError, _usage_error, ordinal
-from nnx_introspect.cli.plan_args import _mesh_axes
+from nnx_introspect.cli.errors import UsageError, ordinal, usage_error
+from nnx_introspect.cli.plan_args import mesh_axes
 
 __all__ = ["check_axes_named", "complete_meshes", "loss_note", "missing_axes"]
 
@@ -61,7 +61,7 @@ def missing_axes(text: str, named: Sequence[str]) -> tuple[str, ...]:
         >>> missing_axes("fsdp=8", ("fsdp", "tp")), missing_axes("tp=2", ())
         (('tp',), ())
     """
-    given = {axis for axis, _ in _mesh_axes(text)}
+    given = {axis for axis, _ in mesh_axes(text)}
     return tuple(axis for axis in named if axis not in given)
 
 
@@ -95,7 +95,7 @@ def complete_meshes(
         named = named_axes(args.target, rules=rules, logical_rules=logical)
         own = named_axes(args.target) if rules or logical else named
     except (TypeError, ValueError, ImportError) as error:
-        raise _usage_error(error, args) from error
+        raise usage_error(error, args) from error
     check_axes_named(meshes, named)
     # Only the model's own axes: one only --rules names is the rules' mistake.
     named = tuple(axis for axis in named if axis in own)
@@ -135,7 +135,7 @@ def check_axes_named(
         return
     problems = []
     for i, text in enumerate(meshes):
-        axes = [a for a, _ in _mesh_axes(text)]
+        axes = [a for a, _ in mesh_axes(text)]
         for k, axis in enumerate(axes):
             lacked = [a for a in named if a not in axes]
             close = difflib.get_close_matches(axis, lacked or list(named), 1)

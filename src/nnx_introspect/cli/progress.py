@@ -1,7 +1,7 @@
 """Progress on stderr: a spinner line while a compile, a search or a comparison runs.
 
-:func:`_status` draws one line (only on a terminal) and clears it at the end;
-:class:`_SearchLine` (``step --max-batch``) and :class:`_CompareLine` (``step``
+:func:`live_status` draws one line (only on a terminal) and clears it at the end;
+:class:`SearchLine` (``step --max-batch``) and :class:`CompareLine` (``step``
 with several ``--mesh``) are the lines, their text recomputed at each redraw
 with the time elapsed (:func:`_duration`) and, for a comparison, the meshes
 compiling and the time left (:func:`_left`). Rich is imported only when a line is
@@ -60,7 +60,7 @@ def _one_line(text: str) -> Any:
     return Text(text, no_wrap=True, overflow="ellipsis")
 
 
-class _ClockLine:
+class ClockLine:
     """A line with the time since it began: ``Compiling the step... (12s)``.
 
     ``note`` (set by :meth:`fitted`, ``step --fit``'s progress) follows it:
@@ -68,7 +68,7 @@ class _ClockLine:
 
     Example:
         >>> ticks = iter([0.0, 72.0])
-        >>> line = _ClockLine("Compiling...", clock=lambda: next(ticks))
+        >>> line = ClockLine("Compiling...", clock=lambda: next(ticks))
         >>> line.text()
         'Compiling... (1m 12s)'
     """
@@ -97,7 +97,7 @@ class _ClockLine:
         return _one_line(self.text())
 
 
-class _SearchLine:
+class SearchLine:
     """The ``--max-batch`` progress line, its text recomputed at each redraw.
 
     Before the first compile, ``message``; from it on, the batch compiling now,
@@ -144,7 +144,7 @@ class _SearchLine:
         return _one_line(self.text())
 
 
-class _CompareLine:
+class CompareLine:
     """The progress line of a comparison, its text recomputed at each redraw.
 
     Before the compiles are submitted, ``message``; then how many have
@@ -234,7 +234,7 @@ class _CompareLine:
 
 
 @contextmanager
-def _status(
+def live_status(
     renderable: Any, console: Any = None, redraw_every: float = 0.25
 ) -> Iterator[Callable[[], None]]:
     """A spinner and ``renderable`` on one line of stderr while the body runs.

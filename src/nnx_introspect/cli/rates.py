@@ -88,7 +88,7 @@ bits per second, 400GB or 400GB/s for bytes per second
     return int(value)
 
 
-def _rate_arg(text: str) -> int:
+def rate_arg(text: str) -> int:
     """``--network-bandwidth``: :func:`rate_bytes` for ``argparse``'s ``type=``."""
     try:
         return rate_bytes(text)

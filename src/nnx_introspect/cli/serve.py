@@ -4,8 +4,8 @@ import argparse
 import sys
 from typing import Any
 
-from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
-from nnx_introspect.cli.errors import UsageError, _usage_error
+from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
+from nnx_introspect.cli.errors import UsageError, usage_error
 
 SERVE_FLAGS = {
     "sequences": "--sequences",
@@ -30,7 +30,8 @@ def _positive(text: str) -> int:
     return value
 
 
-def _add_serve_parser(subparsers: Any) -> None:
+def add_serve_parser(subparsers: Any) -> None:
+    """Adds the ``serve`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "serve",
         help="compile prefill and decode and report their memory per device",
@@ -42,7 +43,7 @@ def _add_serve_parser(subparsers: Any) -> None:
         "aliases and peak. With --max-sequences or --max-context, the most that "
         "fits. Exits with 1 when a program does not fit, 2 on bad input.",
     )
-    _add_target_args(parser, seed=False)
+    add_target_args(parser, seed=False)
     parser.add_argument("--mesh", default="tp=8", help="serving mesh (default tp=8)")
     parser.add_argument("--sequences", type=_positive, default=None)
     parser.add_argument("--context", type=_positive, default=None)
@@ -57,7 +58,7 @@ def _add_serve_parser(subparsers: Any) -> None:
     most = parser.add_mutually_exclusive_group()
     most.add_argument("--max-sequences", action="store_true")
     most.add_argument("--max-context", action="store_true")
-    _add_output_args(parser, FORMATS)
+    add_output_args(parser, FORMATS)
     parser.set_defaults(handler=_run_serve, check=check_serve)
 
 
@@ -117,7 +118,7 @@ def _run_serve(args: argparse.Namespace) -> int:
         if flag is not None:  # one line naming the serving flag
             words = " ".join(str(error).split())
             raise UsageError(f"argument {flag}: {words}") from error
-        raise _usage_error(error, args) from error
+        raise usage_error(error, args) from error
     if args.max_sequences or args.max_context:
         _emit_search(found, args.format)
         return 0 if found.value > 0 else 1

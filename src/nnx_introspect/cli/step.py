@@ -6,22 +6,22 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
-from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
+from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
-from nnx_introspect.cli.errors import _usage_error
+from nnx_introspect.cli.errors import usage_error
 from nnx_introspect.cli.fit import run_fit
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.options import add_option_args, option_kwargs
-from nnx_introspect.cli.output import _emit
+from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import (
-    _add_plan_args,
-    _mesh_and_rules,
-    _read_rules,
-    _step_inputs,
+    add_plan_args,
+    mesh_and_rules,
+    read_rules,
+    step_inputs,
 )
 from nnx_introspect.cli.preflight import complete_meshes, loss_note
-from nnx_introspect.cli.progress import _ClockLine, _SearchLine, _status
-from nnx_introspect.cli.rates import _rate_arg
+from nnx_introspect.cli.progress import ClockLine, SearchLine, live_status
+from nnx_introspect.cli.rates import rate_arg
 
 if TYPE_CHECKING:
     from nnx_introspect._search.batch import BatchSearch
@@ -30,7 +30,7 @@ if TYPE_CHECKING:
 _BATCH = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*")
 
 
-def _batch_arg(text: str) -> tuple[str, tuple[int, ...]]:
+def batch_arg(text: str) -> tuple[str, tuple[int, ...]]:
     """``--batch "int32[8,2048]"`` -> ``("int32", (8, 2048))``, without JAX.
 
     The dtype name is checked by the handler (``_step.parse_batch``).
@@ -78,7 +78,8 @@ def _loss_arg(text: str) -> str:
     )
 
 
-def _add_step_parser(subparsers: Any) -> None:
+def add_step_parser(subparsers: Any) -> None:
+    """Adds the ``step`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "step",
         help="compile one training step and report XLA's memory per device",
@@ -95,8 +96,8 @@ def _add_step_parser(subparsers: Any) -> None:
         "configuration fits, 2 on bad input, 3 when a --fit search itself "
         "fails (its worker processes died, or every compile raised).",
     )
-    _add_target_args(parser, seed=False)  # built abstractly: no seed to choose
-    _add_plan_args(
+    add_target_args(parser, seed=False)  # built abstractly: no seed to choose
+    add_plan_args(
         parser,
         several_meshes=True,
         optimizer_help="compile the full training step with this optimizer",
@@ -106,7 +107,7 @@ def _add_step_parser(subparsers: Any) -> None:
     _add_inputs_and_target_args(parser)
     add_option_args(parser)
     _add_search_and_breakdown_args(parser)
-    _add_output_args(parser, (*FORMATS, "html"))
+    add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_step, check=check_step)
 
 
@@ -116,7 +117,7 @@ def _add_inputs_and_target_args(parser: argparse.ArgumentParser) -> None:
         "--batch",
         required=True,
         action="append",
-        type=_batch_arg,
+        type=batch_arg,
         metavar="DTYPE[DIMS]",
         help="one positional argument of the model, e.g. 'int32[8,2048]'; repeat "
         "for several; the leading dimension splits over the mesh's first axis",
@@ -183,7 +184,7 @@ def _add_search_and_breakdown_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--network-bandwidth",
-        type=_rate_arg,
+        type=rate_arg,
         default=None,
         metavar="RATE",
         help="for a GPU --topology of several hosts (h100-16 and up; one host "
@@ -234,15 +235,15 @@ def _run_step(args: argparse.Namespace) -> int:
     if len(meshes) > 1 or meshes[0] == "auto":
         return run_compare(args, meshes, args.jobs)
     check_one_step(args)  # main checked it before JAX; again for direct callers
-    args.mesh = complete_meshes(args, meshes, *_read_rules(args))[0]
-    mesh, rules, logical = _mesh_and_rules(args)
-    batch, loss = _step_inputs(args)
+    args.mesh = complete_meshes(args, meshes, *read_rules(args))[0]
+    mesh, rules, logical = mesh_and_rules(args)
+    batch, loss = step_inputs(args)
     if loss is not None:
         loss_note(args, batch)
     try:
         check_network_used(args)
     except ValueError as error:  # a bad --topology
-        raise _usage_error(error, args) from error
+        raise usage_error(error, args) from error
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "Searching the largest batch" if args.max_batch else "Compiling the step"
     message = f"{what} of {args.target} on {mesh.size} devices with {where}..."
@@ -267,7 +268,7 @@ def _run_step(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, ImportError) as error:
         # Bad input to the step (target, batch, loss, topology, a plan whose
         # specs cannot be applied): a usage error, exit 2.
-        raise _usage_error(error, args) from error
+        raise usage_error(error, args) from error
     if args.max_batch:
         return _show_search(search, args)
     return _show_step(report, args)
@@ -283,8 +284,8 @@ def _search(
     """``--max-batch``: the search, its progress line on a terminal."""
     from nnx_introspect._search.batch import max_batch
 
-    line = _SearchLine(message)
-    with _status(line) as redraw:
+    line = SearchLine(message)
+    with live_status(line) as redraw:
         line.redraw = redraw
         return max_batch(
             target,
@@ -307,7 +308,7 @@ def _compile(
     """One step's report, a spinner on a terminal while it compiles."""
     from nnx_introspect._step import step_memory_report
 
-    with _status(_ClockLine(message)):
+    with live_status(ClockLine(message)):
         return step_memory_report(target, mesh, batch, debug=debug, **common)
 
 
@@ -315,7 +316,7 @@ def _show_search(search: "BatchSearch", args: argparse.Namespace) -> int:
     """Write the search in ``--format``; 1 (and its verdict) when no batch fits."""
     if args.top is not None:
         search = search.with_top(args.top)
-    _emit(search, args.format)
+    emit(search, args.format)
     if not search.ok:
         sys.stderr.write(f"{PROG}: {search.verdict}.\n")
         return 1
@@ -333,7 +334,7 @@ def _show_step(report: "StepMemoryReport", args: argparse.Namespace) -> int:
     for warning in report.warnings:
         if warning.startswith("No breakdown of the peak"):
             sys.stderr.write(f"{PROG}: warning: {warning}\n")
-    _emit(report, args.format)
+    emit(report, args.format)
     if report.ok:  # the report's own verdict: its JSON, markdown and HTML say so
         return 0
     sys.stderr.write(f"{PROG}: {report.verdict}.\n")

@@ -4,11 +4,12 @@ import argparse
 from typing import Any
 
 from nnx_introspect._targets import build_target
-from nnx_introspect.cli.args import _add_output_args, _add_target_args, _positive_int
-from nnx_introspect.cli.output import _emit
+from nnx_introspect.cli.args import add_output_args, add_target_args, positive_int
+from nnx_introspect.cli.output import emit
 
 
-def _add_summary_parser(subparsers: Any) -> None:
+def add_summary_parser(subparsers: Any) -> None:
+    """Adds the ``summary`` command to ``subparsers``."""
     parser = subparsers.add_parser(
         "summary",
         help="every variable of a model, with totals per type and dtype",
@@ -18,10 +19,10 @@ def _add_summary_parser(subparsers: Any) -> None:
         "\u00d732; --every-leaf lists them all), totals per variable type and "
         "per dtype. Nothing is allocated.",
     )
-    _add_target_args(parser)
+    add_target_args(parser)
     parser.add_argument(
         "--depth",
-        type=_positive_int,
+        type=positive_int,
         default=None,
         help="aggregate rows by module prefix of this many path keys (identical "
         "groups of a list of layers are then folded as without --depth)",
@@ -32,7 +33,7 @@ def _add_summary_parser(subparsers: Any) -> None:
         help="one row per variable; by default the identical rows of a list of "
         "layers are folded into one (layers/*/q/kernel \u00d732)",
     )
-    _add_output_args(parser)
+    add_output_args(parser)
     parser.set_defaults(handler=_run_summary)
 
 
@@ -40,7 +41,7 @@ def _run_summary(args: argparse.Namespace) -> int:
     from nnx_introspect._summary import summarize
 
     model = build_target(args.target, seed=args.seed)
-    _emit(
+    emit(
         summarize(model, depth=args.depth, group_layers=not args.every_leaf),
         args.format,
     )

@@ -11,7 +11,7 @@ import os
 import re
 import sys
 
-from nnx_introspect._render.formats import error_line
+from nnx_introspect._text import error_line
 
 __all__ = ["crash_cause", "unguarded_main"]
 

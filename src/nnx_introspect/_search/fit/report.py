@@ -13,7 +13,7 @@ from nnx_introspect._render.table import (
     verdict_html,
 )
 from nnx_introspect._search.meshes.chart import CHOSEN, time_peak_svg
-from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
+from nnx_introspect._search.meshes.report import MeshAxes, mesh_name
 
 __all__ = ["FitRow", "FitSearch", "FitStatus"]
 
@@ -57,7 +57,7 @@ class FitRow:
     @property
     def name(self) -> str:
         """The mesh as ``"fsdp=2,tp=4"``."""
-        return _mesh_name(self.mesh)
+        return mesh_name(self.mesh)
 
     @property
     def options(self) -> str:
@@ -256,7 +256,7 @@ class FitSearch(Report):
     def _ordered(self) -> list[FitRow]:
         """Fitting rows fastest first, then the others in the order tried."""
         fitting = [r for r in self.rows if r.status == "fits"]
-        fitting.sort(key=_speed)
+        fitting.sort(key=speed_key)
         return fitting + [r for r in self.rows if r.status != "fits"]
 
     def _lead(self) -> list[str]:
@@ -358,7 +358,7 @@ class FitSearch(Report):
         return page_html("nnx-introspect: make it fit", body)
 
 
-def _speed(row: FitRow) -> tuple[float, float, float]:
+def speed_key(row: FitRow) -> tuple[float, float, float]:
     """Fastest first: the estimated range, else the FLOPs; then the peak."""
     if row.seconds is not None:
         return (row.seconds[0], row.seconds[1], float(row.peak_bytes or 0))

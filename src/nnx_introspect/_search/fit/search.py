@@ -32,7 +32,7 @@ from flax import nnx
 
 from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._mesh import MeshLike
-from nnx_introspect._render.formats import batch_str, error_line
+from nnx_introspect._render.formats import batch_str
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.fit.crash import crash_cause
 from nnx_introspect._search.fit.ladders import (
@@ -46,19 +46,20 @@ from nnx_introspect._search.fit.ladders import (
     candidates_from,
     dominates,
 )
-from nnx_introspect._search.fit.report import FitRow, FitSearch, _speed
+from nnx_introspect._search.fit.report import FitRow, FitSearch, speed_key
 from nnx_introspect._search.meshes.api import checked_candidates, search_probe
 from nnx_introspect._search.meshes.arguments import (
-    _check_executor,
+    check_executor,
 )
-from nnx_introspect._search.meshes.candidates import _plan
-from nnx_introspect._search.meshes.pool import _cpus, _default_pool, _stop_pool
-from nnx_introspect._search.meshes.report import MeshAxes, _plural
+from nnx_introspect._search.meshes.candidates import plan_check
+from nnx_introspect._search.meshes.pool import cpus, default_pool, stop_pool
+from nnx_introspect._search.meshes.report import MeshAxes, plural
 from nnx_introspect._step.inputs import BatchLike
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepOptions, StepSpec
+from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
@@ -143,7 +144,7 @@ def fit_step(
         (True, 'nothing: the step fits as it is (on mesh data=8)', 1)
     """
     began = time.perf_counter()
-    pool_size = _check_executor(executor, max_workers)
+    pool_size = check_executor(executor, max_workers)
     start_backends_quietly()  # "auto" and the checks count this process's devices
     probe, topology, network = search_probe(target, batch, options, caller="fit_step")
     if probe.microbatches != 1:
@@ -162,22 +163,22 @@ def fit_step(
         pool: concurrent.futures.Executor = executor
         described = type(executor).__name__
     else:
-        workers = pool_size or _cpus()
-        pool = own = _default_pool(workers, None if topology else spec.num_devices)
-        described = f"a spawn process pool of {_plural(workers, 'worker')}"
+        workers = pool_size or cpus()
+        pool = own = default_pool(workers, None if topology else spec.num_devices)
+        described = f"a spawn process pool of {plural(workers, 'worker')}"
     search = _Search(spec, budget, pool, progress, cache)
     search.own_pool = own is not None
     try:
         search.run(candidates, layer)
     except BaseException:
         if own is not None:
-            _stop_pool(own)
+            stop_pool(own)
         raise
     if own is not None:
         if search.crash is None:
             own.shutdown(wait=True)
         else:
-            _stop_pool(own)
+            stop_pool(own)
     found = search.result(target_name, described, time.perf_counter() - began)
     return _with_smallest_batch(found, spec, began)
 
@@ -433,7 +434,7 @@ class _Search:
             except ArgumentError as error:
                 self.skip(Config(mesh), str(error))
                 continue
-            reason, _ = _plan(spec, self.budget)
+            reason, _ = plan_check(spec, self.budget)
             if reason is not None:
                 self.skip(Config(mesh), f"rejected by the planner: {reason}")
                 continue
@@ -459,7 +460,7 @@ class _Search:
 
     def _best(self) -> FitRow | None:
         fitting = [r for r in self.rows if r.status == "fits"]
-        return min(fitting, key=_speed) if fitting else None
+        return min(fitting, key=speed_key) if fitting else None
 
     def result(self, target: str, executor: str, seconds: float) -> FitSearch:
         """The search's report."""

@@ -28,7 +28,7 @@ from nnx_introspect._search.meshes.report import MeshAxes as MeshAxes
 from nnx_introspect._search.meshes.report import MeshCandidate as MeshCandidate
 from nnx_introspect._search.meshes.report import MeshComparison as MeshComparison
 from nnx_introspect._search.meshes.report import Outcome as Outcome
-from nnx_introspect._search.meshes.report import _sort_key as _sort_key
+from nnx_introspect._search.meshes.report import sort_key as sort_key
 
 __all__ = [
     "MAX_AUTO_MESHES",

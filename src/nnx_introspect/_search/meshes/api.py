@@ -7,10 +7,9 @@ default the local ``pool``) and ranked into a :class:`MeshComparison`
 """
 
 import concurrent.futures
-import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any, Unpack
 
 import jax
@@ -20,30 +19,37 @@ from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._search.meshes.arguments import (
-    _BY_NAME,
-    _check_executor,
-    _check_picklable,
-    _check_timeout,
+    BY_NAME,
+    check_executor,
+    check_picklable,
+    check_timeout,
 )
 from nnx_introspect._search.meshes.candidates import (
-    _PROBE_AXIS,
-    _auto_axes,
-    _auto_meshes,
-    _listed_meshes,
-    _plan,
+    PROBE_AXIS,
+    auto_meshes,
+    listed_meshes,
+    pick_auto_axes,
+    plan_check,
 )
-from nnx_introspect._search.meshes.pool import _cpus, _default_pool
+from nnx_introspect._search.meshes.pool import cpus, default_pool
 from nnx_introspect._search.meshes.report import (
     MeshAxes,
     MeshCandidate,
     MeshComparison,
-    _plural,
-    _sort_key,
+    plural,
+    sort_key,
 )
-from nnx_introspect._search.meshes.run import _Run
+from nnx_introspect._search.meshes.run import Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
 from nnx_introspect._step.inputs import BatchLike
-from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec, step_names
+from nnx_introspect._step.spec import (
+    StepOptions,
+    StepSpec,
+    as_step_spec,
+    blame,
+    step_names,
+)
+from nnx_introspect._step.step_records import step_kind
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
@@ -204,13 +210,13 @@ def compare_meshes(
         True
     """
     began = time.perf_counter()
-    pool_size = _check_executor(executor, max_workers)
-    wait = _check_timeout(timeout)
+    pool_size = check_executor(executor, max_workers)
+    wait = check_timeout(timeout)
     start_backends_quietly()  # "auto" and the checks count this process's devices
     probe, topology, network = search_probe(
         target, batch, options, caller="compare_meshes"
     )
-    with _blame("topology"):
+    with blame("topology"):
         devices = None if topology is None else resolve_topology(topology).devices
     spec, auto_axes, candidates, target_name = checked_candidates(
         probe, meshes, topology, devices, network
@@ -222,7 +228,7 @@ def compare_meshes(
         run = (executor, pool_size, wait, progress, compiling)
         compiled, described = _compile_all(spec, run, to_compile, cache)
         rows |= compiled
-    ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
+    ordered = sorted(rows.items(), key=lambda item: sort_key(item[0], item[1]))
     return MeshComparison(
         target=target_name,
         candidates=tuple(row for _, row in ordered),
@@ -232,7 +238,7 @@ def compare_meshes(
         topology=topology,
         auto_axes=auto_axes,
         batch=tuple(batch_str(leaf) for leaf in spec.batch),
-        step=_step_name(spec.loss, spec.optimizer_name),
+        step=step_kind(spec.loss, spec.optimizer_name),
         compiles=len(to_compile),
         seconds=time.perf_counter() - began,
         executor=described,
@@ -268,7 +274,7 @@ def search_probe(
         )
         target = dataclasses.replace(
             target,
-            mesh={_PROBE_AXIS: 1},
+            mesh={PROBE_AXIS: 1},
             topology=None,
             network_bytes_per_second=None,
         )
@@ -285,7 +291,7 @@ def search_probe(
             if k in rest
         }
     )
-    probe = as_step_spec(target, {_PROBE_AXIS: 1}, batch, rest, caller=caller)
+    probe = as_step_spec(target, {PROBE_AXIS: 1}, batch, rest, caller=caller)
     return probe, topology, network
 
 
@@ -312,9 +318,9 @@ def checked_candidates(
     count. Returns ``(that spec, the axes of "auto" or None, the candidate
     meshes, the target's name)``.
     """
-    target_name, _, _ = step_names(probe, _BY_NAME)
+    target_name, _, _ = step_names(probe, BY_NAME)
     for name in ("rules", "logical_rules", "batch_spec"):
-        _check_picklable(getattr(probe, name), name)
+        check_picklable(getattr(probe, name), name)
     auto_axes, candidates = _candidates(probe, meshes, topology, devices)
     spec = dataclasses.replace(  # the compiler's package checked first
         probe,
@@ -340,20 +346,12 @@ def _planned(
                 raise
             rows[index] = MeshCandidate(mesh, "rejected", str(error))
             continue
-        reason, state = _plan(candidate, budget)
+        reason, state = plan_check(candidate, budget)
         if reason is not None or state is None:
             rows[index] = MeshCandidate(mesh, "rejected", reason, plan_bytes=state)
         else:
             to_compile.append((index, mesh, state))
     return rows, to_compile
-
-
-def _step_name(loss: Any, optimizer: str | None) -> str:
-    if loss is None:
-        return "forward"
-    if optimizer is None:
-        return "forward + backward"
-    return "forward + backward + optimizer update"
 
 
 def _compile_all(
@@ -372,11 +370,11 @@ def _compile_all(
         pool: concurrent.futures.Executor = executor
         described = type(executor).__name__
     else:
-        workers = min(pool_size or _cpus(), len(to_compile))
+        workers = min(pool_size or cpus(), len(to_compile))
         devices = spec.num_devices if spec.topology is None else None
-        pool = own = _default_pool(workers, devices)
-        described = f"a spawn process pool of {_plural(workers, 'worker')}"
-    rows = _Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
+        pool = own = default_pool(workers, devices)
+        described = f"a spawn process pool of {plural(workers, 'worker')}"
+    rows = Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
         spec, to_compile, cache
     )
     return rows, described
@@ -400,20 +398,9 @@ def _candidates(
 ) -> tuple[tuple[str, ...] | None, list[MeshAxes]]:
     """``(the axes of "auto" or None, the candidate meshes)``."""
     if isinstance(meshes, str) and meshes.strip().lower() == "auto":
-        auto_axes = _auto_axes(
+        auto_axes = pick_auto_axes(
             probe.model, probe.rules, probe.logical_rules, probe.batch_spec
         )
         count = devices if devices is not None else jax.device_count()
-        return auto_axes, _auto_meshes(auto_axes, count)
-    return None, _listed_meshes(meshes, topology, devices)
-
-
-@contextlib.contextmanager
-def _blame(argument: str) -> Iterator[None]:
-    """A plain ``ValueError`` raised inside becomes an ``ArgumentError``."""
-    try:
-        yield
-    except ArgumentError:
-        raise
-    except ValueError as error:
-        raise ArgumentError(argument, str(error)) from error
+        return auto_axes, auto_meshes(auto_axes, count)
+    return None, listed_meshes(meshes, topology, devices)

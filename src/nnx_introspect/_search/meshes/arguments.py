@@ -11,11 +11,11 @@ import math
 import pickle
 from typing import Any
 
-from nnx_introspect._search.meshes.report import _error_text
+from nnx_introspect._search.meshes.report import error_text
 from nnx_introspect._typing import ArgumentError, as_int
 
 
-def _check_executor(executor: object, max_workers: Any) -> int | None:
+def check_executor(executor: object, max_workers: Any) -> int | None:
     """``max_workers`` checked (``None`` unless given); TypeError for ``executor``."""
     if executor is not None and not isinstance(executor, concurrent.futures.Executor):
         raise TypeError(
@@ -36,7 +36,7 @@ def _check_executor(executor: object, max_workers: Any) -> int | None:
     return size
 
 
-def _check_timeout(timeout: float | None) -> float | None:
+def check_timeout(timeout: float | None) -> float | None:
     if timeout is None:
         return None
     if isinstance(timeout, bool):
@@ -54,16 +54,16 @@ def _check_timeout(timeout: float | None) -> float | None:
     return value
 
 
-_BY_NAME = "each candidate's step compiles in a worker (`executor`), which rebuilds "
-_BY_NAME += "everything from names"
+BY_NAME = "each candidate's step compiles in a worker (`executor`), which rebuilds "
+BY_NAME += "everything from names"
 
 
-def _check_picklable(value: Any, name: str) -> None:
+def check_picklable(value: Any, name: str) -> None:
     try:
         pickle.dumps(value)
     except Exception as error:
         raise ArgumentError(
             name,
-            f"`{name}` must be picklable: {_BY_NAME}, and pickle refuses it "
-            f"({_error_text(error)}). Use strings, tuples and PartitionSpecs.",
+            f"`{name}` must be picklable: {BY_NAME}, and pickle refuses it "
+            f"({error_text(error)}). Use strings, tuples and PartitionSpecs.",
         ) from None

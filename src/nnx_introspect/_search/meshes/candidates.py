@@ -1,8 +1,8 @@
 """The candidate meshes: a list checked, ``"auto"`` enumerated, each one planned.
 
-:func:`_listed_meshes` checks the meshes given (every problem of the list in
-one error); :func:`_auto_axes` and :func:`_auto_meshes` enumerate
-``meshes="auto"``; :func:`_plan` plans one candidate in this process, and
+:func:`listed_meshes` checks the meshes given (every problem of the list in
+one error); :func:`pick_auto_axes` and :func:`auto_meshes` enumerate
+``meshes="auto"``; :func:`plan_check` plans one candidate in this process, and
 what the planner rejects is never compiled.
 """
 
@@ -16,7 +16,7 @@ from nnx_introspect._mesh import as_abstract_mesh, mesh_config_report
 from nnx_introspect._mesh.parse import as_logical_rules
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._search.meshes.report import MeshAxes, _mesh_name
+from nnx_introspect._search.meshes.report import MeshAxes, mesh_name
 from nnx_introspect._step.inputs import as_model
 from nnx_introspect._step.measure import plan_problems
 from nnx_introspect._step.spec import StepSpec
@@ -28,11 +28,11 @@ MAX_AUTO_MESHES = 512
 """The most candidates ``meshes="auto"`` may enumerate (before planning)."""
 
 
-_PROBE_AXIS = "__nnx_introspect_probe__"
+PROBE_AXIS = "__nnx_introspect_probe__"
 """The one axis of the mesh ``meshes="auto"`` plans on to read the model's axes."""
 
 
-def _listed_meshes(
+def listed_meshes(
     meshes: Any, topology: str | None, devices: int | None
 ) -> list[MeshAxes]:
     """The listed candidates as axes, every problem of the list in one error."""
@@ -67,7 +67,7 @@ def _listed_meshes(
     counts = [math.prod(s for _, s in axes) for axes in out]
     if devices is not None:
         problems += [
-            f"`meshes[{i}]` ({_mesh_name(axes)}) has {n} devices, but `topology` "
+            f"`meshes[{i}]` ({mesh_name(axes)}) has {n} devices, but `topology` "
             f"{topology!r} has {devices}"
             for i, (axes, n) in enumerate(zip(out, counts, strict=True))
             if n != devices
@@ -86,7 +86,7 @@ def _listed_meshes(
     for i, axes in enumerate(out):
         if axes in first:
             problems.append(
-                f"`meshes[{i}]` ({_mesh_name(axes)}) repeats `meshes[{first[axes]}]`"
+                f"`meshes[{i}]` ({mesh_name(axes)}) repeats `meshes[{first[axes]}]`"
             )
         first.setdefault(axes, i)
     if problems:
@@ -100,7 +100,7 @@ def _listed_meshes(
     return out
 
 
-def _auto_axes(
+def pick_auto_axes(
     model: Any, rules: Any, logical_rules: Any, batch_spec: Any
 ) -> tuple[str, ...]:
     """The mesh axes the step's sharding names, data-parallel ones first.
@@ -178,13 +178,13 @@ def _step_axes(
     entries = [entry for spec in specs for entry in spec]
     entries += [axes for _, axes in as_logical_rules(logical_rules) or ()]
     plan = mesh_config_report(
-        model, {_PROBE_AXIS: 1}, rules=rules, logical_rules=logical_rules
+        model, {PROBE_AXIS: 1}, rules=rules, logical_rules=logical_rules
     )
     entries += [entry for leaf in plan.leaves for entry in leaf.spec]
     for entry in entries:
         for axis in entry_axes(entry):
             seen.setdefault(axis, None)
-    seen.pop(_PROBE_AXIS, None)
+    seen.pop(PROBE_AXIS, None)
     return tuple(seen)
 
 
@@ -192,7 +192,7 @@ _DATA_AXES = ("data", "dp", "batch", "replica", "fsdp")
 """Axis names that conventionally shard the batch: outermost in ``'auto'``."""
 
 
-def _auto_meshes(axes: tuple[str, ...], devices: int) -> list[MeshAxes]:
+def auto_meshes(axes: tuple[str, ...], devices: int) -> list[MeshAxes]:
     """Every factorisation of ``devices`` over ``axes`` (sizes >= 1), in order.
 
     Sizes in lexicographic order: ``(1, 8), (2, 4), (4, 2), (8, 1)``.
@@ -234,7 +234,7 @@ def _factorisations(n: int, k: int) -> Iterator[tuple[int, ...]]:
     return split(n, k)
 
 
-def _plan(spec: StepSpec, budget: int | None) -> tuple[str | None, int | None]:
+def plan_check(spec: StepSpec, budget: int | None) -> tuple[str | None, int | None]:
     """``(why the planner rejects spec's mesh or None, its state per device)``.
 
     Rejected: the plan has errors, the batch does not split over the mesh, or

@@ -30,7 +30,7 @@ before the filter is in place, and the CUDA plugin writes its ``Could not find
 cuda drivers`` lines to the user's stderr from every worker."""
 
 
-def _default_pool(
+def default_pool(
     workers: int, devices: int | None
 ) -> concurrent.futures.ProcessPoolExecutor:
     """A pool of ``workers`` processes started with ``"spawn"``.
@@ -65,7 +65,7 @@ def _start_worker(devices: int | None) -> None:
         jax.devices()
 
 
-def _stop_pool(pool: concurrent.futures.ProcessPoolExecutor) -> None:
+def stop_pool(pool: concurrent.futures.ProcessPoolExecutor) -> None:
     """Shut ``pool`` down now: pending calls cancelled, every worker stopped.
 
     A worker leads its own process group (:func:`_start_worker`): the group is
@@ -111,7 +111,7 @@ def _exited(process: multiprocessing.process.BaseProcess, timeout: float) -> boo
     return bool(multiprocessing.connection.wait([sentinel], timeout))
 
 
-def _cpus() -> int:
+def cpus() -> int:
     """The CPUs this process may use (its affinity where the OS tells it)."""
     count = getattr(os, "process_cpu_count", None)
     if count is not None:

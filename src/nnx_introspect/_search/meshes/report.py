@@ -1,7 +1,7 @@
 """A comparison's report: :class:`MeshComparison`, its :class:`MeshCandidate` rows.
 
 What became of each candidate (:data:`Outcome`), where each outcome sorts
-(best first: :func:`_sort_key`), and the renderers: the table and its notes,
+(best first: :func:`sort_key`), and the renderers: the table and its notes,
 JSON, and the HTML page (its chart drawn by ``chart``).
 """
 
@@ -94,7 +94,7 @@ class MeshCandidate:
     @property
     def name(self) -> str:
         """The mesh as ``"fsdp=2,tp=4"``."""
-        return _mesh_name(self.mesh)
+        return mesh_name(self.mesh)
 
     @property
     def peak_bytes(self) -> int | None:
@@ -472,7 +472,7 @@ class MeshComparison(Report):
             )
         if self.auto_axes is not None:
             first = self.auto_axes[0]
-            devices = _plural(self.num_devices, "device")
+            devices = plural(self.num_devices, "device")
             yield (
                 f"'auto': every factorisation of {devices} over "
                 f"the axes {', '.join(self.auto_axes)} (data-parallel names such "
@@ -517,7 +517,7 @@ class MeshComparison(Report):
             )
 
     def _order_words(self) -> str:
-        """The order the rows are in, as :func:`_sort_key` sorts them."""
+        """The order the rows are in, as :func:`sort_key` sorts them."""
         answers = [c for c in self.candidates if _GROUP[c.outcome] == 0]
         timed = [c for c in answers if c.estimated_seconds is not None]
         which = "compiled" if self.max_device_bytes is None else "fit"
@@ -653,7 +653,7 @@ class MeshComparison(Report):
         return page_html(self.verdict, "".join(parts))
 
 
-def _sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
+def sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
     group = _GROUP[row.outcome]
     peak = row.peak_bytes or 0
     if group == 0:
@@ -676,7 +676,7 @@ def _times(ratio: float) -> str:
     return f"{math.floor(ratio * scale) / scale:.{digits}f}"
 
 
-def _plural(n: int, noun: str) -> str:
+def plural(n: int, noun: str) -> str:
     return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
@@ -686,11 +686,11 @@ def _share(peak: int, budget: int) -> str:
     return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{share:.2%}"
 
 
-def _mesh_name(mesh: MeshAxes) -> str:
+def mesh_name(mesh: MeshAxes) -> str:
     return ",".join(f"{a}={s}" for a, s in mesh)
 
 
-def _error_text(error: BaseException) -> str:
+def error_text(error: BaseException) -> str:
     """``"ValueError: ..."`` on one line, at most 500 characters."""
     text = " ".join(str(error).split())
     if len(text) > 500:

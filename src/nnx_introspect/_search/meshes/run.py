@@ -15,13 +15,13 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from nnx_introspect._search.meshes.pool import _stop_pool
+from nnx_introspect._search.meshes.pool import stop_pool
 from nnx_introspect._search.meshes.report import (
     MeshAxes,
     MeshCandidate,
     Outcome,
-    _error_text,
-    _mesh_name,
+    error_text,
+    mesh_name,
 )
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.report import StepMemoryReport
@@ -45,7 +45,7 @@ def _measure_on(
     return measure_step(dataclasses.replace(spec, mesh=mesh), cache=cache)
 
 
-class _Run:
+class Run:
     """Submitting the compiles and collecting their rows, stopping on interrupt."""
 
     def __init__(
@@ -92,7 +92,7 @@ class _Run:
         timed_out = False
         try:
             refused: dict[int, str] = {}
-            self.names = [_mesh_name(mesh) for _, mesh, _ in to_compile]
+            self.names = [mesh_name(mesh) for _, mesh, _ in to_compile]
             self.began = time.perf_counter()
             for k, (_, mesh, _) in enumerate(to_compile):
                 try:
@@ -101,7 +101,7 @@ class _Run:
                     )
                 except Exception as error:  # a shut-down executor, say
                     self.futures.append(None)
-                    refused[k] = _error_text(error)
+                    refused[k] = error_text(error)
             total = len(to_compile)
             if self.progress is not None:
                 self.progress(0, total, None)
@@ -123,7 +123,7 @@ class _Run:
             raise
         if self.own is not None:
             if timed_out:  # a hung compile would hold shutdown(wait=True) forever
-                _stop_pool(self.own)
+                stop_pool(self.own)
             else:
                 self.own.shutdown(wait=True)
         _raise_bad_input(self.errors)
@@ -137,7 +137,7 @@ class _Run:
             report = self._result(future)
         except TimeoutError as error:  # concurrent.futures.TimeoutError since 3.11
             if future.done():  # the compile itself raised a TimeoutError
-                return MeshCandidate(mesh, "failed", _error_text(error), None, state)
+                return MeshCandidate(mesh, "failed", error_text(error), None, state)
             future.cancel()
             return MeshCandidate(
                 mesh, "timed out", f"after {self.wait:g} s", plan_bytes=state
@@ -146,7 +146,7 @@ class _Run:
             return MeshCandidate(mesh, "failed", "cancelled", plan_bytes=state)
         except Exception as error:
             self.errors[-1] = error
-            return MeshCandidate(mesh, "failed", _error_text(error), None, state)
+            return MeshCandidate(mesh, "failed", error_text(error), None, state)
         if not isinstance(report, StepMemoryReport):
             what = f"returned a {type(report).__name__}, not a StepMemoryReport"
             return MeshCandidate(mesh, "failed", what, plan_bytes=state)
@@ -221,7 +221,7 @@ class _Run:
             if future is not None:
                 future.cancel()
         if self.own is not None:
-            _stop_pool(self.own)
+            stop_pool(self.own)
 
 
 def _raise_bad_input(errors: list[BaseException | None]) -> None:

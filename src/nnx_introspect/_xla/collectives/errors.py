@@ -11,7 +11,7 @@ class CollectiveFormatError(DumpFormatError):
     """XLA's HLO text holds a collective in a form this code does not read."""
 
 
-def _format_error(what: str, line: str) -> CollectiveFormatError:
+def format_error(what: str, line: str) -> CollectiveFormatError:
     shown = line.strip()
     shown = shown if len(shown) <= 400 else shown[:397] + "..."
     return CollectiveFormatError(
@@ -21,27 +21,27 @@ def _format_error(what: str, line: str) -> CollectiveFormatError:
     )
 
 
-def _parse_module(text: str) -> Module:
+def read_module(text: str) -> Module:
     """:func:`~nnx_introspect._xla.hlo.parse_module`, its error this reader's."""
     try:
         return parse_module(text)
     except HloTextError as error:
-        raise _format_error(error.what, error.text) from None
+        raise format_error(error.what, error.text) from None
 
 
-def _arrays(shape: str, line: str) -> list[tuple[str, tuple[int, ...], int]]:
+def shape_arrays(shape: str, line: str) -> list[tuple[str, tuple[int, ...], int]]:
     """``(dtype, dims, bytes)`` of each array of a shape (tuples flattened)."""
     try:
         return arrays(shape)
     except HloTextError as error:
-        raise _format_error(error.what, line) from None
+        raise format_error(error.what, line) from None
 
 
-def _bytes(shape: str, line: str) -> int:
-    return sum(nbytes for _, _, nbytes in _arrays(shape, line))
+def shape_bytes(shape: str, line: str) -> int:
+    return sum(nbytes for _, _, nbytes in shape_arrays(shape, line))
 
 
-def _base(opcode: str) -> str:
+def base_opcode(opcode: str) -> str:
     for suffix in ("-start", "-done"):
         if opcode.endswith(suffix):
             return opcode[: -len(suffix)]

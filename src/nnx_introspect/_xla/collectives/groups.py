@@ -6,8 +6,8 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnx_introspect._xla.collectives.errors import _base, _format_error
-from nnx_introspect._xla.collectives.report import _ANY_QUESTION
+from nnx_introspect._xla.collectives.errors import base_opcode, format_error
+from nnx_introspect._xla.collectives.report import ANY_QUESTION
 from nnx_introspect._xla.hlo import Instruction
 
 _EXPLICIT = re.compile(r"\{(?:\{[\d,]*\}(?:,\{[\d,]*\})*)?\}")
@@ -31,20 +31,20 @@ _MESH_AXIS = re.compile(r"'([^']*)'=(\d+)")
 _MESH_GROUP = re.compile(r"'([^']*)'(?::\((\d+)\)(\d+))?")
 
 
-def _groups(
+def replica_groups(
     instruction: Instruction, partitions: int
 ) -> tuple[tuple[tuple[int, ...], ...], tuple[tuple[int, int], ...] | None]:
     """The groups as partition ids, and a permute's pairs."""
     attributes = instruction.attributes
     cross_replica = "channel_id" not in attributes
     if cross_replica and attributes.get("use_global_device_ids") == "true":
-        raise _format_error(
+        raise format_error(
             "global device ids with a channel id (XLA requires one)", instruction.text
         )
-    if _base(instruction.opcode) == "collective-permute":
+    if base_opcode(instruction.opcode) == "collective-permute":
         text = attributes.get("source_target_pairs")
         if text is None or not _EXPLICIT.fullmatch(text):
-            raise _format_error("source_target_pairs={{s,t},...}", instruction.text)
+            raise format_error("source_target_pairs={{s,t},...}", instruction.text)
         pairs = tuple((int(s), int(t)) for s, t in re.findall(r"\{(\d+),(\d+)\}", text))
         if cross_replica:  # replica ids; one replica: each device alone
             return _alone(pairs, instruction, partitions), pairs
@@ -52,7 +52,7 @@ def _groups(
         return _components(pairs), pairs
     text = attributes.get("replica_groups")
     if text is None:
-        raise _format_error("replica_groups=", instruction.text)
+        raise format_error("replica_groups=", instruction.text)
     if text.startswith("mesh["):
         groups = _mesh_groups(text, attributes.get("device_ids"), instruction)
     elif _EXPLICIT.fullmatch(text):
@@ -67,9 +67,9 @@ def _groups(
         ids = ids.transpose(perm) if perm else ids
         groups = [tuple(int(i) for i in g) for g in ids.reshape(int(found[1]), -1)]
         if len(groups[0]) != int(found[2]):
-            raise _format_error("an iota replica group list", instruction.text)
+            raise format_error("an iota replica group list", instruction.text)
     else:
-        raise _format_error("replica groups", instruction.text)
+        raise format_error("replica groups", instruction.text)
     if cross_replica:
         flat = [i for g in groups for i in g]
         return _alone([(i, i) for i in flat], instruction, partitions), None
@@ -84,13 +84,13 @@ def _alone(
 ) -> tuple[tuple[int, ...], ...]:
     """Cross-replica groups with one replica: ids 0 only; each device alone."""
     if any(i != 0 for pair in pairs for i in pair):
-        raise _format_error("replica ids of a one-replica program", instruction.text)
+        raise format_error("replica ids of a one-replica program", instruction.text)
     return tuple((p,) for p in range(partitions))
 
 
 def _check_ids(ids: Sequence[int], partitions: int, instruction: Instruction) -> None:
     if any(i >= partitions for i in ids):
-        raise _format_error(
+        raise format_error(
             f"partition ids below num_partitions={partitions}", instruction.text
         )
 
@@ -131,10 +131,10 @@ def _mesh_groups(
         else _MESH.fullmatch(text + " " + device_ids)
     )
     if found is None:
-        raise _format_error("a mesh replica group list", instruction.text)
+        raise format_error("a mesh replica group list", instruction.text)
     axes = [(name, int(size)) for name, size in _MESH_AXIS.findall(found["axes"])]
     if not axes or ",".join(f"'{n}'={s}" for n, s in axes) != found["axes"]:
-        raise _format_error("a mesh's axes", instruction.text)
+        raise format_error("a mesh's axes", instruction.text)
     sizes = [size for _, size in axes]
     total = math.prod(sizes)
     if device_ids is None:
@@ -149,7 +149,7 @@ def _mesh_groups(
         devices = np.array([int(i) for i in listed.split(",") if i])
     selected = found["group"]
     if devices.size != total or sorted(devices.tolist()) != list(range(total)):
-        raise _format_error("a mesh's device ids", instruction.text)
+        raise format_error("a mesh's device ids", instruction.text)
     inner = selected[1:-1]
     refs = [
         (name, int(pre) if pre else None, int(size) if size else None)
@@ -160,7 +160,7 @@ def _mesh_groups(
     )
     index = {name: i for i, (name, _) in enumerate(axes)}
     if written != inner or any(name not in index for name, _, _ in refs):
-        raise _format_error("a mesh's grouped axes", instruction.text)
+        raise format_error("a mesh's grouped axes", instruction.text)
     # each mesh dimension split as its (sub-)axes need; the grouped parts found
     reshape: list[int] = []
     grouped: list[int] = [0] * len(refs)
@@ -171,7 +171,7 @@ def _mesh_groups(
             continue
         if any(ref[1] is None for _, ref in mine):
             if len(mine) != 1:
-                raise _format_error("a mesh's grouped axes", instruction.text)
+                raise format_error("a mesh's grouped axes", instruction.text)
             grouped[mine[0][0]] = len(reshape)
             reshape.append(size)
             continue
@@ -179,7 +179,7 @@ def _mesh_groups(
         for k, (_, pre, sub) in sorted(mine, key=lambda item: item[1][1] or 0):
             assert pre is not None and sub is not None
             if pre % product or size % (pre * sub):
-                raise _format_error("a mesh's sub-axes", instruction.text)
+                raise format_error("a mesh's sub-axes", instruction.text)
             if pre != product:
                 reshape.append(pre // product)
             grouped[k] = len(reshape)
@@ -193,7 +193,7 @@ def _mesh_groups(
     return [tuple(int(i) for i in g) for g in arranged.reshape(-1, group_size)]
 
 
-def _axes(
+def group_axes(
     groups: tuple[tuple[int, ...], ...], mesh_axes: tuple[tuple[str, int], ...]
 ) -> tuple[str, ...]:
     """The mesh axes every group spans whole, or ``("?",)``."""
@@ -201,15 +201,15 @@ def _axes(
     spans = set()
     for group in groups:
         if len(set(group)) != len(group):
-            return _ANY_QUESTION
+            return ANY_QUESTION
         coords = np.array(np.unravel_index(list(group), sizes)).T
         varying = tuple(
             d for d in range(len(sizes)) if len(set(coords[:, d].tolist())) > 1
         )
         if len(group) != math.prod(sizes[d] for d in varying):
-            return _ANY_QUESTION
+            return ANY_QUESTION
         spans.add(varying)
     if len(spans) != 1:
-        return () if not spans else _ANY_QUESTION
+        return () if not spans else ANY_QUESTION
     (span,) = spans
     return tuple(mesh_axes[d][0] for d in span)

@@ -17,7 +17,7 @@ import numpy as np
 from nnx_introspect._render.table import format_bytes
 
 
-def _span(
+def span_axes(
     groups: Sequence[Sequence[int]], mesh_axes: tuple[tuple[str, int], ...]
 ) -> tuple[str, ...]:
     """The mesh axes along which some group's devices differ, in the mesh's order.
@@ -26,9 +26,9 @@ def _span(
     combination holds them all.
 
     Example:
-        >>> _span([(0, 1, 2, 3), (4, 5, 6, 7)], (("fsdp", 4), ("tp", 2)))
+        >>> span_axes([(0, 1, 2, 3), (4, 5, 6, 7)], (("fsdp", 4), ("tp", 2)))
         ('fsdp', 'tp')
-        >>> _span([(0, 2), (1, 3)], (("fsdp", 2), ("tp", 2)))
+        >>> span_axes([(0, 2), (1, 3)], (("fsdp", 2), ("tp", 2)))
         ('fsdp',)
     """
     sizes = [size for _, size in mesh_axes]
@@ -50,7 +50,7 @@ def _groups_text(groups: Sequence[Sequence[int]], most: int = 3) -> str:
     return shown + (f" and {more} more" if more > 0 else "")
 
 
-def _irregular_note(
+def note_irregular(
     rows: Sequence[tuple[str, str, Sequence[Sequence[int]], int, str]],
     mesh_axes: tuple[tuple[str, int], ...],
     total_wire: int,
@@ -61,7 +61,7 @@ def _irregular_note(
     collectives whose axes are ``"?"``, most wire bytes first.
 
     Example:
-        >>> print(_irregular_note(
+        >>> print(note_irregular(
         ...     [("ag.3", "all-gather", [(0, 1, 2, 3), (4, 5, 6, 7)], 3 << 20,
         ...       "examples.py:465")],
         ...     (("fsdp", 4), ("tp", 2)), 12 << 20))  # doctest: +NORMALIZE_WHITESPACE
@@ -84,7 +84,7 @@ def _irregular_note(
     for name, kind, groups, _, source in rows:
         alike.setdefault((kind, _groups_text(groups), source), []).append(name)
     spans = {
-        _groups_text(groups): "+".join(_span(groups, mesh_axes)) or "one device"
+        _groups_text(groups): "+".join(span_axes(groups, mesh_axes)) or "one device"
         for _, _, groups, _, _ in rows
     }
     listed = [

@@ -2,31 +2,31 @@
 
 from dataclasses import dataclass
 
-from nnx_introspect._xla.collectives.errors import _format_error
+from nnx_introspect._xla.collectives.errors import format_error
 from nnx_introspect._xla.hlo import Module, names_in
 from nnx_introspect._xla.hlo.loops import trip_count
 
 
 @dataclass(frozen=True)
-class _Calls:
+class Calls:
     count: int
     known: bool
     loops: tuple[str, ...]
 
 
-def _call_counts(module: Module) -> dict[str, _Calls]:
+def call_counts(module: Module) -> dict[str, Calls]:
     """How many times one run of ENTRY runs each reachable computation."""
-    done: dict[str, _Calls] = {}
+    done: dict[str, Calls] = {}
     active: set[str] = set()
 
-    def visit(name: str) -> _Calls:
+    def visit(name: str) -> Calls:
         if name in done:
             return done[name]
         if name == module.entry:
-            done[name] = _Calls(1, True, ())
+            done[name] = Calls(1, True, ())
             return done[name]
         if name in active:
-            raise _format_error("a call graph without cycles", f"computation {name}")
+            raise format_error("a call graph without cycles", f"computation {name}")
         active.add(name)
         count, known, loops = 0, True, None
         for caller in module.callers.get(name, []):
@@ -46,7 +46,7 @@ def _call_counts(module: Module) -> dict[str, _Calls]:
             known = known and outer.known and here_known
             loops = here_loops if loops is None else loops
         active.discard(name)
-        done[name] = _Calls(count, known, loops or ())
+        done[name] = Calls(count, known, loops or ())
         return done[name]
 
     for name in module.computations:

@@ -9,16 +9,16 @@ import jax
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.collectives.errors import (
     CollectiveFormatError,
-    _arrays,
-    _base,
-    _bytes,
-    _format_error,
-    _parse_module,
+    base_opcode,
+    format_error,
+    read_module,
+    shape_arrays,
+    shape_bytes,
 )
-from nnx_introspect._xla.collectives.groups import _axes, _groups
-from nnx_introspect._xla.collectives.loops import _call_counts, _Calls
+from nnx_introspect._xla.collectives.groups import group_axes, replica_groups
+from nnx_introspect._xla.collectives.loops import Calls, call_counts
 from nnx_introspect._xla.collectives.report import KINDS, Collective, Collectives
-from nnx_introspect._xla.collectives.sources import _array_sources
+from nnx_introspect._xla.collectives.sources import array_sources
 from nnx_introspect._xla.hlo import (
     HloTextError,
     Instruction,
@@ -159,7 +159,7 @@ def read_collectives(
     """
     _check_mesh_axes(mesh_axes)
     _check_module_text(hlo_text)
-    module = _parse_module(hlo_text)
+    module = read_module(hlo_text)
     partitions = math.prod(size for _, size in mesh_axes)
     if partitions != module.num_partitions:
         raise ArgumentError(
@@ -174,7 +174,7 @@ def read_collectives(
             "reads SPMD-partitioned programs of one replica (jax.jit's), where a "
             "replica group's ids are partitions."
         )
-    calls = _call_counts(module)
+    calls = call_counts(module)
     rows: list[Collective] = []
     for instructions in module.computations.values():
         for instruction in instructions:
@@ -221,22 +221,22 @@ def _check_module_text(text: str) -> None:
 def _collective(
     instruction: Instruction,
     module: Module,
-    calls: dict[str, _Calls],
+    calls: dict[str, Calls],
     mesh_axes: tuple[tuple[str, int], ...],
 ) -> Collective | None:
     opcode = instruction.opcode
     if opcode in _UNREAD:
-        raise _format_error(
+        raise format_error(
             f"a {opcode} (not one of the collectives this code counts: "
             f"{', '.join(KINDS)})",
             instruction.text,
         )
-    if _base(opcode) not in KINDS:
+    if base_opcode(opcode) not in KINDS:
         return None
     if opcode.endswith("-done"):
         return None  # counted at its start (_check_pairs: one done per start)
     if instruction.computation not in calls:
-        raise _format_error(
+        raise format_error(
             "a collective in a computation no instruction calls", instruction.text
         )
     found = _form(instruction, module)
@@ -244,12 +244,12 @@ def _collective(
         return None
     kind, named, form, result_shape = found
     count = calls[instruction.computation]
-    groups, pairs = _groups(instruction, module.num_partitions)
-    result = _arrays(result_shape, instruction.text)
+    groups, pairs = replica_groups(instruction, module.num_partitions)
+    result = shape_arrays(result_shape, instruction.text)
     operands = [
         array
         for name in instruction.operands
-        for array in _arrays(
+        for array in shape_arrays(
             _operand_shape(name, module, instruction), instruction.text
         )
     ]
@@ -258,10 +258,10 @@ def _collective(
     try:
         stack = source_stack(items, module.frames)
     except HloTextError as error:
-        raise _format_error(error.what, named.text) from None
+        raise format_error(error.what, named.text) from None
     channel = instruction.attributes.get("channel_id")
     own = user_frame(stack, stack[0] if stack else None)
-    sources = _array_sources(instruction, kind, len(counted), module)
+    sources = array_sources(instruction, kind, len(counted), module)
     return Collective(
         kind=kind,
         name=named.name,
@@ -275,7 +275,7 @@ def _collective(
         shapes=tuple(dims for _, dims, _ in counted),
         group_size=max((len(g) for g in groups), default=1),
         groups=groups,
-        axes=_axes(groups, mesh_axes),
+        axes=group_axes(groups, mesh_axes),
         source_target_pairs=pairs,
         channel_id=int(channel) if channel and channel.isdigit() else None,
         op_name=items.get("op_name"),
@@ -307,7 +307,7 @@ def _form(
     ``None`` for a half counted elsewhere: the done or a continuation of
     XLA:TPU's async collective fusion.
     """
-    kind, named, form = _base(instruction.opcode), instruction, "sync"
+    kind, named, form = base_opcode(instruction.opcode), instruction, "sync"
     result_shape = instruction.shape
     callers = [
         c
@@ -355,14 +355,14 @@ def _start_result(start: Instruction, module: Module) -> str:
     else:
         elements = tuple_elements(start.shape)
         if len(elements) < 2:
-            raise _format_error(f"a {start.opcode} of (operands, results)", start.text)
+            raise format_error(f"a {start.opcode} of (operands, results)", start.text)
         own = elements[1]
-    done = f"{_base(start.opcode)}-done"
+    done = f"{base_opcode(start.opcode)}-done"
     for user in module.users.get(start.name, []):
-        if user.opcode == done and _bytes(user.shape, user.text) != _bytes(
+        if user.opcode == done and shape_bytes(user.shape, user.text) != shape_bytes(
             own, start.text
         ):
-            raise _format_error(f"a {done} of its start's result", user.text)
+            raise format_error(f"a {done} of its start's result", user.text)
     return own
 
 
@@ -374,7 +374,7 @@ def _check_pairs(module: Module) -> None:
             starts += instruction.opcode == f"{kind}-start"
             dones += instruction.opcode == f"{kind}-done"
         if starts != dones:
-            raise _format_error(
+            raise format_error(
                 f"one {kind}-done per {kind}-start (found {starts} and {dones})",
                 module.name,
             )
@@ -383,7 +383,7 @@ def _check_pairs(module: Module) -> None:
 def _operand_shape(name: str, module: Module, at: Instruction) -> str:
     operand = module.instructions.get(name)
     if operand is None:
-        raise _format_error(f"the operand %{name}", at.text)
+        raise format_error(f"the operand %{name}", at.text)
     return operand.shape
 
 
@@ -410,10 +410,10 @@ def _scatter_fusion(
             slices.append(user)
     if not slices or any(s.opcode != "dynamic-slice" for s in slices):
         return None
-    groups, _ = _groups(instruction, module.num_partitions)
+    groups, _ = replica_groups(instruction, module.num_partitions)
     size = max((len(g) for g in groups), default=1)
-    reduced = _bytes(instruction.shape, instruction.text)
-    if _bytes(fusion.shape, fusion.text) * size != reduced:
+    reduced = shape_bytes(instruction.shape, instruction.text)
+    if shape_bytes(fusion.shape, fusion.text) * size != reduced:
         return None
     return fusion
 
@@ -432,7 +432,7 @@ def _check_tpu_fusions(module: Module) -> None:
     starts = targets.get('"AsyncCollectiveStart"', 0)
     dones = targets.get('"AsyncCollectiveDone"', 0)
     if starts != dones:
-        raise _format_error(
+        raise format_error(
             f"as many AsyncCollectiveStart fusions as AsyncCollectiveDone ones "
             f"(found {starts} and {dones})",
             module.name,

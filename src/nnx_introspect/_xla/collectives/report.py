@@ -7,7 +7,7 @@ from typing import Any, Final
 
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.collectives.irregular import _irregular_note, _span
+from nnx_introspect._xla.collectives.irregular import note_irregular, span_axes
 from nnx_introspect._xla.hlo import SourceLocation, array_bytes
 from nnx_introspect._xla.hlo import source_json as _source_json
 
@@ -21,7 +21,7 @@ KINDS: Final = (
 """The collectives :func:`read_collectives` reports."""
 
 
-_ANY_QUESTION: Final = ("?",)
+ANY_QUESTION: Final = ("?",)
 """The axes of a collective whose groups are not whole mesh axes."""
 
 
@@ -418,8 +418,8 @@ class Collectives(Report):
         """
         spans: dict[tuple[str, ...], Fraction] = {}
         for row in self.rows:
-            if row.axes == _ANY_QUESTION:
-                span = _span(row.groups, self.mesh_axes)
+            if row.axes == ANY_QUESTION:
+                span = span_axes(row.groups, self.mesh_axes)
                 spans[span] = spans.get(span, Fraction(0)) + row.total_wire_bytes
         ranked = sorted(spans.items(), key=lambda item: -item[1])
         return tuple((span, round(wire)) for span, wire in ranked if wire)
@@ -432,10 +432,10 @@ class Collectives(Report):
             True
         """
         rows = sorted(
-            (row for row in self.rows if row.axes == _ANY_QUESTION),
+            (row for row in self.rows if row.axes == ANY_QUESTION),
             key=lambda row: -row.total_wire_bytes,
         )
-        return _irregular_note(
+        return note_irregular(
             [
                 (
                     row.name,

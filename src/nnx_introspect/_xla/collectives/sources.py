@@ -10,7 +10,7 @@ instructions that use the result are the model's (the matmul that uses a
 gathered weight), and the instructions that made the operand are too (the
 matmul whose gradient is reduce-scattered).
 
-:func:`_array_sources` reads, for each array, the first stack frame found in
+:func:`array_sources` reads, for each array, the first stack frame found in
 that order: the array's own result value, then for a reducing collective
 (all-reduce, reduce-scatter) its operand's producers before the result's
 users, for the others the users first. The users are followed by the
@@ -26,7 +26,7 @@ from collections import deque
 from collections.abc import Callable, Iterator
 from typing import Final
 
-from nnx_introspect._xla.collectives.errors import _base
+from nnx_introspect._xla.collectives.errors import base_opcode
 from nnx_introspect._xla.hlo import (
     HloTextError,
     Instruction,
@@ -54,7 +54,7 @@ def _frame(at: Instruction, module: Module) -> SourceLocation | None:
     return user_frame(stack, stack[0] if stack else None)
 
 
-def _array_sources(
+def array_sources(
     instruction: Instruction, kind: str, arrays: int, module: Module
 ) -> tuple[SourceLocation | None, ...]:
     """One source per array of a collective's counted bytes (``None``: none found).
@@ -225,7 +225,7 @@ def _result_values(
     opcode = instruction.opcode
     callers = module.callers.get(instruction.computation, [])
     if opcode.endswith("-start"):
-        done = f"{_base(opcode)}-done"
+        done = f"{base_opcode(opcode)}-done"
         holders = [
             u for u in module.users.get(instruction.name, []) if u.opcode == done
         ]

@@ -11,6 +11,7 @@ from typing import Any, Final
 from nnx_introspect._xla.hlo.text import HloTextError
 
 __all__ = [
+    "SECTIONS",
     "SourceLocation",
     "entry_root",
     "frame_sections",
@@ -159,7 +160,7 @@ def _in_library(file: str) -> bool:
     return os.path.realpath(file).startswith(_library_roots())
 
 
-_SECTIONS: Final = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
+SECTIONS: Final = ("FileNames", "FunctionNames", "FileLocations", "StackFrames")
 _FILE_NAME: Final = re.compile(r'^(\d+) "(.*)"$')
 _FILE_LOCATION: Final = re.compile(
     r"^(\d+) \{file_name_id=(\d+) function_name_id=(\d+) line=(\d+)"
@@ -181,7 +182,7 @@ def frame_sections(lines: list[str]) -> dict[str, list[str]]:
     sections: dict[str, list[str]] = {}
     name = ""
     for line in lines:
-        if line in _SECTIONS:
+        if line in SECTIONS:
             name = line
             sections[name] = []
         elif not line:

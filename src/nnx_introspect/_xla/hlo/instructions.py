@@ -5,12 +5,12 @@ from dataclasses import dataclass
 from typing import Final
 
 from nnx_introspect._xla.hlo.text import (
-    _COMMENT,
+    COMMENT,
     HloTextError,
-    _closing,
-    _shape_end,
-    _top_level,
-    _unquoted,
+    closing_bracket,
+    shape_end,
+    top_level,
+    unquoted_chars,
 )
 
 __all__ = [
@@ -71,7 +71,7 @@ def definition(line: str) -> tuple[str, str] | None:
     found = _DEFINITION.match(line)
     if found is None:
         return None
-    return found[2], found[3][: _shape_end(found[3])]
+    return found[2], found[3][: shape_end(found[3])]
 
 
 def instruction(line: str, computation: str = "") -> Instruction:
@@ -92,12 +92,12 @@ def instruction(line: str, computation: str = "") -> Instruction:
     if found is None:
         raise HloTextError("an instruction", line)
     rest = found[3]
-    end = _shape_end(rest)
+    end = shape_end(rest)
     opcode = _OPCODE.match(rest, end)
     if opcode is None:
         raise HloTextError("an instruction's opcode", line)
     start = opcode.end()
-    close = _closing(rest, start - 1)
+    close = closing_bracket(rest, start - 1)
     if close < 0:
         raise HloTextError("an instruction's operands", line)
     operand_text = rest[start:close]
@@ -106,7 +106,7 @@ def instruction(line: str, computation: str = "") -> Instruction:
         computation=computation,
         shape=rest[:end],
         opcode=opcode[1],
-        operands=tuple(_NAME.findall(_COMMENT.sub("", operand_text))),
+        operands=tuple(_NAME.findall(COMMENT.sub("", operand_text))),
         operand_text=operand_text,
         attributes=_attributes(rest[close + 1 :]),
         text=line,
@@ -125,7 +125,7 @@ def operand_shapes(found: Instruction) -> list[tuple[str | None, str]]:
         [('f32[2]{0}', 'a'), (None, 'b')]
     """
     out: list[tuple[str | None, str]] = []
-    for piece in _top_level(_COMMENT.sub("", found.operand_text)):
+    for piece in top_level(COMMENT.sub("", found.operand_text)):
         head, _, name = piece.strip().rpartition(" ")
         if name.startswith("%"):
             out.append((head.strip() or None, name[1:]))
@@ -142,7 +142,7 @@ def _attributes(text: str) -> dict[str, str]:
             break
         key, start = found[1], found.end()
         at = len(text)
-        for index, char, depth in _unquoted(text, start):
+        for index, char, depth in unquoted_chars(text, start):
             if char == "," and depth == 0 and _ATTRIBUTE_START.match(text, index):
                 at = index
                 break

@@ -4,7 +4,7 @@ import re
 from dataclasses import dataclass
 from typing import Final
 
-from nnx_introspect._xla.hlo.frames import _SECTIONS, SourceLocation, stack_frames
+from nnx_introspect._xla.hlo.frames import SECTIONS, SourceLocation, stack_frames
 from nnx_introspect._xla.hlo.instructions import Instruction, instruction, names_in
 from nnx_introspect._xla.hlo.text import HloTextError
 
@@ -44,10 +44,10 @@ class Module:
 
 
 _HEADER: Final = re.compile(r"^HloModule (\S+?),?(?: |$)")
-_COMPUTATION: Final = re.compile(r"^(ENTRY )?%(\S+) \(.*\) -> .*\{$")
+COMPUTATION: Final = re.compile(r"^(ENTRY )?%(\S+) \(.*\) -> .*\{$")
 # a computation's end: HloComputation::Print names a thread other than the main
 # one (XLA:TPU's "sparsecore") and may name the computation after a long one
-_CLOSING: Final = re.compile(r'^\}(?:, execution_thread="[^"]*")?(?: // \S+)?$')
+CLOSING: Final = re.compile(r'^\}(?:, execution_thread="[^"]*")?(?: // \S+)?$')
 _CALLED: Final = (
     "calls",
     "body",
@@ -94,11 +94,11 @@ def parse_module(text: str) -> Module:
     section = ""
     for line in lines[1:]:
         if current is not None:
-            if _CLOSING.match(line):
+            if CLOSING.match(line):
                 current = None
             else:
                 computations[current].append(instruction(line, current))
-        elif line in _SECTIONS:
+        elif line in SECTIONS:
             section = line
             sections[section] = []
         elif not line.strip():
@@ -106,7 +106,7 @@ def parse_module(text: str) -> Module:
         elif section:
             sections[section].append(line)
         else:
-            found = _COMPUTATION.match(line)
+            found = COMPUTATION.match(line)
             if found is None:
                 raise HloTextError("a computation header", line)
             current = found[2]
@@ -120,7 +120,7 @@ def parse_module(text: str) -> Module:
     for found_instruction in instructions.values():
         for operand in found_instruction.operands:
             users.setdefault(operand, []).append(found_instruction)
-        for called in _called(found_instruction):
+        for called in called_computations(found_instruction):
             callers.setdefault(called, []).append(found_instruction)
     return Module(
         name=header[1],
@@ -135,7 +135,7 @@ def parse_module(text: str) -> Module:
     )
 
 
-def _called(found: Instruction) -> list[str]:
+def called_computations(found: Instruction) -> list[str]:
     """The computations ``found`` calls (async halves after the start: none)."""
     if found.opcode in ("async-update", "async-done"):
         return []

@@ -4,7 +4,7 @@ import math
 import re
 from typing import Final
 
-from nnx_introspect._xla.hlo.text import _COMMENT, HloTextError
+from nnx_introspect._xla.hlo.text import COMMENT, HloTextError
 
 __all__ = [
     "ELEMENT_BITS",
@@ -157,7 +157,7 @@ def arrays(shape: str) -> list[tuple[str, tuple[int, ...], int]]:
         >>> arrays("(f32[8]{0}, /*index=1*/bf16[2,2]{1,0}, token[])")
         [('f32', (8,), 32), ('bf16', (2, 2), 8)]
     """
-    shape = _COMMENT.sub("", shape)
+    shape = COMMENT.sub("", shape)
     out = []
     for item in re.finditer(r"[a-z][a-z0-9]*\[[^\]]*\](?:\{[^}]*\})?|token\b", shape):
         array = _ARRAY.fullmatch(item[0])
@@ -179,7 +179,7 @@ def tuple_elements(shape: str) -> list[str]:
         >>> tuple_elements("(f32[2]{0}, (s32[], u8[4]{0}))")
         ['f32[2]{0}', '(s32[], u8[4]{0})']
     """
-    shape = _COMMENT.sub("", shape).strip()
+    shape = COMMENT.sub("", shape).strip()
     if not shape.startswith("("):
         return []
     elements, depth, start = [], 0, 1

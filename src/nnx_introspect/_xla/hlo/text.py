@@ -6,7 +6,7 @@ from typing import Final
 
 __all__ = ["HloTextError"]
 
-_COMMENT: Final = re.compile(r"/\*.*?\*/")
+COMMENT: Final = re.compile(r"/\*.*?\*/")
 
 
 class HloTextError(ValueError):
@@ -36,7 +36,7 @@ class HloTextError(ValueError):
         self.dtype = dtype
 
 
-def _top_level(text: str) -> list[str]:
+def top_level(text: str) -> list[str]:
     """``text`` split at its commas outside brackets."""
     pieces, depth, start = [], 0, 0
     for at, char in enumerate(text):
@@ -51,7 +51,7 @@ def _top_level(text: str) -> list[str]:
     return pieces
 
 
-def _shape_end(text: str) -> int:
+def shape_end(text: str) -> int:
     """Where an instruction's shape (perhaps a nested tuple) ends."""
     depth = 0
     for at, char in enumerate(text):
@@ -64,7 +64,7 @@ def _shape_end(text: str) -> int:
     return len(text)
 
 
-def _unquoted(text: str, start: int) -> Iterator[tuple[int, str, int]]:
+def unquoted_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
     """``(index, character, bracket depth after it)`` outside quoted strings.
 
     From ``start`` on; quote characters, what they enclose and escaped
@@ -89,9 +89,9 @@ def _unquoted(text: str, start: int) -> Iterator[tuple[int, str, int]]:
         at += 1
 
 
-def _closing(text: str, start: int) -> int:
+def closing_bracket(text: str, start: int) -> int:
     """The index of the bracket closing the one at ``start``, or -1."""
-    for at, char, depth in _unquoted(text, start):
+    for at, char, depth in unquoted_chars(text, start):
         if char in ")]}" and depth == 0:
             return at
     return -1

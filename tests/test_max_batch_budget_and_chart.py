@@ -1,4 +1,4 @@
-"""Issue 17: ``max_batch``'s budget, its answer without compiling, ``fits``, the chart."""
+"""``max_batch``'s budget, its answer without compiling, ``fits``, the chart."""
 
 import json
 import math

@@ -1,4 +1,4 @@
-"""Issue 17: every report's verdict box in HTML, and ``print(report)`` as text."""
+"""Every report's verdict box in HTML, and ``print(report)`` as text."""
 
 import concurrent.futures
 import dataclasses
@@ -198,13 +198,13 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
         "BatchSearch": max_batch(linear, "data=8", X, max_device_bytes="2KiB"),
         "Collectives": _collectives(),
         "MeshComparison": compare_meshes(
-            "tests.test_issue17_render:linear",
+            "tests.test_render_verdicts:linear",
             ["data=8", "data=4,model=2"],
             X,
             executor=_ONE_THREAD,
         ),
         "FitSearch": fit_step(
-            "tests.test_issue17_render:linear",
+            "tests.test_render_verdicts:linear",
             "data=8",
             X,
             max_device_bytes="1MiB",

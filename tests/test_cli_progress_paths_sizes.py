@@ -1,4 +1,4 @@
-"""Issue 17 on the command line: --max-batch progress, path-like targets, sizes."""
+"""--max-batch progress on a terminal; path-like targets and sizes on the command line."""
 
 import io
 import re
@@ -17,7 +17,8 @@ from nnx_introspect._mesh import parse_bytes
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli import main
-from nnx_introspect.cli.progress import _duration, _SearchLine, _status
+from nnx_introspect.cli.progress import SearchLine, _duration, live_status
+from tests.cli_helpers import run
 
 TARGETS = textwrap.dedent(
     """
@@ -27,20 +28,6 @@ TARGETS = textwrap.dedent(
         return nnx.Linear(4, 6, rngs=rngs)
     """
 )
-
-
-@pytest.fixture
-def targets_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    (tmp_path / "issue17_targets.py").write_text(TARGETS)
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delitem(sys.modules, "issue17_targets", raising=False)
-    return tmp_path
-
-
-def run(argv: list[str], capsys: pytest.CaptureFixture[str]) -> tuple[int, str, str]:
-    code = main(argv)
-    out, err = capsys.readouterr()
-    return code, out, err
 
 
 STEP = ["step", "issue17_targets:linear", "--mesh", "data=8", "--batch", "float32[8,4]"]
@@ -58,6 +45,9 @@ class Clock:
         return self.now
 
 
+TARGET_MODULES = {"issue17_targets": TARGETS}
+
+
 @pytest.mark.parametrize(
     ("seconds", "text"),
     [(0, "0s"), (59.9, "59s"), (60, "1m 00s"), (72.4, "1m 12s"), (3725, "1h 02m")],
@@ -68,7 +58,7 @@ def test_duration(seconds: float, text: str) -> None:
 
 def test_the_line_shows_the_batch_compiling_its_number_and_the_time() -> None:
     clock = Clock()
-    line = _SearchLine("Searching...", clock)
+    line = SearchLine("Searching...", clock)
     assert line.text() == "Searching..."  # before the first compile
     line.compiling(8, 1)
     assert line.text() == "compiling batch 8 (compile 1, 0s)"  # from the first on
@@ -85,8 +75,8 @@ def test_the_line_moves_on_a_terminal() -> None:
     clock = Clock()
     buffer = io.StringIO()
     console = Console(file=buffer, force_terminal=True, width=120)
-    line = _SearchLine("Searching the largest batch", clock)
-    with _status(line, console=console, redraw_every=60) as redraw:
+    line = SearchLine("Searching the largest batch", clock)
+    with live_status(line, console=console, redraw_every=60) as redraw:
         line.redraw = redraw
         line.compiling(24, 5)
         first = buffer.getvalue()
@@ -101,8 +91,8 @@ def test_the_line_moves_on_a_terminal() -> None:
 def test_no_line_off_a_terminal(monkeypatch: pytest.MonkeyPatch) -> None:
     pipe = io.StringIO()  # isatty() is False
     monkeypatch.setattr(sys, "stderr", pipe)
-    line = _SearchLine("Searching", Clock())
-    with _status(line) as redraw:
+    line = SearchLine("Searching", Clock())
+    with live_status(line) as redraw:
         line.redraw = redraw
         line.compiling(8, 1)
         redraw()
