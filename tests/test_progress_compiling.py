@@ -95,7 +95,7 @@ def test_left_is_coarse() -> None:
 def test_the_run_tells_which_meshes_compile_now(monkeypatch: Any) -> None:
     release = {name: threading.Event() for name in ("a", "b", "c")}
 
-    def measure(spec: Any, mesh: dict[str, int]) -> str:
+    def measure(spec: Any, mesh: dict[str, int], cache: bool = True) -> str:
         (name,) = mesh
         assert release[name].wait(30)
         return "not a report"
@@ -131,7 +131,7 @@ def test_the_run_tells_which_meshes_compile_now(monkeypatch: Any) -> None:
 def test_a_timeout_still_holds_with_the_callback(monkeypatch: Any) -> None:
     release = threading.Event()
 
-    def measure(spec: Any, mesh: dict[str, int]) -> str:
+    def measure(spec: Any, mesh: dict[str, int], cache: bool = True) -> str:
         assert release.wait(30)
         return "not a report"
 
@@ -154,7 +154,7 @@ def test_a_timeout_still_holds_with_the_callback(monkeypatch: Any) -> None:
 
 
 def test_no_callback_no_change(monkeypatch: Any) -> None:
-    monkeypatch.setattr(run_module, "_measure_on", lambda spec, mesh: "no")
+    monkeypatch.setattr(run_module, "_measure_on", lambda spec, mesh, cache=True: "no")
     spec: Any = None
     with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
         rows = Run(pool, None, None, None, None).all(spec, [(0, (("a", 1),), 0)])
