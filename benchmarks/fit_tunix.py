@@ -19,6 +19,11 @@ Needs ``pip install google-tunix==0.1.7`` and the ``gpu`` extra (deviceless
 XLA:GPU); not part of the test suite (each 1B compile takes minutes)::
 
     PYTHONPATH=src:. python benchmarks/fit_tunix.py [--workers 2] [--skip-report]
+        [--skip-terms]
+
+``--skip-terms`` leaves out the estimate's terms (compute, memory, collectives
+per axis) of the step as given with 1 and with 2 microbatches: why the
+estimate ranks 2 microbatches faster (issue 28, item 8).
 """
 
 import os
@@ -98,11 +103,13 @@ def _search(workers: int) -> Any:
     print(f"verdict: {found.verdict}")
     print(f"budget: {_gib(found.max_device_bytes)} ({found.budget_basis})")
     given = next(r for r in found.rows if not r.remat and r.microbatches == 1)
-    print(f"the step as given: {given.status}, {_gib(given.peak_bytes)}, "
-          f"{_secs(given.seconds)}")
+    print(
+        f"the step as given: {given.status}, {_gib(given.peak_bytes)}, "
+        f"{_secs(given.seconds)}"
+    )
     print("remat candidates (best first):")
-    for name, basis in found.candidates:
-        print(f"  {name}: {basis}")
+    for _, basis in found.candidates:
+        print(f"  {basis}")
     print("rows, in the order tried:")
     for r in found.rows:
         print(
@@ -110,9 +117,11 @@ def _search(workers: int) -> Any:
             + ("" if r.why is None else f" ({r.why})")
         )
     chosen = found.chosen
-    print(f"chosen: {None if chosen is None else chosen.options}, "
-          f"{_gib(None if chosen is None else chosen.peak_bytes)}, "
-          f"{_secs(None if chosen is None else chosen.seconds)}")
+    print(
+        f"chosen: {None if chosen is None else chosen.options}, "
+        f"{_gib(None if chosen is None else chosen.peak_bytes)}, "
+        f"{_secs(None if chosen is None else chosen.seconds)}"
+    )
     print(f"change: {found.change}")
     print(f"equals: {[r.options for r in found.equals]}")
     print(f"layer: {found.layer} ({found.layer_basis})")
@@ -133,7 +142,9 @@ def _report() -> Any:
         remat=ENGINEER,
     )
     estimate = report.roofline
-    seconds = None if estimate is None else (estimate.low_seconds, estimate.high_seconds)
+    seconds = (
+        None if estimate is None else (estimate.low_seconds, estimate.high_seconds)
+    )
     print(
         f"\nstep_memory_report(remat={ENGINEER!r}): {_gib(report.peak_bytes)}, "
         f"{_secs(seconds)}, {time.perf_counter() - began:.0f} s wall"
@@ -141,36 +152,76 @@ def _report() -> Any:
     return report.peak_bytes, seconds
 
 
+def _terms() -> None:
+    """The estimate's terms with 1 and 2 microbatches (issue 28, item 8)."""
+    from nnx_introspect import step_memory_report
+
+    print("\nthe estimate's terms, no remat (memory: XLA's bytes accessed):")
+    for k in (1, 2):
+        report = step_memory_report(
+            TARGET,
+            MESH,
+            jax.ShapeDtypeStruct((32, 2048), jnp.int32),
+            loss=LOSS,
+            optimizer="adamw",
+            topology=TOPOLOGY,
+            microbatches=k,
+        )
+        e = report.roofline
+        assert e is not None
+        comm = ", ".join(
+            f"{'+'.join(t.axes)} {t.wire_bytes / 1e9:.3f} GB {t.seconds:.4f} s"
+            for t in e.comm
+        )
+        print(
+            f"  {k} microbatch(es): {_gib(report.peak_bytes)}; FLOPs {e.flops:.4g} "
+            f"({e.compute_seconds:.4f} s), bytes accessed {e.bytes_accessed:.4g} "
+            f"({e.memory_seconds:.4f} s), {comm}; {e.low_seconds:.4f}-"
+            f"{e.high_seconds:.4f} s, {e.bound}-bound",
+            flush=True,
+        )
+
+
 def _check(found: Any, engineer: tuple[int, tuple[float, float] | None] | None) -> None:
     """The issue's measure, each part printed as held or not."""
     tried = [
-        r for r in found.rows
+        r
+        for r in found.rows
         if r.remat and r.remat[0][0] == "DecoderLayer" and r.status != "not compiled"
     ]
     print("\nmeasure:")
     print(f"  tries DecoderLayer: {bool(tried)} ({len(tried)} compiled rows)")
-    seconds = ENGINEER_SECONDS if engineer is None or engineer[1] is None else engineer[1]
+    seconds = (
+        ENGINEER_SECONDS if engineer is None or engineer[1] is None else engineer[1]
+    )
     chosen = found.chosen
     ok = (
         chosen is not None
         and chosen.seconds is not None
         and chosen.seconds[0] <= seconds[1]
     )
-    print(f"  chosen as fast as or faster than {ENGINEER} {_secs(seconds)} within "
-          f"the overlap: {ok}")
+    print(
+        f"  chosen as fast as or faster than {ENGINEER} {_secs(seconds)} within "
+        f"the overlap: {ok}"
+    )
     basis = found.layer_basis
-    print(f"  basis names the kept-activation evidence: "
-          f"{'kept activations' in basis} ({basis!r})")
+    print(
+        f"  basis names the kept-activation evidence: "
+        f"{'kept activations' in basis} ({basis!r})"
+    )
 
 
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--workers", type=int, default=2)
     parser.add_argument("--skip-report", action="store_true")
+    parser.add_argument("--skip-terms", action="store_true")
     args = parser.parse_args()
     print(f"jax {jax.__version__}, {jax.devices()[0].platform}", flush=True)
     found = _search(args.workers)
     engineer = None if args.skip_report else _report()
+    if not args.skip_terms:
+        _terms()
     _check(found, engineer)
 
 
