@@ -190,7 +190,11 @@ def _check(found: Any, engineer: tuple[int, tuple[float, float] | None] | None) 
         if r.remat and r.remat[0][0] == "DecoderLayer" and r.status != "not compiled"
     ]
     print("\nmeasure:")
-    print(f"  tries DecoderLayer: {bool(tried)} ({len(tried)} compiled rows)")
+    first = found.candidates[0][0] if found.candidates else None
+    print(
+        f"  tries DecoderLayer: {bool(tried)} ({len(tried)} compiled rows; "
+        f"first candidate: {first})"
+    )
     seconds = (
         ENGINEER_SECONDS if engineer is None or engineer[1] is None else engineer[1]
     )
