@@ -1,11 +1,10 @@
 """The serving report: prefill and decode per device, the KV cache, the verdict."""
 
 import dataclasses
-import json
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._step.step_records import StepMemory
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
@@ -90,8 +89,11 @@ class ServeProgram:
 
 
 @dataclasses.dataclass(frozen=True)
-class ServeMemoryReport:
+class ServeMemoryReport(Report):
     """Prefill and decode memory per device for a model served on a mesh.
+
+    Every output format comes from :meth:`table` (``print(report)``, rich,
+    markdown, HTML with the verdict boxed, JSON from :meth:`json_data`).
 
     Attributes:
         target: The target's name, or its type's.
@@ -118,7 +120,12 @@ class ServeMemoryReport:
         (False, True)
         >>> print(report.verdict.split(":")[0])
         does NOT fit
+        >>> report.ok, report.table().columns
+        (False, ('per device', 'prefill', 'decode'))
     """
+
+    SCHEMA = "nnx-introspect/serve-memory-report"
+    SCHEMA_VERSION = 1
 
     target: str
     mesh_axes: tuple[tuple[str, int], ...]
@@ -139,6 +146,11 @@ class ServeMemoryReport:
         """The larger of the two programs' peaks."""
         return max(self.prefill.peak_bytes, self.decode.peak_bytes)
 
+    @property
+    def max_device_bytes(self) -> int | None:
+        """The budget of one device in bytes (``None``: no budget)."""
+        return self.budget.bytes
+
     def fits(self) -> bool | None:
         """Whether both programs fit the budget; ``None`` without one.
 
@@ -149,6 +161,14 @@ class ServeMemoryReport:
         if self.budget.bytes is None:
             return None
         return self.peak_bytes <= self.budget.bytes
+
+    @property
+    def ok(self) -> bool:
+        """``False`` when a program does not fit (out of memory or over budget).
+
+        ``True`` also when there is no budget to hold the programs to.
+        """
+        return self.fits() is not False
 
     @property
     def verdict(self) -> str:
@@ -182,10 +202,6 @@ class ServeMemoryReport:
             "decode": self.decode.json_data(),
         }
 
-    def to_json(self) -> str:
-        """:meth:`json_data` as indented JSON text."""
-        return json.dumps(self.json_data(), indent=2)
-
     def _rows(self) -> list[tuple[str, str, str]]:
         p, d = self.prefill, self.decode
 
@@ -202,7 +218,6 @@ class ServeMemoryReport:
             ("outputs", "output_bytes"),
             ("temporaries", "temp_bytes"),
             ("aliased (donated cache)", "alias_bytes"),
-            ("peak", "peak_bytes"),
         ):
             rows.append((label, *both(lambda x, f=field: getattr(x, f))))
         flops = [f"{x.flops:.3g}" if x.flops is not None else "-" for x in (p, d)]
@@ -218,39 +233,22 @@ class ServeMemoryReport:
             f"weights {self.weights or 'as built'}, KV cache {self.kv_cache}"
         )
 
-    def to_markdown(self) -> str:
-        """The report as a markdown table with the verdict."""
-        lines = [
-            f"**{self._title()}**",
-            "",
-            "| per device | prefill | decode |",
-            "|---|--:|--:|",
-            *(f"| {a} | {b} | {c} |" for a, b, c in self._rows()),
-            "",
+    def table(self) -> Table:
+        """The report as a :class:`~nnx_introspect.Table`, the verdict first."""
+        p, d = self.prefill, self.decode
+        basis = f"The budget: {self.budget.basis}." if self.budget.basis else ""
+        notes = [
             f"KV cache per position of a sequence: "
             f"{format_bytes(self.kv_bytes_per_token)} "
-            f"({self.kv_bytes_per_token:,} B) per device.",
-            "",
-            f"**Verdict:** {self.verdict}"
-            + (f" ({self.budget.basis})" if self.budget.basis else "")
-            + ".",
+            f"({self.kv_bytes_per_token:,} B) per device, all layers.",
+            *([basis] if basis else []),
+            *sorted({w for x in (p, d) for w in x.warnings}),
         ]
-        warnings = sorted({w for p in (self.prefill, self.decode) for w in p.warnings})
-        lines += [f"- {w}" for w in warnings]
-        return "\n".join(lines) + "\n"
-
-    def __rich__(self) -> Any:
-        """A rich table with the verdict as its caption."""
-        from rich.table import Table
-
-        table = Table(title=self._title(), caption=self.verdict)
-        for column in ("per device", "prefill", "decode"):
-            table.add_column(
-                column, justify="left" if column == "per device" else "right"
-            )
-        for row in self._rows():
-            table.add_row(*row)
-        table.add_row(
-            "KV cache per position", format_bytes(self.kv_bytes_per_token), ""
+        return Table(
+            title=self._title(),
+            columns=("per device", "prefill", "decode"),
+            rows=tuple(self._rows()),
+            totals=(("peak", format_bytes(p.peak_bytes), format_bytes(d.peak_bytes)),),
+            notes=tuple(notes),
+            lead=(self.verdict,),
         )
-        return table

@@ -6,18 +6,8 @@ from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, _add_output_args, _add_target_args
 from nnx_introspect.cli.errors import UsageError, _usage_error
-
-SERVE_FLAGS = {
-    "sequences": "--sequences",
-    "prefill_sequences": "--prefill-sequences",
-    "context": "--context",
-    "prompt": "--prompt",
-    "weights": "--weights",
-    "kv_cache": "--kv-cache",
-    "init_cache": "--init-cache",
-    "decode": "--decode",
-}
-"""The serving arguments and their flags (merged into the CLI's table)."""
+from nnx_introspect.cli.output import _emit
+from nnx_introspect.cli.progress import _ClockLine, _status
 
 
 def _positive(text: str) -> int:
@@ -57,7 +47,7 @@ def _add_serve_parser(subparsers: Any) -> None:
     most = parser.add_mutually_exclusive_group()
     most.add_argument("--max-sequences", action="store_true")
     most.add_argument("--max-context", action="store_true")
-    _add_output_args(parser, FORMATS)
+    _add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_serve, check=check_serve)
 
 
@@ -76,8 +66,6 @@ def check_serve(args: argparse.Namespace) -> None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from nnx_introspect import max_context, max_sequences, serve_memory_report
-
     check_serve(args)
     common: dict[str, Any] = {
         "topology": args.topology,
@@ -88,69 +76,36 @@ def _run_serve(args: argparse.Namespace) -> int:
         "decode": args.decode,
     }
     where = f"XLA for {args.topology}" if args.topology else "XLA"
-    sys.stderr.write(f"Compiling prefill and decode of {args.target} with {where}...\n")
+    what = "Searching" if args.max_sequences or args.max_context else "Compiling"
+    message = f"{what} prefill and decode of {args.target} with {where}..."
     try:
-        if args.max_sequences:
-            found = max_sequences(
-                args.target,
-                args.mesh,
-                context=args.context,
-                prompt=args.prompt,
-                **common,
-            )
-        elif args.max_context:
-            found = max_context(
-                args.target, args.mesh, sequences=args.sequences, **common
-            )
-        else:
-            report = serve_memory_report(
-                args.target,
-                args.mesh,
-                sequences=args.sequences,
-                context=args.context,
-                prompt=args.prompt,
-                prefill_sequences=args.prefill_sequences,
-                **common,
-            )
+        with _status(_ClockLine(message)):
+            result = _compute(args, common)
     except (TypeError, ValueError, ImportError) as error:
-        flag = SERVE_FLAGS.get(getattr(error, "argument", "") or "")
-        if flag is not None:  # one line naming the serving flag
-            words = " ".join(str(error).split())
-            raise UsageError(f"argument {flag}: {words}") from error
         raise _usage_error(error, args) from error
-    if args.max_sequences or args.max_context:
-        _emit_search(found, args.format)
-        return 0 if found.value > 0 else 1
-    _emit_report(report, args.format)
-    if report.fits() is False:
-        sys.stderr.write(f"{PROG}: {report.verdict}.\n")
+    _emit(result, args.format)
+    if not result.ok:
+        sys.stderr.write(f"{PROG}: {result.verdict}.\n")
         return 1
     return 0
 
 
-def _emit_report(report: Any, fmt: str) -> None:
-    """The serving report in ``fmt`` (it has no ``Report`` table yet)."""
-    if fmt == "json":
-        sys.stdout.write(report.to_json() + "\n")
-    elif fmt == "markdown":
-        sys.stdout.write(report.to_markdown())
-    else:
-        from rich.console import Console
+def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
+    """The report or the search the flags ask for."""
+    from nnx_introspect import max_context, max_sequences, serve_memory_report
 
-        Console(file=sys.stdout, width=120).print(report)
-
-
-def _emit_search(found: Any, fmt: str) -> None:
-    if fmt == "json":
-        import json
-
-        data = {
-            "searched": found.searched,
-            "value": found.value,
-            "step": found.step,
-            "points": [list(p) for p in found.points],
-            "budget_bytes": found.budget.bytes,
-        }
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    else:
-        sys.stdout.write(found.to_markdown())
+    if args.max_sequences:
+        return max_sequences(
+            args.target, args.mesh, context=args.context, prompt=args.prompt, **common
+        )
+    if args.max_context:
+        return max_context(args.target, args.mesh, sequences=args.sequences, **common)
+    return serve_memory_report(
+        args.target,
+        args.mesh,
+        sequences=args.sequences,
+        context=args.context,
+        prompt=args.prompt,
+        prefill_sequences=args.prefill_sequences,
+        **common,
+    )
