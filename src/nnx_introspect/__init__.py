@@ -52,6 +52,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
     from nnx_introspect._serve import ServeProgram as ServeProgram
     from nnx_introspect._serve import ServeSearch as ServeSearch
+    from nnx_introspect._serve import ServeTime as ServeTime
     from nnx_introspect._serve import max_context as max_context
     from nnx_introspect._serve import max_sequences as max_sequences
     from nnx_introspect._serve import serve_memory_report as serve_memory_report
@@ -89,6 +90,7 @@ __all__ = [
     "ServeMemoryReport",
     "ServeProgram",
     "ServeSearch",
+    "ServeTime",
     "StateDiff",
     "StepMemoryReport",
     "StepSpec",
@@ -147,6 +149,7 @@ _LAZY: dict[str, str] = {
     "ServeMemoryReport": "nnx_introspect._serve",
     "ServeProgram": "nnx_introspect._serve",
     "ServeSearch": "nnx_introspect._serve",
+    "ServeTime": "nnx_introspect._serve",
     "max_context": "nnx_introspect._serve",
     "max_sequences": "nnx_introspect._serve",
     "serve_memory_report": "nnx_introspect._serve",

@@ -2,7 +2,8 @@
 
 Modules: ``spec`` (the checked request), ``programs`` (the two programs'
 arguments, builders and compile), ``report`` (records and rendering), ``api``
-(:func:`serve_memory_report`), ``search`` (:func:`max_sequences`, :func:`max_context`).
+(:func:`serve_memory_report`), ``search`` (:func:`max_sequences`,
+:func:`max_context`), ``timing`` (:class:`ServeTime`, the time estimate).
 """
 
 from nnx_introspect._serve.api import measure_serve as measure_serve
@@ -13,6 +14,7 @@ from nnx_introspect._serve.search import ServeSearch as ServeSearch
 from nnx_introspect._serve.search import max_context as max_context
 from nnx_introspect._serve.search import max_sequences as max_sequences
 from nnx_introspect._serve.spec import ServeOptions as ServeOptions
+from nnx_introspect._serve.timing import ServeTime as ServeTime
 from nnx_introspect._serve.spec import ServeSpec as ServeSpec
 
 __all__ = [
@@ -21,6 +23,7 @@ __all__ = [
     "ServeProgram",
     "ServeSearch",
     "ServeSpec",
+    "ServeTime",
     "max_context",
     "max_sequences",
     "measure_serve",

@@ -13,6 +13,7 @@ from nnx_introspect._serve.programs import (
 )
 from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
+from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._step.inputs import importable_name
 from nnx_introspect._step.step_records import StepMemory
 from nnx_introspect._typing import typechecked
@@ -53,6 +54,15 @@ def program_memory(numbers: dict[str, Any], budget: Budget, planned: int) -> Ste
     return memory
 
 
+def _wire(
+    figures: list[list[Any]] | None,
+) -> tuple[tuple[tuple[str, ...], int], ...] | None:
+    """``collective_wire_bytes`` (``[axes, bytes, wire]``) as ``(axes, wire)``."""
+    if figures is None:
+        return None
+    return tuple((tuple(axes), int(wire)) for axes, _, wire in figures)
+
+
 def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
     """Build, compile and read both serving programs of ``spec``.
 
@@ -81,6 +91,9 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
             flops=numbers.get("flops"),
             warnings=tuple(numbers.get("warnings", ())),
             compile_seconds=float(numbers.get("compile_seconds", 0.0)),
+            bytes_accessed=numbers.get("bytes_accessed"),
+            wire_bytes=_wire(numbers.get("collective_wire_bytes")),
+            matmul_dtype=numbers.get("matmul_dtype"),
         )
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(
@@ -97,6 +110,13 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
         decode=found["decode"],
         budget=spec.budget,
         backend=backend,
+        time=serve_time(
+            spec.topology,
+            spec.mesh_axes,
+            found["prefill"],
+            found["decode"],
+            spec.data_parallel,
+        ),
     )
 
 

@@ -5,6 +5,7 @@ from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._serve.timing import ServeTime, duration
 from nnx_introspect._step.step_records import StepMemory
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
@@ -24,6 +25,11 @@ class ServeProgram:
         flops: XLA's FLOPs per device, or ``None`` when it gave none.
         warnings: XLA's and this tool's caveats.
         compile_seconds: Lowering and compiling.
+        bytes_accessed: XLA's bytes accessed per device, or ``None``.
+        wire_bytes: ``(mesh axes, bytes on the wire)`` per device of the
+            program's collectives, or ``None`` when they could not be read.
+        matmul_dtype: The program's matmul operand type (``"bf16"``), or
+            ``None``.
 
     Example:
         >>> from nnx_introspect._step.step_records import StepMemory
@@ -42,6 +48,9 @@ class ServeProgram:
     flops: float | None
     warnings: tuple[str, ...] = ()
     compile_seconds: float = 0.0
+    bytes_accessed: float | None = None
+    wire_bytes: tuple[tuple[tuple[str, ...], int], ...] | None = None
+    matmul_dtype: str | None = None
 
     @property
     def argument_bytes(self) -> int:
@@ -85,6 +94,11 @@ class ServeProgram:
             "flops": self.flops,
             "warnings": list(self.warnings),
             "compile_seconds": round(self.compile_seconds, 3),
+            "bytes_accessed": self.bytes_accessed,
+            "wire_bytes": None
+            if self.wire_bytes is None
+            else [[list(axes), wire] for axes, wire in self.wire_bytes],
+            "matmul_dtype": self.matmul_dtype,
         }
 
 
@@ -110,6 +124,9 @@ class ServeMemoryReport(Report):
         decode: The decode program.
         budget: One device's budget, as a training step's.
         backend: The compiler's platform (``"cpu"``, ``"gpu"``, ``"tpu"``).
+        time: Time per token, tokens per second and time to the first token,
+            an estimate on the topology's data sheet; ``None`` without a
+            ``topology``.
 
     Example:
         >>> from nnx_introspect import serve_memory_report
@@ -140,6 +157,7 @@ class ServeMemoryReport(Report):
     decode: ServeProgram
     budget: Budget
     backend: str
+    time: ServeTime | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -200,6 +218,7 @@ class ServeMemoryReport(Report):
             "verdict": self.verdict,
             "prefill": self.prefill.json_data(),
             "decode": self.decode.json_data(),
+            "time": None if self.time is None else self.time.json_data(),
         }
 
     def _rows(self) -> list[tuple[str, str, str]]:
@@ -222,7 +241,32 @@ class ServeMemoryReport(Report):
             rows.append((label, *both(lambda x, f=field: getattr(x, f))))
         flops = [f"{x.flops:.3g}" if x.flops is not None else "-" for x in (p, d)]
         rows.append(("FLOPs", flops[0], flops[1]))
-        return rows
+        return rows + self._time_rows()
+
+    def _time_rows(self) -> list[tuple[str, str, str]]:
+        """The estimate's rows: time to the first token, per token, tokens/s."""
+        if self.time is None:
+            return []
+        t = self.time
+
+        def span(pair: tuple[float, float], rate: bool = False) -> str:
+            if rate:
+                return f"{pair[0]:,.0f}-{pair[1]:,.0f}"
+            return f"{duration(pair[0])}-{duration(pair[1])}"
+
+        return [
+            ("time (estimate)", span(t.time_to_first_token), span(t.seconds_per_token)),
+            (
+                "tokens/s per device (est.)",
+                "",
+                span(t.tokens_per_second_per_device, True),
+            ),
+            (
+                "tokens/s per replica (est.)",
+                "",
+                span(t.tokens_per_second_per_replica, True),
+            ),
+        ]
 
     def _title(self) -> str:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
@@ -242,6 +286,15 @@ class ServeMemoryReport(Report):
             f"{format_bytes(self.kv_bytes_per_token)} "
             f"({self.kv_bytes_per_token:,} B) per device, all layers.",
             *([basis] if basis else []),
+            *(
+                []
+                if self.time is None
+                else [
+                    "Time: the prefill's is the time to the first token, the "
+                    "decode's the time per token (one token for every sequence).",
+                    *self.time.basis,
+                ]
+            ),
             *sorted({w for x in (p, d) for w in x.warnings}),
         ]
         return Table(
