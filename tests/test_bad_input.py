@@ -779,6 +779,7 @@ SERVE_BAD: dict[str, dict[str, Any]] = {
     "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
     "init_cache": {"not-importable": "no_such_pkg_xyz:f", "wrong-layout": wrong_cache},
     "decode": {"int": 3},
+    "breakdown": {"str": "yes", "int": 1},
 }
 for _arg, _bad in SERVE_BAD.items():
     for _what, _value in _bad.items():

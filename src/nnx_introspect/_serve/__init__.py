@@ -14,8 +14,8 @@ from nnx_introspect._serve.search import ServeSearch as ServeSearch
 from nnx_introspect._serve.search import max_context as max_context
 from nnx_introspect._serve.search import max_sequences as max_sequences
 from nnx_introspect._serve.spec import ServeOptions as ServeOptions
-from nnx_introspect._serve.timing import ServeTime as ServeTime
 from nnx_introspect._serve.spec import ServeSpec as ServeSpec
+from nnx_introspect._serve.timing import ServeTime as ServeTime
 
 __all__ = [
     "ServeMemoryReport",

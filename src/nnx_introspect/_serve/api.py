@@ -4,6 +4,11 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._serve.breakdown import (
+    compile_with_breakdown,
+    serve_leaves,
+    serve_outputs,
+)
 from nnx_introspect._serve.programs import (
     compile_program,
     program_args,
@@ -16,7 +21,7 @@ from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._step.inputs import importable_name
 from nnx_introspect._step.step_records import StepMemory
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
 __all__ = ["measure_serve", "program_memory", "serve_memory_report"]
@@ -63,11 +68,12 @@ def _wire(
     return tuple((tuple(axes), int(wire)) for axes, _, wire in figures)
 
 
-def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
+def measure_serve(spec: ServeSpec, *, breakdown: bool = False) -> ServeMemoryReport:
     """Build, compile and read both serving programs of ``spec``.
 
     Every problem of the cache's split (sequences over the data-parallel axes,
-    KV heads over ``tp``) is raised before anything is compiled.
+    KV heads over ``tp``) is raised before anything is compiled. With
+    ``breakdown``, each program's buffers at its peak are classified too.
     """
     start_backends_quietly()
     mesh, trace_devices = serve_mesh(spec)
@@ -77,7 +83,14 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
     backend = "cpu"
     for name in ("prefill", "decode"):
         args = program_args(inputs, spec, mesh, name)
-        numbers = compile_program(jitted[name], args, mesh, trace_devices)
+        peak = None
+        if breakdown:
+            leaves = serve_leaves(inputs, name)
+            numbers, peak = compile_with_breakdown(
+                jitted[name], args, mesh, trace_devices, leaves, serve_outputs(inputs)
+            )
+        else:
+            numbers = compile_program(jitted[name], args, mesh, trace_devices)
         backend = numbers["backend"]
         found[name] = ServeProgram(
             name=name,
@@ -94,6 +107,8 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
             bytes_accessed=numbers.get("bytes_accessed"),
             wire_bytes=_wire(numbers.get("collective_wire_bytes")),
             matmul_dtype=numbers.get("matmul_dtype"),
+            breakdown=peak,
+            breakdown_error=numbers.get("breakdown_error"),
         )
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(
@@ -136,6 +151,7 @@ def serve_memory_report(
     kv_cache: Any = "bfloat16",
     init_cache: Any = None,
     decode: Any = None,
+    breakdown: Any = False,
 ) -> ServeMemoryReport:
     """Prefill and decode memory per device, compiled for the target without it.
 
@@ -169,6 +185,11 @@ def serve_memory_report(
         decode: ``"pkg.mod:fn"`` called as
             ``fn(model, tokens, positions, cache) -> (logits, cache)``; default
             ``model(tokens, positions, cache, attention_mask)``.
+        breakdown: Also classify every buffer live at each program's peak
+            (``report.prefill.breakdown``, ``report.decode.breakdown``): the
+            ``weights``, the ``KV cache``, the tokens, the ``logits`` output,
+            activations (``temporary``) and collective buffers, by source
+            line, as a training step's breakdown.
 
     Returns:
         The :class:`ServeMemoryReport`.
@@ -205,4 +226,8 @@ def serve_memory_report(
         max_device_bytes,
         options,
     )
-    return measure_serve(spec)
+    if not isinstance(breakdown, bool):
+        raise ArgumentError(
+            "breakdown", f"`breakdown` must be True or False, got {breakdown!r}."
+        )
+    return measure_serve(spec, breakdown=breakdown)

@@ -4,6 +4,7 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
 from nnx_introspect._step.step_records import StepMemory
@@ -30,6 +31,9 @@ class ServeProgram:
             program's collectives, or ``None`` when they could not be read.
         matmul_dtype: The program's matmul operand type (``"bf16"``), or
             ``None``.
+        breakdown: The buffers live at the program's peak, classified
+            (``breakdown=True``), or ``None``.
+        breakdown_error: Why a breakdown asked for could not be made.
 
     Example:
         >>> from nnx_introspect._step.step_records import StepMemory
@@ -51,6 +55,8 @@ class ServeProgram:
     bytes_accessed: float | None = None
     wire_bytes: tuple[tuple[tuple[str, ...], int], ...] | None = None
     matmul_dtype: str | None = None
+    breakdown: Breakdown | None = None
+    breakdown_error: str | None = None
 
     @property
     def argument_bytes(self) -> int:
@@ -99,6 +105,8 @@ class ServeProgram:
             if self.wire_bytes is None
             else [[list(axes), wire] for axes, wire in self.wire_bytes],
             "matmul_dtype": self.matmul_dtype,
+            "breakdown": None if self.breakdown is None else self.breakdown.json_data(),
+            "breakdown_error": self.breakdown_error,
         }
 
 

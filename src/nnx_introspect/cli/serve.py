@@ -44,6 +44,12 @@ def _add_serve_parser(subparsers: Any) -> None:
     parser.add_argument("--kv-cache", default="bfloat16", help="bf16 | fp8 | int8")
     parser.add_argument("--init-cache", default=None, metavar="PKG.MOD:FN")
     parser.add_argument("--decode", default=None, metavar="PKG.MOD:FN")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also list the buffers live at each program's peak: weights, KV "
+        "cache, logits, activations, collective buffers, by source line",
+    )
     most = parser.add_mutually_exclusive_group()
     most.add_argument("--max-sequences", action="store_true")
     most.add_argument("--max-context", action="store_true")
@@ -58,6 +64,11 @@ def check_serve(args: argparse.Namespace) -> None:
     if args.context is None and not args.max_context:
         raise UsageError("argument --context: required (or --max-context)")
     prompt, context = args.prompt, args.context
+    if args.breakdown and (args.max_sequences or args.max_context):
+        raise UsageError(
+            "argument --breakdown: not with --max-sequences or --max-context; "
+            "run the report at the answer with --breakdown"
+        )
     if prompt is not None and context is not None and prompt > context:
         raise UsageError(
             f"argument --prompt: {prompt} is longer than --context {context}; "
@@ -84,6 +95,16 @@ def _run_serve(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error
     _emit(result, args.format)
+    if args.breakdown and args.format in ("table", "markdown"):
+        for program in (result.prefill, result.decode):
+            if program.breakdown is not None:
+                sys.stdout.write("\n")
+                _emit(program.breakdown, args.format)
+            elif program.breakdown_error is not None:
+                sys.stderr.write(
+                    f"{PROG}: no breakdown of {program.name}: "
+                    f"{program.breakdown_error}\n"
+                )
     if not result.ok:
         sys.stderr.write(f"{PROG}: {result.verdict}.\n")
         return 1
@@ -107,5 +128,6 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         context=args.context,
         prompt=args.prompt,
         prefill_sequences=args.prefill_sequences,
+        breakdown=args.breakdown,
         **common,
     )
