@@ -835,6 +835,30 @@ case(
 )
 
 
+def _compare_serving(w: World, **kwargs: Any) -> Any:
+    options: dict[str, Any] = {"sequences": 2, "context": 8, "topology": "h100-2"}
+    options.update(kwargs)
+    meshes = options.pop("meshes", ["tp=2", "data=2"])
+    return nnx_introspect.compare_serving_meshes(SERVE_MODEL, meshes, **options)
+
+
+SERVE_MESH_BAD: dict[str, dict[str, Any]] = {
+    "meshes": {"str": "tp=2", "one": ["tp=2"], "sizes": ["tp=2", "data=4"]},
+    "topology": {"none": None, "unknown-family": "v9-4"},
+    "executor": {"str": "pool", "int": 2},
+    "sequences": {"zero": 0, "nan": math.nan},
+    "kv_cache": {"unknown": "int4"},
+}
+for _arg, _bad in SERVE_MESH_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "compare_serving_meshes",
+            _arg,
+            _what,
+            lambda w, a=_arg, v=_value: _compare_serving(w, **{a: v}),
+        )
+
+
 @functools.cache
 def _serve_report() -> Any:
     return _serve(None)  # type: ignore[arg-type]
@@ -864,6 +888,9 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "FitSearch": lambda w: _fit(w),
     "ServeMemoryReport": lambda w: _serve_report(),
     "ServeSearch": lambda w: _serve_search(),
+    "ServeMeshComparison": lambda w: nnx_introspect.ServeMeshComparison(
+        (_serve_report(),), (), "this process"
+    ),
 }
 for _cls, _get in REPORTS.items():
     for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():

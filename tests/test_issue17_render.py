@@ -32,6 +32,7 @@ from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.meshes import compare_meshes
 from nnx_introspect._serve import (
     ServeMemoryReport,
+    ServeMeshComparison,
     ServeSearch,
     serve_memory_report,
 )
@@ -207,6 +208,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(path, nnx.state(model))
     other = nnx.Linear(3, 2, rngs=nnx.Rngs(1))
+    serve = serve_memory_report(
+        SERVE_MODEL, "tp=2", sequences=2, context=8, max_device_bytes="1GiB"
+    )
     return {
         "CheckpointReport": checkpoint_report(path),
         "MeshConfigReport": mesh_config_report(model, "model=2", max_device_bytes=8),
@@ -229,9 +233,8 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
             max_device_bytes="1MiB",
             executor=_ONE_THREAD,
         ),
-        "ServeMemoryReport": serve_memory_report(
-            SERVE_MODEL, "tp=2", sequences=2, context=8, max_device_bytes="1GiB"
-        ),
+        "ServeMemoryReport": serve,
+        "ServeMeshComparison": ServeMeshComparison((serve,), (), "this process"),
         "ServeSearch": ServeSearch(
             "sequences", 2, 1, ((2, 8, 90, True), (3, 8, 110, False)), Budget(100, None)
         ),
@@ -302,6 +305,7 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "FitSearch",
         "ServeMemoryReport",
         "ServeSearch",
+        "ServeMeshComparison",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(

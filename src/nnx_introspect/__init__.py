@@ -50,9 +50,11 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
     from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
+    from nnx_introspect._serve import ServeMeshComparison as ServeMeshComparison
     from nnx_introspect._serve import ServeProgram as ServeProgram
     from nnx_introspect._serve import ServeSearch as ServeSearch
     from nnx_introspect._serve import ServeTime as ServeTime
+    from nnx_introspect._serve import compare_serving_meshes as compare_serving_meshes
     from nnx_introspect._serve import max_context as max_context
     from nnx_introspect._serve import max_sequences as max_sequences
     from nnx_introspect._serve import serve_memory_report as serve_memory_report
@@ -88,6 +90,7 @@ __all__ = [
     "ParamFingerprint",
     "Roofline",
     "ServeMemoryReport",
+    "ServeMeshComparison",
     "ServeProgram",
     "ServeSearch",
     "ServeTime",
@@ -102,6 +105,7 @@ __all__ = [
     "check_reproducible_init",
     "checkpoint_report",
     "compare_meshes",
+    "compare_serving_meshes",
     "compare_states",
     "count_params",
     "count_state_leaves",
@@ -147,6 +151,8 @@ _LAZY: dict[str, str] = {
     "ParamFingerprint": "nnx_introspect._fingerprint",
     "StateDiff": "nnx_introspect._compare",
     "ServeMemoryReport": "nnx_introspect._serve",
+    "ServeMeshComparison": "nnx_introspect._serve",
+    "compare_serving_meshes": "nnx_introspect._serve",
     "ServeProgram": "nnx_introspect._serve",
     "ServeSearch": "nnx_introspect._serve",
     "ServeTime": "nnx_introspect._serve",

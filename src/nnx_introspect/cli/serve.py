@@ -33,7 +33,14 @@ def _add_serve_parser(subparsers: Any) -> None:
         "fits. Exits with 1 when a program does not fit, 2 on bad input.",
     )
     _add_target_args(parser, seed=False)
-    parser.add_argument("--mesh", default="tp=8", help="serving mesh (default tp=8)")
+    parser.add_argument(
+        "--mesh",
+        action="append",
+        default=None,
+        help="serving mesh (default tp=8); repeat it (--mesh tp=8 --mesh "
+        "data=2,tp=4) to rank meshes by estimated tokens/s per device "
+        "(needs --topology)",
+    )
     parser.add_argument("--sequences", type=_positive, default=None)
     parser.add_argument("--context", type=_positive, default=None)
     parser.add_argument("--prompt", type=_positive, default=None)
@@ -64,6 +71,19 @@ def check_serve(args: argparse.Namespace) -> None:
     if args.context is None and not args.max_context:
         raise UsageError("argument --context: required (or --max-context)")
     prompt, context = args.prompt, args.context
+    meshes = args.mesh or ["tp=8"]
+    if len(meshes) > 1 and (args.max_sequences or args.max_context or args.breakdown):
+        raise UsageError(
+            "argument --mesh: several meshes are compared at --sequences and "
+            "--context; not with --max-sequences, --max-context or --breakdown"
+        )
+    if len(meshes) > 1 and args.topology is None:
+        raise UsageError(
+            "argument --topology: comparing meshes ranks them by tokens/s "
+            "estimated on a target's data sheet; pass e.g. --topology h100-8"
+        )
+    if len(set(meshes)) < len(meshes):
+        raise UsageError("argument --mesh: a mesh is given twice")
     if args.breakdown and (args.max_sequences or args.max_context):
         raise UsageError(
             "argument --breakdown: not with --max-sequences or --max-context; "
@@ -95,7 +115,8 @@ def _run_serve(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, ImportError) as error:
         raise _usage_error(error, args) from error
     _emit(result, args.format)
-    if args.breakdown and args.format in ("table", "markdown"):
+    compared = len(args.mesh or ()) > 1  # a ServeMeshComparison
+    if args.breakdown and args.format in ("table", "markdown") and not compared:
         for program in (result.prefill, result.decode):
             if program.breakdown is not None:
                 sys.stdout.write("\n")
@@ -113,17 +134,34 @@ def _run_serve(args: argparse.Namespace) -> int:
 
 def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
     """The report or the search the flags ask for."""
-    from nnx_introspect import max_context, max_sequences, serve_memory_report
+    from nnx_introspect import (
+        compare_serving_meshes,
+        max_context,
+        max_sequences,
+        serve_memory_report,
+    )
 
+    meshes = args.mesh or ["tp=8"]
+    if len(meshes) > 1:
+        return compare_serving_meshes(
+            args.target,
+            meshes,
+            sequences=args.sequences,
+            context=args.context,
+            prompt=args.prompt,
+            prefill_sequences=args.prefill_sequences,
+            **common,
+        )
+    mesh = meshes[0]
     if args.max_sequences:
         return max_sequences(
-            args.target, args.mesh, context=args.context, prompt=args.prompt, **common
+            args.target, mesh, context=args.context, prompt=args.prompt, **common
         )
     if args.max_context:
-        return max_context(args.target, args.mesh, sequences=args.sequences, **common)
+        return max_context(args.target, mesh, sequences=args.sequences, **common)
     return serve_memory_report(
         args.target,
-        args.mesh,
+        mesh,
         sequences=args.sequences,
         context=args.context,
         prompt=args.prompt,
