@@ -2,7 +2,9 @@
 
 :func:`serve_time` puts each serving program on the named topology's roofline
 (:func:`~nnx_introspect._roofline.program.program_roofline`): its FLOPs
-against the peak of its matmul dtype, its bytes against the HBM bandwidth,
+against the peak of its matmul dtype, its bytes against the HBM bandwidth (a
+decode step's: the weights and the KV cache read once; the prefill's: XLA's
+bytes accessed),
 its collectives (the tensor-parallel all-reduces of every layer) against the
 links of the mesh axes they cross. A decode step gives one token to each of
 ``sequences``: its time is the time per token, and ``sequences`` over it the
@@ -21,8 +23,9 @@ from nnx_introspect._roofline.program import program_roofline
 __all__ = ["ServeTime", "duration", "serve_time"]
 
 
-_NOT_SHOWN = (LABEL, "Hardware FLOPs utilisation", "MFU")
-"""Roofline sentences a serving estimate does not show (it gives no MFU)."""
+_NOT_SHOWN = (LABEL, "Hardware FLOPs utilisation", "MFU", "Memory time is")
+"""Roofline sentences a serving estimate does not show: it gives no MFU, and
+it says what its memory terms count itself."""
 
 
 def duration(seconds: float) -> str:
@@ -49,13 +52,17 @@ class ServeTime:
         sequences: Sequences decoded at once.
         replicas: Copies of the model (the product of the data-parallel axes).
         read_bytes: Weights and KV cache of one device: what a decode step
-            reads from HBM at least.
+            reads from HBM, once each (its memory term).
+        xla_bytes_accessed: XLA's bytes accessed of the decode step, shown
+            and not used: its cost model counts the in-place update of the
+            donated cache as a read and a write of the whole cache.
 
     Example:
         >>> from nnx_introspect._roofline.program import program_roofline
         >>> step = program_roofline("h100-8", flops=0.0, bytes_accessed=3.35e9,
         ...     wire_bytes_by_axes=(), mesh_axes=(("tp", 8),))
-        >>> time = ServeTime(step, step, sequences=64, replicas=1, read_bytes=0)
+        >>> time = ServeTime(step, step, sequences=64, replicas=1,
+        ...                  read_bytes=3_350_000_000)
         >>> time.seconds_per_token  # 3.35 GB at 3.35 TB/s
         (0.001, 0.001)
         >>> time.tokens_per_second_per_device  # 64 tokens a ms on 8 GPUs
@@ -67,6 +74,7 @@ class ServeTime:
     sequences: int
     replicas: int
     read_bytes: int
+    xla_bytes_accessed: float | None = None
 
     @property
     def seconds_per_token(self) -> tuple[float, float]:
@@ -111,10 +119,17 @@ class ServeTime:
             f"{d.peak_flops_per_second / 1e12:.4g} TFLOP/s ({d.peak_words}; the "
             f"bf16 dense peak is {d.bf16_peak_flops_per_second / 1e12:.4g} "
             f"TFLOP/s), HBM {d.hbm_bytes_per_second / 1e12:.3g} TB/s.",
-            f"A decode step reads the weights and the KV cache "
-            f"({self.read_bytes:,} B per device: "
-            f"{duration(self.read_floor_seconds)} at HBM bandwidth) among XLA's "
-            f"{d.bytes_accessed:,.0f} bytes accessed.",
+            f"Memory time of a decode step: the weights and the KV cache of a "
+            f"device read once ({self.read_bytes:,} B) at the HBM bandwidth: "
+            f"{duration(self.read_floor_seconds)}."
+            + (
+                ""
+                if self.xla_bytes_accessed is None
+                else f" XLA's cost analysis counts {self.xla_bytes_accessed:,.0f} "
+                "B (the in-place update of the donated cache as a read and a "
+                "write of all of it), not used."
+            ),
+            "Memory time of the prefill: XLA's bytes accessed at the HBM bandwidth.",
             *(a for a in d.assumptions if not a.startswith(_NOT_SHOWN)),
         )
 
@@ -128,6 +143,7 @@ class ServeTime:
             "tokens_per_second_per_device": list(self.tokens_per_second_per_device),
             "tokens_per_second_per_replica": list(self.tokens_per_second_per_replica),
             "read_bytes": self.read_bytes,
+            "xla_bytes_accessed": self.xla_bytes_accessed,
             "read_floor_seconds": self.read_floor_seconds,
             "decode": self.decode.json_data(),
             "prefill": self.prefill.json_data(),
@@ -135,10 +151,16 @@ class ServeTime:
 
 
 def _roofline(
-    topology: str, program: Any, mesh_axes: tuple[tuple[str, int], ...], tokens: int
+    topology: str,
+    program: Any,
+    mesh_axes: tuple[tuple[str, int], ...],
+    tokens: int,
+    read: int | None = None,
 ) -> Roofline | None:
     wire = program.wire_bytes
     flops, accessed = program.flops, program.bytes_accessed
+    if read is not None and accessed is not None:
+        accessed = read
     if flops is None or accessed is None or wire is None or not math.isfinite(flops):
         return None
     return program_roofline(
@@ -161,15 +183,18 @@ def serve_time(
 ) -> ServeTime | None:
     """The estimate of two compiled :class:`ServeProgram`, or ``None``.
 
-    ``None`` without a topology (no data sheet to hold the programs to), for a
-    program the compiler refused, or one whose FLOPs, bytes or collectives
-    XLA did not give (an estimate without them would be too low).
+    ``None`` without a topology (no data sheet to hold the programs to), or
+    for a program whose FLOPs, bytes or collectives XLA did not give (one the
+    compiler refused; an estimate without them would be too low). A program
+    over the budget that XLA compiled still has its estimate.
     """
-    if topology is None or prefill.memory.out_of_memory or decode.memory.out_of_memory:
+    if topology is None:
         return None
     first = _roofline(topology, prefill, mesh_axes, prefill.sequences * prefill.tokens)
-    step = _roofline(topology, decode, mesh_axes, decode.sequences)
+    read = decode.weights_bytes + decode.kv_cache_bytes
+    step = _roofline(topology, decode, mesh_axes, decode.sequences, read)
     if first is None or step is None:
         return None
-    read = decode.weights_bytes + decode.kv_cache_bytes
-    return ServeTime(step, first, decode.sequences, replicas, read)
+    return ServeTime(
+        step, first, decode.sequences, replicas, read, decode.bytes_accessed
+    )

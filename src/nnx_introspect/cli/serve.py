@@ -10,6 +10,10 @@ from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.progress import _ClockLine, _status
 
 
+SERVE_TARGET = "nnx_introspect.examples:llama_7b_sharded"
+"""``serve``'s default TARGET: the 7B example whose weights ``tp`` splits."""
+
+
 def _positive(text: str) -> int:
     try:
         value = int(text)
@@ -30,9 +34,12 @@ def _add_serve_parser(subparsers: Any) -> None:
         "(no device needed) or this process's CPU devices, and report per device "
         "the weights, the KV cache, XLA's arguments, outputs, temporaries, "
         "aliases and peak. With --max-sequences or --max-context, the most that "
-        "fits. Exits with 1 when a program does not fit, 2 on bad input.",
+        "fits. Exits with 1 when a program does not fit, 2 on bad input. "
+        f"TARGET defaults to {SERVE_TARGET}.",
     )
     _add_target_args(parser, seed=False)
+    # the 7B example with its sharding annotations: tp splits its weights
+    parser.set_defaults(target=SERVE_TARGET)
     parser.add_argument(
         "--mesh",
         action="append",
