@@ -6,13 +6,13 @@ llama3p2_1b()``) and its sampler's KV cache (``tunix.generate.sampler.
 _init_cache``: ``k``/``v`` of ``[sequences, context, 8, 64]`` and an
 ``end_index`` per layer), this script
 
-1. runs :func:`nnx_introspect.serve_memory_report` (``tp=8`` on ``h100-8``,
+1. runs :func:`nnx_introspect.serve_memory_report` (``fsdp=1,tp=8`` on ``h100-8``,
    bf16 weights and cache, 64 sequences x 8,192 positions, a 2,048-token
    prompt), and
 2. writes the same two programs out by hand: the served weights as
-   ``ShapeDtypeStruct`` in bf16, sharded as tunix's annotations say (``tp``
-   kept, ``fsdp`` replicated: a server keeps no optimizer shards); the cache
-   ``P(None, None, "tp", None)``; ``jax.jit(..., donate_argnums=1)``; traced
+   ``ShapeDtypeStruct`` in bf16, sharded as tunix's annotations say on
+   ``fsdp=1,tp=8`` (tunix's activation constraints name both axes); the
+   cache ``P(None, None, "tp", None)``; ``jax.jit(..., donate_argnums=1)``; traced
    with ``jax.devices()`` answering the H100s (tunix shards its activations
    only off the CPU); lowered and compiled with JAX's own calls, and prints
    XLA's ``memory_analysis()`` of each next to the report's figures.
@@ -36,6 +36,7 @@ from nnx_introspect import serve_memory_report
 from nnx_introspect._xla.toolchain import topology_mesh
 
 S, T, PROMPT, TOPOLOGY = 64, 8192, 2048, "h100-8"
+MESH = (("fsdp", 1), ("tp", 8))  # tunix names both axes in its activations
 
 
 def llama3p2_1b(rngs: nnx.Rngs) -> Any:
@@ -61,21 +62,15 @@ def tunix_cache(model: Any, sequences: int, context: int, dtype: Any) -> Any:
 
 
 def _spec(variable: Any) -> PartitionSpec:
-    """tunix's annotation with only ``tp`` kept."""
+    """tunix's annotation, as it is (the mesh has its ``fsdp`` and ``tp``)."""
     meta = variable.get_metadata()
-    names = meta.get("sharding_names") or meta.get("sharding") or ()
-
-    def keep(entry: Any) -> Any:
-        axes = entry if isinstance(entry, tuple) else (entry,)
-        kept = tuple(a for a in axes if a == "tp")
-        return kept[0] if len(kept) == 1 else (kept or None)
-
-    return PartitionSpec(*(keep(e) for e in names))
+    names = meta.get("out_sharding") or meta.get("sharding_names") or ()
+    return PartitionSpec(*names)
 
 
 def by_hand(name: str) -> Any:
     """XLA's memory analysis of the program written out by hand."""
-    mesh, _ = topology_mesh(TOPOLOGY, (("tp", 8),))
+    mesh, _ = topology_mesh(TOPOLOGY, MESH)
     devices = list(mesh.devices.flat)
     model = nnx.eval_shape(lambda: llama3p2_1b(nnx.Rngs(0)))
     graphdef, state = nnx.split(model)
@@ -128,7 +123,7 @@ def main() -> None:
     start = time.perf_counter()
     report = serve_memory_report(
         llama3p2_1b,
-        "tp=8",
+        "fsdp=1,tp=8",
         sequences=S,
         context=T,
         prompt=PROMPT,

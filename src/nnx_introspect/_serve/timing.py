@@ -116,9 +116,14 @@ class ServeTime:
         return (
             f"{LABEL}.",
             f"On {d.topology}, per device: matmul peak "
-            f"{d.peak_flops_per_second / 1e12:.4g} TFLOP/s ({d.peak_words}; the "
-            f"bf16 dense peak is {d.bf16_peak_flops_per_second / 1e12:.4g} "
-            f"TFLOP/s), HBM {d.hbm_bytes_per_second / 1e12:.3g} TB/s.",
+            f"{d.peak_flops_per_second / 1e12:.4g} TFLOP/s ({d.peak_words}"
+            + (
+                ""
+                if d.peak_flops_per_second == d.bf16_peak_flops_per_second
+                else f"; the bf16 dense peak is "
+                f"{d.bf16_peak_flops_per_second / 1e12:.4g} TFLOP/s"
+            )
+            + f"), HBM {d.hbm_bytes_per_second / 1e12:.3g} TB/s.",
             f"Memory time of a decode step: the weights and the KV cache of a "
             f"device read once ({self.read_bytes:,} B) at the HBM bandwidth: "
             f"{duration(self.read_floor_seconds)}."
