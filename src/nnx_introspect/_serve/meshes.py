@@ -88,7 +88,7 @@ class ServeMeshComparison(Report):
                 f", {rate[0]:,.0f}-{rate[1]:,.0f} tokens/s per device at "
                 f"{duration(low)}-{duration(high)} per token (estimate)"
             )
-        return words
+        return f"{words}; peak {format_bytes(best.peak_bytes)} per device"
 
     def json_data(self) -> dict[str, Any]:
         """Every mesh's report, best first, and the ties."""

@@ -9,7 +9,6 @@ from nnx_introspect.cli.errors import UsageError, _usage_error
 from nnx_introspect.cli.output import _emit
 from nnx_introspect.cli.progress import _ClockLine, _status
 
-
 SERVE_TARGET = "nnx_introspect.examples:llama_7b_sharded"
 """``serve``'s default TARGET: the 7B example whose weights ``tp`` splits."""
 
