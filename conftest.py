@@ -5,12 +5,24 @@ devices as ``tests/``.
 """
 
 import os
+import tempfile
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
         os.environ.get("XLA_FLAGS", "") + " --xla_force_host_platform_device_count=8"
     ).strip()
+
+# The cache of compile results (``nnx_introspect._xla.cache``) is off for the
+# test run and points at a temporary directory of this run, never at the
+# user's own (~/.cache/nnx-introspect): a test sees the compile it asks for,
+# and the tests that turn the cache on (tests/test_step_cache.py) give it
+# their own directory. Set here, before any child process or worker starts,
+# so that they inherit it.
+os.environ["NNX_INTROSPECT_CACHE"] = "off"
+os.environ["NNX_INTROSPECT_CACHE_DIR"] = tempfile.mkdtemp(
+    prefix="nnx-introspect-test-cache-"
+)
 
 # The CUDA plugin (the gpu extra) writes "Could not find cuda drivers" lines
 # from C++ to file descriptor 2 when JAX is first imported on a machine without

@@ -394,3 +394,52 @@ def test_a_tpu_async_gather_points_at_its_user_not_the_overlapped_op() -> None:
         "  %m = f32[16]{0} multiply(%k1, %k1)\n  %k2 = f32[64]{0} negate(%k0)\n",
     )
     assert lines(one(computing)) == [60]
+
+
+# --- the step report shows and times the "?" groups ----------------------------------
+
+
+@pytest.fixture(scope="module")
+def microbatched() -> StepMemoryReport:
+    """2 microbatches on h100-8: the loss's take_along_axis makes "?" groups."""
+    if cuda_plugin_version() is None:
+        pytest.skip("the CUDA PJRT plugin is absent")
+    return nnx_introspect.step_memory_report(
+        "nnx_introspect.examples:llama_tiny_sharded",
+        "fsdp=4,tp=2",
+        jax.ShapeDtypeStruct((8, 128), jnp.int32),
+        loss="lm",
+        optimizer="adamw",
+        topology="h100-8",
+        microbatches=2,
+    )
+
+
+def test_the_step_report_explains_the_irregular_groups(
+    microbatched: StepMemoryReport,
+) -> None:
+    collectives = microbatched.program.collectives
+    assert collectives is not None
+    note = collectives.irregular_note()
+    assert note is not None and note.startswith("Axes '?'")
+    assert note in microbatched.to_markdown()
+
+
+def test_the_estimate_counts_the_irregular_bytes_over_the_axes_they_lie_in(
+    microbatched: StepMemoryReport,
+) -> None:
+    """Each communication term = the whole axes' wire bytes + the "?" groups'
+    bytes lying inside those axes (left out before issue 28, item 6)."""
+    collectives = microbatched.program.collectives
+    roofline = microbatched.roofline
+    assert collectives is not None and roofline is not None
+    regular = {
+        axes: wire for axes, _, wire in microbatched.program.collective_wire_bytes or ()
+    }
+    irregular = dict(collectives.irregular_wire_bytes())
+    assert irregular  # the case has some
+    for term in roofline.comm:
+        expected = regular.get(term.axes, 0) + irregular.get(term.axes, 0)
+        assert term.wire_bytes == expected, term.axes
+    assert sum(irregular.values()) > 0
+    assert any("not whole mesh axes" in line for line in roofline.assumptions)

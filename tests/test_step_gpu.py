@@ -132,8 +132,8 @@ def test_rematerialization_warning_is_read_from_the_compiler_log() -> None:
         "originally\n"
     )
     (statement,) = analysis.remat_statements(log)
-    assert statement["quote"] == log[log.index("Can't") :].strip()
-    assert (statement["limit"], statement["reduced_to"], statement["original"]) == (
+    assert statement.quote == log[log.index("Can't") :].strip()
+    assert (statement.limit, statement.reduced_to, statement.original) == (
         64567591812,
         82970500376,
         82970500376,

@@ -25,6 +25,7 @@ import nnx_introspect.examples as ex
 from nnx_introspect import _step
 from nnx_introspect._step import step_memory_report
 from nnx_introspect._step.compile import _compile
+from nnx_introspect._xla.readings import XlaReadings
 
 
 def lin(rngs: nnx.Rngs) -> nnx.Linear:
@@ -381,13 +382,13 @@ def _llama_forward_compiled(mesh: Mesh, tokens: jax.ShapeDtypeStruct) -> Any:
 
 
 class Spy:
-    """Keeps the numbers ``_compile`` returns."""
+    """Keeps the readings ``_compile`` returns."""
 
     def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
-        self.numbers: list[dict[str, Any]] = []
+        self.numbers: list[XlaReadings] = []
 
-        def spy(*args: Any) -> dict[str, Any]:
-            numbers = _compile(*args)
+        def spy(*args: Any, **kwargs: Any) -> XlaReadings:
+            numbers = _compile(*args, **kwargs)
             self.numbers.append(numbers)
             return numbers
 
@@ -413,13 +414,14 @@ def test_an_explicit_mesh_compiles_with_auto_axes_when_the_model_needs_them(
     assert report.output_bytes == memory.output_size_in_bytes
     assert report.temp_bytes == memory.temp_size_in_bytes
     (numbers,) = spy.numbers
-    assert numbers["explicit_axes_fallback"].startswith(
+    assert numbers.explicit_axes_fallback is not None
+    assert numbers.explicit_axes_fallback.startswith(
         "the step does not trace under the mesh's Explicit axes"
     )
-    assert numbers["warnings"][-1].startswith(
+    assert numbers.warnings[-1].startswith(
         "`mesh`: the step does not trace under the mesh's Explicit axes"
     )
-    assert numbers["sharding_constraints"] == 0  # llama_tiny annotates none
+    assert numbers.sharding_constraints == 0  # llama_tiny annotates none
 
 
 class Resharded(nnx.Module):
@@ -451,8 +453,8 @@ def test_an_explicit_mesh_is_used_as_is_when_the_model_traces_under_it(
         memory: Any = compiled.compile().memory_analysis()
     assert report.output_bytes == memory.output_size_in_bytes == 8 * 4 * 4
     assert report.temp_bytes == memory.temp_size_in_bytes
-    assert spy.numbers[0]["explicit_axes_fallback"] is None
-    assert not any("Explicit" in w for w in spy.numbers[0].get("warnings", []))
+    assert spy.numbers[0].explicit_axes_fallback is None
+    assert not any("Explicit" in w for w in spy.numbers[0].warnings)
 
 
 # --- activation sharding constraints --------------------------------------------------
@@ -487,7 +489,7 @@ def test_activation_constraints_under_the_legacy_mesh_context_are_compiled(
     x = jax.ShapeDtypeStruct((32, 16), jnp.float32)
     spy = Spy(monkeypatch)
     report = step_memory_report(Constrained, mesh, x, loss=None)
-    assert spy.numbers[0]["sharding_constraints"] >= 1
+    assert (spy.numbers[0].sharding_constraints or 0) >= 1
 
     model = nnx.eval_shape(lambda: Constrained(nnx.Rngs(0)))
     graphdef, state = nnx.split(model)

@@ -17,9 +17,9 @@ from jax.sharding import Mesh
 
 import nnx_introspect as ni
 from nnx_introspect import examples
-from nnx_introspect._step.compile import _backward
 from nnx_introspect._step.loss import _objective
 from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._step.train import _backward
 
 TINY = "nnx_introspect.examples:llama_tiny_sharded"
 OWN_REMAT = "tests.test_step_options:llama_tiny_own_remat"
@@ -126,7 +126,7 @@ def test_microbatches_accumulate_the_one_shot_gradients() -> None:
 
 def test_microbatches_update_equals_the_one_shot_update() -> None:
     """The full step's new parameters (adamw) equal the one-shot step's."""
-    from nnx_introspect._step.compile import _train
+    from nnx_introspect._step.train import _train
 
     mesh = Mesh(np.array(jax.devices()[:2]), ("data",))
     x = jax.random.normal(jax.random.key(2), (8, 3), jnp.float32)

@@ -58,7 +58,12 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._serve import max_context as max_context
     from nnx_introspect._serve import max_sequences as max_sequences
     from nnx_introspect._serve import serve_memory_report as serve_memory_report
+    from nnx_introspect._step import StepBudget as StepBudget
+    from nnx_introspect._step import StepCompilation as StepCompilation
+    from nnx_introspect._step import StepMemory as StepMemory
     from nnx_introspect._step import StepMemoryReport as StepMemoryReport
+    from nnx_introspect._step import StepOptions as StepOptions
+    from nnx_introspect._step import StepProgram as StepProgram
     from nnx_introspect._step import StepSpec as StepSpec
     from nnx_introspect._step import step_memory_report as step_memory_report
     from nnx_introspect._summary import KindTotal as KindTotal
@@ -95,7 +100,12 @@ __all__ = [
     "ServeSearch",
     "ServeTime",
     "StateDiff",
+    "StepBudget",
+    "StepCompilation",
+    "StepMemory",
     "StepMemoryReport",
+    "StepOptions",
+    "StepProgram",
     "StepSpec",
     "SummaryRow",
     "Table",
@@ -159,7 +169,12 @@ _LAZY: dict[str, str] = {
     "max_context": "nnx_introspect._serve",
     "max_sequences": "nnx_introspect._serve",
     "serve_memory_report": "nnx_introspect._serve",
+    "StepBudget": "nnx_introspect._step",
+    "StepCompilation": "nnx_introspect._step",
+    "StepMemory": "nnx_introspect._step",
     "StepMemoryReport": "nnx_introspect._step",
+    "StepOptions": "nnx_introspect._step",
+    "StepProgram": "nnx_introspect._step",
     "StepSpec": "nnx_introspect._step",
     "SummaryRow": "nnx_introspect._summary",
     "Table": "nnx_introspect._render.table",

@@ -9,12 +9,11 @@ import dataclasses
 import html
 import time
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Unpack
 
-import optax
 from flax import nnx
 
-from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
+from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render.svg import Point, chart_svg
 from nnx_introspect._render.table import (
     Report,
@@ -37,11 +36,10 @@ from nnx_introspect._search.sizes import (
     search_budget,
     with_batch_size,
 )
-from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
+from nnx_introspect._step.inputs import BatchLike
 from nnx_introspect._step.measure import measure_step, plan_step
-from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
 __all__ = [
@@ -387,27 +385,17 @@ class BatchSearch(Report):
 
 @typechecked
 def max_batch(
-    target: nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
-    mesh: MeshLike,
-    batch: BatchLike,
+    target: StepSpec | nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
+    mesh: MeshLike | None = None,
+    batch: BatchLike | None = None,
     /,
     *,
-    loss: LossLike = "mean",
-    optimizer: optax.GradientTransformation | str | None = None,
-    rules: RulesLike | None = None,
-    logical_rules: LogicalRulesLike | None = None,
-    batch_spec: SpecsLike = None,
-    topology: str | None = None,
-    max_device_bytes: IntLike | str | None = None,
     lo: IntLike | None = None,
     hi: IntLike | None = None,
     progress: Callable[[Point], object] | None = None,
     compiling: Callable[[int, int], object] | None = None,
-    trace_as_target: bool = True,
-    breakdown: bool = False,
-    remat: RematLike = None,
-    microbatches: IntLike = 1,
-    tokens_per_step: IntLike | None = None,
+    cache: bool = True,
+    **options: Unpack[StepOptions],
 ) -> BatchSearch:
     """The largest global batch whose compiled step fits ``max_device_bytes``.
 
@@ -433,19 +421,12 @@ def max_batch(
     least common multiple over batch leaves.
 
     Args:
-        target: A :class:`~nnx_introspect.StepSpec` field, as the others.
+        target: The model (see :class:`~nnx_introspect.StepSpec`), or a
+            :class:`~nnx_introspect.StepSpec` alone (then ``mesh`` and
+            ``batch`` are left out; ``options`` given replace its own).
         mesh: See :class:`~nnx_introspect.StepSpec`.
         batch: See :class:`~nnx_introspect.StepSpec`; every leaf's leading
             dimension, the batch dimension, is where the search starts.
-        loss: See :class:`~nnx_introspect.StepSpec`.
-        optimizer: See :class:`~nnx_introspect.StepSpec`.
-        rules: See :class:`~nnx_introspect.StepSpec`.
-        logical_rules: See :class:`~nnx_introspect.StepSpec`.
-        batch_spec: See :class:`~nnx_introspect.StepSpec`; its first entry per
-            leaf gives the data-parallel axes.
-        topology: See :class:`~nnx_introspect.StepSpec`.
-        max_device_bytes: See :class:`~nnx_introspect.StepSpec`; every point
-            is judged against it; required without a ``topology``.
         lo: The smallest batch to try (a multiple of the data-parallel size;
             default: the data-parallel size).
         hi: The largest batch to try (a multiple of the data-parallel size;
@@ -456,16 +437,17 @@ def max_batch(
         compiling: Called with ``(batch, n)`` just before the ``n``-th compile
             (from 1) starts, at batch ``batch`` (the command line's progress
             line shows it).
-        trace_as_target: See :class:`~nnx_introspect.StepSpec`.
-        breakdown: See :class:`~nnx_introspect.StepSpec`; for every compile,
-            the search keeps those of the largest batch that fits (``report``)
-            and the smallest that does not (``failing_report``).
-        remat: See :class:`~nnx_introspect.StepSpec`.
-        microbatches: See :class:`~nnx_introspect.StepSpec`; every size tried
-            is then a multiple of ``microbatches`` times the data-parallel
-            size, so each microbatch splits as the whole batch does.
-        tokens_per_step: See :class:`~nnx_introspect.StepSpec` (the reports'
-            estimates; the search itself reads memory only).
+        cache: Read each program compiled before from the cache of compile
+            results (see :func:`~nnx_introspect.step_memory_report`).
+        **options: The step's options (:class:`~nnx_introspect.StepOptions`),
+            as :func:`~nnx_introspect.step_memory_report` takes them:
+            ``max_device_bytes`` judges every point (required without a
+            ``topology``); ``batch_spec``'s first entry per leaf gives the
+            data-parallel axes; with ``breakdown``, the search keeps those of
+            the largest batch that fits (``report``) and the smallest that
+            does not (``failing_report``); with ``microbatches``, every size
+            tried is a multiple of ``microbatches`` times the data-parallel
+            size.
 
     Returns:
         A frozen :class:`BatchSearch`.
@@ -496,23 +478,7 @@ def max_batch(
         True
     """
     began = time.perf_counter()
-    spec = StepSpec(
-        target,
-        mesh,
-        batch,
-        loss=loss,
-        optimizer=optimizer,
-        rules=rules,
-        logical_rules=logical_rules,
-        batch_spec=batch_spec,
-        topology=topology,
-        max_device_bytes=max_device_bytes,
-        trace_as_target=trace_as_target,
-        breakdown=breakdown,
-        remat=remat,
-        microbatches=microbatches,
-        tokens_per_step=tokens_per_step,
-    )
+    spec = as_step_spec(target, mesh, batch, options, caller="max_batch")
     limit, basis = search_budget(spec.budget)
     start = leading_size(spec.batch)
     dp, low, top = batch_range(spec, lo, hi)
@@ -543,7 +509,7 @@ def max_batch(
             compiler=None,
             **common,
         )
-    return _searched(spec, start, common, (progress, compiling), began)
+    return _searched(spec, start, common, (progress, compiling), began, cache)
 
 
 def _searched(
@@ -552,6 +518,7 @@ def _searched(
     common: dict[str, Any],
     callbacks: tuple[Any, Any],
     began: float,
+    cache: bool = True,
 ) -> BatchSearch:
     """The search itself: ``spec`` compiled at each batch size tried."""
     progress, compiling = callbacks
@@ -563,7 +530,7 @@ def _searched(
     def fits(size: int) -> bool:
         if compiling is not None:
             compiling(size, len(points) + 1)
-        report = measure_step(with_batch_size(spec, size))
+        report = measure_step(with_batch_size(spec, size), cache=cache)
         point = (size, report.peak_bytes, report.fits(limit))
         reports[size], points[size] = report, point
         if progress is not None:

@@ -23,34 +23,35 @@ from nnx_introspect._step.inputs import importable_name
 from nnx_introspect._step.step_records import StepMemory
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
+from nnx_introspect._xla.readings import XlaReadings
 
 __all__ = ["measure_serve", "program_memory", "serve_memory_report"]
 
 
-def program_memory(numbers: dict[str, Any], budget: Budget, planned: int) -> StepMemory:
+def program_memory(numbers: XlaReadings, budget: Budget, planned: int) -> StepMemory:
     """XLA's figures as a step's memory.
 
     Refused for memory: the planned arguments (weights and cache) and the
     compiler's required bytes.
     """
-    oom = bool(numbers.get("out_of_memory", False))
-    arguments = numbers["argument_bytes"]
+    oom = bool(numbers.out_of_memory)
+    arguments = numbers.argument_bytes
     if arguments is None:
         arguments = planned
-    temp = numbers["temp_bytes"]
+    temp = numbers.temp_bytes
     if temp is None:
-        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
+        temp = max(0, (numbers.compiler_required_bytes or 0) - arguments)
     memory = StepMemory(
         argument_bytes=arguments,
-        output_bytes=numbers["output_bytes"] or 0,
+        output_bytes=numbers.output_bytes or 0,
         temp_bytes=temp,
-        alias_bytes=numbers["alias_bytes"] or 0,
-        xla_peak_bytes=numbers.get("xla_peak_bytes"),
-        xla_peak_complete=numbers["backend"] != "cpu",
+        alias_bytes=numbers.alias_bytes or 0,
+        xla_peak_bytes=numbers.xla_peak_bytes,
+        xla_peak_complete=numbers.backend != "cpu",
         out_of_memory=oom,
-        compiler_message=numbers.get("compiler_message"),
-        compiler_required_bytes=numbers.get("compiler_required_bytes"),
-        compiler_available_bytes=numbers.get("compiler_available_bytes"),
+        compiler_message=numbers.compiler_message,
+        compiler_required_bytes=numbers.compiler_required_bytes,
+        compiler_available_bytes=numbers.compiler_available_bytes,
     )
     device = budget.device_memory_bytes
     if device is not None and memory.peak_bytes > device and not oom:
@@ -60,9 +61,9 @@ def program_memory(numbers: dict[str, Any], budget: Budget, planned: int) -> Ste
 
 
 def _wire(
-    figures: list[list[Any]] | None,
+    figures: Any,
 ) -> tuple[tuple[tuple[str, ...], int], ...] | None:
-    """``collective_wire_bytes`` (``[axes, bytes, wire]``) as ``(axes, wire)``."""
+    """``collective_wire_bytes`` (``(axes, bytes, wire)``) as ``(axes, wire)``."""
     if figures is None:
         return None
     return tuple((tuple(axes), int(wire)) for axes, _, wire in figures)
@@ -91,7 +92,7 @@ def measure_serve(spec: ServeSpec, *, breakdown: bool = False) -> ServeMemoryRep
             )
         else:
             numbers = compile_program(jitted[name], args, mesh, trace_devices)
-        backend = numbers["backend"]
+        backend = numbers.backend
         found[name] = ServeProgram(
             name=name,
             sequences=spec.sequences if name == "decode" else spec.prefill_sequences,
@@ -101,14 +102,14 @@ def measure_serve(spec: ServeSpec, *, breakdown: bool = False) -> ServeMemoryRep
             memory=program_memory(
                 numbers, spec.budget, inputs.weights_bytes + inputs.kv_cache_bytes
             ),
-            flops=numbers.get("flops"),
-            warnings=tuple(numbers.get("warnings", ())),
-            compile_seconds=float(numbers.get("compile_seconds", 0.0)),
-            bytes_accessed=numbers.get("bytes_accessed"),
-            wire_bytes=_wire(numbers.get("collective_wire_bytes")),
-            matmul_dtype=numbers.get("matmul_dtype"),
+            flops=numbers.flops,
+            warnings=tuple(numbers.warnings),
+            compile_seconds=float(numbers.compile_seconds),
+            bytes_accessed=numbers.bytes_accessed,
+            wire_bytes=_wire(numbers.collective_wire_bytes),
+            matmul_dtype=numbers.matmul_dtype,
             breakdown=peak,
-            breakdown_error=numbers.get("breakdown_error"),
+            breakdown_error=numbers.breakdown_error,
         )
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(

@@ -9,6 +9,7 @@ the tokens and positions (``batch``); its outputs the ``logits`` and the new
 there is no backward pass to keep them for) or a collective's buffer.
 """
 
+import dataclasses
 import shutil
 import tempfile
 import time
@@ -21,6 +22,7 @@ from nnx_introspect._render.formats import error_line
 from nnx_introspect._serve.programs import Inputs, lower_program
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.dump import DumpFormatError, read_peak
+from nnx_introspect._xla.readings import XlaReadings
 
 __all__ = ["compile_with_breakdown", "serve_leaves", "serve_outputs"]
 
@@ -78,36 +80,36 @@ def compile_with_breakdown(
     trace_devices: list[Any] | None,
     leaves: tuple[ArgumentLeaf, ...],
     outputs: tuple[str, ...],
-) -> tuple[dict[str, Any], Breakdown | None]:
+) -> tuple[XlaReadings, Breakdown | None]:
     """XLA's numbers for the program and the breakdown of its peak.
 
     A breakdown that cannot be made (a compile refused for memory assigns no
     buffers; a dump this jaxlib's reader does not know) is
-    ``numbers["breakdown_error"]`` and ``None``, never an exception.
+    the readings' ``breakdown_error`` and ``None``, never an exception.
     """
     start = time.perf_counter()
     lowered = lower_program(jitted, args, mesh, trace_devices)
     directory = tempfile.mkdtemp(prefix="nnx-introspect-serve-dump-")
     try:
         numbers = compile_lowered(lowered, mesh, start, dump_to=directory)
-        if numbers.get("out_of_memory"):
-            numbers["breakdown_error"] = (
+        if numbers.out_of_memory:
+            why = (
                 "the compiler refused the program for memory, so it assigned "
                 "no buffers to break down"
             )
-            return numbers, None
+            return dataclasses.replace(numbers, breakdown_error=why), None
         try:
-            peak = read_peak(directory, backend=numbers["backend"])
+            peak = read_peak(directory, backend=numbers.backend)
             held = (
-                numbers["argument_bytes"]
-                + numbers["output_bytes"]
-                + numbers["temp_bytes"]
-                - numbers["alias_bytes"]
+                (numbers.argument_bytes or 0)
+                + (numbers.output_bytes or 0)
+                + (numbers.temp_bytes or 0)
+                - (numbers.alias_bytes or 0)
             )
             found = classify(peak, leaves, held_bytes=held, outputs=outputs)
         except (DumpFormatError, ValueError) as error:
-            numbers["breakdown_error"] = error_line(error)
-            return numbers, None
+            why = error_line(error)
+            return dataclasses.replace(numbers, breakdown_error=why), None
         return numbers, found
     finally:
         shutil.rmtree(directory, ignore_errors=True)

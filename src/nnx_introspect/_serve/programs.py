@@ -8,7 +8,6 @@ XLA's memory and cost analyses are read as for a training step
 
 import contextlib
 import dataclasses
-import inspect
 import math
 import time
 import warnings
@@ -21,6 +20,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._conventions import call_parameters, follows_kv_cache_convention
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import mesh_config_report
 from nnx_introspect._render.formats import error_line
@@ -37,6 +37,7 @@ from nnx_introspect._step import platform as step_platform
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = ["Inputs", "compile_program", "serve_inputs", "serve_mesh"]
@@ -97,11 +98,11 @@ def _caller(spec: ServeSpec, model: Any) -> Callable[..., Any]:
     decode: Callable[..., Any] | None = spec.options.decode
     if decode is not None:
         return decode
-    params = list(inspect.signature(type(model).__call__).parameters)[1:]
-    if len(params) < 4:
+    if not follows_kv_cache_convention(model):
+        params = tuple(p.name for p in call_parameters(model) or ())
         raise ArgumentError(
             "decode",
-            f"`{type(model).__name__}.__call__` takes {tuple(params)}, not the "
+            f"`{type(model).__name__}.__call__` takes {params}, not the "
             f"KV-cache convention. Pass `decode` (--decode); accepted: "
             f"{_CONVENTIONS}.",
         )
@@ -366,8 +367,8 @@ def lower_program(
 
 def compile_program(
     jitted: Any, args: tuple[Any, ...], mesh: Mesh, trace_devices: list[Any] | None
-) -> dict[str, Any]:
-    """XLA's numbers for ``jitted`` on ``mesh`` (lowering time included)."""
+) -> XlaReadings:
+    """XLA's readings of ``jitted`` on ``mesh`` (lowering time included)."""
     start = time.perf_counter()
     lowered = lower_program(jitted, args, mesh, trace_devices)
     return compile_lowered(lowered, mesh, start)

@@ -26,7 +26,8 @@ the step they describe, checked once where it is built), ``platform`` (the
 target's devices as the model sees them while tracing), ``loss`` and
 ``compile`` (the step), ``child`` (the child-process compile; ``python -m
 nnx_introspect._step`` is the child), ``report`` (:class:`StepMemoryReport`),
-``assemble`` (the report from XLA's numbers) and ``measure``
+``assemble`` (the report from XLA's readings,
+:class:`~nnx_introspect._xla.readings.XlaReadings`) and ``measure``
 (:func:`step_memory_report`, composing them;
 :func:`~nnx_introspect._step.measure.measure_step` measures a spec).
 """
@@ -45,7 +46,12 @@ from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
+from nnx_introspect._step.spec import StepOptions as StepOptions
 from nnx_introspect._step.spec import StepSpec as StepSpec
+from nnx_introspect._step.step_records import StepBudget as StepBudget
+from nnx_introspect._step.step_records import StepCompilation as StepCompilation
+from nnx_introspect._step.step_records import StepMemory as StepMemory
+from nnx_introspect._step.step_records import StepProgram as StepProgram
 from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
@@ -53,7 +59,12 @@ __all__ = [
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
+    "StepBudget",
+    "StepCompilation",
+    "StepMemory",
     "StepMemoryReport",
+    "StepOptions",
+    "StepProgram",
     "StepSpec",
     "parse_batch",
     "parse_topology",

@@ -1,6 +1,6 @@
-"""The step report assembled from a compile's plain numbers, its plan and its budget.
+"""The step report assembled from a compile's readings, its plan and its budget.
 
-:func:`assemble_report` is where the figures a compile returned (in this
+:func:`assemble_report` is where the readings a compile returned (in this
 process or a child's) become a :class:`StepMemoryReport`: XLA's warnings
 quoted, rematerialisation read, the out-of-memory case sized from the plan,
 and the caveats judged on the finished report.
@@ -8,7 +8,6 @@ and the caveats judged on the finished report.
 
 import dataclasses
 import math
-from typing import Any
 
 import jax.numpy as jnp
 import optax
@@ -31,6 +30,7 @@ from nnx_introspect._step.step_records import (
     compiled_in_kind,
 )
 from nnx_introspect._xla.analysis import compiler_name
+from nnx_introspect._xla.readings import RematStatement, XlaReadings
 
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
 
@@ -62,7 +62,7 @@ def _planned_argument_bytes(request: _Request, plan: MeshConfigReport) -> int:
 def assemble_report(
     request: _Request,
     plan: MeshConfigReport,
-    numbers: dict[str, Any],
+    readings: XlaReadings,
     topology: str | None,
     compiled_in: str,
     budget: Budget,
@@ -70,20 +70,19 @@ def assemble_report(
     network: int | None = None,
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
-    warnings = list(numbers.get("warnings", []))
-    remat = list(numbers.get("remat", []))
-    warnings += [_remat_warning(s, budget, numbers["backend"]) for s in remat]
-    if numbers.get("collectives_error"):
+    warnings = list(readings.warnings)
+    warnings += [_remat_warning(s, budget, readings.backend) for s in readings.remat]
+    if readings.collectives_error:
         warnings.append(
             "The compiled program's collectives could not be read: "
-            f"{numbers['collectives_error']}"
+            f"{readings.collectives_error}"
         )
-    found = numbers.get("breakdown")
+    found = readings.breakdown
     if request.breakdown and found is None:
-        why = numbers.get("breakdown_error") or "XLA wrote no dump to read"
+        why = readings.breakdown_error or "XLA wrote no dump to read"
         warnings.append(f"No breakdown of the peak: {why}.")
-    memory = _memory(request, plan, numbers, budget)
-    program = _program(numbers, remat)
+    memory = _memory(request, plan, readings, budget)
+    program = _program(readings)
     report = StepMemoryReport(
         num_devices=request.num_devices,
         plan=plan,
@@ -96,14 +95,15 @@ def assemble_report(
         budget=StepBudget.from_budget(budget, topology),
         program=program,
         compilation=StepCompilation(
-            backend=numbers["backend"],
-            compiler=compiler_name(numbers["backend"], numbers["device_kind"]),
-            device_kind=numbers["device_kind"],
+            backend=readings.backend,
+            compiler=compiler_name(readings.backend, readings.device_kind),
+            device_kind=readings.device_kind,
             compiled_in=compiled_in_kind(compiled_in, request.num_devices, topology),
-            seconds=float(numbers["compile_seconds"]),
-            device_order=_device_order(numbers.get("device_order", "plain"), topology),
-            traced_platform=numbers.get("traced_platform"),
-            log=numbers.get("compiler_log") if debug else None,
+            seconds=float(readings.compile_seconds),
+            device_order=_device_order(readings.device_order, topology),
+            traced_platform=readings.traced_platform,
+            log=readings.compiler_log if debug else None,
+            cached=readings.cached,
         ),
         topology=topology,
         network_bytes_per_second=network,
@@ -123,55 +123,52 @@ def assemble_report(
 
 
 def _memory(
-    request: _Request, plan: MeshConfigReport, numbers: dict[str, Any], budget: Budget
+    request: _Request, plan: MeshConfigReport, readings: XlaReadings, budget: Budget
 ) -> StepMemory:
     """XLA's bytes, or for a step refused for memory the plan's and the compiler's."""
-    oom = bool(numbers.get("out_of_memory", False))
-    arguments = numbers["argument_bytes"]
+    oom = readings.out_of_memory
+    arguments = readings.argument_bytes
     if arguments is None:  # refused for memory: the plan's exact shards
         arguments = _planned_argument_bytes(request, plan)
-    temp = numbers["temp_bytes"]
-    if oom and temp is None:
-        temp = max(0, (numbers.get("compiler_required_bytes") or 0) - arguments)
+    temp = readings.temp_bytes
+    if temp is None:
+        temp = max(0, (readings.compiler_required_bytes or 0) - arguments)
     memory = StepMemory(
         argument_bytes=arguments,
-        output_bytes=numbers["output_bytes"] or 0,
+        output_bytes=readings.output_bytes or 0,
         temp_bytes=temp,
-        alias_bytes=numbers["alias_bytes"] or 0,
-        xla_peak_bytes=numbers.get("xla_peak_bytes"),
-        xla_peak_complete=numbers["backend"] != "cpu",
+        alias_bytes=readings.alias_bytes or 0,
+        xla_peak_bytes=readings.xla_peak_bytes,
+        xla_peak_complete=readings.backend != "cpu",
         out_of_memory=oom,
-        compiler_message=numbers.get("compiler_message"),
-        compiler_required_bytes=numbers.get("compiler_required_bytes"),
-        compiler_available_bytes=numbers.get("compiler_available_bytes"),
+        compiler_message=readings.compiler_message,
+        compiler_required_bytes=readings.compiler_required_bytes,
+        compiler_available_bytes=readings.compiler_available_bytes,
     )
     # XLA:TPU refuses a program over its available HBM itself; XLA:GPU
     # compiles one over the device's memory, which cannot run
     device = budget.device_memory_bytes  # the topology's, found once by step_budget
     over = device is not None and memory.peak_bytes > device
-    if over and numbers["backend"] != "tpu":
+    if over and readings.backend != "tpu":
         return dataclasses.replace(memory, out_of_memory=True)
     return memory
 
 
-def _program(numbers: dict[str, Any], remat: list[dict[str, Any]]) -> StepProgram:
+def _program(readings: XlaReadings) -> StepProgram:
     """The program's figures; its collectives read back from their JSON data."""
-    flops = numbers["flops"]
+    flops, remat = readings.flops, readings.remat
     return StepProgram(
         flops=math.nan if flops is None else float(flops),
-        bytes_accessed=numbers.get("bytes_accessed"),
-        matmul_dtype=numbers.get("matmul_dtype"),
-        collectives=collectives_from_json(numbers.get("collectives")),
-        sharding_constraints=numbers.get("sharding_constraints"),
-        remat_limit_bytes=max((r["limit"] for r in remat), default=None),
+        bytes_accessed=readings.bytes_accessed,
+        matmul_dtype=readings.matmul_dtype,
+        collectives=collectives_from_json(readings.collectives),
+        sharding_constraints=readings.sharding_constraints,
+        remat_limit_bytes=max((r.limit for r in remat), default=None),
         remat_reduced_to_bytes=max(
-            (r["reduced_to"] for r in remat if r["reduced_to"] is not None),
+            (r.reduced_to for r in remat if r.reduced_to is not None),
             default=None,
         ),
-        loop_trips=tuple(
-            (str(name), None if trips is None else int(trips))
-            for name, trips in numbers.get("loop_trips", ())
-        ),
+        loop_trips=readings.loop_trips,
     )
 
 
@@ -194,9 +191,9 @@ def _caveats(
     return tuple(out)
 
 
-def _remat_warning(statement: dict[str, Any], budget: Budget, backend: str) -> str:
+def _remat_warning(statement: RematStatement, budget: Budget, backend: str) -> str:
     """XLA's rematerialization line, quoted whole, and what its limit is."""
-    limit = format_bytes(statement["limit"])
+    limit = format_bytes(statement.limit)
     if backend == "gpu":
         what = (
             f"{limit} is XLA:GPU's scheduler limit (80% of the device's memory as "
@@ -207,7 +204,7 @@ def _remat_warning(statement: dict[str, Any], budget: Budget, backend: str) -> s
         what = (
             f"{limit} is the limit XLA rematerialised towards, not the device's memory"
         )
-    text = f'XLA: "{statement["quote"]}". {what}'
+    text = f'XLA: "{statement.quote}". {what}'
     if budget.bytes is not None:
         text += f"; the budget is {format_bytes(budget.bytes)}"
     return text + "."

@@ -7,7 +7,8 @@ and loss by ``"package.module:name"``, the mesh, batch shapes, specs,
 optimizer name; and every leaf's planned spec, never rules), compiles the
 step (on virtual CPU devices, or on a named TPU or GPU topology's
 compile-only devices) and writes one JSON line on stdout:
-``{"result": {...numbers...}}`` or, for bad input,
+``{"result": {...}}`` (the :class:`~nnx_introspect._xla.readings.XlaReadings`'
+JSON data) or, for bad input,
 ``{"error": "ValueError", "message": "..."}`` (with ``"argument"`` for an
 :class:`~nnx_introspect._typing.ArgumentError`, raised as one in the parent).
 Anything else is a crash: a traceback on stderr and exit code 1.
@@ -34,6 +35,7 @@ from nnx_introspect._step.compile import _compile
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
 from nnx_introspect._typing import ArgumentError
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
@@ -122,8 +124,8 @@ def _check_same_model(model: Any, leaves: tuple[LeafShard, ...], target: str) ->
         )
 
 
-def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
-    """Compile from a child request (see :func:`_child_request`); plain numbers."""
+def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
+    """Compile from a child request (see :func:`_child_request`); XLA's readings."""
     model = build_target(data["target"])
     mesh_axes = tuple((str(a), int(s)) for a, s in data["mesh"])
     n = math.prod(s for _, s in mesh_axes)
@@ -152,7 +154,11 @@ def run_child_request(data: Mapping[str, Any]) -> dict[str, Any]:
     else:
         devices = np.array(jax.devices()[:n]).reshape([s for _, s in mesh_axes])
         mesh, order = Mesh(devices, tuple(a for a, _ in mesh_axes)), "plain"
-    return _compile(request, mesh, plan, trace_devices) | {"device_order": order}
+    cache = bool(data.get("cache", False))
+    readings = _compile(
+        request, mesh, plan, trace_devices, topology=topology, cache=cache
+    )
+    return dataclasses.replace(readings, device_order=order)
 
 
 def _child_env(n: int, topology: str | None) -> dict[str, str]:
@@ -193,7 +199,7 @@ _ERRORS: dict[str, type[Exception]] = {  # an ArgumentError also sends "argument
 }
 
 
-def _run_child(payload: dict[str, Any], n: int) -> dict[str, Any]:
+def _run_child(payload: dict[str, Any], n: int) -> XlaReadings:
     topology = payload.get("topology")
     where = f"{n} virtual CPU devices" if topology is None else f"topology {topology!r}"
     try:
@@ -224,12 +230,11 @@ def _run_child(payload: dict[str, Any], n: int) -> dict[str, Any]:
         if "argument" in answer:  # a bad argument found in the child
             raise ArgumentError(answer["argument"], answer["message"])
         raise _ERRORS.get(answer["error"], RuntimeError)(answer["message"])
-    result: dict[str, Any] = answer["result"]
+    result = XlaReadings.from_json_data(answer["result"])
     # The child's own native lines (plugin messages on import) and the
     # compiler's log: kept for `debug=True`, never written to this stderr.
-    log = "".join(part for part in (done.stderr, result.get("compiler_log")) if part)
-    result["compiler_log"] = log
-    return result
+    log = "".join(part for part in (done.stderr, result.compiler_log) if part)
+    return dataclasses.replace(result, compiler_log=log)
 
 
 def main() -> int:
@@ -237,7 +242,7 @@ def main() -> int:
     request = json.loads(sys.stdin.read())
     answer: dict[str, Any]
     try:
-        answer = {"result": run_child_request(request)}
+        answer = {"result": run_child_request(request).json_data()}
     except TargetError as error:
         message = f"`target`: {error}"
         answer = {"error": "ValueError", "argument": "target", "message": message}

@@ -6,6 +6,7 @@ spec runs them in order where it is built.
 """
 
 import dataclasses
+import difflib
 import math
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -400,10 +401,12 @@ def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
             ) from None
     if isinstance(loss, str):
         if loss not in LOSSES:
+            meant = next((name for name in LOSSES if name == loss.lower()), None)
+            hint = "" if meant is None else f" Loss names are lower case: {meant!r}."
             raise ArgumentError(
                 "loss",
                 f"`loss` must be None, one of {list(LOSSES)} or a callable "
-                f"`loss(model, batch) -> scalar`, got {loss!r}.",
+                f"`loss(model, batch) -> scalar`, got {loss!r}.{hint}",
             )
         if loss == "lm":
             tokens = batch[0]
@@ -547,7 +550,7 @@ def check_shardable(
     by_kind: dict[str, list[Any]] = {}
     for problem in errors:
         by_kind.setdefault(problem.kind, []).append(problem)
-    clauses = [_kind_clause(kind, found) for kind, found in by_kind.items()]
+    clauses = [_kind_clause(kind, found, mesh_axes) for kind, found in by_kind.items()]
     if batch:
         more = f" (and {len(batch) - 1} more)" if len(batch) > 1 else ""
         clauses.append(f"{batch[0].rstrip('.')}{more}")
@@ -565,7 +568,9 @@ def check_shardable(
     )
 
 
-def _kind_clause(kind: str, problems: list[Any]) -> str:
+def _kind_clause(
+    kind: str, problems: list[Any], mesh_axes: tuple[tuple[str, int], ...] = ()
+) -> str:
     """One kind of plan problem: how many, one example, the fix."""
     first, n = problems[0], len(problems)
     if kind == "unknown-axis":
@@ -574,7 +579,8 @@ def _kind_clause(kind: str, problems: list[Any]) -> str:
         leaves = f"{paths} lea{'ves name' if paths > 1 else 'f names'}"
         return (
             f"{leaves} axes the mesh lacks ({', '.join(map(repr, missing))}; "
-            f"e.g. `{first.path}`): name them in `mesh` (--mesh), map them with "
+            f"e.g. `{first.path}`): name them in `mesh` (--mesh)"
+            f"{_mesh_fix(missing, mesh_axes)}, map them with "
             "`logical_rules` or override with `rules`"
         )
     if kind == "indivisible":
@@ -587,3 +593,32 @@ def _kind_clause(kind: str, problems: list[Any]) -> str:
         )
     more = f" (and {n - 1} more like it)" if n > 1 else ""
     return f"{first.message.rstrip('.')}{more}"
+
+
+def _mesh_fix(missing: list[str], mesh_axes: tuple[tuple[str, int], ...]) -> str:
+    """``, e.g. `mesh "fsdp=8,tp=1"` ...``: the mesh with the missing axes named.
+
+    A mesh axis close to a missing one (``tpp`` for ``tp``) is read as a
+    misspelling and renamed; every other
+    missing axis is added at size 1, which shards nothing along it. No fix
+    when more than one axis would be added: the mesh then likely follows
+    another naming (``data=2,model=4``), which ``logical_rules`` maps.
+    """
+    if not mesh_axes:
+        return ""
+    renamed: dict[str, str] = {}
+    for axis in missing:
+        spare = [a for a, _ in mesh_axes if a not in missing and a not in renamed]
+        close = difflib.get_close_matches(axis, spare, n=1, cutoff=0.6)
+        if close:
+            renamed[close[0]] = axis
+    added = [f"{a}=1" for a in missing if a not in renamed.values()]
+    if len(added) > 1:
+        return ""
+    fixed = [f"{renamed.get(a, a)}={size}" for a, size in mesh_axes] + added
+    notes = [
+        f"{a!r} renamed {b!r}, the axis the model names" for a, b in renamed.items()
+    ]
+    if added:
+        notes.append("an axis of size 1 shards nothing")
+    return f', e.g. `mesh "{",".join(fixed)}"` ({"; ".join(notes)})'

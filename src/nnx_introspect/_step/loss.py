@@ -14,8 +14,16 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
+from nnx_introspect._conventions import (
+    KV_CACHE_CONVENTION,
+    accepts_positional,
+    call_parameters,
+    follows_kv_cache_convention,
+    logits_by_kv_cache_convention,
+)
 from nnx_introspect._render.formats import error_line
 from nnx_introspect._step.inputs import LossLike
+from nnx_introspect._typing import ArgumentError
 
 
 class _ModelError(Exception):
@@ -33,11 +41,36 @@ class _OptimizerError(Exception):
 Objective = Callable[[Any, tuple[Any, ...]], tuple[Any, Any]]
 
 
-def _call_model(model: Any, batch: tuple[Any, ...]) -> Any:
+def _call_model(model: Any, batch: tuple[Any, ...], loss: str | None) -> Any:
+    """``model(*batch)``, or the KV-cache convention when the batch is its tokens.
+
+    A model whose ``__call__`` cannot take the batch alone but follows
+    ``model(tokens, positions, cache, attention_mask) -> (logits, cache)`` gets
+    positions and a causal mask built here, no cache, and gives its logits;
+    any other model is refused in one line naming a loss callable.
+    """
+    convention = not accepts_positional(model, len(batch))
+    if convention and (len(batch) != 1 or not follows_kv_cache_convention(model)):
+        raise ArgumentError("loss", _no_convention(model, batch, loss))
     try:
+        if convention:
+            return logits_by_kv_cache_convention(model, batch[0])
         return model(*batch)
     except Exception as error:
         raise _ModelError(error_line(error)) from error
+
+
+def _no_convention(model: Any, batch: tuple[Any, ...], loss: str | None) -> str:
+    params = call_parameters(model) or ()
+    takes = ", ".join(p.name for p in params)
+    given = ", ".join(_describe(leaf, 1) for leaf in batch)
+    return (
+        f"`loss={loss!r}` cannot call `{type(model).__name__}({takes})` with "
+        f"`batch` ({given}): the built-in losses call `model(*batch)` or, for one "
+        f"token array, {KV_CACHE_CONVENTION}; pass your own loss, "
+        '`loss="pkg.mod:fn"` (--loss pkg.mod:fn), a function '
+        "`fn(model, batch) -> loss` that calls the model as it wants"
+    )
 
 
 def _describe(value: Any, depth: int = 0) -> str:
@@ -90,14 +123,14 @@ def _objective(loss: LossLike) -> Objective:
     if loss == "mean":
 
         def mean(model: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
-            out = _one_array(_call_model(model, batch), "mean")
+            out = _one_array(_call_model(model, batch, "mean"), "mean")
             return jnp.mean(jnp.asarray(out, jnp.float32)), None
 
         return mean
     if loss == "lm":
 
         def lm(model: Any, batch: tuple[Any, ...]) -> tuple[Any, Any]:
-            logits = _one_array(_call_model(model, batch), "lm")
+            logits = _one_array(_call_model(model, batch, "lm"), "lm")
             tokens = batch[0]
             shape = tuple(logits.shape)
             if len(shape) != 3 or shape[:2] != tuple(tokens.shape):

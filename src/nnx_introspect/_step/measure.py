@@ -4,20 +4,18 @@
 try); :func:`plan_step` and :func:`plan_problems` plan one without compiling.
 """
 
+import dataclasses
 from collections.abc import Callable
-from typing import Any, cast
+from typing import Any, Unpack, cast
 
 import jax
 import numpy as np
-import optax
 from flax import nnx
 from jax.sharding import Mesh
 
 from nnx_introspect._mesh import (
-    LogicalRulesLike,
     MeshConfigReport,
     MeshLike,
-    RulesLike,
     mesh_config_report,
 )
 from nnx_introspect._step.assemble import assemble_report
@@ -25,21 +23,20 @@ from nnx_introspect._step.child import _child_request, _run_child
 from nnx_introspect._step.compile import _compile
 from nnx_introspect._step.inputs import (
     BatchLike,
-    LossLike,
-    SpecsLike,
     _Request,
     check_shardable,
     spec_problems,
 )
-from nnx_introspect._step.options import RematLike
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepSpec
-from nnx_introspect._typing import ArgumentError, IntLike, typechecked
+from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
+from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.cache import cache_enabled
 from nnx_introspect._xla.native_log import (
     native_stderr_captured,
     python_log_dropped,
     start_backends_quietly,
 )
+from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
@@ -52,25 +49,14 @@ __all__ = [
 
 @typechecked
 def step_memory_report(
-    target: nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
-    mesh: MeshLike,
-    batch: BatchLike,
+    target: StepSpec | nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
+    mesh: MeshLike | None = None,
+    batch: BatchLike | None = None,
     /,
     *,
-    loss: LossLike = "mean",
-    optimizer: optax.GradientTransformation | str | None = None,
-    rules: RulesLike | None = None,
-    logical_rules: LogicalRulesLike | None = None,
-    batch_spec: SpecsLike = None,
-    topology: str | None = None,
-    max_device_bytes: IntLike | str | None = None,
-    trace_as_target: bool = True,
     debug: bool = False,
-    breakdown: bool = False,
-    network_bytes_per_second: IntLike | str | None = None,
-    remat: RematLike = None,
-    microbatches: IntLike = 1,
-    tokens_per_step: IntLike | None = None,
+    cache: bool = True,
+    **options: Unpack[StepOptions],
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
 
@@ -108,27 +94,28 @@ def step_memory_report(
     words and figures.
 
     Args:
-        target: The model; see :class:`~nnx_introspect.StepSpec`, which
-            documents every argument but ``debug``.
+        target: The model (see :class:`~nnx_introspect.StepSpec`, which
+            documents every argument but ``debug`` and ``cache``), or a
+            :class:`~nnx_introspect.StepSpec` alone: then ``mesh`` and
+            ``batch`` are left out, and ``options`` given replace its own.
         mesh: The mesh (see :class:`~nnx_introspect.StepSpec`).
         batch: The model's positional arguments (see
             :class:`~nnx_introspect.StepSpec`).
-        loss: See :class:`~nnx_introspect.StepSpec`.
-        optimizer: See :class:`~nnx_introspect.StepSpec`.
-        rules: See :class:`~nnx_introspect.StepSpec`.
-        logical_rules: See :class:`~nnx_introspect.StepSpec`.
-        batch_spec: See :class:`~nnx_introspect.StepSpec`.
-        topology: See :class:`~nnx_introspect.StepSpec`.
-        max_device_bytes: See :class:`~nnx_introspect.StepSpec`.
-        trace_as_target: See :class:`~nnx_introspect.StepSpec`.
         debug: Keep what the compiler and the child process wrote to stderr
             on the report (``compiler_log``); it never reaches this process's
             stderr.
-        breakdown: See :class:`~nnx_introspect.StepSpec`.
-        network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`.
-        remat: See :class:`~nnx_introspect.StepSpec`.
-        microbatches: See :class:`~nnx_introspect.StepSpec`.
-        tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
+        cache: Read a program compiled before from the cache of compile
+            results, and keep this one's there
+            (``$XDG_CACHE_HOME/nnx-introspect``; ``NNX_INTROSPECT_CACHE=off``
+            turns it off too). A report from the cache is the first one's,
+            but for ``compilation.seconds`` (the time spent now) and
+            ``compilation.cached`` (when it was compiled).
+        **options: The step's options (:class:`~nnx_introspect.StepOptions`:
+            ``loss``, ``optimizer``, ``rules``, ``logical_rules``,
+            ``batch_spec``, ``topology``, ``max_device_bytes``,
+            ``trace_as_target``, ``breakdown``, ``network_bytes_per_second``,
+            ``remat``, ``microbatches``, ``tokens_per_step``), each the
+            :class:`~nnx_introspect.StepSpec` field of its name.
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -164,25 +151,8 @@ def step_memory_report(
         >>> report.plan.bytes_by_category["optimizer state"] == 2 * params + 8
         True
     """
-    spec = StepSpec(
-        target,
-        mesh,
-        batch,
-        loss=loss,
-        optimizer=optimizer,
-        rules=rules,
-        logical_rules=logical_rules,
-        batch_spec=batch_spec,
-        topology=topology,
-        max_device_bytes=max_device_bytes,
-        trace_as_target=trace_as_target,
-        breakdown=breakdown,
-        network_bytes_per_second=network_bytes_per_second,
-        remat=remat,
-        microbatches=microbatches,
-        tokens_per_step=tokens_per_step,
-    )
-    return measure_step(spec, debug=debug)
+    spec = as_step_spec(target, mesh, batch, options)
+    return measure_step(spec, debug=debug, cache=cache)
 
 
 def plan_step(spec: StepSpec) -> MeshConfigReport:
@@ -233,20 +203,24 @@ def plan_problems(spec: StepSpec) -> tuple[MeshConfigReport, list[str]]:
     return plan, problems
 
 
-def measure_step(spec: StepSpec, *, debug: bool = False) -> StepMemoryReport:
+def measure_step(
+    spec: StepSpec, *, debug: bool = False, cache: bool = True
+) -> StepMemoryReport:
     """Plan, compile and report the step ``spec`` describes.
 
     What :func:`step_memory_report` does once its arguments are a spec; the
-    searches call it with each spec they try.
+    searches call it with each spec they try. With ``cache``, a program
+    compiled before is read from the cache of compile results
+    (:mod:`~nnx_introspect._xla.cache`) instead of compiled again.
     """
     start_backends_quietly()  # before this process's devices are counted
     plan = plan_step(spec)
     request = spec.request()
-    numbers, compiled_in = _compile_where_the_devices_are(spec, request, plan)
+    readings, compiled_in = _compile_where_the_devices_are(spec, request, plan, cache)
     return assemble_report(
         request,
         plan,
-        numbers,
+        readings,
         spec.topology,
         compiled_in,
         spec.budget,
@@ -279,9 +253,9 @@ def _topology_mesh_here(
 
 
 def _compile_where_the_devices_are(
-    spec: StepSpec, request: _Request, plan: MeshConfigReport
-) -> tuple[dict[str, Any], str]:
-    """XLA's numbers and where they were compiled.
+    spec: StepSpec, request: _Request, plan: MeshConfigReport, cache: bool
+) -> tuple[XlaReadings, str]:
+    """XLA's readings and where they were compiled.
 
     A named topology compiles in a child process (its compiler started in a
     controlled environment, its memory not this process's), or here when the
@@ -293,22 +267,25 @@ def _compile_where_the_devices_are(
     axis_names = tuple(a for a, _ in spec.mesh_axes)
     if topology is not None:
         try:
-            payload = _child_request(spec, plan)
+            payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
         except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
             target_mesh_, order = _topology_mesh_here(topology, request, unnamed)
-            numbers = _compile(request, target_mesh_, plan) | {"device_order": order}
-            return numbers, "this process"
+            readings = _compile(
+                request, target_mesh_, plan, topology=topology, cache=cache
+            )
+            return dataclasses.replace(readings, device_order=order), "this process"
         return _run_child(payload, n), f"a child process ({topology})"
     if isinstance(mesh, Mesh):
-        return _compile(request, mesh, plan) | {"device_order": "the mesh's"}, (
+        readings = _compile(request, mesh, plan, cache=cache)
+        return dataclasses.replace(readings, device_order="the mesh's"), (
             "this process"
         )
     if n <= jax.device_count():
         sizes = [s for _, s in request.mesh_axes]
         devices = np.array(jax.devices()[:n]).reshape(sizes)
-        numbers = _compile(request, Mesh(devices, axis_names), plan)
-        return numbers | {"device_order": "plain"}, "this process"
-    numbers = _run_child(_child_request(spec, plan), n)
-    return numbers, f"a child process with {n} virtual CPU devices"
+        readings = _compile(request, Mesh(devices, axis_names), plan, cache=cache)
+        return readings, "this process"
+    payload = _child_request(spec, plan) | {"cache": cache_enabled(cache)}
+    return _run_child(payload, n), f"a child process with {n} virtual CPU devices"

@@ -11,7 +11,11 @@ from collections.abc import Sequence
 from nnx_introspect._render import svg
 from nnx_introspect._render.formats import spec_str
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._step.report_render import RenderedStep, options_text
+from nnx_introspect._step.report_render import (
+    RenderedStep,
+    cached_date,
+    options_text,
+)
 
 __all__ = [
     "compiled_html",
@@ -58,6 +62,9 @@ def compiled_html(report: RenderedStep) -> str:
     )
     if report.remat or report.microbatches > 1:
         facts += (("options", options_text(report.remat, report.microbatches)),)
+    if compiled.cached is not None:
+        when = cached_date(compiled.cached)
+        facts += (("compiled", f"from the cache (compiled on {when})"),)
     items = "".join(
         f"<dt>{html.escape(name)}</dt><dd>{html.escape(value)}</dd>"
         for name, value in facts

@@ -8,7 +8,7 @@ made in :mod:`nnx_introspect._step.report_render`.
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Generic, Never, TypeVar, overload
 
 from jax.sharding import PartitionSpec
 
@@ -81,6 +81,46 @@ _REPR_NAMES = (
     "network_bytes_per_second",
 )
 """The leading attributes the ``repr`` shows, in schema v4's order."""
+
+
+_T = TypeVar("_T")
+
+
+class _Alias(Generic[_T]):
+    """A flat name of schema v4 that reads one field of one of the report's records.
+
+    ``report.temp_bytes`` is ``report.memory.temp_bytes``: the table of these
+    aliases in :class:`StepMemoryReport` is the whole mapping.
+    """
+
+    def __init__(self, record: str, field: str, doc: str) -> None:
+        self.record, self.field, self.__doc__ = record, field, doc
+
+    @overload
+    def __get__(self, report: None, owner: type) -> "_Alias[_T]": ...
+    @overload
+    def __get__(self, report: object, owner: type) -> _T: ...
+    def __get__(self, report: object, owner: type) -> "_T | _Alias[_T]":
+        if report is None:
+            return self
+        value: _T = getattr(getattr(report, self.record), self.field)
+        return value
+
+    def __set__(self, report: object, value: Never) -> None:
+        # read-only, for type checkers too (the frozen report refuses it first)
+        raise dataclasses.FrozenInstanceError(f"cannot assign to field {self.field!r}")
+
+
+_PEAK_DOC = """The memory one device holds during the step.
+
+``argument + output + temp - alias``: XLA allocates the arguments, the
+outputs (less those that reuse a donated argument's buffer) and one
+preallocated buffer for every temporary, and holds them for the whole
+step. Where XLA's own ``peak_memory_in_bytes`` (:attr:`xla_peak_bytes`)
+is larger, it is the peak (XLA:TPU reports small programs with no HBM
+temporaries but a larger peak); it never lowers the figure. XLA:CPU's
+is not used: jaxlib 0.10.2's CPU executable clears its heap traces
+before the figure is computed, so it counts no temporary."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -215,108 +255,142 @@ class StepMemoryReport(Report):
         )
         object.__setattr__(self, "roofline", estimate)
 
-    # --- schema v4's flat attributes, read from the records ---------------------
+    # --- schema v4's flat names: one alias each, read from its record ----------
+    # (total_flops, collectives_data and compiled_in, derived, are properties)
 
-    @property
-    def argument_bytes(self) -> int:
-        """Bytes of the step's arguments on one device (:attr:`memory`)."""
-        return self.memory.argument_bytes
-
-    @property
-    def output_bytes(self) -> int:
-        """Bytes of the step's outputs on one device (:attr:`memory`)."""
-        return self.memory.output_bytes
-
-    @property
-    def temp_bytes(self) -> int:
-        """Bytes of temporaries on one device (:attr:`memory`)."""
-        return self.memory.temp_bytes
-
-    @property
-    def alias_bytes(self) -> int:
-        """Output bytes that reuse donated argument buffers (:attr:`memory`)."""
-        return self.memory.alias_bytes
-
-    @property
-    def xla_peak_bytes(self) -> int | None:
-        """XLA's own ``peak_memory_in_bytes``, or ``None`` (:attr:`memory`)."""
-        return self.memory.xla_peak_bytes
-
-    @property
-    def peak_bytes(self) -> int:
-        """The memory one device holds during the step.
-
-        ``argument + output + temp - alias``: XLA allocates the arguments, the
-        outputs (less those that reuse a donated argument's buffer) and one
-        preallocated buffer for every temporary, and holds them for the whole
-        step. Where XLA's own ``peak_memory_in_bytes`` (:attr:`xla_peak_bytes`)
-        is larger, it is the peak (XLA:TPU reports small programs with no HBM
-        temporaries but a larger peak); it never lowers the figure. XLA:CPU's
-        is not used: jaxlib 0.10.2's CPU executable clears its heap traces
-        before the figure is computed, so it counts no temporary.
-        """
-        return self.memory.peak_bytes
-
-    @property
-    def peak_basis(self) -> str:
-        """Which figure :attr:`peak_bytes` is, in words."""
-        return self.memory.peak_basis
-
-    @property
-    def out_of_memory(self) -> bool:
-        """Whether the step is out of memory: refused, or over the device's memory."""
-        return self.memory.out_of_memory
-
-    @property
-    def compiler_message(self) -> str | None:
-        """The compiler's words when it refused the step, or ``None``."""
-        return self.memory.compiler_message
-
-    @property
-    def compiler_required_bytes(self) -> int | None:
-        """The bytes the compiler said it needed (two decimals), or ``None``."""
-        return self.memory.compiler_required_bytes
-
-    @property
-    def compiler_available_bytes(self) -> int | None:
-        """The bytes the compiler said the device has, or ``None``."""
-        return self.memory.compiler_available_bytes
-
-    @property
-    def device_memory_bytes(self) -> int | None:
-        """The memory of one device of ``topology``, or ``None`` on XLA:CPU."""
-        return self.budget.device_memory_bytes
-
-    @property
-    def max_device_bytes(self) -> int | None:
-        """The budget :meth:`fits` uses by default, or ``None`` (:attr:`budget`).
-
-        The ``max_device_bytes`` given, else the device's usable memory.
-        """
-        return self.budget.max_device_bytes
-
-    @property
-    def budget_basis(self) -> str | None:
-        """What ``max_device_bytes`` is, in words; ``None`` without a budget.
-
-        ``"the budget given"``, the HBM XLA:TPU lets a program use, or ``"the
-        75% of the device's 79.11 GiB that JAX's GPU allocator takes (JAX's
-        default)"``: the words of ``budget.basis``.
-        """
-        return self.budget.basis_words
-
-    @property
-    def allocator_fraction(self) -> float | None:
-        """The share of a GPU's memory JAX's allocator takes, else ``None``.
-
-        Set on a GPU target without ``max_device_bytes``.
-        """
-        return self.budget.allocator_fraction
-
-    @property
-    def flops(self) -> float:
-        """Floating-point operations of one device's program (``nan``: none)."""
-        return self.program.flops
+    argument_bytes = _Alias[int](
+        "memory", "argument_bytes", "Bytes of the step's arguments on one device."
+    )
+    output_bytes = _Alias[int](
+        "memory", "output_bytes", "Bytes of the step's outputs on one device."
+    )
+    temp_bytes = _Alias[int](
+        "memory", "temp_bytes", "Bytes of temporaries on one device."
+    )
+    alias_bytes = _Alias[int](
+        "memory", "alias_bytes", "Output bytes that reuse donated argument buffers."
+    )
+    xla_peak_bytes = _Alias[int | None](
+        "memory", "xla_peak_bytes", "XLA's own ``peak_memory_in_bytes``, or ``None``."
+    )
+    peak_bytes = _Alias[int]("memory", "peak_bytes", _PEAK_DOC)
+    peak_basis = _Alias[str](
+        "memory", "peak_basis", "Which figure :attr:`peak_bytes` is, in words."
+    )
+    out_of_memory = _Alias[bool](
+        "memory",
+        "out_of_memory",
+        "Whether the step is out of memory: refused, or over the device's memory.",
+    )
+    compiler_message = _Alias[str | None](
+        "memory",
+        "compiler_message",
+        "The compiler's words when it refused the step, or ``None``.",
+    )
+    compiler_required_bytes = _Alias[int | None](
+        "memory",
+        "compiler_required_bytes",
+        "The bytes the compiler said it needed (two decimals), or ``None``.",
+    )
+    compiler_available_bytes = _Alias[int | None](
+        "memory",
+        "compiler_available_bytes",
+        "The bytes the compiler said the device has, or ``None``.",
+    )
+    device_memory_bytes = _Alias[int | None](
+        "budget",
+        "device_memory_bytes",
+        "The memory of one device of ``topology``, or ``None`` on XLA:CPU.",
+    )
+    max_device_bytes = _Alias[int | None](
+        "budget",
+        "max_device_bytes",
+        "The budget :meth:`fits` uses by default: the one given, else the "
+        "device's usable memory; or ``None``.",
+    )
+    budget_basis = _Alias[str | None](
+        "budget",
+        "basis_words",
+        "What ``max_device_bytes`` is, in words (``budget.basis_words``); "
+        "``None`` without a budget.",
+    )
+    allocator_fraction = _Alias[float | None](
+        "budget",
+        "allocator_fraction",
+        "The share of a GPU's memory JAX's allocator takes (a GPU target "
+        "without ``max_device_bytes``), else ``None``.",
+    )
+    flops = _Alias[float](
+        "program",
+        "flops",
+        "Floating-point operations of one device's program (``nan``: none).",
+    )
+    bytes_accessed = _Alias[float | None](
+        "program",
+        "bytes_accessed",
+        "Bytes one device's program reads and writes, or ``None``.",
+    )
+    matmul_dtype = _Alias[str | None](
+        "program",
+        "matmul_dtype",
+        "The operand type of the dots doing most matmul FLOPs, or ``None``.",
+    )
+    collective_wire_bytes = _Alias[
+        "tuple[tuple[tuple[str, ...], int, int], ...] | None"
+    ](
+        "program",
+        "collective_wire_bytes",
+        "``(axes, bytes, wire bytes)`` per mesh-axis combination, per device "
+        "and step, or ``None`` when the collectives were not read.",
+    )
+    sharding_constraints = _Alias[int | None](
+        "program",
+        "sharding_constraints",
+        "Activation sharding constraints in the lowered step, or ``None``.",
+    )
+    remat_limit_bytes = _Alias[int | None](
+        "program",
+        "remat_limit_bytes",
+        "The limit XLA said rematerialization could not bring the step under.",
+    )
+    remat_reduced_to_bytes = _Alias[int | None](
+        "program",
+        "remat_reduced_to_bytes",
+        "What XLA's rematerialization brought the step down to then.",
+    )
+    backend = _Alias[str](
+        "compilation",
+        "backend",
+        'The platform that compiled (``"cpu"``, ``"tpu"``...).',
+    )
+    compiler = _Alias[str](
+        "compilation",
+        "compiler",
+        'The compiler and its version, e.g. ``"XLA:CPU (jaxlib 0.10.2)"``.',
+    )
+    device_kind = _Alias[str](
+        "compilation",
+        "device_kind",
+        'The devices\' kind (``"cpu"``, ``"TPU v5 lite"``).',
+    )
+    compile_seconds = _Alias[float](
+        "compilation",
+        "seconds",
+        "Wall time of lowering and compiling (in the child process if any).",
+    )
+    device_order = _Alias[str](
+        "compilation", "device_order", "How the mesh's devices were laid out, in words."
+    )
+    traced_platform = _Alias[str | None](
+        "compilation",
+        "traced_platform",
+        "The platform the model's code saw while tracing, or ``None``.",
+    )
+    compiler_log = _Alias[str | None](
+        "compilation",
+        "log",
+        "With ``debug=True``, what the compiler wrote to stderr; else ``None``.",
+    )
 
     @property
     def total_flops(self) -> float:
@@ -324,67 +398,10 @@ class StepMemoryReport(Report):
         return self.program.flops * self.num_devices
 
     @property
-    def bytes_accessed(self) -> float | None:
-        """Bytes one device's program reads and writes, or ``None``."""
-        return self.program.bytes_accessed
-
-    @property
-    def matmul_dtype(self) -> str | None:
-        """The operand type of the dots doing most matmul FLOPs, or ``None``."""
-        return self.program.matmul_dtype
-
-    @property
-    def collective_wire_bytes(
-        self,
-    ) -> tuple[tuple[tuple[str, ...], int, int], ...] | None:
-        """``(axes, bytes, wire bytes)`` per mesh-axis combination, or ``None``.
-
-        Per device and step, by the ring algorithm (axes ``("?",)`` when XLA's
-        groups are not whole mesh axes); ``None`` when the collectives were not
-        read. Derived from ``program.collectives``.
-        """
-        return self.program.collective_wire_bytes
-
-    @property
     def collectives_data(self) -> dict[str, Any] | None:
         """Every collective of the program as the JSON ``collectives`` key shows it."""
         found = self.program.collectives
         return None if found is None else found.json_data()
-
-    @property
-    def sharding_constraints(self) -> int | None:
-        """Activation sharding constraints in the lowered step, or ``None``."""
-        return self.program.sharding_constraints
-
-    @property
-    def remat_limit_bytes(self) -> int | None:
-        """The limit XLA said rematerialization could not bring the step under."""
-        return self.program.remat_limit_bytes
-
-    @property
-    def remat_reduced_to_bytes(self) -> int | None:
-        """What XLA's rematerialization brought the step down to then."""
-        return self.program.remat_reduced_to_bytes
-
-    @property
-    def backend(self) -> str:
-        """The platform that compiled (``"cpu"``, ``"tpu"``...)."""
-        return self.compilation.backend
-
-    @property
-    def compiler(self) -> str:
-        """The compiler and its version, e.g. ``"XLA:CPU (jaxlib 0.10.2)"``."""
-        return self.compilation.compiler
-
-    @property
-    def device_kind(self) -> str:
-        """The devices' kind (``"cpu"``, ``"TPU v5 lite"``)."""
-        return self.compilation.device_kind
-
-    @property
-    def compile_seconds(self) -> float:
-        """Wall time of lowering and compiling (in the child process if any)."""
-        return self.compilation.seconds
 
     @property
     def compiled_in(self) -> str:
@@ -395,21 +412,6 @@ class StepMemoryReport(Report):
         """
         kind = self.compilation.compiled_in
         return compiled_in_words(kind, self.num_devices, self.topology)
-
-    @property
-    def device_order(self) -> str:
-        """How the mesh's devices were laid out, in words."""
-        return self.compilation.device_order
-
-    @property
-    def traced_platform(self) -> str | None:
-        """The platform the model's code saw while tracing, or ``None``."""
-        return self.compilation.traced_platform
-
-    @property
-    def compiler_log(self) -> str | None:
-        """With ``debug=True``, what the compiler wrote to stderr; else ``None``."""
-        return self.compilation.log
 
     # --- the verdict --------------------------------------------------------------
 
@@ -511,8 +513,16 @@ class StepMemoryReport(Report):
     # --- output -------------------------------------------------------------------
 
     def _repr_items(self) -> dict[str, Any]:
-        items: dict[str, Any] = {}
+        # the verdict and the peak first: the repr is cut at 300 characters
+        items: dict[str, Any] = {
+            "ok": self.ok,
+            "peak_bytes": self.peak_bytes,
+            "max_device_bytes": self.max_device_bytes,
+            "out_of_memory": self.out_of_memory,
+        }
         for name in _REPR_NAMES:  # as schema v4's flat fields showed them
+            if name in items:
+                continue
             value = getattr(self, name)
             if value is None or isinstance(value, bool | int | float):
                 items[name] = value
@@ -523,7 +533,7 @@ class StepMemoryReport(Report):
                     isinstance(v, str | int | float) for v in value
                 )
                 items[name] = value if short else _Len(len(value))
-        return items | {"ok": self.ok}
+        return items
 
     def _breakdown_table(self) -> Table | None:
         if self.breakdown is None:

@@ -7,6 +7,7 @@ words. The functions take any object with the report's attributes
 (:class:`RenderedStep`), so this module does not import the report's.
 """
 
+import datetime
 import math
 from typing import Any, Protocol
 
@@ -220,12 +221,19 @@ def _notes(report: RenderedStep) -> list[str]:
     notes = []
     if memory.compiler_message is not None:
         notes.append(f"The compiler's words: {memory.compiler_message}")
+    when = f"{compiled.seconds:.1f} s"
+    if compiled.cached is not None:
+        when = (
+            f"from the cache (compiled on {cached_date(compiled.cached)}; "
+            f"{when} to trace and look up)"
+        )
     notes.append(
         f"Compiled in {report.compiled_in}, "
-        f"{compiled.seconds:.1f} s; step: {report.step}; batch: "
+        f"{when}; step: {report.step}; batch: "
         f"{', '.join(report.batch)} split as "
         f"{', '.join(spec_str(s) for s in report.batch_specs)}."
     )
+    notes.append(loss_text(report.loss, report.batch))
     if report.remat or report.microbatches > 1:
         notes.append(options_text(report.remat, report.microbatches))
     if report.topology is not None:
@@ -272,6 +280,11 @@ def _program_notes(report: RenderedStep) -> list[str]:
             + "; ".join(parts)
             + "."
         )
+    irregular = (
+        None if program.collectives is None else program.collectives.irregular_note()
+    )
+    if irregular is not None:
+        notes.append(irregular)
     if report.roofline is not None:
         notes.append(roofline_note(report.roofline))
     notes.append(
@@ -347,7 +360,41 @@ def _percent(fraction: float) -> str:
 
 
 def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[str, Any]:
-    """The report's exact figures, in the order of schema v4, as JSON data."""
+    """The report's exact figures, in the order of schema v4, as JSON data.
+
+    A report from the cache of compile results adds ``"cached"`` (when it
+    was compiled) after ``"compile_seconds"``.
+    """
+    compiled = report.compilation
+    data = _step_data(report, breakdown)
+    if compiled.cached is None:
+        return data
+    # present only on a report from the cache: a fresh one's JSON is schema v4's
+    at = list(data).index("compile_seconds") + 1
+    items = list(data.items())
+    return dict([*items[:at], ("cached", compiled.cached), *items[at:]])
+
+
+def cached_date(iso: str) -> str:
+    """``"2026-12-05T07:30:12+00:00"`` as ``"2026-12-05 07:30 UTC"``.
+
+    Example:
+        >>> cached_date("2026-12-05T07:30:12+00:00")
+        '2026-12-05 07:30 UTC'
+        >>> cached_date("not a date")
+        'not a date'
+    """
+    try:
+        when = datetime.datetime.fromisoformat(iso).astimezone(datetime.UTC)
+    except ValueError:
+        return iso
+    return when.strftime("%Y-%m-%d %H:%M UTC")
+
+
+def _step_data(
+    report: RenderedStep, breakdown: dict[str, Any] | None
+) -> dict[str, Any]:
+    """:func:`step_json` of a freshly compiled report."""
     memory, budget, program = report.memory, report.budget, report.program
     compiled, plan = report.compilation, report.plan
     wire = program.collective_wire_bytes
@@ -412,6 +459,36 @@ def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[st
             "ok": plan.ok,
         },
     }
+
+
+def loss_text(loss: str | None, batch: tuple[str, ...]) -> str:
+    """What the step differentiated, in one sentence; the likely fix for ``mean``.
+
+    Example:
+        >>> text = loss_text("mean", ("int32[8,2048]",))
+        >>> text.startswith("Loss: mean — the mean of the model's outputs, not a")
+        True
+        >>> text.endswith('pass loss="lm" (--loss lm).')
+        True
+        >>> loss_text("mean", ("float32[8,4]",)).endswith("not a training loss.")
+        True
+        >>> loss_text(None, ("float32[8,4]",))
+        'Loss: none — the forward pass only.'
+    """
+    if loss is None:
+        return "Loss: none — the forward pass only."
+    if loss == "lm":
+        return "Loss: lm — the next-token cross-entropy of the logits against batch[0]."
+    if loss != "mean":
+        return f"Loss: {loss} — the callable given."
+    text = "Loss: mean — the mean of the model's outputs, not a training loss"
+    tokens = batch[0] if batch else ""
+    if tokens.startswith(("int", "uint")) and tokens.count(",") == 1:
+        text += (
+            "; the batch is integer token ids: for a language model's training "
+            'step pass loss="lm" (--loss lm)'
+        )
+    return text + "."
 
 
 def options_text(remat: tuple[tuple[str, str], ...], microbatches: int) -> str:

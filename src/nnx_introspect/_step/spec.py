@@ -5,7 +5,7 @@ import dataclasses
 import json
 import math
 from collections.abc import Callable, Iterator, Mapping
-from typing import Any
+from typing import Any, TypedDict
 
 import jax
 import jax.numpy as jnp
@@ -42,7 +42,9 @@ from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla.toolchain import check_compiler
 
 __all__ = [
+    "StepOptions",
     "StepSpec",
+    "as_step_spec",
     "step_json",
     "step_names",
 ]
@@ -96,7 +98,13 @@ class StepSpec:
             output), ``"lm"`` (next-token cross-entropy of ``(B, T, V)`` logits
             against the ``(B, T)`` integer tokens of ``batch[0]``), a callable
             ``loss(model, batch) -> scalar`` (``batch`` is the tuple) or its
-            ``"package.module:function"`` name (kept as the function).
+            ``"package.module:function"`` name (kept as the function). The
+            built-in losses call ``model(*batch)``, or, when the model cannot
+            take the batch alone and follows the tunix / flax-gemma
+            convention ``model(tokens, positions, cache, attention_mask) ->
+            (logits, cache)``, ``model(tokens, positions, None, mask)`` with
+            positions ``0 .. T-1`` and a causal ``[B, T, T]`` mask, taking the
+            logits from the pair; any other model needs a loss callable.
         optimizer: An optax transformation or a name (``"adamw"``, ...); needs
             a loss.
         rules: ``(regular expression, PartitionSpec)`` pairs, as in
@@ -461,3 +469,87 @@ def _json_logical_rules(rules: Any) -> Any:
             "for a child compile.",
         ) from None
     return out
+
+
+class StepOptions(TypedDict, total=False):
+    """How one step is compiled: the keyword arguments every entry point takes.
+
+    Written once, here: :func:`~nnx_introspect.step_memory_report`,
+    :func:`~nnx_introspect.max_batch`, :func:`~nnx_introspect.compare_meshes`
+    and :func:`~nnx_introspect.fit_step` take them as ``**options``, and
+    each is the :class:`StepSpec` field of its name (documented there).
+
+    Example:
+        >>> options: StepOptions = {"loss": "lm", "optimizer": "adamw"}
+        >>> sorted(options)
+        ['loss', 'optimizer']
+        >>> "microbatches" in StepOptions.__optional_keys__
+        True
+    """
+
+    loss: LossLike
+    optimizer: optax.GradientTransformation | str | None
+    rules: RulesLike | None
+    logical_rules: LogicalRulesLike | None
+    batch_spec: SpecsLike
+    topology: str | None
+    max_device_bytes: IntLike | str | None
+    trace_as_target: bool
+    breakdown: bool
+    network_bytes_per_second: IntLike | str | None
+    remat: RematLike
+    microbatches: IntLike
+    tokens_per_step: IntLike | None
+
+
+def as_step_spec(
+    target: "StepSpec | nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str",
+    mesh: MeshLike | None,
+    batch: BatchLike | None,
+    options: Mapping[str, Any],
+    *,
+    caller: str = "step_memory_report",
+) -> StepSpec:
+    """The :class:`StepSpec` an entry point was given, or built from its arguments.
+
+    ``target`` may be a spec (then ``mesh`` and ``batch`` are ``None``, and
+    ``options``, if any, replace its fields: ``dataclasses.replace``, checked
+    anew), or a target with its ``mesh``, ``batch`` and options.
+
+    Raises:
+        TypeError: For an option that is not a field of :class:`StepSpec`, or
+            a spec given with ``mesh`` or ``batch`` beside it, or a target
+            without them.
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> from flax import nnx
+        >>> x = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+        >>> linear = lambda rngs: nnx.Linear(4, 6, rngs=rngs)
+        >>> spec = as_step_spec(linear, "data=8", x, {"loss": None})
+        >>> as_step_spec(spec, None, None, {}) is spec
+        True
+        >>> as_step_spec(spec, None, None, {"microbatches": 1}).loss is None
+        True
+    """
+    unknown = sorted(set(options) - StepOptions.__optional_keys__)
+    if unknown:
+        known = ", ".join(sorted(StepOptions.__optional_keys__))
+        raise TypeError(
+            f"{caller}() got an unexpected keyword argument {unknown[0]!r}; the "
+            f"step's options are: {known}."
+        )
+    if isinstance(target, StepSpec):
+        if mesh is not None or batch is not None:
+            raise TypeError(
+                f"{caller}() was given a StepSpec and a `mesh` or `batch` beside "
+                "it: the spec holds both. Pass the spec alone, or "
+                "`dataclasses.replace(spec, mesh=..., batch=...)`."
+            )
+        return dataclasses.replace(target, **options) if options else target
+    if mesh is None or batch is None:
+        raise TypeError(
+            f"{caller}() needs `target`, `mesh` and `batch` (or a StepSpec alone), "
+            f"got no `{'mesh' if mesh is None else 'batch'}`."
+        )
+    return StepSpec(target, mesh, batch, **options)

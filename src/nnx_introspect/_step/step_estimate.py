@@ -93,6 +93,9 @@ def step_roofline(
         model_flops=model_flops,
         model_flops_basis=basis,
         network_bytes_per_second=network_bytes_per_second,
+        irregular_wire_bytes=None
+        if program.collectives is None
+        else program.collectives.irregular_wire_bytes(),
     )
 
 

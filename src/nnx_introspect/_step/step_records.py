@@ -298,6 +298,9 @@ class StepCompilation:
             ``None`` when not known.
         log: What the compiler and the child process wrote to stderr, with
             ``debug=True``; else ``None``.
+        cached: When the program was compiled (ISO 8601, UTC) if its readings
+            came from the cache of compile results, else ``None``;
+            ``seconds`` is then the time spent now (tracing and lowering).
 
     Example:
         >>> compiled = StepCompilation("cpu", "XLA:CPU (jaxlib 0.10.2)", "cpu")
@@ -313,6 +316,7 @@ class StepCompilation:
     device_order: str = "plain device order"
     traced_platform: str | None = None
     log: str | None = None
+    cached: str | None = None
 
 
 def compiled_in_words(where: CompiledIn, devices: int, topology: str | None) -> str:
@@ -390,4 +394,7 @@ def _collective(row: dict[str, Any]) -> Collective:
         count=row["count"],
         trip_count_known=row["trip_count_known"],
         loops=tuple(row["loops"]),
+        sources=tuple(
+            None if s is None else SourceLocation(**s) for s in row.get("sources", ())
+        ),
     )

@@ -26,6 +26,7 @@ from nnx_introspect._xla.hlo import (
 )
 from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
+from nnx_introspect._xla.readings import RematStatement, XlaReadings
 from nnx_introspect._xla.toolchain import (
     cuda_plugin_version,
     jaxlib_version,
@@ -77,7 +78,7 @@ under the limit it rematerialises towards (``xla/service/hlo_rematerialization.c
 """
 
 
-def remat_statements(log: str) -> list[dict[str, Any]]:
+def remat_statements(log: str) -> list[RematStatement]:
     r"""Each rematerialization warning in a compiler log, quoted and read.
 
     ``limit`` is the memory XLA tried to bring the program under (XLA:GPU's
@@ -92,12 +93,12 @@ def remat_statements(log: str) -> list[dict[str, Any]]:
         ...     "originally\n"
         ... )
         >>> (s,) = remat_statements(log)
-        >>> s["limit"], s["reduced_to"], s["original"]
+        >>> s.limit, s.reduced_to, s.original
         (64567591812, 82970500376, 82970500376)
-        >>> s["quote"].startswith("Can't reduce memory use below 60.13GiB")
+        >>> s.quote.startswith("Can't reduce memory use below 60.13GiB")
         True
     """
-    out: list[dict[str, Any]] = []
+    out: list[RematStatement] = []
     seen: set[str] = set()
     for match in REMAT_LINE_RE.finditer(log):
         quote = match.group(0).strip()
@@ -106,12 +107,12 @@ def remat_statements(log: str) -> list[dict[str, Any]]:
         seen.add(quote)
         reduced, original = match.group("reduced_bytes", "original_bytes")
         out.append(
-            {
-                "quote": quote,
-                "limit": int(match.group("limit_bytes")),
-                "reduced_to": None if reduced is None else int(reduced),
-                "original": None if original is None else int(original),
-            }
+            RematStatement(
+                quote=quote,
+                limit=int(match.group("limit_bytes")),
+                reduced_to=None if reduced is None else int(reduced),
+                original=None if original is None else int(original),
+            )
         )
     return out
 
@@ -154,8 +155,8 @@ def read_oom(message: str) -> dict[str, Any] | None:
 
 def compile_lowered(
     lowered: Any, mesh: Mesh, start: float, *, dump_to: str | None = None
-) -> dict[str, Any]:
-    """Compile ``lowered`` for ``mesh``'s devices; XLA's numbers as plain values.
+) -> XlaReadings:
+    """Compile ``lowered`` for ``mesh``'s devices; XLA's readings of it.
 
     ``start`` is the ``time.perf_counter()`` at which lowering began: the
     reported compile time covers lowering and compiling. A compile refused for
@@ -171,40 +172,34 @@ def compile_lowered(
     )
     if dump_to is not None:
         options = (options or {}) | dump_options(dump_to)
-    numbers: dict[str, Any] = {
-        "backend": backend,
-        "device_kind": str(device.device_kind),
-        "out_of_memory": False,
-        "compiler_message": None,
-        "compiler_required_bytes": None,
-        "compiler_available_bytes": None,
-        "warnings": [GPU_AUTOTUNE_WARNING] if backend == "gpu" else [],
-    }
+    warnings = (GPU_AUTOTUNE_WARNING,) if backend == "gpu" else ()
     with native_stderr_captured() as log:
         try:
             compiled: Any = lowered.compile(compiler_options=options)
         except Exception as error:  # the compiler's JaxRuntimeError
             compiled = error
-    numbers["compiler_log"] = log[0]
-    numbers["remat"] = remat_statements(log[0])
+    said: dict[str, Any] = {
+        "backend": backend,
+        "device_kind": str(device.device_kind),
+        "compiler_log": log[0],
+        "remat": tuple(remat_statements(log[0])),
+    }
     if isinstance(compiled, Exception):
         refusal: Exception = compiled
         oom = read_oom(str(refusal))
         if oom is None:
             raise refusal
         what = oom["what"]
-        return numbers | {
-            "argument_bytes": None,
-            "output_bytes": None,
-            "temp_bytes": oom["required"] if what == "HLO temporaries" else None,
-            "alias_bytes": None,
-            "flops": None,
-            "compile_seconds": time.perf_counter() - start,
-            "out_of_memory": True,
-            "compiler_message": " ".join(str(refusal).split()),
-            "compiler_required_bytes": oom["required"],
-            "compiler_available_bytes": oom["available"],
-        }
+        return XlaReadings(
+            **said,
+            compile_seconds=time.perf_counter() - start,
+            temp_bytes=oom["required"] if what == "HLO temporaries" else None,
+            out_of_memory=True,
+            compiler_message=" ".join(str(refusal).split()),
+            compiler_required_bytes=oom["required"],
+            compiler_available_bytes=oom["available"],
+            warnings=warnings,
+        )
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
@@ -212,21 +207,25 @@ def compile_lowered(
     text = _text_or_error(compiled, backend, dump_to)
     costs = _costs(compiled, backend, text if isinstance(text, str) else None)
     if costs.why is not None:
-        numbers["warnings"] = [*numbers["warnings"], left_out(costs.why)]
-    return (
-        numbers
-        | {
-            "argument_bytes": int(memory.argument_size_in_bytes),
-            "output_bytes": int(memory.output_size_in_bytes),
-            "temp_bytes": int(memory.temp_size_in_bytes),
-            "alias_bytes": int(memory.alias_size_in_bytes),
-            "xla_peak_bytes": _peak(memory),
-            "flops": costs.flops,
-            "bytes_accessed": costs.bytes_accessed,
-            "loop_trips": [list(loop) for loop in costs.loops],
-            "compile_seconds": seconds,
-        }
-        | _figures(text, mesh)
+        warnings = (*warnings, left_out(costs.why))
+    figures = _figures(text, mesh)
+    wire = figures.pop("collective_wire_bytes")
+    return XlaReadings(
+        **said,
+        compile_seconds=seconds,
+        argument_bytes=int(memory.argument_size_in_bytes),
+        output_bytes=int(memory.output_size_in_bytes),
+        temp_bytes=int(memory.temp_size_in_bytes),
+        alias_bytes=int(memory.alias_size_in_bytes),
+        xla_peak_bytes=_peak(memory),
+        flops=costs.flops,
+        bytes_accessed=costs.bytes_accessed,
+        loop_trips=costs.loops,
+        warnings=warnings,
+        collective_wire_bytes=None
+        if wire is None
+        else tuple((tuple(a), int(n), int(w)) for a, n, w in wire),
+        **figures,
     )
 
 

@@ -84,6 +84,7 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
                 trace_as_target=not getattr(args, "trace_as_cpu", False),
                 network_bytes_per_second=getattr(args, "network_bandwidth", None),
                 tokens_per_step=getattr(args, "tokens_per_step", None),
+                cache=not getattr(args, "no_cache", False),
                 progress=line.fitted,
             )
     except (TypeError, ValueError, ImportError) as error:

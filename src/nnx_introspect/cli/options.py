@@ -56,7 +56,7 @@ microbatches one step accumulates gradients over), got '0'
 
 
 def add_option_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--remat`` and ``--microbatches``."""
+    """Add ``--remat``, ``--tokens-per-step``, ``--microbatches``, ``--no-cache``."""
     parser.add_argument(
         "--remat",
         action="append",
@@ -87,16 +87,24 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         "once: each device's microbatch is a slice of its own rows; K must "
         "divide the batch, and a microbatch's rows the mesh's data axes",
     )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile every program anew: neither read nor write the cache of "
+        "compile results ($XDG_CACHE_HOME/nnx-introspect; the environment "
+        "variable NNX_INTROSPECT_CACHE=off does the same)",
+    )
 
 
 def option_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``remat=`` and ``microbatches=`` for the library, from the flags."""
+    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``cache=``: the flags'."""
     pairs = getattr(args, "remat", None) or []
     remat = {name: policy or "nothing_saveable" for name, policy in pairs}
     return {
         "remat": remat or None,
         "microbatches": getattr(args, "microbatches", 1),
         "tokens_per_step": getattr(args, "tokens_per_step", None),
+        "cache": not getattr(args, "no_cache", False),
     }
 
 

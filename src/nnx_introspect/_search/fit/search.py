@@ -26,13 +26,12 @@ import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Any, Unpack
 
-import optax
 from flax import nnx
 
 from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
+from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render.formats import batch_str, error_line
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.fit.crash import crash_cause
@@ -48,18 +47,18 @@ from nnx_introspect._search.fit.ladders import (
     dominates,
 )
 from nnx_introspect._search.fit.report import FitRow, FitSearch, _speed
-from nnx_introspect._search.meshes.api import checked_candidates
+from nnx_introspect._search.meshes.api import checked_candidates, search_probe
 from nnx_introspect._search.meshes.arguments import (
     _check_executor,
 )
-from nnx_introspect._search.meshes.candidates import _PROBE_AXIS, _plan
+from nnx_introspect._search.meshes.candidates import _plan
 from nnx_introspect._search.meshes.pool import _cpus, _default_pool, _stop_pool
 from nnx_introspect._search.meshes.report import MeshAxes, _plural
-from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
+from nnx_introspect._step.inputs import BatchLike
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._step.spec import StepOptions, StepSpec
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
@@ -71,25 +70,16 @@ MAX_REMAT_CANDIDATES = 3
 
 @typechecked
 def fit_step(
-    target: nnx.Module | Callable[..., Any] | str,
+    target: StepSpec | nnx.Module | Callable[..., Any] | str,
     meshes: str | Sequence[MeshLike],
-    batch: BatchLike,
+    batch: BatchLike | None = None,
     /,
     *,
-    loss: LossLike = "mean",
-    optimizer: optax.GradientTransformation | str | None = None,
-    rules: RulesLike | None = None,
-    logical_rules: LogicalRulesLike | None = None,
-    batch_spec: SpecsLike = None,
-    topology: str | None = None,
-    max_device_bytes: IntLike | str | None = None,
-    remat: str | None = None,
     executor: object = None,
     max_workers: IntLike | None = None,
-    trace_as_target: bool = True,
-    network_bytes_per_second: IntLike | str | None = None,
     progress: Callable[[int, int, FitRow], object] | None = None,
-    tokens_per_step: IntLike | None = None,
+    cache: bool = True,
+    **options: Unpack[StepOptions],
 ) -> FitSearch:
     """The fastest configuration of one training step that fits the budget.
 
@@ -104,29 +94,33 @@ def fit_step(
     :func:`~nnx_introspect.compare_meshes`.
 
     Args:
-        target: The model by name (``"package.module:factory"``): each
-            compile runs in a worker that rebuilds it.
+        target: The step's :class:`~nnx_introspect.StepSpec` alone (then
+            ``batch`` is left out; its mesh is replaced by each candidate's,
+            its ``remat`` is the class to rematerialise, and ``options``
+            given replace its fields), or the model by name
+            (``"package.module:factory"``): each compile runs in a worker
+            that rebuilds it.
         meshes: ``"auto"`` (every factorisation of the devices over the axes
             the model names), one mesh (``"fsdp=2,tp=4"``, a mapping) or a
             sequence of them.
-        batch: See :class:`~nnx_introspect.StepSpec`.
-        loss: A loss (not ``None``: the options change the backward pass).
-        optimizer: See :class:`~nnx_introspect.StepSpec`.
-        rules: See :class:`~nnx_introspect.StepSpec`.
-        logical_rules: See :class:`~nnx_introspect.StepSpec`.
-        batch_spec: See :class:`~nnx_introspect.StepSpec`.
-        topology: See :class:`~nnx_introspect.StepSpec`; with it the rows are
-            ranked by the estimated step time, without it by FLOPs.
-        max_device_bytes: The budget (a topology gives one by default).
-        remat: The module class to rematerialise; default: the one whose
-            ``__call__`` holds the most activations kept for the backward pass
-            in the breakdown of the first mesh that does not fit.
+        batch: See :class:`~nnx_introspect.StepSpec` (with a target only).
         executor: A ``concurrent.futures.Executor``; default: a local pool.
         max_workers: The default pool's size (default: the CPUs).
-        trace_as_target: See :class:`~nnx_introspect.StepSpec`.
-        network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`.
         progress: Called with ``(done, submitted, row)`` after each compile.
-        tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
+        cache: Read each program compiled before from the cache of compile
+            results (see :func:`~nnx_introspect.step_memory_report`).
+        **options: The step's options (:class:`~nnx_introspect.StepOptions`),
+            each the :class:`~nnx_introspect.StepSpec` field of its name, but
+            for what the search chooses: ``microbatches`` must be 1 and
+            ``breakdown`` is ignored (the search takes the breakdowns it
+            needs). ``loss`` is not
+            ``None`` (the options change the backward pass); ``topology``
+            ranks the rows by the estimated step time (without it, by
+            FLOPs) and gives a budget by default (else ``max_device_bytes``);
+            ``remat`` names the module class to rematerialise (its policy is
+            the search's; default: the one whose ``__call__`` holds the most
+            activations kept for the backward pass in the breakdown of the
+            first mesh that does not fit).
 
     Returns:
         A frozen :class:`FitSearch`: every row, the chosen configuration and
@@ -151,23 +145,16 @@ def fit_step(
     began = time.perf_counter()
     pool_size = _check_executor(executor, max_workers)
     start_backends_quietly()  # "auto" and the checks count this process's devices
-    spec = StepSpec(
-        target,
-        {_PROBE_AXIS: 1},
-        batch,
-        loss=loss,
-        optimizer=optimizer,
-        rules=rules,
-        logical_rules=logical_rules,
-        batch_spec=batch_spec,
-        max_device_bytes=max_device_bytes,
-        trace_as_target=trace_as_target,
-        tokens_per_step=tokens_per_step,
-    )
-    spec, candidates, target_name = _checked(
-        spec, meshes, topology, network_bytes_per_second
-    )
-    layer = None if remat is None else as_remat(remat, spec.model)[0][0]
+    probe, topology, network = search_probe(target, batch, options, caller="fit_step")
+    if probe.microbatches != 1:
+        raise ArgumentError(
+            "microbatches",
+            f"`microbatches` is {probe.microbatches}: `fit_step` chooses the "
+            "microbatches itself. Leave it at 1.",
+        )
+    remat, probe = probe.remat, dataclasses.replace(probe, remat=None, breakdown=False)
+    spec, candidates, target_name = _checked(probe, meshes, topology, network)
+    layer = as_remat(remat, spec.model)[0][0] if remat else None
     budget = spec.budget.bytes
     assert budget is not None  # checked
     own = None
@@ -178,7 +165,7 @@ def fit_step(
         workers = pool_size or _cpus()
         pool = own = _default_pool(workers, None if topology else spec.num_devices)
         described = f"a spawn process pool of {_plural(workers, 'worker')}"
-    search = _Search(spec, budget, pool, progress)
+    search = _Search(spec, budget, pool, progress, cache)
     search.own_pool = own is not None
     try:
         search.run(candidates, layer)
@@ -269,8 +256,10 @@ class _Search:
         budget: int,
         pool: concurrent.futures.Executor,
         progress: Callable[[int, int, FitRow], object] | None,
+        cache: bool = True,
     ) -> None:
         self.spec, self.budget, self.pool, self.progress = spec, budget, pool, progress
+        self.cache = cache
         self.rows: list[FitRow] = []
         self.found: dict[Config, tuple[FitRow, StepMemoryReport | None]] = {}
         self.specs: dict[MeshAxes, StepSpec] = {}
@@ -296,7 +285,7 @@ class _Search:
                 breakdown=breakdown,
             )
             try:
-                futures.append(self.pool.submit(measure_step, spec))
+                futures.append(self.pool.submit(measure_step, spec, cache=self.cache))
             except concurrent.futures.BrokenExecutor as error:
                 self._broke(error)
                 futures.append(None)

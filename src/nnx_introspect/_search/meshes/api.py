@@ -10,15 +10,14 @@ import concurrent.futures
 import contextlib
 import dataclasses
 import time
-from collections.abc import Callable, Iterator, Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from typing import Any, Unpack
 
 import jax
-import optax
 from flax import nnx
 
 from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._mesh import LogicalRulesLike, MeshLike, RulesLike
+from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._search.meshes.arguments import (
     _BY_NAME,
@@ -43,37 +42,26 @@ from nnx_introspect._search.meshes.report import (
 )
 from nnx_introspect._search.meshes.run import _Run
 from nnx_introspect._step.child import MAX_CHILD_DEVICES
-from nnx_introspect._step.inputs import BatchLike, LossLike, SpecsLike
-from nnx_introspect._step.options import RematLike
-from nnx_introspect._step.spec import StepSpec, step_names
+from nnx_introspect._step.inputs import BatchLike
+from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec, step_names
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
 
 @typechecked
 def compare_meshes(
-    target: nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
+    target: StepSpec | nnx.Module | nnx.State[Any, Any] | Callable[..., Any] | str,
     meshes: str | Sequence[MeshLike],
-    batch: BatchLike,
+    batch: BatchLike | None = None,
     /,
     *,
-    loss: LossLike = "mean",
-    optimizer: optax.GradientTransformation | str | None = None,
-    topology: str | None = None,
-    rules: RulesLike | None = None,
-    logical_rules: LogicalRulesLike | None = None,
-    batch_spec: SpecsLike = None,
-    max_device_bytes: IntLike | str | None = None,
     executor: object = None,
     timeout: float | int | None = None,
     max_workers: IntLike | None = None,
-    trace_as_target: bool = True,
     progress: Callable[[int, int, MeshCandidate | None], object] | None = None,
-    network_bytes_per_second: IntLike | str | None = None,
     compiling: Callable[[tuple[str, ...], tuple[float, ...]], object] | None = None,
-    remat: RematLike = None,
-    microbatches: IntLike = 1,
-    tokens_per_step: IntLike | None = None,
+    cache: bool = True,
+    **options: Unpack[StepOptions],
 ) -> MeshComparison:
     """Compile one step of ``target`` on each of ``meshes`` and rank them.
 
@@ -105,9 +93,10 @@ def compare_meshes(
     one first.
 
     Args:
-        target: A :class:`~nnx_introspect.StepSpec` field, as every argument
-            but ``meshes``, ``executor``, ``timeout``, ``max_workers`` and
-            ``progress``: here by name, a ``"package.module:factory"`` or a
+        target: The step's :class:`~nnx_introspect.StepSpec` alone (then
+            ``batch`` is left out; its mesh is replaced by each candidate's,
+            and ``options`` given replace its fields), or the model as the
+            spec takes it: here by name, a ``"package.module:factory"`` or a
             factory importable by that name.
         meshes: The candidates, each as :class:`~nnx_introspect.StepSpec` takes a
             mesh (a mapping, ``"fsdp=2,tp=4"``, an ``AbstractMesh``; of a
@@ -118,20 +107,7 @@ def compare_meshes(
             second has no ``tp`` for a spec to name), and so are
             ``"fsdp=2,tp=4"`` and ``"tp=4,fsdp=2"`` (another device order, and
             the batch splits over the first axis).
-        batch: See :class:`~nnx_introspect.StepSpec`.
-        loss: See :class:`~nnx_introspect.StepSpec`; here ``None``,
-            ``"mean"``, ``"lm"``, a ``"package.module:function"`` name or a
-            function importable by that name.
-        optimizer: See :class:`~nnx_introspect.StepSpec`; here a name
-            (``"adamw"``...) or ``None``.
-        topology: See :class:`~nnx_introspect.StepSpec`; every mesh must have
-            its device count.
-        rules: See :class:`~nnx_introspect.StepSpec` (picklable).
-        logical_rules: See :class:`~nnx_introspect.StepSpec` (picklable).
-        batch_spec: See :class:`~nnx_introspect.StepSpec` (picklable).
-        max_device_bytes: See :class:`~nnx_introspect.StepSpec`: every
-            candidate is judged against it; none on XLA:CPU (the meshes are
-            then ranked by peak alone).
+        batch: See :class:`~nnx_introspect.StepSpec` (with a target only).
         executor: A ``concurrent.futures.Executor`` to submit the compiles to,
             used as it is and left running: a ``ProcessPoolExecutor``, Dask's
             ``distributed.Client(...).get_executor()``, or one worker of a
@@ -153,21 +129,27 @@ def compare_meshes(
             ``CHILD_TIMEOUT_SECONDS``, 900 s).
         max_workers: The default pool's size (``--jobs``); only without an
             ``executor``.
-        trace_as_target: See :class:`~nnx_introspect.StepSpec`.
-        network_bytes_per_second: See :class:`~nnx_introspect.StepSpec`: the
-            network per GPU between hosts the step-time estimates use.
         progress: Called with ``(done, total, row)``: ``(0, total, None)``
             once the compiles are submitted, then after each candidate's
             compile is resolved (in the order given).
         compiling: Called with ``(names, seconds)``: the meshes compiling
             now and the seconds each finished compile took; once the
             compiles are submitted and whenever either changes.
-        remat: See :class:`~nnx_introspect.StepSpec`; every candidate
-            compiles with it.
-        microbatches: See :class:`~nnx_introspect.StepSpec`; a mesh whose
-            data-parallel axes a microbatch's rows do not divide over is
-            rejected.
-        tokens_per_step: See :class:`~nnx_introspect.StepSpec`.
+        cache: Read each program compiled before from the cache of compile
+            results (see :func:`~nnx_introspect.step_memory_report`).
+        **options: The step's options (:class:`~nnx_introspect.StepOptions`),
+            each the :class:`~nnx_introspect.StepSpec` field of its name, as
+            :func:`~nnx_introspect.step_memory_report` takes them. Here the
+            calls travel to workers by pickle: ``loss`` is ``None``,
+            ``"mean"``, ``"lm"``, a ``"package.module:function"`` name or a
+            function importable by that name; ``optimizer`` a name
+            (``"adamw"``...) or ``None``; ``rules``, ``logical_rules`` and
+            ``batch_spec`` picklable. Every mesh must have ``topology``'s
+            device count; every candidate is judged against
+            ``max_device_bytes`` (none on XLA:CPU: the meshes are then ranked
+            by peak alone) and compiles with ``remat``; a mesh whose
+            data-parallel axes a microbatch's rows (``microbatches``) do not
+            divide over is rejected.
 
     Returns:
         A frozen :class:`MeshComparison`.
@@ -210,37 +192,35 @@ def compare_meshes(
         >>> print(comparison.candidates[-1].status)  # 4 hidden units over 8
         rejected by the planner: `l1/kernel` with shape (3, 4): dimension 1 (size
         4) does not divide over model (product 8). ... (and 1 more)
+        >>> from nnx_introspect import StepSpec
+        >>> spec = StepSpec(  # the step as a spec; its mesh is each candidate's
+        ...     "nnx_introspect.examples:two_layer", "data=8", x,
+        ...     rules=[("kernel", P(None, "model"))], batch_spec=P("data"),
+        ...     max_device_bytes="1MiB",
+        ... )
+        >>> with ThreadPoolExecutor(max_workers=1) as pool:
+        ...     again = compare_meshes(spec, ["data=8,model=1"], executor=pool)
+        >>> again.best.peak_bytes == comparison.best.peak_bytes
+        True
     """
     began = time.perf_counter()
     pool_size = _check_executor(executor, max_workers)
     wait = _check_timeout(timeout)
     start_backends_quietly()  # "auto" and the checks count this process's devices
+    probe, topology, network = search_probe(
+        target, batch, options, caller="compare_meshes"
+    )
     with _blame("topology"):
         devices = None if topology is None else resolve_topology(topology).devices
-    probe = StepSpec(  # on a one-axis probe mesh: what needs no mesh is checked
-        target,
-        {_PROBE_AXIS: 1},
-        batch,
-        loss=loss,
-        optimizer=optimizer,
-        rules=rules,
-        logical_rules=logical_rules,
-        batch_spec=batch_spec,
-        max_device_bytes=max_device_bytes,
-        trace_as_target=trace_as_target,
-        remat=remat,
-        microbatches=microbatches,  # its rows and loss; its split: per mesh
-        tokens_per_step=tokens_per_step,
-    )
     spec, auto_axes, candidates, target_name = checked_candidates(
-        probe, meshes, topology, devices, network_bytes_per_second
+        probe, meshes, topology, devices, network
     )
     budget = spec.budget
     rows, to_compile = _planned(spec, candidates, budget.bytes)
     described = "nothing (every mesh was rejected by the planner)"
     if to_compile:
         run = (executor, pool_size, wait, progress, compiling)
-        compiled, described = _compile_all(spec, run, to_compile)
+        compiled, described = _compile_all(spec, run, to_compile, cache)
         rows |= compiled
     ordered = sorted(rows.items(), key=lambda item: _sort_key(item[0], item[1]))
     return MeshComparison(
@@ -257,6 +237,64 @@ def compare_meshes(
         seconds=time.perf_counter() - began,
         executor=described,
     )
+
+
+def search_probe(
+    target: Any, batch: Any, options: Mapping[str, Any], *, caller: str
+) -> tuple[StepSpec, str | None, Any]:
+    """The step a search over meshes varies, on a one-axis probe mesh.
+
+    ``target`` is a :class:`StepSpec` alone (its mesh is replaced by each
+    candidate's; ``options`` given replace its fields) or a target with its
+    ``batch`` and options. The topology and the network bandwidth are kept
+    apart, to be checked against the candidates: returns
+    ``(probe, topology, network_bytes_per_second)``.
+
+    Raises:
+        TypeError: For an unknown option, a spec with a ``batch`` beside it or
+            a target without one.
+    """
+    rest = dict(options)
+    if isinstance(target, StepSpec):
+        if batch is not None:
+            raise TypeError(
+                f"{caller}() was given a StepSpec and a `batch` beside it: the "
+                "spec holds it. Pass the spec alone, or "
+                "`dataclasses.replace(spec, batch=...)`."
+            )
+        topology, network = _kept_apart(
+            rest.pop("topology", target.topology),
+            rest.pop("network_bytes_per_second", target.network_bytes_per_second),
+        )
+        target = dataclasses.replace(
+            target,
+            mesh={_PROBE_AXIS: 1},
+            topology=None,
+            network_bytes_per_second=None,
+        )
+        return as_step_spec(target, None, None, rest, caller=caller), topology, network
+    if batch is None:
+        raise TypeError(
+            f"{caller}() needs `target`, `meshes` and `batch` (or a StepSpec and "
+            "`meshes`), got no `batch`."
+        )
+    topology, network = _kept_apart(
+        **{
+            k: rest.pop(k)
+            for k in ("topology", "network_bytes_per_second")
+            if k in rest
+        }
+    )
+    probe = as_step_spec(target, {_PROBE_AXIS: 1}, batch, rest, caller=caller)
+    return probe, topology, network
+
+
+@typechecked
+def _kept_apart(
+    topology: str | None = None, network_bytes_per_second: IntLike | str | None = None
+) -> tuple[str | None, IntLike | str | None]:
+    """The options a search checks against its candidates, type-checked."""
+    return topology, network_bytes_per_second
 
 
 def checked_candidates(
@@ -322,6 +360,7 @@ def _compile_all(
     spec: StepSpec,
     run: tuple[Any, int | None, float | None, Any, Any],
     to_compile: list[tuple[int, MeshAxes, int]],
+    cache: bool = True,
 ) -> tuple[dict[int, MeshCandidate], str]:
     """Every candidate's row, compiled on the executor, and the executor described.
 
@@ -338,7 +377,7 @@ def _compile_all(
         pool = own = _default_pool(workers, devices)
         described = f"a spawn process pool of {_plural(workers, 'worker')}"
     rows = _Run(pool, own, wait, progress, spec.budget.bytes, compiling).all(
-        spec, to_compile
+        spec, to_compile, cache
     )
     return rows, described
 

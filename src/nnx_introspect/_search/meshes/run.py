@@ -38,9 +38,11 @@ seconds run from when a worker was free for it; on another executor, the
 compiles whose futures say they run, their seconds from submission at worst."""
 
 
-def _measure_on(spec: StepSpec, mesh: dict[str, int]) -> StepMemoryReport:
+def _measure_on(
+    spec: StepSpec, mesh: dict[str, int], cache: bool = True
+) -> StepMemoryReport:
     """``spec`` measured on ``mesh`` (a worker's call; the spec varied there)."""
-    return measure_step(dataclasses.replace(spec, mesh=mesh))
+    return measure_step(dataclasses.replace(spec, mesh=mesh), cache=cache)
 
 
 class _Run:
@@ -76,11 +78,15 @@ class _Run:
         self.told: tuple[tuple[str, ...], int] | None = None
 
     def all(
-        self, spec: StepSpec, to_compile: list[tuple[int, MeshAxes, int]]
+        self,
+        spec: StepSpec,
+        to_compile: list[tuple[int, MeshAxes, int]],
+        cache: bool = True,
     ) -> dict[int, MeshCandidate]:
         """Submit every compile, then wait for each in order: ``{index: row}``.
 
-        Each is ``spec`` on the candidate's mesh (the worker varies it).
+        Each is ``spec`` on the candidate's mesh (the worker varies it), read
+        from the cache of compile results with ``cache``.
         """
         rows: dict[int, MeshCandidate] = {}
         timed_out = False
@@ -91,7 +97,7 @@ class _Run:
             for k, (_, mesh, _) in enumerate(to_compile):
                 try:
                     self.futures.append(
-                        self.executor.submit(_measure_on, spec, dict(mesh))
+                        self.executor.submit(_measure_on, spec, dict(mesh), cache)
                     )
                 except Exception as error:  # a shut-down executor, say
                     self.futures.append(None)

@@ -1,0 +1,308 @@
+"""A cache of compile results: what XLA said about a lowered program, kept on disk.
+
+JAX's own persistent compilation cache cannot serve a deviceless compile (the
+compile-only client cannot deserialise executables), and the report needs the
+analysis, not the executable: so the *readings* of a compile (memory, costs,
+collectives, the breakdown's data) are stored, one JSON file per program.
+
+The key (:func:`compile_key`) is a SHA-256 of everything the readings depend
+on: the lowered program's text with its source locations (the breakdown and
+the collectives name source lines), the devices it compiles for (platform,
+kind, ids, mesh axes), the named topology and its description, the compiler
+options, the ``XLA_*``/``LIBTPU*``/``TPU_*`` environment, the versions of jax,
+jaxlib, the CUDA plugin, libtpu and of this package's own source (a reader
+that changes reads anew), and the options a caller adds (a breakdown's
+argument names). The budget is not in it: it never reaches the compiler.
+
+Where: ``$NNX_INTROSPECT_CACHE_DIR``, else ``$XDG_CACHE_HOME/nnx-introspect``,
+else ``~/.cache/nnx-introspect``. ``NNX_INTROSPECT_CACHE=off`` (or ``0``,
+``false``, ``no``) turns it off, as ``cache=False`` does. The directory is
+kept under :data:`MAX_CACHE_BYTES`, the least recently used entries removed
+first. A damaged entry (unreadable, another format, another key) is a miss and
+is removed, never an error; a cache that cannot be written is skipped.
+"""
+
+import contextlib
+import datetime
+import functools
+import hashlib
+import importlib.metadata
+import json
+import os
+import pathlib
+import re
+import tempfile
+from collections.abc import Collection, Mapping
+from typing import Any, NamedTuple
+
+from nnx_introspect._xla.readings import XlaReadings
+from nnx_introspect._xla.toolchain import (
+    cuda_plugin_version,
+    jaxlib_version,
+    libtpu_version,
+)
+
+__all__ = [
+    "MAX_CACHE_BYTES",
+    "CachedResult",
+    "cache_directory",
+    "cache_enabled",
+    "compile_key",
+    "load_result",
+    "store_result",
+    "without_callers",
+]
+
+MAX_CACHE_BYTES = 2**30
+"""The most bytes the cache directory holds (1 GiB); the oldest used go first."""
+
+FORMAT = 1
+"""The entries' format; an entry of another is a miss."""
+
+_OFF = frozenset({"off", "0", "false", "no"})
+_ENV_PREFIXES = ("XLA_", "LIBTPU", "TPU_")
+
+
+def cache_enabled(cache: bool = True) -> bool:
+    """Whether results are cached: ``cache`` and not ``NNX_INTROSPECT_CACHE=off``.
+
+    Example:
+        >>> cache_enabled(False)
+        False
+    """
+    setting = os.environ.get("NNX_INTROSPECT_CACHE", "").strip().lower()
+    return cache and setting not in _OFF
+
+
+def cache_directory() -> pathlib.Path:
+    """Where entries are kept (see the module's docstring)."""
+    given = os.environ.get("NNX_INTROSPECT_CACHE_DIR")
+    if given:
+        return pathlib.Path(given).expanduser()
+    base = os.environ.get("XDG_CACHE_HOME") or os.path.join("~", ".cache")
+    return pathlib.Path(base).expanduser() / "nnx-introspect"
+
+
+@functools.cache
+def _source_digest() -> str:
+    """SHA-256 of this package's Python source: a changed reader reads anew."""
+    root = pathlib.Path(__file__).resolve().parents[1]
+    digest = hashlib.sha256()
+    for path in sorted(root.rglob("*.py")):
+        digest.update(str(path.relative_to(root)).encode())
+        digest.update(path.read_bytes())
+    return digest.hexdigest()
+
+
+def _version(name: str) -> str | None:
+    try:
+        return importlib.metadata.version(name)
+    except importlib.metadata.PackageNotFoundError:
+        return None
+
+
+def _toolchain() -> dict[str, Any]:
+    return {
+        "jax": _version("jax"),
+        "jaxlib": jaxlib_version(),
+        "cuda_plugin": cuda_plugin_version(),
+        "libtpu": libtpu_version(),
+        "nnx_introspect": _version("nnx-introspect"),
+        "source": _source_digest(),
+    }
+
+
+def _devices(mesh: Any) -> list[Any]:
+    """Each device as the compiler sees it: platform, kind, id, coordinates."""
+    out = []
+    for device in mesh.devices.flat:
+        coords = getattr(device, "coords", None)
+        out.append(
+            [
+                str(device.platform),
+                str(device.device_kind),
+                int(device.id),
+                None if coords is None else [int(c) for c in coords],
+                getattr(device, "core_on_chip", None),
+            ]
+        )
+    return out
+
+
+_FILE_LOC = re.compile(r'^(#loc\d+) = loc\("(.*)":(\d+):\d+[^\n]*$', re.MULTILINE)
+_NAME_LOC = re.compile(r'^(#loc\d+) = loc\("[^"\n]*"\((#loc\d+)\)\)$', re.MULTILINE)
+
+
+def without_callers(program_text: str, callers: Collection[tuple[str, int]]) -> str:
+    r"""``program_text`` with the locations of its lowering's callers blanked.
+
+    A program lowered with its source locations names every frame above the
+    traced function too: the script line that asked for the report, and its
+    function. Those frames (``callers``: ``(file, line)`` of the stack that
+    lowered the program) are not the program's, so they are left out of the
+    key: the same step asked for from another line is the same compile.
+
+    Example:
+        >>> text = (
+        ...     '#loc1 = loc("/m.py":4:2 to :9)\n'
+        ...     '#loc2 = loc("/run.py":17:0 to :30)\n'
+        ...     '#loc3 = loc("main"(#loc2))'
+        ... )
+        >>> print(without_callers(text, {("/run.py", 17)}))
+        #loc1 = loc("/m.py":4:2 to :9)
+        #loc2 = loc(caller)
+        #loc3 = loc(caller)
+    """
+    if not callers:
+        return program_text
+    outer: set[str] = set()
+
+    def file_loc(match: re.Match[str]) -> str:
+        if (match.group(2), int(match.group(3))) not in callers:
+            return match.group(0)
+        outer.add(match.group(1))
+        return f"{match.group(1)} = loc(caller)"
+
+    text = _FILE_LOC.sub(file_loc, program_text)
+
+    def name_loc(match: re.Match[str]) -> str:
+        if match.group(2) not in outer:
+            return match.group(0)
+        return f"{match.group(1)} = loc(caller)"
+
+    return _NAME_LOC.sub(name_loc, text)
+
+
+def compile_key(
+    program_text: str,
+    mesh: Any,
+    *,
+    topology: Any = None,
+    compiler_options: Mapping[str, Any] | None = None,
+    extra: Mapping[str, Any] | None = None,
+) -> str:
+    """The SHA-256 (hex) naming a compile's results.
+
+    Args:
+        program_text: The lowered program's text, with its source locations.
+        mesh: The ``jax.sharding.Mesh`` it compiles for.
+        topology: The named topology and its description (JSON-able, or its
+            ``repr`` is taken), or ``None``.
+        compiler_options: The options the compile is given.
+        extra: Whatever else the readings depend on (JSON-able, or ``repr``).
+
+    Example:
+        >>> import jax
+        >>> from jax.sharding import Mesh
+        >>> mesh = Mesh(jax.devices()[:2], ("data",))
+        >>> a = compile_key("module @f {}", mesh)
+        >>> a == compile_key("module @f {}", mesh)
+        True
+        >>> a == compile_key("module @g {}", mesh)
+        False
+        >>> len(a)
+        64
+    """
+    environment = {
+        k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)
+    }
+    described = {
+        "format": FORMAT,
+        "devices": _devices(mesh),
+        "axes": [[str(a), int(s)] for a, s in mesh.shape.items()],
+        "topology": topology,
+        "options": dict(compiler_options or {}),
+        "environment": environment,
+        "toolchain": _toolchain(),
+        "extra": dict(extra or {}),
+    }
+    text = json.dumps(described, sort_keys=True, default=repr)
+    digest = hashlib.sha256(text.encode())
+    digest.update(b"\0")
+    digest.update(program_text.encode())
+    return digest.hexdigest()
+
+
+class CachedResult(NamedTuple):
+    """A cache hit: the stored readings and when they were compiled (ISO 8601)."""
+
+    readings: XlaReadings
+    compiled_on: str
+
+
+def _entry(key: str) -> pathlib.Path:
+    return cache_directory() / "results" / f"{key}.json"
+
+
+def load_result(key: str) -> CachedResult | None:
+    """The entry named ``key``, or ``None``: absent, or damaged (then removed).
+
+    A hit marks the entry used now (for the least-recently-used bound).
+    """
+    path = _entry(key)
+    try:
+        data = json.loads(path.read_text(encoding="utf-8"))
+        if (
+            not isinstance(data, dict)
+            or data.get("format") != FORMAT
+            or data.get("key") != key
+            or not isinstance(data.get("readings"), dict)
+            or not isinstance(data.get("compiled_on"), str)
+        ):
+            raise ValueError("not an entry of this format")
+        readings = XlaReadings.from_json_data(data["readings"])
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    return CachedResult(readings, data["compiled_on"])
+
+
+def store_result(
+    key: str, readings: XlaReadings, *, limit: int = MAX_CACHE_BYTES
+) -> None:
+    """Keep ``readings`` under ``key``; then hold the size bound.
+
+    Written to a temporary file and renamed into place, so a reader never
+    sees half an entry; a directory that cannot be written is skipped.
+    """
+    path = _entry(key)
+    entry = {
+        "format": FORMAT,
+        "key": key,
+        "compiled_on": datetime.datetime.now(datetime.UTC).isoformat(
+            timespec="seconds"
+        ),
+        "readings": readings.json_data(),
+    }
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
+        try:
+            with os.fdopen(handle, "w", encoding="utf-8") as file:
+                json.dump(entry, file)
+            os.replace(temporary, path)
+        finally:
+            if os.path.exists(temporary):
+                os.unlink(temporary)
+        _hold_bound(path.parent, limit)
+
+
+def _hold_bound(directory: pathlib.Path, limit: int) -> None:
+    """Remove the least recently used entries until ``directory`` holds ``limit``."""
+    entries = []
+    for path in directory.glob("*.json"):
+        with contextlib.suppress(OSError):
+            stat = path.stat()
+            entries.append((stat.st_mtime, stat.st_size, path))
+    total = sum(size for _, size, _ in entries)
+    for _, size, path in sorted(entries, key=lambda e: (e[0], str(e[2]))):
+        if total <= limit:
+            return
+        with contextlib.suppress(OSError):
+            path.unlink()
+        total -= size
