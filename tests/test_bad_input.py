@@ -16,6 +16,7 @@ cannot ship without one.
 
 import concurrent.futures
 import dataclasses
+import functools
 import inspect
 import math
 import pathlib
@@ -57,6 +58,7 @@ from nnx_introspect import (
     summarize,
     verify_restore,
 )
+from nnx_introspect.examples import LlamaConfig, llama
 
 
 @dataclasses.dataclass(frozen=True)
@@ -746,6 +748,131 @@ for _what, _value in {k: v for k, v in BAD_POSITIVE.items() if v is not None}.it
         lambda w, v=_value: _fit(w, executor=None, max_workers=v),
     )
 
+
+# --- serving: serve_memory_report, max_sequences, max_context ------------------------
+SERVE_MODEL = llama(
+    LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, n_kv_heads=2)
+)
+
+
+def wrong_cache(model: Any, sequences: int, context: int, dtype: Any) -> Any:
+    """A cache maker returning the wrong layout: context first."""
+    return {"k": jnp.zeros((context, sequences, 2, 8), dtype)}
+
+
+def _serve(w: World, **kwargs: Any) -> Any:
+    options: dict[str, Any] = {"sequences": 2, "context": 8, "prompt": 4}
+    options.update(kwargs)
+    mesh = options.pop("mesh", "tp=2")
+    return nnx_introspect.serve_memory_report(SERVE_MODEL, mesh, **options)
+
+
+SERVE_BAD: dict[str, dict[str, Any]] = {
+    "sequences": {"zero": 0, "negative": -2, "nan": math.nan, "str": "many"},
+    "context": {"zero": 0, "nan": math.nan, "shorter-than-prompt": 3},
+    "prompt": {"negative": -1, "longer-than-context": 9},
+    "prefill_sequences": {"zero": 0, "more-than-sequences": 3},
+    "kv_cache": {"unknown": "int4", "int": 3},
+    "weights": {"unknown": "float16x"},
+    "mesh": {"tp-not-dividing-kv-heads": "tp=4", "bad-axis": "tp=0"},
+    "topology": {"unknown-family": "v9-4"},
+    "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
+    "init_cache": {"not-importable": "no_such_pkg_xyz:f", "wrong-layout": wrong_cache},
+    "decode": {"int": 3},
+    "breakdown": {"str": "yes", "int": 1},
+}
+for _arg, _bad in SERVE_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "serve_memory_report",
+            "prompt" if _what == "shorter-than-prompt" else _arg,
+            _what,
+            lambda w, a=_arg, v=_value: _serve(w, **{a: v}),
+        )
+target_cases(
+    "serve_memory_report",
+    "target",
+    lambda w, t: nnx_introspect.serve_memory_report(t, "tp=2", sequences=2, context=8),
+)
+case(
+    "serve_memory_report",
+    "init_cache",
+    "model-without-a-cache",
+    lambda w: nnx_introspect.serve_memory_report(
+        linear, "tp=2", sequences=2, context=8
+    ),
+)
+for _what, _value in {"zero": 0, "nan": math.nan, "negative": -1}.items():
+    case(
+        "max_sequences",
+        "context",
+        _what,
+        lambda w, v=_value: nnx_introspect.max_sequences(
+            SERVE_MODEL, "tp=2", context=v, max_device_bytes=10**6
+        ),
+    )
+    case(
+        "max_context",
+        "sequences",
+        _what,
+        lambda w, v=_value: nnx_introspect.max_context(
+            SERVE_MODEL, "tp=2", sequences=v, max_device_bytes=10**6
+        ),
+    )
+case(
+    "max_sequences",
+    "max_device_bytes",
+    "none",
+    lambda w: nnx_introspect.max_sequences(SERVE_MODEL, "tp=2", context=8),
+)
+case(
+    "max_context",
+    "kv_cache",
+    "unknown",
+    lambda w: nnx_introspect.max_context(
+        SERVE_MODEL, "tp=2", sequences=2, kv_cache="int4", max_device_bytes=10**6
+    ),
+)
+
+
+def _compare_serving(w: World, **kwargs: Any) -> Any:
+    options: dict[str, Any] = {"sequences": 2, "context": 8, "topology": "h100-2"}
+    options.update(kwargs)
+    meshes = options.pop("meshes", ["tp=2", "data=2"])
+    return nnx_introspect.compare_serving_meshes(SERVE_MODEL, meshes, **options)
+
+
+SERVE_MESH_BAD: dict[str, dict[str, Any]] = {
+    "meshes": {"str": "tp=2", "one": ["tp=2"], "sizes": ["tp=2", "data=4"]},
+    "topology": {"none": None, "unknown-family": "v9-4"},
+    "executor": {"str": "pool", "int": 2},
+    "sequences": {"zero": 0, "nan": math.nan},
+    "kv_cache": {"unknown": "int4"},
+}
+for _arg, _bad in SERVE_MESH_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "compare_serving_meshes",
+            _arg,
+            _what,
+            lambda w, a=_arg, v=_value: _compare_serving(w, **{a: v}),
+        )
+
+
+@functools.cache
+def _serve_report() -> Any:
+    return _serve(None)  # type: ignore[arg-type]
+
+
+@functools.cache
+def _serve_search() -> Any:
+    from nnx_introspect._accelerators.budget import Budget
+
+    return nnx_introspect.ServeSearch(
+        "context", 8, 1, ((2, 8, 9, True),), Budget(9, None)
+    )
+
+
 REPORTS: dict[str, Callable[[World], Any]] = {
     "CheckpointReport": lambda w: w.checkpoint_summary,
     "MeshConfigReport": lambda w: w.mesh_report,
@@ -759,6 +886,11 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "Breakdown": lambda w: _breakdown(),
     "MeshComparison": lambda w: _compare(w),
     "FitSearch": lambda w: _fit(w),
+    "ServeMemoryReport": lambda w: _serve_report(),
+    "ServeSearch": lambda w: _serve_search(),
+    "ServeMeshComparison": lambda w: nnx_introspect.ServeMeshComparison(
+        (_serve_report(),), (), "this process"
+    ),
 }
 for _cls, _get in REPORTS.items():
     for _what, _value in {"str": "  ", "non-integral": 1.5, "negative": -1}.items():

@@ -661,6 +661,14 @@ SWEEP = [
     (["diff", "{garbage_meta}", TWO_LAYER], 1),
     (["diff", "{ckpt}", "{trunc_d}"], 1),
     (["diff", "{no_manifest}", "{ckpt}", "--shapes-only"], 1),
+    # serve
+    (["serve", T, "--sequences", "2"], 2),
+    (["serve", T, "--sequences", "0", "--context", "8"], 2),
+    (["serve", T, "--sequences", "2", "--context", "8", "--prompt", "9"], 2),
+    (["serve", T, "--sequences", "2", "--context", "8", "--kv-cache", "int4"], 2),
+    (["serve", T, "--sequences", "2", "--context", "8", "--weights", "f16x"], 2),
+    (["serve", T, "--sequences", "2", "--context", "8", "--format", "csv"], 2),
+    (["serve", T, "--sequences", "2", "--context", "8", "--mesh", "tp=0"], 2),
     # checkpoint
     (["checkpoint"], 2),
     (["checkpoint", "nowhere"], 2),

@@ -45,6 +45,9 @@ def test_the_table_names_flags_only() -> None:
     assert FLAGS["max_workers"] == "--jobs"
     assert FLAGS["meshes"] == FLAGS["mesh"] == "--mesh"
     assert FLAGS["logical_rules"] == FLAGS["rules"] == "--rules"
+    assert FLAGS["kv_cache"] == "--kv-cache"
+    assert FLAGS["prefill_sequences"] == "--prefill-sequences"
+    assert FLAGS["init_cache"] == "--init-cache"
 
 
 def test_the_message_is_never_read_for_a_flag() -> None:

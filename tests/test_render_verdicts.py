@@ -25,13 +25,24 @@ from nnx_introspect import (
     param_fingerprint,
     summarize,
 )
+from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._render.table import Report, verdict_html
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.meshes import compare_meshes
+from nnx_introspect._serve import (
+    ServeMemoryReport,
+    ServeMeshComparison,
+    ServeSearch,
+    serve_memory_report,
+)
 from nnx_introspect._step import step_memory_report
+from nnx_introspect.examples import LlamaConfig, llama
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)
+SERVE_MODEL = llama(
+    LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48, n_kv_heads=2)
+)
 
 
 def linear(rngs: nnx.Rngs) -> nnx.Linear:
@@ -130,6 +141,15 @@ def test_verdict_html_escapes_and_refuses_an_unknown_tone() -> None:
         verdict_html("x", "green")  # type: ignore[arg-type]
 
 
+def test_the_serving_pages_box_their_verdicts(reports: dict[str, Report]) -> None:
+    for name in ("ServeMemoryReport", "ServeSearch"):
+        report = reports[name]
+        assert isinstance(report, ServeMemoryReport | ServeSearch)
+        assert _box(report.to_html()) == ("ok", report.verdict + ".")
+    none = ServeSearch("context", 0, 1, ((2, 8, 110, False),), Budget(100, None))
+    assert _box(none.to_html()) == ("bad", none.verdict + ".")
+
+
 def test_the_max_batch_page_uses_the_same_box() -> None:
     fits = max_batch(linear, "data=8", X, max_device_bytes="2KiB", loss=None)
     assert _box_after_h1(fits.to_html()) == ("ok", fits.verdict + ".")
@@ -188,6 +208,9 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
     with ocp.StandardCheckpointer() as checkpointer:
         checkpointer.save(path, nnx.state(model))
     other = nnx.Linear(3, 2, rngs=nnx.Rngs(1))
+    serve = serve_memory_report(
+        SERVE_MODEL, "tp=2", sequences=2, context=8, max_device_bytes="1GiB"
+    )
     return {
         "CheckpointReport": checkpoint_report(path),
         "MeshConfigReport": mesh_config_report(model, "model=2", max_device_bytes=8),
@@ -209,6 +232,11 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
             X,
             max_device_bytes="1MiB",
             executor=_ONE_THREAD,
+        ),
+        "ServeMemoryReport": serve,
+        "ServeMeshComparison": ServeMeshComparison((serve,), (), "this process"),
+        "ServeSearch": ServeSearch(
+            "sequences", 2, 1, ((2, 8, 90, True), (3, 8, 110, False)), Budget(100, None)
         ),
         "Breakdown": Breakdown(
             "cpu",
@@ -275,6 +303,9 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "Collectives",
         "MeshComparison",
         "FitSearch",
+        "ServeMemoryReport",
+        "ServeSearch",
+        "ServeMeshComparison",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(

@@ -38,3 +38,12 @@ def test_mistakes_exit_2_naming_the_flag(
     assert len(err) <= 2  # the progress line, then the one line of the mistake
     assert f"error: argument {flag}: " in err[-1]
     assert err[-1].startswith("nnx-introspect")
+
+
+def test_a_report_as_an_html_page(capsys: pytest.CaptureFixture[str]) -> None:
+    argv = ["serve", TINY, "--mesh", "tp=2", "--sequences", "2", "--context", "32"]
+    assert main([*argv, "--max-device-bytes", "1MiB", "--format", "html"]) == 1
+    page = capsys.readouterr().out
+    assert page.startswith("<!DOCTYPE html>") or page.startswith("<html")
+    assert '<p class="verdict bad">does NOT fit' in page
+    assert "<td>KV cache</td>" in page

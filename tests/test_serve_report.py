@@ -117,7 +117,10 @@ def test_renderings(report: ServeMemoryReport) -> None:
     assert data["kv_bytes_per_token"] == report.kv_bytes_per_token
     assert data["fits"] is True
     text = report.to_markdown()
-    assert "| KV cache |" in text and "**Verdict:** fits" in text
+    assert "| KV cache |" in text and f"\n{report.verdict}\n" in text
+    assert text.index(report.verdict) < text.index("| KV cache |")  # verdict first
+    page = report.to_html()
+    assert '<p class="verdict ok">' + report.verdict in page
     from rich.console import Console
 
     console = Console(width=120, record=True)

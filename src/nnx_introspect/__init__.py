@@ -52,8 +52,11 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._search.meshes import MeshComparison as MeshComparison
     from nnx_introspect._search.meshes import compare_meshes as compare_meshes
     from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
+    from nnx_introspect._serve import ServeMeshComparison as ServeMeshComparison
     from nnx_introspect._serve import ServeProgram as ServeProgram
     from nnx_introspect._serve import ServeSearch as ServeSearch
+    from nnx_introspect._serve import ServeTime as ServeTime
+    from nnx_introspect._serve import compare_serving_meshes as compare_serving_meshes
     from nnx_introspect._serve import max_context as max_context
     from nnx_introspect._serve import max_sequences as max_sequences
     from nnx_introspect._serve import serve_memory_report as serve_memory_report

@@ -31,6 +31,8 @@ _COLOURS = dict(
             "#8250df",  # optimizer state
             "#bf8700",  # other model state
             "#1a7f37",  # batch
+            "#0550ae",  # weights (serving)
+            "#953800",  # KV cache (serving)
             "#57606a",  # output
             "#cf222e",  # gradient
             "#e16f24",  # activation kept for backward

@@ -105,8 +105,18 @@ __all__ = [
     "where",
 ]
 
-ARGUMENT_KINDS: Final = ("parameter", "optimizer state", "other model state", "batch")
-"""The kinds of the step's arguments, as :class:`ArgumentLeaf` names them."""
+ARGUMENT_KINDS: Final = (
+    "parameter",
+    "optimizer state",
+    "other model state",
+    "batch",
+    "weights",
+    "KV cache",
+)
+"""The kinds of a program's arguments, as :class:`ArgumentLeaf` names them: a
+training step's four, then a serving program's served ``weights`` (a copy in
+the serving dtype) and its ``KV cache`` (its tokens and positions are
+``batch``)."""
 
 KINDS: Final = (
     *ARGUMENT_KINDS,

@@ -2,11 +2,17 @@
 
 Modules: ``spec`` (the checked request), ``programs`` (the two programs'
 arguments, builders and compile), ``report`` (records and rendering), ``api``
-(:func:`serve_memory_report`), ``search`` (:func:`max_sequences`, :func:`max_context`).
+(:func:`serve_memory_report`), ``search`` (:func:`max_sequences`,
+:func:`max_context`), ``timing`` (:class:`ServeTime`, the time estimate),
+``meshes`` (:func:`compare_serving_meshes`).
 """
 
 from nnx_introspect._serve.api import measure_serve as measure_serve
 from nnx_introspect._serve.api import serve_memory_report as serve_memory_report
+from nnx_introspect._serve.meshes import ServeMeshComparison as ServeMeshComparison
+from nnx_introspect._serve.meshes import (
+    compare_serving_meshes as compare_serving_meshes,
+)
 from nnx_introspect._serve.report import ServeMemoryReport as ServeMemoryReport
 from nnx_introspect._serve.report import ServeProgram as ServeProgram
 from nnx_introspect._serve.search import ServeSearch as ServeSearch
@@ -14,13 +20,17 @@ from nnx_introspect._serve.search import max_context as max_context
 from nnx_introspect._serve.search import max_sequences as max_sequences
 from nnx_introspect._serve.spec import ServeOptions as ServeOptions
 from nnx_introspect._serve.spec import ServeSpec as ServeSpec
+from nnx_introspect._serve.timing import ServeTime as ServeTime
 
 __all__ = [
     "ServeMemoryReport",
+    "ServeMeshComparison",
     "ServeOptions",
     "ServeProgram",
     "ServeSearch",
     "ServeSpec",
+    "ServeTime",
+    "compare_serving_meshes",
     "max_context",
     "max_sequences",
     "measure_serve",

@@ -4,6 +4,11 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._serve.breakdown import (
+    compile_with_breakdown,
+    serve_leaves,
+    serve_outputs,
+)
 from nnx_introspect._serve.programs import (
     compile_program,
     program_args,
@@ -13,9 +18,10 @@ from nnx_introspect._serve.programs import (
 )
 from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
+from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._step.inputs import importable_name
 from nnx_introspect._step.step_records import StepMemory
-from nnx_introspect._typing import typechecked
+from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 from nnx_introspect._xla.readings import XlaReadings
 
@@ -54,11 +60,21 @@ def program_memory(numbers: XlaReadings, budget: Budget, planned: int) -> StepMe
     return memory
 
 
-def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
+def _wire(
+    figures: Any,
+) -> tuple[tuple[tuple[str, ...], int], ...] | None:
+    """``collective_wire_bytes`` (``(axes, bytes, wire)``) as ``(axes, wire)``."""
+    if figures is None:
+        return None
+    return tuple((tuple(axes), int(wire)) for axes, _, wire in figures)
+
+
+def measure_serve(spec: ServeSpec, *, breakdown: bool = False) -> ServeMemoryReport:
     """Build, compile and read both serving programs of ``spec``.
 
     Every problem of the cache's split (sequences over the data-parallel axes,
-    KV heads over ``tp``) is raised before anything is compiled.
+    KV heads over ``tp``) is raised before anything is compiled. With
+    ``breakdown``, each program's buffers at its peak are classified too.
     """
     start_backends_quietly()
     mesh, trace_devices = serve_mesh(spec)
@@ -68,7 +84,14 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
     backend = "cpu"
     for name in ("prefill", "decode"):
         args = program_args(inputs, spec, mesh, name)
-        numbers = compile_program(jitted[name], args, mesh, trace_devices)
+        peak = None
+        if breakdown:
+            leaves = serve_leaves(inputs, name)
+            numbers, peak = compile_with_breakdown(
+                jitted[name], args, mesh, trace_devices, leaves, serve_outputs(inputs)
+            )
+        else:
+            numbers = compile_program(jitted[name], args, mesh, trace_devices)
         backend = numbers.backend
         found[name] = ServeProgram(
             name=name,
@@ -82,6 +105,11 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
             flops=numbers.flops,
             warnings=tuple(numbers.warnings),
             compile_seconds=float(numbers.compile_seconds),
+            bytes_accessed=numbers.bytes_accessed,
+            wire_bytes=_wire(numbers.collective_wire_bytes),
+            matmul_dtype=numbers.matmul_dtype,
+            breakdown=peak,
+            breakdown_error=numbers.breakdown_error,
         )
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(
@@ -98,6 +126,13 @@ def measure_serve(spec: ServeSpec) -> ServeMemoryReport:
         decode=found["decode"],
         budget=spec.budget,
         backend=backend,
+        time=serve_time(
+            spec.topology,
+            spec.mesh_axes,
+            found["prefill"],
+            found["decode"],
+            spec.data_parallel,
+        ),
     )
 
 
@@ -117,6 +152,7 @@ def serve_memory_report(
     kv_cache: Any = "bfloat16",
     init_cache: Any = None,
     decode: Any = None,
+    breakdown: Any = False,
 ) -> ServeMemoryReport:
     """Prefill and decode memory per device, compiled for the target without it.
 
@@ -150,6 +186,11 @@ def serve_memory_report(
         decode: ``"pkg.mod:fn"`` called as
             ``fn(model, tokens, positions, cache) -> (logits, cache)``; default
             ``model(tokens, positions, cache, attention_mask)``.
+        breakdown: Also classify every buffer live at each program's peak
+            (``report.prefill.breakdown``, ``report.decode.breakdown``): the
+            ``weights``, the ``KV cache``, the tokens, the ``logits`` output,
+            activations (``temporary``) and collective buffers, by source
+            line, as a training step's breakdown.
 
     Returns:
         The :class:`ServeMemoryReport`.
@@ -186,4 +227,8 @@ def serve_memory_report(
         max_device_bytes,
         options,
     )
-    return measure_serve(spec)
+    if not isinstance(breakdown, bool):
+        raise ArgumentError(
+            "breakdown", f"`breakdown` must be True or False, got {breakdown!r}."
+        )
+    return measure_serve(spec, breakdown=breakdown)

@@ -140,7 +140,8 @@ def _abstract_cache(spec: ServeSpec, model: Any) -> Any:
             cache = jax.eval_shape(lambda: maker(model, *args))
     except Exception as error:
         raise ArgumentError(
-            "init_cache", f"making the KV cache raised {error_line(error)}"
+            "init_cache",
+            f"`init_cache`: making the KV cache raised {error_line(error)}",
         ) from None
     leaves = jax.tree.leaves(cache)
     rows = (spec.sequences, spec.context)
@@ -148,7 +149,8 @@ def _abstract_cache(spec: ServeSpec, model: Any) -> Any:
         shapes = [tuple(getattr(leaf, "shape", ())) for leaf in leaves][:4]
         raise ArgumentError(
             "init_cache",
-            f"the KV cache has no array of shape (sequences, context, ...) = "
+            f"`init_cache` made a KV cache with no array of shape "
+            f"(sequences, context, ...) = "
             f"{rows}: its leaves' shapes are {shapes}. The cache maker must "
             f"return arrays laid out [sequences, context, kv_heads, head_dim].",
         )
@@ -357,7 +359,8 @@ def lower_program(
         except Exception as error:
             raise ArgumentError(
                 "decode",
-                f"the model's KV-cache call failed to trace: {error_line(error)}. "
+                f"`decode`: the model's KV-cache call failed to trace: "
+                f"{error_line(error)}. "
                 f"Accepted: {_CONVENTIONS}.",
             ) from None
 

@@ -1,11 +1,12 @@
 """The serving report: prefill and decode per device, the KV cache, the verdict."""
 
 import dataclasses
-import json
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._serve.timing import ServeTime, duration
 from nnx_introspect._step.step_records import StepMemory
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
@@ -25,6 +26,14 @@ class ServeProgram:
         flops: XLA's FLOPs per device, or ``None`` when it gave none.
         warnings: XLA's and this tool's caveats.
         compile_seconds: Lowering and compiling.
+        bytes_accessed: XLA's bytes accessed per device, or ``None``.
+        wire_bytes: ``(mesh axes, bytes on the wire)`` per device of the
+            program's collectives, or ``None`` when they could not be read.
+        matmul_dtype: The program's matmul operand type (``"bf16"``), or
+            ``None``.
+        breakdown: The buffers live at the program's peak, classified
+            (``breakdown=True``), or ``None``.
+        breakdown_error: Why a breakdown asked for could not be made.
 
     Example:
         >>> from nnx_introspect._step.step_records import StepMemory
@@ -43,6 +52,11 @@ class ServeProgram:
     flops: float | None
     warnings: tuple[str, ...] = ()
     compile_seconds: float = 0.0
+    bytes_accessed: float | None = None
+    wire_bytes: tuple[tuple[tuple[str, ...], int], ...] | None = None
+    matmul_dtype: str | None = None
+    breakdown: Breakdown | None = None
+    breakdown_error: str | None = None
 
     @property
     def argument_bytes(self) -> int:
@@ -86,12 +100,22 @@ class ServeProgram:
             "flops": self.flops,
             "warnings": list(self.warnings),
             "compile_seconds": round(self.compile_seconds, 3),
+            "bytes_accessed": self.bytes_accessed,
+            "wire_bytes": None
+            if self.wire_bytes is None
+            else [[list(axes), wire] for axes, wire in self.wire_bytes],
+            "matmul_dtype": self.matmul_dtype,
+            "breakdown": None if self.breakdown is None else self.breakdown.json_data(),
+            "breakdown_error": self.breakdown_error,
         }
 
 
 @dataclasses.dataclass(frozen=True)
-class ServeMemoryReport:
+class ServeMemoryReport(Report):
     """Prefill and decode memory per device for a model served on a mesh.
+
+    Every output format comes from :meth:`table` (``print(report)``, rich,
+    markdown, HTML with the verdict boxed, JSON from :meth:`json_data`).
 
     Attributes:
         target: The target's name, or its type's.
@@ -108,6 +132,9 @@ class ServeMemoryReport:
         decode: The decode program.
         budget: One device's budget, as a training step's.
         backend: The compiler's platform (``"cpu"``, ``"gpu"``, ``"tpu"``).
+        time: Time per token, tokens per second and time to the first token,
+            an estimate on the topology's data sheet; ``None`` without a
+            ``topology``.
 
     Example:
         >>> from nnx_introspect import serve_memory_report
@@ -118,7 +145,12 @@ class ServeMemoryReport:
         (False, True)
         >>> print(report.verdict.split(":")[0])
         does NOT fit
+        >>> report.ok, report.table().columns
+        (False, ('per device', 'prefill', 'decode'))
     """
+
+    SCHEMA = "nnx-introspect/serve-memory-report"
+    SCHEMA_VERSION = 1
 
     target: str
     mesh_axes: tuple[tuple[str, int], ...]
@@ -133,11 +165,17 @@ class ServeMemoryReport:
     decode: ServeProgram
     budget: Budget
     backend: str
+    time: ServeTime | None = None
 
     @property
     def peak_bytes(self) -> int:
         """The larger of the two programs' peaks."""
         return max(self.prefill.peak_bytes, self.decode.peak_bytes)
+
+    @property
+    def max_device_bytes(self) -> int | None:
+        """The budget of one device in bytes (``None``: no budget)."""
+        return self.budget.bytes
 
     def fits(self) -> bool | None:
         """Whether both programs fit the budget; ``None`` without one.
@@ -149,6 +187,14 @@ class ServeMemoryReport:
         if self.budget.bytes is None:
             return None
         return self.peak_bytes <= self.budget.bytes
+
+    @property
+    def ok(self) -> bool:
+        """``False`` when a program does not fit (out of memory or over budget).
+
+        ``True`` also when there is no budget to hold the programs to.
+        """
+        return self.fits() is not False
 
     @property
     def verdict(self) -> str:
@@ -180,11 +226,8 @@ class ServeMemoryReport:
             "verdict": self.verdict,
             "prefill": self.prefill.json_data(),
             "decode": self.decode.json_data(),
+            "time": None if self.time is None else self.time.json_data(),
         }
-
-    def to_json(self) -> str:
-        """:meth:`json_data` as indented JSON text."""
-        return json.dumps(self.json_data(), indent=2)
 
     def _rows(self) -> list[tuple[str, str, str]]:
         p, d = self.prefill, self.decode
@@ -202,12 +245,36 @@ class ServeMemoryReport:
             ("outputs", "output_bytes"),
             ("temporaries", "temp_bytes"),
             ("aliased (donated cache)", "alias_bytes"),
-            ("peak", "peak_bytes"),
         ):
             rows.append((label, *both(lambda x, f=field: getattr(x, f))))
         flops = [f"{x.flops:.3g}" if x.flops is not None else "-" for x in (p, d)]
         rows.append(("FLOPs", flops[0], flops[1]))
-        return rows
+        return rows + self._time_rows()
+
+    def _time_rows(self) -> list[tuple[str, str, str]]:
+        """The estimate's rows: time to the first token, per token, tokens/s."""
+        if self.time is None:
+            return []
+        t = self.time
+
+        def span(pair: tuple[float, float], rate: bool = False) -> str:
+            if rate:
+                return f"{pair[0]:,.0f}-{pair[1]:,.0f}"
+            return f"{duration(pair[0])}-{duration(pair[1])}"
+
+        return [
+            ("time (estimate)", span(t.time_to_first_token), span(t.seconds_per_token)),
+            (
+                "tokens/s per device (est.)",
+                "",
+                span(t.tokens_per_second_per_device, True),
+            ),
+            (
+                "tokens/s per replica (est.)",
+                "",
+                span(t.tokens_per_second_per_replica, True),
+            ),
+        ]
 
     def _title(self) -> str:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
@@ -218,39 +285,31 @@ class ServeMemoryReport:
             f"weights {self.weights or 'as built'}, KV cache {self.kv_cache}"
         )
 
-    def to_markdown(self) -> str:
-        """The report as a markdown table with the verdict."""
-        lines = [
-            f"**{self._title()}**",
-            "",
-            "| per device | prefill | decode |",
-            "|---|--:|--:|",
-            *(f"| {a} | {b} | {c} |" for a, b, c in self._rows()),
-            "",
+    def table(self) -> Table:
+        """The report as a :class:`~nnx_introspect.Table`, the verdict first."""
+        p, d = self.prefill, self.decode
+        basis = f"The budget: {self.budget.basis}." if self.budget.basis else ""
+        notes = [
             f"KV cache per position of a sequence: "
             f"{format_bytes(self.kv_bytes_per_token)} "
-            f"({self.kv_bytes_per_token:,} B) per device.",
-            "",
-            f"**Verdict:** {self.verdict}"
-            + (f" ({self.budget.basis})" if self.budget.basis else "")
-            + ".",
+            f"({self.kv_bytes_per_token:,} B) per device, all layers.",
+            *([basis] if basis else []),
+            *(
+                []
+                if self.time is None
+                else [
+                    "Time: the prefill's is the time to the first token, the "
+                    "decode's the time per token (one token for every sequence).",
+                    *self.time.basis,
+                ]
+            ),
+            *sorted({w for x in (p, d) for w in x.warnings}),
         ]
-        warnings = sorted({w for p in (self.prefill, self.decode) for w in p.warnings})
-        lines += [f"- {w}" for w in warnings]
-        return "\n".join(lines) + "\n"
-
-    def __rich__(self) -> Any:
-        """A rich table with the verdict as its caption."""
-        from rich.table import Table
-
-        table = Table(title=self._title(), caption=self.verdict)
-        for column in ("per device", "prefill", "decode"):
-            table.add_column(
-                column, justify="left" if column == "per device" else "right"
-            )
-        for row in self._rows():
-            table.add_row(*row)
-        table.add_row(
-            "KV cache per position", format_bytes(self.kv_bytes_per_token), ""
+        return Table(
+            title=self._title(),
+            columns=("per device", "prefill", "decode"),
+            rows=tuple(self._rows()),
+            totals=(("peak", format_bytes(p.peak_bytes), format_bytes(d.peak_bytes)),),
+            notes=tuple(notes),
+            lead=(self.verdict,),
         )
-        return table

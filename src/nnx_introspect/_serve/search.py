@@ -11,7 +11,7 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.api import program_memory
 from nnx_introspect._serve.programs import (
     compile_program,
@@ -28,7 +28,7 @@ __all__ = ["ServeSearch", "max_context", "max_sequences", "search_serve"]
 
 
 @dataclasses.dataclass(frozen=True)
-class ServeSearch:
+class ServeSearch(Report):
     """The largest ``sequences`` or ``context`` whose decode program fits.
 
     Attributes:
@@ -45,9 +45,14 @@ class ServeSearch:
         >>> points = ((1, 64, 50, True), (16, 64, 80, False),
         ...           (7, 64, 62, True), (8, 64, 64, False))
         >>> found = ServeSearch("sequences", 7, 1, points, Budget(63, None))
-        >>> found.compiles, found.to_markdown().splitlines()[0]
-        (4, '**Most sequences that fit: 7** (the budget given: 63 B)')
+        >>> found.compiles, found.verdict
+        (4, 'Most sequences that fit: 7 (the budget given: 63 B)')
+        >>> found.table().rows[-1]
+        ('8', '64', '64 B', 'no')
     """
+
+    SCHEMA = "nnx-introspect/serve-search"
+    SCHEMA_VERSION = 1
 
     searched: str
     value: int
@@ -60,21 +65,48 @@ class ServeSearch:
         """Compiles made."""
         return len(self.points)
 
-    def to_markdown(self) -> str:
-        """The answer, the budget and every point."""
-        lines = [
-            f"**Most {self.searched} that fit: {self.value}** "
+    @property
+    def ok(self) -> bool:
+        """Whether any value fits (``value`` > 0)."""
+        return self.value > 0
+
+    @property
+    def max_device_bytes(self) -> int | None:
+        """The budget of one device in bytes."""
+        return self.budget.bytes
+
+    @property
+    def verdict(self) -> str:
+        """The answer and the budget in one line."""
+        return (
+            f"Most {self.searched} that fit: {self.value} "
             f"({self.budget.basis or 'the budget given'}: "
-            f"{format_bytes(self.budget.bytes or 0)})",
-            "",
-            "| sequences | context | decode peak | fits |",
-            "|--:|--:|--:|:-:|",
-        ]
-        lines += [
-            f"| {s} | {t} | {format_bytes(p)} | {'yes' if ok else 'no'} |"
-            for s, t, p, ok in self.points
-        ]
-        return "\n".join(lines) + "\n"
+            f"{format_bytes(self.budget.bytes or 0)})"
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """The answer, the budget and every point as JSON data."""
+        return {
+            "searched": self.searched,
+            "value": self.value,
+            "step": self.step,
+            "points": [list(p) for p in self.points],
+            "budget_bytes": self.budget.bytes,
+            "budget_basis": self.budget.basis,
+            "verdict": self.verdict,
+        }
+
+    def table(self) -> Table:
+        """Every compile of the search, the answer first."""
+        return Table(
+            title=f"Decode compiled for the most {self.searched} that fit",
+            columns=("sequences", "context", "decode peak", "fits"),
+            rows=tuple(
+                (str(s), str(t), format_bytes(p), "yes" if ok else "no")
+                for s, t, p, ok in self.points
+            ),
+            lead=(self.verdict,),
+        )
 
 
 def _decode_peak(spec: ServeSpec) -> tuple[int, bool, int]:

@@ -41,6 +41,14 @@ FLAGS: dict[str, str] = {
     "seed": "--seed",
     "rtol": "--rtol",
     "atol": "--atol",
+    "sequences": "--sequences",
+    "prefill_sequences": "--prefill-sequences",
+    "context": "--context",
+    "prompt": "--prompt",
+    "weights": "--weights",
+    "kv_cache": "--kv-cache",
+    "init_cache": "--init-cache",
+    "decode": "--decode",
 }
 """The library's argument names (``ArgumentError.argument``) and their flags."""
 

@@ -6,18 +6,11 @@ from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.errors import UsageError, usage_error
+from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.progress import ClockLine, live_status
 
-SERVE_FLAGS = {
-    "sequences": "--sequences",
-    "prefill_sequences": "--prefill-sequences",
-    "context": "--context",
-    "prompt": "--prompt",
-    "weights": "--weights",
-    "kv_cache": "--kv-cache",
-    "init_cache": "--init-cache",
-    "decode": "--decode",
-}
-"""The serving arguments and their flags (merged into the CLI's table)."""
+SERVE_TARGET = "nnx_introspect.examples:llama_7b_sharded"
+"""``serve``'s default TARGET: the 7B example whose weights ``tp`` splits."""
 
 
 def _positive(text: str) -> int:
@@ -41,10 +34,20 @@ def add_serve_parser(subparsers: Any) -> None:
         "(no device needed) or this process's CPU devices, and report per device "
         "the weights, the KV cache, XLA's arguments, outputs, temporaries, "
         "aliases and peak. With --max-sequences or --max-context, the most that "
-        "fits. Exits with 1 when a program does not fit, 2 on bad input.",
+        "fits. Exits with 1 when a program does not fit, 2 on bad input. "
+        f"TARGET defaults to {SERVE_TARGET}.",
     )
     add_target_args(parser, seed=False)
-    parser.add_argument("--mesh", default="tp=8", help="serving mesh (default tp=8)")
+    # the 7B example with its sharding annotations: tp splits its weights
+    parser.set_defaults(target=SERVE_TARGET)
+    parser.add_argument(
+        "--mesh",
+        action="append",
+        default=None,
+        help="serving mesh (default tp=8); repeat it (--mesh tp=8 --mesh "
+        "data=2,tp=4) to rank meshes by estimated tokens/s per device "
+        "(needs --topology)",
+    )
     parser.add_argument("--sequences", type=_positive, default=None)
     parser.add_argument("--context", type=_positive, default=None)
     parser.add_argument("--prompt", type=_positive, default=None)
@@ -55,10 +58,16 @@ def add_serve_parser(subparsers: Any) -> None:
     parser.add_argument("--kv-cache", default="bfloat16", help="bf16 | fp8 | int8")
     parser.add_argument("--init-cache", default=None, metavar="PKG.MOD:FN")
     parser.add_argument("--decode", default=None, metavar="PKG.MOD:FN")
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also list the buffers live at each program's peak: weights, KV "
+        "cache, logits, activations, collective buffers, by source line",
+    )
     most = parser.add_mutually_exclusive_group()
     most.add_argument("--max-sequences", action="store_true")
     most.add_argument("--max-context", action="store_true")
-    add_output_args(parser, FORMATS)
+    add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_serve, check=check_serve)
 
 
@@ -69,6 +78,24 @@ def check_serve(args: argparse.Namespace) -> None:
     if args.context is None and not args.max_context:
         raise UsageError("argument --context: required (or --max-context)")
     prompt, context = args.prompt, args.context
+    meshes = args.mesh or ["tp=8"]
+    if len(meshes) > 1 and (args.max_sequences or args.max_context or args.breakdown):
+        raise UsageError(
+            "argument --mesh: several meshes are compared at --sequences and "
+            "--context; not with --max-sequences, --max-context or --breakdown"
+        )
+    if len(meshes) > 1 and args.topology is None:
+        raise UsageError(
+            "argument --topology: comparing meshes ranks them by tokens/s "
+            "estimated on a target's data sheet; pass e.g. --topology h100-8"
+        )
+    if len(set(meshes)) < len(meshes):
+        raise UsageError("argument --mesh: a mesh is given twice")
+    if args.breakdown and (args.max_sequences or args.max_context):
+        raise UsageError(
+            "argument --breakdown: not with --max-sequences or --max-context; "
+            "run the report at the answer with --breakdown"
+        )
     if prompt is not None and context is not None and prompt > context:
         raise UsageError(
             f"argument --prompt: {prompt} is longer than --context {context}; "
@@ -77,8 +104,6 @@ def check_serve(args: argparse.Namespace) -> None:
 
 
 def _run_serve(args: argparse.Namespace) -> int:
-    from nnx_introspect import max_context, max_sequences, serve_memory_report
-
     check_serve(args)
     common: dict[str, Any] = {
         "topology": args.topology,
@@ -89,69 +114,65 @@ def _run_serve(args: argparse.Namespace) -> int:
         "decode": args.decode,
     }
     where = f"XLA for {args.topology}" if args.topology else "XLA"
-    sys.stderr.write(f"Compiling prefill and decode of {args.target} with {where}...\n")
+    what = "Searching" if args.max_sequences or args.max_context else "Compiling"
+    message = f"{what} prefill and decode of {args.target} with {where}..."
     try:
-        if args.max_sequences:
-            found = max_sequences(
-                args.target,
-                args.mesh,
-                context=args.context,
-                prompt=args.prompt,
-                **common,
-            )
-        elif args.max_context:
-            found = max_context(
-                args.target, args.mesh, sequences=args.sequences, **common
-            )
-        else:
-            report = serve_memory_report(
-                args.target,
-                args.mesh,
-                sequences=args.sequences,
-                context=args.context,
-                prompt=args.prompt,
-                prefill_sequences=args.prefill_sequences,
-                **common,
-            )
+        with live_status(ClockLine(message)):
+            result = _compute(args, common)
     except (TypeError, ValueError, ImportError) as error:
-        flag = SERVE_FLAGS.get(getattr(error, "argument", "") or "")
-        if flag is not None:  # one line naming the serving flag
-            words = " ".join(str(error).split())
-            raise UsageError(f"argument {flag}: {words}") from error
         raise usage_error(error, args) from error
-    if args.max_sequences or args.max_context:
-        _emit_search(found, args.format)
-        return 0 if found.value > 0 else 1
-    _emit_report(report, args.format)
-    if report.fits() is False:
-        sys.stderr.write(f"{PROG}: {report.verdict}.\n")
+    emit(result, args.format)
+    compared = len(args.mesh or ()) > 1  # a ServeMeshComparison
+    if args.breakdown and args.format in ("table", "markdown") and not compared:
+        for program in (result.prefill, result.decode):
+            if program.breakdown is not None:
+                sys.stdout.write("\n")
+                emit(program.breakdown, args.format)
+            elif program.breakdown_error is not None:
+                sys.stderr.write(
+                    f"{PROG}: no breakdown of {program.name}: "
+                    f"{program.breakdown_error}\n"
+                )
+    if not result.ok:
+        sys.stderr.write(f"{PROG}: {result.verdict}.\n")
         return 1
     return 0
 
 
-def _emit_report(report: Any, fmt: str) -> None:
-    """The serving report in ``fmt`` (it has no ``Report`` table yet)."""
-    if fmt == "json":
-        sys.stdout.write(report.to_json() + "\n")
-    elif fmt == "markdown":
-        sys.stdout.write(report.to_markdown())
-    else:
-        from rich.console import Console
+def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
+    """The report or the search the flags ask for."""
+    from nnx_introspect import (
+        compare_serving_meshes,
+        max_context,
+        max_sequences,
+        serve_memory_report,
+    )
 
-        Console(file=sys.stdout, width=120).print(report)
-
-
-def _emit_search(found: Any, fmt: str) -> None:
-    if fmt == "json":
-        import json
-
-        data = {
-            "searched": found.searched,
-            "value": found.value,
-            "step": found.step,
-            "points": [list(p) for p in found.points],
-            "budget_bytes": found.budget.bytes,
-        }
-        sys.stdout.write(json.dumps(data, indent=2) + "\n")
-    else:
-        sys.stdout.write(found.to_markdown())
+    meshes = args.mesh or ["tp=8"]
+    if len(meshes) > 1:
+        return compare_serving_meshes(
+            args.target,
+            meshes,
+            sequences=args.sequences,
+            context=args.context,
+            prompt=args.prompt,
+            prefill_sequences=args.prefill_sequences,
+            **common,
+        )
+    mesh = meshes[0]
+    if args.max_sequences:
+        return max_sequences(
+            args.target, mesh, context=args.context, prompt=args.prompt, **common
+        )
+    if args.max_context:
+        return max_context(args.target, mesh, sequences=args.sequences, **common)
+    return serve_memory_report(
+        args.target,
+        mesh,
+        sequences=args.sequences,
+        context=args.context,
+        prompt=args.prompt,
+        prefill_sequences=args.prefill_sequences,
+        breakdown=args.breakdown,
+        **common,
+    )

@@ -1,0 +1,335 @@
+"""Serving meshes compared: each compiled on any executor, ranked by tokens/s.
+
+:func:`compare_serving_meshes` compiles the same serving request on each mesh
+(``tp=8``, two replicas of ``tp=4``, four of ``tp=2``...), one
+:func:`~nnx_introspect.serve_memory_report` each, submitted to any
+``concurrent.futures.Executor``, and ranks the meshes that fit by their
+estimated decode throughput per device; each row shows the decode latency
+(time per token) it comes at. The estimates are ranges (every term overlapped
+to none): two meshes whose ranges overlap are a tie, and the table says so.
+"""
+
+import concurrent.futures
+import dataclasses
+from typing import Any
+
+from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._serve.api import measure_serve
+from nnx_introspect._serve.report import ServeMemoryReport
+from nnx_introspect._serve.spec import ServeOptions, ServeSpec
+from nnx_introspect._serve.timing import duration
+from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.native_log import start_backends_quietly
+
+__all__ = ["ServeMeshComparison", "compare_serving_meshes"]
+
+
+def _rate(report: ServeMemoryReport) -> tuple[float, float] | None:
+    if report.time is None or not report.ok:
+        return None
+    return report.time.tokens_per_second_per_device
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeMeshComparison(Report):
+    """Serving meshes ranked by estimated tokens/s per device, ties called.
+
+    Attributes:
+        reports: One :class:`ServeMemoryReport` per mesh, best first: those
+            that fit by the middle of their tokens/s range, then those that
+            do not fit.
+        ties: ``(i, j)`` index pairs of :attr:`reports` whose tokens/s ranges
+            overlap: the estimate cannot order them.
+        executor: The executor the compiles ran on, in words.
+
+    Example:
+        >>> from concurrent.futures import ThreadPoolExecutor
+        >>> from nnx_introspect.examples import llama_tiny
+        >>> with ThreadPoolExecutor(1) as pool:
+        ...     found = compare_serving_meshes(
+        ...         llama_tiny, ["tp=4", "data=2,tp=2"], sequences=8, context=64,
+        ...         topology="h100-4", executor=pool)
+        >>> len(found.reports), found.table().columns[0]
+        (2, 'mesh')
+    """
+
+    SCHEMA = "nnx-introspect/serve-mesh-comparison"
+    SCHEMA_VERSION = 1
+
+    reports: tuple[ServeMemoryReport, ...]
+    ties: tuple[tuple[int, int], ...]
+    executor: str
+
+    @property
+    def ok(self) -> bool:
+        """Whether any mesh fits."""
+        return any(r.ok for r in self.reports)
+
+    @property
+    def max_device_bytes(self) -> int | None:
+        """The budget of one device."""
+        return self.reports[0].budget.bytes if self.reports else None
+
+    @property
+    def verdict(self) -> str:
+        """The best mesh, its throughput and latency, or that none fits."""
+        if not self.ok:
+            return "No serving mesh fits"
+        best = self.reports[0]
+        rate = _rate(best)
+        tied = [j for i, j in self.ties if i == 0]
+        words = f"best: {_mesh(best)}"
+        if tied:
+            words += " (tied with " + ", ".join(_mesh(self.reports[j]) for j in tied)
+            words += ": their estimates overlap)"
+        if rate is not None and best.time is not None:
+            low, high = best.time.seconds_per_token
+            words += (
+                f", {rate[0]:,.0f}-{rate[1]:,.0f} tokens/s per device at "
+                f"{duration(low)}-{duration(high)} per token (estimate)"
+            )
+        return f"{words}; peak {format_bytes(best.peak_bytes)} per device"
+
+    def json_data(self) -> dict[str, Any]:
+        """Every mesh's report, best first, and the ties."""
+        return {
+            "verdict": self.verdict,
+            "executor": self.executor,
+            "ties": [list(t) for t in self.ties],
+            "reports": [r.json_data() for r in self.reports],
+        }
+
+    def table(self) -> Table:
+        """One row per mesh, best first."""
+        rows = []
+        for i, report in enumerate(self.reports):
+            rate, time = _rate(report), report.time
+            tied = [j for a, b in self.ties for j in (a, b) if i in (a, b) and j != i]
+            rank = "-" if rate is None else str(i + 1)
+            rows.append(
+                (
+                    _mesh(report),
+                    rank + (" (tie)" if tied else ""),
+                    "-" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f}",
+                    "-"
+                    if time is None
+                    else "-".join(duration(s) for s in time.seconds_per_token),
+                    "-"
+                    if time is None
+                    else "-".join(duration(s) for s in time.time_to_first_token),
+                    format_bytes(report.peak_bytes),
+                    "yes" if report.ok else "no",
+                )
+            )
+        return Table(
+            title="Serving meshes, ranked by estimated tokens/s per device",
+            columns=(
+                "mesh",
+                "rank",
+                "tokens/s per device (est.)",
+                "per token (est.)",
+                "first token (est.)",
+                "peak",
+                "fits",
+            ),
+            rows=tuple(rows),
+            lead=(self.verdict,),
+            notes=(
+                "Ranges: every term overlapped to none (a roofline estimate, "
+                "not a measurement); overlapping ranges are ties.",
+                f"Compiled in {self.executor}."
+                if self.executor.startswith("this process")
+                else f"Compiled on a {self.executor}.",
+            ),
+        )
+
+
+def _mesh(report: ServeMemoryReport) -> str:
+    return ",".join(f"{a}={s}" for a, s in report.mesh_axes)
+
+
+def _measure(kwargs: dict[str, Any]) -> ServeMemoryReport:
+    """One mesh's report (top-level: submitted to any executor)."""
+    start_backends_quietly()
+    options = ServeOptions(**kwargs.pop("options"))
+    return measure_serve(ServeSpec(options=options, **kwargs))
+
+
+def _ties(reports: list[ServeMemoryReport]) -> tuple[tuple[int, int], ...]:
+    rates = [_rate(r) for r in reports]
+    out = []
+    for i, a in enumerate(rates):
+        for j in range(i + 1, len(rates)):
+            b = rates[j]
+            if a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]:
+                out.append((i, j))
+    return tuple(out)
+
+
+def _order(report: ServeMemoryReport) -> tuple[int, float]:
+    rate = _rate(report)
+    return (0, -(rate[0] + rate[1]) / 2) if rate is not None else (1, 0.0)
+
+
+def _run(
+    executor: concurrent.futures.Executor | None,
+    requests: list[dict[str, Any]],
+    meshes: Any,
+) -> tuple[list[ServeMemoryReport], str]:
+    """Every request's report, and where they were compiled, in words.
+
+    A mesh refused inside a compile (its ``tp`` does not divide the KV heads)
+    is named as ``meshes[i]``.
+    """
+    if executor is None:
+        results: list[Any] = []
+        for request in requests:
+            try:
+                results.append(_measure(dict(request)))
+            except ArgumentError as error:
+                results.append(error)
+        described = "this process, one mesh after another"
+    else:
+        futures = [executor.submit(_measure, dict(r)) for r in requests]
+        results = [f.exception() or f.result() for f in futures]
+        described = type(executor).__name__
+    for i, result in enumerate(results):
+        if isinstance(result, ArgumentError) and result.argument == "mesh":
+            raise ArgumentError(
+                "meshes", f"`meshes[{i}]` {meshes[i]!r}: {result}"
+            ) from None
+        if isinstance(result, BaseException):
+            raise result
+    return results, described
+
+
+def _requests(
+    meshes: Any, common: dict[str, Any], given: dict[str, Any]
+) -> list[dict[str, Any]]:
+    """Each mesh's request, checked before any compile.
+
+    Each mesh alone first (a bad one named ``meshes[i]``), then their sizes
+    against each other, then the request with the topology.
+    """
+    options = ServeOptions(**given)
+    sizes = []
+    for i, mesh in enumerate(meshes):
+        try:
+            spec = ServeSpec(
+                options=options, **(common | {"mesh": mesh, "topology": None})
+            )
+        except ArgumentError as error:
+            if error.argument != "mesh":
+                raise
+            raise ArgumentError("meshes", f"`meshes[{i}]` {mesh!r}: {error}") from None
+        sizes.append(spec.num_devices)
+    if len(set(sizes)) > 1:
+        raise ArgumentError(
+            "meshes",
+            f"`meshes` have {sorted(set(sizes))} devices: compare meshes of one "
+            "size (the topology's), e.g. tp=8, data=2,tp=4, data=4,tp=2.",
+        )
+    ServeSpec(options=options, **(common | {"mesh": meshes[0]}))  # the topology
+    return [common | {"mesh": mesh, "options": given} for mesh in meshes]
+
+
+@typechecked
+def compare_serving_meshes(
+    target: Any,
+    meshes: Any,
+    /,
+    *,
+    sequences: Any,
+    context: Any,
+    prompt: Any = None,
+    prefill_sequences: Any = None,
+    topology: Any = None,
+    max_device_bytes: Any = None,
+    weights: Any = "bfloat16",
+    kv_cache: Any = "bfloat16",
+    init_cache: Any = None,
+    decode: Any = None,
+    executor: Any = None,
+) -> ServeMeshComparison:
+    """Serving meshes compiled and ranked by estimated decode tokens/s per device.
+
+    Each mesh gets the :func:`~nnx_introspect.serve_memory_report` of the same
+    request; the meshes that fit are ranked by their estimated tokens/s per
+    device (each row with its time per token: the latency the throughput
+    comes at), the others listed after. Overlapping estimate ranges are ties.
+
+    Args:
+        target: The model, as :func:`~nnx_introspect.serve_memory_report`
+            takes it (a ``"package.module:factory"`` string for a process
+            pool).
+        meshes: Two or more meshes with the same device count (``["tp=8",
+            "data=2,tp=4", "data=4,tp=2"]``).
+        sequences: Sequences decoded at once.
+        context: Positions of the KV cache per sequence.
+        prompt: Tokens prefilled per sequence; ``context`` by default.
+        prefill_sequences: Sequences prefilled at once; all by default.
+        topology: The target (``"h100-8"``): needed, the ranking is its
+            roofline estimate.
+        max_device_bytes: A budget per device, overriding the target's.
+        weights: The served weights' dtype, as for the report.
+        kv_cache: The KV cache's dtype, as for the report.
+        init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
+        decode: As for :func:`~nnx_introspect.serve_memory_report`.
+        executor: A ``concurrent.futures.Executor`` to compile on (a
+            ``ProcessPoolExecutor``, dask's ``Client().get_executor()``...),
+            used as it is and left running; ``None`` compiles one mesh after
+            another in this process.
+
+    Returns:
+        The :class:`ServeMeshComparison`.
+
+    Raises:
+        ArgumentError: No ``topology``, fewer than two meshes, meshes of
+            different sizes, a bad mesh (``meshes[i]`` named), or any bad
+            value :func:`~nnx_introspect.serve_memory_report` refuses.
+
+    Example:
+        >>> from nnx_introspect.examples import llama_tiny
+        >>> found = compare_serving_meshes(
+        ...     llama_tiny, ["tp=4", "data=4"], sequences=8, context=64,
+        ...     topology="h100-4")
+        >>> sorted(r.mesh_axes for r in found.reports)
+        [(('data', 4),), (('tp', 4),)]
+    """
+    start_backends_quietly()
+    if topology is None:
+        raise ArgumentError(
+            "topology",
+            "`topology` is None: serving meshes are ranked by the tokens/s "
+            "estimated on a target's data sheet. Pass e.g. topology='h100-8'.",
+        )
+    if executor is not None and not isinstance(executor, concurrent.futures.Executor):
+        raise ArgumentError(
+            "executor",
+            f"`executor` must be a concurrent.futures.Executor or None, got "
+            f"{executor!r}.",
+        )
+    if isinstance(meshes, str | dict) or not isinstance(meshes, list | tuple):
+        raise ArgumentError(
+            "meshes",
+            f"`meshes` must be a list of two or more meshes, got {meshes!r}.",
+        )
+    if len(meshes) < 2:
+        raise ArgumentError(
+            "meshes", f"`meshes` must hold two or more meshes, got {len(meshes)}."
+        )
+    given = {"weights": weights, "kv_cache": kv_cache}
+    given |= {"init_cache": init_cache, "decode": decode}
+    common = {
+        "target": target,
+        "sequences": sequences,
+        "context": context,
+        "prompt": prompt,
+        "prefill_sequences": prefill_sequences,
+        "topology": topology,
+        "max_device_bytes": max_device_bytes,
+    }
+    requests = _requests(meshes, common, given)
+    reports, described = _run(executor, requests, meshes)
+    ranked = sorted(reports, key=_order)
+    return ServeMeshComparison(tuple(ranked), _ties(ranked), described)
