@@ -498,6 +498,22 @@ for _what, _value in {
     )
 
 
+for _what, _value in {
+    "negative": -1,
+    "non-integral": 1.5,
+    "nan": math.nan,
+    "bool": True,
+    "not-a-size": "lots",
+    "none": None,
+}.items():
+    case(
+        "StepBudget.needed_fraction",
+        "peak_bytes",
+        _what,
+        lambda w, v=_value: w.step_report.budget.needed_fraction(v),
+    )
+
+
 # --- max_batch ---------------------------------------------------------------------
 def _search(w: World, **kwargs: Any) -> Any:
     return max_batch(

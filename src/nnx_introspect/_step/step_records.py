@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._render.table import format_bytes
+from nnx_introspect._typing import as_int
 from nnx_introspect._xla.collectives import Collective, Collectives
 from nnx_introspect._xla.dump import SourceLocation
 
@@ -232,6 +233,7 @@ class StepBudget:
             >>> pool.needed_fraction(80 * 2**30), pool.needed_fraction(2**30)
             (0.8, None)
         """
+        peak_bytes = as_int(peak_bytes, "peak_bytes")
         budget = Budget(
             self.max_device_bytes,
             self.basis_words,
