@@ -23,12 +23,14 @@ Run::
         PYTHONPATH=src python benchmarks/spec_path.py
 """
 
+import contextlib
 import json
 import os
 import sys
 from collections import Counter
 from types import FrameType
 from typing import Any
+from unittest import mock
 
 import jax
 import jax.numpy as jnp
@@ -80,16 +82,15 @@ def trace(in_child: bool) -> list[str]:
         optimizer="adamw",
         breakdown=True,
     )
-    real_count, real_run = jax.device_count, measure.run_child
-    if in_child:
-        jax.device_count = lambda *a, **k: 1  # the step "needs" a child process
-        measure.run_child = child_here  # type: ignore[assignment]
-    sys.setprofile(hook)
-    try:
-        measure.measure_step(spec, cache=False)
-    finally:
-        sys.setprofile(None)
-        jax.device_count, measure.run_child = real_count, real_run
+    with contextlib.ExitStack() as stack:
+        if in_child:  # the step "needs" a child process, run here
+            stack.enter_context(mock.patch.object(jax, "device_count", lambda: 1))
+            stack.enter_context(mock.patch.object(measure, "run_child", child_here))
+        sys.setprofile(hook)
+        try:
+            measure.measure_step(spec, cache=False)
+        finally:
+            sys.setprofile(None)
     return files
 
 
