@@ -2,11 +2,13 @@
 
 The child runs as ``python -m nnx_introspect._step`` (``_step/__main__.py`` calls
 :func:`main`) with ``--xla_force_host_platform_device_count=N`` in ``XLA_FLAGS``:
-it reads one JSON request on stdin (a :class:`StepSpec`'s JSON: the target
-and loss by ``"package.module:name"``, the mesh, batch shapes, specs,
-optimizer name; and every leaf's planned spec, never rules), compiles the
-step (on virtual CPU devices, or on a named TPU or GPU topology's
-compile-only devices) and writes one JSON line on stdout:
+it reads one JSON request on stdin (the kind of program, ``"program":
+"train"``, whose builder it looks up in :mod:`~nnx_introspect._step.registry`;
+a :class:`StepSpec`'s JSON: the target and loss by ``"package.module:name"``,
+the mesh, batch shapes, specs, optimizer name; and every leaf's planned spec,
+never rules), builds and compiles the program (on virtual CPU devices, or
+on a named TPU or GPU topology's compile-only devices) and writes one JSON
+line on stdout:
 ``{"result": {...}}`` (the :class:`~nnx_introspect._xla.readings.XlaReadings`'
 JSON data) or, for bad input,
 ``{"error": "ValueError", "message": "..."}`` (with ``"argument"`` for an
@@ -32,6 +34,7 @@ from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import LeafShard, MeshConfigReport
 from nnx_introspect._render.formats import spec_from_json, spec_json
 from nnx_introspect._step.compile import compile_request
+from nnx_introspect._step.registry import program_kind
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
 from nnx_introspect._typing import ArgumentError
@@ -51,8 +54,13 @@ CHILD_TIMEOUT_SECONDS = 900.0
 """How long a child compile may take before it is stopped."""
 
 
-def child_request(spec: StepSpec, plan: MeshConfigReport) -> dict[str, Any]:
-    """The JSON a child needs: the spec's, and the plan's resolved specs.
+def child_request(
+    spec: StepSpec, plan: MeshConfigReport, program: str = "train"
+) -> dict[str, Any]:
+    """The JSON a child needs: the program's kind, the spec's, the plan's specs.
+
+    ``program`` names the kind of program the child compiles (see
+    :mod:`~nnx_introspect._step.registry`): the training step by default.
 
     The child compiles exactly ``plan``'s specs: every leaf's path, shape,
     dtype and resolved spec travels, never the rules that gave them (a
@@ -60,8 +68,10 @@ def child_request(spec: StepSpec, plan: MeshConfigReport) -> dict[str, Any]:
     other versions would all be resolved again, perhaps differently).
 
     Raises:
-        ArgumentError: For what cannot be named, or a mesh too large.
+        ArgumentError: For what cannot be named, a mesh too large, or an
+            unknown ``program``.
     """
+    program_kind(program)  # a name the child knows
     n, topology = spec.num_devices, spec.topology
     if topology is None:
         present = jax.device_count()
@@ -84,6 +94,7 @@ def child_request(spec: StepSpec, plan: MeshConfigReport) -> dict[str, Any]:
             "TPU or GPU `topology` (XLA:TPU and XLA:GPU compile for any size here).",
         )
     return step_json(spec, why) | {
+        "program": program,
         "leaves": [_leaf_json(leaf) for leaf in plan.leaves],
         "optimizer_leaves": [_leaf_json(leaf) for leaf in plan.optimizer_leaves],
     }
@@ -127,7 +138,12 @@ def _check_same_model(model: Any, leaves: tuple[LeafShard, ...], target: str) ->
 
 
 def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
-    """Compile from a child request (see :func:`child_request`); XLA's readings."""
+    """Compile from a child request (see :func:`child_request`); XLA's readings.
+
+    The request's ``"program"`` names the kind compiled (a request without one,
+    from an older parent, is the training step's).
+    """
+    program = program_kind(str(data.get("program", "train")))
     model = build_target(data["target"])
     mesh_axes = tuple((str(a), int(s)) for a, s in data["mesh"])
     n = math.prod(s for _, s in mesh_axes)
@@ -158,7 +174,13 @@ def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
         mesh, order = Mesh(devices, tuple(a for a, _ in mesh_axes)), "plain"
     cache = bool(data.get("cache", False))
     readings = compile_request(
-        request, mesh, plan, trace_devices, topology=topology, cache=cache
+        request,
+        mesh,
+        plan,
+        trace_devices,
+        topology=topology,
+        cache=cache,
+        program=program,
     )
     return dataclasses.replace(readings, device_order=order)
 

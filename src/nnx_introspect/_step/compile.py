@@ -8,25 +8,25 @@ import tempfile
 import time
 import traceback
 import warnings
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Iterator, Sequence
 from typing import Any, NoReturn
 
 import jax
 import jax.numpy as jnp
 from flax import nnx
-from jax.sharding import AxisType, Mesh, NamedSharding, PartitionSpec
+from jax.sharding import AxisType, Mesh
 
 from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._breakdown.report import ArgumentLeaf, argument_leaves, classify
-from nnx_introspect._inventory import inventory, path_str
+from nnx_introspect._breakdown.report import ArgumentLeaf, classify
+from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
-from nnx_introspect._step.options import rematerialised
 from nnx_introspect._step.platform import devices_seen_as
-from nnx_introspect._step.train import differentiable, training_program
+from nnx_introspect._step.program import Program, ProgramKind
+from nnx_introspect._step.train import TRAIN
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.analysis import compile_lowered
@@ -39,28 +39,6 @@ from nnx_introspect._xla.cache import (
 )
 from nnx_introspect._xla.dump import DumpFormatError, read_peak
 from nnx_introspect._xla.readings import XlaReadings
-
-
-def _shard_state(
-    state: Any, specs: Mapping[str, PartitionSpec], prefix: str, mesh: Mesh
-) -> Any:
-    """``state`` with each leaf a sharded ``ShapeDtypeStruct`` (specs by path)."""
-    leaves, treedef = jax.tree.flatten(state)
-    records = inventory(state)
-    if len(records) != len(leaves):  # pragma: no cover - inventory's contract
-        raise AssertionError("inventory and tree leaves disagree")
-    out = []
-    for leaf, record in zip(leaves, records, strict=True):
-        path = prefix + record.path_str
-        if path not in specs:  # pragma: no cover - the plan covers every leaf
-            raise AssertionError(f"the plan has no leaf {path!r}")
-        out.append(
-            jax.ShapeDtypeStruct(
-                leaf.shape, leaf.dtype, sharding=NamedSharding(mesh, specs[path])
-            )
-        )
-    return jax.tree.unflatten(treedef, out)
-
 
 _CONSTRAINT = re.compile(r"\bsdy\.sharding_constraint\b|\bcustom_call @Sharding\(")
 """A sharding constraint in lowered StableHLO: Shardy's op, or GSPMD's custom call
@@ -112,8 +90,12 @@ def compile_request(
     *,
     topology: str | None = None,
     cache: bool = False,
+    program: ProgramKind = TRAIN,
 ) -> XlaReadings:
-    """Lower and compile the step on ``mesh``; XLA's readings of it.
+    """Lower and compile ``request``'s ``program`` on ``mesh``; XLA's readings.
+
+    The program is the training step unless ``program`` is another kind (see
+    :mod:`~nnx_introspect._step.program`).
 
     With ``trace_devices`` (a named target's compile-only devices, in its
     child process), the model is traced with JAX's device lookups answering
@@ -141,13 +123,13 @@ def compile_request(
     start = time.perf_counter()
     fallback: str | None = None
     try:
-        lowered, seen, names = _lower(request, mesh, plan, trace_devices)
+        lowered, seen, names = _lower(request, mesh, plan, trace_devices, program)
     except (_ModelError, _LossError, _OptimizerError) as error:
         auto = _auto_mesh(mesh)
         if auto is None:
             _raise_as_argument_error(request, error)
         try:
-            lowered, seen, names = _lower(request, auto, plan, trace_devices)
+            lowered, seen, names = _lower(request, auto, plan, trace_devices, program)
         except (_ModelError, _LossError, _OptimizerError) as auto_error:
             _raise_as_argument_error(request, auto_error)
         fallback = (
@@ -156,7 +138,9 @@ def compile_request(
             "`.abstract_mesh` would be"
         )
         mesh = auto
-    readings = _compile_or_recall(request, lowered, mesh, start, names, topology, cache)
+    readings = _compile_or_recall(
+        lowered, mesh, start, names, topology, cache, breakdown=request.breakdown
+    )
     warnings = readings.warnings
     if fallback is not None:
         warnings = (*warnings, f"`mesh`: {fallback}.")
@@ -170,22 +154,26 @@ def compile_request(
 
 
 def _compile_or_recall(
-    request: Request,
     lowered: Any,
     mesh: Mesh,
     start: float,
     names: "_Names",
     topology: str | None,
     cache: bool,
+    *,
+    breakdown: bool,
 ) -> XlaReadings:
-    """The compile's readings: from the cache when it holds them, else compiled."""
+    """The compile's readings: from the cache when it holds them, else compiled.
+
+    With ``breakdown``, XLA's dumps are read into a breakdown of the peak.
+    """
     key = None
     if cache_enabled(cache):
         described = None
         if topology is not None:
             described = [topology, repr(resolve_topology(topology))]
-        extra: dict[str, Any] = {"breakdown": request.breakdown}
-        if request.breakdown:  # the breakdown names the arguments by path
+        extra: dict[str, Any] = {"breakdown": breakdown}
+        if breakdown:  # the breakdown names the arguments by path
             extra |= {
                 "arguments": [repr(a) for a in names.arguments],
                 "outputs": list(names.outputs),
@@ -199,7 +187,7 @@ def _compile_or_recall(
             return dataclasses.replace(
                 hit.readings, compile_seconds=seconds, cached=hit.compiled_on
             )
-    if request.breakdown:
+    if breakdown:
         readings = _compile_with_breakdown(lowered, mesh, start, names)
     else:
         readings = compile_lowered(lowered, mesh, start)
@@ -304,44 +292,33 @@ _XLA_TYPES = {
 }
 
 
-def _state_paths(state: Any, prefix: str = "") -> list[str]:
-    return [prefix + record.path_str for record in inventory(state)]
-
-
-def _names(
-    params: Any,
-    rest: Any,
-    opt_state: Any,
-    n_batch: int,
-    outputs: Sequence[str],
-    lowered: Any,
-) -> _Names:
-    """Each entry parameter's path and kind, each output leaf's name."""
-    optimizer: list[str] = []
-    if opt_state is not None:
-        optimizer = [
-            "optimizer/" + path_str(("opt_state", *keypath_keys(keypath)))
-            for keypath, _ in jax.tree_util.tree_flatten_with_path(opt_state)[0]
-        ] + ["optimizer/step"]
-    arguments = argument_leaves(
-        _state_paths(params), _state_paths(rest), optimizer, n_batch
-    )
-    out_names = []
+def _output_names(outputs: Sequence[str], lowered: Any) -> tuple[str, ...]:
+    """Each output leaf's name: its top-level output's, then its path."""
+    names = []
     for keypath, _ in jax.tree_util.tree_flatten_with_path(lowered.out_info)[0]:
         keys = keypath_keys(keypath)
         if len(keys) > 1 and keys[-1] == "value":  # an nnx.Variable's array
             keys = keys[:-1]
         group = outputs[int(keys[0])] if keys and str(keys[0]).isdigit() else "output"
         rest_path = path_str(keys[1:]) if len(keys) > 1 else ""
-        out_names.append(f"{group} {rest_path}".strip())
+        names.append(f"{group} {rest_path}".strip())
+    return tuple(names)
+
+
+def _names(program: Program, lowered: Any) -> _Names:
+    """Each entry parameter's path and kind (its group's role), each output's name."""
     gradient_types = frozenset(
         (
             _XLA_TYPES.get(jnp.dtype(leaf.dtype).name, jnp.dtype(leaf.dtype).name),
             tuple(leaf.sharding.shard_shape(leaf.shape)),
         )
-        for leaf in jax.tree.leaves(nnx.filter_state(params, differentiable))
+        for leaf in jax.tree.leaves(program.differentiated)
     )
-    return _Names(arguments, tuple(out_names), gradient_types)
+    return _Names(
+        program.argument_leaves(),
+        _output_names(program.outputs, lowered),
+        gradient_types,
+    )
 
 
 def _lower(
@@ -349,26 +326,17 @@ def _lower(
     mesh: Mesh,
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,
+    program: ProgramKind = TRAIN,
 ) -> tuple[Any, str, _Names]:
-    """The step lowered on ``mesh``, the platform the model saw, and its names.
+    """``request``'s ``program`` lowered on ``mesh``, the platform seen, names.
 
     Raises the private errors of a failed trace.
     """
-    model = rematerialised(request.model, request.remat)
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
-    graphdef, *states = nnx.split(model, nnx.Param, ...)
-    params = _shard_state(states[0], specs, "", mesh)
-    rest = _shard_state(states[1], specs, "", mesh)
-    batch = tuple(
-        jax.ShapeDtypeStruct(b.shape, b.dtype, sharding=NamedSharding(mesh, s))
-        for b, s in zip(request.batch, request.batch_specs, strict=True)
-    )
-    program = training_program(request, mesh, graphdef, (params, rest, batch), specs)
-    jitted, args, groups = program.jitted, program.args, program.groups
+    built = program.build(request, mesh, specs)
     with (
         _mesh_contexts(mesh, request.logical_rules),
         devices_seen_as(trace_devices) as seen,
     ):
-        lowered = jitted.lower(*args)
-    names = _names(params, rest, program.opt_state, len(batch), groups, lowered)
-    return lowered, seen, names
+        lowered = built.jitted.lower(*built.args)
+    return lowered, seen, _names(built, lowered)

@@ -1,12 +1,13 @@
 """The training step as a program: what is lowered, apart from how it compiles.
 
-:func:`training_program` builds the jitted step of a request (the forward
-pass; with a loss, the backward; with an optimizer, the update) with its
-abstract, sharded arguments and the names of its output groups;
+:func:`build` builds the jitted step of a request (the forward pass; with
+a loss, the backward; with an optimizer, the update) as a
+:class:`~nnx_introspect._step.program.Program`: its abstract, sharded
+arguments grouped by role and the names of its outputs. It is the program
+kind :data:`TRAIN` (``"train"``) of :mod:`~nnx_introspect._step.registry`;
 :mod:`~nnx_introspect._step.compile` lowers and compiles whatever it returns.
 """
 
-import dataclasses
 from collections.abc import Callable, Mapping
 from typing import Any
 
@@ -26,10 +27,20 @@ from nnx_introspect._step.loss import (
     _objective,
     _OptimizerError,
 )
+from nnx_introspect._step.options import rematerialised
+from nnx_introspect._step.program import (
+    ArgumentGroup,
+    Program,
+    ProgramKind,
+    batch_group,
+    sharded_batch,
+    sharded_model_state,
+    state_group,
+)
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["TrainingProgram", "training_program"]
+__all__ = ["TRAIN", "build", "differentiable"]
 
 
 def _optimizer_state(
@@ -276,47 +287,42 @@ def _update(
         ) from error
 
 
-@dataclasses.dataclass(frozen=True)
-class TrainingProgram:
-    """What one training step lowers: the jitted function and its arguments.
-
-    ``args`` are the abstract arguments with their shardings, in the order
-    ``jitted`` takes them; ``groups`` name its outputs in order (the
-    breakdown's output kinds); ``opt_state`` is the optimizer state among
-    ``args`` (``None`` without an optimizer).
-    """
-
-    jitted: Any
-    args: tuple[Any, ...]
-    groups: tuple[str, ...]
-    opt_state: Any = None
+def _optimizer_group(opt_state: Any) -> ArgumentGroup:
+    """The optimizer's arguments: its state's leaves by plan path, then the step."""
+    paths = [
+        "optimizer/" + path_str(("opt_state", *keypath_keys(keypath)))
+        for keypath, _ in jax.tree_util.tree_flatten_with_path(opt_state)[0]
+    ]
+    return ArgumentGroup("optimizer state", (*paths, "optimizer/step"))
 
 
-def training_program(
-    request: Request,
-    mesh: Mesh,
-    graphdef: Any,
-    state: tuple[Any, Any, tuple[Any, ...]],
-    specs: Mapping[str, PartitionSpec],
-) -> TrainingProgram:
+def build(request: Request, mesh: Mesh, specs: Mapping[str, PartitionSpec]) -> Program:
     """The program a step of ``request`` is: forward, with backward, with update.
 
-    ``state`` is the sharded ``(params, other state, batch)``; ``specs`` the
-    plan's spec of every leaf by path (the optimizer's state takes its own).
+    ``specs`` is the plan's spec of every leaf by path (the optimizer's state
+    takes its own); the model is rematerialised as ``request.remat`` says.
     """
-    params, rest, batch = state
+    model = rematerialised(request.model, request.remat)
+    graphdef, params, rest = sharded_model_state(model, specs, mesh)
+    batch = sharded_batch(request.batch, request.batch_specs, mesh)
     tx, loss = request.tx, request.loss
+    model_groups = (state_group("parameter", params), state_group(_OTHER, rest))
+    differentiated = nnx.filter_state(params, differentiable)
     if loss is None:
-        return TrainingProgram(_forward(graphdef), (params, rest, batch), ("output",))
+        jitted = _forward(graphdef)
+        groups: tuple[ArgumentGroup, ...] = (*model_groups, batch_group(batch))
+        args: tuple[Any, ...] = (params, rest, batch)
+        return Program(jitted, args, groups, ("output",), differentiated)
     if tx is None:
         jitted = _backward(graphdef, _objective(loss), params, rest, request, mesh)
-        groups: tuple[str, ...] = ("loss", "aux", "gradients", "new other state")
-        return TrainingProgram(jitted, (params, rest, batch), groups)
+        outputs: tuple[str, ...] = ("loss", "aux", "gradients", "new other state")
+        groups = (*model_groups, batch_group(batch))
+        return Program(jitted, (params, rest, batch), groups, outputs, differentiated)
     opt_state, step = _optimizer_state(tx, params, specs, mesh)
     jitted = _train(
         graphdef, _objective(loss), tx, (params, rest, opt_state, step), request
     )
-    groups = (
+    outputs = (
         "loss",
         "aux",
         "new parameters",
@@ -324,6 +330,17 @@ def training_program(
         "new optimizer state",
         "new optimizer step",
     )
-    return TrainingProgram(
-        jitted, (params, rest, opt_state, step, batch), groups, opt_state
-    )
+    groups = (*model_groups, _optimizer_group(opt_state), batch_group(batch))
+    args = (params, rest, opt_state, step, batch)
+    return Program(jitted, args, groups, outputs, differentiated)
+
+
+_OTHER = "other model state"
+
+TRAIN = ProgramKind(
+    "train",
+    build,
+    "the training step: the forward pass; with a loss, the backward; with an "
+    "optimizer, the update",
+)
+"""The training step, as ``"train"`` names it in a child's request."""
