@@ -7,11 +7,23 @@ import sys
 from pathlib import Path
 from typing import Any
 
+import flax
 import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import nnx
+
+# google-tunix (an optional test dependency) sets flax's global
+# `flax_always_shard_variable` to False when its models are imported
+# (tunix/utils/env_utils.py): every later test in that worker would build
+# annotated variables unsharded. Each test starts from flax's own setting.
+_FLAX_SHARD_VARIABLE = flax.config.flax_always_shard_variable
+
+
+@pytest.fixture(autouse=True)
+def _flax_config_as_flax_sets_it() -> None:
+    flax.config.update("flax_always_shard_variable", _FLAX_SHARD_VARIABLE)
 
 
 class BNDropoutMLP(nnx.Module):
