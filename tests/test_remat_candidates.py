@@ -15,6 +15,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
+import nnx_introspect._llama as _llama
+import nnx_introspect._step.train as _train
 from nnx_introspect import abstract_model, step_memory_report
 from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._breakdown.rows import row_from_json, row_json
@@ -25,6 +27,7 @@ from nnx_introspect._search.fit.layers import (
     remat_candidates,
 )
 from nnx_introspect._xla.dump import SourceLocation
+from nnx_introspect._xla.hlo.frames import user_frames
 
 D, A, F, BATCH, BLOCKS = 64, 96, 160, 256, 3
 
@@ -209,3 +212,14 @@ def test_which_frames_count(model: Any) -> None:
             " 14 B kept at the peak)",
         )
     ]
+
+
+def test_the_examples_llama_is_model_code() -> None:
+    """Frames of ``_llama.py`` (the examples' model) are the user's; the step's are not.
+
+    Without them no example Llama's breakdown names a remat candidate (its
+    kept rows' stacks would hold no ``LlamaLayer.__call__`` frame).
+    """
+    layer = SourceLocation(_llama.__file__, 300, "LlamaLayer.__call__")
+    step = SourceLocation(_train.__file__, 10, "train_step")
+    assert user_frames((step, layer, step)) == (layer,)

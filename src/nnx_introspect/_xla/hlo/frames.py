@@ -118,13 +118,22 @@ _OWN: Final = os.path.dirname(
 """This library's package directory (``.../nnx_introspect``)."""
 
 
+_MODEL_CODE: Final = frozenset({"_llama.py"})
+"""Private modules that hold model code (the examples' Llama), not the step's."""
+
+
 @functools.cache
 def _in_private(file: str) -> bool:
-    """Whether ``file`` is one of this library's private modules (``_step/...``)."""
+    """Whether ``file`` is one of this library's private modules (``_step/...``).
+
+    The examples' model code (``_llama.py``) is the user's side of the step,
+    not the step built around it: its frames are kept.
+    """
     path = os.path.realpath(file)
     if not path.startswith(os.path.join(_OWN, "")):
         return False
-    return os.path.relpath(path, _OWN).startswith("_")
+    relative = os.path.relpath(path, _OWN)
+    return relative.startswith("_") and relative not in _MODEL_CODE
 
 
 @functools.cache
