@@ -685,7 +685,7 @@ def test_classify_bad_input() -> None:
     with pytest.raises(ValueError, match="`held_bytes` must be a non-negative"):
         classify(peak, [ArgumentLeaf(3, "a", "batch")], held_bytes=-1)
     with pytest.raises(ValueError, match="`kind` must be one of"):
-        ArgumentLeaf(0, "w", "weights")
+        ArgumentLeaf(0, "w", "biases")
     with pytest.raises(ValueError, match="`n_batch` must be a non-negative"):
         argument_leaves([], [], [], -1)
     breakdown = classify(peak, [ArgumentLeaf(3, "a", "batch")], held_bytes=8)

@@ -9,6 +9,7 @@ remat_candidates` must see through.
 
 from typing import Any
 
+import flax
 import jax.numpy as jnp
 import optax
 from flax import nnx
@@ -30,8 +31,19 @@ TINY = llama3.ModelConfig(
 
 
 def tiny_llama3(rngs: nnx.Rngs) -> Any:
-    """tunix's ``Llama3`` with :data:`TINY`'s sizes."""
-    return llama3.Llama3(TINY, rngs=rngs)
+    """tunix's ``Llama3`` with :data:`TINY`'s sizes.
+
+    Built as tunix builds it: importing tunix's models turns flax's
+    ``flax_always_shard_variable`` off (annotations kept as metadata, no mesh
+    needed); the test suite restores flax's own setting before each test, so
+    this sets tunix's for the construction only.
+    """
+    before = flax.config.flax_always_shard_variable
+    flax.config.update("flax_always_shard_variable", False)
+    try:
+        return llama3.Llama3(TINY, rngs=rngs)
+    finally:
+        flax.config.update("flax_always_shard_variable", before)
 
 
 def lm_loss(model: Any, batch: tuple[Any, ...]) -> Any:
