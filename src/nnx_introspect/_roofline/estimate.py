@@ -33,15 +33,13 @@ Which links an axis spans:
 """
 
 import dataclasses
-import itertools
 import math
 from collections.abc import Mapping
 from typing import Any
 
-import numpy as np
-
 from nnx_introspect._accelerators.hardware import DTYPE_ALIASES, Hardware
 from nnx_introspect._roofline.checks import checked_peak
+from nnx_introspect._roofline.links import gpu_in_host, ici_links, torus_assignment
 from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
@@ -350,66 +348,6 @@ def _duration(seconds: float) -> str:
 # --- Links -----------------------------------------------------------------------
 
 
-def _gpu_in_host(
-    hardware: Hardware, mesh_axes: tuple[tuple[str, int], ...], axes: tuple[str, ...]
-) -> bool:
-    """Whether every group of devices varying ``axes`` stays within one host.
-
-    Devices are numbered host-major (``gpus_per_host`` consecutive ids per
-    host) and the mesh is row-major over them.
-    """
-    per_host = hardware.gpus_per_host or 1
-    names = [name for name, _ in mesh_axes]
-    sizes = [size for _, size in mesh_axes]
-    host = (np.arange(math.prod(sizes)) // per_host).reshape(sizes)
-    moved = [names.index(a) for a in axes]
-    groups = np.moveaxis(host, moved, list(range(-len(moved), 0)))
-    groups = groups.reshape(-1, math.prod(sizes[i] for i in moved))
-    return bool((groups == groups[:, :1]).all())
-
-
-def _torus_assignment(
-    dims: tuple[int, ...], sizes: tuple[int, ...]
-) -> tuple[tuple[int, ...], ...] | None:
-    """Each mesh axis's torus dims by JAX's greedy rule, or ``None`` if none fits.
-
-    The rule of ``jax._src.mesh_utils._create_device_mesh_for_nd_torus`` (what
-    ``topologies.make_mesh`` uses on a TPU slice): axes from the last to the
-    first, each onto the largest set of still-free dims (of the 3D physical
-    mesh, a 2D slice's third being 1) whose sizes multiply to the axis's size.
-    """
-    free = list(dims) + [1] * (3 - len(dims))
-    assignment: list[tuple[int, ...]] = [() for _ in sizes]
-    for index in reversed(range(len(sizes))):
-        found: tuple[int, ...] | None = None
-        for count in range(len(free), 0, -1):
-            for combo in itertools.combinations(range(len(free)), count):
-                if math.prod(free[d] for d in combo) == sizes[index]:
-                    found = combo
-                    break
-            if found is not None:
-                break
-        if found is None:
-            if sizes[index] > 1:
-                return None
-            continue
-        assignment[index] = found
-        for d in found:
-            free[d] = 0
-    return tuple(assignment)
-
-
-def _ici_links(hardware: Hardware, torus_dims: set[int]) -> int:
-    """Links' worth a ring over ``torus_dims`` uses: 2 per wrapped dim, else 1."""
-    links = 0
-    for d in torus_dims:
-        if d >= len(hardware.torus_dims) or hardware.torus_dims[d] == 1:
-            continue
-        wraps = hardware.wraparound[d] and hardware.torus_dims[d] > 2
-        links += 2 if wraps else 1
-    return max(links, 1)
-
-
 def _comm_term(
     hardware: Hardware,
     mesh_axes: tuple[tuple[str, int], ...],
@@ -422,7 +360,7 @@ def _comm_term(
     group = math.prod(sizes[a] for a in axes)
     names = [name for name, _ in mesh_axes]
     if hardware.platform == "cuda":
-        in_host = _gpu_in_host(hardware, mesh_axes, axes)
+        in_host = gpu_in_host(hardware, mesh_axes, axes)
         link = "nvlink" if in_host else "network"
         if in_host:
             gpu_rate = hardware.nvlink_bytes_per_second
@@ -441,7 +379,7 @@ def _comm_term(
             dims.update(assignment[names.index(a)])
     torus = hardware.torus_dims
     spanned = tuple(sorted(d for d in dims if d < len(torus) and torus[d] > 1))
-    links = _ici_links(hardware, dims) if assignment is not None else 1
+    links = ici_links(hardware, dims) if assignment is not None else 1
     ici_rate = float(links * per_link)
     seconds = wire_bytes / ici_rate
     return CommTerm(axes, group, wire_bytes, "ici", links, ici_rate, seconds, spanned)
@@ -647,7 +585,7 @@ def roofline(
     names_sizes = tuple(size for _, size in mesh_axes)
     assignment = None
     if hardware.platform == "tpu":
-        assignment = _torus_assignment(hardware.torus_dims, names_sizes)
+        assignment = torus_assignment(hardware.torus_dims, names_sizes)
     comm = tuple(
         _comm_term(hardware, mesh_axes, assignment, axes, wire)
         for axes, wire in comm_bytes_by_axis.items()
