@@ -308,8 +308,8 @@ class FitSearch(Report):
         if self.layer is None:
             return f"Remat: no layer to rematerialise ({self.layer_basis})."
         others = [(n, b) for n, b in self.candidates if n != self.layer]
-        tried = "".join(f" Also tried: {n} ({b})." for n, b in others)
-        return f"Remat: {self.layer} ({self.layer_basis}).{tried}"
+        tried = "".join(f" Also tried: {_named(n, b)}." for n, b in others)
+        return f"Remat: {_named(self.layer, self.layer_basis)}.{tried}"
 
     def json_data(self) -> dict[str, Any]:
         """The search as JSON data."""
@@ -372,3 +372,13 @@ def _leading_rows(batch: tuple[str, ...]) -> int | None:
         return None
     dims = batch[0].split("[", 1)[1].rstrip("]").split(",")
     return int(dims[0]) if dims and dims[0].strip().isdigit() else None
+
+
+def _named(name: str, basis: str) -> str:
+    """``"X: 1 GiB of kept ..."`` as it is, else ``"X (basis)"``: the name once.
+
+    Example:
+        >>> _named("Block", "Block: 1 KiB of kept activations"), _named("B", "why")
+        ('Block: 1 KiB of kept activations', 'B (why)')
+    """
+    return basis if basis.startswith(f"{name}: ") else f"{name} ({basis})"
