@@ -38,7 +38,7 @@ def compiled() -> tuple[Any, Breakdown]:
 
 
 def test_decoder_layer_first_by_its_subtree(compiled: tuple[Any, Breakdown]) -> None:
-    from tunix.models.llama3 import model as llama3  # type: ignore[import-untyped]
+    from tunix.models.llama3 import model as llama3
 
     model, breakdown = compiled
     file = inspect.getsourcefile(llama3.Attention.__call__)

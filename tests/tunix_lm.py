@@ -12,8 +12,14 @@ from typing import Any
 import flax
 import jax.numpy as jnp
 import optax
+import pytest
 from flax import nnx
-from tunix.models.llama3 import model as llama3  # type: ignore[import-untyped]
+
+# pytest imports this module for its doctests too (--doctest-modules): without
+# tunix it is skipped, not an error
+pytest.importorskip("tunix")
+
+from tunix.models.llama3 import model as llama3
 
 TINY = llama3.ModelConfig(
     num_layers=4,
