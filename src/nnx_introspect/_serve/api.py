@@ -4,18 +4,9 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._serve.breakdown import (
-    compile_with_breakdown,
-    serve_leaves,
-    serve_outputs,
-)
-from nnx_introspect._serve.programs import (
-    compile_program,
-    program_args,
-    programs,
-    serve_inputs,
-    serve_mesh,
-)
+from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._serve.child import serve_readings
+from nnx_introspect._serve.compile import PROGRAMS, ServeReadings
 from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import serve_time
@@ -25,7 +16,12 @@ from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 from nnx_introspect._xla.readings import XlaReadings
 
-__all__ = ["measure_serve", "program_memory", "serve_memory_report"]
+__all__ = [
+    "measure_serve",
+    "program_memory",
+    "serve_memory_report",
+    "serve_program",
+]
 
 
 def program_memory(numbers: XlaReadings, budget: Budget, planned: int) -> StepMemory:
@@ -69,48 +65,51 @@ def _wire(
     return tuple((tuple(axes), int(wire)) for axes, _, wire in figures)
 
 
-def measure_serve(spec: ServeSpec, *, breakdown: bool = False) -> ServeMemoryReport:
+def serve_program(
+    name: str,
+    spec: ServeSpec,
+    readings: ServeReadings,
+    where: str = "this process",
+) -> ServeProgram:
+    """Program ``name``'s figures, from its readings."""
+    numbers = readings.program(name)
+    planned = readings.weights_bytes + readings.kv_cache_bytes
+    found = numbers.breakdown
+    return ServeProgram(
+        name=name,
+        sequences=spec.sequences if name == "decode" else spec.prefill_sequences,
+        tokens=1 if name == "decode" else spec.prompt,
+        weights_bytes=readings.weights_bytes,
+        kv_cache_bytes=readings.kv_cache_bytes,
+        memory=program_memory(numbers, spec.budget, planned),
+        flops=numbers.flops,
+        warnings=tuple(numbers.warnings),
+        compile_seconds=float(numbers.compile_seconds),
+        bytes_accessed=numbers.bytes_accessed,
+        wire_bytes=_wire(numbers.collective_wire_bytes),
+        matmul_dtype=numbers.matmul_dtype,
+        breakdown=None if found is None else Breakdown.from_json_data(found),
+        breakdown_error=numbers.breakdown_error,
+        cached=numbers.cached,
+        compiled_in=where,
+    )
+
+
+def measure_serve(
+    spec: ServeSpec, *, breakdown: bool = False, cache: bool = True
+) -> ServeMemoryReport:
     """Build, compile and read both serving programs of ``spec``.
 
     Every problem of the cache's split (sequences over the data-parallel axes,
     KV heads over ``tp``) is raised before anything is compiled. With
     ``breakdown``, each program's buffers at its peak are classified too.
+    With ``cache``, a program compiled before is read from the cache of
+    compile results. A named topology compiles in a child process
+    (:func:`~nnx_introspect._serve.child.serve_readings`).
     """
     start_backends_quietly()
-    mesh, trace_devices = serve_mesh(spec)
-    inputs = serve_inputs(spec, mesh)
-    jitted = programs(inputs, spec)
-    found: dict[str, ServeProgram] = {}
-    backend = "cpu"
-    for name in ("prefill", "decode"):
-        args = program_args(inputs, spec, mesh, name)
-        peak = None
-        if breakdown:
-            leaves = serve_leaves(inputs, name)
-            numbers, peak = compile_with_breakdown(
-                jitted[name], args, mesh, trace_devices, leaves, serve_outputs(inputs)
-            )
-        else:
-            numbers = compile_program(jitted[name], args, mesh, trace_devices)
-        backend = numbers.backend
-        found[name] = ServeProgram(
-            name=name,
-            sequences=spec.sequences if name == "decode" else spec.prefill_sequences,
-            tokens=1 if name == "decode" else spec.prompt,
-            weights_bytes=inputs.weights_bytes,
-            kv_cache_bytes=inputs.kv_cache_bytes,
-            memory=program_memory(
-                numbers, spec.budget, inputs.weights_bytes + inputs.kv_cache_bytes
-            ),
-            flops=numbers.flops,
-            warnings=tuple(numbers.warnings),
-            compile_seconds=float(numbers.compile_seconds),
-            bytes_accessed=numbers.bytes_accessed,
-            wire_bytes=_wire(numbers.collective_wire_bytes),
-            matmul_dtype=numbers.matmul_dtype,
-            breakdown=peak,
-            breakdown_error=numbers.breakdown_error,
-        )
+    readings, where = serve_readings(spec, breakdown=breakdown, cache=cache)
+    found = {name: serve_program(name, spec, readings, where) for name in PROGRAMS}
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(
         target=target,
@@ -121,11 +120,11 @@ def measure_serve(spec: ServeSpec, *, breakdown: bool = False) -> ServeMemoryRep
         prompt=spec.prompt,
         weights=spec.options.weights,
         kv_cache=spec.options.kv_cache,
-        kv_bytes_per_token=inputs.kv_bytes_per_token,
+        kv_bytes_per_token=readings.kv_bytes_per_token,
         prefill=found["prefill"],
         decode=found["decode"],
         budget=spec.budget,
-        backend=backend,
+        backend=readings.program("decode").backend,
         time=serve_time(
             spec.topology,
             spec.mesh_axes,
@@ -153,6 +152,7 @@ def serve_memory_report(
     init_cache: Any = None,
     decode: Any = None,
     breakdown: Any = False,
+    cache: Any = True,
 ) -> ServeMemoryReport:
     """Prefill and decode memory per device, compiled for the target without it.
 
@@ -191,6 +191,10 @@ def serve_memory_report(
             ``weights``, the ``KV cache``, the tokens, the ``logits`` output,
             activations (``temporary``) and collective buffers, by source
             line, as a training step's breakdown.
+        cache: Read a program compiled before for the same target, mesh,
+            shapes, dtypes and versions from the cache of compile results
+            (``~/.cache/nnx-introspect``; ``NNX_INTROSPECT_CACHE=off`` turns
+            it off too): the report says "from the cache (compiled on DATE)".
 
     Returns:
         The :class:`ServeMemoryReport`.
@@ -227,8 +231,7 @@ def serve_memory_report(
         max_device_bytes,
         options,
     )
-    if not isinstance(breakdown, bool):
-        raise ArgumentError(
-            "breakdown", f"`breakdown` must be True or False, got {breakdown!r}."
-        )
-    return measure_serve(spec, breakdown=breakdown)
+    for name, value in (("breakdown", breakdown), ("cache", cache)):
+        if not isinstance(value, bool):
+            raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
+    return measure_serve(spec, breakdown=breakdown, cache=cache)

@@ -1,30 +1,22 @@
 """The buffers at a serving program's peak: weights, KV cache, logits, the rest.
 
-A serving program compiled with XLA's dump is read as a training step's is
-(:func:`~nnx_introspect._xla.dump.read_peak`) and its buffers classified by
-the same rules (:func:`~nnx_introspect._breakdown.report.classify`): its
+A serving program compiled with XLA's dump is read as a training step's is,
+by the same code (:func:`~nnx_introspect._step.compile.compile_or_recall`),
+with the names this module gives its arguments and outputs: its
 entry parameters are the served ``weights``, the ``KV cache`` (donated) and
 the tokens and positions (``batch``); its outputs the ``logits`` and the new
 ``KV cache`` leaves; what the forward pass makes is a ``temporary`` (activations:
 there is no backward pass to keep them for) or a collective's buffer.
 """
 
-import dataclasses
-import shutil
-import tempfile
-import time
 from typing import Any
 
 import jax
 
-from nnx_introspect._breakdown.report import ArgumentLeaf, Breakdown, classify
-from nnx_introspect._render.formats import error_line
-from nnx_introspect._serve.programs import Inputs, lower_program
-from nnx_introspect._xla.analysis import compile_lowered
-from nnx_introspect._xla.dump import DumpFormatError, read_peak
-from nnx_introspect._xla.readings import XlaReadings
+from nnx_introspect._breakdown.report import ArgumentLeaf
+from nnx_introspect._serve.programs import Inputs
 
-__all__ = ["compile_with_breakdown", "serve_leaves", "serve_outputs"]
+__all__ = ["serve_leaves", "serve_outputs"]
 
 
 def _key(entry: Any) -> str:
@@ -71,45 +63,3 @@ def serve_outputs(inputs: Inputs) -> tuple[str, ...]:
         ('logits', 'KV cache layer_0/k', 'KV cache layer_0/v')
     """
     return ("logits", *(f"KV cache {path}" for path in _paths(inputs.cache)))
-
-
-def compile_with_breakdown(
-    jitted: Any,
-    args: tuple[Any, ...],
-    mesh: Any,
-    trace_devices: list[Any] | None,
-    leaves: tuple[ArgumentLeaf, ...],
-    outputs: tuple[str, ...],
-) -> tuple[XlaReadings, Breakdown | None]:
-    """XLA's numbers for the program and the breakdown of its peak.
-
-    A breakdown that cannot be made (a compile refused for memory assigns no
-    buffers; a dump this jaxlib's reader does not know) is
-    the readings' ``breakdown_error`` and ``None``, never an exception.
-    """
-    start = time.perf_counter()
-    lowered = lower_program(jitted, args, mesh, trace_devices)
-    directory = tempfile.mkdtemp(prefix="nnx-introspect-serve-dump-")
-    try:
-        numbers = compile_lowered(lowered, mesh, start, dump_to=directory)
-        if numbers.out_of_memory:
-            why = (
-                "the compiler refused the program for memory, so it assigned "
-                "no buffers to break down"
-            )
-            return dataclasses.replace(numbers, breakdown_error=why), None
-        try:
-            peak = read_peak(directory, backend=numbers.backend)
-            held = (
-                (numbers.argument_bytes or 0)
-                + (numbers.output_bytes or 0)
-                + (numbers.temp_bytes or 0)
-                - (numbers.alias_bytes or 0)
-            )
-            found = classify(peak, leaves, held_bytes=held, outputs=outputs)
-        except (DumpFormatError, ValueError) as error:
-            why = error_line(error)
-            return dataclasses.replace(numbers, breakdown_error=why), None
-        return numbers, found
-    finally:
-        shutil.rmtree(directory, ignore_errors=True)

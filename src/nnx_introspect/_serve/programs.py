@@ -1,15 +1,14 @@
-"""The serving programs: prefill and decode, built, lowered and compiled on a mesh.
+"""The serving programs: prefill and decode, built and lowered on a mesh.
 
 Both take the served weights and the KV cache (donated: its buffers are the
 output cache's) and are compiled as a server's ``jax.jit`` would compile them;
 XLA's memory and cost analyses are read as for a training step
-(:func:`~nnx_introspect._xla.analysis.compile_lowered`).
+(:mod:`~nnx_introspect._serve.compile` compiles what this module lowers).
 """
 
 import contextlib
 import dataclasses
 import math
-import time
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -35,12 +34,18 @@ from nnx_introspect._serve.spec import (
 # the module by name until it exports devices_seen_as
 from nnx_introspect._step import platform as step_platform
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
-from nnx_introspect._xla.readings import XlaReadings
 from nnx_introspect._xla.toolchain import topology_mesh
 
-__all__ = ["Inputs", "compile_program", "serve_inputs", "serve_mesh"]
+__all__ = [
+    "Inputs",
+    "check_cache_path",
+    "lower_program",
+    "program_args",
+    "programs",
+    "serve_inputs",
+    "serve_mesh",
+]
 
 _CONVENTIONS = (
     "the model's own `init_cache(sequences, context, dtype)` with "
@@ -240,14 +245,24 @@ def _weights(spec: ServeSpec, model: Any, mesh: Mesh) -> tuple[Any, Any, int]:
     return graphdef, jax.tree.unflatten(treedef, out), total
 
 
-def serve_inputs(spec: ServeSpec, mesh: Mesh) -> Inputs:
-    """The programs' abstract arguments; every cache problem raised first."""
-    model = spec.model
-    cache = _abstract_cache(spec, model)
+def check_cache_path(spec: ServeSpec) -> tuple[Any, Callable[..., Any]]:
+    """The abstract cache and the model's call; the first cache problem raised.
+
+    A model with no cache path, a cache of the wrong layout, sequences or KV
+    heads that do not split over the mesh: each an
+    :class:`~nnx_introspect._typing.ArgumentError`, before any mesh is made.
+    """
+    cache = _abstract_cache(spec, spec.model)
     problems = cache_problems(cache, spec)
     if problems:
         raise problems[0]
-    call = _caller(spec, model)
+    return cache, _caller(spec, spec.model)
+
+
+def serve_inputs(spec: ServeSpec, mesh: Mesh) -> Inputs:
+    """The programs' abstract arguments; every cache problem raised first."""
+    model = spec.model
+    cache, call = check_cache_path(spec)
     graphdef, weights, weights_bytes = _weights(spec, model, mesh)
     sharded, kv_bytes, per_token = [], 0, 0
     leaves, treedef = jax.tree.flatten(cache)
@@ -363,12 +378,3 @@ def lower_program(
                 f"{error_line(error)}. "
                 f"Accepted: {_CONVENTIONS}.",
             ) from None
-
-
-def compile_program(
-    jitted: Any, args: tuple[Any, ...], mesh: Mesh, trace_devices: list[Any] | None
-) -> XlaReadings:
-    """XLA's readings of ``jitted`` on ``mesh`` (lowering time included)."""
-    start = time.perf_counter()
-    lowered = lower_program(jitted, args, mesh, trace_devices)
-    return compile_lowered(lowered, mesh, start)

@@ -7,6 +7,7 @@ from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
+from nnx_introspect._step.report_render import cached_date
 from nnx_introspect._step.step_records import StepMemory
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
@@ -34,6 +35,10 @@ class ServeProgram:
         breakdown: The buffers live at the program's peak, classified
             (``breakdown=True``), or ``None``.
         breakdown_error: Why a breakdown asked for could not be made.
+        cached: When the program was compiled (ISO 8601), if its readings
+            came from the cache of compile results, else ``None``.
+        compiled_in: Where it was compiled, in words (``"this process"``,
+            ``"a child process (h100-8)"``).
 
     Example:
         >>> from nnx_introspect._step.step_records import StepMemory
@@ -57,6 +62,8 @@ class ServeProgram:
     matmul_dtype: str | None = None
     breakdown: Breakdown | None = None
     breakdown_error: str | None = None
+    cached: str | None = None
+    compiled_in: str = "this process"
 
     @property
     def argument_bytes(self) -> int:
@@ -84,8 +91,14 @@ class ServeProgram:
         return self.memory.peak_bytes
 
     def json_data(self) -> dict[str, Any]:
-        """The figures as JSON data."""
-        return {
+        """The figures as JSON data.
+
+        ``"cached"`` (when it was compiled) only on a program from the cache
+        of compile results: a fresh one's JSON and a cached one's are equal
+        but for it and the timings.
+        """
+        cached = {} if self.cached is None else {"cached": self.cached}
+        return cached | {
             "name": self.name,
             "sequences": self.sequences,
             "tokens": self.tokens,
@@ -107,7 +120,25 @@ class ServeProgram:
             "matmul_dtype": self.matmul_dtype,
             "breakdown": None if self.breakdown is None else self.breakdown.json_data(),
             "breakdown_error": self.breakdown_error,
+            "compiled_in": self.compiled_in,
         }
+
+    def compiled_text(self) -> str:
+        """Where and when it was compiled, in words.
+
+        Example:
+            >>> from nnx_introspect._step.step_records import StepMemory
+            >>> program = ServeProgram("decode", 8, 1, 100, 40, StepMemory(1, 0, 0, 0),
+            ...                        None, compile_seconds=2.5)
+            >>> program.compiled_text()
+            'decode 2.5 s'
+        """
+        if self.cached is None:
+            return f"{self.name} {self.compile_seconds:.1f} s"
+        return (
+            f"{self.name} from the cache (compiled on {cached_date(self.cached)}; "
+            f"{self.compile_seconds:.1f} s to trace and look up)"
+        )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -303,6 +334,7 @@ class ServeMemoryReport(Report):
                     *self.time.basis,
                 ]
             ),
+            f"Compiled in {d.compiled_in}: {p.compiled_text()}, {d.compiled_text()}.",
             *sorted({w for x in (p, d) for w in x.warnings}),
         ]
         return Table(

@@ -13,13 +13,7 @@ from typing import Any
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.api import program_memory
-from nnx_introspect._serve.programs import (
-    compile_program,
-    program_args,
-    programs,
-    serve_inputs,
-    serve_mesh,
-)
+from nnx_introspect._serve.child import serve_readings
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
@@ -110,17 +104,18 @@ class ServeSearch(Report):
 
 
 def _decode_peak(spec: ServeSpec) -> tuple[int, bool, int]:
-    """The decode peak, whether it fits, and the cache's bytes per position."""
-    mesh, trace_devices = serve_mesh(spec)
-    inputs = serve_inputs(spec, mesh)
-    jitted = programs(inputs, spec)["decode"]
-    args = program_args(inputs, spec, mesh, "decode")
-    numbers = compile_program(jitted, args, mesh, trace_devices)
-    planned = inputs.weights_bytes + inputs.kv_cache_bytes
+    """The decode peak, whether it fits, and the cache's bytes per position.
+
+    Compiled where the spec's devices are (a topology's in a child process),
+    through the cache of compile results.
+    """
+    readings, _ = serve_readings(spec, ("decode",), cache=True)
+    numbers = readings.program("decode")
+    planned = readings.weights_bytes + readings.kv_cache_bytes
     memory = program_memory(numbers, spec.budget, planned)
     budget = spec.budget.bytes or 0
     fit = not memory.out_of_memory and memory.peak_bytes <= budget
-    return memory.peak_bytes, fit, inputs.kv_bytes_per_token
+    return memory.peak_bytes, fit, readings.kv_bytes_per_token
 
 
 def _predict(line: list[tuple[int, int]], budget: int, step: int) -> int:

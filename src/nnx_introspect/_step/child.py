@@ -22,7 +22,7 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
@@ -43,8 +43,11 @@ from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
     "MAX_CHILD_DEVICES",
+    "answer",
     "child_request",
+    "child_why",
     "run_child",
+    "run_child_json",
 ]
 
 MAX_CHILD_DEVICES = 2048
@@ -72,12 +75,26 @@ def child_request(
             unknown ``program``.
     """
     program_kind(program)  # a name the child knows
-    n, topology = spec.num_devices, spec.topology
+    why = child_why(spec.num_devices, spec.topology)
+    return step_json(spec, why) | {
+        "program": program,
+        "leaves": [_leaf_json(leaf) for leaf in plan.leaves],
+        "optimizer_leaves": [_leaf_json(leaf) for leaf in plan.optimizer_leaves],
+    }
+
+
+def child_why(n: int, topology: str | None, what: str = "step") -> str:
+    """Why a compile of ``n`` devices (or for ``topology``) runs in a child.
+
+    Raises:
+        ArgumentError: If the mesh needs more virtual CPU devices than a child
+            may use (``argument`` ``"mesh"``).
+    """
     if topology is None:
         present = jax.device_count()
         why = (
             f"the mesh needs {n} devices and this process has {present}, so the "
-            "step compiles in a child process with virtual CPU devices, which "
+            f"{what} compiles in a child process with virtual CPU devices, which "
             "rebuilds everything from names"
         )
     else:
@@ -93,11 +110,7 @@ def child_request(
             f"devices a child compile may use ({why}). Use a smaller mesh, or a "
             "TPU or GPU `topology` (XLA:TPU and XLA:GPU compile for any size here).",
         )
-    return step_json(spec, why) | {
-        "program": program,
-        "leaves": [_leaf_json(leaf) for leaf in plan.leaves],
-        "optimizer_leaves": [_leaf_json(leaf) for leaf in plan.optimizer_leaves],
-    }
+    return why
 
 
 def _leaf_json(leaf: LeafShard) -> list[Any]:
@@ -223,12 +236,22 @@ _ERRORS: dict[str, type[Exception]] = {  # an ArgumentError also sends "argument
 }
 
 
-def run_child(payload: dict[str, Any], n: int) -> XlaReadings:
+def run_child_json(
+    payload: dict[str, Any], n: int, module: str = "nnx_introspect._step"
+) -> tuple[dict[str, Any], str]:
+    """Run ``python -m module`` on ``payload``; its result's JSON and its stderr.
+
+    The child's environment is :func:`_child_env`'s; its one JSON line is
+    :func:`answer`'s. A bad-input answer is raised here as the error the child
+    raised (an :class:`~nnx_introspect._typing.ArgumentError` names its
+    argument); a crash or a timeout is a ``RuntimeError`` with the child's
+    last stderr line.
+    """
     topology = payload.get("topology")
     where = f"{n} virtual CPU devices" if topology is None else f"topology {topology!r}"
     try:
         done = subprocess.run(
-            [sys.executable, "-m", "nnx_introspect._step"],
+            [sys.executable, "-m", module],
             input=json.dumps(payload),
             capture_output=True,
             text=True,
@@ -254,24 +277,37 @@ def run_child(payload: dict[str, Any], n: int) -> XlaReadings:
         if "argument" in answer:  # a bad argument found in the child
             raise ArgumentError(answer["argument"], answer["message"])
         raise _ERRORS.get(answer["error"], RuntimeError)(answer["message"])
-    result = XlaReadings.from_json_data(answer["result"])
+    return answer["result"], done.stderr
+
+
+def run_child(payload: dict[str, Any], n: int) -> XlaReadings:
+    """A training-step child compile (:func:`child_request`'s); XLA's readings."""
+    data, stderr = run_child_json(payload, n)
+    result = XlaReadings.from_json_data(data)
     # The child's own native lines (plugin messages on import) and the
     # compiler's log: kept for `debug=True`, never written to this stderr.
-    log = "".join(part for part in (done.stderr, result.compiler_log) if part)
+    log = "".join(part for part in (stderr, result.compiler_log) if part)
     return dataclasses.replace(result, compiler_log=log)
 
 
-def main() -> int:
-    """Serve one request from stdin; the exit code."""
+def answer(handle: Callable[[Mapping[str, Any]], dict[str, Any]]) -> int:
+    """Serve one request from stdin with ``handle``; the exit code.
+
+    One JSON line on stdout: ``{"result": handle(request)}``, or the bad
+    input's error (its class's name, the message and, for an
+    :class:`~nnx_introspect._typing.ArgumentError`, the argument), which
+    :func:`run_child_json` raises again in the parent. Anything else is a
+    crash: a traceback on stderr and exit code 1.
+    """
     request = json.loads(sys.stdin.read())
-    answer: dict[str, Any]
+    reply: dict[str, Any]
     try:
-        answer = {"result": run_child_request(request).json_data()}
+        reply = {"result": handle(request)}
     except TargetError as error:
         message = f"`target`: {error}"
-        answer = {"error": "ValueError", "argument": "target", "message": message}
+        reply = {"error": "ValueError", "argument": "target", "message": message}
     except ArgumentError as error:  # a ValueError that names its argument
-        answer = {
+        reply = {
             "error": "ValueError",
             "argument": error.argument,
             "message": str(error),
@@ -280,6 +316,11 @@ def main() -> int:
         # By the base class the parent re-raises: JAX's TypeError subclasses
         # (TracerArrayConversionError...) stay TypeErrors, never RuntimeErrors.
         kind = next(k for k in _ERRORS if isinstance(error, _ERRORS[k]))
-        answer = {"error": kind, "message": str(error)}
-    sys.stdout.write(json.dumps(answer) + "\n")
+        reply = {"error": kind, "message": str(error)}
+    sys.stdout.write(json.dumps(reply) + "\n")
     return 0
+
+
+def main() -> int:
+    """Serve one training-step request from stdin; the exit code."""
+    return answer(lambda request: run_child_request(request).json_data())

@@ -40,6 +40,13 @@ from nnx_introspect._xla.cache import (
 from nnx_introspect._xla.dump import DumpFormatError, read_peak
 from nnx_introspect._xla.readings import XlaReadings
 
+__all__ = [
+    "ProgramNames",
+    "compile_or_recall",
+    "compile_request",
+    "count_sharding_constraints",
+]
+
 _CONSTRAINT = re.compile(r"\bsdy\.sharding_constraint\b|\bcustom_call @Sharding\(")
 """A sharding constraint in lowered StableHLO: Shardy's op, or GSPMD's custom call
 when Shardy is switched off (``jax_use_shardy_partitioner=False``)."""
@@ -138,7 +145,7 @@ def compile_request(
             "`.abstract_mesh` would be"
         )
         mesh = auto
-    readings = _compile_or_recall(
+    readings = compile_or_recall(
         lowered, mesh, start, names, topology, cache, breakdown=request.breakdown
     )
     warnings = readings.warnings
@@ -153,11 +160,11 @@ def compile_request(
     )
 
 
-def _compile_or_recall(
+def compile_or_recall(
     lowered: Any,
     mesh: Mesh,
     start: float,
-    names: "_Names",
+    names: "ProgramNames",
     topology: str | None,
     cache: bool,
     *,
@@ -165,7 +172,11 @@ def _compile_or_recall(
 ) -> XlaReadings:
     """The compile's readings: from the cache when it holds them, else compiled.
 
-    With ``breakdown``, XLA's dumps are read into a breakdown of the peak.
+    ``lowered`` is any program's (the training step's, a serving program's):
+    the cache key is its text without its callers' lines, the mesh, the
+    ``topology`` and, with ``breakdown``, the ``names`` the breakdown gives its
+    buffers. With ``breakdown``, XLA's dumps are read into a breakdown of the
+    peak (the readings' ``breakdown``, as JSON data).
     """
     key = None
     if cache_enabled(cache):
@@ -206,7 +217,7 @@ def _callers() -> set[tuple[str, int]]:
 
 
 def _compile_with_breakdown(
-    lowered: Any, mesh: Mesh, start: float, names: "_Names"
+    lowered: Any, mesh: Mesh, start: float, names: "ProgramNames"
 ) -> XlaReadings:
     """:func:`compile_lowered` with XLA's dumps read into a breakdown of the peak.
 
@@ -220,7 +231,7 @@ def _compile_with_breakdown(
         if readings.out_of_memory:
             return dataclasses.replace(
                 readings,
-                breakdown_error="the compiler refused the step for memory, so it "
+                breakdown_error="the compiler refused the program for memory, so it "
                 "assigned no buffers to break down",
             )
         try:
@@ -274,8 +285,14 @@ def _raise_as_argument_error(request: Request, error: Exception) -> NoReturn:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Names:
-    """What the step's flattened arguments and outputs are, for a breakdown."""
+class ProgramNames:
+    """What a program's flattened arguments and outputs are, for a breakdown.
+
+    ``arguments`` name and classify each entry parameter, ``outputs`` name
+    each flattened output, ``gradient_types`` are the ``(XLA type, shard
+    shape)`` pairs that mark a backward value as a gradient (empty for a
+    program without one).
+    """
 
     arguments: tuple[ArgumentLeaf, ...]
     outputs: tuple[str, ...]
@@ -305,7 +322,7 @@ def _output_names(outputs: Sequence[str], lowered: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _names(program: Program, lowered: Any) -> _Names:
+def _names(program: Program, lowered: Any) -> ProgramNames:
     """Each entry parameter's path and kind (its group's role), each output's name."""
     gradient_types = frozenset(
         (
@@ -314,7 +331,7 @@ def _names(program: Program, lowered: Any) -> _Names:
         )
         for leaf in jax.tree.leaves(program.differentiated)
     )
-    return _Names(
+    return ProgramNames(
         program.argument_leaves(),
         _output_names(program.outputs, lowered),
         gradient_types,
@@ -327,7 +344,7 @@ def _lower(
     plan: MeshConfigReport,
     trace_devices: Sequence[Any] | None = None,
     program: ProgramKind = TRAIN,
-) -> tuple[Any, str, _Names]:
+) -> tuple[Any, str, ProgramNames]:
     """``request``'s ``program`` lowered on ``mesh``, the platform seen, names.
 
     Raises the private errors of a failed trace.

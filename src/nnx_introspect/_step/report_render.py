@@ -28,6 +28,7 @@ from nnx_introspect._step.step_records import (
 __all__ = [
     "CPU_CAVEAT",
     "RenderedStep",
+    "cached_date",
     "options_text",
     "roofline_note",
     "step_json",

@@ -1,0 +1,170 @@
+"""Serving compiles in a child process, as a step's: :func:`serve_readings`.
+
+A named topology compiles in a child process (``python -m
+nnx_introspect._serve``) whose environment is the training step's child's
+(``JAX_PLATFORMS=cpu``, so the CUDA plugin makes compile-only devices; one
+CPU device, or the mesh's count of virtual CPU devices for a mesh larger
+than this process's): the same :func:`~nnx_introspect._step.child.run_child_json`
+starts it and the same :func:`~nnx_introspect._step.child.answer` writes its
+one JSON line. The request is the :class:`ServeSpec` by names (the target,
+``init_cache`` and ``decode`` as ``"package.module:name"``); the answer is
+:class:`~nnx_introspect._serve.compile.ServeReadings`' JSON data.
+"""
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nnx_introspect._serve.compile import (
+    PROGRAMS,
+    ServeReadings,
+    compile_serving,
+    in_this_process,
+)
+from nnx_introspect._serve.programs import check_cache_path, serve_mesh
+from nnx_introspect._serve.spec import ServeOptions, ServeSpec
+from nnx_introspect._step.child import answer, child_why, run_child_json
+from nnx_introspect._step.inputs import importable_name
+from nnx_introspect._typing import ArgumentError
+from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
+
+__all__ = ["main", "serve_readings", "serve_request"]
+
+
+def _name(value: Any, argument: str, why: str) -> str | None:
+    if value is None:
+        return None
+    name = importable_name(value)
+    if name is None:
+        raise ArgumentError(
+            argument,
+            f"`{argument}` must be passed as 'package.module:name' (or a "
+            f"function importable by that name), not a lambda or closure: {why}.",
+        )
+    return name
+
+
+def serve_request(
+    spec: ServeSpec,
+    names: Sequence[str] = PROGRAMS,
+    *,
+    breakdown: bool = False,
+    cache: bool = False,
+) -> dict[str, Any]:
+    """The JSON a serving child needs: the spec by names, what to compile.
+
+    Raises:
+        ArgumentError: If the target, ``init_cache`` or ``decode`` has no
+            name to import it by, or the mesh is too large for a child.
+    """
+    why = child_why(spec.num_devices, spec.topology, "serving program")
+    options = spec.options
+    return {
+        "target": _name(spec.target, "target", why),
+        "mesh": [list(axis) for axis in spec.mesh_axes],
+        "sequences": spec.sequences,
+        "context": spec.context,
+        "prompt": spec.prompt,
+        "prefill_sequences": spec.prefill_sequences,
+        "topology": spec.topology,
+        "max_device_bytes": spec.max_device_bytes,
+        "weights": options.weights,
+        "kv_cache": options.kv_cache,
+        "init_cache": _name(options.init_cache, "init_cache", why),
+        "decode": _name(options.decode, "decode", why),
+        "programs": list(names),
+        "breakdown": breakdown,
+        "cache": cache,
+    }
+
+
+def serve_spec_from_json(data: Mapping[str, Any]) -> ServeSpec:
+    """The :class:`ServeSpec` :func:`serve_request` sent."""
+    options = ServeOptions(
+        data["weights"], data["kv_cache"], data["init_cache"], data["decode"]
+    )
+    return ServeSpec(
+        data["target"],
+        {str(a): int(s) for a, s in data["mesh"]},
+        data["sequences"],
+        data["context"],
+        data["prompt"],
+        data["prefill_sequences"],
+        data["topology"],
+        data["max_device_bytes"],
+        options,
+    )
+
+
+def _answer(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Compile a :func:`serve_request` (in the child); the readings' JSON data."""
+    spec = serve_spec_from_json(data)
+    readings = compile_serving(
+        spec,
+        tuple(data["programs"]),
+        breakdown=bool(data["breakdown"]),
+        cache=bool(data["cache"]),
+    )
+    return readings.json_data()
+
+
+def main() -> int:
+    """Serve one serving request from stdin (``python -m nnx_introspect._serve``)."""
+    return answer(_answer)
+
+
+def _here_with_topology(spec: ServeSpec, unnamed: ArgumentError) -> Any:
+    """The topology's mesh in this process, for a spec a child cannot rebuild.
+
+    When the compiler cannot make its devices here either (the CUDA plugin
+    makes them only under ``JAX_PLATFORMS=cpu``), the error names the argument
+    that kept the spec from the child, with both reasons.
+    """
+    failed: ArgumentError | None = None
+    with native_stderr_captured(), python_log_dropped("jax._src.xla_bridge"):
+        try:
+            return serve_mesh(spec)
+        except ArgumentError as error:
+            failed = error
+    raise ArgumentError(
+        unnamed.argument,
+        f"{str(unnamed).rstrip('.')}. It cannot compile in this process either: "
+        f"{failed}",
+    ) from None
+
+
+def serve_readings(
+    spec: ServeSpec,
+    names: Sequence[str] = PROGRAMS,
+    *,
+    breakdown: bool = False,
+    cache: bool = False,
+) -> tuple[ServeReadings, str]:
+    """XLA's readings of the programs ``names``, and where they were compiled.
+
+    A named topology compiles in a child process (or here, when the spec
+    cannot be named and this process can make the topology's devices); a mesh
+    of this process's devices compiles here; a larger mesh in a child with
+    enough virtual CPU devices. The model's cache path and the cache's split
+    are checked here first, so a bad request starts no child.
+    """
+    check_cache_path(spec)
+    if in_this_process(spec):
+        readings = compile_serving(spec, names, breakdown=breakdown, cache=cache)
+        return readings, "this process"
+    try:
+        payload = serve_request(spec, names, breakdown=breakdown, cache=cache)
+    except ArgumentError as unnamed:
+        if spec.topology is None:
+            raise
+        mesh = _here_with_topology(spec, unnamed)
+        readings = compile_serving(
+            spec, names, breakdown=breakdown, cache=cache, mesh=mesh
+        )
+        return readings, "this process"
+    data, _ = run_child_json(payload, spec.num_devices, "nnx_introspect._serve")
+    where = (
+        f"a child process ({spec.topology})"
+        if spec.topology is not None
+        else f"a child process with {spec.num_devices} virtual CPU devices"
+    )
+    return ServeReadings.from_json_data(data), where

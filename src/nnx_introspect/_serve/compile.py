@@ -1,0 +1,135 @@
+"""The serving programs compiled where their devices are: :func:`serve_readings`.
+
+Prefill and decode go through the training step's pipeline after they are
+lowered: :func:`~nnx_introspect._step.compile.compile_or_recall` compiles
+them (or recalls them from the cache of compile results) and reads XLA's
+analyses and, with a breakdown, the buffers at the peak; a named topology
+compiles in a child process started by
+:func:`~nnx_introspect._step.child.run_child_json` (``python -m
+nnx_introspect._serve``, answered by :mod:`~nnx_introspect._serve.child`), as a
+step's does. Only the lowering is serving's own
+(:mod:`~nnx_introspect._serve.programs`).
+"""
+
+import dataclasses
+import time
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import jax
+from jax.sharding import Mesh
+
+from nnx_introspect._serve.breakdown import serve_leaves, serve_outputs
+from nnx_introspect._serve.programs import (
+    lower_program,
+    program_args,
+    programs,
+    serve_inputs,
+    serve_mesh,
+)
+from nnx_introspect._serve.spec import ServeSpec
+from nnx_introspect._step.compile import ProgramNames, compile_or_recall
+from nnx_introspect._xla.readings import XlaReadings
+
+__all__ = ["PROGRAMS", "ServeReadings", "compile_serving"]
+
+PROGRAMS = ("prefill", "decode")
+"""The serving programs, in the order a server runs them."""
+
+
+@dataclasses.dataclass(frozen=True)
+class ServeReadings:
+    """XLA's readings of the serving programs, and the inputs' own figures.
+
+    Attributes:
+        weights_bytes: One device's share of the served weights.
+        kv_cache_bytes: One device's share of the KV cache.
+        kv_bytes_per_token: One position of one sequence, one device, all
+            layers.
+        programs: ``(name, readings)`` of each program compiled, in order.
+
+    Example:
+        >>> readings = ServeReadings(10, 20, 2, ())
+        >>> ServeReadings.from_json_data(readings.json_data()) == readings
+        True
+    """
+
+    weights_bytes: int
+    kv_cache_bytes: int
+    kv_bytes_per_token: int
+    programs: tuple[tuple[str, XlaReadings], ...]
+
+    def program(self, name: str) -> XlaReadings:
+        """The readings of program ``name``.
+
+        Raises:
+            KeyError: If ``name`` was not compiled.
+        """
+        return dict(self.programs)[name]
+
+    def json_data(self) -> dict[str, Any]:
+        """JSON data (:meth:`from_json_data` reads it back)."""
+        return {
+            "weights_bytes": self.weights_bytes,
+            "kv_cache_bytes": self.kv_cache_bytes,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "programs": [[name, r.json_data()] for name, r in self.programs],
+        }
+
+    @classmethod
+    def from_json_data(cls, data: Mapping[str, Any]) -> "ServeReadings":
+        """The readings :meth:`json_data` wrote."""
+        return cls(
+            int(data["weights_bytes"]),
+            int(data["kv_cache_bytes"]),
+            int(data["kv_bytes_per_token"]),
+            tuple(
+                (str(name), XlaReadings.from_json_data(readings))
+                for name, readings in data["programs"]
+            ),
+        )
+
+
+def compile_serving(
+    spec: ServeSpec,
+    names: Sequence[str] = PROGRAMS,
+    *,
+    breakdown: bool = False,
+    cache: bool = False,
+    mesh: tuple[Mesh, list[Any] | None] | None = None,
+) -> ServeReadings:
+    """Build, lower and compile the programs ``names`` of ``spec`` in this process.
+
+    ``mesh`` is the mesh and the devices the model is traced as seeing
+    (:func:`~nnx_introspect._serve.programs.serve_mesh`'s, made here when
+    ``None``). Every problem of the cache's split is raised before anything
+    is lowered.
+    """
+    built, trace_devices = serve_mesh(spec) if mesh is None else mesh
+    inputs = serve_inputs(spec, built)
+    jitted = programs(inputs, spec)
+    found = []
+    for name in names:
+        start = time.perf_counter()
+        args = program_args(inputs, spec, built, name)
+        lowered = lower_program(jitted[name], args, built, trace_devices)
+        labels = ProgramNames(
+            serve_leaves(inputs, name), serve_outputs(inputs), frozenset()
+        )
+        readings = compile_or_recall(
+            lowered, built, start, labels, spec.topology, cache, breakdown=breakdown
+        )
+        found.append((name, readings))
+    return ServeReadings(
+        inputs.weights_bytes,
+        inputs.kv_cache_bytes,
+        inputs.kv_bytes_per_token,
+        tuple(found),
+    )
+
+
+def in_this_process(spec: ServeSpec) -> bool:
+    """Whether ``spec``'s devices are this process's (no child needed)."""
+    if spec.topology is not None:
+        return False
+    return isinstance(spec.mesh, Mesh) or spec.num_devices <= jax.device_count()
