@@ -16,8 +16,14 @@ child process's JSON request names one (``"program": "train"``) and the child
 looks its builder up there, so every kind compiles in this process or in a
 child, on CPU devices or a named topology, the same way.
 
-How a new program kind plugs in (the serving programs, ``"prefill"`` and
-``"decode"``, are the next):
+The serving programs (prefill and decode) are not kinds here: their request
+is a :class:`~nnx_introspect._serve.spec.ServeSpec`, which lives above this
+package. They are lowered by :mod:`~nnx_introspect._serve.programs` and then
+go through the same :func:`~nnx_introspect._step.compile.compile_or_recall`
+(the cache, the breakdown) and the same child runner
+(:func:`~nnx_introspect._step.child.run_child_json`).
+
+How a new program kind of the training step's request plugs in:
 
 1. One new file in ``_step/`` (``_step/decode.py``), holding the builder and
    its kind::
