@@ -13,6 +13,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -30,12 +31,18 @@ def _snippet() -> str:
     return match.group(1)
 
 
+_CACHE = tempfile.mkdtemp(prefix="nnx-introspect-quiet-cache-")
+"""One cache of compile results for this module's snippets: the snippet's
+second run (JAX imported first) reads the first's compile when this worker ran
+it, and compiles otherwise; what these tests hold is stderr, not the compile."""
+
+
 def _run(code: str) -> subprocess.CompletedProcess[str]:
     env = {
         k: v
         for k, v in os.environ.items()
         if k not in ("JAX_PLATFORMS", "XLA_FLAGS", "TF_CPP_MIN_LOG_LEVEL")
-    }
+    } | {"NNX_INTROSPECT_CACHE": "on", "NNX_INTROSPECT_CACHE_DIR": _CACHE}
     return subprocess.run(
         [sys.executable, "-c", code],
         capture_output=True,

@@ -53,13 +53,6 @@ def test_child_readings_equal_this_process(topology: str) -> None:
         assert a.flops == b.flops
 
 
-def test_report_names_where_it_compiled() -> None:
-    report = serve_memory_report(TINY, "tp=2", topology="h100-2", **KW)
-    assert report.decode.compiled_in == "a child process (h100-2)"
-    assert report.json_data()["prefill"]["compiled_in"] == "a child process (h100-2)"
-    assert "Compiled in a child process (h100-2): prefill " in report.to_markdown()
-
-
 def test_unnamed_target_compiles_here_under_cpu_platform() -> None:
     """A model object cannot travel; with JAX_PLATFORMS=cpu it compiles here."""
     model = llama(LlamaConfig(vocab=64, d_model=32, n_layers=1, n_heads=4, d_ff=48))
@@ -109,7 +102,11 @@ def test_bad_cache_split_is_raised_before_any_child(monkeypatch: Any) -> None:
 def test_cache_hit_equals_the_first_report(tmp_path: Any, monkeypatch: Any) -> None:
     monkeypatch.setenv("NNX_INTROSPECT_CACHE", "on")
     monkeypatch.setenv("NNX_INTROSPECT_CACHE_DIR", str(tmp_path))
-    first = serve_memory_report(TINY, "tp=2", topology="h100-2", **KW).json_data()
+    report = serve_memory_report(TINY, "tp=2", topology="h100-2", **KW)
+    assert report.decode.compiled_in == "a child process (h100-2)"
+    assert "Compiled in a child process (h100-2): prefill " in report.to_markdown()
+    first = report.json_data()
+    assert first["prefill"]["compiled_in"] == "a child process (h100-2)"
     again = serve_memory_report(TINY, "tp=2", topology="h100-2", **KW)
     assert again.decode.cached is not None and again.prefill.cached is not None
     assert "from the cache (compiled on " in again.to_markdown()

@@ -54,15 +54,16 @@ def _close(a: float, b: float, tolerance: float) -> bool:
 def test_remat_by_class_name_equals_the_models_own_switch(topology: Any) -> None:
     by_name = _step(TWO_LAYERS, remat="LlamaLayer", topology=topology)
     own = _step(OWN_REMAT, topology=topology)
-    plain = _step(TWO_LAYERS, topology=topology)
     for field in ("argument_bytes", "output_bytes"):
         assert getattr(by_name, field) == getattr(own, field), field
     assert _close(by_name.temp_bytes, own.temp_bytes, 0.01)
     assert _close(by_name.flops, own.flops, 0.01)
-    # and it did something: recompute costs FLOPs
-    assert by_name.flops > plain.flops * 1.05
     assert by_name.remat == (("LlamaLayer", "nothing_saveable"),)
-    assert plain.remat == ()
+    if topology is None:  # it did something: recompute costs FLOPs (traced once
+        # for every backend: the targets compile the same traced program)
+        plain = _step(TWO_LAYERS, topology=topology)
+        assert by_name.flops > plain.flops * 1.05
+        assert plain.remat == ()
 
 
 def test_remat_never_patches_the_users_class_or_model() -> None:
