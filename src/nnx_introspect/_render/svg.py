@@ -67,6 +67,7 @@ __all__ = [
     "nice_step",
     "numbered_dot",
     "peak_axis",
+    "polygon",
     "polyline",
     "rect",
     "round_ticks",
@@ -179,9 +180,13 @@ stroke-dasharray="6 4"/>'
 
 
 def polyline(
-    points: Iterable[tuple[float, float]], colour: str, *, width: float = 1.5
+    points: Iterable[tuple[float, float]],
+    colour: str,
+    *,
+    width: float = 1.5,
+    dash: str | None = None,
 ) -> str:
-    """A line through ``(x, y)`` pixel points, unfilled.
+    """A line through ``(x, y)`` pixel points, unfilled; ``dash`` as for :func:`line`.
 
     Example:
         >>> polyline([(0, 0), (5, 2.5)], BLUE)
@@ -190,8 +195,24 @@ def polyline(
     joined = " ".join(f"{_n(x)},{_n(y)}" for x, y in points)
     return (
         f'<polyline points="{joined}" fill="none" stroke="{colour}" '
-        f'stroke-width="{width:g}"/>'
+        f'stroke-width="{width:g}"'
+        + (f' stroke-dasharray="{dash}"' if dash else "")
+        + "/>"
     )
+
+
+def polygon(
+    points: Iterable[tuple[float, float]], colour: str, *, opacity: float = 1
+) -> str:
+    """A filled area bounded by ``(x, y)`` pixel points (a region, shaded).
+
+    Example:
+        >>> polygon([(0, 0), (5, 0), (5, 5)], GREEN, opacity=0.25)
+        '<polygon points="0,0 5,0 5,5" fill="#1a7f37" fill-opacity="0.25"/>'
+    """
+    joined = " ".join(f"{_n(x)},{_n(y)}" for x, y in points)
+    shade = f' fill-opacity="{opacity:g}"' if opacity != 1 else ""
+    return f'<polygon points="{joined}" fill="{colour}"{shade}/>'
 
 
 def rect(
@@ -218,16 +239,26 @@ def rect(
 
 
 def dot(
-    x: float, y: float, colour: str, *, title: str | None = None, r: float = 4
+    x: float,
+    y: float,
+    colour: str,
+    *,
+    title: str | None = None,
+    r: float = 4,
+    hollow: bool = False,
 ) -> str:
-    """A scatter point: a filled circle, with an optional tooltip.
+    """A scatter point: a filled circle (``hollow``: white, ringed), with a tooltip.
 
     Example:
         >>> dot(1, 2, RED)
         '<circle cx="1" cy="2" r="4" fill="#cf222e"></circle>'
+        >>> dot(1, 2, RED, hollow=True)
+        '<circle cx="1" cy="2" r="4" fill="#ffffff" stroke="#cf222e" stroke-width="2">\
+</circle>'
     """
+    paint = f'"#ffffff" stroke="{colour}" stroke-width="2"' if hollow else f'"{colour}"'
     return (
-        f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill="{colour}">'
+        f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill={paint}>'
         f"{_title(title)}</circle>"
     )
 

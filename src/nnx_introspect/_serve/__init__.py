@@ -3,7 +3,8 @@
 Modules: ``spec`` (the checked request), ``programs`` (the two programs'
 arguments, builders and compile), ``report`` (records and rendering), ``api``
 (:func:`serve_memory_report`), ``search`` (:func:`max_sequences`,
-:func:`max_context`), ``timing`` (:class:`ServeTime`, the time estimate),
+:func:`max_context`), ``frontier`` (the chart of sequences against context
+a search draws), ``timing`` (:class:`ServeTime`, the time estimate),
 ``meshes`` (:func:`compare_serving_meshes`).
 """
 

@@ -7,21 +7,29 @@
 estimated decode throughput per device; each row shows the decode latency
 (time per token) it comes at. The estimates are ranges (every term overlapped
 to none): two meshes whose ranges overlap are a tie, and the table says so.
+
+``meshes="auto"`` takes the topology's ``N`` devices as ``tp=t`` with the rest
+data-parallel (``data=N/t,tp=t``) for each divisor ``t`` of ``N``
+(:func:`serving_meshes`); a candidate the request cannot split over (its
+``tp`` does not divide the KV heads, or its replicas the sequences) is
+rejected with the reason before any compile, and listed so.
 """
 
 import concurrent.futures
 import dataclasses
 from typing import Any
 
+from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.api import measure_serve
+from nnx_introspect._serve.programs import _abstract_cache, cache_problems
 from nnx_introspect._serve.report import ServeMemoryReport
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import duration
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
-__all__ = ["ServeMeshComparison", "compare_serving_meshes"]
+__all__ = ["ServeMeshComparison", "compare_serving_meshes", "serving_meshes"]
 
 
 def _rate(report: ServeMemoryReport) -> tuple[float, float] | None:
@@ -41,6 +49,8 @@ class ServeMeshComparison(Report):
         ties: ``(i, j)`` index pairs of :attr:`reports` whose tokens/s ranges
             overlap: the estimate cannot order them.
         executor: The executor the compiles ran on, in words.
+        rejected: With ``meshes="auto"``, ``(mesh, reason)`` for each
+            candidate refused before any compile.
 
     Example:
         >>> from concurrent.futures import ThreadPoolExecutor
@@ -59,6 +69,7 @@ class ServeMeshComparison(Report):
     reports: tuple[ServeMemoryReport, ...]
     ties: tuple[tuple[int, int], ...]
     executor: str
+    rejected: tuple[tuple[str, str], ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -97,6 +108,7 @@ class ServeMeshComparison(Report):
             "executor": self.executor,
             "ties": [list(t) for t in self.ties],
             "reports": [r.json_data() for r in self.reports],
+            "rejected": [{"mesh": m, "reason": r} for m, r in self.rejected],
         }
 
     def table(self) -> Table:
@@ -140,6 +152,7 @@ class ServeMeshComparison(Report):
                 f"Compiled in {self.executor}."
                 if self.executor.startswith("this process")
                 else f"Compiled on a {self.executor}.",
+                *(f"Not compiled: {m}: {r}" for m, r in self.rejected),
             ),
         )
 
@@ -233,6 +246,64 @@ def _requests(
     return [common | {"mesh": mesh, "options": given} for mesh in meshes]
 
 
+def serving_meshes(devices: int) -> list[str]:
+    """The serving meshes of ``devices``: ``tp=t``, the rest data-parallel.
+
+    One per divisor ``t`` of ``devices``, the most tensor-parallel first:
+    ``tp=N``, ``data=N/t,tp=t``..., ``data=N``.
+
+    Example:
+        >>> serving_meshes(8)
+        ['tp=8', 'data=2,tp=4', 'data=4,tp=2', 'data=8']
+    """
+    out = []
+    for tp in (t for t in range(devices, 0, -1) if devices % t == 0):
+        data = devices // tp
+        out.append(
+            f"tp={tp}"
+            if data == 1
+            else f"data={data}"
+            if tp == 1
+            else f"data={data},tp={tp}"
+        )
+    return out
+
+
+def _auto(
+    common: dict[str, Any], given: dict[str, Any]
+) -> tuple[list[str], tuple[tuple[str, str], ...]]:
+    """``meshes="auto"``: the candidates kept, and those rejected with why.
+
+    Each candidate's KV cache split checked before any compile (the cache's
+    shapes once, abstractly): a ``tp`` that does not divide the KV heads, or
+    replicas that do not divide the sequences, is a reason.
+    """
+    topology = common["topology"]
+    devices = resolve_topology(topology).devices
+    options = ServeOptions(**given)
+    kept, rejected = [], []
+    request, cache = common | {"topology": None}, None
+    for mesh in serving_meshes(devices):
+        spec = ServeSpec(options=options, **(request | {"mesh": mesh}))
+        if cache is None:
+            cache = _abstract_cache(spec, spec.model)
+            request["target"] = spec.model  # built once for the checks
+        problems = cache_problems(cache, spec)
+        if problems:
+            rejected.append((mesh, " ".join(str(p) for p in problems)))
+        else:
+            kept.append(mesh)
+    if not kept:
+        reasons = "; ".join(f"{m}: {r}" for m, r in rejected)
+        raise ArgumentError(
+            "meshes",
+            f"`meshes='auto'`: no serving mesh of the {devices} devices of "
+            f"{topology!r} splits this request ({reasons}). Pass `sequences` "
+            "that the replicas divide, or another topology.",
+        )
+    return kept, tuple(rejected)
+
+
 @typechecked
 def compare_serving_meshes(
     target: Any,
@@ -263,7 +334,12 @@ def compare_serving_meshes(
             takes it (a ``"package.module:factory"`` string for a process
             pool).
         meshes: Two or more meshes with the same device count (``["tp=8",
-            "data=2,tp=4", "data=4,tp=2"]``).
+            "data=2,tp=4", "data=4,tp=2"]``), or ``"auto"``: the topology's
+            ``N`` devices as ``tp=t`` with the rest data-parallel for each
+            divisor ``t`` of ``N`` (:func:`serving_meshes`), those the
+            request cannot split over (``tp`` not dividing the KV heads,
+            replicas not dividing the sequences) rejected before any compile
+            (:attr:`ServeMeshComparison.rejected`).
         sequences: Sequences decoded at once.
         context: Positions of the KV cache per sequence.
         prompt: Tokens prefilled per sequence; ``context`` by default.
@@ -285,8 +361,9 @@ def compare_serving_meshes(
 
     Raises:
         ArgumentError: No ``topology``, fewer than two meshes, meshes of
-            different sizes, a bad mesh (``meshes[i]`` named), or any bad
-            value :func:`~nnx_introspect.serve_memory_report` refuses.
+            different sizes, a bad mesh (``meshes[i]`` named), ``"auto"``
+            with every candidate rejected, or any bad value
+            :func:`~nnx_introspect.serve_memory_report` refuses.
 
     Example:
         >>> from nnx_introspect.examples import llama_tiny
@@ -295,12 +372,24 @@ def compare_serving_meshes(
         ...     topology="h100-4")
         >>> sorted(r.mesh_axes for r in found.reports)
         [(('data', 4),), (('tp', 4),)]
+
+        Every ``tp`` of two devices, the rest data-parallel:
+
+        >>> found = compare_serving_meshes(
+        ...     llama_tiny, "auto", sequences=2, context=32, topology="h100-2")
+        >>> sorted(",".join(f"{a}={n}" for a, n in r.mesh_axes)
+        ...        for r in found.reports), found.rejected
+        (['data=2', 'tp=2'], ())
     """
     start_backends_quietly()
+    auto = isinstance(meshes, str) and meshes.strip().lower() == "auto"
     if topology is None:
         raise ArgumentError(
             "topology",
-            "`topology` is None: serving meshes are ranked by the tokens/s "
+            "`topology` is None: `meshes='auto'` takes its device count. Pass "
+            "e.g. topology='h100-8'."
+            if auto
+            else "`topology` is None: serving meshes are ranked by the tokens/s "
             "estimated on a target's data sheet. Pass e.g. topology='h100-8'.",
         )
     if executor is not None and not isinstance(executor, concurrent.futures.Executor):
@@ -309,12 +398,13 @@ def compare_serving_meshes(
             f"`executor` must be a concurrent.futures.Executor or None, got "
             f"{executor!r}.",
         )
-    if isinstance(meshes, str | dict) or not isinstance(meshes, list | tuple):
+    listed = isinstance(meshes, list | tuple)
+    if not auto and not listed:
         raise ArgumentError(
             "meshes",
-            f"`meshes` must be a list of two or more meshes, got {meshes!r}.",
+            f"`meshes` must be a list of two or more meshes or 'auto', got {meshes!r}.",
         )
-    if len(meshes) < 2:
+    if not auto and len(meshes) < 2:
         raise ArgumentError(
             "meshes", f"`meshes` must hold two or more meshes, got {len(meshes)}."
         )
@@ -329,7 +419,10 @@ def compare_serving_meshes(
         "topology": topology,
         "max_device_bytes": max_device_bytes,
     }
+    rejected: tuple[tuple[str, str], ...] = ()
+    if auto:
+        meshes, rejected = _auto(common, given)
     requests = _requests(meshes, common, given)
     reports, described = _run(executor, requests, meshes)
     ranked = sorted(reports, key=_order)
-    return ServeMeshComparison(tuple(ranked), _ties(ranked), described)
+    return ServeMeshComparison(tuple(ranked), _ties(ranked), described, rejected)

@@ -14,6 +14,7 @@ from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.api import program_memory
 from nnx_introspect._serve.child import serve_readings
+from nnx_introspect._serve.frontier import Frontier, frontier_svg, predict_frontier
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
@@ -33,6 +34,9 @@ class ServeSearch(Report):
         points: Every compile, in order: ``(sequences, context, peak_bytes,
             fits)``.
         budget: The budget of one device.
+        kv_bytes_per_token: The KV cache's bytes of one position of one
+            sequence on a device (``None``: not known).
+        data_parallel: The replicas the sequences are split over.
 
     Example:
         >>> from nnx_introspect._accelerators.budget import Budget
@@ -43,6 +47,8 @@ class ServeSearch(Report):
         (4, 'Most sequences that fit: 7 (the budget given: 63 B)')
         >>> found.table().rows[-1]
         ('8', '64', '64 B', 'no')
+        >>> found.frontier.product  # sequences x context at the budget: 7.5 x 64
+        480.0
     """
 
     SCHEMA = "nnx-introspect/serve-search"
@@ -53,6 +59,8 @@ class ServeSearch(Report):
     step: int
     points: tuple[tuple[int, int, int, bool], ...]
     budget: Budget
+    kv_bytes_per_token: int | None = None
+    data_parallel: int = 1
 
     @property
     def compiles(self) -> int:
@@ -78,8 +86,63 @@ class ServeSearch(Report):
             f"{format_bytes(self.budget.bytes or 0)})"
         )
 
+    @property
+    def frontier(self) -> Frontier | None:
+        """Where decode's predicted peak per device meets the budget.
+
+        ``a + b x sequences x context`` per device, ``b`` the KV cache's bytes
+        per position (exact), ``a`` fitted to the compiled points either side
+        of the answer, so the curve passes between them; ``None`` without a
+        budget or when nothing can fit. See
+        :func:`~nnx_introspect._serve.frontier.predict_frontier`.
+        """
+        if self.budget.bytes is None:
+            return None
+        per_position = None
+        if self.kv_bytes_per_token:
+            per_position = self.kv_bytes_per_token / self.data_parallel
+        return predict_frontier(self.points, self.budget.bytes, per_position)
+
+    def frontier_svg(self) -> str:
+        """The frontier chart as a standalone SVG document.
+
+        Context (x) against sequences (y): every compile (green filled fits,
+        red hollow does not), the answer ringed and labelled, the predicted
+        frontier dashed with the region under it shaded, the budget named.
+        The HTML page (:meth:`to_html`) shows it after the verdict.
+
+        Example:
+            >>> from nnx_introspect._accelerators.budget import Budget
+            >>> points = ((1, 64, 50, True), (7, 64, 62, True), (8, 64, 64, False))
+            >>> chart = ServeSearch("sequences", 7, 1, points, Budget(63, None))
+            >>> chart.frontier_svg().startswith("<svg"), "budget 63 B per device" in \
+chart.frontier_svg()
+            (True, True)
+        """
+        return frontier_svg(
+            self.points,
+            self.budget.bytes or 0,
+            self.searched,
+            self.value,
+            self.frontier,
+        )
+
+    def _after_verdict_html(self) -> str:
+        """The frontier chart, right after the verdict."""
+        if self.budget.bytes is None or not self.points:
+            return ""
+        return frontier_svg(
+            self.points,
+            self.budget.bytes,
+            self.searched,
+            self.value,
+            self.frontier,
+            page=True,
+        )
+
     def json_data(self) -> dict[str, Any]:
-        """The answer, the budget and every point as JSON data."""
+        """The answer, the budget, every point and the frontier as JSON data."""
+        frontier = self.frontier
         return {
             "searched": self.searched,
             "value": self.value,
@@ -87,6 +150,15 @@ class ServeSearch(Report):
             "points": [list(p) for p in self.points],
             "budget_bytes": self.budget.bytes,
             "budget_basis": self.budget.basis,
+            "kv_bytes_per_token": self.kv_bytes_per_token,
+            "data_parallel": self.data_parallel,
+            "frontier": None
+            if frontier is None
+            else {
+                "sequences_x_context": frontier.product,
+                "bytes_per_position": frontier.bytes_per_position,
+                "fixed_bytes": frontier.fixed_bytes,
+            },
             "verdict": self.verdict,
         }
 
@@ -181,7 +253,15 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
         else:
             guess = min(max(guess, good + step), bad - step)
         fits(guess)  # the next line, through it, confirms the other side
-    return ServeSearch(searched, good, step, tuple(order), spec.budget)
+    return ServeSearch(
+        searched,
+        good,
+        step,
+        tuple(order),
+        spec.budget,
+        per_token[0] or None,
+        spec.data_parallel,
+    )
 
 
 @typechecked

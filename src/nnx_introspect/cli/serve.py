@@ -45,8 +45,9 @@ def add_serve_parser(subparsers: Any) -> None:
         action="append",
         default=None,
         help="serving mesh (default tp=8); repeat it (--mesh tp=8 --mesh "
-        "data=2,tp=4) to rank meshes by estimated tokens/s per device "
-        "(needs --topology)",
+        "data=2,tp=4) to rank meshes by estimated tokens/s per device, or "
+        "'auto' for tp=t with the rest data-parallel for each divisor t of "
+        "the topology's devices (both need --topology)",
     )
     parser.add_argument("--sequences", type=_positive, default=None)
     parser.add_argument("--context", type=_positive, default=None)
@@ -79,7 +80,8 @@ def check_serve(args: argparse.Namespace) -> None:
         raise UsageError("argument --context: required (or --max-context)")
     prompt, context = args.prompt, args.context
     meshes = args.mesh or ["tp=8"]
-    if len(meshes) > 1 and (args.max_sequences or args.max_context or args.breakdown):
+    _check_auto(args, meshes)
+    if _compared(args) and (args.max_sequences or args.max_context or args.breakdown):
         raise UsageError(
             "argument --mesh: several meshes are compared at --sequences and "
             "--context; not with --max-sequences, --max-context or --breakdown"
@@ -103,6 +105,38 @@ def check_serve(args: argparse.Namespace) -> None:
         )
 
 
+def _auto(mesh: str) -> bool:
+    return mesh.strip().lower() == "auto"
+
+
+def _compared(args: argparse.Namespace) -> bool:
+    """Whether the flags compare meshes: ``--mesh`` repeated, or ``auto``."""
+    meshes = args.mesh or []
+    return len(meshes) > 1 or any(_auto(m) for m in meshes)
+
+
+def _check_auto(args: argparse.Namespace, meshes: list[str]) -> None:
+    """``--mesh auto`` alone, with a ``--topology``: one line, exit 2."""
+    if not any(_auto(m) for m in meshes):
+        return
+    if len(meshes) > 1:
+        raise UsageError(
+            "argument --mesh: --mesh auto stands alone (it lists the meshes "
+            "itself); drop the other --mesh flags"
+        )
+    if args.topology is None:
+        raise UsageError(
+            "argument --mesh: --mesh auto needs --topology: the candidates are "
+            "tp=t with the rest data-parallel for each divisor t of its device "
+            "count; pass e.g. --topology h100-8"
+        )
+    if args.max_sequences or args.max_context or args.breakdown:
+        raise UsageError(
+            "argument --mesh: --mesh auto compares meshes at --sequences and "
+            "--context; not with --max-sequences, --max-context or --breakdown"
+        )
+
+
 def _run_serve(args: argparse.Namespace) -> int:
     check_serve(args)
     common: dict[str, Any] = {
@@ -122,7 +156,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
     emit(result, args.format)
-    compared = len(args.mesh or ()) > 1  # a ServeMeshComparison
+    compared = _compared(args)  # a ServeMeshComparison
     if args.breakdown and args.format in ("table", "markdown") and not compared:
         for program in (result.prefill, result.decode):
             if program.breakdown is not None:
@@ -149,10 +183,10 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
     )
 
     meshes = args.mesh or ["tp=8"]
-    if len(meshes) > 1:
+    if _compared(args):
         return compare_serving_meshes(
             args.target,
-            meshes,
+            "auto" if _auto(meshes[0]) else meshes,
             sequences=args.sequences,
             context=args.context,
             prompt=args.prompt,
