@@ -1,7 +1,10 @@
 """``nnx-introspect serve``: serving memory per device, the most that fits."""
 
 import argparse
+import contextlib
+import os
 import sys
+from collections.abc import Iterator
 from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
@@ -64,6 +67,13 @@ def add_serve_parser(subparsers: Any) -> None:
         action="store_true",
         help="also list the buffers live at each program's peak: weights, KV "
         "cache, logits, activations, collective buffers, by source line",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile both programs anew (every compile of a search or a "
+        "comparison too): neither read nor write the cache of compile results "
+        "(NNX_INTROSPECT_CACHE=off does the same)",
     )
     most = parser.add_mutually_exclusive_group()
     most.add_argument("--max-sequences", action="store_true")
@@ -151,7 +161,7 @@ def _run_serve(args: argparse.Namespace) -> int:
     what = "Searching" if args.max_sequences or args.max_context else "Compiling"
     message = f"{what} prefill and decode of {args.target} with {where}..."
     try:
-        with live_status(ClockLine(message)):
+        with live_status(ClockLine(message)), _cache_setting(args):
             result = _compute(args, common)
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
@@ -171,6 +181,27 @@ def _run_serve(args: argparse.Namespace) -> int:
         sys.stderr.write(f"{PROG}: {result.verdict}.\n")
         return 1
     return 0
+
+
+@contextlib.contextmanager
+def _cache_setting(args: argparse.Namespace) -> Iterator[None]:
+    """``--no-cache``: ``NNX_INTROSPECT_CACHE=off`` while the command computes.
+
+    The searches and comparisons compile in worker processes, which read the
+    setting from the environment; it is restored afterwards.
+    """
+    if not getattr(args, "no_cache", False):
+        yield
+        return
+    before = os.environ.get("NNX_INTROSPECT_CACHE")
+    os.environ["NNX_INTROSPECT_CACHE"] = "off"
+    try:
+        yield
+    finally:
+        if before is None:
+            del os.environ["NNX_INTROSPECT_CACHE"]
+        else:
+            os.environ["NNX_INTROSPECT_CACHE"] = before
 
 
 def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
