@@ -9,7 +9,7 @@ estimated decode throughput per device; each row shows the decode latency
 to none): two meshes whose ranges overlap are a tie, and the table says so.
 
 ``meshes="auto"`` takes the topology's ``N`` devices as ``tp=t`` with the rest
-data-parallel (``data=N/t,tp=t``) for each divisor ``t`` of ``N``
+data-parallel (``data=N/t,tp=t``, ``tp=1`` kept) for each divisor ``t`` of ``N``
 (:func:`serving_meshes`); a candidate the request cannot split over (its
 ``tp`` does not divide the KV heads, or its replicas the sequences) is
 rejected with the reason before any compile, and listed so.
@@ -213,6 +213,10 @@ def _run(
             ) from None
         if isinstance(result, BaseException):
             raise result
+    places = sorted({r.decode.compiled_in for r in results})
+    if executor is None and places != ["this process"]:
+        # a topology's programs compile in child processes (serve_readings)
+        described = f"{described}, each program in {', '.join(places)}"
     return results, described
 
 
@@ -250,22 +254,17 @@ def serving_meshes(devices: int) -> list[str]:
     """The serving meshes of ``devices``: ``tp=t``, the rest data-parallel.
 
     One per divisor ``t`` of ``devices``, the most tensor-parallel first:
-    ``tp=N``, ``data=N/t,tp=t``..., ``data=N``.
+    ``tp=N``, ``data=N/t,tp=t``..., ``data=N,tp=1`` (the ``tp`` axis kept at
+    size 1: a model whose weights name ``tp`` needs the axis on the mesh).
 
     Example:
         >>> serving_meshes(8)
-        ['tp=8', 'data=2,tp=4', 'data=4,tp=2', 'data=8']
+        ['tp=8', 'data=2,tp=4', 'data=4,tp=2', 'data=8,tp=1']
     """
     out = []
     for tp in (t for t in range(devices, 0, -1) if devices % t == 0):
         data = devices // tp
-        out.append(
-            f"tp={tp}"
-            if data == 1
-            else f"data={data}"
-            if tp == 1
-            else f"data={data},tp={tp}"
-        )
+        out.append(f"tp={tp}" if data == 1 else f"data={data},tp={tp}")
     return out
 
 
@@ -379,7 +378,7 @@ def compare_serving_meshes(
         ...     llama_tiny, "auto", sequences=2, context=32, topology="h100-2")
         >>> sorted(",".join(f"{a}={n}" for a, n in r.mesh_axes)
         ...        for r in found.reports), found.rejected
-        (['data=2', 'tp=2'], ())
+        (['data=2,tp=1', 'tp=2'], ())
     """
     start_backends_quietly()
     auto = isinstance(meshes, str) and meshes.strip().lower() == "auto"
