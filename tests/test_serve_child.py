@@ -116,11 +116,10 @@ def test_cache_hit_equals_the_first_report(tmp_path: Any, monkeypatch: Any) -> N
         assert _figures(first[name]) == _figures(second[name])
     rest = {k: v for k, v in first.items() if k not in {"prefill", "decode"}}
     assert rest == {k: v for k, v in second.items() if k not in {"prefill", "decode"}}
-    # another context is another program: a miss
-    other = serve_memory_report(
-        TINY, "tp=2", topology="h100-2", sequences=4, context=64
-    )
-    assert other.decode.cached is None
+    # another context is another program: a miss (its decode alone, in a child)
+    longer = ServeSpec(TINY, "tp=2", topology="h100-2", sequences=4, context=64)
+    readings, _ = serve_readings(longer, ("decode",), cache=True)
+    assert readings.program("decode").cached is None
 
 
 def test_gpu_target_from_a_plain_process_is_quiet() -> None:

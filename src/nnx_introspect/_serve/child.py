@@ -16,6 +16,7 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from nnx_introspect._counting import count_params
 from nnx_introspect._serve.compile import (
     PROGRAMS,
     ServeReadings,
@@ -168,19 +169,27 @@ def serve_readings(
         if spec.topology is not None
         else f"a child process with {spec.num_devices} virtual CPU devices"
     )
-    return _children(payload, spec.num_devices), where
+    apart = count_params(spec.model) >= SIDE_BY_SIDE_PARAMS
+    return _children(payload, spec.num_devices, apart), where
 
 
-def _children(payload: dict[str, Any], n: int) -> ServeReadings:
-    """Each program of ``payload`` compiled in a child of its own, at once.
+SIDE_BY_SIDE_PARAMS = 100_000_000
+"""From this many parameters, each serving program compiles in a child of its own,
+the children side by side: a large model's compiles outlast a child's start
+(about 2 s: importing JAX, building the model abstractly); a small model's do
+not, and one child for both programs spends half the processes."""
 
-    The programs are independent, so their children run side by side (on the
-    7B example on ``h100-8``, both programs in 11.5 s against 15.6 s one
-    after the other: ``benchmarks/serve_overhead.py``). The first error, in
-    the programs' order, is raised.
+
+def _children(payload: dict[str, Any], n: int, apart: bool) -> ServeReadings:
+    """The programs of ``payload`` compiled in one child, or one child each.
+
+    With ``apart``, the programs (independent) compile in children side by
+    side: on the 7B example on ``h100-8``, both in 12.2 s against 17.0 s in
+    one child (``benchmarks/serve_overhead.py``). The first error, in the
+    programs' order, is raised.
     """
     names = list(payload["programs"])
-    if len(names) == 1:
+    if len(names) == 1 or not apart:
         data, _ = run_child_json(payload, n, "nnx_introspect._serve")
         return ServeReadings.from_json_data(data)
     with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
