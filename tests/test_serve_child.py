@@ -123,7 +123,8 @@ def test_cache_hit_equals_the_first_report(tmp_path: Any, monkeypatch: Any) -> N
 
 
 def test_gpu_target_from_a_plain_process_is_quiet() -> None:
-    """No JAX_PLATFORMS: XLA:GPU's devices are made in the child, nothing on stderr."""
+    """No JAX_PLATFORMS: XLA:GPU's devices are made in the child, nothing on stderr;
+    what cannot travel to the child is named."""
     env = {
         k: v for k, v in os.environ.items() if k not in {"JAX_PLATFORMS", "XLA_FLAGS"}
     }
@@ -132,6 +133,11 @@ def test_gpu_target_from_a_plain_process_is_quiet() -> None:
         f"r = ni.serve_memory_report({TINY!r}, 'tp=2', topology='h100-2', "
         "sequences=4, context=32, prompt=8)\n"
         "print(r.backend, r.decode.compiled_in, r.fits())\n"
+        "try:\n"
+        f"    ni.serve_memory_report({TINY!r}, 'tp=2', topology='h100-2', "
+        "sequences=4, context=32, prompt=8, decode=lambda m, t, p, c: m(t, p, c))\n"
+        "except ni.ArgumentError as error:\n"
+        "    print(error.argument, '|', error)\n"
     )
     done = subprocess.run(
         [sys.executable, "-c", code],
@@ -142,5 +148,13 @@ def test_gpu_target_from_a_plain_process_is_quiet() -> None:
         check=False,
     )
     assert done.returncode == 0, done.stderr[-2000:]
-    assert done.stdout.strip() == "gpu a child process (h100-2) True"
+    report, unnamed = done.stdout.strip().splitlines()
+    assert report == "gpu a child process (h100-2) True"
     assert done.stderr == ""
+    # a lambda cannot travel to the child, and XLA:GPU's devices cannot be made
+    # here without JAX_PLATFORMS=cpu: the argument is named, with both reasons
+    argument, message = unnamed.split(" | ", 1)
+    assert argument == "decode"
+    assert message.startswith("`decode` must be passed as 'package.module:name'")
+    assert "It cannot compile in this process either" in message
+    assert "JAX_PLATFORMS=cpu" in message

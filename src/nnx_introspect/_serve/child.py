@@ -23,12 +23,12 @@ from nnx_introspect._serve.compile import (
     compile_serving,
     in_this_process,
 )
-from nnx_introspect._serve.programs import check_cache_path, serve_mesh
+from nnx_introspect._serve.programs import check_cache_path
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._step.child import answer, child_why, run_child_json
 from nnx_introspect._step.inputs import importable_name
+from nnx_introspect._step.measure import topology_mesh_here
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
 
 __all__ = ["main", "serve_readings", "serve_request"]
 
@@ -115,26 +115,6 @@ def main() -> int:
     return answer(_answer)
 
 
-def _here_with_topology(spec: ServeSpec, unnamed: ArgumentError) -> Any:
-    """The topology's mesh in this process, for a spec a child cannot rebuild.
-
-    When the compiler cannot make its devices here either (the CUDA plugin
-    makes them only under ``JAX_PLATFORMS=cpu``), the error names the argument
-    that kept the spec from the child, with both reasons.
-    """
-    failed: ArgumentError | None = None
-    with native_stderr_captured(), python_log_dropped("jax._src.xla_bridge"):
-        try:
-            return serve_mesh(spec)
-        except ArgumentError as error:
-            failed = error
-    raise ArgumentError(
-        unnamed.argument,
-        f"{str(unnamed).rstrip('.')}. It cannot compile in this process either: "
-        f"{failed}",
-    ) from None
-
-
 def serve_readings(
     spec: ServeSpec,
     names: Sequence[str] = PROGRAMS,
@@ -159,9 +139,10 @@ def serve_readings(
     except ArgumentError as unnamed:
         if spec.topology is None:
             raise
-        mesh = _here_with_topology(spec, unnamed)
+        built, _ = topology_mesh_here(spec.topology, spec.mesh_axes, unnamed)
+        here = (built, list(built.devices.flat))  # traced as on the target
         readings = compile_serving(
-            spec, names, breakdown=breakdown, cache=cache, mesh=mesh
+            spec, names, breakdown=breakdown, cache=cache, mesh=here
         )
         return readings, "this process"
     where = (

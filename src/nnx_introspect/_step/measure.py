@@ -44,6 +44,7 @@ __all__ = [
     "plan_problems",
     "plan_step",
     "step_memory_report",
+    "topology_mesh_here",
 ]
 
 
@@ -229,10 +230,12 @@ def measure_step(
     )
 
 
-def _topology_mesh_here(
-    topology: str, request: Request, unnamed: ArgumentError
+def topology_mesh_here(
+    topology: str,
+    mesh_axes: tuple[tuple[str, int], ...],
+    unnamed: ArgumentError,
 ) -> tuple[Mesh, str]:
-    """The topology's mesh in this process, for a step a child cannot rebuild.
+    """The topology's mesh here, for a program (a step, serving) no child can rebuild.
 
     The compiler's own log (a CUDA plugin that finds no driver logs a
     traceback) is kept off stderr; when the devices cannot be made here, the
@@ -242,7 +245,7 @@ def _topology_mesh_here(
     failed: ArgumentError | None = None
     with native_stderr_captured(), python_log_dropped("jax._src.xla_bridge"):
         try:
-            return topology_mesh(topology, request.mesh_axes)
+            return topology_mesh(topology, mesh_axes)
         except ArgumentError as error:
             failed = error
     raise ArgumentError(
@@ -271,7 +274,9 @@ def _compile_where_the_devices_are(
         except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
-            target_mesh_, order = _topology_mesh_here(topology, request, unnamed)
+            target_mesh_, order = topology_mesh_here(
+                topology, request.mesh_axes, unnamed
+            )
             readings = compile_request(
                 request, target_mesh_, plan, topology=topology, cache=cache
             )
