@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec as P
 
 from nnx_introspect._render.table import Table
 from nnx_introspect._search.meshes import MeshCandidate, MeshComparison, compare_meshes
-from nnx_introspect._search.meshes.report import sort_key
+from nnx_introspect._search.meshes.rows import sort_key
 
 GIB = 2**30
 BUDGET = 60 * GIB

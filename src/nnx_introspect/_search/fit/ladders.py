@@ -30,7 +30,7 @@ from nnx_introspect._search.fit.layers import (
     remat_candidates,
 )
 from nnx_introspect._search.fit.report import FitRow
-from nnx_introspect._search.meshes.report import MeshAxes
+from nnx_introspect._search.meshes.rows import MeshAxes
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._typing import ArgumentError

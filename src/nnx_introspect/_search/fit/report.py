@@ -13,7 +13,7 @@ from nnx_introspect._render.table import (
     verdict_html,
 )
 from nnx_introspect._search.meshes.chart import CHOSEN, time_peak_svg
-from nnx_introspect._search.meshes.report import MeshAxes, mesh_name
+from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
 
 __all__ = ["FitRow", "FitSearch", "FitStatus"]
 

@@ -53,7 +53,7 @@ from nnx_introspect._search.meshes.arguments import (
 )
 from nnx_introspect._search.meshes.candidates import plan_check
 from nnx_introspect._search.meshes.pool import cpus, default_pool, stop_pool
-from nnx_introspect._search.meshes.report import MeshAxes, plural
+from nnx_introspect._search.meshes.rows import MeshAxes, plural
 from nnx_introspect._step.inputs import BatchLike
 from nnx_introspect._step.measure import measure_step
 from nnx_introspect._step.options import as_remat

@@ -24,11 +24,11 @@ from nnx_introspect._search.meshes.api import compare_meshes as compare_meshes
 from nnx_introspect._search.meshes.candidates import (
     MAX_AUTO_MESHES as MAX_AUTO_MESHES,
 )
-from nnx_introspect._search.meshes.report import MeshAxes as MeshAxes
-from nnx_introspect._search.meshes.report import MeshCandidate as MeshCandidate
 from nnx_introspect._search.meshes.report import MeshComparison as MeshComparison
-from nnx_introspect._search.meshes.report import Outcome as Outcome
-from nnx_introspect._search.meshes.report import sort_key as sort_key
+from nnx_introspect._search.meshes.rows import MeshAxes as MeshAxes
+from nnx_introspect._search.meshes.rows import MeshCandidate as MeshCandidate
+from nnx_introspect._search.meshes.rows import Outcome as Outcome
+from nnx_introspect._search.meshes.rows import sort_key as sort_key
 
 __all__ = [
     "MAX_AUTO_MESHES",

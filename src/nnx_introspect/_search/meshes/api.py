@@ -32,10 +32,10 @@ from nnx_introspect._search.meshes.candidates import (
     plan_check,
 )
 from nnx_introspect._search.meshes.pool import cpus, default_pool
-from nnx_introspect._search.meshes.report import (
+from nnx_introspect._search.meshes.report import MeshComparison
+from nnx_introspect._search.meshes.rows import (
     MeshAxes,
     MeshCandidate,
-    MeshComparison,
     plural,
     sort_key,
 )

@@ -16,7 +16,7 @@ from nnx_introspect._mesh import as_abstract_mesh, mesh_config_report
 from nnx_introspect._mesh.parse import as_logical_rules
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._search.meshes.report import MeshAxes, mesh_name
+from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
 from nnx_introspect._step.inputs import as_model
 from nnx_introspect._step.measure import plan_problems
 from nnx_introspect._step.spec import StepSpec

@@ -1,15 +1,16 @@
-"""A comparison's report: :class:`MeshComparison`, its :class:`MeshCandidate` rows.
+"""A comparison's report: :class:`MeshComparison` over its rows.
 
-What became of each candidate (:data:`Outcome`), where each outcome sorts
-(best first: :func:`sort_key`), and the renderers: the table and its notes,
-JSON, and the HTML page (its chart drawn by ``chart``).
+The rows (:class:`~nnx_introspect._search.meshes.rows.MeshCandidate`), their
+outcomes and order are :mod:`~nnx_introspect._search.meshes.rows`'; here are
+the verdict and the renderers: the table and its notes, JSON, and the HTML
+page (its chart drawn by ``chart``).
 """
 
 import dataclasses
 import html
 import math
 from collections.abc import Iterator
-from typing import Any, Literal, TypeAlias
+from typing import Any
 
 from nnx_introspect._render.narrow import short_headers
 from nnx_introspect._render.table import (
@@ -22,135 +23,12 @@ from nnx_introspect._render.table import (
 )
 from nnx_introspect._roofline.estimate import Roofline
 from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
+from nnx_introspect._search.meshes.rows import MeshCandidate, answered, plural
 from nnx_introspect._search.meshes.utilisation import (
     utilisation_cells,
     utilisation_header,
     utilisation_notes,
 )
-from nnx_introspect._step.report import StepMemoryReport
-
-Outcome: TypeAlias = Literal[
-    "fits", "does not fit", "compiled", "rejected", "failed", "timed out"
-]
-"""What became of one candidate: compiled and judged against the budget
-(``"compiled"``: no budget to judge by), rejected by the planner before any
-compile, or a compile that raised or gave no result in time."""
-
-
-MeshAxes: TypeAlias = tuple[tuple[str, int], ...]
-"""A mesh as ``((axis name, size), ...)``, in the mesh's order."""
-
-
-_GROUP: dict[str, int] = {
-    "fits": 0,
-    "compiled": 0,
-    "does not fit": 1,
-    "rejected": 2,
-    "failed": 3,
-    "timed out": 3,
-}
-"""Where each outcome sorts: answers first, then what did not fit, then the rest."""
-
-
-@dataclasses.dataclass(frozen=True)
-class MeshCandidate:
-    """One candidate mesh of a :class:`MeshComparison` and what became of it.
-
-    Attributes:
-        mesh: The mesh as ``((axis name, size), ...)``, in its order.
-        outcome: ``"fits"``, ``"does not fit"``, ``"compiled"`` (no budget to
-            judge by), ``"rejected"`` (by the planner, nothing compiled),
-            ``"failed"`` (the compile raised) or ``"timed out"``.
-        reason: Why a candidate was rejected, failed or timed out, in words;
-            ``None`` otherwise.
-        report: The full :class:`StepMemoryReport` of a compiled candidate,
-            else ``None``.
-        plan_bytes: Bytes per device of the parameters, other state and
-            optimizer state as the plan shards them (``None`` when the plan
-            could not be applied: a rejected plan with errors has no figure of
-            its own, and none of another layout is shown).
-        estimated_seconds: A ``(low, high)`` roofline estimate of one step's
-            time (perfect overlap, none) from the report's
-            :attr:`~StepMemoryReport.roofline`, for a named ``topology``
-            (fitting candidates sort by its low end); else ``None``.
-        collective_bytes_by_axis: Bytes on the wire per device and step over
-            each mesh-axis combination (``"fsdp"``, ``"fsdp,tp"``, ``"?"``),
-            from the compiled program's collectives; ``None`` when not read.
-
-    Example:
-        >>> row = MeshCandidate((("fsdp", 4), ("tp", 2)), "rejected", "indivisible")
-        >>> row.name, row.status
-        ('fsdp=4,tp=2', 'rejected by the planner: indivisible')
-    """
-
-    mesh: MeshAxes
-    outcome: Outcome
-    reason: str | None = None
-    report: StepMemoryReport | None = None
-    plan_bytes: int | None = None
-    estimated_seconds: tuple[float, float] | None = None
-    collective_bytes_by_axis: dict[str, int] | None = None
-
-    @property
-    def name(self) -> str:
-        """The mesh as ``"fsdp=2,tp=4"``."""
-        return mesh_name(self.mesh)
-
-    @property
-    def peak_bytes(self) -> int | None:
-        """The compiled step's peak per device, or ``None`` with no compile."""
-        return None if self.report is None else self.report.peak_bytes
-
-    @property
-    def fits(self) -> bool | None:
-        """Whether the step fits the budget; ``None`` with no budget or compile."""
-        if self.outcome in ("fits", "does not fit"):
-            return self.outcome == "fits"
-        return None
-
-    @property
-    def status(self) -> str:
-        """The outcome in words, its reason included.
-
-        ``"fits"``, ``"does not fit"``, ``"compiled (no budget)"``,
-        ``"rejected by the planner: ..."``, ``"failed: ValueError: ..."`` or
-        ``"timed out after 600 s"``.
-        """
-        if self.outcome == "rejected":
-            return f"rejected by the planner: {self.reason}"
-        if self.outcome == "failed":
-            return f"failed: {self.reason}"
-        if self.outcome == "timed out":
-            return f"timed out {self.reason}" if self.reason else "timed out"
-        return self._short_status()
-
-    def _short_status(self) -> str:
-        """The status without its reason: one table cell."""
-        if self.outcome == "compiled":
-            return "compiled (no budget)"
-        refused = self.report is not None and self.report.compiler_message is not None
-        if self.outcome == "does not fit" and refused:
-            return "out of memory (refused by the compiler)"
-        if self.outcome == "rejected":
-            return "rejected by the planner"
-        return self.outcome
-
-    def json_data(self) -> dict[str, Any]:
-        """Exact figures for JSON output; ``report`` is the step's whole payload."""
-        estimate = self.estimated_seconds
-        return {
-            "mesh": self.name,
-            "axis_names": [a for a, _ in self.mesh],
-            "axis_sizes": [s for _, s in self.mesh],
-            "outcome": self.outcome,
-            "status": self.status,
-            "fits": self.fits,
-            "peak_bytes": self.peak_bytes,
-            "plan_bytes": self.plan_bytes,
-            "estimated_seconds": None if estimate is None else list(estimate),
-            "collective_bytes_by_axis": self.collective_bytes_by_axis,
-            "report": None if self.report is None else self.report.json_data(),
-        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -227,7 +105,7 @@ class MeshComparison(Report):
         candidates whose estimated step times overlap its own.
         """
         first = self.candidates[0] if self.candidates else None
-        if first is None or _GROUP[first.outcome] != 0:
+        if first is None or not answered(first):
             return None
         return first
 
@@ -264,7 +142,7 @@ class MeshComparison(Report):
         return tuple(
             c
             for c in self.candidates
-            if _GROUP[c.outcome] == 0
+            if answered(c)
             and c.estimated_seconds is not None
             and (
                 (c.estimated_seconds[0] < high and c.estimated_seconds[1] > low)
@@ -518,7 +396,7 @@ class MeshComparison(Report):
 
     def _order_words(self) -> str:
         """The order the rows are in, as :func:`sort_key` sorts them."""
-        answers = [c for c in self.candidates if _GROUP[c.outcome] == 0]
+        answers = [c for c in self.candidates if answered(c)]
         timed = [c for c in answers if c.estimated_seconds is not None]
         which = "compiled" if self.max_device_bytes is None else "fit"
         if not timed:
@@ -653,15 +531,6 @@ class MeshComparison(Report):
         return page_html(self.verdict, "".join(parts))
 
 
-def sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
-    group = _GROUP[row.outcome]
-    peak = row.peak_bytes or 0
-    if group == 0:
-        estimate = row.estimated_seconds
-        return (group, estimate is None, estimate or (0.0, 0.0), peak, index)
-    return (group, False, (0.0, 0.0), peak if group == 1 else 0, index)
-
-
 def _and(words: list[str]) -> str:
     """``"a"``, ``"a and b"``, ``"a, b and c"``."""
     if len(words) < 2:
@@ -676,23 +545,7 @@ def _times(ratio: float) -> str:
     return f"{math.floor(ratio * scale) / scale:.{digits}f}"
 
 
-def plural(n: int, noun: str) -> str:
-    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
-
-
 def _share(peak: int, budget: int) -> str:
     """``peak`` as a share of ``budget``: ``"37%"``, ``"0.11%"`` below 1%."""
     share = peak / budget
     return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{share:.2%}"
-
-
-def mesh_name(mesh: MeshAxes) -> str:
-    return ",".join(f"{a}={s}" for a, s in mesh)
-
-
-def error_text(error: BaseException) -> str:
-    """``"ValueError: ..."`` on one line, at most 500 characters."""
-    text = " ".join(str(error).split())
-    if len(text) > 500:
-        text = text[:497] + "..."
-    return f"{type(error).__name__}: {text}" if text else type(error).__name__

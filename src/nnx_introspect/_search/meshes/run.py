@@ -16,7 +16,7 @@ from collections.abc import Callable
 from typing import Any, TypeAlias
 
 from nnx_introspect._search.meshes.pool import stop_pool
-from nnx_introspect._search.meshes.report import (
+from nnx_introspect._search.meshes.rows import (
     MeshAxes,
     MeshCandidate,
     Outcome,
