@@ -12,12 +12,8 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect._render.svg import (
-    _batch_ticks,
-    byte_ticks,
-    chart_svg,
-    nice_step,
-)
+from nnx_introspect._render.batch_chart import _batch_ticks, chart_svg
+from nnx_introspect._render.svg import byte_ticks, nice_step
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._search import batch as search_module
 from nnx_introspect._search.batch import max_batch

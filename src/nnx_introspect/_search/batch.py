@@ -14,7 +14,8 @@ from typing import Any, Unpack
 from flax import nnx
 
 from nnx_introspect._mesh import MeshLike
-from nnx_introspect._render.svg import Point, chart_svg
+from nnx_introspect._render.batch_chart import chart_svg
+from nnx_introspect._render.svg import Point
 from nnx_introspect._render.table import (
     Report,
     Table,
