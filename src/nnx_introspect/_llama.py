@@ -317,12 +317,8 @@ class LlamaLayer(nnx.Module):
         if cache is None:
             causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
         else:
-            rows = jnp.arange(b)[:, None]
             cache = {
-                name: self._shard(
-                    cache[name].at[rows, positions].set(new.astype(cache[name].dtype)),
-                    _HEADS,
-                )
+                name: self._shard(_write(cache[name], new, positions), _HEADS)
                 for name, new in (("k", k), ("v", v))
             }
             k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
@@ -459,6 +455,26 @@ class Llama(nnx.Module):
             f"layer_{i}": {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
             for i in range(len(self.layers))
         }
+
+
+def _write(cache: Array, new: Array, positions: Array) -> Array:
+    """``cache`` with each sequence's ``new`` keys or values at its ``positions``.
+
+    One ``dynamic_update_slice`` per sequence (vmapped), from the sequence's
+    first position: XLA updates the donated cache in place, in the layout it
+    chose for it. (``cache.at[rows, positions].set(new)``, a scatter of
+    arbitrary positions, makes XLA:TPU copy the whole cache into a row-major
+    layout and back around the update, per layer.) The ``s`` positions of a
+    sequence are consecutive, as a prompt's and a decode step's are.
+    """
+    new = new.astype(cache.dtype)
+
+    def one(row: Array, update: Array, start: Array) -> Array:
+        zero = jnp.zeros((), start.dtype)
+        return jax.lax.dynamic_update_slice(row, update, (start, zero, zero))
+
+    out: Array = jax.vmap(one)(cache, new, positions[:, 0])
+    return out
 
 
 def _call_layer(layer: "LlamaLayer", x: Array) -> Array:

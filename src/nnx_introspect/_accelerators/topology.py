@@ -25,6 +25,7 @@ __all__ = [
     "Topology",
     "parse_topology",
     "resolve_topology",
+    "topology_of_devices",
 ]
 
 _MAX_COUNT_DIGITS = 6
@@ -106,11 +107,15 @@ class _Family:
     The rest of the chip's HBM is reserved for the TPU runtime and is in none
     of ``memory_analysis()``'s figures (XLA's error E1000 page: "Reserved space
     for the XLA Runtime")."""
+    device_kinds: tuple[str, ...] = ()
+    """What JAX's ``device.device_kind`` says of one device of the family
+    (``"TPU v5 lite"`` on a v5e chip, as seen on one); a GPU family's is its
+    :attr:`_GpuSpec.device_name`."""
 
 
 # --- Device count rules ----------------------------------------------------------
 
-_2D = {1: (1, 1), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8)}
+_2D = {1: (1, 1), 2: (1, 2), 4: (2, 2), 8: (2, 4), 16: (4, 4), 32: (4, 8), 64: (8, 8)}
 _2D |= {128: (8, 16), 256: (16, 16)}
 
 
@@ -144,6 +149,9 @@ def _chips_2d(family: _Family, topology: str, count: int) -> Topology:
     if wrap is not None:
         options = {"chips_per_host_bounds": (2, 2, 1), "num_slices": 1}
         options["wrap"] = wrap
+    elif count < 4:  # a sub-host slice is its own host (libtpu 0.0.42's default
+        # host bounds, 2x2x1, do not divide a 1x1 or 1x2 layout)
+        options = {"chips_per_host_bounds": (*dims2, 1), "num_slices": 1}
     return Topology(
         topology,
         f"{family.compiler_family}:{dims2[0]}x{dims2[1]}",
@@ -326,6 +334,7 @@ _FAMILIES: tuple[_Family, ...] = (
         32 * _GIB,
         _megacores_3d,
         hbm_available_bytes=round(30.75 * _GIB),
+        device_kinds=("TPU v4",),
     ),
     _Family(
         "v5e",
@@ -336,6 +345,7 @@ _FAMILIES: tuple[_Family, ...] = (
         16 * _GIB,
         _chips_2d,
         hbm_available_bytes=round(15.75 * _GIB),
+        device_kinds=("TPU v5 lite", "TPU v5e"),
     ),
     _Family(
         "v5p",
@@ -346,6 +356,7 @@ _FAMILIES: tuple[_Family, ...] = (
         95 * _GIB,
         _megacores_3d,
         hbm_available_bytes=round(95.73 * _GIB),
+        device_kinds=("TPU v5", "TPU v5p"),
     ),
     _Family(
         "v6e",
@@ -356,6 +367,7 @@ _FAMILIES: tuple[_Family, ...] = (
         32 * _GIB,
         _chips_2d,
         hbm_available_bytes=round(31.24 * _GIB),
+        device_kinds=("TPU v6 lite", "TPU v6e"),
     ),
     _Family("a100", (), "cuda", "", "", 85_100_068_864, _gpu_hosts, _A100),
     _Family("h100", (), "cuda", "", "", 84_942_979_072, _gpu_hosts, _H100),
@@ -437,3 +449,31 @@ def resolve_topology(topology: str) -> Topology:
             f"'{family.name}-8'.",
         )
     return family.slice_rule(family, topology, int(digits))
+
+
+def topology_of_devices(device_kind: str, count: int) -> str | None:
+    """The target name of ``count`` present devices of ``device_kind``, if known.
+
+    The name a report uses for the hardware's figures when it runs on the
+    devices themselves: ``"v5e-1"`` for one ``"TPU v5 lite"``; ``None`` for a
+    CPU or a kind no family lists, or a count no slice of the family has.
+
+    Example:
+        >>> topology_of_devices("TPU v5 lite", 1), topology_of_devices("TPU v5", 4)
+        ('v5e-1', 'v5p-8')
+        >>> topology_of_devices("NVIDIA H100 80GB HBM3", 8), topology_of_devices("cpu", 8)
+        ('h100-8', None)
+    """
+    for family in _FAMILIES:
+        kinds = family.device_kinds or ((family.gpu.device_name,) if family.gpu else ())
+        if device_kind not in kinds:
+            continue
+        # megacore families count TensorCores, two per chip (one device each)
+        n = count * 2 if family.slice_rule is _megacores_3d else count
+        name = f"{family.name}-{n}"
+        try:
+            resolve_topology(name)
+        except ArgumentError:
+            return None
+        return name
+    return None

@@ -169,6 +169,7 @@ def compile_or_recall(
     cache: bool,
     *,
     breakdown: bool,
+    runs: int | None = None,
 ) -> XlaReadings:
     """The compile's readings: from the cache when it holds them, else compiled.
 
@@ -176,7 +177,10 @@ def compile_or_recall(
     the cache key is its text without its callers' lines, the mesh, the
     ``topology`` and, with ``breakdown``, the ``names`` the breakdown gives its
     buffers. With ``breakdown``, XLA's dumps are read into a breakdown of the
-    peak (the readings' ``breakdown``, as JSON data).
+    peak (the readings' ``breakdown``, as JSON data). With ``runs``, the
+    program is compiled (a program to run is never recalled) and run on the
+    mesh's devices (the readings' ``measured``); the cache keeps its readings
+    without the measurement.
     """
     key = None
     if cache_enabled(cache):
@@ -192,18 +196,18 @@ def compile_or_recall(
             }
         text = without_callers(lowered.as_text(debug_info=True), _callers())
         key = compile_key(text, mesh, topology=described, extra=extra)
-        hit = load_result(key)
+        hit = None if runs is not None else load_result(key)
         if hit is not None:
             seconds = time.perf_counter() - start
             return dataclasses.replace(
                 hit.readings, compile_seconds=seconds, cached=hit.compiled_on
             )
     if breakdown:
-        readings = _compile_with_breakdown(lowered, mesh, start, names)
+        readings = _compile_with_breakdown(lowered, mesh, start, names, runs)
     else:
-        readings = compile_lowered(lowered, mesh, start)
+        readings = compile_lowered(lowered, mesh, start, runs=runs)
     if key is not None:
-        store_result(key, readings)
+        store_result(key, dataclasses.replace(readings, measured=None))
     return readings
 
 
@@ -217,7 +221,11 @@ def _callers() -> set[tuple[str, int]]:
 
 
 def _compile_with_breakdown(
-    lowered: Any, mesh: Mesh, start: float, names: "ProgramNames"
+    lowered: Any,
+    mesh: Mesh,
+    start: float,
+    names: "ProgramNames",
+    runs: int | None = None,
 ) -> XlaReadings:
     """:func:`compile_lowered` with XLA's dumps read into a breakdown of the peak.
 
@@ -227,7 +235,9 @@ def _compile_with_breakdown(
     """
     directory = tempfile.mkdtemp(prefix="nnx-introspect-dump-")
     try:
-        readings = compile_lowered(lowered, mesh, start, dump_to=directory)
+        readings = compile_lowered(
+            lowered, mesh, start, dump_to=directory, runs=runs
+        )
         if readings.out_of_memory:
             return dataclasses.replace(
                 readings,

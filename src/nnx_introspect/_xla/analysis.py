@@ -21,12 +21,15 @@ from nnx_introspect._xla.hlo import (
     definition,
     instruction,
     operand_shapes,
+    parse_module,
     parse_shape,
     tuple_elements,
 )
+from nnx_introspect._xla.hlo.traffic import hbm_traffic, traffic_json
 from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
+from nnx_introspect._xla.run import run_compiled
 from nnx_introspect._xla.toolchain import (
     cuda_plugin_version,
     jaxlib_version,
@@ -154,7 +157,12 @@ def read_oom(message: str) -> dict[str, Any] | None:
 
 
 def compile_lowered(
-    lowered: Any, mesh: Mesh, start: float, *, dump_to: str | None = None
+    lowered: Any,
+    mesh: Mesh,
+    start: float,
+    *,
+    dump_to: str | None = None,
+    runs: int | None = None,
 ) -> XlaReadings:
     """Compile ``lowered`` for ``mesh``'s devices; XLA's readings of it.
 
@@ -163,7 +171,10 @@ def compile_lowered(
     memory returns ``out_of_memory=True``, the compiler's message and figures,
     and ``None`` for the byte counts it could not give. With ``dump_to`` (an
     empty directory), XLA writes what
-    :func:`~nnx_introspect._xla.dump.read_peak` reads there.
+    :func:`~nnx_introspect._xla.dump.read_peak` reads there. With ``runs``,
+    the compiled program is run on ``mesh``'s devices (this process's) once
+    to warm up and ``runs`` times timed (:func:`~nnx_introspect._xla.run.run_compiled`):
+    the readings' ``measured``.
     """
     device = mesh.devices.flat[0]
     backend = str(device.platform)
@@ -210,6 +221,10 @@ def compile_lowered(
         warnings = (*warnings, left_out(costs.why))
     figures = _figures(text, mesh)
     wire = figures.pop("collective_wire_bytes")
+    measured = None
+    if runs is not None:
+        with native_stderr_captured():
+            measured = run_compiled(compiled, runs)
     return XlaReadings(
         **said,
         compile_seconds=seconds,
@@ -225,8 +240,20 @@ def compile_lowered(
         collective_wire_bytes=None
         if wire is None
         else tuple((tuple(a), int(n), int(w)) for a, n, w in wire),
+        traffic=_traffic(text),
+        measured=measured,
         **figures,
     )
+
+
+def _traffic(text: str | Exception) -> dict[str, Any] | None:
+    """The program's HBM traffic as JSON data; ``None`` if its text does not parse."""
+    if isinstance(text, Exception):
+        return None
+    try:
+        return traffic_json(hbm_traffic(parse_module(text)))
+    except HloTextError:
+        return None
 
 
 def program_figures(

@@ -70,6 +70,13 @@ class XlaReadings:
         explicit_axes_fallback: Why the program was compiled with Auto axes.
         device_order: How the mesh's devices were laid out (``"plain"``,
             ``"the mesh's"``, or a topology's words).
+        traffic: What the program moves through HBM
+            (:func:`~nnx_introspect._xla.hlo.traffic.traffic_json`: read and
+            written bytes, the instructions that move the most), or ``None``
+            when its text could not be read.
+        measured: The program run on this process's devices
+            (:func:`~nnx_introspect._xla.run.run_compiled`'s JSON data), when
+            a report asked for it.
         cached: When the program was compiled, if these readings came from
             the cache of compile results (ISO 8601); else ``None``.
 
@@ -107,6 +114,8 @@ class XlaReadings:
     traced_platform: str | None = None
     explicit_axes_fallback: str | None = None
     device_order: str = "plain"
+    traffic: dict[str, Any] | None = None
+    measured: dict[str, Any] | None = None
     cached: str | None = None
 
     def json_data(self) -> dict[str, Any]:

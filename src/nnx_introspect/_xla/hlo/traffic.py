@@ -1,0 +1,357 @@
+"""What a compiled program moves through device memory (HBM), instruction by instruction.
+
+XLA's ``cost_analysis()`` sums each instruction's operand and output bytes
+wherever they live: on XLA:TPU a prefetch of a buffer into on-chip memory
+(``S(1)``), then the read of that copy, count its bytes twice (three times
+with the copy's write), and an update in place of a donated buffer (a KV
+cache's ``dynamic-update-slice``) counts the whole buffer read and written.
+:func:`hbm_traffic` reads the optimized program instead and counts what
+reaches HBM (memory space 0):
+
+* an instruction reads its operands and writes its outputs that live in HBM;
+  a value in another memory space (``S(1)``, on-chip) moves nothing there;
+* an asynchronous copy (``copy-start``, ``slice-start``) moves its source once
+  and writes its destination once, each where it lives;
+* an update in place (a ``dynamic-update-slice`` or ``scatter``, alone or as
+  a fusion's root, whose output is its first operand's buffer) reads and
+  writes the update, not the buffer it lands in;
+* a fusion reads of an operand only what it slices (``dynamic-slice``,
+  ``slice``, ``gather``) when slicing is all it does with it;
+* a loop's body is counted once per trip (:func:`~nnx_introspect._xla.hlo.loops.trip_count`),
+  a conditional's costliest branch once, a ``call`` as its computation;
+* bitcasts, tuples, parameters, constants and the ``-done`` halves of
+  asynchronous pairs move nothing.
+
+Each counted instruction is a :class:`TrafficRow` with the user's source line
+(:func:`~nnx_introspect._xla.hlo.frames.user_frame`), so a report can say
+which lines move the bytes a program moves beyond the floor of reading its
+arguments once.
+"""
+
+import dataclasses
+from collections.abc import Iterator
+from typing import Any, Final
+
+from nnx_introspect._xla.hlo.frames import (
+    SourceLocation,
+    source_json,
+    source_stack,
+    user_frame,
+)
+from nnx_introspect._xla.hlo.instructions import Instruction, metadata
+from nnx_introspect._xla.hlo.loops import trip_count
+from nnx_introspect._xla.hlo.module import Module, called_computations
+from nnx_introspect._xla.hlo.shapes import (
+    arrays,
+    memory_space,
+    shape_bytes,
+    tuple_elements,
+)
+
+__all__ = ["Traffic", "TrafficRow", "hbm_traffic", "traffic_json"]
+
+
+@dataclasses.dataclass(frozen=True)
+class TrafficRow:
+    """One instruction's bytes to and from HBM, all its trips together.
+
+    Attributes:
+        instruction: Its name in the optimized program.
+        opcode: Its opcode (``fusion``, ``copy``, ``copy-start``...).
+        op_name: JAX's name of the operation it came from (its metadata).
+        read_bytes: Bytes it reads from HBM, every trip.
+        written_bytes: Bytes it writes to HBM, every trip.
+        trips: How many times it runs (its loops' trips multiplied).
+        shape: Its output's shape, as the program prints it.
+        source: The user's source line it came from, where the program says.
+    """
+
+    instruction: str
+    opcode: str
+    op_name: str
+    read_bytes: int
+    written_bytes: int
+    trips: int
+    shape: str
+    source: SourceLocation | None = None
+
+    @property
+    def bytes(self) -> int:
+        """Read and written bytes together."""
+        return self.read_bytes + self.written_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class Traffic:
+    """A program's HBM traffic: the total and each instruction's share.
+
+    Attributes:
+        rows: Every instruction that moves bytes, most bytes first.
+        unknown_trips: Loops whose trip count the program does not state
+            (their bodies counted once).
+    """
+
+    rows: tuple[TrafficRow, ...]
+    unknown_trips: tuple[str, ...] = ()
+
+    @property
+    def read_bytes(self) -> int:
+        """Bytes read from HBM."""
+        return sum(row.read_bytes for row in self.rows)
+
+    @property
+    def written_bytes(self) -> int:
+        """Bytes written to HBM."""
+        return sum(row.written_bytes for row in self.rows)
+
+    @property
+    def bytes(self) -> int:
+        """Bytes read and written."""
+        return self.read_bytes + self.written_bytes
+
+
+_NOTHING: Final = frozenset(
+    {
+        "parameter",
+        "constant",
+        "tuple",
+        "get-tuple-element",
+        "bitcast",
+        "copy-done",
+        "slice-done",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "add-dependency",
+        "domain",
+        "all-gather-done",
+        "all-reduce-done",
+        "collective-permute-done",
+        "async-done",
+        "send-done",
+        "recv-done",
+        "copy-to-host-done",
+    }
+)
+"""Opcodes that move no bytes of their own: views, bookkeeping, and the second
+halves of asynchronous pairs (their first half is counted)."""
+
+_NO_OP_CALLS: Final = frozenset({"ConcatBitcast", "AllocateBuffer", "Sharding"})
+"""Custom calls that name existing bytes or reserve a buffer, moving none."""
+
+_IN_PLACE: Final = frozenset({"dynamic-update-slice", "scatter"})
+_SLICING: Final = frozenset({"dynamic-slice", "slice", "gather"})
+
+
+def _hbm_bytes(shape: str) -> int:
+    """Bytes of the arrays of ``shape`` that live in HBM (memory space 0)."""
+    elements = tuple_elements(shape) or [shape]
+    total = 0
+    for element in elements:
+        if element.startswith("("):
+            total += _hbm_bytes(element)
+        elif memory_space(element) == 0:
+            total += sum(size for _, _, size in arrays(element))
+    return total
+
+
+def _shape_of(module: Module, name: str) -> str:
+    found = module.instructions.get(name)
+    return "" if found is None else found.shape
+
+
+def _fused_reads(module: Module, fusion: Instruction) -> list[int | None]:
+    """Per operand of ``fusion``: the bytes it reads, or ``None`` for all of it.
+
+    An operand the fused computation only slices reads the slices; one it
+    only updates in place (the buffer an update lands in) reads nothing.
+    """
+    called = called_computations(fusion)
+    body = module.computations.get(called[0], []) if called else []
+    reads: list[int | None] = [None] * len(fusion.operands)
+    for inst in body:
+        number = int(inst.operand_text) if inst.operand_text.isdigit() else -1
+        if inst.opcode != "parameter" or not 0 <= number < len(reads):
+            continue
+        uses = list(_uses(module, inst.name))
+        if uses and all(u.opcode in _SLICING and at == 0 for u, at in uses):
+            reads[number] = sum(shape_bytes(u.shape) for u, _ in uses)
+        elif uses and all(u.opcode in _IN_PLACE and at == 0 for u, at in uses):
+            reads[number] = 0
+    return reads
+
+
+def _uses(module: Module, name: str) -> Iterator[tuple[Instruction, int]]:
+    """``(user, operand number)`` of each use of ``name``, looking through views."""
+    for user in module.users.get(name, []):
+        if user.opcode in ("bitcast", "reshape"):
+            yield from _uses(module, user.name)
+        else:
+            for at, operand in enumerate(user.operands):
+                if operand == name:
+                    yield user, at
+
+
+def _in_place_update(module: Module, inst: Instruction) -> Instruction | None:
+    """The update-in-place op ``inst`` is (or its fusion's root is), if any."""
+    if inst.opcode in _IN_PLACE:
+        return inst
+    if inst.opcode != "fusion":
+        return None
+    called = called_computations(inst)
+    root = module.root(called[0]) if called else None
+    while root is not None and root.opcode in ("bitcast", "reshape") and root.operands:
+        root = module.instructions.get(root.operands[0])
+    return root if root is not None and root.opcode in _IN_PLACE else None
+
+
+def _update_bytes(module: Module, update: Instruction) -> int:
+    """Bytes of what an in-place update writes: its update operand(s)."""
+    if update.opcode == "dynamic-update-slice":
+        return shape_bytes(_shape_of(module, update.operands[1]))
+    # scatter(operands..., indices, updates...): the updates are the last half
+    count = (len(update.operands) - 1) // 2
+    return sum(shape_bytes(_shape_of(module, n)) for n in update.operands[-count:])
+
+
+def _moved(module: Module, inst: Instruction) -> tuple[int, int]:
+    """``(read, written)`` HBM bytes of one run of ``inst``."""
+    op = inst.opcode
+    if op in ("copy-start", "slice-start", "copy-to-host-start"):
+        # copy-start's shape is (destination, source, context); slice-start's
+        # ((sources), destination, ...)
+        elements = tuple_elements(inst.shape) or [inst.shape, inst.shape]
+        if op == "slice-start":  # reads what it slices: its destination's size
+            source, target = elements[0], elements[1]
+            read = _hbm_bytes(target) or shape_bytes(target) if _hbm_bytes(source) else 0
+        else:
+            target, source = elements[0], elements[1]
+            read = _hbm_bytes(source)
+        return read, _hbm_bytes(target)
+    if op == "custom-call":
+        target = inst.attributes.get("custom_call_target", "").strip('"')
+        if target in _NO_OP_CALLS:
+            return 0, 0
+    update = _in_place_update(module, inst)
+    reads: list[int | None] = [None] * len(inst.operands)
+    if op == "fusion":
+        reads = _fused_reads(module, inst)
+    read = 0
+    for number, name in enumerate(inst.operands):
+        if update is not None and update is inst and number == 0:
+            continue  # the buffer updated in place
+        whole = _hbm_bytes(_shape_of(module, name))
+        part = reads[number]
+        read += whole if part is None else min(part, whole)
+    if update is not None:
+        written = _update_bytes(module, update) if _hbm_bytes(inst.shape) else 0
+        return read, written
+    return read, _hbm_bytes(inst.shape)
+
+
+def _walk(
+    module: Module, computation: str, trips: int, unknown: list[str]
+) -> Iterator[tuple[Instruction, int]]:
+    """Every instruction of ``computation`` and what it calls, with its trips."""
+    for inst in module.computations.get(computation, []):
+        if inst.opcode == "while":
+            count = trip_count(inst, module)
+            if count is None:
+                unknown.append(inst.name)
+                count = 1
+            body = inst.attributes.get("body", "").lstrip("%")
+            yield from _walk(module, body, trips * count, unknown)
+        elif inst.opcode == "conditional":
+            branches = called_computations(inst)
+            costliest = max(
+                branches,
+                key=lambda b: sum(
+                    sum(_moved(module, i)) for i in module.computations.get(b, [])
+                ),
+                default=None,
+            )
+            if costliest is not None:
+                yield from _walk(module, costliest, trips, unknown)
+        elif inst.opcode == "call":
+            for called in called_computations(inst):
+                yield from _walk(module, called, trips, unknown)
+        elif inst.opcode not in _NOTHING:
+            yield inst, trips
+
+
+def hbm_traffic(module: Module) -> Traffic:
+    """The bytes ``module`` (one device's optimized program) moves through HBM.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import parse_module
+        >>> module = parse_module("\\n".join([
+        ...     "HloModule jit_f",
+        ...     "",
+        ...     "ENTRY %main (c: bf16[8,1024], u: bf16[8,1], i: s32[]) -> bf16[8,1024] {",
+        ...     "  %c = bf16[8,1024]{1,0} parameter(0)",
+        ...     "  %u = bf16[8,1]{1,0} parameter(1)",
+        ...     "  %i = s32[] parameter(2)",
+        ...     "  %z = s32[] constant(0)",
+        ...     "  ROOT %d = bf16[8,1024]{1,0} dynamic-update-slice(%c, %u, %z, %i)",
+        ...     "}",
+        ... ]))
+        >>> traffic = hbm_traffic(module)
+        >>> traffic.read_bytes, traffic.written_bytes  # the update and 2 indices, not the cache
+        (24, 16)
+    """
+    unknown: list[str] = []
+    rows = []
+    for inst, trips in _walk(module, module.entry, 1, unknown):
+        read, written = _moved(module, inst)
+        if read + written == 0:
+            continue
+        items = metadata(inst.text)
+        stack = source_stack(items, module.frames)
+        rows.append(
+            TrafficRow(
+                inst.name,
+                inst.opcode,
+                items.get("op_name", ""),
+                read * trips,
+                written * trips,
+                trips,
+                inst.shape,
+                user_frame(stack, stack[0] if stack else None),
+            )
+        )
+    rows.sort(key=lambda row: -row.bytes)
+    return Traffic(tuple(rows), tuple(unknown))
+
+
+ROWS_KEPT: Final = 16
+"""Rows :func:`traffic_json` keeps: the instructions that move the most bytes."""
+
+
+def traffic_json(traffic: Traffic, rows: int = ROWS_KEPT) -> dict[str, Any]:
+    """``traffic`` as JSON data: its totals and its ``rows`` largest rows.
+
+    Example:
+        >>> data = traffic_json(Traffic((TrafficRow("f", "fusion", "jit(f)/dot", 8, 4, 1,
+        ...                                         "f32[1]{0}"),)))
+        >>> data["read_bytes"], data["written_bytes"], data["rows"][0]["instruction"]
+        (8, 4, 'f')
+    """
+    return {
+        "read_bytes": traffic.read_bytes,
+        "written_bytes": traffic.written_bytes,
+        "unknown_trips": list(traffic.unknown_trips),
+        "rows": [
+            {
+                "instruction": row.instruction,
+                "opcode": row.opcode,
+                "op_name": row.op_name,
+                "read_bytes": row.read_bytes,
+                "written_bytes": row.written_bytes,
+                "trips": row.trips,
+                "shape": row.shape,
+                "source": source_json(row.source),
+            }
+            for row in traffic.rows[:rows]
+        ],
+    }
