@@ -18,6 +18,7 @@ from nnx_introspect._mesh import MeshConfigReport, as_abstract_mesh
 from nnx_introspect._render.formats import batch_str
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._step.inputs import Request
+from nnx_introspect._step.measured import Measured
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.step_records import (
     StepBudget,
@@ -104,6 +105,9 @@ def assemble_report(
         microbatches=request.microbatches,
         target=request.target_name,
         tokens_per_step=request.tokens_per_step,
+        measured=None
+        if readings.measured is None
+        else Measured.from_run(readings.measured, "step"),
     )
     extra = _caveats(report, request, plan)
     return (

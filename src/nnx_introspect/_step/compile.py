@@ -98,6 +98,7 @@ def compile_request(
     topology: str | None = None,
     cache: bool = False,
     program: ProgramKind = TRAIN,
+    runs: int | None = None,
 ) -> XlaReadings:
     """Lower and compile ``request``'s ``program`` on ``mesh``; XLA's readings.
 
@@ -125,7 +126,9 @@ def compile_request(
     compiled before for the same ``topology``, devices, flags, versions and
     options is not compiled again: its readings come from
     :mod:`~nnx_introspect._xla.cache`, ``cached`` the date of
-    that compile and ``compile_seconds`` the time spent now.
+    that compile and ``compile_seconds`` the time spent now. With ``runs``,
+    the compiled program is run on ``mesh``'s devices too (the readings'
+    ``measured``).
     """
     start = time.perf_counter()
     fallback: str | None = None
@@ -146,7 +149,14 @@ def compile_request(
         )
         mesh = auto
     readings = compile_or_recall(
-        lowered, mesh, start, names, topology, cache, breakdown=request.breakdown
+        lowered,
+        mesh,
+        start,
+        names,
+        topology,
+        cache,
+        breakdown=request.breakdown,
+        runs=runs,
     )
     warnings = readings.warnings
     if fallback is not None:

@@ -29,7 +29,9 @@ from nnx_introspect._step.inputs import (
 )
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
-from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._accelerators.topology import topology_of_devices
+from nnx_introspect._step.measured import as_measure
+from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.cache import cache_enabled
 from nnx_introspect._xla.native_log import (
     native_stderr_captured,
@@ -57,6 +59,7 @@ def step_memory_report(
     *,
     debug: bool = False,
     cache: bool = True,
+    measure: IntLike | bool | None = None,
     **options: Unpack[StepOptions],
 ) -> StepMemoryReport:
     """Compile one step of ``target`` on ``mesh`` and report XLA's bytes per device.
@@ -111,6 +114,15 @@ def step_memory_report(
             turns it off too). A report from the cache is the first one's,
             but for ``compilation.seconds`` (the time spent now) and
             ``compilation.cached`` (when it was compiled).
+        measure: Run the compiled step on this process's devices, one
+            warm-up and ``measure`` timed runs (``True``: 5), the state fed
+            back as a training loop feeds it: ``report.measured`` holds the
+            times, tokens per second, the MFU and the allocator's figures, and
+            every rendering the estimate against the measurement. The devices
+            must be this process's: no ``topology`` (an accelerator present
+            is named for the estimate, ``"v5e-1"`` for one v5e chip), or one
+            whose kind and count the present devices are; the step is then
+            compiled here, on them, never read from the cache.
         **options: The step's options (:class:`~nnx_introspect.StepOptions`:
             ``loss``, ``optimizer``, ``rules``, ``logical_rules``,
             ``batch_spec``, ``topology``, ``max_device_bytes``,
@@ -153,7 +165,11 @@ def step_memory_report(
         True
     """
     spec = as_step_spec(target, mesh, batch, options)
-    return measure_step(spec, debug=debug, cache=cache)
+    runs = as_measure(measure)
+    if runs is not None:
+        start_backends_quietly()
+        spec = devices_measured(spec, runs)
+    return measure_step(spec, debug=debug, cache=cache, runs=runs)
 
 
 def plan_step(spec: StepSpec) -> MeshConfigReport:
@@ -204,20 +220,64 @@ def plan_problems(spec: StepSpec) -> tuple[MeshConfigReport, list[str]]:
     return plan, problems
 
 
+def devices_measured(spec: StepSpec, runs: int) -> StepSpec:
+    """``spec`` to run on this process's devices; its topology named for them.
+
+    Raises:
+        ArgumentError: naming ``measure`` when the spec's devices are not
+            this process's (a topology of another kind or more devices, a
+            mesh larger than the process has).
+    """
+    present = jax.devices()
+    kind = present[0].device_kind
+    here = topology_of_devices(kind, spec.num_devices)
+    if spec.num_devices > len(present):
+        raise ArgumentError(
+            "measure",
+            f"`measure` {runs} runs the step on this process's devices, but "
+            f"`mesh` {dict(spec.mesh_axes)} needs {spec.num_devices} and this "
+            f"process has {len(present)} ({kind}). Measure on a machine with "
+            "the mesh's devices, or leave `measure` out.",
+        )
+    if spec.topology is not None and spec.topology != here:
+        raise ArgumentError(
+            "measure",
+            f"`measure` {runs} runs the step on this process's devices, "
+            f"{len(present)} x {kind!r}, which are not `topology` "
+            f"{spec.topology!r}. Run it where the topology's devices are, pass "
+            "no topology to measure on these, or leave `measure` out.",
+        )
+    if spec.topology is None and here is not None:  # the estimate's hardware
+        return dataclasses.replace(spec, topology=here)
+    return spec
+
+
 def measure_step(
-    spec: StepSpec, *, debug: bool = False, cache: bool = True
+    spec: StepSpec,
+    *,
+    debug: bool = False,
+    cache: bool = True,
+    runs: int | None = None,
 ) -> StepMemoryReport:
     """Plan, compile and report the step ``spec`` describes.
 
     What :func:`step_memory_report` does once its arguments are a spec; the
     searches call it with each spec they try. With ``cache``, a program
     compiled before is read from the cache of compile results
-    (:mod:`~nnx_introspect._xla.cache`) instead of compiled again.
+    (:mod:`~nnx_introspect._xla.cache`) instead of compiled again. With
+    ``runs`` (:func:`devices_measured`'s spec), the step is compiled on this
+    process's devices and run there.
     """
     start_backends_quietly()  # before this process's devices are counted
     plan = plan_step(spec)
     request = spec.request()
-    readings, compiled_in = _compile_where_the_devices_are(spec, request, plan, cache)
+    if runs is not None:
+        readings = _compile_on_these_devices(spec, request, plan, cache, runs)
+        compiled_in = "this process"
+    else:
+        readings, compiled_in = _compile_where_the_devices_are(
+            spec, request, plan, cache
+        )
     return assemble_report(
         request,
         plan,
@@ -253,6 +313,21 @@ def topology_mesh_here(
         f"{str(unnamed).rstrip('.')}. It cannot compile in this process either: "
         f"{failed}",
     ) from None
+
+
+def _compile_on_these_devices(
+    spec: StepSpec, request: Request, plan: MeshConfigReport, cache: bool, runs: int
+) -> XlaReadings:
+    """The step compiled on this process's first devices and run ``runs`` times."""
+    mesh = spec.mesh
+    if not isinstance(mesh, Mesh):
+        sizes = [s for _, s in request.mesh_axes]
+        devices = np.array(jax.devices()[: spec.num_devices]).reshape(sizes)
+        mesh = Mesh(devices, tuple(a for a, _ in request.mesh_axes))
+    readings = compile_request(
+        request, mesh, plan, topology=spec.topology, cache=cache, runs=runs
+    )
+    return dataclasses.replace(readings, device_order="the present devices'")
 
 
 def _compile_where_the_devices_are(

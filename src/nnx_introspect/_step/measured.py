@@ -17,7 +17,15 @@ from typing import Any
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
-__all__ = ["MAX_RUNS", "Measured", "as_measure", "duration"]
+__all__ = [
+    "MAX_RUNS",
+    "Measured",
+    "as_measure",
+    "duration",
+    "measured_rows",
+    "measured_with",
+    "versus_json",
+]
 
 MAX_RUNS = 1000
 """The most timed runs ``measure`` takes."""
@@ -271,3 +279,65 @@ class Measured:
             allocator=data.get("allocator"),
             error=data.get("error"),
         )
+
+
+def measured_with(measured: Measured, estimate: Any) -> Measured:
+    """``measured`` with the estimate's tokens, model FLOPs and peak, for its MFU.
+
+    ``estimate`` is a :class:`~nnx_introspect._roofline.estimate.Roofline` of
+    the same program (its ``model_flops`` count every device).
+    """
+    return dataclasses.replace(
+        measured,
+        tokens=measured.tokens if estimate.tokens is None else estimate.tokens,
+        model_flops=estimate.model_flops / estimate.devices,
+        basis=estimate.mfu_basis,
+        peak_flops_per_second=estimate.peak_flops_per_second,
+    )
+
+
+def versus_json(
+    measured: Measured, estimate: tuple[float, float] | None
+) -> dict[str, Any]:
+    """The median against an estimate's ``(low, high)`` as JSON data."""
+    median = measured.median if measured.seconds else None
+    low, high = estimate if estimate is not None else (None, None)
+    return {
+        "estimate_low_seconds": low,
+        "estimate_high_seconds": high,
+        "measured_seconds": median,
+        "measured_over_low": None if median is None or not low else median / low,
+        "measured_over_high": None if median is None or not high else median / high,
+        "inside": None
+        if median is None or low is None or high is None
+        else low <= median <= high,
+        "words": measured.versus(estimate),
+    }
+
+
+def measured_rows(
+    measured: Measured | None, estimate: tuple[float, float] | None, what: str
+) -> tuple[tuple[str, str, str], ...]:
+    """A report table's rows: time per ``what`` estimated and measured, compared.
+
+    Example:
+        >>> run = Measured("step", (0.2, 0.3), 0.5, "cpu", "cpu", 1)
+        >>> for row in measured_rows(run, (0.1, 0.2), "step"):
+        ...     print(row)
+        ('time per step: estimate', '100 ms-200 ms', 'roofline')
+        ('time per step: measured', '250 ms', "1.2x the estimate's high (100 ms-200 ms)")
+    """
+    if measured is None:
+        return ()
+    rows: tuple[tuple[str, str, str], ...] = ()
+    if estimate is not None:
+        low, high = estimate
+        rows += (
+            (
+                f"time per {what}: estimate",
+                f"{duration(low)}-{duration(high)}",
+                "roofline",
+            ),
+        )
+    shown = "failed" if measured.error is not None else duration(measured.median)
+    return rows + ((f"time per {what}: measured", shown, measured.versus(estimate)),)

@@ -23,6 +23,7 @@ from nnx_introspect._render.table import (
     to_rich,
 )
 from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._step.measured import Measured, measured_with
 from nnx_introspect._step.page import compiled_html, peak_bar_svg, peak_parts
 from nnx_introspect._step.report_render import step_json, step_table, step_verdict
 from nnx_introspect._step.step_estimate import step_roofline
@@ -183,6 +184,9 @@ class StepMemoryReport(Report):
             one (shown on the HTML page).
         tokens_per_step: The tokens per step given for the MFU
             (``tokens_per_step=``), or ``None``: the batch's.
+        measured: The step run on this process's devices (``measure=``):
+            times, tokens per second, MFU and the allocator's figures, or
+            ``None``.
         roofline: A step-time estimate for the named ``topology``, computed
             once when the report is made (not an argument):
             :func:`~nnx_introspect._step.step_estimate.step_roofline` of the
@@ -236,6 +240,7 @@ class StepMemoryReport(Report):
     microbatches: int = 1
     target: str | None = None
     tokens_per_step: int | None = None
+    measured: Measured | None = None
     roofline: Roofline | None = dataclasses.field(
         init=False, default=None, compare=False
     )
@@ -254,6 +259,8 @@ class StepMemoryReport(Report):
             tokens_per_step=self.tokens_per_step,
         )
         object.__setattr__(self, "roofline", estimate)
+        if self.measured is not None and estimate is not None:
+            object.__setattr__(self, "measured", measured_with(self.measured, estimate))
 
     # --- schema v4's flat names: one alias each, read from its record ----------
     # (total_flops, collectives_data and compiled_in, derived, are properties)

@@ -18,6 +18,7 @@ from nnx_introspect._mesh import MeshConfigReport, mesh_str
 from nnx_introspect._render.formats import spec_json, spec_str
 from nnx_introspect._render.table import Table, format_bytes
 from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._step.measured import Measured, measured_rows, versus_json
 from nnx_introspect._step.step_records import (
     StepBudget,
     StepCompilation,
@@ -82,6 +83,8 @@ class RenderedStep(Protocol):
     def compilation(self) -> StepCompilation: ...
     @property
     def roofline(self) -> Roofline | None: ...
+    @property
+    def measured(self) -> Measured | None: ...
     @property
     def warnings(self) -> tuple[str, ...]: ...
     @property
@@ -161,7 +164,9 @@ def step_table(report: RenderedStep) -> Table:
         title=report.verdict,
         columns=("", "per device", "bytes"),
         rows=_memory_rows(report.memory),
-        totals=_totals(report.memory, report.budget) + plan_rows,
+        totals=_totals(report.memory, report.budget)
+        + plan_rows
+        + measured_rows(report.measured, _range(report.roofline), "step"),
         notes=tuple(_notes(report)),
         emphasis=_EMPHASIS,
     )
@@ -288,12 +293,18 @@ def _program_notes(report: RenderedStep) -> list[str]:
         notes.append(irregular)
     if report.roofline is not None:
         notes.append(roofline_note(report.roofline))
+    if report.measured is not None:
+        notes.append(report.measured.sentence())
     notes.append(
         "Plan rows: the exact bytes per device of parameters, other state, "
         "optimizer state and gradients under the same mesh and rules; XLA's "
         "arguments hold the parameters, state and batch shards."
     )
     return notes
+
+
+def _range(estimate: Roofline | None) -> tuple[float, float] | None:
+    return None if estimate is None else (estimate.low_seconds, estimate.high_seconds)
 
 
 def roofline_note(estimate: Roofline) -> str:
@@ -442,6 +453,10 @@ def _step_data(
         else [{"axes": list(a), "bytes": n, "wire_bytes": w} for a, n, w in wire],
         "collectives": None if collectives is None else collectives.json_data(),
         "roofline": None if report.roofline is None else report.roofline.json_data(),
+        "measured": None
+        if report.measured is None
+        else report.measured.json_data()
+        | {"versus_estimate": versus_json(report.measured, _range(report.roofline))},
         "breakdown": breakdown,
         "what_to_change": list(report.what_to_change),
         "step": report.step,
