@@ -461,7 +461,8 @@ def topology_of_devices(device_kind: str, count: int) -> str | None:
     Example:
         >>> topology_of_devices("TPU v5 lite", 1), topology_of_devices("TPU v5", 4)
         ('v5e-1', 'v5p-8')
-        >>> topology_of_devices("NVIDIA H100 80GB HBM3", 8), topology_of_devices("cpu", 8)
+        >>> h100 = "NVIDIA H100 80GB HBM3"
+        >>> topology_of_devices(h100, 8), topology_of_devices("cpu", 8)
         ('h100-8', None)
     """
     for family in _FAMILIES:

@@ -245,9 +245,7 @@ def _compile_with_breakdown(
     """
     directory = tempfile.mkdtemp(prefix="nnx-introspect-dump-")
     try:
-        readings = compile_lowered(
-            lowered, mesh, start, dump_to=directory, runs=runs
-        )
+        readings = compile_lowered(lowered, mesh, start, dump_to=directory, runs=runs)
         if readings.out_of_memory:
             return dataclasses.replace(
                 readings,

@@ -27,10 +27,13 @@ from nnx_introspect._step.inputs import (
     check_shardable,
     spec_problems,
 )
+from nnx_introspect._step.measured import (
+    as_measure,
+    measured_topology,
+    present_mesh,
+)
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
-from nnx_introspect._accelerators.topology import topology_of_devices
-from nnx_introspect._step.measured import as_measure
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.cache import cache_enabled
 from nnx_introspect._xla.native_log import (
@@ -221,32 +224,13 @@ def plan_problems(spec: StepSpec) -> tuple[MeshConfigReport, list[str]]:
 
 
 def devices_measured(spec: StepSpec, runs: int) -> StepSpec:
-    """``spec`` to run on this process's devices; its topology named for them.
+    """``spec`` to run on this process's devices, its topology named for them.
 
     Raises:
         ArgumentError: naming ``measure`` when the spec's devices are not
-            this process's (a topology of another kind or more devices, a
-            mesh larger than the process has).
+            this process's (:func:`~nnx_introspect._step.measured.measured_topology`).
     """
-    present = jax.devices()
-    kind = present[0].device_kind
-    here = topology_of_devices(kind, spec.num_devices)
-    if spec.num_devices > len(present):
-        raise ArgumentError(
-            "measure",
-            f"`measure` {runs} runs the step on this process's devices, but "
-            f"`mesh` {dict(spec.mesh_axes)} needs {spec.num_devices} and this "
-            f"process has {len(present)} ({kind}). Measure on a machine with "
-            "the mesh's devices, or leave `measure` out.",
-        )
-    if spec.topology is not None and spec.topology != here:
-        raise ArgumentError(
-            "measure",
-            f"`measure` {runs} runs the step on this process's devices, "
-            f"{len(present)} x {kind!r}, which are not `topology` "
-            f"{spec.topology!r}. Run it where the topology's devices are, pass "
-            "no topology to measure on these, or leave `measure` out.",
-        )
+    here = measured_topology(spec.num_devices, spec.mesh_axes, spec.topology, runs)
     if spec.topology is None and here is not None:  # the estimate's hardware
         return dataclasses.replace(spec, topology=here)
     return spec
@@ -319,11 +303,7 @@ def _compile_on_these_devices(
     spec: StepSpec, request: Request, plan: MeshConfigReport, cache: bool, runs: int
 ) -> XlaReadings:
     """The step compiled on this process's first devices and run ``runs`` times."""
-    mesh = spec.mesh
-    if not isinstance(mesh, Mesh):
-        sizes = [s for _, s in request.mesh_axes]
-        devices = np.array(jax.devices()[: spec.num_devices]).reshape(sizes)
-        mesh = Mesh(devices, tuple(a for a, _ in request.mesh_axes))
+    mesh = spec.mesh if isinstance(spec.mesh, Mesh) else present_mesh(spec.mesh_axes)
     readings = compile_request(
         request, mesh, plan, topology=spec.topology, cache=cache, runs=runs
     )

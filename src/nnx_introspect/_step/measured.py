@@ -10,10 +10,14 @@ step giving one token to each sequence, a prefill ending at the first token).
 """
 
 import dataclasses
+import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
 
+import jax
+
+from nnx_introspect._accelerators.topology import topology_of_devices
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
@@ -23,7 +27,9 @@ __all__ = [
     "as_measure",
     "duration",
     "measured_rows",
+    "measured_topology",
     "measured_with",
+    "present_mesh",
     "versus_json",
 ]
 
@@ -323,9 +329,10 @@ def measured_rows(
     Example:
         >>> run = Measured("step", (0.2, 0.3), 0.5, "cpu", "cpu", 1)
         >>> for row in measured_rows(run, (0.1, 0.2), "step"):
-        ...     print(row)
+        ...     print(row)  # doctest: +NORMALIZE_WHITESPACE
         ('time per step: estimate', '100 ms-200 ms', 'roofline')
-        ('time per step: measured', '250 ms', "1.2x the estimate's high (100 ms-200 ms)")
+        ('time per step: measured', '250 ms',
+         "1.2x the estimate's high (100 ms-200 ms)")
     """
     if measured is None:
         return ()
@@ -340,4 +347,53 @@ def measured_rows(
             ),
         )
     shown = "failed" if measured.error is not None else duration(measured.median)
-    return rows + ((f"time per {what}: measured", shown, measured.versus(estimate)),)
+    return (*rows, (f"time per {what}: measured", shown, measured.versus(estimate)))
+
+
+def measured_topology(
+    num_devices: int,
+    mesh_axes: tuple[tuple[str, int], ...],
+    topology: str | None,
+    runs: int,
+    what: str = "the step",
+) -> str | None:
+    """The topology a measured report estimates for: this process's devices'.
+
+    The given ``topology`` when the present devices are it; the present
+    accelerator's name (``"v5e-1"``) when none is given; ``None`` on a CPU.
+
+    Raises:
+        ArgumentError: naming ``measure`` when the devices are not this
+            process's (a topology of another kind or size, a mesh larger
+            than the process has).
+    """
+    present = jax.devices()
+    kind = present[0].device_kind
+    here = topology_of_devices(kind, num_devices)
+    if num_devices > len(present):
+        raise ArgumentError(
+            "measure",
+            f"`measure` {runs} runs {what} on this process's devices, but "
+            f"`mesh` {dict(mesh_axes)} needs {num_devices} and this process has "
+            f"{len(present)} ({kind}). Measure on a machine with the mesh's "
+            "devices, or leave `measure` out.",
+        )
+    if topology is not None and topology != here:
+        raise ArgumentError(
+            "measure",
+            f"`measure` {runs} runs {what} on this process's devices, "
+            f"{len(present)} x {kind!r}, which are not `topology` {topology!r}. "
+            "Run it where the topology's devices are, pass no topology to "
+            "measure on these, or leave `measure` out.",
+        )
+    return here
+
+
+def present_mesh(mesh_axes: tuple[tuple[str, int], ...]) -> Any:
+    """A mesh of this process's first devices, laid out as ``mesh_axes``."""
+    import numpy as np
+    from jax.sharding import Mesh
+
+    sizes = [s for _, s in mesh_axes]
+    devices = np.array(jax.devices()[: math.prod(sizes)]).reshape(sizes)
+    return Mesh(devices, tuple(a for a, _ in mesh_axes))

@@ -28,9 +28,7 @@ from nnx_introspect._text import error_line
 __all__ = ["run_compiled"]
 
 
-def _maker(
-    infos: Sequence[Any], shardings: Sequence[Any]
-) -> Callable[[], list[Any]]:
+def _maker(infos: Sequence[Any], shardings: Sequence[Any]) -> Callable[[], list[Any]]:
     """A function making each input on its devices, in its sharding."""
 
     def one(info: Any) -> Any:
@@ -60,7 +58,9 @@ def _same(a: Any, b: Any) -> bool:
         return False
 
 
-def _feed_back(inputs: list[Any], donated: Sequence[int], outputs: Sequence[Any]) -> list[int]:
+def _feed_back(
+    inputs: list[Any], donated: Sequence[int], outputs: Sequence[Any]
+) -> list[int]:
     """Each donated input replaced by the first unused output like it.
 
     Returns:
@@ -115,7 +115,8 @@ def run_compiled(compiled: Any, runs: int) -> dict[str, Any]:
     Example:
         >>> import jax, jax.numpy as jnp
         >>> step = jax.jit(lambda w, x: (w + x.sum(), x), donate_argnums=0)
-        >>> compiled = step.lower(jnp.zeros((4, 4)), jnp.zeros((8,), jnp.int32)).compile()
+        >>> args = jnp.zeros((4, 4)), jnp.zeros((8,), jnp.int32)
+        >>> compiled = step.lower(*args).compile()
         >>> measured = run_compiled(compiled, 3)
         >>> measured["runs"], len(measured["seconds"]), measured["platform"]
         (3, 3, 'cpu')
@@ -128,9 +129,7 @@ def run_compiled(compiled: Any, runs: int) -> dict[str, Any]:
         raise RuntimeError("the compiled program's inputs and shardings disagree")
     args_tree = jax.tree.structure(compiled.args_info)
     donated = [i for i, info in enumerate(infos) if info.donated]
-    devices = sorted(
-        {d for s in shardings for d in s.device_set}, key=lambda d: d.id
-    )
+    devices = sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id)
     make = _maker(infos, shardings)
     inputs = make()
     seconds: list[float] = []

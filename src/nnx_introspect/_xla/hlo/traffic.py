@@ -1,4 +1,4 @@
-"""What a compiled program moves through device memory (HBM), instruction by instruction.
+"""What a compiled program moves through HBM, instruction by instruction.
 
 XLA's ``cost_analysis()`` sums each instruction's operand and output bytes
 wherever they live: on XLA:TPU a prefetch of a buffer into on-chip memory
@@ -17,8 +17,9 @@ reaches HBM (memory space 0):
   writes the update, not the buffer it lands in;
 * a fusion reads of an operand only what it slices (``dynamic-slice``,
   ``slice``, ``gather``) when slicing is all it does with it;
-* a loop's body is counted once per trip (:func:`~nnx_introspect._xla.hlo.loops.trip_count`),
-  a conditional's costliest branch once, a ``call`` as its computation;
+* a loop's body is counted once per trip
+  (:func:`~nnx_introspect._xla.hlo.loops.trip_count`), a conditional's
+  costliest branch once, a ``call`` as its computation;
 * bitcasts, tuples, parameters, constants and the ``-done`` halves of
   asynchronous pairs move nothing.
 
@@ -224,7 +225,8 @@ def _moved(module: Module, inst: Instruction) -> tuple[int, int]:
         elements = tuple_elements(inst.shape) or [inst.shape, inst.shape]
         if op == "slice-start":  # reads what it slices: its destination's size
             source, target = elements[0], elements[1]
-            read = _hbm_bytes(target) or shape_bytes(target) if _hbm_bytes(source) else 0
+            whole = _hbm_bytes(target) or shape_bytes(target)
+            read = whole if _hbm_bytes(source) else 0
         else:
             target, source = elements[0], elements[1]
             read = _hbm_bytes(source)
@@ -281,14 +283,15 @@ def _walk(
 
 
 def hbm_traffic(module: Module) -> Traffic:
-    """The bytes ``module`` (one device's optimized program) moves through HBM.
+    r"""The bytes ``module`` (one device's optimized program) moves through HBM.
 
     Example:
         >>> from nnx_introspect._xla.hlo import parse_module
-        >>> module = parse_module("\\n".join([
+        >>> module = parse_module("\n".join([
         ...     "HloModule jit_f",
         ...     "",
-        ...     "ENTRY %main (c: bf16[8,1024], u: bf16[8,1], i: s32[]) -> bf16[8,1024] {",
+        ...     "ENTRY %main (c: bf16[8,1024], u: bf16[8,1], i: s32[])"
+        ...     " -> bf16[8,1024] {",
         ...     "  %c = bf16[8,1024]{1,0} parameter(0)",
         ...     "  %u = bf16[8,1]{1,0} parameter(1)",
         ...     "  %i = s32[] parameter(2)",
@@ -297,7 +300,7 @@ def hbm_traffic(module: Module) -> Traffic:
         ...     "}",
         ... ]))
         >>> traffic = hbm_traffic(module)
-        >>> traffic.read_bytes, traffic.written_bytes  # the update and 2 indices, not the cache
+        >>> traffic.read_bytes, traffic.written_bytes  # the update, 2 indices
         (24, 16)
     """
     unknown: list[str] = []
@@ -332,8 +335,8 @@ def traffic_json(traffic: Traffic, rows: int = ROWS_KEPT) -> dict[str, Any]:
     """``traffic`` as JSON data: its totals and its ``rows`` largest rows.
 
     Example:
-        >>> data = traffic_json(Traffic((TrafficRow("f", "fusion", "jit(f)/dot", 8, 4, 1,
-        ...                                         "f32[1]{0}"),)))
+        >>> row = TrafficRow("f", "fusion", "jit(f)/dot", 8, 4, 1, "f32[1]{0}")
+        >>> data = traffic_json(Traffic((row,)))
         >>> data["read_bytes"], data["written_bytes"], data["rows"][0]["instruction"]
         (8, 4, 'f')
     """
