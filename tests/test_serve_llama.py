@@ -93,6 +93,25 @@ def test_decode_with_a_wrong_mask_differs() -> None:
 def test_init_cache_layout() -> None:
     model = abstract_model(lambda r: Llama(GQA, rngs=r))
     cache = jax.eval_shape(lambda: model.init_cache(4, 16, jnp.bfloat16))
-    assert sorted(cache) == ["layer_0", "layer_1"]
+    assert sorted(cache) == ["index", "layer_0", "layer_1"]
+    assert cache["index"].shape == () and cache["index"].dtype == jnp.int32
     assert cache["layer_0"]["v"].shape == (4, 16, 2, 8)
     assert cache["layer_0"]["v"].dtype == jnp.bfloat16
+
+
+def test_a_call_writes_at_the_shared_index_and_advances_it() -> None:
+    """Every sequence's new keys land at the cache's index, which moves on by s."""
+    model = Llama(GQA, rngs=nnx.Rngs(0))
+    cache = model.init_cache(2, 8, jnp.float32)
+    tokens = jnp.arange(6).reshape(2, 3) % GQA.vocab
+    _, cache = model(tokens, None, cache, None)
+    assert int(cache["index"]) == 3
+    written = cache["layer_0"]["k"]
+    assert jnp.all(jnp.any(written[:, :3] != 0, axis=(-1, -2)))
+    assert not jnp.any(written[:, 3:])
+    # the next token goes to slot 3 of both sequences, whatever its positions
+    pos = jnp.array([[3], [5]], jnp.int32)  # the second sequence left-padded by 2
+    _, cache = model(tokens[:, :1], pos, cache, None)
+    assert int(cache["index"]) == 4
+    assert jnp.all(jnp.any(cache["layer_0"]["k"][:, 3] != 0, axis=(-1, -2)))
+    assert not jnp.any(cache["layer_0"]["k"][:, 4:])

@@ -29,9 +29,11 @@ __all__ = [
     "llama",
 ]
 
-KVCache = dict[str, dict[str, Array]]
-"""A :class:`Llama`'s KV cache: ``{"layer_<i>": {"k": ..., "v": ...}}``, each
-``[sequences, context, n_kv_heads, head_dim]``."""
+KVCache = dict[str, Any]
+"""A :class:`Llama`'s KV cache: ``{"index": ..., "layer_<i>": {"k": ..., "v": ...}}``:
+each ``k`` and ``v`` ``[sequences, context, n_kv_heads, head_dim]``, and
+``index`` (``int32[]``) the next slot a call writes, shared by the sequences
+(as tunix's ``end_index`` and MaxText's autoregressive index are)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -294,6 +296,7 @@ class LlamaLayer(nnx.Module):
         positions: Int[Array, "b s"] | None = None,
         cache: dict[str, Array] | None = None,
         mask: Any = None,
+        index: Any = None,
     ) -> Any:
         """Causal self-attention with rotary positions, then the SiLU-gated MLP.
 
@@ -303,9 +306,10 @@ class LlamaLayer(nnx.Module):
         stream after each block by batch and, over ``tp``, by sequence.
 
         With a ``cache`` (``{"k", "v"}``, ``[b, context, n_kv_heads,
-        head_dim]``), this call's keys and values are written into it at
-        ``positions``, attention reads the whole cache under ``mask``
-        (``[b, s, context]``), and ``(x, cache)`` is returned.
+        head_dim]``), this call's keys and values are written into it at the
+        slots ``index .. index + s - 1`` of every sequence (one
+        ``dynamic_update_slice``, in place), attention reads the whole cache
+        under ``mask`` (``[b, s, context]``), and ``(x, cache)`` is returned.
         """
         b, s, d = x.shape
         hd = d // self.n_heads
@@ -318,7 +322,7 @@ class LlamaLayer(nnx.Module):
             causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
         else:
             cache = {
-                name: self._shard(_write(cache[name], new, positions), _HEADS)
+                name: self._shard(_write(cache[name], new, index), _HEADS)
                 for name, new in (("k", k), ("v", v))
             }
             k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
@@ -400,11 +404,17 @@ class Llama(nnx.Module):
 
         The KV-cache path follows the tunix and flax-gemma convention
         ``model(tokens, positions, cache, attention_mask) -> (logits, cache)``:
-        ``positions`` (``[b, s]``, default ``0 .. s-1``) are where each
-        token's keys and values are written in the cache (made by
-        :meth:`init_cache`) and its rotary angle; ``attention_mask``
-        (``[b, s, context]``, booleans) says which cache positions each token
-        reads, by default those at or before its own position.
+        the ``s`` tokens' keys and values are written at the cache's slots
+        ``cache["index"] .. cache["index"] + s - 1`` of every sequence (made
+        by :meth:`init_cache`; the returned cache's index is ``s`` further),
+        as tunix's sampler writes at its shared ``end_index``: one in-place
+        ``dynamic_update_slice`` a layer, where a write at each sequence's own
+        position would be a scatter (on XLA:TPU a copy of the whole cache into
+        another layout and back, per layer) or a loop over the sequences.
+        ``positions`` (``[b, s]``, default the slots) are each token's rotary
+        angle, so left-padded sequences keep their own; ``attention_mask``
+        (``[b, s, context]``, booleans) says which slots each token reads, by
+        default those at or before its own slot.
         """
         x = self.embed(tokens)
         if self.shard_activations:
@@ -425,14 +435,17 @@ class Llama(nnx.Module):
         self, x: Array, tokens: Array, positions: Any, cache: KVCache, mask: Any
     ) -> tuple[Array, KVCache]:
         b, s = tokens.shape
+        index = cache["index"]
+        slots = index + jnp.arange(s, dtype=jnp.int32)
         if positions is None:
-            positions = jnp.broadcast_to(jnp.arange(s, dtype=jnp.int32), (b, s))
+            positions = jnp.broadcast_to(slots, (b, s))
         if mask is None:
             context = cache["layer_0"]["k"].shape[1]
-            mask = jnp.arange(context)[None, None, :] <= positions[:, :, None]
-        out: KVCache = {}
+            mask = jnp.arange(context)[None, None, :] <= slots[None, :, None]
+            mask = jnp.broadcast_to(mask, (b, s, context))
+        out: KVCache = {"index": index + s}
         for i, layer in enumerate(self.layers):
-            x, out[f"layer_{i}"] = layer(x, positions, cache[f"layer_{i}"], mask)
+            x, out[f"layer_{i}"] = layer(x, positions, cache[f"layer_{i}"], mask, index)
         return x, out
 
     def init_cache(self, sequences: int, context: int, dtype: Any) -> KVCache:
@@ -440,40 +453,40 @@ class Llama(nnx.Module):
 
         Each layer's ``k`` and ``v`` are ``[sequences, context, n_kv_heads,
         head_dim]`` in ``dtype``: ``2 * n_layers * n_kv_heads * head_dim``
-        values per position of each sequence.
+        values per position of each sequence; ``index`` (``int32``, 0) is the
+        next slot written.
 
         Example:
             >>> from flax import nnx
             >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2,
             ...                   d_ff=12, n_kv_heads=1)
             >>> cache = Llama(cfg, rngs=nnx.Rngs(0)).init_cache(3, 16, jnp.int8)
-            >>> sorted(cache), cache["layer_1"]["v"].shape
-            (['layer_0', 'layer_1'], (3, 16, 1, 4))
+            >>> sorted(cache), cache["layer_1"]["v"].shape, int(cache["index"])
+            (['index', 'layer_0', 'layer_1'], (3, 16, 1, 4), 0)
         """
         shape = (sequences, context, self.n_kv_heads, self.head_dim)
-        return {
-            f"layer_{i}": {"k": jnp.zeros(shape, dtype), "v": jnp.zeros(shape, dtype)}
-            for i in range(len(self.layers))
-        }
+        cache: KVCache = {"index": jnp.zeros((), jnp.int32)}
+        for i in range(len(self.layers)):
+            cache[f"layer_{i}"] = {
+                "k": jnp.zeros(shape, dtype),
+                "v": jnp.zeros(shape, dtype),
+            }
+        return cache
 
 
-def _write(cache: Array, new: Array, positions: Array) -> Array:
-    """``cache`` with each sequence's ``new`` keys or values at its ``positions``.
+def _write(cache: Array, new: Array, index: Array) -> Array:
+    """``cache`` with ``new`` (``[b, s, ...]``) at the slots ``index .. index+s-1``.
 
-    One ``dynamic_update_slice`` per sequence (vmapped), from the sequence's
-    first position: XLA updates the donated cache in place, in the layout it
-    chose for it. (``cache.at[rows, positions].set(new)``, a scatter of
-    arbitrary positions, makes XLA:TPU copy the whole cache into a row-major
-    layout and back around the update, per layer.) The ``s`` positions of a
-    sequence are consecutive, as a prompt's and a decode step's are.
+    One ``dynamic_update_slice`` for every sequence at once: XLA updates the
+    donated cache in place, in the layout it chose for it. (A write at each
+    sequence's own position is a scatter, for which XLA:TPU copies the whole
+    cache into a row-major layout and back, per layer, or, vmapped, a loop
+    over the sequences: 3.5x and 4.5x slower per decoded token on a v5e
+    chip, ``benchmarks/README.md``.)
     """
-    new = new.astype(cache.dtype)
-
-    def one(row: Array, update: Array, start: Array) -> Array:
-        zero = jnp.zeros((), start.dtype)
-        return jax.lax.dynamic_update_slice(row, update, (start, zero, zero))
-
-    out: Array = jax.vmap(one)(cache, new, positions[:, 0])
+    zero = jnp.zeros((), jnp.int32)
+    start = (zero, jnp.asarray(index, jnp.int32), *([zero] * (cache.ndim - 2)))
+    out: Array = jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), start)
     return out
 
 

@@ -3,14 +3,23 @@
 import dataclasses
 from typing import Any
 
+from jax.sharding import Mesh
+
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._serve.child import serve_readings
-from nnx_introspect._serve.compile import PROGRAMS, ServeReadings
+from nnx_introspect._serve.compile import PROGRAMS, ServeReadings, compile_serving
+from nnx_introspect._serve.programs import check_cache_path
 from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._step.inputs import importable_name
+from nnx_introspect._step.measured import (
+    Measured,
+    as_measure,
+    measured_topology,
+    present_mesh,
+)
 from nnx_introspect._step.step_records import StepMemory
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
@@ -73,6 +82,15 @@ def serve_program(
 ) -> ServeProgram:
     """Program ``name``'s figures, from its readings."""
     numbers = readings.program(name)
+    run = numbers.measured
+    measured = None
+    if run is not None:
+        decoding = name == "decode"
+        measured = Measured.from_run(
+            run,
+            "decode step" if decoding else "prefill",
+            tokens=spec.sequences if decoding else spec.prefill_sequences * spec.prompt,
+        )
     planned = readings.weights_bytes + readings.kv_cache_bytes
     found = numbers.breakdown
     return ServeProgram(
@@ -92,11 +110,17 @@ def serve_program(
         breakdown_error=numbers.breakdown_error,
         cached=numbers.cached,
         compiled_in=where,
+        traffic=numbers.traffic,
+        measured=measured,
     )
 
 
 def measure_serve(
-    spec: ServeSpec, *, breakdown: bool = False, cache: bool = True
+    spec: ServeSpec,
+    *,
+    breakdown: bool = False,
+    cache: bool = True,
+    runs: int | None = None,
 ) -> ServeMemoryReport:
     """Build, compile and read both serving programs of ``spec``.
 
@@ -105,10 +129,26 @@ def measure_serve(
     ``breakdown``, each program's buffers at its peak are classified too.
     With ``cache``, a program compiled before is read from the cache of
     compile results. A named topology compiles in a child process
-    (:func:`~nnx_introspect._serve.child.serve_readings`).
+    (:func:`~nnx_introspect._serve.child.serve_readings`). With ``runs``, both
+    programs compile on this process's devices and run there (the spec's
+    topology, if any, must be those devices).
     """
     start_backends_quietly()
-    readings, where = serve_readings(spec, breakdown=breakdown, cache=cache)
+    if runs is not None:
+        here = measured_topology(
+            spec.num_devices, spec.mesh_axes, spec.topology, runs, "the programs"
+        )
+        spec = spec.replace(topology=here)
+        mesh = (
+            spec.mesh if isinstance(spec.mesh, Mesh) else present_mesh(spec.mesh_axes)
+        )
+        check_cache_path(spec)
+        readings = compile_serving(
+            spec, breakdown=breakdown, cache=cache, mesh=(mesh, None), runs=runs
+        )
+        where = "this process"
+    else:
+        readings, where = serve_readings(spec, breakdown=breakdown, cache=cache)
     found = {name: serve_program(name, spec, readings, where) for name in PROGRAMS}
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(
@@ -153,6 +193,7 @@ def serve_memory_report(
     decode: Any = None,
     breakdown: Any = False,
     cache: Any = True,
+    measure: Any = None,
 ) -> ServeMemoryReport:
     """Prefill and decode memory per device, compiled for the target without it.
 
@@ -195,6 +236,12 @@ def serve_memory_report(
             shapes, dtypes and versions from the cache of compile results
             (``~/.cache/nnx-introspect``; ``NNX_INTROSPECT_CACHE=off`` turns
             it off too): the report says "from the cache (compiled on DATE)".
+        measure: Run both compiled programs on this process's devices, one
+            warm-up and ``measure`` timed runs each (``True``: 5), the cache
+            fed back: each program's ``measured`` (a decode step's time per
+            token, the prefill's time to the first token, tokens per second,
+            the allocator's figures) beside the estimate. The devices must
+            be this process's (no ``topology``, or the one they are).
 
     Returns:
         The :class:`ServeMemoryReport`.
@@ -234,4 +281,6 @@ def serve_memory_report(
     for name, value in (("breakdown", breakdown), ("cache", cache)):
         if not isinstance(value, bool):
             raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
-    return measure_serve(spec, breakdown=breakdown, cache=cache)
+    return measure_serve(
+        spec, breakdown=breakdown, cache=cache, runs=as_measure(measure)
+    )

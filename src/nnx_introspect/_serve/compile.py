@@ -97,13 +97,15 @@ def compile_serving(
     breakdown: bool = False,
     cache: bool = False,
     mesh: tuple[Mesh, list[Any] | None] | None = None,
+    runs: int | None = None,
 ) -> ServeReadings:
     """Build, lower and compile the programs ``names`` of ``spec`` in this process.
 
     ``mesh`` is the mesh and the devices the model is traced as seeing
     (:func:`~nnx_introspect._serve.programs.serve_mesh`'s, made here when
     ``None``). Every problem of the cache's split is raised before anything
-    is lowered.
+    is lowered. With ``runs``, each program is run on the mesh's devices
+    (this process's) after its compile.
     """
     built, trace_devices = serve_mesh(spec) if mesh is None else mesh
     inputs = serve_inputs(spec, built)
@@ -117,7 +119,14 @@ def compile_serving(
             serve_leaves(inputs, name), serve_outputs(inputs), frozenset()
         )
         readings = compile_or_recall(
-            lowered, built, start, labels, spec.topology, cache, breakdown=breakdown
+            lowered,
+            built,
+            start,
+            labels,
+            spec.topology,
+            cache,
+            breakdown=breakdown,
+            runs=runs,
         )
         found.append((name, readings))
     return ServeReadings(

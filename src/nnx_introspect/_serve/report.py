@@ -7,6 +7,7 @@ from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
+from nnx_introspect._step.measured import Measured
 from nnx_introspect._step.report_render import cached_date
 from nnx_introspect._step.step_records import StepMemory
 
@@ -39,6 +40,12 @@ class ServeProgram:
             came from the cache of compile results, else ``None``.
         compiled_in: Where it was compiled, in words (``"this process"``,
             ``"a child process (h100-8)"``).
+        traffic: What the program moves through HBM (read and written
+            bytes, the instructions that move the most, by source line), as
+            :func:`~nnx_introspect._xla.hlo.traffic.traffic_json` gives it, or
+            ``None`` when its text could not be read.
+        measured: The program run on this process's devices
+            (``measure=``), or ``None``.
 
     Example:
         >>> from nnx_introspect._step.step_records import StepMemory
@@ -64,6 +71,8 @@ class ServeProgram:
     breakdown_error: str | None = None
     cached: str | None = None
     compiled_in: str = "this process"
+    traffic: dict[str, Any] | None = None
+    measured: Measured | None = None
 
     @property
     def argument_bytes(self) -> int:
@@ -121,6 +130,8 @@ class ServeProgram:
             "breakdown": None if self.breakdown is None else self.breakdown.json_data(),
             "breakdown_error": self.breakdown_error,
             "compiled_in": self.compiled_in,
+            "traffic": self.traffic,
+            "measured": None if self.measured is None else self.measured.json_data(),
         }
 
     def compiled_text(self) -> str:
@@ -280,7 +291,42 @@ class ServeMemoryReport(Report):
             rows.append((label, *both(lambda x, f=field: getattr(x, f))))
         flops = [f"{x.flops:.3g}" if x.flops is not None else "-" for x in (p, d)]
         rows.append(("FLOPs", flops[0], flops[1]))
-        return rows + self._time_rows()
+        return rows + self._time_rows() + self._measured_rows()
+
+    def _measured_rows(self) -> list[tuple[str, str, str]]:
+        """Each program's measured time and how it stands against the estimate."""
+        p, d = self.prefill, self.decode
+        if p.measured is None and d.measured is None:
+            return []
+        t = self.time
+        estimates = (
+            (None, None) if t is None else (t.time_to_first_token, t.seconds_per_token)
+        )
+
+        def shown(x: ServeProgram) -> str:
+            if x.measured is None:
+                return ""
+            if x.measured.error is not None:
+                return "failed"
+            return duration(x.measured.median)
+
+        def versus(x: ServeProgram, estimate: tuple[float, float] | None) -> str:
+            return "" if x.measured is None else x.measured.versus(estimate)
+
+        rows = [("time (measured, median)", shown(p), shown(d))]
+        rows.append(
+            (
+                "estimate vs measured",
+                versus(p, estimates[0]),
+                versus(d, estimates[1]),
+            )
+        )
+        if d.measured is not None and d.measured.tokens_per_second is not None:
+            rate = d.measured.tokens_per_second
+            rows.append(
+                ("tokens/s (measured)", "", f"{rate:,.0f} ({d.measured.devices} dev.)")
+            )
+        return rows
 
     def _time_rows(self) -> list[tuple[str, str, str]]:
         """The estimate's rows: time to the first token, per token, tokens/s."""
@@ -335,6 +381,11 @@ class ServeMemoryReport(Report):
                 ]
             ),
             f"Compiled in {d.compiled_in}: {p.compiled_text()}, {d.compiled_text()}.",
+            *(
+                f"{x.name.capitalize()}: {x.measured.sentence()}"
+                for x in (p, d)
+                if x.measured is not None
+            ),
             *sorted({w for x in (p, d) for w in x.warnings}),
         ]
         return Table(

@@ -2,43 +2,43 @@
 
 :func:`serve_time` puts each serving program on the named topology's roofline
 (:func:`~nnx_introspect._roofline.program.program_roofline`): its FLOPs
-against the peak of its matmul dtype, its bytes against the HBM bandwidth (a
-decode step's: the weights and the KV cache read once; the prefill's: XLA's
-bytes accessed),
-its collectives (the tensor-parallel all-reduces of every layer) against the
-links of the mesh axes they cross. A decode step gives one token to each of
-``sequences``: its time is the time per token, and ``sequences`` over it the
-tokens per second. A prefill of the prompt is the time to the first token.
-An estimate from data-sheet peaks, never a measurement: the range runs from
-every term overlapped (the largest) to none (their sum).
+against the peak of its matmul dtype, XLA's bytes accessed against the HBM
+bandwidth, its collectives (the tensor-parallel all-reduces of every layer)
+against the links of the mesh axes they cross. A decode step gives one token
+to each of ``sequences``: its time is the time per token, and ``sequences``
+over it the tokens per second. A prefill of the prompt is the time to the
+first token. An estimate from data-sheet peaks, never a measurement: the
+range runs from every term overlapped (the largest) to none (their sum).
+
+Beside a decode step's estimate stands its floor: the weights and the KV
+cache of a device read once, the least any decode step moves. XLA's bytes
+accessed are the program's own traffic (an in-place update of the donated
+cache counts the tiles it writes, not the whole cache); when they exceed the
+floor by more than :data:`EXTRA`, :meth:`ServeTime.extra` names the
+instructions that move the most, by the model's source line. On a v5e chip
+the measured decode step stood within the estimate's range or 25% of it,
+where the floor alone was 2-7x too fast (``benchmarks/README.md``).
 """
 
 import dataclasses
 import math
 from typing import Any
 
+from nnx_introspect._render.table import format_bytes
 from nnx_introspect._roofline.estimate import LABEL, Roofline
 from nnx_introspect._roofline.program import program_roofline
+from nnx_introspect._step.measured import duration
 
-__all__ = ["ServeTime", "duration", "serve_time"]
+__all__ = ["EXTRA", "ServeTime", "duration", "serve_time"]
+
+EXTRA = 1.5
+"""A decode step whose bytes accessed exceed its floor this many times over has
+its extra traffic named, instruction by instruction."""
 
 
 _NOT_SHOWN = (LABEL, "Hardware FLOPs utilisation", "MFU", "Memory time is")
 """Roofline sentences a serving estimate does not show: it gives no MFU, and
 it says what its memory terms count itself."""
-
-
-def duration(seconds: float) -> str:
-    """``0.0125`` -> ``"12.5 ms"``: three significant figures.
-
-    Example:
-        >>> duration(0.0125), duration(2.0), duration(3e-6)
-        ('12.5 ms', '2 s', '3 us')
-    """
-    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
-        if seconds >= scale:
-            return f"{seconds / scale:.3g} {unit}"
-    return f"{seconds / 1e-9:.3g} ns"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -51,11 +51,12 @@ class ServeTime:
             ``prefill_sequences`` sequences).
         sequences: Sequences decoded at once.
         replicas: Copies of the model (the product of the data-parallel axes).
-        read_bytes: Weights and KV cache of one device: what a decode step
-            reads from HBM, once each (its memory term).
-        xla_bytes_accessed: XLA's bytes accessed of the decode step, shown
-            and not used: its cost model counts the in-place update of the
-            donated cache as a read and a write of the whole cache.
+        read_bytes: Weights and KV cache of one device: the least a decode
+            step reads (its floor; the estimate's memory term is XLA's bytes
+            accessed).
+        traffic: The decode program's bytes by instruction
+            (:func:`~nnx_introspect._xla.hlo.traffic.traffic_json`), or
+            ``None``.
 
     Example:
         >>> from nnx_introspect._roofline.program import program_roofline
@@ -67,6 +68,8 @@ class ServeTime:
         (0.001, 0.001)
         >>> time.tokens_per_second_per_device  # 64 tokens a ms on 8 GPUs
         (8000.0, 8000.0)
+        >>> time.over_floor  # XLA's bytes accessed over the weights and cache
+        1.0
     """
 
     decode: Roofline
@@ -74,7 +77,7 @@ class ServeTime:
     sequences: int
     replicas: int
     read_bytes: int
-    xla_bytes_accessed: float | None = None
+    traffic: dict[str, Any] | None = None
 
     @property
     def seconds_per_token(self) -> tuple[float, float]:
@@ -110,6 +113,38 @@ class ServeTime:
         return self.read_bytes / self.decode.hbm_bytes_per_second
 
     @property
+    def over_floor(self) -> float:
+        """The decode step's bytes accessed over its floor (weights and cache)."""
+        return self.decode.bytes_accessed / self.read_bytes if self.read_bytes else 1.0
+
+    def extra(self, rows: int = 5) -> tuple[str, ...]:
+        """Where a decode step moves its bytes, when more than :data:`EXTRA` floors.
+
+        The source lines whose instructions move the most bytes, each with
+        its bytes, the operation (XLA's name), the output's shape and how
+        many instructions; empty when the step is within :data:`EXTRA` of
+        its floor or its program could not be read.
+        """
+        if self.over_floor <= EXTRA or self.traffic is None:
+            return ()
+        out = []
+        for group in self.traffic.get("by_source", [])[:rows]:
+            source = group.get("source")
+            where = (
+                ""
+                if source is None
+                else f" at {source['file'].rsplit('/', 1)[-1]}:{source['line']}"
+                + (f" ({source['function']})" if source.get("function") else "")
+            )
+            count = group["instructions"]
+            shape = _first_array(group["shape"])
+            times = f" x{count}" if count > 1 else ""
+            out.append(
+                f"{format_bytes(group['bytes'])}: {group['op']} {shape}{times}{where}"
+            )
+        return tuple(out)
+
+    @property
     def basis(self) -> tuple[str, ...]:
         """What the estimate assumes, one sentence each, the figures named."""
         d = self.decode
@@ -124,17 +159,22 @@ class ServeTime:
                 f"{d.bf16_peak_flops_per_second / 1e12:.4g} TFLOP/s"
             )
             + f"), HBM {d.hbm_bytes_per_second / 1e12:.3g} TB/s.",
-            f"Memory time of a decode step: the weights and the KV cache of a "
-            f"device read once ({self.read_bytes:,} B) at the HBM bandwidth: "
-            f"{duration(self.read_floor_seconds)}."
-            + (
-                ""
-                if self.xla_bytes_accessed is None
-                else f" XLA's cost analysis counts {self.xla_bytes_accessed:,.0f} "
-                "B (the in-place update of the donated cache as a read and a "
-                "write of all of it), not used."
+            f"Memory time of each program: XLA's bytes accessed at the HBM "
+            f"bandwidth (a decode step's {d.bytes_accessed:,.0f} B: "
+            f"{duration(d.memory_seconds)}). The floor of a decode step, the "
+            f"weights and the KV cache of a device read once "
+            f"({self.read_bytes:,} B), takes {duration(self.read_floor_seconds)}: "
+            f"the step moves {self.over_floor:.2f}x its floor.",
+            *(
+                ()
+                if not self.extra()
+                else (
+                    f"Over {EXTRA}x its floor: the decode step's instructions that "
+                    "move the most bytes (operands read and outputs written): "
+                    + "; ".join(self.extra())
+                    + ".",
+                )
             ),
-            "Memory time of the prefill: XLA's bytes accessed at the HBM bandwidth.",
             *(a for a in d.assumptions if not a.startswith(_NOT_SHOWN)),
         )
 
@@ -148,11 +188,24 @@ class ServeTime:
             "tokens_per_second_per_device": list(self.tokens_per_second_per_device),
             "tokens_per_second_per_replica": list(self.tokens_per_second_per_replica),
             "read_bytes": self.read_bytes,
-            "xla_bytes_accessed": self.xla_bytes_accessed,
+            "bytes_accessed": self.decode.bytes_accessed,
             "read_floor_seconds": self.read_floor_seconds,
+            "over_floor": self.over_floor,
+            "extra": list(self.extra()),
             "decode": self.decode.json_data(),
             "prefill": self.prefill.json_data(),
         }
+
+
+def _first_array(shape: str) -> str:
+    """The first array of a shape, without its layout.
+
+    Example:
+        >>> _first_array("(bf16[2,3]{1,0}, f32[])"), _first_array("s32[]")
+        ('bf16[2,3]', 's32[]')
+    """
+    text = shape.lstrip("(")
+    return text[: text.index("]") + 1] if "]" in text else text
 
 
 def _roofline(
@@ -160,12 +213,9 @@ def _roofline(
     program: Any,
     mesh_axes: tuple[tuple[str, int], ...],
     tokens: int,
-    read: int | None = None,
 ) -> Roofline | None:
     wire = program.wire_bytes
     flops, accessed = program.flops, program.bytes_accessed
-    if read is not None and accessed is not None:
-        accessed = read
     if flops is None or accessed is None or wire is None or not math.isfinite(flops):
         return None
     return program_roofline(
@@ -197,9 +247,7 @@ def serve_time(
         return None
     first = _roofline(topology, prefill, mesh_axes, prefill.sequences * prefill.tokens)
     read = decode.weights_bytes + decode.kv_cache_bytes
-    step = _roofline(topology, decode, mesh_axes, decode.sequences, read)
+    step = _roofline(topology, decode, mesh_axes, decode.sequences)
     if first is None or step is None:
         return None
-    return ServeTime(
-        step, first, decode.sequences, replicas, read, decode.bytes_accessed
-    )
+    return ServeTime(step, first, decode.sequences, replicas, read, decode.traffic)

@@ -25,7 +25,7 @@ from nnx_introspect._xla.hlo import (
     parse_shape,
     tuple_elements,
 )
-from nnx_introspect._xla.hlo.traffic import hbm_traffic, traffic_json
+from nnx_introspect._xla.hlo.traffic import program_traffic, traffic_json
 from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
@@ -247,11 +247,11 @@ def compile_lowered(
 
 
 def _traffic(text: str | Exception) -> dict[str, Any] | None:
-    """The program's HBM traffic as JSON data; ``None`` if its text does not parse."""
+    """The program's bytes moved by instruction, as JSON data; ``None`` unparsed."""
     if isinstance(text, Exception):
         return None
     try:
-        return traffic_json(hbm_traffic(parse_module(text)))
+        return traffic_json(program_traffic(parse_module(text)))
     except HloTextError:
         return None
 

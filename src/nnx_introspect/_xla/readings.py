@@ -70,10 +70,10 @@ class XlaReadings:
         explicit_axes_fallback: Why the program was compiled with Auto axes.
         device_order: How the mesh's devices were laid out (``"plain"``,
             ``"the mesh's"``, or a topology's words).
-        traffic: What the program moves through HBM
+        traffic: The bytes the program moves by instruction
             (:func:`~nnx_introspect._xla.hlo.traffic.traffic_json`: read and
-            written bytes, the instructions that move the most), or ``None``
-            when its text could not be read.
+            written bytes, the instructions that move the most, with source
+            lines), or ``None`` when its text could not be read.
         measured: The program run on this process's devices
             (:func:`~nnx_introspect._xla.run.run_compiled`'s JSON data), when
             a report asked for it.

@@ -124,12 +124,20 @@ def run_compiled(compiled: Any, runs: int) -> dict[str, Any]:
         True
     """
     infos = jax.tree.leaves(compiled.args_info)
-    shardings = jax.tree.leaves(compiled.input_shardings)
+    # an argument the program does not use (pruned) has no sharding: None
+    shardings = jax.tree.leaves(compiled.input_shardings, is_leaf=lambda s: s is None)
     if len(infos) != len(shardings):  # pragma: no cover - jax keeps them aligned
         raise RuntimeError("the compiled program's inputs and shardings disagree")
     args_tree = jax.tree.structure(compiled.args_info)
     donated = [i for i, info in enumerate(infos) if info.donated]
-    devices = sorted({d for s in shardings for d in s.device_set}, key=lambda d: d.id)
+    devices = sorted(
+        {d for s in shardings if s is not None for d in s.device_set},
+        key=lambda d: d.id,
+    )
+    shardings = [
+        jax.sharding.SingleDeviceSharding(devices[0]) if s is None else s
+        for s in shardings
+    ]
     make = _maker(infos, shardings)
     inputs = make()
     seconds: list[float] = []

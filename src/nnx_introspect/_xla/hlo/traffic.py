@@ -1,17 +1,15 @@
-"""What a compiled program moves through HBM, instruction by instruction.
+"""The bytes a compiled program moves, instruction by instruction.
 
-XLA's ``cost_analysis()`` sums each instruction's operand and output bytes
-wherever they live: on XLA:TPU a prefetch of a buffer into on-chip memory
-(``S(1)``), then the read of that copy, count its bytes twice (three times
-with the copy's write), and an update in place of a donated buffer (a KV
-cache's ``dynamic-update-slice``) counts the whole buffer read and written.
-:func:`hbm_traffic` reads the optimized program instead and counts what
-reaches HBM (memory space 0):
+XLA's ``cost_analysis()`` gives one total of bytes accessed. To say *which*
+lines of a model move the bytes a program moves beyond reading its arguments
+once, :func:`program_traffic` counts them per instruction of the optimized
+program, by the rule XLA's cost analysis follows: an instruction reads its
+operands and writes its outputs, wherever they live (an on-chip copy made by
+XLA:TPU's memory-space assignment, ``S(1)``, counts as XLA counts it), with
+these refinements:
 
-* an instruction reads its operands and writes its outputs that live in HBM;
-  a value in another memory space (``S(1)``, on-chip) moves nothing there;
-* an asynchronous copy (``copy-start``, ``slice-start``) moves its source once
-  and writes its destination once, each where it lives;
+* an asynchronous copy (``copy-start``, ``slice-start``) reads its source and
+  writes its destination once;
 * an update in place (a ``dynamic-update-slice`` or ``scatter``, alone or as
   a fusion's root, whose output is its first operand's buffer) reads and
   writes the update, not the buffer it lands in;
@@ -23,14 +21,14 @@ reaches HBM (memory space 0):
 * bitcasts, tuples, parameters, constants and the ``-done`` halves of
   asynchronous pairs move nothing.
 
-Each counted instruction is a :class:`TrafficRow` with the user's source line
-(:func:`~nnx_introspect._xla.hlo.frames.user_frame`), so a report can say
-which lines move the bytes a program moves beyond the floor of reading its
-arguments once.
+Its total is near XLA's own (0.70-0.97 of it on the v5e programs of
+``benchmarks/calibrate.py``), never in its place: a report's estimate uses
+XLA's figure; these rows say where the bytes go, each with the user's source
+line (:func:`~nnx_introspect._xla.hlo.frames.user_frame`).
 """
 
 import dataclasses
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, Final
 
 from nnx_introspect._xla.hlo.frames import (
@@ -49,22 +47,25 @@ from nnx_introspect._xla.hlo.shapes import (
     tuple_elements,
 )
 
-__all__ = ["Traffic", "TrafficRow", "hbm_traffic", "traffic_json"]
+__all__ = ["Traffic", "TrafficRow", "program_traffic", "traffic_json"]
 
 
 @dataclasses.dataclass(frozen=True)
 class TrafficRow:
-    """One instruction's bytes to and from HBM, all its trips together.
+    """One instruction's bytes read and written, all its trips together.
 
     Attributes:
         instruction: Its name in the optimized program.
         opcode: Its opcode (``fusion``, ``copy``, ``copy-start``...).
         op_name: JAX's name of the operation it came from (its metadata).
-        read_bytes: Bytes it reads from HBM, every trip.
-        written_bytes: Bytes it writes to HBM, every trip.
+        read_bytes: Bytes it reads, every trip.
+        written_bytes: Bytes it writes, every trip.
         trips: How many times it runs (its loops' trips multiplied).
         shape: Its output's shape, as the program prints it.
         source: The user's source line it came from, where the program says.
+        hbm_bytes: Of its bytes, those read from or written to HBM (memory
+            space 0): on XLA:TPU, not those of the on-chip copies XLA's
+            memory-space assignment made (``S(1)``).
     """
 
     instruction: str
@@ -75,6 +76,7 @@ class TrafficRow:
     trips: int
     shape: str
     source: SourceLocation | None = None
+    hbm_bytes: int = 0
 
     @property
     def bytes(self) -> int:
@@ -84,7 +86,7 @@ class TrafficRow:
 
 @dataclasses.dataclass(frozen=True)
 class Traffic:
-    """A program's HBM traffic: the total and each instruction's share.
+    """A program's bytes moved: the total and each instruction's share.
 
     Attributes:
         rows: Every instruction that moves bytes, most bytes first.
@@ -97,18 +99,23 @@ class Traffic:
 
     @property
     def read_bytes(self) -> int:
-        """Bytes read from HBM."""
+        """Bytes read."""
         return sum(row.read_bytes for row in self.rows)
 
     @property
     def written_bytes(self) -> int:
-        """Bytes written to HBM."""
+        """Bytes written."""
         return sum(row.written_bytes for row in self.rows)
 
     @property
     def bytes(self) -> int:
         """Bytes read and written."""
         return self.read_bytes + self.written_bytes
+
+    @property
+    def hbm_bytes(self) -> int:
+        """Bytes read from and written to HBM (memory space 0)."""
+        return sum(row.hbm_bytes for row in self.rows)
 
 
 _NOTHING: Final = frozenset(
@@ -145,16 +152,17 @@ _IN_PLACE: Final = frozenset({"dynamic-update-slice", "scatter"})
 _SLICING: Final = frozenset({"dynamic-slice", "slice", "gather"})
 
 
+def _bytes(shape: str) -> int:
+    """Bytes of every array of ``shape`` (tuples flattened)."""
+    return sum(size for _, _, size in arrays(shape)) if shape else 0
+
+
 def _hbm_bytes(shape: str) -> int:
-    """Bytes of the arrays of ``shape`` that live in HBM (memory space 0)."""
-    elements = tuple_elements(shape) or [shape]
-    total = 0
-    for element in elements:
-        if element.startswith("("):
-            total += _hbm_bytes(element)
-        elif memory_space(element) == 0:
-            total += sum(size for _, _, size in arrays(element))
-    return total
+    """Bytes of the arrays of ``shape`` in HBM (memory space 0)."""
+    elements = tuple_elements(shape)
+    if not elements:
+        return _bytes(shape) if memory_space(shape) == 0 else 0
+    return sum(_hbm_bytes(element) for element in elements)
 
 
 def _shape_of(module: Module, name: str) -> str:
@@ -216,21 +224,20 @@ def _update_bytes(module: Module, update: Instruction) -> int:
     return sum(shape_bytes(_shape_of(module, n)) for n in update.operands[-count:])
 
 
-def _moved(module: Module, inst: Instruction) -> tuple[int, int]:
-    """``(read, written)`` HBM bytes of one run of ``inst``."""
+def _moved(
+    module: Module, inst: Instruction, size: Callable[[str], int] = _bytes
+) -> tuple[int, int]:
+    """``(read, written)`` bytes of one run of ``inst``, each array by ``size``."""
     op = inst.opcode
     if op in ("copy-start", "slice-start", "copy-to-host-start"):
         # copy-start's shape is (destination, source, context); slice-start's
         # ((sources), destination, ...)
         elements = tuple_elements(inst.shape) or [inst.shape, inst.shape]
         if op == "slice-start":  # reads what it slices: its destination's size
-            source, target = elements[0], elements[1]
-            whole = _hbm_bytes(target) or shape_bytes(target)
-            read = whole if _hbm_bytes(source) else 0
-        else:
-            target, source = elements[0], elements[1]
-            read = _hbm_bytes(source)
-        return read, _hbm_bytes(target)
+            target = elements[1]
+            return size(target), size(target)
+        target, source = elements[0], elements[1]
+        return size(source), size(target)
     if op == "custom-call":
         target = inst.attributes.get("custom_call_target", "").strip('"')
         if target in _NO_OP_CALLS:
@@ -243,13 +250,13 @@ def _moved(module: Module, inst: Instruction) -> tuple[int, int]:
     for number, name in enumerate(inst.operands):
         if update is not None and update is inst and number == 0:
             continue  # the buffer updated in place
-        whole = _hbm_bytes(_shape_of(module, name))
+        whole = size(_shape_of(module, name))
         part = reads[number]
         read += whole if part is None else min(part, whole)
     if update is not None:
-        written = _update_bytes(module, update) if _hbm_bytes(inst.shape) else 0
+        written = _update_bytes(module, update) if size(inst.shape) else 0
         return read, written
-    return read, _hbm_bytes(inst.shape)
+    return read, size(inst.shape)
 
 
 def _walk(
@@ -282,8 +289,8 @@ def _walk(
             yield inst, trips
 
 
-def hbm_traffic(module: Module) -> Traffic:
-    r"""The bytes ``module`` (one device's optimized program) moves through HBM.
+def program_traffic(module: Module) -> Traffic:
+    r"""The bytes ``module`` (one device's optimized program) moves, by instruction.
 
     Example:
         >>> from nnx_introspect._xla.hlo import parse_module
@@ -299,7 +306,7 @@ def hbm_traffic(module: Module) -> Traffic:
         ...     "  ROOT %d = bf16[8,1024]{1,0} dynamic-update-slice(%c, %u, %z, %i)",
         ...     "}",
         ... ]))
-        >>> traffic = hbm_traffic(module)
+        >>> traffic = program_traffic(module)
         >>> traffic.read_bytes, traffic.written_bytes  # the update, 2 indices
         (24, 16)
     """
@@ -309,6 +316,7 @@ def hbm_traffic(module: Module) -> Traffic:
         read, written = _moved(module, inst)
         if read + written == 0:
             continue
+        hbm = sum(_moved(module, inst, _hbm_bytes))
         items = metadata(inst.text)
         stack = source_stack(items, module.frames)
         rows.append(
@@ -321,6 +329,7 @@ def hbm_traffic(module: Module) -> Traffic:
                 trips,
                 inst.shape,
                 user_frame(stack, stack[0] if stack else None),
+                hbm * trips,
             )
         )
     rows.sort(key=lambda row: -row.bytes)
@@ -343,6 +352,8 @@ def traffic_json(traffic: Traffic, rows: int = ROWS_KEPT) -> dict[str, Any]:
     return {
         "read_bytes": traffic.read_bytes,
         "written_bytes": traffic.written_bytes,
+        "hbm_bytes": traffic.hbm_bytes,
+        "by_source": _by_source(traffic, rows),
         "unknown_trips": list(traffic.unknown_trips),
         "rows": [
             {
@@ -354,7 +365,36 @@ def traffic_json(traffic: Traffic, rows: int = ROWS_KEPT) -> dict[str, Any]:
                 "trips": row.trips,
                 "shape": row.shape,
                 "source": source_json(row.source),
+                "hbm_bytes": row.hbm_bytes,
             }
             for row in traffic.rows[:rows]
         ],
     }
+
+
+def _by_source(traffic: Traffic, rows: int) -> list[dict[str, Any]]:
+    """The bytes moved, summed by source line and operation: the largest ``rows``."""
+    groups: dict[tuple[str, str, int, str], list[TrafficRow]] = {}
+    for row in traffic.rows:
+        source = row.source
+        key = (
+            row.op_name.rsplit("/", 1)[-1] or row.opcode,
+            "" if source is None else source.file,
+            0 if source is None else source.line,
+            "" if source is None else source.function,
+        )
+        groups.setdefault(key, []).append(row)
+    ranked = sorted(groups.items(), key=lambda item: -sum(r.bytes for r in item[1]))
+    return [
+        {
+            "op": op,
+            "source": None
+            if not file
+            else {"file": file, "line": line, "function": function},
+            "instructions": len(members),
+            "bytes": sum(r.bytes for r in members),
+            "hbm_bytes": sum(r.hbm_bytes for r in members),
+            "shape": members[0].shape,
+        }
+        for (op, file, line, function), members in ranked[:rows]
+    ]

@@ -1,0 +1,284 @@
+"""Calibration: every estimate this project prints, held against a real TPU v5e chip.
+
+Three steps, each a subcommand:
+
+``python benchmarks/calibrate.py chip OUT.jsonl`` (on a machine with one v5e
+chip): each case in turn (one process: the chip opened once), through the library's own
+``measure=`` (``step_memory_report`` / ``serve_memory_report``): the program
+compiled on the chip (its memory analysis), one warm-up and 5 timed runs, the
+report's estimate beside them; the cases past a search's answer are compiled
+and run to see the chip refuse them.
+
+``python benchmarks/calibrate.py predict OUT.jsonl`` (anywhere, no TPU): the
+same programs compiled deviceless for ``topology="v5e-1"`` with the libtpu
+installed here (run it once with the chip image's libtpu 0.0.42.1 and once
+with the ``tpu`` extra's).
+
+``python benchmarks/calibrate.py table CHIP.jsonl PRED.jsonl [PRED2.jsonl]``:
+the markdown table of ``benchmarks/README.md``: per case the deviceless
+prediction(s), the chip's compile, the estimate, the measured time and their
+ratio.
+
+Run as ``PYTHONPATH=src:. python benchmarks/calibrate.py ...`` from the
+repository root (the cases name their model ``benchmarks.calibrate:llama_336m``).
+"""
+
+import dataclasses
+import json
+import os
+import sys
+import time
+from typing import Any
+
+import jax.numpy as jnp
+from flax import nnx
+
+from nnx_introspect._llama import Llama, LlamaConfig
+
+LLAMA_336M = LlamaConfig(
+    vocab=32000,
+    d_model=1024,
+    n_layers=24,
+    n_heads=16,
+    d_ff=2816,
+    n_kv_heads=4,
+    dtype=jnp.bfloat16,
+)
+"""336,219,136 float32 parameters, GQA 16/4, bf16 compute: a model one v5e
+chip trains (AdamW, 4 x 1024) and serves."""
+
+
+def llama_336m(rngs: nnx.Rngs) -> Llama:
+    """The calibration model."""
+    return Llama(LLAMA_336M, rngs=rngs)
+
+
+TARGET = "benchmarks.calibrate:llama_336m"
+TINY = "nnx_introspect.examples:llama_tiny"
+
+# name -> (kind, arguments); "step": (target, batch, options); "serve": kwargs
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "serve 336M 32x2048 prompt 1024 by 8": (
+        "serve",
+        {"sequences": 32, "context": 2048, "prompt": 1024, "prefill_sequences": 8},
+    ),
+    "serve 336M 128x4096 prompt 512 by 8": (
+        "serve",
+        {"sequences": 128, "context": 4096, "prompt": 512, "prefill_sequences": 8},
+    ),
+    "step 336M 4x1024": ("step", {"target": TARGET, "batch": (4, 1024)}),
+    "step tiny 8x128": ("step", {"target": TINY, "batch": (8, 128)}),
+    "step 336M 8x1024 2 microbatches": (
+        "step",
+        {"target": TARGET, "batch": (8, 1024), "microbatches": 2},
+    ),
+    "step 336M 16x1024 remat": (
+        "step",
+        {"target": TARGET, "batch": (16, 1024), "remat": "LlamaLayer"},
+    ),
+}
+"""The calibration cases. The edges of ``max_batch`` and ``max_sequences``
+(their answer and one step more) are added by :func:`edge_cases` from the
+deviceless searches' answers."""
+
+RUNS = 5
+
+
+def edge_cases(batch: int, sequences: int) -> dict[str, tuple[str, dict[str, Any]]]:
+    """Both sides of ``max_batch`` (seq 1024) and ``max_sequences`` (context 4096)."""
+    out: dict[str, tuple[str, dict[str, Any]]] = {}
+    for b in (batch, batch + 1):
+        out[f"step 336M {b}x1024 (max_batch {batch})"] = (
+            "step",
+            {"target": TARGET, "batch": (b, 1024)},
+        )
+    for n in (sequences, sequences + 1):
+        out[f"serve 336M {n}x4096 (max_sequences {sequences})"] = (
+            "serve",
+            {"sequences": n, "context": 4096, "prompt": 256, "prefill_sequences": 1},
+        )
+    return out
+
+
+def _step(args: dict[str, Any], topology: str | None, measure: int | None) -> Any:
+    import jax
+
+    from nnx_introspect import step_memory_report
+
+    b, t = args["batch"]
+    options = {
+        k: v for k, v in args.items() if k in ("microbatches", "remat") and v
+    }
+    return step_memory_report(
+        args["target"],
+        {"fsdp": 1},
+        jax.ShapeDtypeStruct((b, t), jnp.int32),
+        loss="lm",
+        optimizer="adamw",
+        topology=topology,
+        measure=measure,
+        cache=False,
+        **options,
+    )
+
+
+def _serve(args: dict[str, Any], topology: str | None, measure: int | None) -> Any:
+    from nnx_introspect import serve_memory_report
+
+    return serve_memory_report(
+        TARGET, "tp=1", topology=topology, measure=measure, cache=False, **args
+    )
+
+
+def _figures(report: Any) -> dict[str, Any]:
+    """What the table compares, from a step or serving report's JSON."""
+    data = report.json_data()
+    if "prefill" not in data:  # a training step
+        roof = data["roofline"] or {}
+        return {
+            "programs": {
+                "step": {
+                    "argument_bytes": data["argument_bytes"],
+                    "output_bytes": data["output_bytes"],
+                    "temp_bytes": data["temp_bytes"],
+                    "alias_bytes": data["alias_bytes"],
+                    "peak_bytes": data["peak_bytes"],
+                    "out_of_memory": data["out_of_memory"],
+                    "compiler_message": data["compiler_message"],
+                    "flops": data["flops"],
+                    "bytes_accessed": data["bytes_accessed"],
+                    "estimate": [roof.get("low_seconds"), roof.get("high_seconds")],
+                    "measured": data.get("measured"),
+                }
+            },
+            "fits": data["fits"],
+            "compiler": data["compiler"],
+        }
+    time_ = data["time"] or {}
+    programs = {}
+    for name, key in (("prefill", "time_to_first_token"), ("decode", "seconds_per_token")):
+        p = data[name]
+        programs[name] = {
+            "argument_bytes": p["argument_bytes"],
+            "output_bytes": p["output_bytes"],
+            "temp_bytes": p["temp_bytes"],
+            "alias_bytes": p["alias_bytes"],
+            "peak_bytes": p["peak_bytes"],
+            "out_of_memory": p["out_of_memory"],
+            "flops": p["flops"],
+            "bytes_accessed": p["bytes_accessed"],
+            "floor_bytes": p["weights_bytes"] + p["kv_cache_bytes"],
+            "hbm_bytes": None if p["traffic"] is None else p["traffic"]["hbm_bytes"],
+            "estimate": time_.get(key),
+            "measured": p.get("measured"),
+        }
+    return {"programs": programs, "fits": data["fits"], "compiler": None}
+
+
+def run_case(name: str, topology: str | None, measure: int | None) -> dict[str, Any]:
+    """One case, in this process: its report's figures (or the error)."""
+    cases = CASES | edge_cases(*json.loads(os.environ.get("CAL_EDGES", "[0, 0]")))
+    kind, args = cases[name]
+    began = time.perf_counter()
+    try:
+        report = (_step if kind == "step" else _serve)(args, topology, measure)
+        out = _figures(report)
+    except Exception as error:  # a refusal or a failure: the answer itself
+        out = {"error": f"{type(error).__name__}: {' '.join(str(error).split())[:400]}"}
+    out |= {"case": name, "kind": kind, "seconds": time.perf_counter() - began}
+    from nnx_introspect._xla.toolchain import libtpu_version
+
+    out["libtpu"] = libtpu_version()
+    return out
+
+
+def _all(out: str, mode: str) -> None:
+    """Every case, one after another, in this process (the chip opened once)."""
+    cases = CASES | edge_cases(*json.loads(os.environ.get("CAL_EDGES", "[0, 0]")))
+    only = os.environ.get("CAL_ONLY")
+    topology = "v5e-1" if mode == "predict" else None
+    measure = RUNS if mode == "chip" else None
+    for name in cases:
+        if only and only not in name:
+            continue
+        if "(max_" in name and os.environ.get("CAL_EDGES") is None:
+            continue
+        found = run_case(name, topology, measure)
+        with open(out, "a") as f:
+            f.write(json.dumps(found) + "\n")
+        print(json.dumps(found)[:300], flush=True)
+
+
+def _seconds(value: float | None) -> str:
+    if value is None:
+        return "-"
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value:.3g} s"
+
+
+def _table(chip: str, *predictions: str) -> str:
+    def load(path: str) -> dict[str, dict[str, Any]]:
+        return {d["case"]: d for d in map(json.loads, open(path))}
+
+    real = load(chip)
+    preds = [load(p) for p in predictions]
+    versions = [next(iter(p.values())).get("libtpu", "?") for p in preds]
+    head = (
+        "| case | program | "
+        + " | ".join(f"deviceless peak (libtpu {v})" for v in versions)
+        + " | chip's compile: peak | estimate | measured (median of 5) | measured / estimate |"
+    )
+    lines = [head, "|" + " --- |" * (6 + len(preds))]
+    for name, found in real.items():
+        if "error" in found:
+            lines.append(f"| {name} | - | " + " | ".join("" for _ in preds) + f" | refused: {found['error'][:160]} | | | |")
+            continue
+        for program, fig in found["programs"].items():
+            peaks = []
+            for p in preds:
+                other = p.get(name, {}).get("programs", {}).get(program)
+                if other is None:
+                    peaks.append("-")
+                    continue
+                same = other["peak_bytes"] == fig["peak_bytes"]
+                peaks.append(f"{other['peak_bytes']:,}" + (" (=)" if same else ""))
+            est = fig["estimate"]
+            m = fig.get("measured") or {}
+            median = m.get("median_seconds")
+            error = m.get("error")
+            if error:
+                shown, ratio = f"failed: {error[:120]}", ""
+            elif median is None or not est or est[0] is None:
+                shown, ratio = _seconds(median), ""
+            else:
+                low, high = est
+                shown = _seconds(median)
+                if low <= median <= high:
+                    ratio = f"inside ({median / low:.2f}x low)"
+                elif median > high:
+                    ratio = f"{median / high:.2f}x high"
+                else:
+                    ratio = f"{median / low:.2f}x low"
+            span = "-" if not est or est[0] is None else f"{_seconds(est[0])}-{_seconds(est[1])}"
+            oom = " (refused)" if fig["out_of_memory"] else ""
+            lines.append(
+                f"| {name} | {program} | " + " | ".join(peaks)
+                + f" | {fig['peak_bytes']:,}{oom} | {span} | {shown} | {ratio} |"
+            )
+    return "\n".join(lines)
+
+
+def main() -> None:
+    command = sys.argv[1]
+    if command in ("chip", "predict"):
+        _all(sys.argv[2], command)
+    elif command == "table":
+        print(_table(sys.argv[2], *sys.argv[3:]))
+    else:
+        raise SystemExit(__doc__)
+
+
+if __name__ == "__main__":
+    main()
