@@ -53,6 +53,7 @@ def program_memory(numbers: XlaReadings, budget: Budget, planned: int) -> StepMe
         alias_bytes=numbers.alias_bytes or 0,
         xla_peak_bytes=numbers.xla_peak_bytes,
         xla_peak_complete=numbers.backend != "cpu",
+        xla_peak_lowers=numbers.backend == "tpu",
         out_of_memory=oom,
         compiler_message=numbers.compiler_message,
         compiler_required_bytes=numbers.compiler_required_bytes,

@@ -20,6 +20,7 @@ from nnx_introspect._render.table import format_bytes
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.measured import Measured
 from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step.step_estimate import batch_tokens
 from nnx_introspect._step.step_records import (
     StepBudget,
     StepCompilation,
@@ -107,7 +108,12 @@ def assemble_report(
         tokens_per_step=request.tokens_per_step,
         measured=None
         if readings.measured is None
-        else Measured.from_run(readings.measured, "step"),
+        else Measured.from_run(
+            readings.measured,
+            "step",
+            tokens=request.tokens_per_step
+            or batch_tokens(tuple(batch_str(b) for b in request.batch)),
+        ),
     )
     extra = _caveats(report, request, plan)
     return (
@@ -135,6 +141,7 @@ def _memory(
         alias_bytes=readings.alias_bytes or 0,
         xla_peak_bytes=readings.xla_peak_bytes,
         xla_peak_complete=readings.backend != "cpu",
+        xla_peak_lowers=readings.backend == "tpu",
         out_of_memory=oom,
         compiler_message=readings.compiler_message,
         compiler_required_bytes=readings.compiler_required_bytes,

@@ -17,7 +17,7 @@ from nnx_introspect._roofline.estimate import Roofline
 from nnx_introspect._roofline.program import program_roofline
 from nnx_introspect._step.step_records import StepKind, StepMemory, StepProgram
 
-__all__ = ["step_roofline"]
+__all__ = ["batch_tokens", "step_roofline"]
 
 
 def step_roofline(
@@ -76,7 +76,7 @@ def step_roofline(
     ):
         return None
     del loss  # the basis is the same whatever the loss is called
-    tokens = tokens_per_step if tokens_per_step is not None else _tokens(batch)
+    tokens = tokens_per_step if tokens_per_step is not None else batch_tokens(batch)
     model_flops = basis = None
     if tokens is not None:
         per_token = 2 if step == "forward" else 6
@@ -99,13 +99,13 @@ def step_roofline(
     )
 
 
-def _tokens(batch: tuple[str, ...]) -> int | None:
+def batch_tokens(batch: tuple[str, ...]) -> int | None:
     """Tokens in a step: ``B·T`` of the first ``[B, T]`` integer leaf, or ``None``.
 
     Example:
-        >>> _tokens(("float32[8,16]", "int32[8,2048]", "int32[8,2048]"))
+        >>> batch_tokens(("float32[8,16]", "int32[8,2048]", "int32[8,2048]"))
         16384
-        >>> _tokens(("float32[8,16]", "int32[8]")) is None
+        >>> batch_tokens(("float32[8,16]", "int32[8]")) is None
         True
     """
     for leaf in batch:

@@ -26,6 +26,7 @@ _ONE_STEP_FLAGS = (
     ("max_batch", "--max-batch", "searches the largest batch of one mesh"),
     ("breakdown", "--breakdown", "breaks down the peak of one step"),
     ("top", "--top", "shows the largest buffers of one step's breakdown"),
+    ("measure", "--measure", "runs one step's compiled program"),
 )
 """Flags of one step that a comparison of several meshes does not take."""
 
@@ -91,6 +92,11 @@ def check_compare_flags(args: argparse.Namespace, meshes: Sequence[str]) -> None
 
 def check_one_step(args: argparse.Namespace) -> None:
     """Refuse a flag of one step that needs another one: a usage error."""
+    if getattr(args, "measure", None) is not None and args.max_batch:
+        raise UsageError(
+            "argument --measure: runs one step's compiled program; not with "
+            "--max-batch (measure the answer's step alone)"
+        )
     if args.jobs is not None:
         raise UsageError(
             "argument --jobs: compiles several meshes at once; give --mesh more "

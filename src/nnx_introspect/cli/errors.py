@@ -49,6 +49,7 @@ FLAGS: dict[str, str] = {
     "kv_cache": "--kv-cache",
     "init_cache": "--init-cache",
     "decode": "--decode",
+    "measure": "--measure",
 }
 """The library's argument names (``ArgumentError.argument``) and their flags."""
 

@@ -16,6 +16,7 @@ _NOT_WITH_FIT = (
     ("max_batch", "--max-batch", "searches batch sizes of one configuration"),
     ("breakdown", "--breakdown", "breaks down one step's peak"),
     ("top", "--top", "shows one step's largest buffers"),
+    ("measure", "--measure", "runs one step's compiled program"),
 )
 
 

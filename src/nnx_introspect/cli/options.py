@@ -3,7 +3,15 @@
 import argparse
 from typing import Any
 
-__all__ = ["add_option_args", "microbatches_arg", "option_kwargs", "remat_arg"]
+__all__ = [
+    "MEASURE_HELP",
+    "add_measure_arg",
+    "add_option_args",
+    "measure_arg",
+    "microbatches_arg",
+    "option_kwargs",
+    "remat_arg",
+]
 
 
 def remat_arg(text: str) -> tuple[str, str | None]:
@@ -123,3 +131,47 @@ def _tokens_arg(text: str) -> int:
     if value < 1:
         raise argparse.ArgumentTypeError(need)
     return value
+
+
+MEASURE_HELP = (
+    "run the compiled {what} on this machine's devices after compiling it: one "
+    "warm-up and N timed runs (default 5), the state fed back; the report shows "
+    "the measured time, tokens/s, the MFU and the allocator's figures beside "
+    "the estimate. The devices must be this machine's (no --topology, or the "
+    "one they are: on one v5e chip, v5e-1)"
+)
+
+
+def measure_arg(text: str) -> int:
+    """``--measure N``: a positive integer, at most 1000.
+
+    Example:
+        >>> measure_arg("3")
+        3
+        >>> measure_arg("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a number of timed runs from 1 to \
+1000, got '0'
+    """
+    need = f"must be a number of timed runs from 1 to 1000, got {text!r}"
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(need) from None
+    if not 1 <= value <= 1000:
+        raise argparse.ArgumentTypeError(need)
+    return value
+
+
+def add_measure_arg(parser: argparse.ArgumentParser, what: str) -> None:
+    """Add ``--measure [N]`` (5 when given alone)."""
+    parser.add_argument(
+        "--measure",
+        nargs="?",
+        const=5,
+        default=None,
+        type=measure_arg,
+        metavar="N",
+        help=MEASURE_HELP.format(what=what),
+    )

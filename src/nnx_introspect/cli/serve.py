@@ -9,6 +9,7 @@ from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.errors import UsageError, usage_error
+from nnx_introspect.cli.options import add_measure_arg
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.progress import ClockLine, live_status
 
@@ -75,6 +76,7 @@ def add_serve_parser(subparsers: Any) -> None:
         "comparison too): neither read nor write the cache of compile results "
         "(NNX_INTROSPECT_CACHE=off does the same)",
     )
+    add_measure_arg(parser, "prefill and decode")
     most = parser.add_mutually_exclusive_group()
     most.add_argument("--max-sequences", action="store_true")
     most.add_argument("--max-context", action="store_true")
@@ -103,6 +105,14 @@ def check_serve(args: argparse.Namespace) -> None:
         )
     if len(set(meshes)) < len(meshes):
         raise UsageError("argument --mesh: a mesh is given twice")
+    if args.measure is not None and (
+        _compared(args) or args.max_sequences or args.max_context
+    ):
+        raise UsageError(
+            "argument --measure: runs the two programs of one report; not with "
+            "several --mesh, auto, --max-sequences or --max-context (measure "
+            "the answer alone)"
+        )
     if args.breakdown and (args.max_sequences or args.max_context):
         raise UsageError(
             "argument --breakdown: not with --max-sequences or --max-context; "
@@ -239,5 +249,6 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         prompt=args.prompt,
         prefill_sequences=args.prefill_sequences,
         breakdown=args.breakdown,
+        measure=args.measure,
         **common,
     )

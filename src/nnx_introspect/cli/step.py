@@ -11,7 +11,7 @@ from nnx_introspect.cli.checks import check_network_used, check_one_step, check_
 from nnx_introspect.cli.errors import usage_error
 from nnx_introspect.cli.fit import run_fit
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
-from nnx_introspect.cli.options import add_option_args, option_kwargs
+from nnx_introspect.cli.options import add_measure_arg, add_option_args, option_kwargs
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import (
     add_plan_args,
@@ -106,6 +106,7 @@ def add_step_parser(subparsers: Any) -> None:
     )
     _add_inputs_and_target_args(parser)
     add_option_args(parser)
+    add_measure_arg(parser, "step")
     _add_search_and_breakdown_args(parser)
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_step, check=check_step)
@@ -264,7 +265,9 @@ def _run_step(args: argparse.Namespace) -> int:
         if args.max_batch:
             search = _search(args.target, mesh, batch, message, common)
         else:
-            report = _compile(args.target, mesh, batch, message, common, args.debug)
+            report = _compile(
+                args.target, mesh, batch, message, common, args.debug, args.measure
+            )
     except (TypeError, ValueError, ImportError) as error:
         # Bad input to the step (target, batch, loss, topology, a plan whose
         # specs cannot be applied): a usage error, exit 2.
@@ -304,12 +307,15 @@ def _compile(
     message: str,
     common: dict[str, Any],
     debug: bool,
+    measure: int | None = None,
 ) -> "StepMemoryReport":
     """One step's report, a spinner on a terminal while it compiles."""
     from nnx_introspect._step import step_memory_report
 
     with live_status(ClockLine(message)):
-        return step_memory_report(target, mesh, batch, debug=debug, **common)
+        return step_memory_report(
+            target, mesh, batch, debug=debug, measure=measure, **common
+        )
 
 
 def _show_search(search: "BatchSearch", args: argparse.Namespace) -> int:
