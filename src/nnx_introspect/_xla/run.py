@@ -34,7 +34,7 @@ def _maker(infos: Sequence[Any], shardings: Sequence[Any]) -> Callable[[], list[
     def one(info: Any) -> Any:
         aval = info._aval  # jax.stages.ArgInfo keeps the abstract value here
         dtype, shape = aval.dtype, tuple(aval.shape)
-        if jax.dtypes.issubdtype(dtype, jax.dtypes.prng_key):
+        if jnp.issubdtype(dtype, jax.dtypes.prng_key):
             keys = jax.random.split(jax.random.key(0), max(1, math.prod(shape)))
             return keys[0] if shape == () else keys.reshape(shape)
         return jnp.zeros(shape, dtype)
