@@ -23,7 +23,6 @@ Run as ``PYTHONPATH=src:. python benchmarks/calibrate.py ...`` from the
 repository root (the cases name their model ``benchmarks.calibrate:llama_336m``).
 """
 
-import dataclasses
 import json
 import os
 import sys
@@ -106,9 +105,7 @@ def _step(args: dict[str, Any], topology: str | None, measure: int | None) -> An
     from nnx_introspect import step_memory_report
 
     b, t = args["batch"]
-    options = {
-        k: v for k, v in args.items() if k in ("microbatches", "remat") and v
-    }
+    options = {k: v for k, v in args.items() if k in ("microbatches", "remat") and v}
     return step_memory_report(
         args["target"],
         {"fsdp": 1},
@@ -156,7 +153,10 @@ def _figures(report: Any) -> dict[str, Any]:
         }
     time_ = data["time"] or {}
     programs = {}
-    for name, key in (("prefill", "time_to_first_token"), ("decode", "seconds_per_token")):
+    for name, key in (
+        ("prefill", "time_to_first_token"),
+        ("decode", "seconds_per_token"),
+    ):
         p = data[name]
         programs[name] = {
             "argument_bytes": p["argument_bytes"],
@@ -233,7 +233,11 @@ def _table(chip: str, *predictions: str) -> str:
     lines = [head, "|" + " --- |" * (6 + len(preds))]
     for name, found in real.items():
         if "error" in found:
-            lines.append(f"| {name} | - | " + " | ".join("" for _ in preds) + f" | refused: {found['error'][:160]} | | | |")
+            lines.append(
+                f"| {name} | - | "
+                + " | ".join("" for _ in preds)
+                + f" | refused: {found['error'][:160]} | | | |"
+            )
             continue
         for program, fig in found["programs"].items():
             peaks = []
@@ -261,10 +265,15 @@ def _table(chip: str, *predictions: str) -> str:
                     ratio = f"{median / high:.2f}x high"
                 else:
                     ratio = f"{median / low:.2f}x low"
-            span = "-" if not est or est[0] is None else f"{_seconds(est[0])}-{_seconds(est[1])}"
+            span = (
+                "-"
+                if not est or est[0] is None
+                else f"{_seconds(est[0])}-{_seconds(est[1])}"
+            )
             oom = " (refused)" if fig["out_of_memory"] else ""
             lines.append(
-                f"| {name} | {program} | " + " | ".join(peaks)
+                f"| {name} | {program} | "
+                + " | ".join(peaks)
                 + f" | {fig['peak_bytes']:,}{oom} | {span} | {shown} | {ratio} |"
             )
     return "\n".join(lines)

@@ -52,15 +52,18 @@ def test_out_of_memory_is_a_verdict_with_the_compilers_figures(oom_report: Any) 
     assert report.out_of_memory and not report.fits() and not report.ok
     assert report.compiler_required_bytes == need >= 65536**2 * 4
     assert report.compiler_available_bytes == round(15.75 * 2**30)
-    assert report.temp_bytes == need
     # the arguments: the kernel and the batch, each 1024 x 65536 float32
     assert report.argument_bytes == 2 * 1024 * 65536 * 4
-    assert report.peak_bytes == report.argument_bytes + need > V5E_HBM
+    # XLA:TPU's "HLO temporaries" hold the arguments: the 16 GiB output and
+    # the 0.5 GiB of arguments, to the compiler's two decimals; counted once
+    assert need == round((65536**2 * 4 + report.argument_bytes) / 2**30, 2) * 2**30
+    assert report.temp_bytes == need - report.argument_bytes
+    assert report.peak_bytes == need > V5E_HBM
     assert report.device_memory_bytes == V5E_HBM
     assert report.max_device_bytes == V5E_AVAILABLE == report.compiler_available_bytes
     assert not report.fits("1TiB")  # the compiler refused it: no budget helps
     assert report.verdict.startswith(
-        "Out of memory (the compiler refused the step): needs 17 GiB per device, "
+        "Out of memory (the compiler refused the step): needs 16.50 GiB per device, "
         "the compiler has 15.75 GiB of the device's 16 GiB; one step on 1 devices"
     )
 
