@@ -326,7 +326,11 @@ class LlamaLayer(nnx.Module):
                 name: self._shard(_write(cache[name], new, index), _HEADS)
                 for name, new in (("k", k), ("v", v))
             }
-            att = _attend(q, cache["k"], cache["v"], mask)
+            k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
+            if s == 1:  # a decode step
+                att = _attend(q, k, v, mask)
+            else:  # a prompt: measured faster on a v5e chip (213 ms vs 95 ms)
+                att = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
         att = self._shard(att, _HEADS)
         x = self._shard(x + self.o(att.reshape(b, s, d)), _RESIDUAL)
         h = self.mlp_norm(x)
@@ -490,28 +494,28 @@ def _write(cache: Array, new: Array, index: Array) -> Array:
 
 
 def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
-    """``q``'s attention over the cache's keys ``k`` and values ``v`` under ``mask``.
+    """A decode step's attention over the cache's keys and values under ``mask``.
 
     Grouped-query attention written as two einsums over the cache's own layout
     (``[b, context, kv_heads, head_dim]``), the output's small transpose last:
     ``jax.nn.dot_product_attention`` on a cache of one KV head per device made
     XLA:GPU copy the whole cache into another layout per layer (Llama-3-8B's
     decode on 8 H100s, ``tp=8``: 5.3x the bytes of its weights and cache;
-    these einsums: 1.2x). Scores and softmax in float32, as
-    ``dot_product_attention`` computes them.
+    these einsums: 1.3x). Scores and softmax in float32, as
+    ``dot_product_attention`` computes them. A prompt's attention stays
+    ``dot_product_attention``: for 8 prompts of 512 tokens into a 4,096-slot
+    cache these einsums took 213 ms on a v5e chip, it 95 ms.
     """
     b, s, heads, hd = q.shape
     kv = k.shape[2]
     q5 = q.reshape(b, s, kv, heads // kv, hd)
     f32 = jnp.float32
     scores = jnp.einsum(
-        "bskgd,bckd->bkgsc", q5, k.astype(q.dtype), preferred_element_type=f32
+        "bskgd,bckd->bkgsc", q5, k, preferred_element_type=f32
     ) / math.sqrt(hd)
     scores = jnp.where(mask[:, None, None], scores, jnp.finfo(f32).min)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    out = jnp.einsum(
-        "bkgsc,bckd->bkgsd", probs, v.astype(q.dtype), preferred_element_type=f32
-    )
+    out = jnp.einsum("bkgsc,bckd->bkgsd", probs, v, preferred_element_type=f32)
     return out.transpose(0, 3, 1, 2, 4).reshape(b, s, heads, hd).astype(q.dtype)
 
 
