@@ -14,10 +14,11 @@ same programs compiled deviceless for ``topology="v5e-1"`` with the libtpu
 installed here (run it once with the chip image's libtpu 0.0.42.1 and once
 with the ``tpu`` extra's).
 
-``python benchmarks/calibrate.py table CHIP.jsonl PRED.jsonl [PRED2.jsonl]``:
-the markdown table of ``benchmarks/README.md``: per case the deviceless
-prediction(s), the chip's compile, the estimate, the measured time and their
-ratio.
+``python benchmarks/calibrate.py table CHIP.jsonl SAME.jsonl OTHER.jsonl``:
+the markdown table of ``benchmarks/README.md``: per program whether the
+deviceless compile with the chip's libtpu (SAME) equals the chip's to the
+byte, how far the other libtpu's (OTHER) temporaries drift, the report's peak
+and verdict, what the chip did, the estimate and the measured time.
 
 Run as ``PYTHONPATH=src:. python benchmarks/calibrate.py ...`` from the
 repository root (the cases name their model ``benchmarks.calibrate:llama_336m``).
@@ -81,6 +82,9 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
 deviceless searches' answers."""
 
 RUNS = 5
+
+BUDGET = round(15.75 * 2**30)
+"""The HBM XLA:TPU lets a program use on a v5e chip: the reports' budget."""
 
 
 def edge_cases(batch: int, sequences: int) -> dict[str, tuple[str, dict[str, Any]]]:
@@ -218,64 +222,81 @@ def _seconds(value: float | None) -> str:
     return f"{value:.3g} s"
 
 
-def _table(chip: str, *predictions: str) -> str:
-    def load(path: str) -> dict[str, dict[str, Any]]:
-        return {d["case"]: d for d in map(json.loads, open(path))}
+_ANALYSIS = ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes")
 
-    real = load(chip)
-    preds = [load(p) for p in predictions]
-    versions = [next(iter(p.values())).get("libtpu", "?") for p in preds]
-    head = (
-        "| case | program | "
-        + " | ".join(f"deviceless peak (libtpu {v})" for v in versions)
-        + " | chip's compile: peak | estimate | measured (median of 5) | measured / estimate |"
+
+def _load(path: str) -> dict[str, dict[str, Any]]:
+    with open(path) as f:
+        return {d["case"]: d for d in map(json.loads, f)}
+
+
+def _ratio(median: float, low: float, high: float) -> str:
+    if low <= median <= high:
+        return f"inside ({median / low:.2f}x low)"
+    if median > high:
+        return f"{median / high:.2f}x high"
+    return f"{median / low:.2f}x low"
+
+
+def _row(
+    name: str,
+    program: str,
+    chip: dict[str, Any],
+    same: dict[str, Any] | None,
+    other: dict[str, Any] | None,
+    verdict: str,
+) -> str:
+    """One table row: the compile against the chip's, then time against time."""
+    if same is None:
+        equal = "-"
+    else:
+        equal = "equal" if all(same[k] == chip[k] for k in _ANALYSIS) else "differs"
+        if chip["out_of_memory"] and same["out_of_memory"]:
+            equal = "both refused"
+    drift = "-"
+    if other is not None and same is not None and not same["out_of_memory"]:
+        drift = f"{other['temp_bytes'] / max(same['temp_bytes'], 1) - 1:+.1%}"
+    shown = same or chip
+    peak = f"{shown['peak_bytes'] / 2**30:.2f} GiB {verdict}"
+    measured = chip.get("measured") or {}
+    if chip["out_of_memory"]:
+        ran = "refused at compile"
+    elif measured.get("error"):
+        ran = f"failed to run: {measured['error'][:80]}"
+    else:
+        ran = _seconds(measured.get("median_seconds"))
+    est = (same or chip).get("estimate")
+    span = (
+        "-" if not est or est[0] is None else f"{_seconds(est[0])}-{_seconds(est[1])}"
     )
-    lines = [head, "|" + " --- |" * (6 + len(preds))]
+    median = measured.get("median_seconds")
+    ratio = "" if median is None or span == "-" else _ratio(median, *est)
+    return (
+        f"| {name} | {program} | {equal} | {drift} | {peak} | {ran} | {span} "
+        f"| {ratio} |"
+    )
+
+
+def _table(chip: str, same: str, other: str) -> str:
+    """The calibration table: the chip's runs against both libtpus' predictions."""
+    real, pred, drift = _load(chip), _load(same), _load(other)
+    lines = [
+        "| case | program | memory analysis, deviceless vs the chip's compile "
+        "(same libtpu) | temporaries, the tpu extra's libtpu vs the chip's "
+        "| report's peak and verdict | on the chip (median of 5) | estimate "
+        "| measured / estimate |",
+        "|" + " --- |" * 8,
+    ]
     for name, found in real.items():
-        if "error" in found:
-            lines.append(
-                f"| {name} | - | "
-                + " | ".join("" for _ in preds)
-                + f" | refused: {found['error'][:160]} | | | |"
-            )
-            continue
         for program, fig in found["programs"].items():
-            peaks = []
-            for p in preds:
-                other = p.get(name, {}).get("programs", {}).get(program)
-                if other is None:
-                    peaks.append("-")
-                    continue
-                same = other["peak_bytes"] == fig["peak_bytes"]
-                peaks.append(f"{other['peak_bytes']:,}" + (" (=)" if same else ""))
-            est = fig["estimate"]
-            m = fig.get("measured") or {}
-            median = m.get("median_seconds")
-            error = m.get("error")
-            if error:
-                shown, ratio = f"failed: {error[:120]}", ""
-            elif median is None or not est or est[0] is None:
-                shown, ratio = _seconds(median), ""
-            else:
-                low, high = est
-                shown = _seconds(median)
-                if low <= median <= high:
-                    ratio = f"inside ({median / low:.2f}x low)"
-                elif median > high:
-                    ratio = f"{median / high:.2f}x high"
-                else:
-                    ratio = f"{median / low:.2f}x low"
-            span = (
-                "-"
-                if not est or est[0] is None
-                else f"{_seconds(est[0])}-{_seconds(est[1])}"
-            )
-            oom = " (refused)" if fig["out_of_memory"] else ""
-            lines.append(
-                f"| {name} | {program} | "
-                + " | ".join(peaks)
-                + f" | {fig['peak_bytes']:,}{oom} | {span} | {shown} | {ratio} |"
-            )
+            mine = pred.get(name, {}).get("programs", {}).get(program)
+            theirs = drift.get(name, {}).get("programs", {}).get(program)
+            verdict = ""
+            if mine is not None:  # this program against the v5e's budget
+                fits = not mine["out_of_memory"] and mine["peak_bytes"] <= BUDGET
+                verdict = "(fits)" if fits else "(does not fit)"
+                verdict = "(refused)" if mine["out_of_memory"] else verdict
+            lines.append(_row(name, program, fig, mine, theirs, verdict))
     return "\n".join(lines)
 
 
@@ -284,7 +305,7 @@ def main() -> None:
     if command in ("chip", "predict"):
         _all(sys.argv[2], command)
     elif command == "table":
-        print(_table(sys.argv[2], *sys.argv[3:]))
+        print(_table(sys.argv[2], sys.argv[3], sys.argv[4]))
     else:
         raise SystemExit(__doc__)
 
