@@ -255,7 +255,10 @@ def _row(
             equal = "both refused"
     drift = "-"
     if other is not None and same is not None and not same["out_of_memory"]:
-        drift = f"{other['temp_bytes'] / max(same['temp_bytes'], 1) - 1:+.1%}"
+        drift = (
+            f"{other['temp_bytes'] / 2**20:,.1f} vs "
+            f"{same['temp_bytes'] / 2**20:,.1f} MiB"
+        )
     shown = same or chip
     peak = f"{shown['peak_bytes'] / 2**30:.2f} GiB {verdict}"
     measured = chip.get("measured") or {}
@@ -282,7 +285,7 @@ def _table(chip: str, same: str, other: str) -> str:
     real, pred, drift = _load(chip), _load(same), _load(other)
     lines = [
         "| case | program | memory analysis, deviceless vs the chip's compile "
-        "(same libtpu) | temporaries, the tpu extra's libtpu vs the chip's "
+        "(same libtpu) | temporaries: the tpu extra's libtpu (0.0.52) vs the chip's "
         "| report's peak and verdict | on the chip (median of 5) | estimate "
         "| measured / estimate |",
         "|" + " --- |" * 8,

@@ -140,7 +140,7 @@ def test_the_library_own_argument_error_reaches_the_flag(
     assert (code, out) == (2, "")
     assert err == (
         "nnx-introspect: error: argument --topology: `topology` 'v5e-3': a v5e slice "
-        "has one of [1, 4, 8, 16, 32, 64, 128, 256] chips, got 3.\n"
+        "has one of [1, 2, 4, 8, 16, 32, 64, 128, 256] chips, got 3.\n"
     )
 
 

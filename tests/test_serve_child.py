@@ -83,7 +83,8 @@ def test_mesh_larger_than_this_process_compiles_in_a_child() -> None:
     readings, where = serve_readings(spec, ("decode",))
     assert where == "a child process with 16 virtual CPU devices"
     # 16 sequences over 16 devices: one sequence's cache a device
-    assert readings.kv_cache_bytes == 16 * readings.kv_bytes_per_token
+    # and the cache's int32 write index
+    assert readings.kv_cache_bytes == 16 * readings.kv_bytes_per_token + 4
 
 
 def test_bad_cache_split_is_raised_before_any_child(monkeypatch: Any) -> None:

@@ -41,7 +41,8 @@ def _by_hand(name: str) -> Any:
     )
     kv = NamedSharding(mesh, PartitionSpec("data", None, "tp", None))
     leaf = jax.ShapeDtypeStruct((S, T, 2, 8), jnp.bfloat16, sharding=kv)
-    cache = {f"layer_{i}": {"k": leaf, "v": leaf} for i in range(2)}
+    cache: dict[str, Any] = {f"layer_{i}": {"k": leaf, "v": leaf} for i in range(2)}
+    cache["index"] = jax.ShapeDtypeStruct((), jnp.int32, sharding=rep)  # next slot
     shardings = jax.tree.map(lambda x: x.sharding, cache)
     rows = NamedSharding(mesh, PartitionSpec("data", None))
     length = 1 if name == "decode" else PROMPT
@@ -77,13 +78,15 @@ def test_figures_equal_a_hand_written_compile(
 def test_cache_and_weights_by_arithmetic(report: ServeMemoryReport) -> None:
     per_token = 2 * 2 * (2 // 2) * 8 * 2  # k,v x layers x heads/tp x dim x bf16
     assert report.kv_bytes_per_token == per_token
-    assert report.decode.kv_cache_bytes == per_token * (S // 2) * T
+    # and the cache's write index, an int32 on every device
+    assert report.decode.kv_cache_bytes == per_token * (S // 2) * T + 4
     params = 2 * 64 * 32 + 2 * (2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 48 + 64) + 32
     assert report.decode.weights_bytes == params * 2  # replicated bfloat16
     # arguments: weights, cache, tokens and positions (int32) on one device
     tokens = 2 * (S // 2) * 1 * 4
     assert (
-        report.decode.argument_bytes == params * 2 + per_token * (S // 2) * T + tokens
+        report.decode.argument_bytes
+        == params * 2 + per_token * (S // 2) * T + 4 + tokens
     )
 
 

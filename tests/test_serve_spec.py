@@ -135,7 +135,7 @@ def test_kv_bytes_per_token_of_the_7b_tp8_by_arithmetic() -> None:
     spec = ServeSpec(llama_7b, "tp=8", sequences=8, context=4096)
     inputs = serve_inputs(spec, serve_mesh(spec)[0])
     assert inputs.kv_bytes_per_token == 2 * 32 * (32 // 8) * 128 * 2 == 65_536
-    assert inputs.kv_cache_bytes == 65_536 * 8 * 4096
+    assert inputs.kv_cache_bytes == 65_536 * 8 * 4096 + 4  # and the int32 index
     # float8 halves it; data parallelism splits sequences, not a position
     f8 = ServeSpec(
         llama_7b,
@@ -148,7 +148,7 @@ def test_kv_bytes_per_token_of_the_7b_tp8_by_arithmetic() -> None:
     dp = ServeSpec(llama_7b, {"data": 2, "tp": 4}, sequences=8, context=4096)
     dp_inputs = serve_inputs(dp, serve_mesh(dp)[0])
     assert dp_inputs.kv_bytes_per_token == 2 * 32 * 8 * 128 * 2
-    assert dp_inputs.kv_cache_bytes == 2 * 32 * 8 * 128 * 2 * 4 * 4096
+    assert dp_inputs.kv_cache_bytes == 2 * 32 * 8 * 128 * 2 * 4 * 4096 + 4
     # weights: a bfloat16 copy, replicated (llama_7b carries no annotations)
     assert inputs.weights_bytes == 6_738_415_616 * 2
 

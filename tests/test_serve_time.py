@@ -152,9 +152,9 @@ def test_extra_traffic_is_named_only_over_the_threshold() -> None:
         )
 
     under = timed(EXTRA * 10**9)  # at the threshold: nothing named
-    assert under.extra() == ()
+    assert under.extra == ()
     over = timed(2 * 10**9)
-    (line,) = over.extra()
+    (line,) = over.extra
     assert (
         line == "1 GiB: transpose bf16[64,1,64,8192] x16 at model.py:42 (Attn.__call__)"
     )

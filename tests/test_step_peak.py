@@ -117,7 +117,7 @@ def test_gpu_peak_is_at_least_xlas() -> None:
 
 
 @needs_libtpu
-def test_tpu_peak_takes_xlas_figure_where_it_is_larger() -> None:
+def test_tpu_peak_takes_the_smaller_of_xlas_two_figures() -> None:
     from jax.experimental import topologies
 
     from nnx_introspect._xla.toolchain import libtpu_environment
@@ -127,10 +127,13 @@ def test_tpu_peak_takes_xlas_figure_where_it_is_larger() -> None:
         devices = list(topologies.get_topology_desc("v5e:1x1", "tpu").devices)
     hand = hand_compiled(devices)
     _check(report, hand)
-    # a small program: XLA:TPU reports few HBM temporaries but a larger peak
+    # a small program: XLA:TPU reports few HBM temporaries but a larger peak;
+    # on a v5e chip the smaller figure is the one that held (benchmarks/README)
     assert hand.peak_memory_in_bytes > _held(hand)
-    assert report.peak_bytes == hand.peak_memory_in_bytes
-    assert report.peak_basis.startswith("XLA's peak_memory_in_bytes, above")
+    assert (
+        report.peak_bytes == _held(hand) == min(_held(hand), hand.peak_memory_in_bytes)
+    )
+    assert report.peak_basis == "arguments + outputs + temporaries - aliased"
 
 
 @pytest.fixture

@@ -261,7 +261,8 @@ def serve_memory_report(
         ...     prompt=16, max_device_bytes="1GiB")
         >>> report.kv_bytes_per_token  # 2 x 8 layers x 1 KV head x 64 x 2 B
         2048
-        >>> report.decode.kv_cache_bytes == 2048 * 2 * 64  # 2 sequences a device
+        >>> # 2 sequences a device, and the cache's int32 write index
+        >>> report.decode.kv_cache_bytes == 2048 * 2 * 64 + 4
         True
         >>> report.fits()
         True

@@ -31,6 +31,9 @@ from nnx_introspect._step.measured import duration
 
 __all__ = ["EXTRA", "ServeTime", "duration", "serve_time"]
 
+_EXTRA_ROWS = 5
+"""How many source lines :attr:`ServeTime.extra` names."""
+
 EXTRA = 1.5
 """A decode step whose bytes accessed exceed its floor this many times over has
 its extra traffic named, instruction by instruction."""
@@ -117,10 +120,11 @@ class ServeTime:
         """The decode step's bytes accessed over its floor (weights and cache)."""
         return self.decode.bytes_accessed / self.read_bytes if self.read_bytes else 1.0
 
-    def extra(self, rows: int = 5) -> tuple[str, ...]:
+    @property
+    def extra(self) -> tuple[str, ...]:
         """Where a decode step moves its bytes, when more than :data:`EXTRA` floors.
 
-        The source lines whose instructions move the most bytes, each with
+        The five source lines whose instructions move the most bytes, each with
         its bytes, the operation (XLA's name), the output's shape and how
         many instructions; empty when the step is within :data:`EXTRA` of
         its floor or its program could not be read.
@@ -128,7 +132,7 @@ class ServeTime:
         if self.over_floor <= EXTRA or self.traffic is None:
             return ()
         out = []
-        for group in self.traffic.get("by_source", [])[:rows]:
+        for group in self.traffic.get("by_source", [])[:_EXTRA_ROWS]:
             source = group.get("source")
             where = (
                 ""
@@ -167,11 +171,11 @@ class ServeTime:
             f"the step moves {self.over_floor:.2f}x its floor.",
             *(
                 ()
-                if not self.extra()
+                if not self.extra
                 else (
                     f"Over {EXTRA}x its floor: the decode step's instructions that "
                     "move the most bytes (operands read and outputs written): "
-                    + "; ".join(self.extra())
+                    + "; ".join(self.extra)
                     + ".",
                 )
             ),
@@ -191,7 +195,7 @@ class ServeTime:
             "bytes_accessed": self.decode.bytes_accessed,
             "read_floor_seconds": self.read_floor_seconds,
             "over_floor": self.over_floor,
-            "extra": list(self.extra()),
+            "extra": list(self.extra),
             "decode": self.decode.json_data(),
             "prefill": self.prefill.json_data(),
         }

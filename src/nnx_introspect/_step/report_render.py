@@ -453,10 +453,6 @@ def _step_data(
         else [{"axes": list(a), "bytes": n, "wire_bytes": w} for a, n, w in wire],
         "collectives": None if collectives is None else collectives.json_data(),
         "roofline": None if report.roofline is None else report.roofline.json_data(),
-        "measured": None
-        if report.measured is None
-        else report.measured.json_data()
-        | {"versus_estimate": versus_json(report.measured, _range(report.roofline))},
         "breakdown": breakdown,
         "what_to_change": list(report.what_to_change),
         "step": report.step,
@@ -474,6 +470,10 @@ def _step_data(
             "n_params": plan.n_params,
             "ok": plan.ok,
         },
+        "measured": None
+        if report.measured is None
+        else report.measured.json_data()
+        | {"versus_estimate": versus_json(report.measured, _range(report.roofline))},
     }
 
 
