@@ -64,11 +64,17 @@ def test_decode_holds_the_kv_cache_at_its_peak(report: ServeMemoryReport) -> Non
     assert all(r.label.split("/")[-1] in ("k", "v") for r in cache)
     assert all(r.path in (None, r.label) for r in cache)
     # the new cache's layers, written in place: outputs (or slots held for them)
-    held = [r.label for r in breakdown.rows if r.kind in ("output", "empty buffer")]
+    held = [
+        f"{r.kind}: {r.label}"
+        for r in breakdown.rows
+        if r.kind in ("output", "empty buffer")
+    ]
     assert any(
-        label.startswith(("output KV cache layer_", "empty: held for output KV cache"))
+        label.startswith(
+            ("output: KV cache layer_", "empty buffer: empty: held for output KV cache")
+        )
         for label in held
-    )
+    ), held
     assert {r.kind for r in breakdown.rows} <= set(KINDS)
 
 
