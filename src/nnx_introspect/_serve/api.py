@@ -22,6 +22,7 @@ from nnx_introspect._step.measured import (
 )
 from nnx_introspect._step.step_records import StepMemory
 from nnx_introspect._typing import ArgumentError, typechecked
+from nnx_introspect._xla.analysis import compiler_name
 from nnx_introspect._xla.native_log import start_backends_quietly
 from nnx_introspect._xla.readings import XlaReadings
 
@@ -166,6 +167,10 @@ def measure_serve(
         decode=found["decode"],
         budget=spec.budget,
         backend=readings.program("decode").backend,
+        compiler=compiler_name(
+            readings.program("decode").backend,
+            readings.program("decode").device_kind,
+        ),
         time=serve_time(
             spec.topology,
             spec.mesh_axes,

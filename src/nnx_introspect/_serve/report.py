@@ -177,6 +177,8 @@ class ServeMemoryReport(Report):
         time: Time per token, tokens per second and time to the first token,
             an estimate on the topology's data sheet; ``None`` without a
             ``topology``.
+        compiler: The compiler and its version (``"XLA:TPU (libtpu 0.0.52,
+            TPU v5 lite)"``), or ``None``.
 
     Example:
         >>> from nnx_introspect import serve_memory_report
@@ -208,6 +210,7 @@ class ServeMemoryReport(Report):
     budget: Budget
     backend: str
     time: ServeTime | None = None
+    compiler: str | None = None
 
     @property
     def peak_bytes(self) -> int:
@@ -262,6 +265,7 @@ class ServeMemoryReport(Report):
             "kv_cache": self.kv_cache,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "backend": self.backend,
+            "compiler": self.compiler,
             "budget_bytes": self.budget.bytes,
             "budget_basis": self.budget.basis,
             "fits": self.fits(),
@@ -380,7 +384,9 @@ class ServeMemoryReport(Report):
                     *self.time.basis,
                 ]
             ),
-            f"Compiled in {d.compiled_in}: {p.compiled_text()}, {d.compiled_text()}.",
+            f"Compiled in {d.compiled_in}"
+            + ("" if self.compiler is None else f" by {self.compiler}")
+            + f": {p.compiled_text()}, {d.compiled_text()}.",
             *(
                 f"{x.name.capitalize()}: {x.measured.sentence()}"
                 for x in (p, d)
