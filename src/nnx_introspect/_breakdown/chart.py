@@ -33,6 +33,7 @@ _COLOURS = dict(
             "#1a7f37",  # batch
             "#0550ae",  # weights (serving)
             "#953800",  # KV cache (serving)
+            "#fb8f44",  # KV cache copy (serving)
             "#57606a",  # output
             "#cf222e",  # gradient
             "#e16f24",  # activation kept for backward

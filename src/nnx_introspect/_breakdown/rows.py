@@ -120,6 +120,7 @@ the serving dtype) and its ``KV cache`` (its tokens and positions are
 
 KINDS: Final = (
     *ARGUMENT_KINDS,
+    "KV cache copy",
     "output",
     "gradient",
     "activation kept for backward",
@@ -128,7 +129,13 @@ KINDS: Final = (
     "empty buffer",
     "temporary",
 )
-"""Every kind a buffer live at the peak can have."""
+"""Every kind a buffer live at the peak can have. ``KV cache`` is the donated
+cache's own buffers only (as the program took them, or updated in place); a
+copy XLA made of a cache leaf (another layout, a cast) is a ``KV cache copy``,
+named by what it copies, its op and the model's line that made it."""
+
+_CACHE_OUTPUT: Final = "KV cache "
+"""How a serving program names the new cache's leaves among its outputs."""
 
 TIMES: Final = "\N{MULTIPLICATION SIGN}"
 """Written before a count of buffers alike: ``layers/*/w \N{MULTIPLICATION SIGN}4``."""
@@ -309,7 +316,15 @@ def classify_buffer(
     """
     path: str | None = None
     source = user_frame(buffer.stack, buffer.source)
-    if buffer.empty:
+    cache_output = _cache_output(buffer, outputs)
+    if cache_output is not None:  # the donated cache, updated in place
+        kind, path = "KV cache", cache_output
+        label = (
+            f"{path} (its donated buffer, rewritten after the peak)"
+            if buffer.empty
+            else f"{path} (updated in place)"
+        )
+    elif buffer.empty:
         kind, label = "empty buffer", _empty_label(buffer, arguments, outputs)
     elif _in_flight(buffer, peak_time):
         kind = "collective in flight"
@@ -330,6 +345,10 @@ def classify_buffer(
         label = f"{name} ({where(source)})" if source else name
     elif (copied := _argument_of(buffer.op_name, arguments)) is not None:
         kind, label = copied.kind, f"copy of {copied.path}"
+        if copied.kind == "KV cache":
+            kind, label = "KV cache copy", _cache_copy_label(buffer, copied, source)
+    elif (cached := _cache_origin(buffer.origin, arguments)) is not None:
+        kind, label = "KV cache copy", _cache_copy_label(buffer, cached, source)
     elif (traced := _traced_argument(buffer.origin, arguments)) is not None:
         kind, label = traced
     else:
@@ -352,6 +371,41 @@ def classify_buffer(
         aliases=buffer.aliases,
         stack=user_frames(buffer.stack),
     )
+
+
+def _cache_output(buffer: PeakBuffer, outputs: Sequence[str]) -> str | None:
+    """The cache leaf's path when ``buffer`` holds a new cache output, else ``None``."""
+    if buffer.output_index is None or not buffer.output_index:
+        return None
+    first = buffer.output_index[0]
+    name = outputs[first] if first < len(outputs) else ""
+    return name.removeprefix(_CACHE_OUTPUT) if name.startswith(_CACHE_OUTPUT) else None
+
+
+def _cache_origin(
+    found: Origin | None, arguments: dict[int, ArgumentLeaf]
+) -> ArgumentLeaf | None:
+    """The cache leaf a copy, cast or transpose was made from, if it was one."""
+    if found is None or not found.through:
+        return None
+    leaf = (
+        arguments.get(found.parameter)
+        if found.parameter is not None
+        else _argument_of(found.op_name, arguments)
+    )
+    return leaf if leaf is not None and leaf.kind == "KV cache" else None
+
+
+def _cache_copy_label(
+    buffer: PeakBuffer, leaf: ArgumentLeaf, source: SourceLocation | None
+) -> str:
+    """``copy of layer_0/v: transpose, bf16[64,1,64,8192] at model.py:12``."""
+    shape = f"{buffer.dtype}[{','.join(str(d) for d in buffer.shape)}]"
+    op = (buffer.op_name or "").rsplit("/", 1)[-1] or buffer.opcode
+    if op.startswith(("cache[", "cache.")):  # JAX names a copy by its argument
+        op = buffer.opcode
+    text = f"copy of {leaf.path}: {op}, {shape}"
+    return f"{text} at {where(source)}" if source is not None else text
 
 
 def _in_flight(buffer: PeakBuffer, peak_time: int | None) -> bool:

@@ -18,6 +18,7 @@ Modules: ``parse`` (arguments), ``specs`` (partition-spec entries), ``plan``
 """
 
 from nnx_introspect._mesh.api import mesh_config_report as mesh_config_report
+from nnx_introspect._mesh.api import planned_axes as planned_axes
 from nnx_introspect._mesh.parse import MAX_MESH_DEVICES as MAX_MESH_DEVICES
 from nnx_introspect._mesh.parse import OPTIMIZER_NAMES as OPTIMIZER_NAMES
 from nnx_introspect._mesh.parse import LogicalRulesLike as LogicalRulesLike
@@ -52,4 +53,5 @@ __all__ = [
     "mesh_str",
     "optimizer_from_name",
     "parse_bytes",
+    "planned_axes",
 ]

@@ -1,5 +1,7 @@
 """``mesh_config_report``: parse the arguments, plan model, optimizer, warnings."""
 
+from typing import Any
+
 import optax
 
 from nnx_introspect._inventory import inventory
@@ -19,6 +21,7 @@ from nnx_introspect._mesh.parse import (
 )
 from nnx_introspect._mesh.plan import Planner, find_unmatched_rules, plan_model_leaves
 from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, budget_bytes
+from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._nnx import devices_present
 from nnx_introspect._typing import IntLike, Target, typechecked
 
@@ -146,6 +149,36 @@ def mesh_config_report(
         devices_present=present,
         max_device_bytes=budget,
     )
+
+
+PROBE_AXIS = "__nnx_introspect_probe__"
+"""The one axis of the mesh :func:`planned_axes` plans on: named by nothing."""
+
+
+def planned_axes(
+    target: Target, *, rules: Any = None, logical_rules: Any = None
+) -> tuple[str, ...]:
+    """The mesh axes the plan of ``target`` names, in the order they first appear.
+
+    The specs of every leaf (``rules``, the model's sharding metadata through
+    ``logical_rules``) on a one-axis probe mesh: nothing is compiled or
+    allocated. Empty when nothing names an axis.
+
+    Example:
+        >>> from nnx_introspect.examples import llama_tiny_sharded, two_layer
+        >>> planned_axes(llama_tiny_sharded), planned_axes(two_layer)
+        (('fsdp', 'tp'), ())
+    """
+    plan = mesh_config_report(
+        target, {PROBE_AXIS: 1}, rules=rules, logical_rules=logical_rules
+    )
+    seen: dict[str, None] = {}
+    for leaf in plan.leaves:
+        for entry in leaf.spec:
+            for axis in entry_axes(entry):
+                seen.setdefault(axis, None)
+    seen.pop(PROBE_AXIS, None)
+    return tuple(seen)
 
 
 def _mesh_too_large(num_devices: int, present: int | None) -> tuple[MeshProblem, ...]:

@@ -1,19 +1,26 @@
-"""The most sequences and the longest context whose decode program fits.
+"""The most sequences and the longest context whose serving programs fit.
 
-Decode memory is affine in ``sequences x context`` (the KV cache and the
-attention over it grow with both, the weights with neither): two compiles give
-the line, the prediction is confirmed by a compile on each side, and the answer
-is always a compiled one — the largest value reported fits, one step more does
-not. A prediction the compiles disagree with is bisected, never trusted.
+Each value tried is :func:`~nnx_introspect.serve_memory_report`'s request at
+that value, with the same ``prompt`` and ``prefill_sequences``: both programs
+compiled, the point fitting when both do. So the answer, passed to the report
+with the same arguments, fits, and one step more does not. Memory is close to
+affine in ``sequences x context`` (the KV cache and the attention over it grow
+with both, the weights with neither): two compiles give the line, the
+prediction is confirmed by a compile on each side, and the answer is always a
+compiled one. A prediction the compiles disagree with is bisected, never
+trusted.
 """
 
 import dataclasses
 from typing import Any
 
+import numpy as np
+
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.api import program_memory
 from nnx_introspect._serve.child import serve_readings
+from nnx_introspect._serve.compile import PROGRAMS
 from nnx_introspect._serve.frontier import Frontier, frontier_svg, predict_frontier
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._typing import ArgumentError, typechecked
@@ -31,12 +38,16 @@ class ServeSearch(Report):
         value: The largest value that compiled within the budget (0: none).
         step: The granularity: the data-parallel size for sequences, 1 for
             context.
-        points: Every compile, in order: ``(sequences, context, peak_bytes,
-            fits)``.
+        points: Every value tried, in order: ``(sequences, context,
+            peak_bytes, fits)``, the peak the larger of the two programs'.
         budget: The budget of one device.
         kv_bytes_per_token: The KV cache's bytes of one position of one
             sequence on a device (``None``: not known).
         data_parallel: The replicas the sequences are split over.
+        limits: Per point, the program whose peak it is (``"prefill"`` or
+            ``"decode"``; ``""`` where not known).
+        cached: Per point, whether its programs were read from the cache of
+            compile results.
 
     Example:
         >>> from nnx_introspect._accelerators.budget import Budget
@@ -46,7 +57,7 @@ class ServeSearch(Report):
         >>> found.compiles, found.verdict
         (4, 'Most sequences that fit: 7 (the budget given: 63 B)')
         >>> found.table().rows[-1]
-        ('8', '64', '64 B', 'no')
+        ('8', '64', '64 B', 'no', '')
         >>> found.frontier.product  # sequences x context at the budget: 7.5 x 64
         480.0
     """
@@ -61,6 +72,8 @@ class ServeSearch(Report):
     budget: Budget
     kv_bytes_per_token: int | None = None
     data_parallel: int = 1
+    limits: tuple[str, ...] = ()
+    cached: tuple[bool, ...] = ()
 
     @property
     def compiles(self) -> int:
@@ -152,6 +165,8 @@ chart.frontier_svg()
             "budget_basis": self.budget.basis,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "data_parallel": self.data_parallel,
+            "limits": list(self.limits),
+            "cached": list(self.cached),
             "frontier": None
             if frontier is None
             else {
@@ -163,36 +178,76 @@ chart.frontier_svg()
         }
 
     def table(self) -> Table:
-        """Every compile of the search, the answer first."""
+        """Every value tried, the answer first."""
+        limits = self.limits or ("",) * len(self.points)
+        cached = self.cached or (False,) * len(self.points)
+        rows = []
+        for (s, t, p, ok), limit, hit in zip(self.points, limits, cached, strict=True):
+            peak = format_bytes(p) + (f" ({limit})" if limit else "")
+            rows.append(
+                (str(s), str(t), peak, "yes" if ok else "no", "yes" if hit else "")
+            )
         return Table(
-            title=f"Decode compiled for the most {self.searched} that fit",
-            columns=("sequences", "context", "decode peak", "fits"),
-            rows=tuple(
-                (str(s), str(t), format_bytes(p), "yes" if ok else "no")
-                for s, t, p, ok in self.points
-            ),
+            title=f"Prefill and decode compiled for the most {self.searched} that fit",
+            columns=("sequences", "context", "peak (program)", "fits", "from cache"),
+            rows=tuple(rows),
             lead=(self.verdict,),
+            notes=(
+                "Each row is serve_memory_report at that value with the same "
+                "prompt and prefill_sequences: both programs compiled, fitting "
+                "when both fit.",
+            ),
         )
 
 
-def _decode_peak(spec: ServeSpec) -> tuple[int, bool, int]:
-    """The decode peak, whether it fits, and the cache's bytes per position.
+@dataclasses.dataclass(frozen=True)
+class _Point:
+    """One value tried: the larger peak, whether both fit, which program, cached."""
+
+    peak: int
+    fits: bool
+    limit: str
+    per_token: int
+    cached: bool
+
+
+def _peak(spec: ServeSpec, cache: bool) -> _Point:
+    """Both programs of ``spec``: the larger peak and whether both fit.
 
     Compiled where the spec's devices are (a topology's in a child process),
     through the cache of compile results.
     """
-    readings, _ = serve_readings(spec, ("decode",), cache=True)
-    numbers = readings.program("decode")
+    readings, _ = serve_readings(spec, PROGRAMS, cache=cache)
     planned = readings.weights_bytes + readings.kv_cache_bytes
-    memory = program_memory(numbers, spec.budget, planned)
     budget = spec.budget.bytes or 0
-    fit = not memory.out_of_memory and memory.peak_bytes <= budget
-    return memory.peak_bytes, fit, readings.kv_bytes_per_token
+    peaks, fit, hit = {}, True, True
+    for name in PROGRAMS:
+        numbers = readings.program(name)
+        memory = program_memory(numbers, spec.budget, planned)
+        peaks[name] = memory.peak_bytes
+        fit = fit and not memory.out_of_memory and memory.peak_bytes <= budget
+        hit = hit and numbers.cached is not None
+    limit = max(peaks, key=lambda name: peaks[name])
+    return _Point(peaks[limit], fit, limit, readings.kv_bytes_per_token, hit)
 
 
-def _predict(line: list[tuple[int, int]], budget: int, step: int) -> int:
-    """Where the line through two ``(value, peak)`` points meets the budget."""
-    (x1, y1), (x2, y2) = line
+def _predict(near: list[tuple[int, int]], budget: int, step: int) -> int:
+    """Where the curve through the ``(value, peak)`` points nearest the budget meets it.
+
+    Two points: their line (decode grows linearly with the cache). Three: the
+    parabola through them, whose root past the smallest is taken when it has
+    one (a prefill of the whole context grows with its square: attention's
+    scores), else the line through the two nearest.
+    """
+    if len(near) >= 3:
+        xs, ys = zip(*near[:3], strict=True)
+        if len(set(xs)) == 3:
+            a, b, c = np.polyfit(xs, ys, 2)
+            roots = [r.real for r in np.roots([a, b, c - budget]) if abs(r.imag) < 1e-9]
+            ahead = [r for r in roots if r >= min(xs) - 1e-9]
+            if ahead and all(np.isfinite(ahead)):
+                return max(step, int(min(ahead)) // step * step)
+    (x1, y1), (x2, y2) = near[:2]
     if x1 == x2 or y1 == y2:
         return max(x1, x2)
     at = x1 + (budget - y1) * (x2 - x1) / (y2 - y1)
@@ -203,8 +258,8 @@ _MOST = 2**40
 """Past this many sequences or positions the search stops looking for a limit."""
 
 
-def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
-    """The largest ``searched`` value of ``spec`` whose decode fits its budget."""
+def search_serve(spec: ServeSpec, searched: str, cache: bool = True) -> ServeSearch:
+    """The largest ``searched`` value of ``spec`` whose programs fit its budget."""
     budget = spec.budget.bytes
     if budget is None:  # the search needs one
         raise ArgumentError(
@@ -215,15 +270,19 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
     step = spec.data_parallel if searched == "sequences" else 1
     points: dict[int, tuple[int, bool]] = {}
     order: list[tuple[int, int, int, bool]] = []
+    limits: list[str] = []
+    hits: list[bool] = []
     per_token = [0]
 
     def fits(n: int) -> bool:
         if n not in points:
-            extra = "prefill_sequences" if searched == "sequences" else "prompt"
-            trial = spec.replace(**{searched: n, extra: None})
-            peak, ok, per_token[0] = _decode_peak(trial)
-            points[n] = (peak, ok)
+            trial = spec.replace(**{searched: n, **_within(spec, searched, n)})
+            found = _peak(trial, cache)
+            per_token[0] = found.per_token
+            points[n] = (found.peak, found.fits)
             order.append((trial.sequences, trial.context, *points[n]))
+            limits.append(found.limit)
+            hits.append(found.cached)
         return points[n][1]
 
     fits(step)
@@ -246,11 +305,13 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
         if good > _MOST:
             raise RuntimeError(f"decode fits with {good} {searched}: no limit found.")
         # the line through the two points nearest the budget, on each side
-        near = sorted(points, key=lambda n: abs(points[n][0] - budget))[:2]
+        near = sorted(points, key=lambda n: abs(points[n][0] - budget))[:3]
         guess = _predict([(n, points[n][0]) for n in near], budget, step)
         if bad is None:  # no failure yet: beyond the best fit
             guess = guess if guess > good else good + step  # confirm above
-        else:
+        else:  # inside the bracket, at least a quarter in from either side
+            quarter = max(step, (bad - good) // 4 // step * step)
+            guess = min(max(guess, good + quarter), bad - quarter)
             guess = min(max(guess, good + step), bad - step)
         fits(guess)  # the next line, through it, confirms the other side
     return ServeSearch(
@@ -261,7 +322,23 @@ def search_serve(spec: ServeSpec, searched: str) -> ServeSearch:
         spec.budget,
         per_token[0] or None,
         spec.data_parallel,
+        tuple(limits),
+        tuple(hits),
     )
+
+
+def _within(spec: ServeSpec, searched: str, n: int) -> dict[str, Any]:
+    """The request's other sizes at ``searched = n``, as the report would take them.
+
+    A ``prefill_sequences`` or ``prompt`` given stays (capped at ``n``, where
+    it cannot exceed it); one not given follows ``n``, as the report's default
+    does (every sequence prefilled at once; a prompt of the whole context).
+    """
+    given = (
+        spec.given_prefill_sequences if searched == "sequences" else spec.given_prompt
+    )
+    name = "prefill_sequences" if searched == "sequences" else "prompt"
+    return {name: None if given is None else min(given, n)}
 
 
 @typechecked
@@ -271,8 +348,11 @@ def max_sequences(
     """The most sequences whose decode program fits at ``context`` positions.
 
     Takes :func:`~nnx_introspect.serve_memory_report`'s keyword arguments
-    (``topology``, ``max_device_bytes``, ``weights``, ``kv_cache``, ...); a
-    budget is needed. Two compiles give the line of decode memory against
+    (``prompt``, ``prefill_sequences``, ``topology``, ``max_device_bytes``,
+    ``weights``, ``kv_cache``, ...); a budget is needed. Each value tried is
+    that report's request at the value: prefill and decode both compiled,
+    the value fitting when both fit, so the answer passed to the report with
+    the same arguments fits. Two compiles give the line of memory against
     sequences; each next compile is where the line through the two points
     nearest the budget meets it, until a compile that fits and one a step
     above that does not are found (four compiles on an exact line; five on
@@ -289,7 +369,8 @@ def max_sequences(
         (True, False, True)
     """
     start_backends_quietly()
-    return search_serve(_spec(target, mesh, 1, context, options), "sequences")
+    first = options.get("prefill_sequences") or 1  # a smaller request is refused
+    return search_serve(_spec(target, mesh, first, context, options), "sequences")
 
 
 @typechecked
@@ -310,10 +391,11 @@ def max_context(
         (True, False)
     """
     start_backends_quietly()
-    return search_serve(_spec(target, mesh, sequences, 1, options), "context")
+    first = options.get("prompt") or 1  # the cache holds the prompt
+    return search_serve(_spec(target, mesh, sequences, first, options), "context")
 
 
-_SPEC_ARGS = ("prompt", "topology", "max_device_bytes")
+_SPEC_ARGS = ("prompt", "prefill_sequences", "topology", "max_device_bytes")
 _OPTION_ARGS = ("weights", "kv_cache", "init_cache", "decode")
 
 

@@ -153,6 +153,10 @@ class ServeSpec:
     Attributes:
         model: The abstract module.
         mesh_axes: The mesh's ``(axis, size)`` pairs.
+        given_prompt: ``prompt`` as given (``None``: the default, the
+            context); a search keeps it as it varies the context.
+        given_prefill_sequences: ``prefill_sequences`` as given (``None``:
+            every sequence).
         budget: The budget of one device, as a training step's.
 
     Example:
@@ -174,6 +178,8 @@ class ServeSpec:
     model: Any = dataclasses.field(init=False, repr=False, compare=False)
     mesh_axes: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
     budget: Budget = dataclasses.field(init=False, compare=False)
+    given_prompt: int | None = dataclasses.field(init=False, compare=False)
+    given_prefill_sequences: int | None = dataclasses.field(init=False, compare=False)
 
     def __post_init__(self) -> None:
         """Every check of a serving request, in order."""
@@ -203,6 +209,7 @@ class ServeSpec:
             (str(a), int(s))
             for a, s in zip(abstract.axis_names, abstract.axis_sizes, strict=True)
         )
+
         given = self.max_device_bytes
         if given is not None:
             with blame("max_device_bytes"):
@@ -217,13 +224,19 @@ class ServeSpec:
             raise ArgumentError(
                 "options", f"`options` must be a ServeOptions, got {options!r}."
             )
+        model = as_model(self.target)
         for name, value in (
             ("sequences", sequences),
             ("context", context),
             ("prompt", prompt),
             ("prefill_sequences", admitted),
             ("max_device_bytes", given),
-            ("model", as_model(self.target)),
+            ("model", model),
+            ("given_prompt", None if self.prompt is None else prompt),
+            (
+                "given_prefill_sequences",
+                None if self.prefill_sequences is None else admitted,
+            ),
             ("mesh_axes", mesh_axes),
             ("budget", budget),
         ):

@@ -235,12 +235,13 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
             **common,
         )
     mesh = meshes[0]
+    sizes = {"prompt": args.prompt, "prefill_sequences": args.prefill_sequences}
     if args.max_sequences:
-        return max_sequences(
-            args.target, mesh, context=args.context, prompt=args.prompt, **common
-        )
+        return max_sequences(args.target, mesh, context=args.context, **sizes, **common)
     if args.max_context:
-        return max_context(args.target, mesh, sequences=args.sequences, **common)
+        return max_context(
+            args.target, mesh, sequences=args.sequences, **sizes, **common
+        )
     return serve_memory_report(
         args.target,
         mesh,

@@ -12,7 +12,7 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from nnx_introspect._mesh import as_abstract_mesh, mesh_config_report
+from nnx_introspect._mesh import as_abstract_mesh, planned_axes
 from nnx_introspect._mesh.parse import as_logical_rules
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._render.table import format_bytes
@@ -177,14 +177,11 @@ def _step_axes(
         specs += [s for s in batch_spec if s is not None]
     entries = [entry for spec in specs for entry in spec]
     entries += [axes for _, axes in as_logical_rules(logical_rules) or ()]
-    plan = mesh_config_report(
-        model, {PROBE_AXIS: 1}, rules=rules, logical_rules=logical_rules
-    )
-    entries += [entry for leaf in plan.leaves for entry in leaf.spec]
     for entry in entries:
         for axis in entry_axes(entry):
             seen.setdefault(axis, None)
-    seen.pop(PROBE_AXIS, None)
+    for axis in planned_axes(model, rules=rules, logical_rules=logical_rules):
+        seen.setdefault(axis, None)
     return tuple(seen)
 
 
