@@ -54,7 +54,7 @@ def main() -> None:
     inputs = serve_inputs(spec, mesh)
     args = program_args(inputs, spec, mesh, "decode")
     jitted = programs(inputs, spec)["decode"]
-    compiled = lower_program(jitted, args, mesh, trace).compile()
+    compiled = lower_program(jitted, args, mesh, trace, spec).compile()
     found = {}
     for round_ in range(2):
         library = run_compiled(compiled, 5)["seconds"]

@@ -285,12 +285,12 @@ class Breakdown(Report):
         peak = self.live_peak_bytes
         same: dict[tuple[str, str, str, int], list[BreakdownRow]] = {}
         for row in self.rows:
-            key = (row.label, row.kind, row.type_str, row.memory_space)
+            key = (_layers_alike(row), row.kind, row.type_str, row.memory_space)
             same.setdefault(key, []).append(row)
         largest = sorted(same.values(), key=lambda g: -sum(r.nbytes for r in g))
         rows = tuple(
             (
-                group[0].label
+                _layers_alike(group[0])
                 + (f" [S({group[0].memory_space})]" if group[0].memory_space else "")
                 + (f" {TIMES}{len(group)}" if len(group) > 1 else ""),
                 group[0].kind,
@@ -520,6 +520,20 @@ def classify(
         backward_start=peak.phases.backward_start if peak.phases else None,
         optimizer_start=peak.phases.optimizer_start if peak.phases else None,
     )
+
+
+_CACHE_LAYER = re.compile(r"\blayer_\d+\b")
+
+
+def _layers_alike(row: BreakdownRow) -> str:
+    """A KV cache row's label with its layer number starred (``layer_*/v``).
+
+    Every layer's cache leaf is one row of the table, its count after the
+    multiplication sign, as one line of a layer run by every layer is.
+    """
+    if row.kind not in ("KV cache", "KV cache copy"):
+        return row.label
+    return _CACHE_LAYER.sub("layer_*", row.label)
 
 
 def _groups(

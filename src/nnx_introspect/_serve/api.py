@@ -7,12 +7,13 @@ from jax.sharding import Mesh
 
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown
-from nnx_introspect._serve.child import serve_readings
+from nnx_introspect._serve.child import completed, serve_readings
 from nnx_introspect._serve.compile import PROGRAMS, ServeReadings, compile_serving
 from nnx_introspect._serve.programs import check_cache_path
 from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import serve_time
+from nnx_introspect._serve.windows import sliding_window_notes
 from nnx_introspect._step.inputs import importable_name
 from nnx_introspect._step.measured import (
     Measured,
@@ -151,6 +152,17 @@ def measure_serve(
         where = "this process"
     else:
         readings, where = serve_readings(spec, breakdown=breakdown, cache=cache)
+    notes: tuple[str, ...] = ()
+    if readings.added_axes:
+        given = ",".join(f"{a}={s}" for a, s in spec.mesh_axes)
+        spec = completed(spec, readings.added_axes)
+        names = ", ".join(readings.added_axes)
+        notes = (
+            f"`mesh` {given} leaves out {names}, which the model's own "
+            f"activation constraints name: compiled on "
+            f"{','.join(f'{a}={s}' for a, s in spec.mesh_axes)} (an axis of size "
+            "1 shards nothing).",
+        )
     found = {name: serve_program(name, spec, readings, where) for name in PROGRAMS}
     target = importable_name(spec.target) or type(spec.model).__name__
     return ServeMemoryReport(
@@ -178,6 +190,7 @@ def measure_serve(
             found["decode"],
             spec.data_parallel,
         ),
+        notes=notes + sliding_window_notes(spec, readings),
     )
 
 

@@ -13,8 +13,11 @@ one JSON line. The request is the :class:`ServeSpec` by names (the target,
 
 import concurrent.futures
 import dataclasses
+import re
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+from jax.sharding import Mesh
 
 from nnx_introspect._counting import count_params
 from nnx_introspect._serve.compile import (
@@ -30,7 +33,7 @@ from nnx_introspect._step.inputs import importable_name
 from nnx_introspect._step.measure import topology_mesh_here
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["main", "serve_readings", "serve_request"]
+__all__ = ["completed", "main", "missing_axes", "serve_readings", "serve_request"]
 
 
 def _name(value: Any, argument: str, why: str) -> str | None:
@@ -123,6 +126,54 @@ def serve_readings(
     cache: bool = False,
 ) -> tuple[ServeReadings, str]:
     """XLA's readings of the programs ``names``, and where they were compiled.
+
+    A mesh given by its axes that lacks an axis the model's own activation
+    constraints name is compiled again with that axis of size 1 (it shards
+    nothing), as a training step's ``--mesh`` is completed; the readings'
+    ``added_axes`` say which (:func:`completed`). A concrete ``Mesh`` is the
+    user's: its missing axis is an error naming ``mesh``.
+    """
+    try:
+        return _readings(spec, names, breakdown=breakdown, cache=cache)
+    except ArgumentError as error:
+        axes = missing_axes(error)
+        if not axes or isinstance(spec.mesh, Mesh):
+            raise
+    readings, where = _readings(
+        completed(spec, axes), names, breakdown=breakdown, cache=cache
+    )
+    return dataclasses.replace(readings, added_axes=axes), where
+
+
+_MISSING = re.compile(r"^`mesh` \S+ has no '(\w+)' axis, which the model's own")
+
+
+def missing_axes(error: ArgumentError) -> tuple[str, ...]:
+    """The mesh axes a failed trace says the mesh lacks, or ``()``.
+
+    Read from a :class:`~nnx_introspect._serve.programs.MissingMeshAxesError`, or
+    from its message when it came back from a child process.
+    """
+    axes = getattr(error, "axes", None)
+    if axes:
+        return tuple(axes)
+    found = _MISSING.match(str(error)) if error.argument == "mesh" else None
+    return () if found is None else (found[1],)
+
+
+def completed(spec: ServeSpec, axes: Sequence[str]) -> ServeSpec:
+    """``spec`` with each of ``axes`` added to its mesh at size 1."""
+    return spec.replace(mesh=dict(spec.mesh_axes) | {axis: 1 for axis in axes})
+
+
+def _readings(
+    spec: ServeSpec,
+    names: Sequence[str] = PROGRAMS,
+    *,
+    breakdown: bool = False,
+    cache: bool = False,
+) -> tuple[ServeReadings, str]:
+    """:func:`serve_readings` of a mesh as given.
 
     A named topology compiles in a child process (or here, when the spec
     cannot be named and this process can make the topology's devices); a mesh

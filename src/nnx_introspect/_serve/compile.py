@@ -47,6 +47,9 @@ class ServeReadings:
         kv_bytes_per_token: One position of one sequence, one device, all
             layers.
         programs: ``(name, readings)`` of each program compiled, in order.
+        added_axes: Mesh axes of size 1 added to the request's mesh because
+            the model's own constraints name them
+            (:func:`~nnx_introspect._serve.child.serve_readings`).
 
     Example:
         >>> readings = ServeReadings(10, 20, 2, ())
@@ -58,6 +61,7 @@ class ServeReadings:
     kv_cache_bytes: int
     kv_bytes_per_token: int
     programs: tuple[tuple[str, XlaReadings], ...]
+    added_axes: tuple[str, ...] = ()
 
     def program(self, name: str) -> XlaReadings:
         """The readings of program ``name``.
@@ -74,6 +78,7 @@ class ServeReadings:
             "kv_cache_bytes": self.kv_cache_bytes,
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "programs": [[name, r.json_data()] for name, r in self.programs],
+            "added_axes": list(self.added_axes),
         }
 
     @classmethod
@@ -87,6 +92,7 @@ class ServeReadings:
                 (str(name), XlaReadings.from_json_data(readings))
                 for name, readings in data["programs"]
             ),
+            tuple(str(a) for a in data.get("added_axes", ())),
         )
 
 
@@ -114,7 +120,7 @@ def compile_serving(
     for name in names:
         start = time.perf_counter()
         args = program_args(inputs, spec, built, name)
-        lowered = lower_program(jitted[name], args, built, trace_devices)
+        lowered = lower_program(jitted[name], args, built, trace_devices, spec)
         labels = ProgramNames(
             serve_leaves(inputs, name), serve_outputs(inputs), frozenset()
         )

@@ -9,6 +9,7 @@ XLA's memory and cost analyses are read as for a training step
 import contextlib
 import dataclasses
 import math
+import re
 import warnings
 from collections.abc import Callable, Iterator
 from typing import Any
@@ -39,12 +40,14 @@ from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
     "Inputs",
+    "MissingMeshAxesError",
     "check_cache_path",
     "lower_program",
     "program_args",
     "programs",
     "serve_inputs",
     "serve_mesh",
+    "trace_error",
 ]
 
 _CONVENTIONS = (
@@ -362,19 +365,70 @@ def _mesh_contexts(mesh: Mesh) -> Iterator[None]:
         yield
 
 
+class MissingMeshAxesError(ArgumentError):
+    """The model's code names mesh axes the serving mesh lacks (``axes``)."""
+
+    def __init__(self, axes: tuple[str, ...], message: str) -> None:
+        super().__init__("mesh", message)
+        self.axes = axes
+
+
+_MISSING_AXIS = re.compile(r"Resource axis: (\w+) of .* is not found in mesh")
+_DTYPES = re.compile(r"requires arguments to have the same dtypes, got (\w+), (\w+)")
+
+
+def trace_error(error: Exception, spec: ServeSpec) -> ArgumentError:
+    """The failed trace of a serving program as one error naming the argument.
+
+    A sharding constraint over an axis the mesh lacks is
+    :class:`MissingMeshAxesError` (``mesh``); keys and values of another dtype
+    than the cache's names ``kv_cache`` and the model's dtype; anything else
+    names ``decode``, the calling convention.
+    """
+    said = error_line(error).rstrip(".")
+    missing = _MISSING_AXIS.search(str(error))
+    if missing is not None:
+        axis = missing[1]
+        mesh = ",".join(f"{a}={s}" for a, s in spec.mesh_axes)
+        return MissingMeshAxesError(
+            (axis,),
+            f"`mesh` {mesh} has no {axis!r} axis, which the model's own "
+            f"activation constraints name ({said}). Add it: {mesh},{axis}=1 "
+            "(an axis of size 1 shards nothing).",
+        )
+    dtypes = _DTYPES.search(str(error))
+    cache = spec.options.kv_cache
+    if dtypes is not None and cache in dtypes.groups():
+        model = next(d for d in dtypes.groups() if d != cache)
+        return ArgumentError(
+            "kv_cache",
+            f"`kv_cache` {cache!r}: the model writes its keys and values in "
+            f"{model} ({said}). Pass kv_cache={model!r} (--kv-cache {model}), or "
+            f"make the model compute its keys and values in {cache}.",
+        )
+    return ArgumentError(
+        "decode",
+        f"`decode`: the model's KV-cache call failed to trace: {said}. "
+        f"Accepted: {_CONVENTIONS}.",
+    )
+
+
 def lower_program(
-    jitted: Any, args: tuple[Any, ...], mesh: Mesh, trace_devices: list[Any] | None
+    jitted: Any,
+    args: tuple[Any, ...],
+    mesh: Mesh,
+    trace_devices: list[Any] | None,
+    spec: ServeSpec,
 ) -> Any:
-    """``jitted`` lowered with ``args`` under the mesh, traced as on the target."""
+    """``jitted`` lowered with ``args`` under the mesh, traced as on the target.
+
+    Raises:
+        ArgumentError: :func:`trace_error`'s, when the model fails to trace.
+    """
     with _mesh_contexts(mesh), step_platform.devices_seen_as(trace_devices):
         try:
             return jitted.lower(*args)
         except ArgumentError:
             raise
         except Exception as error:
-            raise ArgumentError(
-                "decode",
-                f"`decode`: the model's KV-cache call failed to trace: "
-                f"{error_line(error)}. "
-                f"Accepted: {_CONVENTIONS}.",
-            ) from None
+            raise trace_error(error, spec) from None

@@ -179,6 +179,8 @@ class ServeMemoryReport(Report):
             ``topology``.
         compiler: The compiler and its version (``"XLA:TPU (libtpu 0.0.52,
             TPU v5 lite)"``), or ``None``.
+        notes: What the request was completed with, and what the cache could
+            save (a mesh axis added, sliding-window layers), one sentence each.
 
     Example:
         >>> from nnx_introspect import serve_memory_report
@@ -211,6 +213,7 @@ class ServeMemoryReport(Report):
     backend: str
     time: ServeTime | None = None
     compiler: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def peak_bytes(self) -> int:
@@ -266,6 +269,7 @@ class ServeMemoryReport(Report):
             "kv_bytes_per_token": self.kv_bytes_per_token,
             "backend": self.backend,
             "compiler": self.compiler,
+            "notes": list(self.notes),
             "budget_bytes": self.budget.bytes,
             "budget_basis": self.budget.basis,
             "fits": self.fits(),
@@ -375,6 +379,7 @@ class ServeMemoryReport(Report):
             f"{format_bytes(self.kv_bytes_per_token)} "
             f"({self.kv_bytes_per_token:,} B) per device, all layers.",
             *([basis] if basis else []),
+            *self.notes,
             *(
                 []
                 if self.time is None

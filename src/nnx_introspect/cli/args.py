@@ -30,15 +30,21 @@ def add_output_args(
     )
 
 
-def add_target_args(parser: argparse.ArgumentParser, *, seed: bool = True) -> None:
+def add_target_args(
+    parser: argparse.ArgumentParser,
+    *,
+    seed: bool = True,
+    default: str = DEFAULT_TARGET,
+) -> None:
     """Add the ``TARGET`` positional (default: the 7B example) and ``--seed``."""
+    parser.set_defaults(target=default)
     parser.add_argument(
         "target",
         metavar="TARGET",
         nargs="?",
-        default=DEFAULT_TARGET,
+        default=default,
         help="'package.module:callable', a factory taking `rngs` and returning an "
-        f"nnx.Module (default: {DEFAULT_TARGET})",
+        f"nnx.Module (default: {default})",
     )
     if not seed:
         return

@@ -94,6 +94,28 @@ SPELLINGS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
         re.compile(r"Pass a GPU topology such as 'h100-256', or leave it out\."),
         "Pass a GPU --topology such as h100-256, or leave --network-bandwidth out.",
     ),
+    (re.compile(r"Pass e\.g\. kv_cache='bfloat16'\."), "Pass e.g. --kv-cache bf16."),
+    (re.compile(r"Pass e\.g\. weights='bfloat16'\."), "Pass e.g. --weights bf16."),
+    (re.compile(r"kv_cache='([^']*)' \(--kv-cache \S+\)"), r"--kv-cache \1"),
+    (re.compile(r"`kv_cache` '([^']*)'"), r"--kv-cache \1"),
+    (re.compile(r"`prefill_sequences`"), "--prefill-sequences"),
+    (re.compile(r"`sequences`"), "--sequences"),
+    (re.compile(r"`context`"), "--context"),
+    (re.compile(r"`prompt`"), "--prompt"),
+    (
+        re.compile(r"`mesh` \{([^{}]*)\}"),
+        lambda m: (
+            "--mesh "
+            + ",".join(
+                f"{k.strip().strip(chr(39))}={v.strip()}"
+                for k, v in (part.split(":") for part in m.group(1).split(","))
+            )
+        ),
+    ),
+    (re.compile(r"`mesh` (\S+=)"), r"--mesh \1"),
+    (re.compile(r"pass `max_device_bytes`"), "pass --max-device-bytes"),
+    (re.compile(r"\(pass max_device_bytes\)"), "(pass --max-device-bytes)"),
+    (re.compile(r"`max_device_bytes`"), "--max-device-bytes"),
 )
 """The library's Python spellings and the flags the command line says instead.
 

@@ -28,6 +28,12 @@ class _Parser(argparse.ArgumentParser):
 
     _parsing: Sequence[str] = ()
 
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        # no abbreviations: --sequence is a misspelling (answered with the
+        # closest flag), never --sequences
+        kwargs.setdefault("allow_abbrev", False)
+        super().__init__(*args, **kwargs)
+
     def parse_known_args(  # type: ignore[override]
         self, args: Sequence[str] | None = None, namespace: Any = None
     ) -> tuple[argparse.Namespace, list[str]]:

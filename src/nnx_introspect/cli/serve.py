@@ -11,6 +11,7 @@ from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_a
 from nnx_introspect.cli.errors import UsageError, usage_error
 from nnx_introspect.cli.options import add_measure_arg
 from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.plan_args import mesh_axes
 from nnx_introspect.cli.progress import ClockLine, live_status
 
 SERVE_TARGET = "nnx_introspect.examples:llama_7b_sharded"
@@ -27,6 +28,32 @@ def _positive(text: str) -> int:
     return value
 
 
+_WEIGHTS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32"}
+_WEIGHTS |= {"float32": "float32", "model": "model"}
+_KV_CACHE = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32"}
+_KV_CACHE |= {"float32": "float32", "fp8": "float8_e4m3fn"}
+_KV_CACHE |= {"float8_e4m3fn": "float8_e4m3fn", "int8": "int8"}
+
+
+def _dtype(table: dict[str, str], shown: str) -> Any:
+    """An argparse converter to the dtype names a table takes, in the help's words."""
+
+    def convert(text: str) -> str:
+        found = table.get(text.strip().lower())
+        if found is None:
+            raise argparse.ArgumentTypeError(f"must be one of {shown}, got {text!r}")
+        return found
+
+    return convert
+
+
+def _mesh(text: str) -> str:
+    """``--mesh``: ``auto`` or ``axis=size,...``, spelled right (no JAX)."""
+    if text.strip().lower() != "auto":
+        mesh_axes(text, check=True)
+    return text
+
+
 def add_serve_parser(subparsers: Any) -> None:
     """Adds the ``serve`` command to ``subparsers``."""
     parser = subparsers.add_parser(
@@ -38,31 +65,93 @@ def add_serve_parser(subparsers: Any) -> None:
         "(no device needed) or this process's CPU devices, and report per device "
         "the weights, the KV cache, XLA's arguments, outputs, temporaries, "
         "aliases and peak. With --max-sequences or --max-context, the most that "
-        "fits. Exits with 1 when a program does not fit, 2 on bad input. "
-        f"TARGET defaults to {SERVE_TARGET}.",
+        "fits. Exits with 1 when a program does not fit, 2 on bad input.",
     )
-    add_target_args(parser, seed=False)
     # the 7B example with its sharding annotations: tp splits its weights
-    parser.set_defaults(target=SERVE_TARGET)
+    add_target_args(parser, seed=False, default=SERVE_TARGET)
     parser.add_argument(
         "--mesh",
         action="append",
         default=None,
+        type=_mesh,
         help="serving mesh (default tp=8); repeat it (--mesh tp=8 --mesh "
         "data=2,tp=4) to rank meshes by estimated tokens/s per device, or "
         "'auto' for tp=t with the rest data-parallel for each divisor t of "
         "the topology's devices (both need --topology)",
     )
-    parser.add_argument("--sequences", type=_positive, default=None)
-    parser.add_argument("--context", type=_positive, default=None)
-    parser.add_argument("--prompt", type=_positive, default=None)
-    parser.add_argument("--prefill-sequences", type=_positive, default=None)
-    parser.add_argument("--topology", default=None, help="e.g. h100-8, v5e-8")
-    parser.add_argument("--max-device-bytes", default=None, help="e.g. 70GiB")
-    parser.add_argument("--weights", default="bfloat16", help="bf16 | f32 | model")
-    parser.add_argument("--kv-cache", default="bfloat16", help="bf16 | fp8 | int8")
-    parser.add_argument("--init-cache", default=None, metavar="PKG.MOD:FN")
-    parser.add_argument("--decode", default=None, metavar="PKG.MOD:FN")
+    parser.add_argument(
+        "--sequences",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="sequences decoded at once: the KV cache's rows (required, but "
+        "with --max-sequences)",
+    )
+    parser.add_argument(
+        "--context",
+        type=_positive,
+        default=None,
+        metavar="T",
+        help="positions of the KV cache per sequence, prompt and generated tokens "
+        "(required, but with --max-context)",
+    )
+    parser.add_argument(
+        "--prompt",
+        type=_positive,
+        default=None,
+        metavar="P",
+        help="tokens prefilled per sequence (default: the whole --context)",
+    )
+    parser.add_argument(
+        "--prefill-sequences",
+        type=_positive,
+        default=None,
+        metavar="N",
+        help="sequences prefilled at once, as a server admits them in chunks "
+        "(default: every sequence)",
+    )
+    parser.add_argument(
+        "--topology",
+        default=None,
+        metavar="NAME",
+        help="compile for this target with no device present: h100-8, v5e-8...",
+    )
+    parser.add_argument(
+        "--max-device-bytes",
+        default=None,
+        metavar="SIZE",
+        help="a budget per device, with its unit: 70GiB (default: the "
+        "topology's memory a run gets)",
+    )
+    parser.add_argument(
+        "--weights",
+        default="bfloat16",
+        type=_dtype(_WEIGHTS, "bf16, f32, model"),
+        metavar="DTYPE",
+        help="dtype of the served weights: bf16 (default), f32, or model (the "
+        "model's own)",
+    )
+    parser.add_argument(
+        "--kv-cache",
+        default="bfloat16",
+        type=_dtype(_KV_CACHE, "bf16, f32, fp8, int8"),
+        metavar="DTYPE",
+        help="dtype of the KV cache: bf16 (default), f32, fp8 or int8",
+    )
+    parser.add_argument(
+        "--init-cache",
+        default=None,
+        metavar="PKG.MOD:FN",
+        help="makes the KV cache as fn(model, sequences, context, dtype) "
+        "(default: the model's own init_cache)",
+    )
+    parser.add_argument(
+        "--decode",
+        default=None,
+        metavar="PKG.MOD:FN",
+        help="calls the model as fn(model, tokens, positions, cache) -> "
+        "(logits, cache) (default: model(tokens, positions, cache, mask))",
+    )
     parser.add_argument(
         "--breakdown",
         action="store_true",
@@ -78,8 +167,18 @@ def add_serve_parser(subparsers: Any) -> None:
     )
     add_measure_arg(parser, "prefill and decode")
     most = parser.add_mutually_exclusive_group()
-    most.add_argument("--max-sequences", action="store_true")
-    most.add_argument("--max-context", action="store_true")
+    most.add_argument(
+        "--max-sequences",
+        action="store_true",
+        help="find the most sequences that fit at --context instead: prefill "
+        "and decode compiled at each value tried, with --prompt and "
+        "--prefill-sequences as given",
+    )
+    most.add_argument(
+        "--max-context",
+        action="store_true",
+        help="find the longest context that fits for --sequences instead, the same way",
+    )
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_serve, check=check_serve)
 
