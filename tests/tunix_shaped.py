@@ -61,9 +61,10 @@ def shard(x: jax.Array, spec: tuple[str | None, ...]) -> jax.Array:
     mesh = pxla.thread_resources.env.physical_mesh
     if mesh.empty or jax.devices()[0].platform == "cpu":
         return x
-    return jax.lax.with_sharding_constraint(
+    out: jax.Array = jax.lax.with_sharding_constraint(
         x, NamedSharding(mesh, PartitionSpec(*spec))
     )
+    return out
 
 
 def _param(rngs: nnx.Rngs, shape: tuple[int, ...], names: tuple[Any, ...]) -> Any:

@@ -11,6 +11,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 from jax.sharding import AxisType, PartitionSpec
 from jaxtyping import Array, Float, Int
@@ -493,6 +494,10 @@ def _write(cache: Array, new: Array, index: Array) -> Array:
     return out
 
 
+_LOWEST = float(np.finfo(np.float32).min)
+"""A masked score: float32's lowest, as ``dot_product_attention`` masks."""
+
+
 def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     """A decode step's attention over the cache's keys and values under ``mask``.
 
@@ -513,7 +518,7 @@ def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     scores = jnp.einsum(
         "bskgd,bckd->bkgsc", q5, k, preferred_element_type=f32
     ) / math.sqrt(hd)
-    scores = jnp.where(mask[:, None, None], scores, jnp.finfo(f32).min)
+    scores = jnp.where(mask[:, None, None], scores, _LOWEST)
     probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
     out = jnp.einsum("bkgsc,bckd->bkgsd", probs, v, preferred_element_type=f32)
     return out.transpose(0, 3, 1, 2, 4).reshape(b, s, heads, hd).astype(q.dtype)

@@ -14,14 +14,14 @@ from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._serve.windows import sliding_window_notes
-from nnx_introspect._step.inputs import importable_name
-from nnx_introspect._step.measured import (
+from nnx_introspect._step import (
     Measured,
+    StepMemory,
     as_measure,
+    importable_name,
     measured_topology,
     present_mesh,
 )
-from nnx_introspect._step.step_records import StepMemory
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.analysis import compiler_name
 from nnx_introspect._xla.native_log import start_backends_quietly

@@ -28,9 +28,13 @@ from nnx_introspect._serve.compile import (
 )
 from nnx_introspect._serve.programs import check_cache_path
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
-from nnx_introspect._step.child import answer, child_why, run_child_json
-from nnx_introspect._step.inputs import importable_name
-from nnx_introspect._step.measure import topology_mesh_here
+from nnx_introspect._step import (
+    answer,
+    child_why,
+    importable_name,
+    run_child_json,
+    topology_mesh_here,
+)
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["completed", "main", "missing_axes", "serve_readings", "serve_request"]

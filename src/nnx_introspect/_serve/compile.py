@@ -28,7 +28,7 @@ from nnx_introspect._serve.programs import (
     serve_mesh,
 )
 from nnx_introspect._serve.spec import ServeSpec
-from nnx_introspect._step.compile import ProgramNames, compile_or_recall
+from nnx_introspect._step import ProgramNames, compile_or_recall
 from nnx_introspect._xla.readings import XlaReadings
 
 __all__ = ["PROGRAMS", "ServeReadings", "compile_serving"]

@@ -144,15 +144,27 @@ def _marks(
     searched: str,
     answer: SearchPoint | None,
 ) -> str:
-    """Every compile (filled fits, hollow does not), the answer ringed, labelled."""
+    """Every compile (filled fits, hollow does not), the answer ringed, labelled.
+
+    A point that does not fit closer to the answer than its ring is drawn
+    just outside the ring, along the line between them, so no sliver of it
+    peeks out from under the ring (one step above the answer usually lies
+    a pixel or two away).
+    """
     parts = []
+    near = None if answer is None else (x(answer[1]), y(answer[0]))
     for s, t, peak, ok in sorted(points, key=lambda p: p[3]):  # fits on top
         words = "fits" if ok else "does not fit"
+        cx, cy = x(t), y(s)
+        if near is not None and not ok:
+            dx, dy = cx - near[0], cy - near[1]
+            gap = (dx * dx + dy * dy) ** 0.5
+            if gap < _CLEAR:  # pushed clear of the ring, away from the answer
+                ux, uy = (dx / gap, dy / gap) if gap > 0 else (0.0, -1.0)
+                cx, cy = near[0] + ux * _CLEAR, near[1] + uy * _CLEAR
         title = f"{s} sequences x {t:,} positions: {format_bytes(peak)} ({words})"
         parts.append(
-            svg.dot(
-                x(t), y(s), svg.GREEN if ok else svg.RED, title=title, hollow=not ok
-            )
+            svg.dot(cx, cy, svg.GREEN if ok else svg.RED, title=title, hollow=not ok)
         )
     if answer is None:
         return "".join(parts)
@@ -170,6 +182,10 @@ def _marks(
         parts.append(svg.text(px + 12, at_y, label, bold=True))
     return "".join(parts)
 
+
+_CLEAR = 15.0
+"""How far from the answer's point (its ring's radius, 9, and a dot's) a point
+that does not fit is drawn at least."""
 
 _SHADE = 0.15
 """The opacity of the region predicted to fit (and of its legend swatch)."""

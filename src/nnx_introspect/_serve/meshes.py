@@ -149,12 +149,22 @@ class ServeMeshComparison(Report):
             notes=(
                 "Ranges: every term overlapped to none (a roofline estimate, "
                 "not a measurement); overlapping ranges are ties.",
-                f"Compiled in {self.executor}."
-                if self.executor.startswith("this process")
+                f"Compiled {self.executor}."
+                if self.executor.startswith("one mesh after another")
                 else f"Compiled on a {self.executor}.",
+                *(
+                    [f"From the cache (compiled before): {', '.join(cached)}."]
+                    if (cached := [_mesh(r) for r in self.reports if _cached(r)])
+                    else []
+                ),
                 *(f"Not compiled: {m}: {r}" for m, r in self.rejected),
             ),
         )
+
+
+def _cached(report: ServeMemoryReport) -> bool:
+    """Whether both of ``report``'s programs were read from the cache."""
+    return all(p.cached is not None for p in (report.prefill, report.decode))
 
 
 def _mesh(report: ServeMemoryReport) -> str:
@@ -201,7 +211,7 @@ def _run(
                 results.append(_measure(dict(request)))
             except ArgumentError as error:
                 results.append(error)
-        described = "this process, one mesh after another"
+        described = "one mesh after another, from this process"
     else:
         futures = [executor.submit(_measure, dict(r)) for r in requests]
         results = [f.exception() or f.result() for f in futures]
@@ -214,9 +224,9 @@ def _run(
         if isinstance(result, BaseException):
             raise result
     places = sorted({r.decode.compiled_in for r in results})
-    if executor is None and places != ["this process"]:
+    if executor is None:
         # a topology's programs compile in child processes (serve_readings)
-        described = f"{described}, each program in {', '.join(places)}"
+        described = f"{described}: each program in {', '.join(places)}"
     return results, described
 
 

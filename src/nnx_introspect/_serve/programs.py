@@ -30,10 +30,7 @@ from nnx_introspect._serve.spec import (
     WEIGHT_DTYPES,
     ServeSpec,
 )
-
-# _step/platform.py has no __all__ yet (another branch is refactoring _step):
-# the module by name until it exports devices_seen_as
-from nnx_introspect._step import platform as step_platform
+from nnx_introspect._step import devices_seen_as
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
 from nnx_introspect._xla.toolchain import topology_mesh
@@ -425,7 +422,7 @@ def lower_program(
     Raises:
         ArgumentError: :func:`trace_error`'s, when the model fails to trace.
     """
-    with _mesh_contexts(mesh), step_platform.devices_seen_as(trace_devices):
+    with _mesh_contexts(mesh), devices_seen_as(trace_devices):
         try:
             return jitted.lower(*args)
         except ArgumentError:

@@ -7,9 +7,7 @@ from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
-from nnx_introspect._step.measured import Measured
-from nnx_introspect._step.report_render import cached_date
-from nnx_introspect._step.step_records import StepMemory
+from nnx_introspect._step import Measured, StepMemory, cached_date
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
 
@@ -48,7 +46,7 @@ class ServeProgram:
             (``measure=``), or ``None``.
 
     Example:
-        >>> from nnx_introspect._step.step_records import StepMemory
+        >>> from nnx_introspect._step import StepMemory
         >>> memory = StepMemory(150, 60, 20, 40)
         >>> program = ServeProgram("decode", 8, 1, 100, 40, memory, 1e6)
         >>> program.peak_bytes  # 150 + 60 + 20 - 40 aliased
@@ -138,7 +136,7 @@ class ServeProgram:
         """Where and when it was compiled, in words.
 
         Example:
-            >>> from nnx_introspect._step.step_records import StepMemory
+            >>> from nnx_introspect._step import StepMemory
             >>> program = ServeProgram("decode", 8, 1, 100, 40, StepMemory(1, 0, 0, 0),
             ...                        None, compile_seconds=2.5)
             >>> program.compiled_text()

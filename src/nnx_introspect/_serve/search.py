@@ -55,7 +55,7 @@ class ServeSearch(Report):
         ...           (7, 64, 62, True), (8, 64, 64, False))
         >>> found = ServeSearch("sequences", 7, 1, points, Budget(63, None))
         >>> found.compiles, found.verdict
-        (4, 'Most sequences that fit: 7 (the budget given: 63 B)')
+        (4, 'Most sequences that fit: 7, within 63 B per device')
         >>> found.table().rows[-1]
         ('8', '64', '64 B', 'no', '')
         >>> found.frontier.product  # sequences x context at the budget: 7.5 x 64
@@ -93,10 +93,10 @@ class ServeSearch(Report):
     @property
     def verdict(self) -> str:
         """The answer and the budget in one line."""
+        basis = f" ({self.budget.basis})" if self.budget.basis else ""
         return (
-            f"Most {self.searched} that fit: {self.value} "
-            f"({self.budget.basis or 'the budget given'}: "
-            f"{format_bytes(self.budget.bytes or 0)})"
+            f"Most {self.searched} that fit: {self.value}, within "
+            f"{format_bytes(self.budget.bytes or 0)} per device{basis}"
         )
 
     @property

@@ -16,7 +16,7 @@ import numpy as np
 
 from nnx_introspect._accelerators.budget import Budget, step_budget
 from nnx_introspect._mesh import as_abstract_mesh, parse_bytes
-from nnx_introspect._step.inputs import as_model
+from nnx_introspect._step import as_model
 from nnx_introspect._targets import TargetError, resolve_factory
 from nnx_introspect._typing import ArgumentError, as_int
 from nnx_introspect._xla.toolchain import check_compiler

@@ -27,7 +27,7 @@ from typing import Any
 from nnx_introspect._render.table import format_bytes
 from nnx_introspect._roofline.estimate import LABEL, Roofline
 from nnx_introspect._roofline.program import program_roofline
-from nnx_introspect._step.measured import duration
+from nnx_introspect._step import duration
 
 __all__ = ["EXTRA", "ServeTime", "duration", "serve_time"]
 

@@ -21,6 +21,10 @@ Where the compile runs:
   controlled environment (``JAX_PLATFORMS=cpu``, the libtpu variables) that
   receives every leaf's resolved spec and returns plain numbers.
 
+What the serving programs share with the step's pipeline (compile or
+recall, the child runner, the measured run, the records) is imported from
+this package, never from its modules.
+
 The modules: ``inputs`` (the arguments' checks), ``spec`` (:class:`StepSpec`,
 the step they describe, checked once where it is built), ``platform`` (the
 target's devices as the model sees them while tracing), ``loss`` and
@@ -37,15 +41,29 @@ from nnx_introspect._accelerators.topology import TPU_FAMILIES as TPU_FAMILIES
 from nnx_introspect._accelerators.topology import parse_topology as parse_topology
 from nnx_introspect._step.child import CHILD_TIMEOUT_SECONDS as CHILD_TIMEOUT_SECONDS
 from nnx_introspect._step.child import MAX_CHILD_DEVICES as MAX_CHILD_DEVICES
+from nnx_introspect._step.child import answer as answer
+from nnx_introspect._step.child import child_why as child_why
+from nnx_introspect._step.child import run_child_json as run_child_json
 from nnx_introspect._step.child import run_child_request as run_child_request
+from nnx_introspect._step.compile import ProgramNames as ProgramNames
+from nnx_introspect._step.compile import compile_or_recall as compile_or_recall
 from nnx_introspect._step.inputs import LOSSES as LOSSES
 from nnx_introspect._step.inputs import BatchLike as BatchLike
 from nnx_introspect._step.inputs import LossLike as LossLike
 from nnx_introspect._step.inputs import SpecsLike as SpecsLike
+from nnx_introspect._step.inputs import as_model as as_model
 from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
+from nnx_introspect._step.measure import topology_mesh_here as topology_mesh_here
+from nnx_introspect._step.measured import Measured as Measured
+from nnx_introspect._step.measured import as_measure as as_measure
+from nnx_introspect._step.measured import duration as duration
+from nnx_introspect._step.measured import measured_topology as measured_topology
+from nnx_introspect._step.measured import present_mesh as present_mesh
+from nnx_introspect._step.platform import devices_seen_as as devices_seen_as
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
+from nnx_introspect._step.report_render import cached_date as cached_date
 from nnx_introspect._step.spec import StepOptions as StepOptions
 from nnx_introspect._step.spec import StepSpec as StepSpec
 from nnx_introspect._step.step_records import StepBudget as StepBudget
