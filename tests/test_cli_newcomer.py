@@ -163,6 +163,40 @@ def _records(called: list[Any]) -> Any:
 
 
 LIBRARY = {
+    "kv cache choice": (
+        "`kv_cache` must be one of bfloat16, float8_e4m3fn, int8, float32, got "
+        "'f16'. Pass e.g. kv_cache='bfloat16'.",
+        "`kv_cache` must be one of bfloat16, float8_e4m3fn, int8, float32, got "
+        "'f16'. Pass e.g. --kv-cache bf16.",
+    ),
+    "kv cache dtype": (
+        "`kv_cache` 'bfloat16': the model writes its keys and values in float32 "
+        "(TypeError: ...). Pass kv_cache='float32' (--kv-cache float32), or make "
+        "the model compute its keys and values in bfloat16.",
+        "--kv-cache bfloat16: the model writes its keys and values in float32 "
+        "(TypeError: ...). Pass --kv-cache float32, or make the model compute its "
+        "keys and values in bfloat16.",
+    ),
+    "sequences split": (
+        "`sequences` 6 (prefilled 3 at a time) does not split over the 4 "
+        "data-parallel devices of the mesh. Pass a multiple of 4.",
+        "`sequences` 6 (--prefill-sequences 3) does not split over the 4 "
+        "data-parallel devices of the mesh. Pass a multiple of 4.",
+    ),
+    "prefill more": (
+        "`prefill_sequences` 8 is more than `sequences` 4. Pass at most 4.",
+        "--prefill-sequences 8 is more than --sequences 4. Pass at most 4.",
+    ),
+    "kv heads": (
+        "`mesh` {'tp': 3} does not divide the 4 KV heads of the cache.",
+        "--mesh tp=3 does not divide the 4 KV heads of the cache.",
+    ),
+    "no budget": (
+        "the search needs a budget: pass a `topology` (its device's memory) or "
+        "`max_device_bytes`.",
+        "the search needs a budget: pass a --topology (its device's memory) or "
+        "--max-device-bytes.",
+    ),
     "topology": (
         "`meshes[0]` (data=8) has 8 devices, but `topology` 'v5e-4' has 4; "
         "`meshes[1]` (data=4,x=2) has 8 devices, but `topology` 'v5e-4' has 4. "

@@ -165,9 +165,12 @@ def planned_axes(
     allocated. Empty when nothing names an axis.
 
     Example:
+        >>> from nnx_introspect import abstract_model
         >>> from nnx_introspect.examples import llama_tiny_sharded, two_layer
-        >>> planned_axes(llama_tiny_sharded), planned_axes(two_layer)
-        (('fsdp', 'tp'), ())
+        >>> planned_axes(abstract_model(llama_tiny_sharded))
+        ('tp', 'fsdp')
+        >>> planned_axes(abstract_model(two_layer))
+        ()
     """
     plan = mesh_config_report(
         target, {PROBE_AXIS: 1}, rules=rules, logical_rules=logical_rules

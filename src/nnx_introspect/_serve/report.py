@@ -248,7 +248,7 @@ class ServeMemoryReport(Report):
         fits = self.fits()
         peak = format_bytes(self.peak_bytes)
         if fits is None:
-            return f"peak {peak} per device; no budget (pass max_device_bytes)"
+            return f"peak {peak} per device; no budget to hold it to"
         budget = format_bytes(self.budget.bytes or 0)
         word = "fits" if fits else "does NOT fit"
         return f"{word}: peak {peak} per device of a {budget} budget"

@@ -95,13 +95,16 @@ SPELLINGS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
         "Pass a GPU --topology such as h100-256, or leave --network-bandwidth out.",
     ),
     (re.compile(r"Pass e\.g\. kv_cache='bfloat16'\."), "Pass e.g. --kv-cache bf16."),
-    (re.compile(r"Pass e\.g\. weights='bfloat16'\."), "Pass e.g. --weights bf16."),
     (re.compile(r"kv_cache='([^']*)' \(--kv-cache \S+\)"), r"--kv-cache \1"),
-    (re.compile(r"`kv_cache` '([^']*)'"), r"--kv-cache \1"),
-    (re.compile(r"`prefill_sequences`"), "--prefill-sequences"),
-    (re.compile(r"`sequences`"), "--sequences"),
-    (re.compile(r"`context`"), "--context"),
-    (re.compile(r"`prompt`"), "--prompt"),
+    (re.compile(r"`kv_cache` '([^']*)':"), r"--kv-cache \1:"),
+    (
+        re.compile(r"\(prefilled (\d+) at a time\)"),
+        r"(--prefill-sequences \1)",
+    ),
+    (
+        re.compile(r"`prefill_sequences` (\d+) is more than `sequences` (\d+)\."),
+        r"--prefill-sequences \1 is more than --sequences \2.",
+    ),
     (
         re.compile(r"`mesh` \{([^{}]*)\}"),
         lambda m: (
@@ -112,10 +115,10 @@ SPELLINGS: tuple[tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]], .
             )
         ),
     ),
-    (re.compile(r"`mesh` (\S+=)"), r"--mesh \1"),
-    (re.compile(r"pass `max_device_bytes`"), "pass --max-device-bytes"),
-    (re.compile(r"\(pass max_device_bytes\)"), "(pass --max-device-bytes)"),
-    (re.compile(r"`max_device_bytes`"), "--max-device-bytes"),
+    (
+        re.compile(r"pass a `topology` \(its device's memory\) or `max_device_bytes`"),
+        "pass a --topology (its device's memory) or --max-device-bytes",
+    ),
 )
 """The library's Python spellings and the flags the command line says instead.
 

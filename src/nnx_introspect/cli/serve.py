@@ -79,6 +79,41 @@ def add_serve_parser(subparsers: Any) -> None:
         "'auto' for tp=t with the rest data-parallel for each divisor t of "
         "the topology's devices (both need --topology)",
     )
+    _add_size_args(parser)
+    _add_target_and_dtype_args(parser)
+    parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="also list the buffers live at each program's peak: weights, KV "
+        "cache, logits, activations, collective buffers, by source line",
+    )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile both programs anew (every compile of a search or a "
+        "comparison too): neither read nor write the cache of compile results "
+        "(NNX_INTROSPECT_CACHE=off does the same)",
+    )
+    add_measure_arg(parser, "prefill and decode")
+    most = parser.add_mutually_exclusive_group()
+    most.add_argument(
+        "--max-sequences",
+        action="store_true",
+        help="find the most sequences that fit at --context instead: prefill "
+        "and decode compiled at each value tried, with --prompt and "
+        "--prefill-sequences as given",
+    )
+    most.add_argument(
+        "--max-context",
+        action="store_true",
+        help="find the longest context that fits for --sequences instead, the same way",
+    )
+    add_output_args(parser, (*FORMATS, "html"))
+    parser.set_defaults(handler=_run_serve, check=check_serve)
+
+
+def _add_size_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--sequences``, ``--context``, ``--prompt``, ``--prefill-sequences``."""
     parser.add_argument(
         "--sequences",
         type=_positive,
@@ -110,6 +145,10 @@ def add_serve_parser(subparsers: Any) -> None:
         help="sequences prefilled at once, as a server admits them in chunks "
         "(default: every sequence)",
     )
+
+
+def _add_target_and_dtype_args(parser: argparse.ArgumentParser) -> None:
+    """Add ``--topology``, ``--max-device-bytes``, the dtypes, the cache's calls."""
     parser.add_argument(
         "--topology",
         default=None,
@@ -152,35 +191,6 @@ def add_serve_parser(subparsers: Any) -> None:
         help="calls the model as fn(model, tokens, positions, cache) -> "
         "(logits, cache) (default: model(tokens, positions, cache, mask))",
     )
-    parser.add_argument(
-        "--breakdown",
-        action="store_true",
-        help="also list the buffers live at each program's peak: weights, KV "
-        "cache, logits, activations, collective buffers, by source line",
-    )
-    parser.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="compile both programs anew (every compile of a search or a "
-        "comparison too): neither read nor write the cache of compile results "
-        "(NNX_INTROSPECT_CACHE=off does the same)",
-    )
-    add_measure_arg(parser, "prefill and decode")
-    most = parser.add_mutually_exclusive_group()
-    most.add_argument(
-        "--max-sequences",
-        action="store_true",
-        help="find the most sequences that fit at --context instead: prefill "
-        "and decode compiled at each value tried, with --prompt and "
-        "--prefill-sequences as given",
-    )
-    most.add_argument(
-        "--max-context",
-        action="store_true",
-        help="find the longest context that fits for --sequences instead, the same way",
-    )
-    add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_serve, check=check_serve)
 
 
 def check_serve(args: argparse.Namespace) -> None:
