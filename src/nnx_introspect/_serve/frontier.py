@@ -146,30 +146,25 @@ def _marks(
 ) -> str:
     """Every compile (filled fits, hollow does not), the answer ringed, labelled.
 
-    A point that does not fit closer to the answer than its ring is drawn
-    just outside the ring, along the line between them, so no sliver of it
-    peeks out from under the ring (one step above the answer usually lies
-    a pixel or two away).
+    The ring's inside is cleared (white) and the answer's dot drawn again on
+    it, so a point that does not fit one step away (a pixel or two off)
+    leaves no sliver beside the answer; the table lists it.
     """
     parts = []
-    near = None if answer is None else (x(answer[1]), y(answer[0]))
     for s, t, peak, ok in sorted(points, key=lambda p: p[3]):  # fits on top
         words = "fits" if ok else "does not fit"
-        cx, cy = x(t), y(s)
-        if near is not None and not ok:
-            dx, dy = cx - near[0], cy - near[1]
-            gap = (dx * dx + dy * dy) ** 0.5
-            if gap < _CLEAR:  # pushed clear of the ring, away from the answer
-                ux, uy = (dx / gap, dy / gap) if gap > 0 else (0.0, -1.0)
-                cx, cy = near[0] + ux * _CLEAR, near[1] + uy * _CLEAR
         title = f"{s} sequences x {t:,} positions: {format_bytes(peak)} ({words})"
         parts.append(
-            svg.dot(cx, cy, svg.GREEN if ok else svg.RED, title=title, hollow=not ok)
+            svg.dot(
+                x(t), y(s), svg.GREEN if ok else svg.RED, title=title, hollow=not ok
+            )
         )
     if answer is None:
         return "".join(parts)
     s, t = answer[0], answer[1]
     px, py = x(t), y(s)
+    parts.append(svg.dot(px, py, "#ffffff", r=8))
+    parts.append(svg.dot(px, py, svg.GREEN))
     parts.append(svg.ring(px, py, 9, svg.GREEN))
     # short, under the curve: below and left of the point (the curve runs up
     # to its left and down to its right); the legend spells it out
@@ -182,10 +177,6 @@ def _marks(
         parts.append(svg.text(px + 12, at_y, label, bold=True))
     return "".join(parts)
 
-
-_CLEAR = 15.0
-"""How far from the answer's point (its ring's radius, 9, and a dot's) a point
-that does not fit is drawn at least."""
 
 _SHADE = 0.15
 """The opacity of the region predicted to fit (and of its legend swatch)."""
@@ -278,9 +269,10 @@ def frontier_svg(
         >>> chart = frontier_svg(points, 1100, "sequences", 5,
         ...                      predict_frontier(points, 1100, 2.0))
         >>> chart.count("<circle"), "budget 1.07 KiB per device" in chart
-        (7, True)
+        (9, True)
 
-        (The three compiles, the answer's ring, three marks in the legend.)
+        (The three compiles; the answer's cleared disc, its dot again and its
+        ring; three marks in the legend.)
     """
     answer = next(
         (p for p in points if p[3] and p[0 if searched == "sequences" else 1] == value),

@@ -1,0 +1,9 @@
+"""Reinforcement learning on LLMs: the programs of one GRPO step, as tunix runs them.
+
+A GRPO step (Shao et al. 2024, DeepSeekMath) differentiates the policy's
+clipped, advantage-weighted log-probability ratio on sampled completions, with
+a KL penalty towards a frozen reference model. Modules: ``loss`` (the loss of
+google-tunix's GRPO learner under its default configuration, usable as the
+``loss=`` of :func:`~nnx_introspect.step_memory_report`, and the per-token
+log-probabilities it is built on).
+"""
