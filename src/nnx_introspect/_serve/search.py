@@ -361,11 +361,13 @@ def max_sequences(
 
     Example:
         >>> from nnx_introspect import max_sequences
-        >>> from nnx_introspect.examples import llama_tiny
-        >>> found = max_sequences(llama_tiny, "tp=2", context=64,
-        ...                       max_device_bytes=80_000_000)
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
+        ...                           n_heads=2, d_ff=64))
+        >>> found = max_sequences(small, "tp=2", context=64, prompt=16,
+        ...                       prefill_sequences=2, max_device_bytes=2_000_000)
         >>> fit = {s: ok for s, _, _, ok in found.points}
-        >>> fit[found.value], fit[found.value + 1], found.compiles <= 6
+        >>> fit[found.value], fit[found.value + 1], found.compiles <= 8
         (True, False, True)
     """
     start_backends_quietly()
@@ -383,9 +385,11 @@ def max_context(
 
     Example:
         >>> from nnx_introspect import max_context
-        >>> from nnx_introspect.examples import llama_tiny
-        >>> found = max_context(llama_tiny, "tp=2", sequences=4,
-        ...                     max_device_bytes=60_000_000)
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
+        ...                           n_heads=2, d_ff=64))
+        >>> found = max_context(small, "tp=2", sequences=4, prompt=16,
+        ...                     max_device_bytes=2_000_000)
         >>> fit = {t: ok for _, t, _, ok in found.points}
         >>> fit[found.value], fit.get(found.value + 1, False)
         (True, False)
