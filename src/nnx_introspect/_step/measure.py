@@ -32,8 +32,10 @@ from nnx_introspect._step.measured import (
     measured_topology,
     present_mesh,
 )
+from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
+from nnx_introspect._step.train import TRAIN
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla.cache import cache_enabled
 from nnx_introspect._xla.native_log import (
@@ -242,6 +244,7 @@ def measure_step(
     debug: bool = False,
     cache: bool = True,
     runs: int | None = None,
+    program: ProgramKind = TRAIN,
 ) -> StepMemoryReport:
     """Plan, compile and report the step ``spec`` describes.
 
@@ -250,7 +253,9 @@ def measure_step(
     compiled before is read from the cache of compile results
     (:mod:`~nnx_introspect._xla.cache`) instead of compiled again. With
     ``runs`` (:func:`devices_measured`'s spec), the step is compiled on this
-    process's devices and run there.
+    process's devices and run there. ``program`` is the kind of program
+    compiled from the spec (:mod:`~nnx_introspect._step.registry`): the
+    training step, or another kind of the same request (``LOGPROBS``).
     """
     start_backends_quietly()  # before this process's devices are counted
     plan = plan_step(spec)
@@ -260,7 +265,7 @@ def measure_step(
         compiled_in = "this process"
     else:
         readings, compiled_in = _compile_where_the_devices_are(
-            spec, request, plan, cache
+            spec, request, plan, cache, program
         )
     return assemble_report(
         request,
@@ -311,7 +316,11 @@ def _compile_on_these_devices(
 
 
 def _compile_where_the_devices_are(
-    spec: StepSpec, request: Request, plan: MeshConfigReport, cache: bool
+    spec: StepSpec,
+    request: Request,
+    plan: MeshConfigReport,
+    cache: bool,
+    program: ProgramKind = TRAIN,
 ) -> tuple[XlaReadings, str]:
     """XLA's readings and where they were compiled.
 
@@ -325,7 +334,9 @@ def _compile_where_the_devices_are(
     axis_names = tuple(a for a, _ in spec.mesh_axes)
     if topology is not None:
         try:
-            payload = child_request(spec, plan) | {"cache": cache_enabled(cache)}
+            payload = child_request(spec, plan, program.name) | {
+                "cache": cache_enabled(cache)
+            }
         except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
@@ -333,12 +344,17 @@ def _compile_where_the_devices_are(
                 topology, request.mesh_axes, unnamed
             )
             readings = compile_request(
-                request, target_mesh_, plan, topology=topology, cache=cache
+                request,
+                target_mesh_,
+                plan,
+                topology=topology,
+                cache=cache,
+                program=program,
             )
             return dataclasses.replace(readings, device_order=order), "this process"
         return run_child(payload, n), f"a child process ({topology})"
     if isinstance(mesh, Mesh):
-        readings = compile_request(request, mesh, plan, cache=cache)
+        readings = compile_request(request, mesh, plan, cache=cache, program=program)
         return dataclasses.replace(readings, device_order="the mesh's"), (
             "this process"
         )
@@ -346,8 +362,8 @@ def _compile_where_the_devices_are(
         sizes = [s for _, s in request.mesh_axes]
         devices = np.array(jax.devices()[:n]).reshape(sizes)
         readings = compile_request(
-            request, Mesh(devices, axis_names), plan, cache=cache
+            request, Mesh(devices, axis_names), plan, cache=cache, program=program
         )
         return readings, "this process"
-    payload = child_request(spec, plan) | {"cache": cache_enabled(cache)}
+    payload = child_request(spec, plan, program.name) | {"cache": cache_enabled(cache)}
     return run_child(payload, n), f"a child process with {n} virtual CPU devices"

@@ -4,13 +4,14 @@ See :mod:`~nnx_introspect._step.program` for what a kind is and how a new one
 plugs in: its own file, and one line in :data:`PROGRAM_KINDS` here.
 """
 
+from nnx_introspect._step.logprobs import LOGPROBS
 from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.train import TRAIN
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["PROGRAM_KINDS", "program_kind"]
 
-PROGRAM_KINDS: tuple[ProgramKind, ...] = (TRAIN,)
+PROGRAM_KINDS: tuple[ProgramKind, ...] = (TRAIN, LOGPROBS)
 """Every program kind that compiles (in this process or in a child)."""
 
 
