@@ -851,6 +851,48 @@ case(
 )
 
 
+# --- RL: rl_memory_report -----------------------------------------------------------
+def _rl(w: World, **kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "batch": 1,
+        "generations": 2,
+        "prompt": 4,
+        "completion": 4,
+        "mesh": "data=2",
+    }
+    options.update(kwargs)
+    mesh = options.pop("mesh")
+    return nnx_introspect.rl_memory_report(SERVE_MODEL, mesh, **options)
+
+
+RL_BAD: dict[str, dict[str, Any]] = {
+    "batch": {"zero": 0, "nan": math.nan, "str": "many"},
+    "generations": {"zero": 0, "non-integral": 1.5},
+    "prompt": {"negative": -1},
+    "completion": {"zero": 0},
+    "reference": {"str": "yes"},
+    "cache": {"int": 1},
+    "rollout_weights": {"unknown": "float16x"},
+    "kv_cache": {"unknown": "int4"},
+    "mesh": {"bad-axis": "data=0"},
+    "topology": {"unknown-family": "v9-4"},
+    "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
+}
+for _arg, _bad in RL_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "rl_memory_report",
+            _arg,
+            _what,
+            lambda w, a=_arg, v=_value: _rl(w, **{a: v}),
+        )
+
+
+@functools.cache
+def _rl_report() -> Any:
+    return _rl(None)  # type: ignore[arg-type]
+
+
 def _compare_serving(w: World, **kwargs: Any) -> Any:
     options: dict[str, Any] = {"sequences": 2, "context": 8, "topology": "h100-2"}
     options.update(kwargs)
@@ -903,6 +945,7 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "MeshComparison": lambda w: _compare(w),
     "FitSearch": lambda w: _fit(w),
     "ServeMemoryReport": lambda w: _serve_report(),
+    "RLMemoryReport": lambda w: _rl_report(),
     "ServeSearch": lambda w: _serve_search(),
     "ServeMeshComparison": lambda w: nnx_introspect.ServeMeshComparison(
         (_serve_report(),), (), "this process"
@@ -988,6 +1031,7 @@ NO_ARGUMENT_METHODS = {
     "LeafFingerprint",
     "LeafShard",
     "MeshProblem",
+    "RLPhase",
     "SummaryRow",
     "Table",
     "VarRecord",

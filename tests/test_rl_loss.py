@@ -35,6 +35,7 @@ CFG = LlamaConfig(vocab=64, d_model=16, n_layers=1, n_heads=2, d_ff=32)
 B, P, C = 3, 3, 4
 Batch = tuple[jax.Array, jax.Array, jax.Array, jax.Array, jax.Array, jax.Array]
 MASK = [[1, 1, 0, 0], [1, 1, 1, 1], [0, 0, 0, 0]]
+Outputs = tuple[np.ndarray, list[np.ndarray]]
 
 
 @pytest.fixture(scope="module")
@@ -51,13 +52,6 @@ def tokens(seed: int = 0) -> tuple[jax.Array, jax.Array]:
     )
 
 
-@nnx.jit
-def forward(model: Llama, tokens: jax.Array) -> jax.Array:
-    """``model(tokens)``, compiled once (eager, each op would compile on its own)."""
-    logits: jax.Array = model(tokens)
-    return logits
-
-
 def own_logps(logits: Any, completion: Any, temperature: float) -> np.ndarray:
     """``log_softmax`` of the logits before each completion token, at that token.
 
@@ -71,8 +65,30 @@ def own_logps(logits: Any, completion: Any, temperature: float) -> np.ndarray:
     return chosen[..., 0]
 
 
+TEMPERATURES = (TEMPERATURE, 1.0, 0.0)
+
+
+@nnx.jit
+def read(model: Llama, prompt: jax.Array, completion: jax.Array) -> Any:
+    """``model(tokens)``, and :func:`per_token_logps` at each of :data:`TEMPERATURES`.
+
+    One compile (eager, each op would compile on its own).
+    """
+    logits = model(jnp.concatenate([prompt, completion], axis=1))
+    logps = [
+        per_token_logps(model, prompt, completion, temperature=t) for t in TEMPERATURES
+    ]
+    return logits, logps
+
+
+@pytest.fixture(scope="module")
+def outputs(model: Llama) -> Outputs:
+    logits, logps = read(model, *tokens())
+    return np.asarray(logits), [np.asarray(x) for x in logps]
+
+
 def _batch(
-    model: Llama,
+    outputs: Outputs,
     advantages: list[float],
     mask: Any = MASK,
     *,
@@ -81,8 +97,7 @@ def _batch(
 ) -> Batch:
     """A batch whose old and reference log-probs are the model's own, shifted."""
     prompt, completion = tokens()
-    logits = forward(model, jnp.concatenate([prompt, completion], axis=1))
-    mine = own_logps(logits, completion, TEMPERATURE)
+    mine = own_logps(outputs[0], completion, TEMPERATURE)
     return (
         prompt,
         completion,
@@ -95,26 +110,16 @@ def _batch(
 
 # --- per-token log-probabilities ---------------------------------------------
 
-TEMPERATURES = (TEMPERATURE, 1.0, 0.0)
 
-
-@nnx.jit
-def logps_at(model: Llama, prompt: jax.Array, completion: jax.Array) -> Any:
-    """:func:`per_token_logps` at each of :data:`TEMPERATURES` (one compile)."""
-    return [
-        per_token_logps(model, prompt, completion, temperature=t) for t in TEMPERATURES
-    ]
-
-
-def test_logps_are_the_models_own(model: Llama) -> None:
+def test_logps_are_the_models_own(
+    outputs: Outputs,
+) -> None:
     # the example Llama takes (tokens, positions, cache, attention_mask): read
     # through the KV-cache convention, it must give what `model(tokens)` gives
-    prompt, completion = tokens()
-    logits = forward(model, jnp.concatenate([prompt, completion], axis=1))
-    for temperature, got in zip(
-        TEMPERATURES, logps_at(model, prompt, completion), strict=True
-    ):
-        assert got.shape == (B, C) and got.dtype == jnp.float32
+    logits, logps = outputs
+    _, completion = tokens()
+    for temperature, got in zip(TEMPERATURES, logps, strict=True):
+        assert got.shape == (B, C) and got.dtype == np.float32
         expected = own_logps(logits, completion, temperature)
         np.testing.assert_allclose(got, expected, rtol=1e-6, atol=1e-6)
 
@@ -122,15 +127,16 @@ def test_logps_are_the_models_own(model: Llama) -> None:
 class Bigram(nnx.Module):
     """``model(tokens)`` alone: each token's logits are a row of a table."""
 
-    def __init__(self, vocab: int, rngs: nnx.Rngs) -> None:
-        self.table = nnx.Param(jax.random.normal(rngs.params(), (vocab, vocab)))
+    def __init__(self, vocab: int, seed: int) -> None:
+        table = np.random.default_rng(seed).normal(size=(vocab, vocab))
+        self.table = nnx.Param(jnp.asarray(table, jnp.float32))
 
     def __call__(self, tokens: jax.Array) -> jax.Array:
         return self.table[...][tokens]
 
 
 def test_a_model_of_tokens_alone_is_called_with_them() -> None:
-    bigram = Bigram(CFG.vocab, nnx.Rngs(0))
+    bigram = Bigram(CFG.vocab, seed=0)
     prompt, completion = tokens()
     table = np.asarray(bigram.table[...], np.float64) / TEMPERATURE
     before = np.concatenate([prompt[:, -1:], completion[:, :-1]], axis=1)
@@ -138,14 +144,14 @@ def test_a_model_of_tokens_alone_is_called_with_them() -> None:
     expected = chosen[..., 0] - np.log(np.exp(table[before]).sum(-1))
     got = nnx.jit(per_token_logps)(bigram, prompt, completion)
     np.testing.assert_allclose(got, expected, rtol=1e-5, atol=1e-5)
-    # eager and jit side by side: the same loss (ratio 1, KL 0 with old = ref
-    # = the model's own, as in the next test): -(0.5 - 1.5) / 2
+    # ratio 1 and KL 0 with old = ref = the model's own, as in the next
+    # test: -(0.5 - 1.5) / 2 (the doctests run both functions eagerly)
     mine = jnp.asarray(expected, jnp.float32)
     advantages = jnp.asarray([0.5, -1.5, 7.0])
     batch = (prompt, completion, jnp.asarray(MASK), advantages, mine, mine)
-    for loss in (grpo_loss(bigram, batch), nnx.jit(grpo_loss)(bigram, batch)):
-        assert loss.shape == () and loss.dtype == jnp.float32
-        assert float(loss) == pytest.approx(0.5, abs=1e-5)
+    loss = nnx.jit(grpo_loss)(bigram, batch)
+    assert loss.shape == () and loss.dtype == jnp.float32
+    assert float(loss) == pytest.approx(0.5, abs=1e-5)
 
 
 # --- the loss by hand --------------------------------------------------------
@@ -156,19 +162,21 @@ MASK_DTYPES = (jnp.int32, jnp.float32, jnp.bfloat16, jnp.bool_)
 @nnx.jit
 def loss_by_mask_dtype(model: Llama, batch: Batch) -> Any:
     """:func:`grpo_loss` with the mask in each of :data:`MASK_DTYPES` (one compile)."""
-    prompt, completion, mask, *rest = batch
+    prompt, completion, mask, advantages, ref, old = batch
     return [
-        grpo_loss(model, (prompt, completion, mask.astype(d), *rest))  # type: ignore[arg-type]
+        grpo_loss(model, (prompt, completion, mask.astype(d), advantages, ref, old))
         for d in MASK_DTYPES
     ]
 
 
-def test_ratio_one_and_kl_zero_leave_minus_the_mean_advantage(model: Llama) -> None:
+def test_ratio_one_and_kl_zero_leave_minus_the_mean_advantage(
+    model: Llama, outputs: Outputs
+) -> None:
     # every ratio exp(0) = 1 (unclipped) and every KL 0: each sequence's
     # token mean of -A_b is -A_b, averaged over the two non-empty sequences
     # (the empty one's 7.0 is not counted): -(0.5 - 1.5) / 2. A token mean
     # over the batch would give -(2 * 0.5 + 4 * -1.5) / 6 = 5/6 instead.
-    batch = _batch(model, [0.5, -1.5, 7.0])
+    batch = _batch(outputs, [0.5, -1.5, 7.0])
     for dtype, loss in zip(MASK_DTYPES, loss_by_mask_dtype(model, batch), strict=True):
         assert loss.shape == () and loss.dtype == jnp.float32, dtype
         assert float(loss) == pytest.approx(0.5, abs=1e-6), dtype
@@ -179,18 +187,18 @@ def loss_by_coefficients(model: Llama, batch: Batch) -> Any:
     """The default loss, without the KL term, and with ``epsilon=1.5``."""
     return (
         grpo_loss(model, batch),
-        grpo_loss(model, batch, beta=0.0),
+        grpo_loss(model, batch, beta=0),  # an int as users type it
         grpo_loss(model, batch, beta=0.0, epsilon=1.5),
     )
 
 
-def test_clipped_ratios_and_the_kl_term(model: Llama) -> None:
+def test_clipped_ratios_and_the_kl_term(model: Llama, outputs: Outputs) -> None:
     # old = mine - log 2: every ratio 2. A = +1 takes the clipped -(1 + 0.2),
     # A = -1 the unclipped +2 (the larger of the two); the third sequence has
     # no token. ref = mine - 0.5: every KL 0.5.
     mask = [[1, 1, 1, 1], [1, 0, 0, 0], [0, 0, 0, 0]]
     batch = _batch(
-        model, [1.0, -1.0, 5.0], mask, old_shift=math.log(2.0), ref_shift=0.5
+        outputs, [1.0, -1.0, 5.0], mask, old_shift=math.log(2.0), ref_shift=0.5
     )
     loss, no_kl, wide = loss_by_coefficients(model, batch)
     expected_pg = (-(1 + EPSILON) * 1.0 + 2.0 * 1.0) / 2
@@ -199,22 +207,23 @@ def test_clipped_ratios_and_the_kl_term(model: Llama) -> None:
     assert float(wide) == pytest.approx((-2.0 + 2.0) / 2, abs=1e-5)  # 2 < 1 + 1.5
     # a log ratio of 30 is clipped to 20 before exp: -A * exp(20) for A = -1
     mask = [[1, 1, 1, 1], [0, 0, 0, 0], [0, 0, 0, 0]]
-    far = _batch(model, [-1.0, 0.0, 0.0], mask, old_shift=30.0)
+    far = _batch(outputs, [-1.0, 0.0, 0.0], mask, old_shift=30.0)
     _, no_kl, _ = loss_by_coefficients(model, far)
     assert float(no_kl) == pytest.approx(math.exp(LOG_RATIO_CLIP), rel=1e-5)
 
 
-def test_gradient_is_finite(model: Llama) -> None:
-    batch = _batch(model, [0.5, -1.5, 7.0], old_shift=0.1, ref_shift=-0.2)
+def test_gradient_is_finite(model: Llama, outputs: Outputs) -> None:
+    batch = _batch(outputs, [0.5, -1.5, 7.0], old_shift=0.1, ref_shift=-0.2)
 
     @nnx.jit
     @nnx.grad
     def grad(model: Llama) -> jax.Array:
         return grpo_loss(model, batch)
 
-    leaves = jax.tree.leaves(grad(model))
-    assert leaves and all(bool(jnp.isfinite(g).all()) for g in leaves)
-    assert any(bool((g != 0).any()) for g in leaves)
+    leaves = [np.asarray(g) for g in jax.tree.leaves(grad(model))]
+    assert len(leaves) == len(jax.tree.leaves(nnx.state(model, nnx.Param)))
+    assert all(np.isfinite(g).all() for g in leaves)
+    assert any((g != 0).any() for g in leaves)
 
 
 def test_a_step_compiles_with_it() -> None:
@@ -246,16 +255,20 @@ BAD_COEFFICIENTS = {
 @pytest.mark.parametrize(
     ("name", "got"), [("beta", "-0.1"), ("epsilon", "nan"), ("temperature", "inf")]
 )
-def test_bad_coefficients_are_named(model: Llama, name: str, got: str) -> None:
-    batch = _batch(model, [0.5, -1.5, 7.0])
+def test_bad_coefficients_are_named(
+    model: Llama, outputs: Outputs, name: str, got: str
+) -> None:
+    batch = _batch(outputs, [0.5, -1.5, 7.0])
     match = rf"`{name}` must be a finite nonnegative float, got {got}\."
     with pytest.raises(ArgumentError, match=match) as caught:
         BAD_COEFFICIENTS[name](model, batch)
     assert caught.value.argument == name
 
 
-def test_a_coefficient_of_another_type_is_a_type_error(model: Llama) -> None:
-    batch = _batch(model, [0.5, -1.5, 7.0])
+def test_a_coefficient_of_another_type_is_a_type_error(
+    model: Llama, outputs: Outputs
+) -> None:
+    batch = _batch(outputs, [0.5, -1.5, 7.0])
     with pytest.raises(TypeError, match="beta"):
         grpo_loss(model, batch, beta="0.1")  # type: ignore[arg-type]
 
@@ -276,8 +289,10 @@ def test_logits_of_another_shape_are_refused() -> None:
         per_token_logps(Pooled(), prompt, completion)
 
 
-def test_a_batch_of_mismatched_shapes_is_a_type_error(model: Llama) -> None:
-    batch = _batch(model, [0.5, -1.5, 7.0])
+def test_a_batch_of_mismatched_shapes_is_a_type_error(
+    model: Llama, outputs: Outputs
+) -> None:
+    batch = _batch(outputs, [0.5, -1.5, 7.0])
     with pytest.raises(TypeError, match="batch"):
         grpo_loss(model, (*batch[:3], batch[3][:2], *batch[4:]))
     with pytest.raises(TypeError, match="batch"):
@@ -302,37 +317,46 @@ def test_the_defaults_are_tunixs() -> None:
     assert RolloutConfig().temperature == TEMPERATURE
 
 
+@pytest.fixture(scope="module")
+def tunix_llama() -> Any:
+    pytest.importorskip("tunix")
+    from tests.tunix_lm import tiny_llama3
+
+    return tiny_llama3(nnx.Rngs(0))
+
+
 @pytest.mark.parametrize(
     ("beta", "temperature"), [(BETA, TEMPERATURE), (0.0, TEMPERATURE), (BETA, 1.0)]
 )
-def test_equals_tunixs_grpo_loss_fn(beta: float, temperature: float) -> None:
-    pytest.importorskip("tunix")
+def test_equals_tunixs_grpo_loss_fn(
+    tunix_llama: Any, beta: float, temperature: float
+) -> None:
     from tunix.rl import algo_core, common
     from tunix.rl.grpo.grpo_learner import GRPOConfig
 
-    from tests.tunix_lm import TINY, tiny_llama3
+    from tests.tunix_lm import TINY
 
-    lm = tiny_llama3(nnx.Rngs(0))
     b, p, c, pad_id, eos_id = 4, 5, 6, 0, 1
-    keys = jax.random.split(jax.random.key(1), 6)
-    # no token is pad or eos: all prompt and completion tokens are valid
-    prompt = jax.random.randint(keys[0], (b, p), 2, TINY.vocab_size, jnp.int32)
-    completion = jax.random.randint(keys[1], (b, c), 2, TINY.vocab_size, jnp.int32)
-    mask = (jax.random.uniform(keys[2], (b, c)) < 0.5).astype(jnp.int32)
-    mask = mask.at[jnp.arange(b), jnp.arange(b) % c].set(1)  # >= 1 token a row
-    advantages = jax.random.normal(keys[3], (b,))
+    rng = np.random.default_rng(1)
+    # no token is pad or eos: every prompt and completion token is valid
+    prompt = jnp.asarray(rng.integers(2, TINY.vocab_size, (b, p)), jnp.int32)
+    completion = jnp.asarray(rng.integers(2, TINY.vocab_size, (b, c)), jnp.int32)
+    mask_np = (rng.random((b, c)) < 0.5).astype(np.int32)
+    mask_np[np.arange(b), np.arange(b) % c] = 1  # at least one token a sequence
+    mask = jnp.asarray(mask_np)
+    advantages = jnp.asarray(rng.normal(size=b), jnp.float32)
 
-    graphdef, state = nnx.split(lm)
+    graphdef, state = nnx.split(tunix_llama)
     theirs_logps = common.compute_per_token_logps(
         graphdef, state, prompt, completion, pad_id, eos_id, temperature=temperature
     )
     logps = nnx.jit(functools.partial(per_token_logps, temperature=temperature))
-    mine = logps(lm, prompt, completion)
+    mine = np.asarray(logps(tunix_llama, prompt, completion))
     np.testing.assert_allclose(mine, theirs_logps, rtol=0, atol=1e-5)
 
     # near the model's own: some ratios inside [0.8, 1.2], some clipped
-    ref = mine + 0.3 * jax.random.normal(keys[4], (b, c))
-    old = mine + 0.3 * jax.random.normal(keys[5], (b, c))
+    ref = jnp.asarray(mine + 0.3 * rng.normal(size=(b, c)), jnp.float32)
+    old = jnp.asarray(mine + 0.3 * rng.normal(size=(b, c)), jnp.float32)
     config = GRPOConfig(beta=beta)
     config.temperature = temperature  # what GRPOLearner sets from the rollout
     example = common.TrainExample(
@@ -345,17 +369,21 @@ def test_equals_tunixs_grpo_loss_fn(beta: float, temperature: float) -> None:
         old_per_token_logps=old,
     )
 
-    def tunix_loss(m: Any) -> Any:
-        return algo_core.grpo_loss_fn(m, example, config, pad_id, eos_id)[0]
+    def tunix_loss(model: Any) -> Any:
+        return algo_core.grpo_loss_fn(model, example, config, pad_id, eos_id)
 
     batch = (prompt, completion, mask, advantages, ref, old)
     ours = functools.partial(grpo_loss, beta=beta, temperature=temperature)
-    theirs, their_aux = algo_core.grpo_loss_fn(lm, example, config, pad_id, eos_id)
+    theirs, their_aux = nnx.jit(tunix_loss)(tunix_llama)
     assert 0 < float(their_aux["pg_clipfrac"]) < 1  # the clip is exercised
-    assert float(nnx.jit(ours)(lm, batch)) == pytest.approx(float(theirs), abs=1e-5)
-
-    their_grads = jax.tree.leaves(nnx.jit(nnx.grad(tunix_loss))(lm))
-    our_grads = jax.tree.leaves(nnx.jit(nnx.grad(ours))(lm, batch))
-    assert len(their_grads) == len(our_grads)
-    for theirs_g, ours_g in zip(their_grads, our_grads, strict=True):
+    assert float(theirs) != 0.0
+    value = nnx.jit(ours)(tunix_llama, batch)
+    assert value.dtype == jnp.float32
+    assert float(value) == pytest.approx(float(theirs), abs=1e-5)
+    if (beta, temperature) != (BETA, TEMPERATURE):
+        return  # the gradients once: each compiles tunix's backward
+    their_grads = nnx.jit(nnx.grad(lambda m: tunix_loss(m)[0]))(tunix_llama)
+    our_grads = nnx.jit(nnx.grad(ours))(tunix_llama, batch)
+    pairs = zip(jax.tree.leaves(their_grads), jax.tree.leaves(our_grads), strict=True)
+    for theirs_g, ours_g in pairs:
         np.testing.assert_allclose(ours_g, theirs_g, rtol=0, atol=1e-5)

@@ -5,5 +5,8 @@ clipped, advantage-weighted log-probability ratio on sampled completions, with
 a KL penalty towards a frozen reference model. Modules: ``loss`` (the loss of
 google-tunix's GRPO learner under its default configuration, usable as the
 ``loss=`` of :func:`~nnx_introspect.step_memory_report`, and the per-token
-log-probabilities it is built on).
+log-probabilities it is built on), ``report`` (:class:`RLMemoryReport`: the
+phases of one step, what each role keeps resident, the peak) and ``api``
+(:func:`~nnx_introspect.rl_memory_report`: the step's programs compiled
+through the step's and serving's own pipelines, then added up).
 """

@@ -115,7 +115,7 @@ ref_per_token_logps, old_per_token_logps)``, the fields of tunix's
 ``TrainExample`` the loss reads, in the step's positional order."""
 
 
-def _coefficient(value: float, name: str) -> float:
+def _coefficient(value: float | int, name: str) -> float:
     """``value`` as a finite nonnegative Python ``float``, or raise."""
     if isinstance(value, bool) or not isinstance(value, int | float):
         raise TypeError(
@@ -147,7 +147,7 @@ def per_token_logps(
     prompt_ids: Int[Array, "b p"],
     completion_ids: Int[Array, "b c"],
     *,
-    temperature: float = TEMPERATURE,
+    temperature: float | int = TEMPERATURE,
 ) -> Float[Array, "b c"]:
     """Each completion token's float32 log-probability under ``model``, as tunix's.
 
@@ -181,11 +181,11 @@ def per_token_logps(
         >>> class Uniform(nnx.Module):  # the same logits for every token
         ...     def __call__(self, tokens):
         ...         return jnp.zeros((*tokens.shape, 4))
-        >>> logps = per_token_logps(
-        ...     Uniform(), jnp.ones((1, 2), jnp.int32), jnp.ones((1, 3), jnp.int32)
-        ... )
-        >>> [round(x, 4) for x in logps[0].tolist()]  # log(1/4)
-        [-1.3863, -1.3863, -1.3863]
+        >>> prompt = jnp.ones((3, 1), jnp.int32)
+        >>> completion = jnp.ones((3, 2), jnp.int32)
+        >>> logps = per_token_logps(Uniform(), prompt, completion)
+        >>> logps.shape, [round(x, 4) for x in logps[0].tolist()]  # log(1/4)
+        ((3, 2), [-1.3863, -1.3863])
     """
     temperature = _coefficient(temperature, "temperature")
     if prompt_ids.shape[1] < 1:
@@ -223,9 +223,9 @@ def grpo_loss(
     model: nnx.Module,
     batch: _Batch,
     *,
-    beta: float = BETA,
-    epsilon: float = EPSILON,
-    temperature: float = TEMPERATURE,
+    beta: float | int = BETA,
+    epsilon: float | int = EPSILON,
+    temperature: float | int = TEMPERATURE,
 ) -> Float[Array, ""]:
     """The GRPO loss of tunix for ``model`` on ``batch`` (the module's formula).
 
@@ -268,15 +268,12 @@ def grpo_loss(
         >>> class Uniform(nnx.Module):
         ...     def __call__(self, tokens):
         ...         return jnp.zeros((*tokens.shape, 4))
-        >>> mine = jnp.full((3, 2), -jnp.log(4.0))  # log(1/4) per token
-        >>> batch = (
-        ...     jnp.ones((3, 1), jnp.int32),
-        ...     jnp.ones((3, 2), jnp.int32),
-        ...     jnp.array([[1, 1], [1, 0], [0, 0]]),
-        ...     jnp.array([1.0, 2.0, 9.0]),
-        ...     mine,
-        ...     mine,
-        ... )
+        >>> prompt = jnp.ones((3, 1), jnp.int32)
+        >>> completion = jnp.ones((3, 2), jnp.int32)
+        >>> mine = per_token_logps(Uniform(), prompt, completion)
+        >>> mask = jnp.array([[1, 1], [1, 0], [0, 0]])
+        >>> advantages = jnp.array([1.0, 2.0, 9.0])
+        >>> batch = (prompt, completion, mask, advantages, mine, mine)
         >>> round(float(grpo_loss(Uniform(), batch)), 4)  # -(1 + 2) / 2
         -1.5
     """

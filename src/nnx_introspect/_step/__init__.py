@@ -54,6 +54,8 @@ from nnx_introspect._step.inputs import SpecsLike as SpecsLike
 from nnx_introspect._step.inputs import as_model as as_model
 from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
+from nnx_introspect._step.logprobs import LOGPROBS as LOGPROBS
+from nnx_introspect._step.measure import measure_step as measure_step
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.measure import topology_mesh_here as topology_mesh_here
 from nnx_introspect._step.measured import Measured as Measured
@@ -74,6 +76,7 @@ from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
     "GPU_FAMILIES",
+    "LOGPROBS",
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
@@ -95,6 +98,7 @@ __all__ = [
     "devices_seen_as",
     "duration",
     "importable_name",
+    "measure_step",
     "measured_topology",
     "parse_batch",
     "parse_topology",

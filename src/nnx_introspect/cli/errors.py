@@ -50,6 +50,10 @@ FLAGS: dict[str, str] = {
     "init_cache": "--init-cache",
     "decode": "--decode",
     "measure": "--measure",
+    "generations": "--generations",
+    "completion": "--completion",
+    "reference": "--no-reference",
+    "rollout_weights": "--rollout-weights",
 }
 """The library's argument names (``ArgumentError.argument``) and their flags."""
 

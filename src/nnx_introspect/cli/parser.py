@@ -12,6 +12,7 @@ from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.checkpoint import add_checkpoint_parser
 from nnx_introspect.cli.diff import add_diff_parser
 from nnx_introspect.cli.mesh import add_mesh_parser
+from nnx_introspect.cli.rl import add_rl_parser
 from nnx_introspect.cli.serve import add_serve_parser
 from nnx_introspect.cli.step import add_step_parser
 from nnx_introspect.cli.summary import add_summary_parser
@@ -127,4 +128,5 @@ def build_parser() -> argparse.ArgumentParser:
     add_checkpoint_parser(subparsers)
     add_step_parser(subparsers)
     add_serve_parser(subparsers)
+    add_rl_parser(subparsers)
     return parser

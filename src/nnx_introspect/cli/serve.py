@@ -28,14 +28,14 @@ def _positive(text: str) -> int:
     return value
 
 
-_WEIGHTS = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32"}
-_WEIGHTS |= {"float32": "float32", "model": "model"}
-_KV_CACHE = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32"}
-_KV_CACHE |= {"float32": "float32", "fp8": "float8_e4m3fn"}
-_KV_CACHE |= {"float8_e4m3fn": "float8_e4m3fn", "int8": "int8"}
+WEIGHT_CHOICES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32"}
+WEIGHT_CHOICES |= {"float32": "float32", "model": "model"}
+KV_CACHE_CHOICES = {"bf16": "bfloat16", "bfloat16": "bfloat16", "f32": "float32"}
+KV_CACHE_CHOICES |= {"float32": "float32", "fp8": "float8_e4m3fn"}
+KV_CACHE_CHOICES |= {"float8_e4m3fn": "float8_e4m3fn", "int8": "int8"}
 
 
-def _dtype(table: dict[str, str], shown: str) -> Any:
+def dtype_arg(table: dict[str, str], shown: str) -> Any:
     """An argparse converter to the dtype names a table takes, in the help's words."""
 
     def convert(text: str) -> str:
@@ -47,7 +47,7 @@ def _dtype(table: dict[str, str], shown: str) -> Any:
     return convert
 
 
-def _mesh(text: str) -> str:
+def mesh_arg(text: str) -> str:
     """``--mesh``: ``auto`` or ``axis=size,...``, spelled right (no JAX)."""
     if text.strip().lower() != "auto":
         mesh_axes(text, check=True)
@@ -73,7 +73,7 @@ def add_serve_parser(subparsers: Any) -> None:
         "--mesh",
         action="append",
         default=None,
-        type=_mesh,
+        type=mesh_arg,
         help="serving mesh (default tp=8); repeat it (--mesh tp=8 --mesh "
         "data=2,tp=4) to rank meshes by estimated tokens/s per device, or "
         "'auto' for tp=t with the rest data-parallel for each divisor t of "
@@ -165,7 +165,7 @@ def _add_target_and_dtype_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--weights",
         default="bfloat16",
-        type=_dtype(_WEIGHTS, "bf16, f32, model"),
+        type=dtype_arg(WEIGHT_CHOICES, "bf16, f32, model"),
         metavar="DTYPE",
         help="dtype of the served weights: bf16 (default), f32, or model (the "
         "model's own)",
@@ -173,7 +173,7 @@ def _add_target_and_dtype_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--kv-cache",
         default="bfloat16",
-        type=_dtype(_KV_CACHE, "bf16, f32, fp8, int8"),
+        type=dtype_arg(KV_CACHE_CHOICES, "bf16, f32, fp8, int8"),
         metavar="DTYPE",
         help="dtype of the KV cache: bf16 (default), f32, fp8 or int8",
     )

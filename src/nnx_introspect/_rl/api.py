@@ -1,0 +1,289 @@
+"""The public :func:`rl_memory_report`: one GRPO step's programs, compiled, added up."""
+
+import contextlib
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from nnx_introspect._rl.loss import grpo_loss
+from nnx_introspect._rl.report import RLMemoryReport, RLPhase
+from nnx_introspect._serve import serve_memory_report
+from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
+from nnx_introspect._step import LOGPROBS, StepSpec, measure_step, step_memory_report
+from nnx_introspect._typing import ArgumentError, as_int, typechecked
+
+__all__ = ["rl_memory_report"]
+
+
+def _count(value: Any, name: str) -> int:
+    try:
+        return as_int(value, name, minimum=1)
+    except TypeError as error:
+        raise ArgumentError(name, str(error)) from None
+
+
+def _batch_spec(mesh_axes: tuple[tuple[str, int], ...]) -> PartitionSpec:
+    """The sequences over the data-parallel axes (every axis but ``tp``'s)."""
+    dp = tuple(a for a, _ in mesh_axes if a not in TENSOR_PARALLEL_AXES)
+    if not dp:
+        return PartitionSpec()
+    return PartitionSpec(dp if len(dp) > 1 else dp[0])
+
+
+def _range(estimate: Any, times: int = 1) -> tuple[float, float] | None:
+    if estimate is None:
+        return None
+    return estimate.low_seconds * times, estimate.high_seconds * times
+
+
+_RENAMED = {
+    "weights": "rollout_weights",
+    "sequences": "batch",
+    "context": "completion",
+}
+"""The rollout's arguments as :func:`rl_memory_report` names them."""
+
+
+@contextlib.contextmanager
+def _renamed(sequences: int, length: int) -> Iterator[None]:
+    """The rollout's argument errors re-raised naming this function's argument."""
+    try:
+        yield
+    except ArgumentError as error:
+        name = _RENAMED.get(error.argument)
+        if name is None:
+            raise
+        text = str(error).replace(f"`{error.argument}`", f"`{name}`")
+        text = text.replace(f"{error.argument}=", f"{name}=")
+        where = {
+            "batch": f" (the rollout's {sequences} sequences are batch x generations)",
+            "completion": f" (the rollout context of {length} is prompt + completion)",
+        }.get(name, "")
+        raise ArgumentError(name, text + where) from None
+
+
+@typechecked
+def rl_memory_report(
+    actor: Any,
+    mesh: Any,
+    /,
+    *,
+    batch: Any,
+    generations: Any,
+    prompt: Any,
+    completion: Any,
+    reference: bool = True,
+    optimizer: Any = "adamw",
+    rollout_weights: Any = "bfloat16",
+    kv_cache: Any = "bfloat16",
+    topology: str | None = None,
+    max_device_bytes: Any = None,
+    init_cache: Any = None,
+    decode: Any = None,
+    cache: bool = True,
+) -> RLMemoryReport:
+    """Whether one GRPO step fits: its four programs compiled for the target.
+
+    The programs of one step, each compiled through the library's own
+    pipelines (no device needed for a named ``topology``), on one mesh every
+    role shares (colocated, as tunix's ``RLCluster`` runs them on one mesh):
+
+    * **rollout**: the prefill of ``batch x generations`` prompts of
+      ``prompt`` tokens into a KV cache of ``prompt + completion`` positions,
+      and a decode step (:func:`~nnx_introspect.serve_memory_report`, the
+      weights in ``rollout_weights``);
+    * **reference**: the per-token log-probabilities of the ``prompt +
+      completion`` tokens under the reference model (forward only; left out
+      with ``reference=False``);
+    * **train**: the actor's step on the GRPO loss
+      (:func:`~nnx_introspect._rl.loss.grpo_loss`, tunix's own) with
+      ``optimizer``.
+
+    Each phase's peak is its program's own plus what the other roles keep
+    resident while it runs (the actor's parameters and optimizer state, the
+    reference's parameters, the rollout's copy of the weights when their
+    dtype differs from the actor's); the step's peak is the largest, against
+    the budget a step gets. The sequences split over the mesh's
+    data-parallel axes (every axis but ``tp``), the weights as their
+    annotations say.
+
+    Args:
+        actor: The policy model: an ``nnx.Module``, a factory or
+            ``"package.module:factory"`` (a named topology compiles in child
+            processes, which need the name).
+        mesh: The mesh every role runs on: ``"fsdp=4,tp=2"``, a dict.
+        batch: Prompts per step.
+        generations: Completions per prompt (GRPO's group size).
+        prompt: Tokens of each prompt.
+        completion: Tokens of each completion.
+        reference: Compute the reference model's log-probabilities (a KL
+            term): its parameters are then resident throughout.
+        optimizer: The actor's optimizer: a name (``"adamw"``) or an optax
+            transformation.
+        rollout_weights: The rollout's weights dtype (``"bfloat16"``,
+            ``"float32"``, ``None``: the model's own).
+        kv_cache: The rollout's KV cache dtype.
+        topology: A target such as ``"v5e-8"`` or ``"h100-8"``.
+        max_device_bytes: A budget per device (``"16GiB"`` or bytes).
+        init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
+        decode: As for :func:`~nnx_introspect.serve_memory_report`.
+        cache: Read programs compiled before from the cache of compile results.
+
+    Returns:
+        The :class:`~nnx_introspect._rl.report.RLMemoryReport`.
+
+    Raises:
+        ArgumentError: A size not a positive integer (naming it), or any
+            argument its program's own report refuses, before that program
+            compiles.
+
+    Example:
+        >>> from nnx_introspect import rl_memory_report
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
+        ...                           n_heads=2, d_ff=64))
+        >>> report = rl_memory_report(small, "data=2", batch=2, generations=2,
+        ...                           prompt=8, completion=8,
+        ...                           max_device_bytes="64MiB")
+        >>> [p.name for p in report.phases], report.fits()
+        (['prefill', 'decode', 'reference', 'train'], True)
+        >>> report.peak_bytes == max(p.peak_bytes for p in report.phases)
+        True
+    """
+    b, g = _count(batch, "batch"), _count(generations, "generations")
+    p, c = _count(prompt, "prompt"), _count(completion, "completion")
+    for name, value in (("reference", reference), ("cache", cache)):
+        if not isinstance(value, bool):
+            raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
+    sequences, length = b * g, p + c
+    with _renamed(sequences, length):
+        rollout = serve_memory_report(
+            actor,
+            mesh,
+            sequences=sequences,
+            context=length,
+            prompt=p,
+            topology=topology,
+            max_device_bytes=max_device_bytes,
+            weights=rollout_weights,
+            kv_cache=kv_cache,
+            init_cache=init_cache,
+            decode=decode,
+            cache=cache,
+        )
+    spec = _batch_spec(rollout.mesh_axes)
+    common: dict[str, Any] = {
+        "topology": topology,
+        "max_device_bytes": max_device_bytes,
+        "batch_spec": spec,
+    }
+    mesh_axes = dict(rollout.mesh_axes)  # completed as the rollout's was
+
+    def ids(n: int) -> Any:
+        return jax.ShapeDtypeStruct((sequences, n), jnp.int32)
+
+    def floats(*shape: int) -> Any:
+        return jax.ShapeDtypeStruct(shape, jnp.float32)
+
+    train = step_memory_report(
+        actor,
+        mesh_axes,
+        (
+            ids(p),
+            ids(c),
+            floats(sequences, c),
+            floats(sequences),
+            floats(sequences, c),
+            floats(sequences, c),
+        ),
+        loss=grpo_loss,
+        optimizer=optimizer,
+        tokens_per_step=sequences * length,
+        cache=cache,
+        **common,
+    )
+    ref = None
+    if reference:
+        ref_spec = StepSpec(actor, mesh_axes, ids(length), loss=None, **common)
+        ref = measure_step(ref_spec, cache=cache, program=LOGPROBS)
+    return _assemble(rollout, train, ref, b, g, p, c)
+
+
+def _assemble(
+    rollout: Any, train: Any, ref: Any, b: int, g: int, p: int, c: int
+) -> RLMemoryReport:
+    """The report: the roles resident, each phase's peak, from the programs."""
+    plan = train.plan.bytes_by_category
+    actor_params = plan.get("params", 0)
+    optimizer = plan.get("optimizer state", 0)
+    reference = 0 if ref is None else ref.plan.bytes_by_category.get("params", 0)
+    weights = rollout.decode.weights_bytes
+    copy = 0 if weights == actor_params else weights  # the rollout's own copy
+    roles = [("actor parameters", actor_params), ("actor optimizer state", optimizer)]
+    if ref is not None:
+        roles.append(("reference parameters", reference))
+    roles.append(("rollout weights", weights if copy else 0))
+    roles.append(("KV cache (during the rollout)", rollout.decode.kv_cache_bytes))
+
+    def resident(*names: str) -> tuple[tuple[str, int], ...]:
+        return tuple((name, n) for name, n in roles if name in names and n)
+
+    others = ("actor optimizer state", "reference parameters")
+    rollout_others = resident(*others, *(("actor parameters",) if copy else ()))
+    time = rollout.time
+    phases = [
+        RLPhase(
+            "prefill",
+            rollout.prefill.peak_bytes,
+            rollout_others,
+            rollout.prefill.memory.out_of_memory,
+            None if time is None else time.time_to_first_token,
+        ),
+        RLPhase(
+            "decode",
+            rollout.decode.peak_bytes,
+            rollout_others,
+            rollout.decode.memory.out_of_memory,
+            None
+            if time is None
+            else (time.seconds_per_token[0] * c, time.seconds_per_token[1] * c),
+        ),
+    ]
+    if ref is not None:
+        phases.append(
+            RLPhase(
+                "reference",
+                ref.peak_bytes,
+                resident(
+                    "actor parameters", "actor optimizer state", "rollout weights"
+                ),
+                ref.out_of_memory,
+                _range(ref.roofline),
+            )
+        )
+    phases.append(
+        RLPhase(
+            "train",
+            train.peak_bytes,
+            resident("reference parameters", "rollout weights"),
+            train.out_of_memory,
+            _range(train.roofline),
+        )
+    )
+    return RLMemoryReport(
+        target=rollout.target,
+        mesh_axes=rollout.mesh_axes,
+        topology=rollout.topology,
+        batch=b,
+        generations=g,
+        prompt=p,
+        completion=c,
+        reference=ref is not None,
+        roles=tuple(roles),
+        phases=tuple(phases),
+        budget=rollout.budget,
+        programs={"rollout": rollout, "reference": ref, "train": train},
+    )

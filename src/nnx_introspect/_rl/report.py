@@ -1,0 +1,288 @@
+"""One RL step's programs on the devices they share: :class:`RLMemoryReport`.
+
+A GRPO step runs four programs one after another on the same devices: the
+rollout's **prefill** and **decode** (``batch x generations`` completions
+written into a KV cache), the **reference** model's per-token
+log-probabilities, and the actor's **training** step. Each is compiled for
+the target through the step's and serving's own pipelines; this module only
+adds them up. Each role keeps bytes resident across the step (the actor's
+parameters and optimizer state, the reference's parameters, a rollout copy of
+the weights in another dtype); a phase's peak is its program's own peak
+(which counts the program's arguments: the roles it runs on) plus what the
+other roles keep resident meanwhile. The step's peak is the largest phase's.
+"""
+
+import dataclasses
+from typing import Any
+
+from nnx_introspect._accelerators.budget import Budget
+from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._step import duration
+
+__all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
+
+PHASES = ("prefill", "decode", "reference", "train")
+"""The phases of one step, in the order they run."""
+
+
+@dataclasses.dataclass(frozen=True)
+class RLPhase:
+    """One phase of the step: its program's peak and what else is resident.
+
+    Attributes:
+        name: One of :data:`PHASES`.
+        program_peak_bytes: The compiled program's own peak per device (its
+            arguments, outputs and temporaries).
+        resident: ``(role, bytes)`` per device of each role kept resident
+            while the phase runs and not among its program's arguments.
+        out_of_memory: Whether the compiler refused the program for memory.
+        seconds: The estimated time of the phase, ``(low, high)``, or
+            ``None`` without a topology (for decode, every step of the
+            completion).
+
+    Example:
+        >>> phase = RLPhase("train", 100, (("reference parameters", 40),))
+        >>> phase.peak_bytes
+        140
+    """
+
+    name: str
+    program_peak_bytes: int
+    resident: tuple[tuple[str, int], ...] = ()
+    out_of_memory: bool = False
+    seconds: tuple[float, float] | None = None
+
+    @property
+    def resident_bytes(self) -> int:
+        """What the other roles keep resident during the phase."""
+        return sum(n for _, n in self.resident)
+
+    @property
+    def peak_bytes(self) -> int:
+        """The phase's peak per device: its program's and the others' resident."""
+        return self.program_peak_bytes + self.resident_bytes
+
+
+@dataclasses.dataclass(frozen=True)
+class RLMemoryReport(Report):
+    """Whether one GRPO step fits the devices its programs share.
+
+    Attributes:
+        target: The actor's name.
+        mesh_axes: The mesh every role runs on (colocated).
+        topology: The compile target, or ``None`` (this process's devices).
+        batch: Prompts per step.
+        generations: Completions per prompt (GRPO's group size).
+        prompt: Tokens of each prompt.
+        completion: Tokens of each completion.
+        reference: Whether a reference model's log-probabilities (the KL
+            term) are computed.
+        roles: ``(role, bytes)`` per device of each role's resident state:
+            the actor's parameters and optimizer state, the reference's
+            parameters, the rollout's copy of the weights, the KV cache.
+        phases: One :class:`RLPhase` per phase, in order.
+        budget: The budget of one device, as a training step's.
+        programs: The reports each phase's program came from, by name
+            (``"rollout"``: the serving report; ``"reference"``,
+            ``"train"``: step reports).
+
+    Example:
+        >>> from nnx_introspect._accelerators.budget import Budget
+        >>> phases = (RLPhase("decode", 50, (("actor optimizer state", 20),)),
+        ...           RLPhase("train", 90, (("reference parameters", 10),)))
+        >>> report = RLMemoryReport("m", (("tp", 1),), None, 2, 4, 8, 8, True,
+        ...                         (), phases, Budget(120, "the budget given"))
+        >>> report.peak_phase.name, report.peak_bytes, report.fits()
+        ('train', 100, True)
+    """
+
+    SCHEMA = "nnx-introspect/rl-memory-report"
+    SCHEMA_VERSION = 1
+
+    target: str
+    mesh_axes: tuple[tuple[str, int], ...]
+    topology: str | None
+    batch: int
+    generations: int
+    prompt: int
+    completion: int
+    reference: bool
+    roles: tuple[tuple[str, int], ...]
+    phases: tuple[RLPhase, ...]
+    budget: Budget
+    programs: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+
+    @property
+    def sequences(self) -> int:
+        """Completions per step: ``batch x generations``."""
+        return self.batch * self.generations
+
+    @property
+    def peak_phase(self) -> RLPhase:
+        """The phase whose peak is the step's."""
+        return max(self.phases, key=lambda p: p.peak_bytes)
+
+    @property
+    def peak_bytes(self) -> int:
+        """The step's peak per device: the largest phase's."""
+        return self.peak_phase.peak_bytes
+
+    @property
+    def max_device_bytes(self) -> int | None:
+        """The budget of one device in bytes (``None``: no budget)."""
+        return self.budget.bytes
+
+    def fits(self) -> bool | None:
+        """Whether every phase fits the budget; ``None`` without one.
+
+        A phase whose program the compiler refused does not fit.
+        """
+        if any(p.out_of_memory for p in self.phases):
+            return False
+        if self.budget.bytes is None:
+            return None
+        return self.peak_bytes <= self.budget.bytes
+
+    @property
+    def ok(self) -> bool:
+        """``False`` when the step does not fit."""
+        return self.fits() is not False
+
+    @property
+    def step_seconds(self) -> tuple[float, float] | None:
+        """The estimated step time, ``(low, high)``: the phases' sum."""
+        if any(p.seconds is None for p in self.phases):
+            return None
+        low = sum(p.seconds[0] for p in self.phases if p.seconds is not None)
+        high = sum(p.seconds[1] for p in self.phases if p.seconds is not None)
+        return low, high
+
+    @property
+    def verdict(self) -> str:
+        """The verdict in one line: fits or not, the peak, its phase."""
+        peak, phase = format_bytes(self.peak_bytes), self.peak_phase.name
+        fits = self.fits()
+        refused = [p.name for p in self.phases if p.out_of_memory]
+        if refused:
+            return (
+                f"does NOT fit: the compiler refused {', '.join(refused)} for "
+                f"memory; peak {peak} per device ({phase})"
+            )
+        if fits is None:
+            return f"peak {peak} per device ({phase}); no budget to hold it to"
+        word = "fits" if fits else "does NOT fit"
+        budget = format_bytes(self.budget.bytes or 0)
+        return f"{word}: peak {peak} per device of a {budget} budget, set by {phase}"
+
+    def _title(self) -> str:
+        mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
+        where = self.topology or "this process's devices"
+        return (
+            f"One GRPO step of {self.target} on {mesh} ({where}), colocated: "
+            f"{self.batch} prompts x {self.generations} generations, prompt "
+            f"{self.prompt}, completion {self.completion}"
+        )
+
+    def table(self) -> Table:
+        """The roles resident, then each phase's program, resident and peak."""
+        rows = [
+            (f"resident: {role}", format_bytes(n), f"{n:,}") for role, n in self.roles
+        ]
+        for phase in self.phases:
+            rows.append(
+                (
+                    f"{phase.name}: program",
+                    "refused"
+                    if phase.out_of_memory
+                    else format_bytes(phase.program_peak_bytes),
+                    f"{phase.program_peak_bytes:,}",
+                )
+            )
+            rows.append(
+                (
+                    f"{phase.name}: + others resident",
+                    format_bytes(phase.resident_bytes),
+                    ", ".join(r for r, _ in phase.resident) or "-",
+                )
+            )
+        totals = [
+            (
+                f"peak ({p.name})",
+                format_bytes(p.peak_bytes),
+                f"{p.peak_bytes:,}",
+            )
+            for p in self.phases
+        ]
+        if self.budget.bytes is not None:
+            totals.insert(
+                0,
+                (
+                    "budget per device",
+                    format_bytes(self.budget.bytes),
+                    f"{self.budget.bytes:,}",
+                ),
+            )
+        notes = [
+            "A phase's peak is its compiled program's own (its arguments, outputs "
+            "and temporaries) plus what the other roles keep resident while it "
+            "runs; the step's is the largest.",
+            *([f"Budget: {self.budget.basis}."] if self.budget.basis else []),
+        ]
+        span = self.step_seconds
+        if span is not None:
+            parts = "; ".join(
+                f"{p.name} {duration(p.seconds[0])}-{duration(p.seconds[1])}"
+                for p in self.phases
+                if p.seconds is not None
+            )
+            notes.append(
+                f"Step time, estimated (each program's roofline on the data sheet, "
+                f"not a measurement): {duration(span[0])}-{duration(span[1])} "
+                f"({parts}; decode: every one of the {self.completion} steps of "
+                f"a completion); rollout "
+                f"{self.sequences * self.completion / span[1]:,.0f}-"
+                f"{self.sequences * self.completion / span[0]:,.0f} tokens/s."
+            )
+        return Table(
+            title=self._title(),
+            columns=("", "per device", "bytes"),
+            rows=tuple(rows),
+            totals=tuple(totals),
+            notes=tuple(notes),
+            lead=(self.verdict,),
+            emphasis=(f"peak ({self.peak_phase.name})", "budget per device"),
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """The report as JSON data."""
+        return {
+            "target": self.target,
+            "mesh": [list(a) for a in self.mesh_axes],
+            "topology": self.topology,
+            "batch": self.batch,
+            "generations": self.generations,
+            "prompt": self.prompt,
+            "completion": self.completion,
+            "reference": self.reference,
+            "roles": [{"role": r, "bytes": n} for r, n in self.roles],
+            "phases": [
+                {
+                    "name": p.name,
+                    "program_peak_bytes": p.program_peak_bytes,
+                    "resident": [{"role": r, "bytes": n} for r, n in p.resident],
+                    "peak_bytes": p.peak_bytes,
+                    "out_of_memory": p.out_of_memory,
+                    "seconds": None if p.seconds is None else list(p.seconds),
+                }
+                for p in self.phases
+            ],
+            "peak_bytes": self.peak_bytes,
+            "peak_phase": self.peak_phase.name,
+            "budget_bytes": self.budget.bytes,
+            "budget_basis": self.budget.basis,
+            "fits": self.fits(),
+            "verdict": self.verdict,
+            "step_seconds": None
+            if self.step_seconds is None
+            else list(self.step_seconds),
+        }

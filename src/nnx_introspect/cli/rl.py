@@ -1,0 +1,139 @@
+"""``nnx-introspect rl``: one GRPO step's programs on the devices they share."""
+
+import argparse
+import sys
+from typing import Any
+
+from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
+from nnx_introspect.cli.errors import usage_error
+from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.progress import ClockLine, live_status
+from nnx_introspect.cli.serve import (
+    KV_CACHE_CHOICES,
+    SERVE_TARGET,
+    WEIGHT_CHOICES,
+    dtype_arg,
+    mesh_arg,
+)
+
+__all__ = ["add_rl_parser"]
+
+
+def _positive(text: str) -> int:
+    try:
+        value = int(text, 10)
+    except ValueError:
+        value = 0
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"must be a positive integer, got {text!r}")
+    return value
+
+
+_SIZES = (
+    ("--batch", "prompts per step"),
+    ("--generations", "completions per prompt (GRPO's group size)"),
+    ("--prompt", "tokens of each prompt"),
+    ("--completion", "tokens of each completion"),
+)
+
+
+def add_rl_parser(subparsers: Any) -> None:
+    """Adds the ``rl`` command to ``subparsers``."""
+    parser = subparsers.add_parser(
+        "rl",
+        help="compile one GRPO step's programs and report the peak per device",
+        description="Compile the programs of one GRPO step of TARGET for "
+        "--topology (no device needed) or this process's devices, every role on "
+        "one mesh (colocated): the rollout's prefill and decode of --batch x "
+        "--generations completions, the reference model's per-token "
+        "log-probabilities, the actor's training step on tunix's GRPO loss. "
+        "Each phase's peak is its program's own plus what the other roles keep "
+        "resident; the step's is the largest. Exits with 1 when it does not "
+        "fit, 2 on bad input.",
+    )
+    add_target_args(parser, seed=False, default=SERVE_TARGET)
+    parser.add_argument(
+        "--mesh",
+        default="tp=8",
+        type=mesh_arg,
+        help="the mesh every role runs on (default tp=8); sequences split over "
+        "every axis but tp",
+    )
+    for flag, what in _SIZES:
+        parser.add_argument(flag, type=_positive, required=True, metavar="N", help=what)
+    parser.add_argument(
+        "--no-reference",
+        action="store_true",
+        help="no reference model (no KL term): its parameters are not resident",
+    )
+    parser.add_argument(
+        "--optimizer",
+        default="adamw",
+        metavar="NAME",
+        help="the actor's optimizer (default adamw)",
+    )
+    parser.add_argument(
+        "--rollout-weights",
+        default="bfloat16",
+        type=dtype_arg(WEIGHT_CHOICES, "bf16, f32, model"),
+        metavar="DTYPE",
+        help="dtype of the rollout's weights: bf16 (default), f32, or model",
+    )
+    parser.add_argument(
+        "--kv-cache",
+        default="bfloat16",
+        type=dtype_arg(KV_CACHE_CHOICES, "bf16, f32, fp8, int8"),
+        metavar="DTYPE",
+        help="dtype of the rollout's KV cache: bf16 (default), f32, fp8, int8",
+    )
+    parser.add_argument(
+        "--topology",
+        default=None,
+        metavar="NAME",
+        help="compile for this target with no device present: v5e-8, h100-8...",
+    )
+    parser.add_argument(
+        "--max-device-bytes",
+        default=None,
+        metavar="SIZE",
+        help="a budget per device, with its unit: 16GiB (default: the "
+        "topology's memory a run gets)",
+    )
+    parser.add_argument("--init-cache", default=None, metavar="PKG.MOD:FN")
+    parser.add_argument("--decode", default=None, metavar="PKG.MOD:FN")
+    add_output_args(parser, (*FORMATS, "html"))
+    parser.set_defaults(handler=_run_rl)
+
+
+def _run_rl(args: argparse.Namespace) -> int:
+    from nnx_introspect import rl_memory_report
+
+    where = f"XLA for {args.topology}" if args.topology else "XLA"
+    message = f"Compiling one GRPO step of {args.target} with {where}..."
+    try:
+        with live_status(ClockLine(message)):
+            report = rl_memory_report(
+                args.target,
+                args.mesh,
+                batch=args.batch,
+                generations=args.generations,
+                prompt=args.prompt,
+                completion=args.completion,
+                reference=not args.no_reference,
+                optimizer=args.optimizer,
+                rollout_weights=None
+                if args.rollout_weights == "model"
+                else args.rollout_weights,
+                kv_cache=args.kv_cache,
+                topology=args.topology,
+                max_device_bytes=args.max_device_bytes,
+                init_cache=args.init_cache,
+                decode=args.decode,
+            )
+    except (TypeError, ValueError, ImportError) as error:
+        raise usage_error(error, args) from error
+    emit(report, args.format)
+    if report.ok:
+        return 0
+    sys.stderr.write(f"{PROG}: {report.verdict}.\n")
+    return 1
