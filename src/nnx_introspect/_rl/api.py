@@ -6,10 +6,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from jax.sharding import PartitionSpec
+from jax.sharding import Mesh, PartitionSpec
 
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
+from nnx_introspect._search.meshes.candidates import named_axes
 from nnx_introspect._serve import serve_memory_report
 from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
 from nnx_introspect._step import LOGPROBS, StepSpec, measure_step, step_memory_report
@@ -181,6 +182,17 @@ def rl_memory_report(
         "batch_spec": spec,
     }
     mesh_axes = dict(rollout.mesh_axes)  # completed as the rollout's was
+    notes = list(rollout.notes)
+    if not isinstance(mesh, Mesh):
+        missing = [a for a in named_axes(actor) if a not in mesh_axes]
+        if missing:
+            mesh_axes |= {axis: 1 for axis in missing}
+            whole = ",".join(f"{a}={n}" for a, n in mesh_axes.items())
+            notes.append(
+                f"The mesh leaves out {', '.join(missing)}, which the actor's "
+                f"sharding names: every role compiled on {whole} (an axis of "
+                "size 1 shards nothing)."
+            )
 
     def ids(n: int) -> Any:
         return jax.ShapeDtypeStruct((sequences, n), jnp.int32)
@@ -209,13 +221,18 @@ def rl_memory_report(
     if reference:
         ref_spec = StepSpec(actor, mesh_axes, ids(length), loss=None, **common)
         ref = measure_step(ref_spec, cache=cache, program=LOGPROBS)
-    return _assemble(rollout, train, ref, b, g, p, c)
+    return _assemble(rollout, train, ref, (b, g, p, c), tuple(notes))
 
 
 def _assemble(
-    rollout: Any, train: Any, ref: Any, b: int, g: int, p: int, c: int
+    rollout: Any,
+    train: Any,
+    ref: Any,
+    sizes: tuple[int, int, int, int],
+    notes: tuple[str, ...],
 ) -> RLMemoryReport:
     """The report: the roles resident, each phase's peak, from the programs."""
+    b, g, p, c = sizes
     plan = train.plan.bytes_by_category
     actor_params = plan.get("params", 0)
     optimizer = plan.get("optimizer state", 0)
@@ -275,7 +292,7 @@ def _assemble(
     )
     return RLMemoryReport(
         target=rollout.target,
-        mesh_axes=rollout.mesh_axes,
+        mesh_axes=tuple(zip(train.plan.axis_names, train.plan.axis_sizes, strict=True)),
         topology=rollout.topology,
         batch=b,
         generations=g,
@@ -285,5 +302,6 @@ def _assemble(
         roles=tuple(roles),
         phases=tuple(phases),
         budget=rollout.budget,
+        notes=notes,
         programs={"rollout": rollout, "reference": ref, "train": train},
     )

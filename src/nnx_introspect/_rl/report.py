@@ -82,6 +82,8 @@ class RLMemoryReport(Report):
             parameters, the rollout's copy of the weights, the KV cache.
         phases: One :class:`RLPhase` per phase, in order.
         budget: The budget of one device, as a training step's.
+        notes: What the request was completed with (a mesh axis the model
+            names added at size 1), the rollout's own notes.
         programs: The reports each phase's program came from, by name
             (``"rollout"``: the serving report; ``"reference"``,
             ``"train"``: step reports).
@@ -110,6 +112,7 @@ class RLMemoryReport(Report):
     roles: tuple[tuple[str, int], ...]
     phases: tuple[RLPhase, ...]
     budget: Budget
+    notes: tuple[str, ...] = ()
     programs: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
 
     @property
@@ -227,6 +230,7 @@ class RLMemoryReport(Report):
             "and temporaries) plus what the other roles keep resident while it "
             "runs; the step's is the largest.",
             *([f"Budget: {self.budget.basis}."] if self.budget.basis else []),
+            *self.notes,
         ]
         span = self.step_seconds
         if span is not None:
@@ -282,6 +286,7 @@ class RLMemoryReport(Report):
             "budget_basis": self.budget.basis,
             "fits": self.fits(),
             "verdict": self.verdict,
+            "notes": list(self.notes),
             "step_seconds": None
             if self.step_seconds is None
             else list(self.step_seconds),

@@ -99,8 +99,20 @@ def add_rl_parser(subparsers: Any) -> None:
         help="a budget per device, with its unit: 16GiB (default: the "
         "topology's memory a run gets)",
     )
-    parser.add_argument("--init-cache", default=None, metavar="PKG.MOD:FN")
-    parser.add_argument("--decode", default=None, metavar="PKG.MOD:FN")
+    parser.add_argument(
+        "--init-cache",
+        default=None,
+        metavar="PKG.MOD:FN",
+        help="the rollout makes its KV cache as fn(model, sequences, context, "
+        "dtype) (default: the model's own init_cache)",
+    )
+    parser.add_argument(
+        "--decode",
+        default=None,
+        metavar="PKG.MOD:FN",
+        help="the rollout calls the model as fn(model, tokens, positions, cache) "
+        "-> (logits, cache) (default: model(tokens, positions, cache, mask))",
+    )
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_rl)
 
