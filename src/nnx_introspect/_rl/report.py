@@ -243,9 +243,10 @@ class RLMemoryReport(Report):
                 f"Step time, estimated (each program's roofline on the data sheet, "
                 f"not a measurement): {duration(span[0])}-{duration(span[1])} "
                 f"({parts}; decode: every one of the {self.completion} steps of "
-                f"a completion); rollout "
+                f"a completion); "
                 f"{self.sequences * self.completion / span[1]:,.0f}-"
-                f"{self.sequences * self.completion / span[0]:,.0f} tokens/s."
+                f"{self.sequences * self.completion / span[0]:,.0f} completion "
+                "tokens/s over the whole step."
             )
         return Table(
             title=self._title(),

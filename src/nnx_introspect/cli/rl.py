@@ -113,6 +113,12 @@ def add_rl_parser(subparsers: Any) -> None:
         help="the rollout calls the model as fn(model, tokens, positions, cache) "
         "-> (logits, cache) (default: model(tokens, positions, cache, mask))",
     )
+    parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile every program anew: neither read nor write the cache of "
+        "compile results",
+    )
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_rl)
 
@@ -141,6 +147,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                 max_device_bytes=args.max_device_bytes,
                 init_cache=args.init_cache,
                 decode=args.decode,
+                cache=not args.no_cache,
             )
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
