@@ -250,7 +250,7 @@ class RLMemoryReport(Report):
             )
         return Table(
             title=self._title(),
-            columns=("", "per device", "bytes"),
+            columns=("", "per device", "bytes, or the roles resident"),
             rows=tuple(rows),
             totals=tuple(totals),
             notes=tuple(notes),
