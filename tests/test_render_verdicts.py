@@ -28,6 +28,7 @@ from nnx_introspect import (
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._render.table import Report, verdict_html
+from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.meshes import compare_meshes
 from nnx_introspect._serve import (
@@ -201,6 +202,26 @@ def _collectives() -> Any:
     return read_collectives(compiled_hlo_text(compiled), (("data", 8),))
 
 
+def _rl(budget: int) -> RLMemoryReport:
+    """An RL report of two phases, the train phase's peak 90 + 10 bytes."""
+    phases = (
+        RLPhase("decode", 50, (("actor optimizer state", 20),)),
+        RLPhase("train", 90, (("reference parameters", 10),)),
+    )
+    roles = (("actor optimizer state", 20), ("reference parameters", 10))
+    return RLMemoryReport(
+        "m", (("tp", 1),), None, 2, 4, 8, 8, True, roles, phases, Budget(budget, "b")
+    )
+
+
+def test_the_rl_page_boxes_its_verdict() -> None:
+    # the peak, 90 + 10 bytes in the train phase, against 120 and 99 bytes
+    for budget, tone in ((120, "ok"), (99, "bad")):
+        report = _rl(budget)
+        assert _box(report.to_html()) == (tone, report.verdict + ".")
+        assert ("does NOT fit" in report.verdict) is (tone == "bad")
+
+
 @pytest.fixture(scope="module")
 def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
     model = nnx.Linear(3, 2, rngs=nnx.Rngs(0))
@@ -234,6 +255,7 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
             executor=_ONE_THREAD,
         ),
         "ServeMemoryReport": serve,
+        "RLMemoryReport": _rl(120),
         "ServeMeshComparison": ServeMeshComparison((serve,), (), "this process"),
         "ServeSearch": ServeSearch(
             "sequences", 2, 1, ((2, 8, 90, True), (3, 8, 110, False)), Budget(100, None)
@@ -306,6 +328,7 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "ServeMemoryReport",
         "ServeSearch",
         "ServeMeshComparison",
+        "RLMemoryReport",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(

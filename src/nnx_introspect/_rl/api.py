@@ -175,12 +175,27 @@ def rl_memory_report(
             decode=decode,
             cache=cache,
         )
-    spec = _batch_spec(rollout.mesh_axes)
+    mesh_axes, notes = _completed(actor, mesh, rollout)
     common: dict[str, Any] = {
         "topology": topology,
         "max_device_bytes": max_device_bytes,
-        "batch_spec": spec,
+        "batch_spec": _batch_spec(rollout.mesh_axes),
+        "cache": cache,
     }
+    train = _train(actor, mesh_axes, (sequences, p, c), optimizer, common)
+    ref = None
+    if reference:
+        ref = _reference(actor, mesh_axes, (sequences, length), common)
+    return _assemble(rollout, train, ref, (b, g, p, c), tuple(notes))
+
+
+def _completed(
+    actor: Any, mesh: Any, rollout: Any
+) -> tuple[dict[str, int], tuple[str, ...]]:
+    """The rollout's mesh with each axis the actor names added at size 1.
+
+    With the notes saying so; a concrete ``Mesh`` is the user's, as it is.
+    """
     mesh_axes = dict(rollout.mesh_axes)  # completed as the rollout's was
     notes = list(rollout.notes)
     if not isinstance(mesh, Mesh):
@@ -193,6 +208,22 @@ def rl_memory_report(
                 f"sharding names: every role compiled on {whole} (an axis of "
                 "size 1 shards nothing)."
             )
+    return mesh_axes, tuple(notes)
+
+
+def _train(
+    actor: Any,
+    mesh_axes: dict[str, int],
+    sizes: tuple[int, int, int],
+    optimizer: Any,
+    common: dict[str, Any],
+) -> Any:
+    """The actor's step on the GRPO loss.
+
+    Its batch as :func:`grpo_loss` takes it: prompt ids, completion ids, mask,
+    advantages, reference and old log-probabilities.
+    """
+    sequences, p, c = sizes
 
     def ids(n: int) -> Any:
         return jax.ShapeDtypeStruct((sequences, n), jnp.int32)
@@ -200,28 +231,37 @@ def rl_memory_report(
     def floats(*shape: int) -> Any:
         return jax.ShapeDtypeStruct(shape, jnp.float32)
 
-    train = step_memory_report(
+    batch = (
+        ids(p),
+        ids(c),
+        floats(sequences, c),
+        floats(sequences),
+        floats(sequences, c),
+        floats(sequences, c),
+    )
+    return step_memory_report(
         actor,
         mesh_axes,
-        (
-            ids(p),
-            ids(c),
-            floats(sequences, c),
-            floats(sequences),
-            floats(sequences, c),
-            floats(sequences, c),
-        ),
+        batch,
         loss=grpo_loss,
         optimizer=optimizer,
-        tokens_per_step=sequences * length,
-        cache=cache,
+        tokens_per_step=sequences * (p + c),
         **common,
     )
-    ref = None
-    if reference:
-        ref_spec = StepSpec(actor, mesh_axes, ids(length), loss=None, **common)
-        ref = measure_step(ref_spec, cache=cache, program=LOGPROBS)
-    return _assemble(rollout, train, ref, (b, g, p, c), tuple(notes))
+
+
+def _reference(
+    actor: Any,
+    mesh_axes: dict[str, int],
+    sizes: tuple[int, int],
+    common: dict[str, Any],
+) -> Any:
+    """The reference's per-token log-probabilities (the step pipeline's LOGPROBS)."""
+    sequences, length = sizes
+    options = {k: v for k, v in common.items() if k != "cache"}
+    tokens = jax.ShapeDtypeStruct((sequences, length), jnp.int32)
+    spec = StepSpec(actor, mesh_axes, tokens, loss=None, **options)
+    return measure_step(spec, cache=common["cache"], program=LOGPROBS)
 
 
 def _assemble(

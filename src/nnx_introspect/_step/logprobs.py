@@ -35,8 +35,9 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 
     Example:
         >>> logits = jnp.zeros((1, 3, 4))  # uniform over 4 tokens
-        >>> token_logprobs(logits, jnp.array([[0, 1, 2]])).round(4).tolist()
-        [[-1.3863, -1.3863]]
+        >>> out = token_logprobs(logits, jnp.array([[0, 1, 2]]))
+        >>> out.shape, [round(v, 4) for v in out[0].tolist()]  # log(1/4)
+        ((1, 2), [-1.3863, -1.3863])
     """
     scores = jax.nn.log_softmax(logits[:, :-1].astype(jnp.float32), axis=-1)
     picked = jnp.take_along_axis(scores, tokens[:, 1:, None], axis=-1)

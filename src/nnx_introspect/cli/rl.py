@@ -61,6 +61,14 @@ def add_rl_parser(subparsers: Any) -> None:
     )
     for flag, what in _SIZES:
         parser.add_argument(flag, type=_positive, required=True, metavar="N", help=what)
+    _add_role_args(parser)
+    _add_rollout_args(parser)
+    add_output_args(parser, (*FORMATS, "html"))
+    parser.set_defaults(handler=_run_rl)
+
+
+def _add_role_args(parser: argparse.ArgumentParser) -> None:
+    """The roles' flags: the reference, the optimizer, the target and budget."""
     parser.add_argument(
         "--no-reference",
         action="store_true",
@@ -71,20 +79,6 @@ def add_rl_parser(subparsers: Any) -> None:
         default="adamw",
         metavar="NAME",
         help="the actor's optimizer (default adamw)",
-    )
-    parser.add_argument(
-        "--rollout-weights",
-        default="bfloat16",
-        type=dtype_arg(WEIGHT_CHOICES, "bf16, f32, model"),
-        metavar="DTYPE",
-        help="dtype of the rollout's weights: bf16 (default), f32, or model",
-    )
-    parser.add_argument(
-        "--kv-cache",
-        default="bfloat16",
-        type=dtype_arg(KV_CACHE_CHOICES, "bf16, f32, fp8, int8"),
-        metavar="DTYPE",
-        help="dtype of the rollout's KV cache: bf16 (default), f32, fp8, int8",
     )
     parser.add_argument(
         "--topology",
@@ -100,6 +94,30 @@ def add_rl_parser(subparsers: Any) -> None:
         "topology's memory a run gets)",
     )
     parser.add_argument(
+        "--no-cache",
+        action="store_true",
+        help="compile every program anew: neither read nor write the cache of "
+        "compile results",
+    )
+
+
+def _add_rollout_args(parser: argparse.ArgumentParser) -> None:
+    """The rollout's flags: its dtypes and its calling convention."""
+    parser.add_argument(
+        "--rollout-weights",
+        default="bfloat16",
+        type=dtype_arg(WEIGHT_CHOICES, "bf16, f32, model"),
+        metavar="DTYPE",
+        help="dtype of the rollout's weights: bf16 (default), f32, or model",
+    )
+    parser.add_argument(
+        "--kv-cache",
+        default="bfloat16",
+        type=dtype_arg(KV_CACHE_CHOICES, "bf16, f32, fp8, int8"),
+        metavar="DTYPE",
+        help="dtype of the rollout's KV cache: bf16 (default), f32, fp8, int8",
+    )
+    parser.add_argument(
         "--init-cache",
         default=None,
         metavar="PKG.MOD:FN",
@@ -113,14 +131,6 @@ def add_rl_parser(subparsers: Any) -> None:
         help="the rollout calls the model as fn(model, tokens, positions, cache) "
         "-> (logits, cache) (default: model(tokens, positions, cache, mask))",
     )
-    parser.add_argument(
-        "--no-cache",
-        action="store_true",
-        help="compile every program anew: neither read nor write the cache of "
-        "compile results",
-    )
-    add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_rl)
 
 
 def _run_rl(args: argparse.Namespace) -> int:
