@@ -471,6 +471,12 @@ STEP_BAD: dict[str, dict[str, Any]] = {
         **{k: v for k, v in BAD_POSITIVE.items() if v is not None},
         "str": "many",
     },
+    "lora": {
+        **{k: v for k, v in BAD_POSITIVE.items() if v is not None},
+        "unknown": "adapters",
+        "wider-than-a-layer": 4,  # two_layer's first Linear is 3 x 4
+        "model-without-adapters": "model",
+    },
 }
 for _arg, _bad in STEP_BAD.items():
     for _what, _value in _bad.items():
@@ -877,6 +883,7 @@ RL_BAD: dict[str, dict[str, Any]] = {
     "mesh": {"bad-axis": "data=0"},
     "topology": {"unknown-family": "v9-4"},
     "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
+    "lora": {"zero": 0, "wider-than-a-layer": 10**6, "unknown": "full"},
 }
 for _arg, _bad in RL_BAD.items():
     for _what, _value in _bad.items():

@@ -19,8 +19,10 @@ from nnx_introspect._typing import check_filters
 T = TypeVar("T")
 
 __all__ = [
+    "FrozenParam",
     "abstract_build",
     "abstract_build_public",
+    "annotated_variable",
     "build_without_mesh",
     "devices_present",
     "flat_state",
@@ -104,6 +106,29 @@ def variable_sharding(variable: Any) -> Any:
         if value is not None:
             return value
     return None
+
+
+class FrozenParam(nnx.Param):  # type: ignore[type-arg]
+    """A parameter a LoRA step leaves frozen: no gradient, no optimizer state.
+
+    Still an ``nnx.Param`` (counted among the parameters); the step's
+    differentiation filter and the plan's optimizer leaves leave it out.
+    """
+
+
+def annotated_variable(kind: type, value: Any, names: Any) -> Any:
+    """``kind(value)`` annotated with the sharding ``names`` (or none), lazily.
+
+    The annotation is metadata for mesh planning: no mesh is needed (flax's
+    eager sharding is off while the variable is made, where flax has it).
+    """
+    if names is None:
+        return kind(value)
+    lazy = getattr(nnx, "use_eager_sharding", None)
+    if lazy is None:  # pragma: no cover - flax before eager sharding
+        return kind(value, sharding_names=names)
+    with lazy(False):
+        return kind(value, out_sharding=names)
 
 
 def _metadata(variable: nnx.Variable[Any]) -> dict[str, Any]:

@@ -14,7 +14,7 @@ from jax.sharding import PartitionSpec
 from nnx_introspect._inventory import VarRecord, dtype_nbytes
 from nnx_introspect._mesh.plan import Planner
 from nnx_introspect._mesh.report import LeafShard, MeshProblem
-from nnx_introspect._nnx import keypath_keys
+from nnx_introspect._nnx import FrozenParam, keypath_keys
 from nnx_introspect._typing import ArgumentError
 
 
@@ -73,9 +73,12 @@ def is_trained(record: VarRecord) -> bool:
 
     Floating (and complex) ``nnx.Param`` s only: integer parameters (quantized
     weights) have no gradient and are carried unchanged, as a quantized trainer
-    and :func:`~nnx_introspect.step_memory_report` do.
+    and :func:`~nnx_introspect.step_memory_report` do; so are a LoRA step's
+    frozen parameters.
     """
-    return record.is_param and bool(jnp.issubdtype(record.dtype, jnp.inexact))
+    if not record.is_param or issubclass(record.kind, FrozenParam):
+        return False
+    return bool(jnp.issubdtype(record.dtype, jnp.inexact))
 
 
 def _sort_key(key: Any) -> tuple[int, Any]:

@@ -14,6 +14,8 @@ from nnx_introspect._search.meshes.candidates import named_axes
 from nnx_introspect._serve import serve_memory_report
 from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
 from nnx_introspect._step import LOGPROBS, StepSpec, measure_step, step_memory_report
+from nnx_introspect._step.inputs import as_model
+from nnx_introspect._step.lora import as_lora
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
 __all__ = ["rl_memory_report"]
@@ -77,6 +79,7 @@ def rl_memory_report(
     prompt: Any,
     completion: Any,
     reference: bool = True,
+    lora: Any = None,
     optimizer: Any = "adamw",
     rollout_weights: Any = "bfloat16",
     kv_cache: Any = "bfloat16",
@@ -121,7 +124,14 @@ def rl_memory_report(
         prompt: Tokens of each prompt.
         completion: Tokens of each completion.
         reference: Compute the reference model's log-probabilities (a KL
-            term): its parameters are then resident throughout.
+            term): its parameters are then resident throughout, unless
+            ``lora`` makes it share the actor's frozen backbone.
+        lora: Train LoRA adapters instead of every parameter (the step's
+            ``lora``: a rank for adapters on every ``nnx.Linear``, or
+            ``"model"`` for the model's own ``nnx.LoRAParam`` leaves). The
+            backbone is frozen: no gradient, no optimizer state; the reference
+            is that backbone (no second copy: tunix's LoRA reference), and
+            the rollout decodes on it (the adapters' bytes stay resident).
         optimizer: The actor's optimizer: a name (``"adamw"``) or an optax
             transformation.
         rollout_weights: The rollout's weights dtype (``"bfloat16"``,
@@ -159,6 +169,8 @@ def rl_memory_report(
     for name, value in (("reference", reference), ("cache", cache)):
         if not isinstance(value, bool):
             raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
+    if lora is not None:  # checked on the model before any compile
+        lora = as_lora(lora, as_model(actor))
     sequences, length = b * g, p + c
     with _renamed(sequences, length):
         rollout = serve_memory_report(
@@ -182,11 +194,13 @@ def rl_memory_report(
         "batch_spec": _batch_spec(rollout.mesh_axes),
         "cache": cache,
     }
-    train = _train(actor, mesh_axes, (sequences, p, c), optimizer, common)
+    train = _train(
+        actor, mesh_axes, (sequences, p, c), optimizer, common | {"lora": lora}
+    )
     ref = None
     if reference:
         ref = _reference(actor, mesh_axes, (sequences, length), common)
-    return _assemble(rollout, train, ref, (b, g, p, c), tuple(notes))
+    return _assemble(rollout, train, ref, (b, g, p, c), tuple(notes), lora)
 
 
 def _completed(
@@ -258,10 +272,77 @@ def _reference(
 ) -> Any:
     """The reference's per-token log-probabilities (the step pipeline's LOGPROBS)."""
     sequences, length = sizes
-    options = {k: v for k, v in common.items() if k != "cache"}
+    options = {k: v for k, v in common.items() if k not in ("cache", "lora")}
     tokens = jax.ShapeDtypeStruct((sequences, length), jnp.int32)
     spec = StepSpec(actor, mesh_axes, tokens, loss=None, **options)
     return measure_step(spec, cache=common["cache"], program=LOGPROBS)
+
+
+def _lora_note(copy: bool, reference: bool) -> str:
+    """What LoRA changes in the roles, as the report says it."""
+    rollout = (
+        "the rollout decodes on its own copy of the backbone in rollout_weights"
+        if copy
+        else "the rollout decodes on the backbone"
+    )
+    shared = "; the reference is that backbone (no second copy)" if reference else ""
+    return (
+        "LoRA: the actor trains its adapters only (no gradient or optimizer "
+        f"state for the frozen backbone){shared}; {rollout}, the adapters "
+        "resident beside it."
+    )
+
+
+def _lora_bytes(train: Any) -> int:
+    """Bytes per device of the actor's ``nnx.LoRAParam`` leaves (the adapters)."""
+    return sum(
+        leaf.bytes_per_device for leaf in train.plan.leaves if leaf.kind == "LoRAParam"
+    )
+
+
+_ACTOR = "actor parameters"
+_BACKBONE = "actor backbone (frozen)"
+_ADAPTERS = "actor LoRA adapters"
+_OPTIMIZER = "actor optimizer state"
+_REFERENCE = "reference parameters"
+_COPY = "rollout weights"
+_CACHE = "KV cache (during the rollout)"
+
+
+def _roles(
+    rollout: Any, train: Any, ref: Any, lora: Any
+) -> tuple[list[tuple[str, int]], dict[str, tuple[str, ...]]]:
+    """Each role's resident bytes per device, and who is resident in each phase.
+
+    A phase's own program holds the roles it runs on (its arguments); the
+    others it lists are what else stays resident meanwhile.
+    """
+    plan = train.plan.bytes_by_category
+    actor = plan.get("params", 0)
+    adapters = _lora_bytes(train) if lora is not None else 0
+    weights = rollout.decode.weights_bytes
+    copy = weights != actor - adapters  # else the rollout decodes on the actor's
+    roles = (
+        [(_BACKBONE, actor - adapters), (_ADAPTERS, adapters)]
+        if lora is not None
+        else [(_ACTOR, actor)]
+    )
+    roles.append((_OPTIMIZER, plan.get("optimizer state", 0)))
+    shared = ref is not None and lora is not None  # the reference is the backbone
+    if ref is not None and not shared:
+        roles.append((_REFERENCE, ref.plan.bytes_by_category.get("params", 0)))
+    roles.append((_COPY, weights if copy else 0))
+    roles.append((_CACHE, rollout.decode.kv_cache_bytes))
+    actor_roles = (_BACKBONE, _ADAPTERS) if lora is not None else (_ACTOR,)
+    rollout_others = (_OPTIMIZER, _REFERENCE, _ADAPTERS)
+    by_phase = {
+        "rollout": rollout_others + (actor_roles if copy else ()),
+        "reference": (_OPTIMIZER, _COPY, *(actor_roles if not shared else ())),
+        "train": (_REFERENCE, _COPY),
+    }
+    if shared and lora != "model":  # the reference program has no adapters
+        by_phase["reference"] += (_ADAPTERS,)
+    return roles, by_phase
 
 
 def _assemble(
@@ -270,43 +351,35 @@ def _assemble(
     ref: Any,
     sizes: tuple[int, int, int, int],
     notes: tuple[str, ...],
+    lora: Any = None,
 ) -> RLMemoryReport:
     """The report: the roles resident, each phase's peak, from the programs."""
     b, g, p, c = sizes
-    plan = train.plan.bytes_by_category
-    actor_params = plan.get("params", 0)
-    optimizer = plan.get("optimizer state", 0)
-    reference = 0 if ref is None else ref.plan.bytes_by_category.get("params", 0)
-    weights = rollout.decode.weights_bytes
-    copy = 0 if weights == actor_params else weights  # the rollout's own copy
-    roles = [("actor parameters", actor_params), ("actor optimizer state", optimizer)]
-    if ref is not None:
-        roles.append(("reference parameters", reference))
-    roles.append(("rollout weights", weights if copy else 0))
-    roles.append(("KV cache (during the rollout)", rollout.decode.kv_cache_bytes))
+    roles, by_phase = _roles(rollout, train, ref, lora)
+    if lora is not None:
+        notes = (*notes, _lora_note(dict(roles)[_COPY] > 0, ref is not None))
 
-    def resident(*names: str) -> tuple[tuple[str, int], ...]:
-        return tuple((name, n) for name, n in roles if name in names and n)
+    def resident(phase: str) -> tuple[tuple[str, int], ...]:
+        return tuple((name, n) for name, n in roles if name in by_phase[phase] and n)
 
-    others = ("actor optimizer state", "reference parameters")
-    rollout_others = resident(*others, *(("actor parameters",) if copy else ()))
     time = rollout.time
+    decode_time = None
+    if time is not None:
+        decode_time = (time.seconds_per_token[0] * c, time.seconds_per_token[1] * c)
     phases = [
         RLPhase(
             "prefill",
             rollout.prefill.peak_bytes,
-            rollout_others,
+            resident("rollout"),
             rollout.prefill.memory.out_of_memory,
             None if time is None else time.time_to_first_token,
         ),
         RLPhase(
             "decode",
             rollout.decode.peak_bytes,
-            rollout_others,
+            resident("rollout"),
             rollout.decode.memory.out_of_memory,
-            None
-            if time is None
-            else (time.seconds_per_token[0] * c, time.seconds_per_token[1] * c),
+            decode_time,
         ),
     ]
     if ref is not None:
@@ -314,9 +387,7 @@ def _assemble(
             RLPhase(
                 "reference",
                 ref.peak_bytes,
-                resident(
-                    "actor parameters", "actor optimizer state", "rollout weights"
-                ),
+                resident("reference"),
                 ref.out_of_memory,
                 _range(ref.roofline),
             )
@@ -325,7 +396,7 @@ def _assemble(
         RLPhase(
             "train",
             train.peak_bytes,
-            resident("reference parameters", "rollout weights"),
+            resident("train"),
             train.out_of_memory,
             _range(train.roofline),
         )
@@ -344,4 +415,5 @@ def _assemble(
         budget=rollout.budget,
         notes=notes,
         programs={"rollout": rollout, "reference": ref, "train": train},
+        lora=lora,
     )

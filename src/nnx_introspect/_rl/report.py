@@ -84,6 +84,8 @@ class RLMemoryReport(Report):
         budget: The budget of one device, as a training step's.
         notes: What the request was completed with (a mesh axis the model
             names added at size 1), the rollout's own notes.
+        lora: The LoRA rank the actor trained adapters of, ``"model"`` (its
+            own ``nnx.LoRAParam`` leaves) or ``None`` (full fine-tuning).
         programs: The reports each phase's program came from, by name
             (``"rollout"``: the serving report; ``"reference"``,
             ``"train"``: step reports).
@@ -114,6 +116,7 @@ class RLMemoryReport(Report):
     budget: Budget
     notes: tuple[str, ...] = ()
     programs: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
+    lora: int | str | None = None
 
     @property
     def sequences(self) -> int:
@@ -183,8 +186,15 @@ class RLMemoryReport(Report):
         return (
             f"One GRPO step of {self.target} on {mesh} ({where}), colocated: "
             f"{self.batch} prompts x {self.generations} generations, prompt "
-            f"{self.prompt}, completion {self.completion}"
+            f"{self.prompt}, completion {self.completion}{self._tuning()}"
         )
+
+    def _tuning(self) -> str:
+        if self.lora is None:
+            return ""
+        if self.lora == "model":
+            return ", LoRA (the model's own adapters)"
+        return f", LoRA rank {self.lora}"
 
     def table(self) -> Table:
         """The roles resident, then each phase's program, resident and peak."""
@@ -269,6 +279,7 @@ class RLMemoryReport(Report):
             "prompt": self.prompt,
             "completion": self.completion,
             "reference": self.reference,
+            "lora": self.lora,
             "roles": [{"role": r, "bytes": n} for r, n in self.roles],
             "phases": [
                 {

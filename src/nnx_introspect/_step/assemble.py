@@ -104,6 +104,7 @@ def assemble_report(
         breakdown=None if found is None else Breakdown.from_json_data(found),
         remat=request.remat,
         microbatches=request.microbatches,
+        lora=request.lora,
         target=request.target_name,
         tokens_per_step=request.tokens_per_step,
         measured=None

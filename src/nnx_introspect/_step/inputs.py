@@ -110,6 +110,8 @@ class Request:
     """``(module class name, policy name)`` pairs rematerialised while traced."""
     microbatches: int = 1
     """How many microbatches one step accumulates gradients over."""
+    lora: int | str | None = None
+    """The LoRA rank, ``"model"`` or ``None`` (see ``StepSpec.lora``)."""
     tokens_per_step: int | None = None
     """The tokens one step trains on, where the batch does not tell."""
 

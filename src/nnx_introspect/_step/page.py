@@ -60,8 +60,9 @@ def compiled_html(report: RenderedStep) -> str:
             report.topology or f"none ({compiled.device_kind}, {report.compiled_in})",
         ),
     )
-    if report.remat or report.microbatches > 1:
-        facts += (("options", options_text(report.remat, report.microbatches)),)
+    if report.remat or report.microbatches > 1 or report.lora is not None:
+        options = options_text(report.remat, report.microbatches, report.lora)
+        facts += (("options", options),)
     if compiled.cached is not None:
         when = cached_date(compiled.cached)
         facts += (("compiled", f"from the cache (compiled on {when})"),)

@@ -178,6 +178,9 @@ class StepMemoryReport(Report):
             it could not be made (``warnings`` says why).
         remat: The ``(module class, policy)`` pairs rematerialised while the
             step was traced (``remat=``); empty when none.
+        lora: The LoRA rank the step trained adapters of, ``"model"`` (the
+            model's own ``nnx.LoRAParam`` leaves) or ``None`` (every
+            parameter trained; ``lora=``).
         microbatches: How many microbatches the step accumulated its
             gradients over (``microbatches=``; 1: one pass over the batch).
         target: The model's ``"package.module:factory"`` name, when it has
@@ -238,6 +241,7 @@ class StepMemoryReport(Report):
     breakdown: Breakdown | None = None
     remat: tuple[tuple[str, str], ...] = ()
     microbatches: int = 1
+    lora: int | str | None = None
     target: str | None = None
     tokens_per_step: int | None = None
     measured: Measured | None = None

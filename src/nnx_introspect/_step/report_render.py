@@ -18,6 +18,7 @@ from nnx_introspect._mesh import MeshConfigReport, mesh_str
 from nnx_introspect._render.formats import spec_json, spec_str
 from nnx_introspect._render.table import Table, format_bytes
 from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._step.lora import lora_text
 from nnx_introspect._step.measured import Measured, measured_rows, versus_json
 from nnx_introspect._step.step_records import (
     StepBudget,
@@ -71,6 +72,8 @@ class RenderedStep(Protocol):
     def remat(self) -> tuple[tuple[str, str], ...]: ...
     @property
     def microbatches(self) -> int: ...
+    @property
+    def lora(self) -> int | str | None: ...
     @property
     def tokens_per_step(self) -> int | None: ...
     @property
@@ -240,8 +243,8 @@ def _notes(report: RenderedStep) -> list[str]:
         f"{', '.join(spec_str(s) for s in report.batch_specs)}."
     )
     notes.append(loss_text(report.loss, report.batch))
-    if report.remat or report.microbatches > 1:
-        notes.append(options_text(report.remat, report.microbatches))
+    if report.remat or report.microbatches > 1 or report.lora is not None:
+        notes.append(options_text(report.remat, report.microbatches, report.lora))
     if report.topology is not None:
         notes.append(f"Device order: {compiled.device_order}.")
     notes.append(f"Peak per device: {memory.peak_basis}.")
@@ -460,6 +463,7 @@ def _step_data(
         "optimizer": report.optimizer,
         "remat": dict(report.remat),
         "microbatches": report.microbatches,
+        "lora": report.lora,
         "tokens_per_step": report.tokens_per_step,
         "batch": list(report.batch),
         "batch_specs": [spec_json(s) for s in report.batch_specs],
@@ -507,8 +511,12 @@ def loss_text(loss: str | None, batch: tuple[str, ...]) -> str:
     return text + "."
 
 
-def options_text(remat: tuple[tuple[str, str], ...], microbatches: int) -> str:
-    """The step's options in one sentence, applied or not.
+def options_text(
+    remat: tuple[tuple[str, str], ...],
+    microbatches: int,
+    lora: int | str | None = None,
+) -> str:
+    """The step's options in one sentence, applied or not (LoRA when set).
 
     Example:
         >>> options_text((("LlamaLayer", "nothing_saveable"),), 4)
@@ -517,6 +525,9 @@ accumulated over 4 microbatches.'
         >>> options_text((), 1)
         'Options: no layer rematerialised; one pass over the batch (no \
 microbatches).'
+        >>> options_text((), 1, 16)
+        'Options: no layer rematerialised; one pass over the batch (no \
+microbatches); LoRA rank 16 on every nnx.Linear, the rest frozen.'
     """
     layers = (
         "no layer rematerialised"
@@ -528,7 +539,9 @@ microbatches).'
         if microbatches == 1
         else f"gradients accumulated over {microbatches} microbatches"
     )
-    return f"Options: {layers}; {passes}."
+    if lora is None:
+        return f"Options: {layers}; {passes}."
+    return f"Options: {layers}; {passes}; {lora_text(lora)}."
 
 
 def _n(value: int) -> str:

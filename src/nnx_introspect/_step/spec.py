@@ -37,6 +37,7 @@ from nnx_introspect._step.inputs import (
     importable_name,
     name_of_loss,
 )
+from nnx_introspect._step.lora import LoraLike, as_lora, with_lora
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla.toolchain import check_compiler
@@ -167,8 +168,15 @@ class StepSpec:
             ``6·N·tokens`` where the batch does not tell (packed sequences,
             float inputs); default: ``B·T`` of the batch's first ``[B, T]``
             integer leaf, else no MFU (a hardware FLOPs utilisation).
+        lora: Fine-tune with LoRA: a rank ``r`` (adapters ``(in, r)`` and
+            ``(r, out)`` on every ``nnx.Linear`` of the step's copy of the
+            model, in the kernel's dtype and sharding, the only parameters
+            trained), ``"model"`` (the model's own ``nnx.LoRAParam`` leaves
+            are the only ones trained) or ``None`` (every floating parameter
+            trained). The frozen parameters have no gradient and no optimizer
+            state. The rank must be at most every adapted layer's smaller width.
         model: The abstract module built from ``target`` (never the caller's
-            own object).
+            own object), with its LoRA adapters when ``lora`` adds them.
         mesh_axes: The mesh's ``(axis, size)`` pairs, in order.
         batch_specs: Every batch leaf's ``PartitionSpec``, ``batch_spec``
             resolved.
@@ -215,6 +223,7 @@ class StepSpec:
     remat: RematLike = None
     microbatches: IntLike = 1
     tokens_per_step: IntLike | None = None
+    lora: LoraLike = None
     _built: Any = dataclasses.field(default=None, repr=False, compare=False)
     """``(target, model)``: the model a spec of the same target already built."""
 
@@ -265,9 +274,11 @@ class StepSpec:
         tokens = self.tokens_per_step
         if tokens is not None:
             tokens = as_int(tokens, "tokens_per_step", minimum=1)
+        lora = as_lora(self.lora, model)
         for name, value in (
             ("_built", (self.target, model)),
-            ("model", model),
+            ("model", with_lora(model, lora)),
+            ("lora", lora),
             ("mesh_axes", mesh_axes),
             ("batch", leaves),
             ("batch_specs", specs),
@@ -326,6 +337,7 @@ class StepSpec:
             tokens_per_step=None
             if self.tokens_per_step is None
             else int(self.tokens_per_step),
+            lora=self.lora,
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -379,6 +391,7 @@ class StepSpec:
             remat=tuple((str(c), str(p)) for c, p in fields.get("remat", ())),
             microbatches=int(fields.get("microbatches", 1)),
             tokens_per_step=fields.get("tokens_per_step"),
+            lora=fields.get("lora"),
             _built=None if model is None else (target, model),
         )
 
@@ -444,6 +457,7 @@ def step_json(spec: StepSpec, why: str) -> dict[str, Any]:
         "remat": [list(pair) for pair in spec.remat],  # type: ignore[union-attr]
         "microbatches": spec.microbatches,
         "tokens_per_step": spec.tokens_per_step,
+        "lora": spec.lora,
     }
 
 
@@ -501,6 +515,7 @@ class StepOptions(TypedDict, total=False):
     remat: RematLike
     microbatches: IntLike
     tokens_per_step: IntLike | None
+    lora: LoraLike
 
 
 def as_step_spec(

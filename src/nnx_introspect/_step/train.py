@@ -18,7 +18,7 @@ from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import path_str
-from nnx_introspect._nnx import keypath_keys
+from nnx_introspect._nnx import FrozenParam, keypath_keys
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import (
     _call_model,
@@ -89,9 +89,10 @@ def differentiable(path: Any, variable: Any) -> bool:
     """Whether ``variable`` is a floating (or complex) ``nnx.Param``.
 
     What a step differentiates: integer parameters (int8 weights of a quantized
-    model) are carried unchanged, as a quantized trainer's ``wrt`` filter does.
+    model) are carried unchanged, as a quantized trainer's ``wrt`` filter does,
+    and so are a LoRA step's frozen ones (:class:`FrozenParam`).
     """
-    if not isinstance(variable, nnx.Param):
+    if not isinstance(variable, nnx.Param) or isinstance(variable, FrozenParam):
         return False
     value = variable.get_value()
     dtype = getattr(value, "dtype", None)

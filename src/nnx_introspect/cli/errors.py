@@ -36,6 +36,7 @@ FLAGS: dict[str, str] = {
     "top": "--top",
     "remat": "--remat",
     "microbatches": "--microbatches",
+    "lora": "--lora",
     "tokens_per_step": "--tokens-per-step",
     "depth": "--depth",
     "seed": "--seed",

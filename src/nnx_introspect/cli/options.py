@@ -4,9 +4,12 @@ import argparse
 from typing import Any
 
 __all__ = [
+    "LORA_HELP",
     "MEASURE_HELP",
+    "add_lora_arg",
     "add_measure_arg",
     "add_option_args",
+    "lora_arg",
     "measure_arg",
     "microbatches_arg",
     "option_kwargs",
@@ -63,8 +66,50 @@ microbatches one step accumulates gradients over), got '0'
     return value
 
 
+def lora_arg(text: str) -> int | str:
+    """``--lora RANK`` or ``--lora model``.
+
+    Example:
+        >>> lora_arg("16"), lora_arg("model")
+        (16, 'model')
+        >>> lora_arg("0")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be a rank (a positive integer: adapters \
+on every nnx.Linear) or model (the model's own nnx.LoRAParam leaves), got '0'
+    """
+    if text == "model":
+        return text
+    need = (
+        "must be a rank (a positive integer: adapters on every nnx.Linear) or "
+        f"model (the model's own nnx.LoRAParam leaves), got {text!r}"
+    )
+    try:
+        value = int(text, 10)
+    except ValueError:
+        raise argparse.ArgumentTypeError(need) from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(need)
+    return value
+
+
+LORA_HELP = (
+    "fine-tune with LoRA: RANK adds adapters (in x RANK, RANK x out) to every "
+    "nnx.Linear of the step's copy of the model and trains only those; model "
+    "trains the model's own nnx.LoRAParam leaves; the rest is frozen (no "
+    "gradient, no optimizer state)"
+)
+
+
+def add_lora_arg(parser: argparse.ArgumentParser, help_text: str = LORA_HELP) -> None:
+    """Add ``--lora RANK|model``."""
+    parser.add_argument(
+        "--lora", type=lora_arg, default=None, metavar="RANK|model", help=help_text
+    )
+
+
 def add_option_args(parser: argparse.ArgumentParser) -> None:
-    """Add ``--remat``, ``--tokens-per-step``, ``--microbatches``, ``--no-cache``."""
+    """Add the step options' flags: ``--remat`` to ``--no-cache``, ``--lora``."""
     parser.add_argument(
         "--remat",
         action="append",
@@ -102,16 +147,18 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         "compile results ($XDG_CACHE_HOME/nnx-introspect; the environment "
         "variable NNX_INTROSPECT_CACHE=off does the same)",
     )
+    add_lora_arg(parser)
 
 
 def option_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``cache=``: the flags'."""
+    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``lora=``, ``cache=``."""
     pairs = getattr(args, "remat", None) or []
     remat = {name: policy or "nothing_saveable" for name, policy in pairs}
     return {
         "remat": remat or None,
         "microbatches": getattr(args, "microbatches", 1),
         "tokens_per_step": getattr(args, "tokens_per_step", None),
+        "lora": getattr(args, "lora", None),
         "cache": not getattr(args, "no_cache", False),
     }
 

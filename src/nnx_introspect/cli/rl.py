@@ -6,6 +6,7 @@ from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.errors import usage_error
+from nnx_introspect.cli.options import add_lora_arg
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.progress import ClockLine, live_status
 from nnx_introspect.cli.serve import (
@@ -73,6 +74,12 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
         "--no-reference",
         action="store_true",
         help="no reference model (no KL term): its parameters are not resident",
+    )
+    add_lora_arg(
+        parser,
+        "train LoRA adapters of this RANK on every nnx.Linear (or model: the "
+        "model's own nnx.LoRAParam leaves), the backbone frozen; the reference "
+        "is that backbone, no second copy",
     )
     parser.add_argument(
         "--optimizer",
@@ -148,6 +155,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                 prompt=args.prompt,
                 completion=args.completion,
                 reference=not args.no_reference,
+                lora=args.lora,
                 optimizer=args.optimizer,
                 rollout_weights=None
                 if args.rollout_weights == "model"
