@@ -45,6 +45,8 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._rl.api import rl_memory_report as rl_memory_report
     from nnx_introspect._rl.report import RLMemoryReport as RLMemoryReport
     from nnx_introspect._rl.report import RLPhase as RLPhase
+    from nnx_introspect._rl.search import RLBatchSearch as RLBatchSearch
+    from nnx_introspect._rl.search import rl_max_batch as rl_max_batch
     from nnx_introspect._roofline.estimate import Roofline as Roofline
     from nnx_introspect._search.batch import BatchSearch as BatchSearch
     from nnx_introspect._search.batch import max_batch as max_batch

@@ -8,5 +8,6 @@ google-tunix's GRPO learner under its default configuration, usable as the
 log-probabilities it is built on), ``report`` (:class:`RLMemoryReport`: the
 phases of one step, what each role keeps resident, the peak) and ``api``
 (:func:`~nnx_introspect.rl_memory_report`: the step's programs compiled
-through the step's and serving's own pipelines, then added up).
+through the step's and serving's own pipelines, then added up) and ``search``
+(:func:`~nnx_introspect.rl_max_batch`: the most prompts per step that fit).
 """

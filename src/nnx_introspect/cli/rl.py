@@ -31,7 +31,7 @@ def _positive(text: str) -> int:
 
 
 _SIZES = (
-    ("--batch", "prompts per step"),
+    ("--batch", "prompts per step (required unless --max-batch)"),
     ("--generations", "completions per prompt (GRPO's group size)"),
     ("--prompt", "tokens of each prompt"),
     ("--completion", "tokens of each completion"),
@@ -61,7 +61,16 @@ def add_rl_parser(subparsers: Any) -> None:
         "every axis but tp",
     )
     for flag, what in _SIZES:
-        parser.add_argument(flag, type=_positive, required=True, metavar="N", help=what)
+        required = flag != "--batch"  # --max-batch searches for it
+        parser.add_argument(
+            flag, type=_positive, required=required, metavar="N", help=what
+        )
+    parser.add_argument(
+        "--max-batch",
+        action="store_true",
+        help="instead of --batch: the most prompts per step that fit (each "
+        "batch tried is the whole step compiled), with the compiled edge above",
+    )
     _add_role_args(parser)
     _add_rollout_args(parser)
     add_output_args(parser, (*FORMATS, "html"))
@@ -141,16 +150,25 @@ def _add_rollout_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _run_rl(args: argparse.Namespace) -> int:
-    from nnx_introspect import rl_memory_report
+    from nnx_introspect import rl_max_batch, rl_memory_report
 
+    if args.max_batch == (args.batch is not None):
+        sys.stderr.write(
+            f"{PROG} rl: error: argument --batch: pass --batch N or --max-batch "
+            "(which searches for it), not both or neither\n"
+        )
+        return 2
     where = f"XLA for {args.topology}" if args.topology else "XLA"
-    message = f"Compiling one GRPO step of {args.target} with {where}..."
+    what = "the largest batch of a GRPO step" if args.max_batch else "one GRPO step"
+    message = f"Compiling {what} of {args.target} with {where}..."
+    sizes = {} if args.max_batch else {"batch": args.batch}
+    run = rl_max_batch if args.max_batch else rl_memory_report
     try:
         with live_status(ClockLine(message)):
-            report = rl_memory_report(
+            report = run(
                 args.target,
                 args.mesh,
-                batch=args.batch,
+                **sizes,
                 generations=args.generations,
                 prompt=args.prompt,
                 completion=args.completion,
