@@ -25,6 +25,7 @@ __all__ = [
     "Topology",
     "parse_topology",
     "resolve_topology",
+    "slice_of",
     "topology_of_devices",
 ]
 
@@ -478,3 +479,31 @@ def topology_of_devices(device_kind: str, count: int) -> str | None:
             return None
         return name
     return None
+
+
+def slice_of(topology: str, devices: int) -> str:
+    """The name of a slice of ``devices`` devices of ``topology``'s family.
+
+    A TPU family that counts TensorCores (``v4``, ``v5p``) names two per chip.
+
+    Raises:
+        ArgumentError: If the family has no slice of that many devices
+            (``v5e-3``), naming ``topology``.
+
+    Example:
+        >>> slice_of("v5e-8", 4), slice_of("v5p-16", 4), slice_of("h100-8", 2)
+        ('v5e-4', 'v5p-8', 'h100-2')
+    """
+    family = resolve_family(topology)
+    n = devices * 2 if family.slice_rule is _megacores_3d else devices
+    name = f"{family.name}-{n}"
+    resolve_topology(name)
+    return name
+
+
+def resolve_family(topology: str) -> _Family:
+    """The family of a topology name (checked as :func:`resolve_topology` does)."""
+    resolve_topology(topology)
+    match = TOPOLOGY_RE.fullmatch(topology.strip().lower())
+    assert match is not None  # resolve_topology refused any other name
+    return FAMILY_BY_SPELLING[match.group(1)]

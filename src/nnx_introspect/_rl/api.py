@@ -8,12 +8,21 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
+from nnx_introspect._accelerators.hardware import hardware_for
+from nnx_introspect._mesh import as_abstract_mesh
+from nnx_introspect._rl.layout import Layout, as_layout
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect._search.meshes.candidates import named_axes
 from nnx_introspect._serve import serve_memory_report
 from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
-from nnx_introspect._step import LOGPROBS, StepSpec, measure_step, step_memory_report
+from nnx_introspect._step import (
+    LOGPROBS,
+    StepSpec,
+    duration,
+    measure_step,
+    step_memory_report,
+)
 from nnx_introspect._step.inputs import as_model
 from nnx_introspect._step.lora import as_lora
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
@@ -83,6 +92,7 @@ def rl_memory_report(
     optimizer: Any = "adamw",
     rollout_weights: Any = "bfloat16",
     kv_cache: Any = "bfloat16",
+    role_meshes: Any = None,
     topology: str | None = None,
     max_device_bytes: Any = None,
     init_cache: Any = None,
@@ -137,6 +147,15 @@ def rl_memory_report(
         rollout_weights: The rollout's weights dtype (``"bfloat16"``,
             ``"float32"``, ``None``: the model's own).
         kv_cache: The rollout's KV cache dtype.
+        role_meshes: Roles on devices of their own (tunix's disaggregated
+            ``role_to_mesh``): ``{"rollout": "tp=4"}`` runs the rollout on a
+            slice of 4 devices and the other roles on ``mesh``'s (roles
+            ``actor``, ``rollout``, ``reference``). Each mesh named is a
+            slice of its own; together they must fit the topology (or this
+            process's devices); each role's programs compile for its slice
+            (``v5e-4`` of a ``v5e-8``). Each slice's peak is its own phases'
+            and residents'; the actor's weights are sent to the rollout's
+            slice every step (``reshard_bytes``).
         topology: A target such as ``"v5e-8"`` or ``"h100-8"``.
         max_device_bytes: A budget per device (``"16GiB"`` or bytes).
         init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
@@ -171,15 +190,17 @@ def rl_memory_report(
             raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
     if lora is not None:  # checked on the model before any compile
         lora = as_lora(lora, as_model(actor))
+    layout = as_layout(mesh, role_meshes, topology, reference)
     sequences, length = b * g, p + c
+    where = layout.slice("rollout")
     with _renamed(sequences, length):
         rollout = serve_memory_report(
             actor,
-            mesh,
+            where.mesh,
             sequences=sequences,
             context=length,
             prompt=p,
-            topology=topology,
+            topology=where.topology,
             max_device_bytes=max_device_bytes,
             weights=rollout_weights,
             kv_cache=kv_cache,
@@ -187,42 +208,56 @@ def rl_memory_report(
             decode=decode,
             cache=cache,
         )
-    mesh_axes, notes = _completed(actor, mesh, rollout)
-    common: dict[str, Any] = {
-        "topology": topology,
-        "max_device_bytes": max_device_bytes,
-        "batch_spec": _batch_spec(rollout.mesh_axes),
-        "cache": cache,
-    }
-    train = _train(
-        actor, mesh_axes, (sequences, p, c), optimizer, common | {"lora": lora}
-    )
+    notes = list(rollout.notes)
+
+    def common(role: str) -> tuple[dict[str, int], dict[str, Any]]:
+        axes = _completed(actor, layout, role, rollout, notes)
+        return axes, {
+            "topology": layout.slice(role).topology,
+            "max_device_bytes": max_device_bytes,
+            "batch_spec": _batch_spec(tuple(axes.items())),
+            "cache": cache,
+        }
+
+    axes, options = common("actor")
+    train = _train(actor, axes, (sequences, p, c), optimizer, options | {"lora": lora})
     ref = None
     if reference:
-        ref = _reference(actor, mesh_axes, (sequences, length), common)
-    return _assemble(rollout, train, ref, (b, g, p, c), tuple(notes), lora)
+        ref = _reference(actor, *common("reference"), (sequences, length))
+    parts = (rollout, train, ref)
+    return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora)
 
 
 def _completed(
-    actor: Any, mesh: Any, rollout: Any
-) -> tuple[dict[str, int], tuple[str, ...]]:
-    """The rollout's mesh with each axis the actor names added at size 1.
+    actor: Any, layout: Layout, role: str, rollout: Any, notes: list[str]
+) -> dict[str, int]:
+    """The mesh of ``role``'s slice with each axis the actor names added at size 1.
 
-    With the notes saying so; a concrete ``Mesh`` is the user's, as it is.
+    On the rollout's slice, its mesh as the rollout completed it; a note says
+    what was added (once per mesh); a concrete ``Mesh`` is the user's, as it is.
     """
-    mesh_axes = dict(rollout.mesh_axes)  # completed as the rollout's was
-    notes = list(rollout.notes)
-    if not isinstance(mesh, Mesh):
-        missing = [a for a in named_axes(actor) if a not in mesh_axes]
-        if missing:
-            mesh_axes |= {axis: 1 for axis in missing}
-            whole = ",".join(f"{a}={n}" for a, n in mesh_axes.items())
-            notes.append(
-                f"The mesh leaves out {', '.join(missing)}, which the actor's "
-                f"sharding names: every role compiled on {whole} (an axis of "
-                "size 1 shards nothing)."
-            )
-    return mesh_axes, tuple(notes)
+    mesh = layout.slice(role).mesh
+    if layout.shared(role, "rollout"):
+        axes = dict(rollout.mesh_axes)
+    else:
+        abstract = as_abstract_mesh(mesh)
+        axes = dict(
+            zip(abstract.axis_names, map(int, abstract.axis_sizes), strict=True)
+        )
+    if isinstance(mesh, Mesh):
+        return axes
+    missing = [a for a in named_axes(actor) if a not in axes]
+    if missing:
+        axes |= {axis: 1 for axis in missing}
+        whole = ",".join(f"{a}={n}" for a, n in axes.items())
+        note = (
+            f"The mesh leaves out {', '.join(missing)}, which the actor's "
+            f"sharding names: compiled on {whole} (an axis of size 1 shards "
+            "nothing)."
+        )
+        if note not in notes:
+            notes.append(note)
+    return axes
 
 
 def _train(
@@ -267,8 +302,8 @@ def _train(
 def _reference(
     actor: Any,
     mesh_axes: dict[str, int],
-    sizes: tuple[int, int],
     common: dict[str, Any],
+    sizes: tuple[int, int],
 ) -> Any:
     """The reference's per-token log-probabilities (the step pipeline's LOGPROBS)."""
     sequences, length = sizes
@@ -309,111 +344,169 @@ _COPY = "rollout weights"
 _CACHE = "KV cache (during the rollout)"
 
 
+_Role = tuple[str, int, str]
+"""``(role, bytes per device, the role whose slice holds it)``."""
+
+
 def _roles(
-    rollout: Any, train: Any, ref: Any, lora: Any
-) -> tuple[list[tuple[str, int]], dict[str, tuple[str, ...]]]:
-    """Each role's resident bytes per device, and who is resident in each phase.
+    parts: tuple[Any, Any, Any], layout: Layout, lora: Any
+) -> tuple[list[_Role], dict[str, set[str]]]:
+    """Each role's resident bytes and slice, and each phase's program arguments.
 
     A phase's own program holds the roles it runs on (its arguments); the
-    others it lists are what else stays resident meanwhile.
+    other roles on its slice stay resident beside it.
     """
+    rollout, train, ref = parts
     plan = train.plan.bytes_by_category
     actor = plan.get("params", 0)
     adapters = _lora_bytes(train) if lora is not None else 0
     weights = rollout.decode.weights_bytes
-    copy = weights != actor - adapters  # else the rollout decodes on the actor's
-    roles = (
-        [(_BACKBONE, actor - adapters), (_ADAPTERS, adapters)]
+    # the rollout's own weights: another dtype, or devices of its own
+    copy = weights != actor - adapters or not layout.shared("actor", "rollout")
+    roles: list[_Role] = (
+        [(_BACKBONE, actor - adapters, "actor"), (_ADAPTERS, adapters, "actor")]
         if lora is not None
-        else [(_ACTOR, actor)]
+        else [(_ACTOR, actor, "actor")]
     )
-    roles.append((_OPTIMIZER, plan.get("optimizer state", 0)))
-    shared = ref is not None and lora is not None  # the reference is the backbone
+    roles.append((_OPTIMIZER, plan.get("optimizer state", 0), "actor"))
+    # a LoRA reference is the actor's frozen backbone where they share devices
+    shared = lora is not None and layout.shared("actor", "reference")
     if ref is not None and not shared:
-        roles.append((_REFERENCE, ref.plan.bytes_by_category.get("params", 0)))
-    roles.append((_COPY, weights if copy else 0))
-    roles.append((_CACHE, rollout.decode.kv_cache_bytes))
-    actor_roles = (_BACKBONE, _ADAPTERS) if lora is not None else (_ACTOR,)
-    rollout_others = (_OPTIMIZER, _REFERENCE, _ADAPTERS)
-    by_phase = {
-        "rollout": rollout_others + (actor_roles if copy else ()),
-        "reference": (_OPTIMIZER, _COPY, *(actor_roles if not shared else ())),
-        "train": (_REFERENCE, _COPY),
+        params = ref.plan.bytes_by_category.get("params", 0)
+        roles.append((_REFERENCE, params, "reference"))
+    roles.append((_COPY, weights if copy else 0, "rollout"))
+    roles.append((_CACHE, rollout.decode.kv_cache_bytes, "rollout"))
+    backbone = {_BACKBONE, _ADAPTERS} if lora == "model" else {_BACKBONE}
+    args = {
+        "rollout": {_COPY} if copy else {_ACTOR, _BACKBONE},
+        "reference": backbone if shared else {_REFERENCE},
+        "train": {_ACTOR, _BACKBONE, _ADAPTERS, _OPTIMIZER},
     }
-    if shared and lora != "model":  # the reference program has no adapters
-        by_phase["reference"] += (_ADAPTERS,)
-    return roles, by_phase
+    return roles, args
+
+
+_PHASE_ROLE = {"prefill": "rollout", "decode": "rollout"}
+"""The role whose slice a phase runs on (the others: their own name, or actor)."""
+
+
+def _phase_role(phase: str) -> str:
+    return _PHASE_ROLE.get(phase, "actor" if phase == "train" else phase)
 
 
 def _assemble(
-    rollout: Any,
-    train: Any,
-    ref: Any,
+    parts: tuple[Any, Any, Any],
+    layout: Layout,
     sizes: tuple[int, int, int, int],
     notes: tuple[str, ...],
     lora: Any = None,
 ) -> RLMemoryReport:
     """The report: the roles resident, each phase's peak, from the programs."""
+    rollout, train, ref = parts
     b, g, p, c = sizes
-    roles, by_phase = _roles(rollout, train, ref, lora)
+    roles, args = _roles(parts, layout, lora)
     if lora is not None:
-        notes = (*notes, _lora_note(dict(roles)[_COPY] > 0, ref is not None))
+        copy = dict((r, n) for r, n, _ in roles)[_COPY] > 0
+        notes = (*notes, _lora_note(copy, ref is not None))
 
-    def resident(phase: str) -> tuple[tuple[str, int], ...]:
-        return tuple((name, n) for name, n in roles if name in by_phase[phase] and n)
+    def phase(name: str, program: Any, oom: bool, seconds: Any) -> RLPhase:
+        role = _phase_role(name)
+        own = args["train" if name == "train" else role]
+        resident = tuple(
+            (r, n)
+            for r, n, home in roles
+            if n and r != _CACHE and r not in own and layout.shared(home, role)
+        )
+        mesh = "" if layout.colocated else layout.named(role)
+        return RLPhase(name, program, resident, oom, seconds, mesh)
 
     time = rollout.time
     decode_time = None
     if time is not None:
         decode_time = (time.seconds_per_token[0] * c, time.seconds_per_token[1] * c)
+    ttft = None if time is None else time.time_to_first_token
     phases = [
-        RLPhase(
+        phase(
             "prefill",
             rollout.prefill.peak_bytes,
-            resident("rollout"),
             rollout.prefill.memory.out_of_memory,
-            None if time is None else time.time_to_first_token,
+            ttft,
         ),
-        RLPhase(
+        phase(
             "decode",
             rollout.decode.peak_bytes,
-            resident("rollout"),
             rollout.decode.memory.out_of_memory,
             decode_time,
         ),
     ]
     if ref is not None:
         phases.append(
-            RLPhase(
-                "reference",
-                ref.peak_bytes,
-                resident("reference"),
-                ref.out_of_memory,
-                _range(ref.roofline),
-            )
+            phase("reference", ref.peak_bytes, ref.out_of_memory, _range(ref.roofline))
         )
     phases.append(
-        RLPhase(
-            "train",
-            train.peak_bytes,
-            resident("train"),
-            train.out_of_memory,
-            _range(train.roofline),
-        )
+        phase("train", train.peak_bytes, train.out_of_memory, _range(train.roofline))
     )
+    reshard, reshard_seconds = 0, None
+    if not layout.shared("actor", "rollout"):
+        where = layout.slice("rollout")
+        reshard = rollout.decode.weights_bytes * where.devices
+        reshard_seconds, how = _reshard_time(
+            layout.topology, rollout.decode.weights_bytes
+        )
+        notes = (
+            *notes,
+            f"Every step the actor's new weights reach the rollout's {where.devices} "
+            f"devices ({where.label}): {reshard:,} bytes on the wire, the rollout's "
+            f"weights on each of its devices{how}.",
+        )
     return RLMemoryReport(
         target=rollout.target,
         mesh_axes=tuple(zip(train.plan.axis_names, train.plan.axis_sizes, strict=True)),
-        topology=rollout.topology,
+        topology=rollout.topology if layout.colocated else layout.topology,
         batch=b,
         generations=g,
         prompt=p,
         completion=c,
         reference=ref is not None,
-        roles=tuple(roles),
+        roles=tuple((r, n) for r, n, _ in roles),
         phases=tuple(phases),
         budget=rollout.budget,
         notes=notes,
         programs={"rollout": rollout, "reference": ref, "train": train},
         lora=lora,
+        layout=layout.words(),
+        reshard_bytes=reshard,
+        reshard_seconds=reshard_seconds,
+    )
+
+
+def _reshard_time(
+    topology: str | None, per_device: int
+) -> tuple[tuple[float, float] | None, str]:
+    """The reshard's time, ``(low, high)``: each device receiving its weights.
+
+    On a TPU slice over one to all of a chip's ICI links (two per torus
+    dimension longer than 1); on GPUs over one GPU's NVLink (one host) or its
+    network share (several). With the words saying so.
+    """
+    if topology is None:
+        return None, " (no topology: no time estimated)"
+    hw = hardware_for(topology)
+    if hw.ici_bytes_per_second_per_link:
+        link = hw.ici_bytes_per_second_per_link
+        links = 2 * sum(1 for d in hw.torus_dims if d > 1) or 1
+        span = (per_device / (links * link), per_device / link)
+        gbs = link / 1e9
+        return span, (
+            f", estimated {duration(span[0])}-{duration(span[1])} over 1 to {links} "
+            f"ICI links of {gbs:g} GB/s (the data sheet's, one direction)"
+        )
+    one_host = (hw.hosts or 1) == 1
+    rate = hw.nvlink_bytes_per_second if one_host else hw.network_bytes_per_second
+    if not rate:  # pragma: no cover - every GPU family has both figures
+        return None, ""
+    seconds = per_device / rate
+    via = "NVLink" if one_host else "network share"
+    return (seconds, seconds), (
+        f", estimated {duration(seconds)} over one GPU's {via} of "
+        f"{rate / 1e9:g} GB/s (the data sheet's, one direction)"
     )

@@ -39,6 +39,8 @@ class RLPhase:
         seconds: The estimated time of the phase, ``(low, high)``, or
             ``None`` without a topology (for decode, every step of the
             completion).
+        mesh: The mesh of the devices it runs on when the roles have
+            devices of their own (``role_meshes``); ``""`` when colocated.
 
     Example:
         >>> phase = RLPhase("train", 100, (("reference parameters", 40),))
@@ -51,6 +53,7 @@ class RLPhase:
     resident: tuple[tuple[str, int], ...] = ()
     out_of_memory: bool = False
     seconds: tuple[float, float] | None = None
+    mesh: str = ""
 
     @property
     def resident_bytes(self) -> int:
@@ -86,6 +89,13 @@ class RLMemoryReport(Report):
             names added at size 1), the rollout's own notes.
         lora: The LoRA rank the actor trained adapters of, ``"model"`` (its
             own ``nnx.LoRAParam`` leaves) or ``None`` (full fine-tuning).
+        layout: Where the roles run, in words: ``"colocated"`` or
+            ``"disaggregated: ..."`` with each slice's roles and mesh.
+        reshard_bytes: Bytes sent to the rollout's devices every step: the
+            actor's weights in the rollout's dtype, on every rollout device
+            (0 when colocated).
+        reshard_seconds: Its estimated time, ``(low, high)``, part of
+            :attr:`step_seconds` (``None``: colocated, or no topology).
         programs: The reports each phase's program came from, by name
             (``"rollout"``: the serving report; ``"reference"``,
             ``"train"``: step reports).
@@ -117,6 +127,9 @@ class RLMemoryReport(Report):
     notes: tuple[str, ...] = ()
     programs: dict[str, Any] = dataclasses.field(default_factory=dict, compare=False)
     lora: int | str | None = None
+    layout: str = "colocated"
+    reshard_bytes: int = 0
+    reshard_seconds: tuple[float, float] | None = None
 
     @property
     def sequences(self) -> int:
@@ -161,12 +174,14 @@ class RLMemoryReport(Report):
             return None
         low = sum(p.seconds[0] for p in self.phases if p.seconds is not None)
         high = sum(p.seconds[1] for p in self.phases if p.seconds is not None)
+        if self.reshard_seconds is not None:
+            low, high = low + self.reshard_seconds[0], high + self.reshard_seconds[1]
         return low, high
 
     @property
     def verdict(self) -> str:
         """The verdict in one line: fits or not, the peak, its phase."""
-        peak, phase = format_bytes(self.peak_bytes), self.peak_phase.name
+        peak, phase = format_bytes(self.peak_bytes), _named(self.peak_phase)
         fits = self.fits()
         refused = [p.name for p in self.phases if p.out_of_memory]
         if refused:
@@ -183,8 +198,9 @@ class RLMemoryReport(Report):
     def _title(self) -> str:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
         where = self.topology or "this process's devices"
+        on = f" on {mesh}" if self.layout == "colocated" else ""
         return (
-            f"One GRPO step of {self.target} on {mesh} ({where}), colocated: "
+            f"One GRPO step of {self.target}{on} ({where}), {self.layout}: "
             f"{self.batch} prompts x {self.generations} generations, prompt "
             f"{self.prompt}, completion {self.completion}{self._tuning()}"
         )
@@ -204,7 +220,7 @@ class RLMemoryReport(Report):
         for phase in self.phases:
             rows.append(
                 (
-                    f"{phase.name}: program",
+                    f"{_named(phase)}: program",
                     "refused"
                     if phase.out_of_memory
                     else format_bytes(phase.program_peak_bytes),
@@ -213,19 +229,27 @@ class RLMemoryReport(Report):
             )
             rows.append(
                 (
-                    f"{phase.name}: + others resident",
+                    f"{_named(phase)}: + others resident",
                     format_bytes(phase.resident_bytes),
                     ", ".join(r for r, _ in phase.resident) or "-",
                 )
             )
         totals = [
             (
-                f"peak ({p.name})",
+                f"peak ({_named(p)})",
                 format_bytes(p.peak_bytes),
                 f"{p.peak_bytes:,}",
             )
             for p in self.phases
         ]
+        if self.reshard_bytes:
+            totals.append(
+                (
+                    "reshard per step (to the rollout's devices)",
+                    format_bytes(self.reshard_bytes),
+                    f"{self.reshard_bytes:,}",
+                )
+            )
         if self.budget.bytes is not None:
             totals.insert(
                 0,
@@ -244,10 +268,12 @@ class RLMemoryReport(Report):
         ]
         span = self.step_seconds
         if span is not None:
+            spans = [(p.name, p.seconds) for p in self.phases if p.seconds is not None]
+            if self.reshard_seconds is not None:
+                spans.append(("reshard", self.reshard_seconds))
             parts = "; ".join(
-                f"{p.name} {duration(p.seconds[0])}-{duration(p.seconds[1])}"
-                for p in self.phases
-                if p.seconds is not None
+                f"{name} {duration(low)}-{duration(high)}"
+                for name, (low, high) in spans
             )
             notes.append(
                 f"Step time, estimated (each program's roofline on the data sheet, "
@@ -265,7 +291,7 @@ class RLMemoryReport(Report):
             totals=tuple(totals),
             notes=tuple(notes),
             lead=(self.verdict,),
-            emphasis=(f"peak ({self.peak_phase.name})", "budget per device"),
+            emphasis=(f"peak ({_named(self.peak_phase)})", "budget per device"),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -280,6 +306,11 @@ class RLMemoryReport(Report):
             "completion": self.completion,
             "reference": self.reference,
             "lora": self.lora,
+            "layout": self.layout,
+            "reshard_bytes": self.reshard_bytes,
+            "reshard_seconds": None
+            if self.reshard_seconds is None
+            else list(self.reshard_seconds),
             "roles": [{"role": r, "bytes": n} for r, n in self.roles],
             "phases": [
                 {
@@ -289,6 +320,7 @@ class RLMemoryReport(Report):
                     "peak_bytes": p.peak_bytes,
                     "out_of_memory": p.out_of_memory,
                     "seconds": None if p.seconds is None else list(p.seconds),
+                    "mesh": p.mesh or None,
                 }
                 for p in self.phases
             ],
@@ -303,3 +335,8 @@ class RLMemoryReport(Report):
             if self.step_seconds is None
             else list(self.step_seconds),
         }
+
+
+def _named(phase: RLPhase) -> str:
+    """A phase's name, with its devices' mesh when the roles have their own."""
+    return f"{phase.name} on {phase.mesh}" if phase.mesh else phase.name
