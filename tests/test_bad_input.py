@@ -884,6 +884,11 @@ RL_BAD: dict[str, dict[str, Any]] = {
     "topology": {"unknown-family": "v9-4"},
     "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
     "lora": {"zero": 0, "wider-than-a-layer": 10**6, "unknown": "full"},
+    "role_meshes": {
+        "unknown-role": {"critic": "data=2"},
+        "more-than-the-devices": {"rollout": "data=8"},
+        "not-a-mapping": "rollout",
+    },
 }
 for _arg, _bad in RL_BAD.items():
     for _what, _value in _bad.items():

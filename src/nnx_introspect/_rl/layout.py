@@ -96,7 +96,7 @@ def _slice(mesh: Any, topology: str | None, name: str) -> RoleSlice:
     try:
         abstract = as_abstract_mesh(mesh, name)
     except ValueError as error:
-        raise ArgumentError(name, str(error)) from None
+        raise ArgumentError(name.partition("[")[0], str(error)) from None
     devices = math.prod(int(n) for n in abstract.axis_sizes)
     label = ",".join(
         f"{a}={n}"
@@ -140,7 +140,7 @@ def as_layout(
         )
     total = _total_devices(topology)
     base = _slice(mesh, None, "mesh")
-    own = {r: _slice(m, None, "role_meshes") for r, m in role_meshes.items()}
+    own = {r: _slice(m, None, f"role_meshes['{r}']") for r, m in role_meshes.items()}
     groups = [base] * any(r not in own for r in ROLES) + list(own.values())
     needed = sum(g.devices for g in groups)
     if total is not None and needed > total:

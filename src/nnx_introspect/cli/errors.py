@@ -37,6 +37,7 @@ FLAGS: dict[str, str] = {
     "remat": "--remat",
     "microbatches": "--microbatches",
     "lora": "--lora",
+    "role_meshes": "--role-mesh",
     "tokens_per_step": "--tokens-per-step",
     "depth": "--depth",
     "seed": "--seed",

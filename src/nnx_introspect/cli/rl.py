@@ -38,6 +38,34 @@ _SIZES = (
 )
 
 
+_ROLES = ("actor", "rollout", "reference")
+
+
+def role_mesh_arg(text: str) -> tuple[str, str]:
+    """``--role-mesh ROLE=MESH``: a role and its own mesh, spelled right (no JAX).
+
+    Example:
+        >>> role_mesh_arg("rollout=tp=4"), role_mesh_arg("actor=fsdp=2,tp=2")
+        (('rollout', 'tp=4'), ('actor', 'fsdp=2,tp=2'))
+        >>> role_mesh_arg("critic=tp=4")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be ROLE=MESH with ROLE one of actor, \
+rollout, reference (such as rollout=tp=4), got 'critic=tp=4'
+    """
+    role, _, mesh = text.partition("=")
+    if role not in _ROLES or not mesh:
+        raise argparse.ArgumentTypeError(
+            f"must be ROLE=MESH with ROLE one of {', '.join(_ROLES)} (such as "
+            f"rollout=tp=4), got {text!r}"
+        )
+    if mesh.strip().lower() == "auto":
+        raise argparse.ArgumentTypeError(
+            f"a role's mesh must be axis=size,... (not auto), got {text!r}"
+        )
+    return role, mesh_arg(mesh)
+
+
 def add_rl_parser(subparsers: Any) -> None:
     """Adds the ``rl`` command to ``subparsers``."""
     parser = subparsers.add_parser(
@@ -57,8 +85,18 @@ def add_rl_parser(subparsers: Any) -> None:
         "--mesh",
         default="tp=8",
         type=mesh_arg,
-        help="the mesh every role runs on (default tp=8); sequences split over "
-        "every axis but tp",
+        help="the mesh every role runs on (default tp=8), but those given "
+        "--role-mesh; sequences split over every axis but tp",
+    )
+    parser.add_argument(
+        "--role-mesh",
+        action="append",
+        type=role_mesh_arg,
+        default=None,
+        metavar="ROLE=MESH",
+        help="run ROLE (actor, rollout or reference) on devices of its own with "
+        "this mesh, the others on --mesh (tunix's disaggregated role_to_mesh); "
+        "repeat for several roles; together the slices must fit the topology",
     )
     for flag, what in _SIZES:
         required = flag != "--batch"  # --max-batch searches for it
@@ -174,6 +212,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                 completion=args.completion,
                 reference=not args.no_reference,
                 lora=args.lora,
+                role_meshes=dict(args.role_mesh) if args.role_mesh else None,
                 optimizer=args.optimizer,
                 rollout_weights=None
                 if args.rollout_weights == "model"
