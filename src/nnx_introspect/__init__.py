@@ -43,6 +43,8 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
     from nnx_introspect._render.table import Table as Table
     from nnx_introspect._rl.api import rl_memory_report as rl_memory_report
+    from nnx_introspect._rl.layouts import RLLayoutComparison as RLLayoutComparison
+    from nnx_introspect._rl.layouts import compare_rl_layouts as compare_rl_layouts
     from nnx_introspect._rl.report import RLMemoryReport as RLMemoryReport
     from nnx_introspect._rl.report import RLPhase as RLPhase
     from nnx_introspect._rl.search import RLBatchSearch as RLBatchSearch

@@ -9,5 +9,8 @@ log-probabilities it is built on), ``report`` (:class:`RLMemoryReport`: the
 phases of one step, what each role keeps resident, the peak) and ``api``
 (:func:`~nnx_introspect.rl_memory_report`: the step's programs compiled
 through the step's and serving's own pipelines, then added up) and ``search``
-(:func:`~nnx_introspect.rl_max_batch`: the most prompts per step that fit).
+(:func:`~nnx_introspect.rl_max_batch`: the most prompts per step that fit),
+``layout`` (each role's devices: one mesh, or slices of their own) and
+``layouts`` (:func:`~nnx_introspect.compare_rl_layouts`: which layout is
+fastest).
 """

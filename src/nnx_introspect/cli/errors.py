@@ -38,6 +38,7 @@ FLAGS: dict[str, str] = {
     "microbatches": "--microbatches",
     "lora": "--lora",
     "role_meshes": "--role-mesh",
+    "layouts": "--mesh",
     "tokens_per_step": "--tokens-per-step",
     "depth": "--depth",
     "seed": "--seed",

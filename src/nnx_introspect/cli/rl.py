@@ -86,7 +86,9 @@ def add_rl_parser(subparsers: Any) -> None:
         default="tp=8",
         type=mesh_arg,
         help="the mesh every role runs on (default tp=8), but those given "
-        "--role-mesh; sequences split over every axis but tp",
+        "--role-mesh; sequences split over every axis but tp; auto compares "
+        "layouts of the --topology's devices (every role on fsdp=N or tp=N, the "
+        "rollout on tp=N/2 beside the others on fsdp=N/2, ...) by step time",
     )
     parser.add_argument(
         "--role-mesh",
@@ -187,32 +189,58 @@ def _add_rollout_args(parser: argparse.ArgumentParser) -> None:
     )
 
 
-def _run_rl(args: argparse.Namespace) -> int:
-    from nnx_introspect import rl_max_batch, rl_memory_report
-
+def _mistake(args: argparse.Namespace) -> str | None:
+    """A combination of flags no run takes, in words, or ``None``."""
     if args.max_batch == (args.batch is not None):
-        sys.stderr.write(
-            f"{PROG} rl: error: argument --batch: pass --batch N or --max-batch "
-            "(which searches for it), not both or neither\n"
+        return (
+            "argument --batch: pass --batch N or --max-batch (which searches for "
+            "it), not both or neither"
         )
+    auto = args.mesh.strip().lower() == "auto"
+    if auto and (args.max_batch or args.role_mesh):
+        return (
+            "argument --mesh: auto compares layouts of its own; pass a mesh with "
+            "--max-batch or --role-mesh"
+        )
+    return None
+
+
+def _run_rl(args: argparse.Namespace) -> int:
+    from nnx_introspect import compare_rl_layouts, rl_max_batch, rl_memory_report
+
+    mistake = _mistake(args)
+    if mistake is not None:
+        sys.stderr.write(f"{PROG} rl: error: {mistake}\n")
         return 2
     where = f"XLA for {args.topology}" if args.topology else "XLA"
-    what = "the largest batch of a GRPO step" if args.max_batch else "one GRPO step"
+    auto = args.mesh.strip().lower() == "auto"
+    what = (
+        "the largest batch of a GRPO step"
+        if args.max_batch
+        else "GRPO step layouts"
+        if auto
+        else "one GRPO step"
+    )
     message = f"Compiling {what} of {args.target} with {where}..."
     sizes = {} if args.max_batch else {"batch": args.batch}
-    run = rl_max_batch if args.max_batch else rl_memory_report
+    run: Any = rl_max_batch if args.max_batch else rl_memory_report
+    layout: dict[str, Any] = {
+        "role_meshes": dict(args.role_mesh) if args.role_mesh else None
+    }
+    if auto:
+        run, layout = compare_rl_layouts, {}
     try:
         with live_status(ClockLine(message)):
             report = run(
                 args.target,
-                args.mesh,
+                "auto" if auto else args.mesh,
                 **sizes,
+                **layout,
                 generations=args.generations,
                 prompt=args.prompt,
                 completion=args.completion,
                 reference=not args.no_reference,
                 lora=args.lora,
-                role_meshes=dict(args.role_mesh) if args.role_mesh else None,
                 optimizer=args.optimizer,
                 rollout_weights=None
                 if args.rollout_weights == "model"

@@ -1,0 +1,312 @@
+"""Which layout of a GRPO step's roles: :func:`compare_rl_layouts`.
+
+Each candidate layout (every role on one mesh, or the rollout, the actor and
+the reference on slices of their own) is one
+:func:`~nnx_introspect.rl_memory_report`, submitted to any
+``concurrent.futures.Executor`` as the mesh comparisons are; the layouts that
+fit are ranked by their estimated step time (a range: two overlapping ranges
+are a tie, and the table says so).
+
+``layouts="auto"`` takes the topology's ``N`` devices as: every role on
+``fsdp=N``; every role on ``tp=N``; the rollout on ``tp=N/2`` and the actor
+and the reference on ``fsdp=N/2``; the rollout on ``tp=N/2``, the actor on
+``fsdp=N/4`` and the reference on ``fsdp=N/4`` (as many as ``N`` has). A
+candidate the request cannot run on (a ``tp`` that does not divide the
+heads, sequences that do not split) is rejected with the reason, and listed.
+"""
+
+import concurrent.futures
+import dataclasses
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from nnx_introspect._accelerators.topology import resolve_topology
+from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._rl.api import rl_memory_report
+from nnx_introspect._rl.report import RLMemoryReport
+from nnx_introspect._step import duration
+from nnx_introspect._typing import ArgumentError, as_int, typechecked
+from nnx_introspect._xla.native_log import start_backends_quietly
+
+__all__ = ["RLLayoutComparison", "compare_rl_layouts", "rl_layouts"]
+
+Candidate = tuple[str, Mapping[str, str] | None]
+"""``(mesh, role_meshes)``: one layout."""
+
+
+def rl_layouts(devices: int) -> tuple[Candidate, ...]:
+    """The layouts ``"auto"`` compares on ``devices`` devices.
+
+    Example:
+        >>> for mesh, roles in rl_layouts(8):
+        ...     print(mesh, roles)
+        fsdp=8 None
+        tp=8 None
+        fsdp=4 {'rollout': 'tp=4'}
+        fsdp=2 {'rollout': 'tp=4', 'reference': 'fsdp=2'}
+        >>> rl_layouts(1)
+        (('fsdp=1', None),)
+    """
+    out: list[Candidate] = [(f"fsdp={devices}", None)]
+    if devices >= 2:
+        out.append((f"tp={devices}", None))
+        half = devices // 2
+        if devices % 2 == 0:
+            out.append((f"fsdp={half}", {"rollout": f"tp={half}"}))
+        if devices % 4 == 0:
+            quarter = devices // 4
+            out.append(
+                (
+                    f"fsdp={quarter}",
+                    {"rollout": f"tp={half}", "reference": f"fsdp={quarter}"},
+                )
+            )
+    return tuple(out)
+
+
+def _seconds(report: RLMemoryReport) -> tuple[float, float] | None:
+    return report.step_seconds
+
+
+@dataclasses.dataclass(frozen=True)
+class RLLayoutComparison(Report):
+    """GRPO step layouts, the fastest that fits first.
+
+    Attributes:
+        reports: One :class:`~nnx_introspect.RLMemoryReport` per layout: those
+            that fit by estimated step time (the lower bound, then the
+            upper), then those that do not.
+        ties: Index pairs of :attr:`reports` whose step-time ranges overlap.
+        executor: The executor the layouts were compiled on, in words.
+        rejected: ``(layout, reason)`` of each candidate refused before any
+            compile.
+
+    Example:
+        >>> RLLayoutComparison((), (), "in order").verdict
+        'No layout fits'
+    """
+
+    SCHEMA = "nnx-introspect/rl-layout-comparison"
+    SCHEMA_VERSION = 1
+
+    reports: tuple[RLMemoryReport, ...]
+    ties: tuple[tuple[int, int], ...]
+    executor: str
+    rejected: tuple[tuple[str, str], ...] = ()
+
+    @property
+    def ok(self) -> bool:
+        """Whether any layout fits."""
+        return any(r.fits() is not False for r in self.reports)
+
+    @property
+    def verdict(self) -> str:
+        """The fastest layout that fits, its ties, its step time and peak."""
+        if not self.ok:
+            return "No layout fits"
+        best = self.reports[0]
+        words = f"fastest that fits: {_name(best)}"
+        tied = [j for i, j in self.ties if i == 0]
+        if tied:
+            words += " (tied with " + "; ".join(_name(self.reports[j]) for j in tied)
+            words += ": their estimates overlap)"
+        span = _seconds(best)
+        if span is not None:
+            words += f", {duration(span[0])}-{duration(span[1])} per step (estimate)"
+        return f"{words}; peak {format_bytes(best.peak_bytes)} per device"
+
+    def table(self) -> Table:
+        """One row per layout, fastest first."""
+        rows = []
+        for i, report in enumerate(self.reports):
+            span = _seconds(report)
+            tied = any(i in pair for pair in self.ties)
+            fits = report.fits() is not False
+            rank = str(i + 1) + (" (tie)" if tied else "") if fits else "-"
+            rows.append(
+                (
+                    _name(report),
+                    rank,
+                    "-" if span is None else "-".join(duration(s) for s in span),
+                    f"{format_bytes(report.peak_bytes)} ({report.peak_phase.name})",
+                    format_bytes(report.reshard_bytes) if report.reshard_bytes else "-",
+                    "yes" if fits else "no",
+                )
+            )
+        return Table(
+            title="GRPO step layouts, ranked by estimated step time",
+            columns=("layout", "rank", "step (est.)", "peak", "reshard", "fits"),
+            rows=tuple(rows),
+            lead=(self.verdict,),
+            notes=(
+                "Step time: each phase's roofline range and the reshard's, summed "
+                "(an estimate, not a measurement); overlapping ranges are ties.",
+                f"Compiled {self.executor}.",
+                *(f"Not compiled: {m}: {r}" for m, r in self.rejected),
+            ),
+        )
+
+    def json_data(self) -> dict[str, Any]:
+        """Every layout's report, fastest first, and the ties."""
+        return {
+            "verdict": self.verdict,
+            "ok": self.ok,
+            "executor": self.executor,
+            "ties": [list(t) for t in self.ties],
+            "reports": [r.json_data() for r in self.reports],
+            "rejected": [{"layout": m, "reason": r} for m, r in self.rejected],
+        }
+
+
+def _name(report: RLMemoryReport) -> str:
+    if report.layout == "colocated":
+        return "colocated on " + ",".join(f"{a}={n}" for a, n in report.mesh_axes)
+    return report.layout.removeprefix("disaggregated: ")
+
+
+def _words(candidate: Candidate) -> str:
+    mesh, roles = candidate
+    if not roles:
+        return f"colocated on {mesh}"
+    return f"{mesh}, " + ", ".join(f"{r} on {m}" for r, m in roles.items())
+
+
+def _measure(kwargs: dict[str, Any]) -> RLMemoryReport:
+    """One layout's report (top-level: submitted to any executor)."""
+    start_backends_quietly()
+    actor, mesh = kwargs.pop("actor"), kwargs.pop("mesh")
+    return rl_memory_report(actor, mesh, **kwargs)
+
+
+def _ties(reports: Sequence[RLMemoryReport]) -> tuple[tuple[int, int], ...]:
+    spans = [_seconds(r) if r.fits() is not False else None for r in reports]
+    out = []
+    for i, a in enumerate(spans):
+        for j in range(i + 1, len(spans)):
+            b = spans[j]
+            if a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]:
+                out.append((i, j))
+    return tuple(out)
+
+
+def _order(report: RLMemoryReport) -> tuple[int, float, float]:
+    span = _seconds(report)
+    if report.fits() is False:
+        return (2, 0.0, float(report.peak_bytes))
+    if span is None:
+        return (1, 0.0, float(report.peak_bytes))
+    return (0, span[0], span[1])
+
+
+def _candidates(layouts: Any, topology: str | None) -> tuple[Candidate, ...]:
+    if isinstance(layouts, str):
+        if layouts.strip().lower() != "auto":
+            raise ArgumentError(
+                "layouts",
+                f"`layouts` must be 'auto' or a list of (mesh, role_meshes) "
+                f"pairs, got {layouts!r}.",
+            )
+        if topology is None:
+            raise ArgumentError(
+                "layouts",
+                "`layouts='auto'` splits a topology's devices: pass `topology` "
+                "(such as 'v5e-8'), or the layouts themselves.",
+            )
+        return rl_layouts(resolve_topology(topology).devices)
+    if not isinstance(layouts, Sequence) or not layouts:
+        raise ArgumentError(
+            "layouts",
+            "`layouts` must be 'auto' or a non-empty list of (mesh, role_meshes) "
+            f"pairs, got {layouts!r}.",
+        )
+    out = []
+    for i, item in enumerate(layouts):
+        if not (isinstance(item, tuple | list) and len(item) == 2):
+            raise ArgumentError(
+                "layouts",
+                f"`layouts[{i}]` must be a (mesh, role_meshes) pair such as "
+                f"('fsdp=4', {{'rollout': 'tp=4'}}), got {item!r}.",
+            )
+        out.append((item[0], item[1]))
+    return tuple(out)
+
+
+@typechecked
+def compare_rl_layouts(
+    actor: Any,
+    layouts: Any = "auto",
+    /,
+    *,
+    executor: concurrent.futures.Executor | None = None,
+    **options: Any,
+) -> RLLayoutComparison:
+    """GRPO step layouts compiled and ranked: which split of the devices is fastest.
+
+    Each layout is a ``(mesh, role_meshes)`` pair, one
+    :func:`~nnx_introspect.rl_memory_report` with the other keyword arguments
+    (``batch``, ``generations``, ``prompt``, ``completion``, ``topology``,
+    ``lora``, ...), submitted to ``executor`` (``None``: one after another in
+    this process; a named topology compiles each program in a child process
+    anyway). ``"auto"`` compares :func:`rl_layouts` of the topology's devices.
+    A layout refused before its compile (an :class:`ArgumentError` naming
+    its mesh or a role's) is listed as rejected; any other failure raises.
+
+    Example:
+        >>> from nnx_introspect import compare_rl_layouts
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
+        ...                           n_heads=2, d_ff=64))
+        >>> found = compare_rl_layouts(
+        ...     small, [("data=4", None), ("data=2", {"rollout": "data=2"})],
+        ...     batch=2, generations=2, prompt=8, completion=8,
+        ...     max_device_bytes="64MiB")
+        >>> sorted(r.layout for r in found.reports)  # doctest: +ELLIPSIS
+        ['colocated', 'disaggregated: actor and reference on data=2 ...']
+    """
+    if executor is not None and not isinstance(executor, concurrent.futures.Executor):
+        raise TypeError("`executor` must be a concurrent.futures.Executor or None.")
+    candidates = _candidates(layouts, options.get("topology"))
+    for name in ("batch", "generations", "prompt", "completion"):
+        if name in options:  # the request's own mistakes are not a layout's
+            try:
+                as_int(options[name], name, minimum=1)
+            except TypeError as error:
+                raise ArgumentError(name, str(error)) from None
+    requests = [
+        {"actor": actor, "mesh": mesh, "role_meshes": roles, **options}
+        for mesh, roles in candidates
+    ]
+    if executor is None:
+        results: list[Any] = []
+        for request in requests:
+            try:
+                results.append(_measure(dict(request)))
+            except ArgumentError as error:
+                results.append(error)
+        described = "one layout after another, from this process"
+    else:
+        futures = [executor.submit(_measure, dict(r)) for r in requests]
+        results = [f.exception() or f.result() for f in futures]
+        described = f"on a {type(executor).__name__}"
+    reports, rejected = [], []
+    for candidate, result in zip(candidates, results, strict=True):
+        if isinstance(result, ArgumentError) and result.argument in _LAYOUT_ARGS:
+            rejected.append((_words(candidate), str(result)))
+        elif isinstance(result, BaseException):
+            raise result
+        else:
+            reports.append(result)
+    if not reports:
+        raise ArgumentError(
+            "layouts",
+            "`layouts`: every candidate was rejected: "
+            + "; ".join(f"{m}: {r}" for m, r in rejected),
+        )
+    reports.sort(key=_order)
+    return RLLayoutComparison(
+        tuple(reports), _ties(reports), described, tuple(rejected)
+    )
+
+
+_LAYOUT_ARGS = ("mesh", "role_meshes", "batch", "kv_cache", "batch_spec")
+"""The arguments whose error is the layout's: the candidate is rejected."""
