@@ -192,15 +192,16 @@ def rl_memory_report(
         lora = as_lora(lora, as_model(actor))
     layout = as_layout(mesh, role_meshes, topology, reference)
     sequences, length = b * g, p + c
-    where = layout.slice("rollout")
+    notes: list[str] = []
+    rollout_axes = _completed(actor, layout.slice("rollout").mesh, notes)
     with _renamed(sequences, length):
         rollout = serve_memory_report(
             actor,
-            where.mesh,
+            rollout_axes,
             sequences=sequences,
             context=length,
             prompt=p,
-            topology=where.topology,
+            topology=layout.slice("rollout").topology,
             max_device_bytes=max_device_bytes,
             weights=rollout_weights,
             kv_cache=kv_cache,
@@ -208,14 +209,17 @@ def rl_memory_report(
             decode=decode,
             cache=cache,
         )
-    notes = list(rollout.notes)
+    notes += rollout.notes
 
-    def common(role: str) -> tuple[dict[str, int], dict[str, Any]]:
-        axes = _completed(actor, layout, role, rollout, notes)
+    def common(role: str) -> tuple[Any, dict[str, Any]]:
+        if layout.shared(role, "rollout"):  # as the rollout compiled it
+            axes = dict(rollout.mesh_axes)
+        else:
+            axes = _completed(actor, layout.slice(role).mesh, notes)
         return axes, {
             "topology": layout.slice(role).topology,
             "max_device_bytes": max_device_bytes,
-            "batch_spec": _batch_spec(tuple(axes.items())),
+            "batch_spec": _batch_spec(tuple(dict(axes).items())),
             "cache": cache,
         }
 
@@ -228,30 +232,23 @@ def rl_memory_report(
     return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora)
 
 
-def _completed(
-    actor: Any, layout: Layout, role: str, rollout: Any, notes: list[str]
-) -> dict[str, int]:
-    """The mesh of ``role``'s slice with each axis the actor names added at size 1.
+def _completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
+    """``mesh`` with each axis the actor's sharding names added at size 1.
 
-    On the rollout's slice, its mesh as the rollout completed it; a note says
-    what was added (once per mesh); a concrete ``Mesh`` is the user's, as it is.
+    A note says what was added (once); a concrete ``Mesh`` is the user's, as
+    it is (its devices cannot grow an axis).
     """
-    mesh = layout.slice(role).mesh
-    if layout.shared(role, "rollout"):
-        axes = dict(rollout.mesh_axes)
-    else:
-        abstract = as_abstract_mesh(mesh)
-        axes = dict(
-            zip(abstract.axis_names, map(int, abstract.axis_sizes), strict=True)
-        )
     if isinstance(mesh, Mesh):
-        return axes
+        return mesh
+    abstract = as_abstract_mesh(mesh)
+    axes = dict(zip(abstract.axis_names, map(int, abstract.axis_sizes), strict=True))
     missing = [a for a in named_axes(actor) if a not in axes]
     if missing:
+        given = ",".join(f"{a}={n}" for a, n in axes.items())
         axes |= {axis: 1 for axis in missing}
         whole = ",".join(f"{a}={n}" for a, n in axes.items())
         note = (
-            f"The mesh leaves out {', '.join(missing)}, which the actor's "
+            f"The mesh {given} leaves out {', '.join(missing)}, which the actor's "
             f"sharding names: compiled on {whole} (an axis of size 1 shards "
             "nothing)."
         )

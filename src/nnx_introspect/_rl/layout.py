@@ -88,7 +88,8 @@ class Layout:
         parts = []
         for roles in groups.values():
             s = self.slice(roles[0])
-            parts.append(f"{' and '.join(roles)} on {s.label} ({s.devices} devices)")
+            devices = f"{s.devices} device{'s' if s.devices != 1 else ''}"
+            parts.append(f"{' and '.join(roles)} on {s.label} ({devices})")
         return "disaggregated: " + "; ".join(parts)
 
 
