@@ -884,6 +884,7 @@ RL_BAD: dict[str, dict[str, Any]] = {
     "topology": {"unknown-family": "v9-4"},
     "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
     "lora": {"zero": 0, "wider-than-a-layer": 10**6, "unknown": "full"},
+    "offload": {"str": "yes", "int": 1},
     "role_meshes": {
         "unknown-role": {"critic": "data=2"},
         "more-than-the-devices": {"rollout": "data=8"},

@@ -44,8 +44,10 @@ from nnx_introspect._typing import ArgumentError, short_repr, typechecked
 __all__ = [
     "DTYPES",
     "DTYPE_ALIASES",
+    "HOST_LINKS",
     "Hardware",
     "hardware_for",
+    "host_link",
 ]
 
 _TERA = 10**12
@@ -578,3 +580,33 @@ def hardware_for(
         network_bytes_per_second=int(network.value),
         sources=tuple(sources),
     )
+
+
+HOST_LINKS: dict[str, tuple[int, str]] = {
+    "a100": (
+        32 * _GIGA,
+        "NVIDIA A100 data sheet: PCIe Gen4, 64 GB/s both ways, 32 GB/s one way",
+    ),
+    "h100": (
+        64 * _GIGA,
+        "NVIDIA H100 data sheet (SXM): PCIe Gen5, 128 GB/s both ways, 64 GB/s one way",
+    ),
+    "h200": (
+        64 * _GIGA,
+        "NVIDIA H200 data sheet (SXM): PCIe Gen5, 128 GB/s both ways, 64 GB/s one way",
+    ),
+}
+"""One GPU's link to its host, one direction, by family, with its source.
+
+The families whose data sheet states the host interface; a TPU's host link
+is not on Cloud TPU's pages, and is not guessed."""
+
+
+def host_link(topology: str) -> tuple[int, str] | None:
+    """``(bytes per second one way, source)`` of one device's host link, if known.
+
+    Example:
+        >>> host_link("h100-8")[0], host_link("v5e-8")
+        (64000000000, None)
+    """
+    return HOST_LINKS.get(hardware_for(topology).family)

@@ -8,7 +8,7 @@ import jax
 import jax.numpy as jnp
 from jax.sharding import Mesh, PartitionSpec
 
-from nnx_introspect._accelerators.hardware import hardware_for
+from nnx_introspect._accelerators.hardware import hardware_for, host_link
 from nnx_introspect._mesh import as_abstract_mesh
 from nnx_introspect._rl.layout import Layout, as_layout
 from nnx_introspect._rl.loss import grpo_loss
@@ -93,6 +93,7 @@ def rl_memory_report(
     rollout_weights: Any = "bfloat16",
     kv_cache: Any = "bfloat16",
     role_meshes: Any = None,
+    offload: bool = False,
     topology: str | None = None,
     max_device_bytes: Any = None,
     init_cache: Any = None,
@@ -156,6 +157,11 @@ def rl_memory_report(
             (``v5e-4`` of a ``v5e-8``). Each slice's peak is its own phases'
             and residents'; the actor's weights are sent to the rollout's
             slice every step (``reshard_bytes``).
+        offload: Hold the roles a phase does not run on in host memory
+            meanwhile (tunix's ``offload_to_cpu``): each phase's peak is its
+            program's alone, and the bytes moved to and from the host per step
+            are reported (``offload_bytes``), with their time over the host
+            link where the target's data sheet states it (A100, H100, H200).
         topology: A target such as ``"v5e-8"`` or ``"h100-8"``.
         max_device_bytes: A budget per device (``"16GiB"`` or bytes).
         init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
@@ -185,7 +191,11 @@ def rl_memory_report(
     """
     b, g = _count(batch, "batch"), _count(generations, "generations")
     p, c = _count(prompt, "prompt"), _count(completion, "completion")
-    for name, value in (("reference", reference), ("cache", cache)):
+    for name, value in (
+        ("reference", reference),
+        ("cache", cache),
+        ("offload", offload),
+    ):
         if not isinstance(value, bool):
             raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
     if lora is not None:  # checked on the model before any compile
@@ -229,7 +239,7 @@ def rl_memory_report(
     if reference:
         ref = _reference(actor, *common("reference"), (sequences, length))
     parts = (rollout, train, ref)
-    return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora)
+    return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora, offload)
 
 
 def _completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
@@ -396,6 +406,7 @@ def _assemble(
     sizes: tuple[int, int, int, int],
     notes: tuple[str, ...],
     lora: Any = None,
+    offload: bool = False,
 ) -> RLMemoryReport:
     """The report: the roles resident, each phase's peak, from the programs."""
     rollout, train, ref = parts
@@ -414,6 +425,8 @@ def _assemble(
             if n and r != _CACHE and r not in own and layout.shared(home, role)
         )
         mesh = "" if layout.colocated else layout.named(role)
+        if offload:  # the idle roles wait in host memory
+            return RLPhase(name, program, (), oom, seconds, mesh, host=resident)
         return RLPhase(name, program, resident, oom, seconds, mesh)
 
     time = rollout.time
@@ -455,6 +468,16 @@ def _assemble(
             f"devices ({where.label}): {reshard:,} bytes on the wire, the rollout's "
             f"weights on each of its devices{how}.",
         )
+    moved, moved_seconds = 0, None
+    if offload:
+        moved = _moved(phases, roles, layout)
+        moved_seconds, how = _host_time(layout.topology, moved)
+        notes = (
+            *notes,
+            f"Offloaded: the roles idle in a phase wait in host memory (tunix's "
+            f"offload_to_cpu), each moved out and back in around its idle phases: "
+            f"{moved:,} bytes per device per step over the host link{how}.",
+        )
     return RLMemoryReport(
         target=rollout.target,
         mesh_axes=tuple(zip(train.plan.axis_names, train.plan.axis_sizes, strict=True)),
@@ -473,7 +496,44 @@ def _assemble(
         layout=layout.words(),
         reshard_bytes=reshard,
         reshard_seconds=reshard_seconds,
+        offload_bytes=moved,
+        offload_seconds=moved_seconds,
     )
+
+
+def _moved(phases: list[RLPhase], roles: list[_Role], layout: Layout) -> int:
+    """Bytes per device moved to and from the host per step, offloaded.
+
+    Each role leaves its devices at the start of each run of phases it is idle
+    in (on its own slice, in the step's order, wrapping to the next step) and
+    comes back at its end: twice its bytes per idle run.
+    """
+    total = 0
+    for name, n, home in roles:
+        mine = [p for p in phases if layout.shared(home, _phase_role(p.name))]
+        idle = [name in dict(p.host) for p in mine]
+        if not n or not mine or all(idle):
+            continue
+        runs = sum(1 for i, x in enumerate(idle) if x and not idle[i - 1])
+        total += 2 * n * runs
+    return total
+
+
+def _host_time(
+    topology: str | None, moved: int
+) -> tuple[tuple[float, float] | None, str]:
+    """The offload's time over one device's host link, with the words."""
+    link = None if topology is None else host_link(topology)
+    if topology is None:
+        return None, " (not timed: no topology)"
+    if link is None:
+        return None, (
+            f" (not timed: {topology}'s host link is not in the data sheets this "
+            "library holds)"
+        )
+    rate, source = link
+    seconds = moved / rate
+    return (seconds, seconds), f", estimated {duration(seconds)} ({source})"
 
 
 def _reshard_time(

@@ -41,6 +41,8 @@ class RLPhase:
             completion).
         mesh: The mesh of the devices it runs on when the roles have
             devices of their own (``role_meshes``); ``""`` when colocated.
+        host: ``(role, bytes)`` per device of each role waiting in host
+            memory while the phase runs (``offload=True``).
 
     Example:
         >>> phase = RLPhase("train", 100, (("reference parameters", 40),))
@@ -54,6 +56,7 @@ class RLPhase:
     out_of_memory: bool = False
     seconds: tuple[float, float] | None = None
     mesh: str = ""
+    host: tuple[tuple[str, int], ...] = ()
 
     @property
     def resident_bytes(self) -> int:
@@ -96,6 +99,10 @@ class RLMemoryReport(Report):
             (0 when colocated).
         reshard_seconds: Its estimated time, ``(low, high)``, part of
             :attr:`step_seconds` (``None``: colocated, or no topology).
+        offload_bytes: With ``offload=True``: bytes per device moved to and
+            from host memory per step.
+        offload_seconds: Their time over the host link, part of
+            :attr:`step_seconds` (``None``: no offload, or no host-link figure).
         programs: The reports each phase's program came from, by name
             (``"rollout"``: the serving report; ``"reference"``,
             ``"train"``: step reports).
@@ -130,6 +137,8 @@ class RLMemoryReport(Report):
     layout: str = "colocated"
     reshard_bytes: int = 0
     reshard_seconds: tuple[float, float] | None = None
+    offload_bytes: int = 0
+    offload_seconds: tuple[float, float] | None = None
 
     @property
     def sequences(self) -> int:
@@ -174,8 +183,9 @@ class RLMemoryReport(Report):
             return None
         low = sum(p.seconds[0] for p in self.phases if p.seconds is not None)
         high = sum(p.seconds[1] for p in self.phases if p.seconds is not None)
-        if self.reshard_seconds is not None:
-            low, high = low + self.reshard_seconds[0], high + self.reshard_seconds[1]
+        for extra in (self.reshard_seconds, self.offload_seconds):
+            if extra is not None:
+                low, high = low + extra[0], high + extra[1]
         return low, high
 
     @property
@@ -234,6 +244,14 @@ class RLMemoryReport(Report):
                     ", ".join(r for r, _ in phase.resident) or "-",
                 )
             )
+            if phase.host:
+                rows.append(
+                    (
+                        f"{_named(phase)}: in host memory",
+                        format_bytes(sum(n for _, n in phase.host)),
+                        ", ".join(r for r, _ in phase.host),
+                    )
+                )
         totals = [
             (
                 f"peak ({_named(p)})",
@@ -242,6 +260,14 @@ class RLMemoryReport(Report):
             )
             for p in self.phases
         ]
+        if self.offload_bytes:
+            totals.append(
+                (
+                    "to and from the host per step (offloaded)",
+                    format_bytes(self.offload_bytes),
+                    f"{self.offload_bytes:,}",
+                )
+            )
         if self.reshard_bytes:
             totals.append(
                 (
@@ -271,6 +297,8 @@ class RLMemoryReport(Report):
             spans = [(p.name, p.seconds) for p in self.phases if p.seconds is not None]
             if self.reshard_seconds is not None:
                 spans.append(("reshard", self.reshard_seconds))
+            if self.offload_seconds is not None:
+                spans.append(("offload", self.offload_seconds))
             parts = "; ".join(
                 f"{name} {duration(low)}-{duration(high)}"
                 for name, (low, high) in spans
@@ -311,6 +339,10 @@ class RLMemoryReport(Report):
             "reshard_seconds": None
             if self.reshard_seconds is None
             else list(self.reshard_seconds),
+            "offload_bytes": self.offload_bytes,
+            "offload_seconds": None
+            if self.offload_seconds is None
+            else list(self.offload_seconds),
             "roles": [{"role": r, "bytes": n} for r, n in self.roles],
             "phases": [
                 {
@@ -321,6 +353,7 @@ class RLMemoryReport(Report):
                     "out_of_memory": p.out_of_memory,
                     "seconds": None if p.seconds is None else list(p.seconds),
                     "mesh": p.mesh or None,
+                    "host": [{"role": r, "bytes": n} for r, n in p.host],
                 }
                 for p in self.phases
             ],

@@ -39,6 +39,7 @@ FLAGS: dict[str, str] = {
     "lora": "--lora",
     "role_meshes": "--role-mesh",
     "layouts": "--mesh",
+    "offload": "--offload",
     "tokens_per_step": "--tokens-per-step",
     "depth": "--depth",
     "seed": "--seed",

@@ -124,6 +124,13 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
         action="store_true",
         help="no reference model (no KL term): its parameters are not resident",
     )
+    parser.add_argument(
+        "--offload",
+        action="store_true",
+        help="hold the roles a phase does not run on in host memory meanwhile "
+        "(tunix's offload_to_cpu): each phase's peak is its program's alone; the "
+        "bytes moved to and from the host per step are reported",
+    )
     add_lora_arg(
         parser,
         "train LoRA adapters of this RANK on every nnx.Linear (or model: the "
@@ -241,6 +248,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                 completion=args.completion,
                 reference=not args.no_reference,
                 lora=args.lora,
+                offload=args.offload,
                 optimizer=args.optimizer,
                 rollout_weights=None
                 if args.rollout_weights == "model"
