@@ -885,6 +885,7 @@ RL_BAD: dict[str, dict[str, Any]] = {
     "max_device_bytes": {"negative": -1, "not-a-size": "lots"},
     "lora": {"zero": 0, "wider-than-a-layer": 10**6, "unknown": "full"},
     "offload": {"str": "yes", "int": 1},
+    "breakdown": {"str": "yes"},
     "role_meshes": {
         "unknown-role": {"critic": "data=2"},
         "more-than-the-devices": {"rollout": "data=8"},

@@ -121,6 +121,8 @@ the serving dtype) and its ``KV cache`` (its tokens and positions are
 KINDS: Final = (
     *ARGUMENT_KINDS,
     "KV cache copy",
+    "reference",
+    "rollout weights",
     "output",
     "gradient",
     "activation kept for backward",
@@ -132,7 +134,9 @@ KINDS: Final = (
 """Every kind a buffer live at the peak can have. ``KV cache`` is the donated
 cache's own buffers only (as the program took them, or updated in place); a
 copy XLA made of a cache leaf (another layout, a cast) is a ``KV cache copy``,
-named by what it copies, its op and the model's line that made it."""
+named by what it copies, its op and the model's line that made it. An RL
+step's phases name two more: the reference model's parameters (``reference``)
+and the rollout's copy of the weights (``rollout weights``)."""
 
 _CACHE_OUTPUT: Final = "KV cache "
 """How a serving program names the new cache's leaves among its outputs."""

@@ -94,6 +94,7 @@ def rl_memory_report(
     kv_cache: Any = "bfloat16",
     role_meshes: Any = None,
     offload: bool = False,
+    breakdown: bool = False,
     topology: str | None = None,
     max_device_bytes: Any = None,
     init_cache: Any = None,
@@ -162,6 +163,10 @@ def rl_memory_report(
             program's alone, and the bytes moved to and from the host per step
             are reported (``offload_bytes``), with their time over the host
             link where the target's data sheet states it (A100, H100, H200).
+        breakdown: Also classify every buffer live at each phase's peak
+            (:attr:`RLMemoryReport.breakdowns`): by kind (the reference's
+            parameters as ``reference``, the rollout's weights as ``rollout
+            weights``) and by the source line that made it.
         topology: A target such as ``"v5e-8"`` or ``"h100-8"``.
         max_device_bytes: A budget per device (``"16GiB"`` or bytes).
         init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
@@ -195,6 +200,7 @@ def rl_memory_report(
         ("reference", reference),
         ("cache", cache),
         ("offload", offload),
+        ("breakdown", breakdown),
     ):
         if not isinstance(value, bool):
             raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
@@ -218,6 +224,7 @@ def rl_memory_report(
             init_cache=init_cache,
             decode=decode,
             cache=cache,
+            breakdown=breakdown,
         )
     notes += rollout.notes
 
@@ -231,6 +238,7 @@ def rl_memory_report(
             "max_device_bytes": max_device_bytes,
             "batch_spec": _batch_spec(tuple(dict(axes).items())),
             "cache": cache,
+            "breakdown": breakdown,
         }
 
     axes, options = common("actor")

@@ -141,6 +141,39 @@ class RLMemoryReport(Report):
     offload_seconds: tuple[float, float] | None = None
 
     @property
+    def breakdowns(self) -> dict[str, Any]:
+        """Each phase's buffers at its peak (``breakdown=True``), by phase name.
+
+        The programs' own breakdowns, their kinds named by role: the
+        reference's parameters ``reference``, the rollout's weights ``rollout
+        weights``. Phases without one (not asked for, or the compiler refused
+        the program) are left out.
+        """
+        rollout = self.programs.get("rollout")
+        found = {
+            "prefill": None if rollout is None else rollout.prefill.breakdown,
+            "decode": None if rollout is None else rollout.decode.breakdown,
+            "reference": getattr(self.programs.get("reference"), "breakdown", None),
+            "train": getattr(self.programs.get("train"), "breakdown", None),
+        }
+        renamed = {"reference": {"parameter": "reference"}}
+        renamed |= {p: {"weights": "rollout weights"} for p in ("prefill", "decode")}
+        return {
+            name: _relabelled(b, renamed.get(name, {}))
+            for name, b in found.items()
+            if b is not None
+        }
+
+    def _breakdown_notes(self) -> list[str]:
+        """Each phase's peak by kind, the largest four, when broken down."""
+        out = []
+        for name, found in self.breakdowns.items():
+            kinds = sorted(found.by_kind(), key=lambda g: -g.nbytes)[:4]
+            parts = ", ".join(f"{g.label} {format_bytes(g.nbytes)}" for g in kinds)
+            out.append(f"At {name}'s peak (its program's buffers, by kind): {parts}.")
+        return out
+
+    @property
     def sequences(self) -> int:
         """Completions per step: ``batch x generations``."""
         return self.batch * self.generations
@@ -291,6 +324,7 @@ class RLMemoryReport(Report):
             "runs; the step's is the largest.",
             *([f"Budget: {self.budget.basis}."] if self.budget.basis else []),
             *self.notes,
+            *self._breakdown_notes(),
         ]
         span = self.step_seconds
         if span is not None:
@@ -373,3 +407,14 @@ class RLMemoryReport(Report):
 def _named(phase: RLPhase) -> str:
     """A phase's name, with its devices' mesh when the roles have their own."""
     return f"{phase.name} on {phase.mesh}" if phase.mesh else phase.name
+
+
+def _relabelled(breakdown: Any, kinds: dict[str, str]) -> Any:
+    """``breakdown`` with its rows' kinds renamed as ``kinds`` says."""
+    if not kinds:
+        return breakdown
+    rows = tuple(
+        dataclasses.replace(r, kind=kinds.get(r.kind, r.kind)) if r.kind else r
+        for r in breakdown.rows
+    )
+    return dataclasses.replace(breakdown, rows=rows)

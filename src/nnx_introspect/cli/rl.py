@@ -125,6 +125,12 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
         help="no reference model (no KL term): its parameters are not resident",
     )
     parser.add_argument(
+        "--breakdown",
+        action="store_true",
+        help="classify every buffer live at each phase's peak by kind and "
+        "source line (the report's notes list each phase's largest kinds)",
+    )
+    parser.add_argument(
         "--offload",
         action="store_true",
         help="hold the roles a phase does not run on in host memory meanwhile "
@@ -249,6 +255,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                 reference=not args.no_reference,
                 lora=args.lora,
                 offload=args.offload,
+                breakdown=args.breakdown,
                 optimizer=args.optimizer,
                 rollout_weights=None
                 if args.rollout_weights == "model"
