@@ -58,7 +58,9 @@ def llama3p2_1b_lora16(rngs: nnx.Rngs) -> Any:
     tokens = jnp.zeros((1, 8), jnp.int32)
     positions = jnp.arange(8)[None]
     mask = jnp.ones((1, 8, 8), jnp.bool_)
-    return qwix.apply_lora_to_model(model, provider, tokens, positions, None, mask)
+    return qwix.apply_lora_to_model(
+        model, provider, tokens, positions, None, mask, rngs=nnx.Rngs(1)
+    )
 
 
 def _compile_seconds(report: Any) -> float:

@@ -34,6 +34,8 @@ _COLOURS = dict(
             "#0550ae",  # weights (serving)
             "#953800",  # KV cache (serving)
             "#fb8f44",  # KV cache copy (serving)
+            "#6639ba",  # reference (an RL step's reference model)
+            "#218bff",  # rollout weights (an RL step's rollout)
             "#57606a",  # output
             "#cf222e",  # gradient
             "#e16f24",  # activation kept for backward

@@ -14,6 +14,14 @@ jaxlib, the CUDA plugin, libtpu and of this package's own source (a reader
 that changes reads anew), and the options a caller adds (a breakdown's
 argument names). The budget is not in it: it never reaches the compiler.
 
+A child process's whole answer (a step's readings, a serving request's) is
+kept too, under :func:`answer_key`: the request it was sent (every name,
+shape, spec and option), the source of every loaded module of the packages
+its names import from (the model's, the loss's, the cache maker's: an edit
+there is a miss) and their versions, with the toolchain, the environment and
+this package's source as above. A hit starts no child: nothing is traced, so
+a report read back whole costs what building its request costs.
+
 Where: ``$NNX_INTROSPECT_CACHE_DIR``, else ``$XDG_CACHE_HOME/nnx-introspect``,
 else ``~/.cache/nnx-introspect``. ``NNX_INTROSPECT_CACHE=off`` (or ``0``,
 ``false``, ``no``) turns it off, as ``cache=False`` does. The directory is
@@ -45,10 +53,13 @@ from nnx_introspect._xla.toolchain import (
 __all__ = [
     "MAX_CACHE_BYTES",
     "CachedResult",
+    "answer_key",
     "cache_directory",
     "cache_enabled",
     "compile_key",
+    "load_answer",
     "load_result",
+    "store_answer",
     "store_result",
     "without_callers",
 ]
@@ -279,6 +290,15 @@ def store_result(
         ),
         "readings": readings.json_data(),
     }
+    _write(path, entry, limit)
+
+
+def _write(path: pathlib.Path, entry: Mapping[str, Any], limit: int) -> None:
+    """``entry`` written to ``path`` whole; then the directory held to ``limit``.
+
+    A temporary file renamed into place, so a reader never sees half an
+    entry; a directory that cannot be written is skipped.
+    """
     with contextlib.suppress(OSError):
         path.parent.mkdir(parents=True, exist_ok=True)
         handle, temporary = tempfile.mkstemp(dir=path.parent, suffix=".tmp")
@@ -306,3 +326,123 @@ def _hold_bound(directory: pathlib.Path, limit: int) -> None:
         with contextlib.suppress(OSError):
             path.unlink()
         total -= size
+
+
+_NAMED = re.compile(r"^([A-Za-z_][\w.]*):[A-Za-z_]\w*$")
+"""A ``"package.module:name"`` in a child's request."""
+
+
+def _package_code(top: str) -> dict[str, Any]:
+    """The version of package ``top`` and a digest of its loaded modules' source."""
+    import sys
+
+    digest = hashlib.sha256()
+    for name in sorted(
+        n for n in list(sys.modules) if n == top or n.startswith(top + ".")
+    ):
+        path = getattr(sys.modules.get(name), "__file__", None)
+        if not path or not path.endswith(".py"):
+            continue
+        digest.update(name.encode())
+        with contextlib.suppress(OSError):
+            digest.update(pathlib.Path(path).read_bytes())
+    version = None
+    with contextlib.suppress(ValueError):
+        version = _version(top)
+    return {"version": version, "source": digest.hexdigest()}
+
+
+def answer_key(module: str, payload: Mapping[str, Any], devices: int) -> str:
+    """The SHA-256 (hex) naming a child's answer to ``payload``.
+
+    The request itself, the code its ``"package.module:name"`` values import
+    (every loaded module of each such top-level package: source and
+    version), the environment, the toolchain and this package's source.
+
+    Example:
+        >>> a = answer_key("m", {"target": "json:loads", "mesh": [["x", 2]]}, 2)
+        >>> a == answer_key("m", {"target": "json:loads", "mesh": [["x", 2]]}, 2)
+        True
+        >>> a == answer_key("m", {"target": "json:loads", "mesh": [["x", 4]]}, 4)
+        False
+    """
+    tops = sorted(
+        {
+            found[1].split(".")[0]
+            for value in payload.values()
+            if isinstance(value, str) and (found := _NAMED.match(value))
+        }
+    )
+    described = {
+        "format": FORMAT,
+        "module": module,
+        "devices": devices,
+        "request": dict(payload),
+        "code": {top: _package_code(top) for top in tops},
+        "environment": {
+            k: v for k, v in sorted(os.environ.items()) if k.startswith(_ENV_PREFIXES)
+        },
+        "toolchain": _toolchain(),
+    }
+    text = json.dumps(described, sort_keys=True, default=repr)
+    return hashlib.sha256(text.encode()).hexdigest()
+
+
+def _answer_entry(key: str) -> pathlib.Path:
+    return cache_directory() / "answers" / f"{key}.json"
+
+
+def _marked(data: Any, when: str) -> Any:
+    """``data`` with every XLA readings' ``cached`` said to be ``when``."""
+    if isinstance(data, dict):
+        out = {k: _marked(v, when) for k, v in data.items()}
+        if "compiler_log" in out and out.get("cached") is None:
+            out["cached"] = when
+        return out
+    if isinstance(data, list):
+        return [_marked(v, when) for v in data]
+    return data
+
+
+def load_answer(key: str) -> dict[str, Any] | None:
+    """The answer kept under ``key`` (its readings marked as cached), or ``None``.
+
+    A damaged entry is a miss, and is removed.
+    """
+    path = _answer_entry(key)
+    try:
+        entry = json.loads(path.read_text(encoding="utf-8"))
+        if (
+            not isinstance(entry, dict)
+            or entry.get("format") != FORMAT
+            or entry.get("key") != key
+            or not isinstance(entry.get("answer"), dict)
+            or not isinstance(entry.get("compiled_on"), str)
+        ):
+            raise ValueError("not an entry of this format")
+    except FileNotFoundError:
+        return None
+    except (OSError, ValueError, UnicodeDecodeError):
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
+    with contextlib.suppress(OSError):
+        os.utime(path)
+    marked: dict[str, Any] = _marked(entry["answer"], entry["compiled_on"])
+    return marked
+
+
+def store_answer(
+    key: str, answer: Mapping[str, Any], *, limit: int = MAX_CACHE_BYTES
+) -> None:
+    """Keep a child's ``answer`` under ``key``, as :func:`store_result` does."""
+    path = _answer_entry(key)
+    entry = {
+        "format": FORMAT,
+        "key": key,
+        "compiled_on": datetime.datetime.now(datetime.UTC).isoformat(
+            timespec="seconds"
+        ),
+        "answer": dict(answer),
+    }
+    _write(path, entry, limit // 4)
