@@ -23,7 +23,7 @@ from nnx_introspect._step import (
     measure_step,
     step_memory_report,
 )
-from nnx_introspect._step.inputs import as_model
+from nnx_introspect._step.inputs import as_model, built_once
 from nnx_introspect._step.lora import as_lora
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
@@ -194,60 +194,79 @@ def rl_memory_report(
         >>> report.peak_bytes == max(p.peak_bytes for p in report.phases)
         True
     """
-    b, g = _count(batch, "batch"), _count(generations, "generations")
-    p, c = _count(prompt, "prompt"), _count(completion, "completion")
-    for name, value in (
-        ("reference", reference),
-        ("cache", cache),
-        ("offload", offload),
-        ("breakdown", breakdown),
-    ):
-        if not isinstance(value, bool):
-            raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
-    if lora is not None:  # checked on the model before any compile
-        lora = as_lora(lora, as_model(actor))
-    layout = as_layout(mesh, role_meshes, topology, reference)
-    sequences, length = b * g, p + c
-    notes: list[str] = []
-    rollout_axes = _completed(actor, layout.slice("rollout").mesh, notes)
-    with _renamed(sequences, length):
-        rollout = serve_memory_report(
-            actor,
-            rollout_axes,
-            sequences=sequences,
-            context=length,
-            prompt=p,
-            topology=layout.slice("rollout").topology,
-            max_device_bytes=max_device_bytes,
-            weights=rollout_weights,
-            kv_cache=kv_cache,
-            init_cache=init_cache,
-            decode=decode,
-            cache=cache,
-            breakdown=breakdown,
-        )
-    notes += rollout.notes
-
-    def common(role: str) -> tuple[Any, dict[str, Any]]:
-        if layout.shared(role, "rollout"):  # as the rollout compiled it
-            axes = dict(rollout.mesh_axes)
-        else:
-            axes = _completed(actor, layout.slice(role).mesh, notes)
-        return axes, {
-            "topology": layout.slice(role).topology,
+    with built_once():  # the actor is built once for every program
+        b, g = _count(batch, "batch"), _count(generations, "generations")
+        p, c = _count(prompt, "prompt"), _count(completion, "completion")
+        flags = {"reference": reference, "cache": cache, "offload": offload}
+        _check_flags(flags | {"breakdown": breakdown})
+        if lora is not None:  # checked on the model before any compile
+            lora = as_lora(lora, as_model(actor))
+        layout = as_layout(mesh, role_meshes, topology, reference)
+        sequences, length = b * g, p + c
+        notes: list[str] = []
+        serving = {
             "max_device_bytes": max_device_bytes,
-            "batch_spec": _batch_spec(tuple(dict(axes).items())),
+            "weights": rollout_weights,
+            "kv_cache": kv_cache,
+            "init_cache": init_cache,
+            "decode": decode,
             "cache": cache,
             "breakdown": breakdown,
         }
+        rollout = _rollout(actor, layout, (sequences, p, c), serving, notes)
 
-    axes, options = common("actor")
-    train = _train(actor, axes, (sequences, p, c), optimizer, options | {"lora": lora})
-    ref = None
-    if reference:
-        ref = _reference(actor, *common("reference"), (sequences, length))
-    parts = (rollout, train, ref)
-    return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora, offload)
+        def common(role: str) -> tuple[Any, dict[str, Any]]:
+            if layout.shared(role, "rollout"):  # as the rollout compiled it
+                axes = dict(rollout.mesh_axes)
+            else:
+                axes = _completed(actor, layout.slice(role).mesh, notes)
+            return axes, {
+                "topology": layout.slice(role).topology,
+                "max_device_bytes": max_device_bytes,
+                "batch_spec": _batch_spec(tuple(dict(axes).items())),
+                "cache": cache,
+                "breakdown": breakdown,
+            }
+
+        axes, options = common("actor")
+        train = _train(
+            actor, axes, (sequences, p, c), optimizer, options | {"lora": lora}
+        )
+        ref = None
+        if reference:
+            ref = _reference(actor, *common("reference"), (sequences, length))
+        parts = (rollout, train, ref)
+        return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora, offload)
+
+
+def _check_flags(flags: dict[str, Any]) -> None:
+    for name, value in flags.items():
+        if not isinstance(value, bool):
+            raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
+
+
+def _rollout(
+    actor: Any,
+    layout: Layout,
+    sizes: tuple[int, int, int],
+    serving: dict[str, Any],
+    notes: list[str],
+) -> Any:
+    """The rollout's prefill and decode on its slice (the serving report)."""
+    sequences, p, c = sizes
+    mesh = _completed(actor, layout.slice("rollout").mesh, notes)
+    with _renamed(sequences, p + c):
+        rollout = serve_memory_report(
+            actor,
+            mesh,
+            sequences=sequences,
+            context=p + c,
+            prompt=p,
+            topology=layout.slice("rollout").topology,
+            **serving,
+        )
+    notes += rollout.notes
+    return rollout
 
 
 def _completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
@@ -463,29 +482,7 @@ def _assemble(
     phases.append(
         phase("train", train.peak_bytes, train.out_of_memory, _range(train.roofline))
     )
-    reshard, reshard_seconds = 0, None
-    if not layout.shared("actor", "rollout"):
-        where = layout.slice("rollout")
-        reshard = rollout.decode.weights_bytes * where.devices
-        reshard_seconds, how = _reshard_time(
-            layout.topology, rollout.decode.weights_bytes
-        )
-        notes = (
-            *notes,
-            f"Every step the actor's new weights reach the rollout's {where.devices} "
-            f"devices ({where.label}): {reshard:,} bytes on the wire, the rollout's "
-            f"weights on each of its devices{how}.",
-        )
-    moved, moved_seconds = 0, None
-    if offload:
-        moved = _moved(phases, roles, layout)
-        moved_seconds, how = _host_time(layout.topology, moved)
-        notes = (
-            *notes,
-            f"Offloaded: the roles idle in a phase wait in host memory (tunix's "
-            f"offload_to_cpu), each moved out and back in around its idle phases: "
-            f"{moved:,} bytes per device per step over the host link{how}.",
-        )
+    transfers, more = _transfers(rollout, phases, roles, layout, offload)
     return RLMemoryReport(
         target=rollout.target,
         mesh_axes=tuple(zip(train.plan.axis_names, train.plan.axis_sizes, strict=True)),
@@ -498,15 +495,44 @@ def _assemble(
         roles=tuple((r, n) for r, n, _ in roles),
         phases=tuple(phases),
         budget=rollout.budget,
-        notes=notes,
+        notes=(*notes, *more),
         programs={"rollout": rollout, "reference": ref, "train": train},
         lora=lora,
         layout=layout.words(),
-        reshard_bytes=reshard,
-        reshard_seconds=reshard_seconds,
-        offload_bytes=moved,
-        offload_seconds=moved_seconds,
+        **transfers,
     )
+
+
+def _transfers(
+    rollout: Any,
+    phases: list[RLPhase],
+    roles: list[_Role],
+    layout: Layout,
+    offload: bool,
+) -> tuple[dict[str, Any], tuple[str, ...]]:
+    """The bytes a step moves between slices and to the host, timed, and the notes."""
+    out: dict[str, Any] = {}
+    notes: list[str] = []
+    if not layout.shared("actor", "rollout"):
+        where = layout.slice("rollout")
+        reshard = rollout.decode.weights_bytes * where.devices
+        seconds, how = _reshard_time(layout.topology, rollout.decode.weights_bytes)
+        out |= {"reshard_bytes": reshard, "reshard_seconds": seconds}
+        notes.append(
+            f"Every step the actor's new weights reach the rollout's {where.devices} "
+            f"devices ({where.label}): {reshard:,} bytes on the wire, the rollout's "
+            f"weights on each of its devices{how}."
+        )
+    if offload:
+        moved = _moved(phases, roles, layout)
+        seconds, how = _host_time(layout.topology, moved)
+        out |= {"offload_bytes": moved, "offload_seconds": seconds}
+        notes.append(
+            f"Offloaded: the roles idle in a phase wait in host memory (tunix's "
+            f"offload_to_cpu), each moved out and back in around its idle phases: "
+            f"{moved:,} bytes per device per step over the host link{how}."
+        )
+    return out, tuple(notes)
 
 
 def _moved(phases: list[RLPhase], roles: list[_Role], layout: Layout) -> int:

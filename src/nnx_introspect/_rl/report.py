@@ -255,20 +255,19 @@ class RLMemoryReport(Report):
             return ", LoRA (the model's own adapters)"
         return f", LoRA rank {self.lora}"
 
-    def table(self) -> Table:
-        """The roles resident, then each phase's program, resident and peak."""
+    def _rows(self) -> list[tuple[str, str, str]]:
+        """The roles resident, then each phase's program and what is beside it."""
         rows = [
             (f"resident: {role}", format_bytes(n), f"{n:,}") for role, n in self.roles
         ]
         for phase in self.phases:
+            program = (
+                "refused"
+                if phase.out_of_memory
+                else format_bytes(phase.program_peak_bytes)
+            )
             rows.append(
-                (
-                    f"{_named(phase)}: program",
-                    "refused"
-                    if phase.out_of_memory
-                    else format_bytes(phase.program_peak_bytes),
-                    f"{phase.program_peak_bytes:,}",
-                )
+                (f"{_named(phase)}: program", program, f"{phase.program_peak_bytes:,}")
             )
             rows.append(
                 (
@@ -285,39 +284,28 @@ class RLMemoryReport(Report):
                         ", ".join(r for r, _ in phase.host),
                     )
                 )
+        return rows
+
+    def _totals(self) -> list[tuple[str, str, str]]:
+        """The budget, each phase's peak, the bytes moved per step."""
         totals = [
-            (
-                f"peak ({_named(p)})",
-                format_bytes(p.peak_bytes),
-                f"{p.peak_bytes:,}",
-            )
+            (f"peak ({_named(p)})", format_bytes(p.peak_bytes), f"{p.peak_bytes:,}")
             for p in self.phases
         ]
-        if self.offload_bytes:
-            totals.append(
-                (
-                    "to and from the host per step (offloaded)",
-                    format_bytes(self.offload_bytes),
-                    f"{self.offload_bytes:,}",
-                )
-            )
-        if self.reshard_bytes:
-            totals.append(
-                (
-                    "reshard per step (to the rollout's devices)",
-                    format_bytes(self.reshard_bytes),
-                    f"{self.reshard_bytes:,}",
-                )
-            )
         if self.budget.bytes is not None:
-            totals.insert(
-                0,
-                (
-                    "budget per device",
-                    format_bytes(self.budget.bytes),
-                    f"{self.budget.bytes:,}",
-                ),
-            )
+            n = self.budget.bytes
+            totals.insert(0, ("budget per device", format_bytes(n), f"{n:,}"))
+        for words, n in (
+            ("to and from the host per step (offloaded)", self.offload_bytes),
+            ("reshard per step (to the rollout's devices)", self.reshard_bytes),
+        ):
+            if n:
+                totals.append((words, format_bytes(n), f"{n:,}"))
+        return totals
+
+    def table(self) -> Table:
+        """The roles resident, then each phase's program, resident and peak."""
+        rows, totals = self._rows(), self._totals()
         notes = [
             "A phase's peak is its compiled program's own (its arguments, outputs "
             "and temporaries) plus what the other roles keep resident while it "

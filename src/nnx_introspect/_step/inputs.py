@@ -5,11 +5,13 @@ Every check of :class:`~nnx_introspect.StepSpec` lives here, each raising the
 spec runs them in order where it is built.
 """
 
+import contextlib
+import contextvars
 import dataclasses
 import difflib
 import math
 import re
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from typing import Any, TypeAlias
 
 import jax
@@ -43,6 +45,7 @@ __all__ = [
     "as_model",
     "as_network",
     "as_optimizer",
+    "built_once",
     "check_optimizer_has_a_loss",
     "check_shardable",
     "importable_name",
@@ -120,11 +123,39 @@ class Request:
         return math.prod(s for _, s in self.mesh_axes)
 
 
+_BUILT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
+    "nnx_introspect_built", default=None
+)
+"""Inside :func:`built_once`: the abstract models built so far, by target name."""
+
+
+@contextlib.contextmanager
+def built_once() -> Iterator[None]:
+    """Within the block, each ``"package.module:factory"`` is built once.
+
+    For a report made of several programs of one target (an RL step's four):
+    every spec of the block shares the one abstract model (specs never change
+    it: options that do, such as LoRA, change a copy). Nothing outlives the
+    block.
+    """
+    token = _BUILT.set({} if _BUILT.get() is None else _BUILT.get())
+    try:
+        yield
+    finally:
+        _BUILT.reset(token)
+
+
 def as_model(target: Any) -> Any:
     """An abstract module for ``target`` (never the caller's own object)."""
     if isinstance(target, str):
+        built = _BUILT.get()
+        if built is not None and target in built:
+            return built[target]
         try:
-            return build_target(target)
+            model = build_target(target)
+            if built is not None:
+                built[target] = model
+            return model
         except TargetError as error:
             raise ArgumentError(
                 "target", f"`target` {target!r} cannot be built: {error}"
