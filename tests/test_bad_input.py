@@ -907,6 +907,77 @@ def _rl_report() -> Any:
     return _rl(None)  # type: ignore[arg-type]
 
 
+def _rl_search(**kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "generations": 2,
+        "prompt": 4,
+        "completion": 4,
+        "max_device_bytes": 10**6,
+    }
+    options.update(kwargs)
+    return nnx_introspect.rl_max_batch(SERVE_MODEL, "data=2", **options)
+
+
+RL_SEARCH_BAD: dict[str, dict[str, Any]] = {
+    "generations": {"zero": 0, "str": "two"},
+    "max_device_bytes": {"none-without-a-topology": None},
+    "batch": {"given": 2},
+}
+for _arg, _bad in RL_SEARCH_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "rl_max_batch",
+            _arg,
+            _what,
+            lambda w, a=_arg, v=_value: _rl_search(**{a: v}),
+        )
+
+
+def _rl_layouts(**kwargs: Any) -> Any:
+    options: dict[str, Any] = {
+        "batch": 1,
+        "generations": 2,
+        "prompt": 4,
+        "completion": 4,
+        "layouts": [("data=2", None)],
+    }
+    options.update(kwargs)
+    layouts = options.pop("layouts")
+    return nnx_introspect.compare_rl_layouts(SERVE_MODEL, layouts, **options)
+
+
+RL_LAYOUTS_BAD: dict[str, dict[str, Any]] = {
+    "layouts": {"str": "some", "empty": [], "not-a-pair": [("data=2",)]},
+    "batch": {"zero": 0},
+    "executor": {"int": 3},
+}
+for _arg, _bad in RL_LAYOUTS_BAD.items():
+    for _what, _value in _bad.items():
+        case(
+            "compare_rl_layouts",
+            _arg,
+            _what,
+            lambda w, a=_arg, v=_value: _rl_layouts(**{a: v}),
+        )
+
+
+def _rl_batch_search() -> Any:
+    from nnx_introspect._accelerators.budget import Budget
+
+    return nnx_introspect.RLBatchSearch(
+        "m",
+        (("data", 2),),
+        None,
+        2,
+        4,
+        4,
+        1,
+        1,
+        ((1, 90, "train", True), (2, 120, "train", False)),
+        Budget(100, "the budget given"),
+    )
+
+
 def _compare_serving(w: World, **kwargs: Any) -> Any:
     options: dict[str, Any] = {"sequences": 2, "context": 8, "topology": "h100-2"}
     options.update(kwargs)
@@ -960,6 +1031,10 @@ REPORTS: dict[str, Callable[[World], Any]] = {
     "FitSearch": lambda w: _fit(w),
     "ServeMemoryReport": lambda w: _serve_report(),
     "RLMemoryReport": lambda w: _rl_report(),
+    "RLBatchSearch": lambda w: _rl_batch_search(),
+    "RLLayoutComparison": lambda w: nnx_introspect.RLLayoutComparison(
+        (_rl_report(),), (), "in order"
+    ),
     "ServeSearch": lambda w: _serve_search(),
     "ServeMeshComparison": lambda w: nnx_introspect.ServeMeshComparison(
         (_serve_report(),), (), "this process"

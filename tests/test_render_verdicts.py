@@ -28,7 +28,9 @@ from nnx_introspect import (
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._render.table import Report, verdict_html
+from nnx_introspect._rl.layouts import RLLayoutComparison
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
+from nnx_introspect._rl.search import RLBatchSearch
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.meshes import compare_meshes
 from nnx_introspect._serve import (
@@ -256,6 +258,19 @@ def reports(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Report]:
         ),
         "ServeMemoryReport": serve,
         "RLMemoryReport": _rl(120),
+        "RLBatchSearch": RLBatchSearch(
+            "m",
+            (("data", 2),),
+            None,
+            4,
+            8,
+            8,
+            1,
+            3,
+            ((3, 90, "train", True), (4, 120, "train", False)),
+            Budget(100, "b"),
+        ),
+        "RLLayoutComparison": RLLayoutComparison((_rl(120),), (), "in order"),
         "ServeMeshComparison": ServeMeshComparison((serve,), (), "this process"),
         "ServeSearch": ServeSearch(
             "sequences", 2, 1, ((2, 8, 90, True), (3, 8, 110, False)), Budget(100, None)
@@ -329,6 +344,8 @@ def test_every_report_class_is_covered(reports: dict[str, Report]) -> None:
         "ServeSearch",
         "ServeMeshComparison",
         "RLMemoryReport",
+        "RLBatchSearch",
+        "RLLayoutComparison",
     ],
 )
 def test_print_leads_with_the_verdict_then_the_table(

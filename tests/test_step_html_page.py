@@ -113,14 +113,14 @@ def test_without_a_budget_the_bar_has_no_budget(report: StepMemoryReport) -> Non
     assert bold == ["peak per device"]
 
 
-_ADDED_KEYS = ["remat", "microbatches", "tokens_per_step", "measured"]
-"""Keys added since (issue 25's step options, issue 24's tokens), after
-``optimizer``: every earlier key keeps its place."""
+_ADDED_KEYS = ["remat", "microbatches", "tokens_per_step", "lora", "measured"]
+"""Keys added since (issue 25's step options, issue 24's tokens, issue 36's
+LoRA), after ``optimizer``: every earlier key keeps its place."""
 
 
 def test_the_json_only_adds_keys(report: StepMemoryReport) -> None:
     keys = list(json.loads(report.to_json()))
     assert [k for k in keys if k not in _ADDED_KEYS] == _SCHEMA_V4_KEYS
     after = keys.index("optimizer") + 1
-    assert keys[after : after + 3] == _ADDED_KEYS[:3]
+    assert keys[after : after + 4] == _ADDED_KEYS[:4]
     assert keys[-1] == "measured"  # issue 34's, last
