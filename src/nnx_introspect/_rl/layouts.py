@@ -257,11 +257,11 @@ def compare_rl_layouts(
         >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
         ...                           n_heads=2, d_ff=64))
         >>> found = compare_rl_layouts(
-        ...     small, [("data=4", None), ("data=2", {"rollout": "data=2"})],
-        ...     batch=2, generations=2, prompt=8, completion=8,
+        ...     small, [("data=2", None), ("tp=4", None)],
+        ...     batch=1, generations=2, prompt=8, completion=8,
         ...     max_device_bytes="64MiB")
-        >>> sorted(r.layout for r in found.reports)  # doctest: +ELLIPSIS
-        ['colocated', 'disaggregated: actor and reference on data=2 ...']
+        >>> [r.layout for r in found.reports], found.rejected[0][0]
+        (['colocated'], 'colocated on tp=4')
     """
     if executor is not None and not isinstance(executor, concurrent.futures.Executor):
         raise TypeError("`executor` must be a concurrent.futures.Executor or None.")

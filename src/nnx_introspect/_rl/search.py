@@ -220,11 +220,11 @@ def rl_max_batch(
         >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
         ...                           n_heads=2, d_ff=64))
         >>> found = rl_max_batch(small, "data=2", generations=2, prompt=8,
-        ...                      completion=8, max_device_bytes=750_000)
+        ...                      completion=8, max_device_bytes=650_000)
         >>> fits = {b: ok for b, _, _, ok in found.points}
         >>> fits[found.batch], fits[found.batch + found.unit]
         (True, False)
-        >>> found.answer.peak_bytes <= 750_000 < found.edge.peak_bytes
+        >>> found.answer.peak_bytes <= 650_000 < found.edge.peak_bytes
         True
     """
     if "batch" in options:
