@@ -245,23 +245,22 @@ def _entry(key: str) -> pathlib.Path:
     return cache_directory() / "results" / f"{key}.json"
 
 
-def load_result(key: str) -> CachedResult | None:
-    """The entry named ``key``, or ``None``: absent, or damaged (then removed).
+def _read(path: pathlib.Path, key: str, field: str) -> dict[str, Any] | None:
+    """The entry at ``path`` if it is ``key``'s, with a dict ``field``; or ``None``.
 
-    A hit marks the entry used now (for the least-recently-used bound).
+    A damaged entry (unreadable, another format, another key) is a miss and is
+    removed; a hit marks the entry used now (for the least-recently-used bound).
     """
-    path = _entry(key)
     try:
         data = json.loads(path.read_text(encoding="utf-8"))
         if (
             not isinstance(data, dict)
             or data.get("format") != FORMAT
             or data.get("key") != key
-            or not isinstance(data.get("readings"), dict)
+            or not isinstance(data.get(field), dict)
             or not isinstance(data.get("compiled_on"), str)
         ):
             raise ValueError("not an entry of this format")
-        readings = XlaReadings.from_json_data(data["readings"])
     except FileNotFoundError:
         return None
     except (OSError, ValueError, UnicodeDecodeError):
@@ -270,6 +269,24 @@ def load_result(key: str) -> CachedResult | None:
         return None
     with contextlib.suppress(OSError):
         os.utime(path)
+    return data
+
+
+def load_result(key: str) -> CachedResult | None:
+    """The entry named ``key``, or ``None``: absent, or damaged (then removed).
+
+    A hit marks the entry used now (for the least-recently-used bound).
+    """
+    path = _entry(key)
+    data = _read(path, key, "readings")
+    if data is None:
+        return None
+    try:
+        readings = XlaReadings.from_json_data(data["readings"])
+    except ValueError:
+        with contextlib.suppress(OSError):
+            path.unlink()
+        return None
     return CachedResult(readings, data["compiled_on"])
 
 
@@ -409,25 +426,9 @@ def load_answer(key: str) -> dict[str, Any] | None:
 
     A damaged entry is a miss, and is removed.
     """
-    path = _answer_entry(key)
-    try:
-        entry = json.loads(path.read_text(encoding="utf-8"))
-        if (
-            not isinstance(entry, dict)
-            or entry.get("format") != FORMAT
-            or entry.get("key") != key
-            or not isinstance(entry.get("answer"), dict)
-            or not isinstance(entry.get("compiled_on"), str)
-        ):
-            raise ValueError("not an entry of this format")
-    except FileNotFoundError:
+    entry = _read(_answer_entry(key), key, "answer")
+    if entry is None:
         return None
-    except (OSError, ValueError, UnicodeDecodeError):
-        with contextlib.suppress(OSError):
-            path.unlink()
-        return None
-    with contextlib.suppress(OSError):
-        os.utime(path)
     marked: dict[str, Any] = _marked(entry["answer"], entry["compiled_on"])
     return marked
 
