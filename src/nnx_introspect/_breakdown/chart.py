@@ -236,7 +236,7 @@ def kinds_bar_svg(
 
     Args:
         kinds: ``(kind, bytes)`` per kind, largest first; a kind of
-            :data:`~nnx_introspect._breakdown.rows.KINDS` has its own colour.
+            :data:`~nnx_introspect._breakdown.kinds.KINDS` has its own colour.
         peak: The bytes of the whole bar.
         budget: The byte budget, drawn as a dashed line across the bar.
 

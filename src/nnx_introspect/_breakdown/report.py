@@ -3,7 +3,7 @@
 A pure function of :class:`~nnx_introspect._xla.dump.PeakBuffers` (what XLA's
 dumps say) and of what the step knows about its arguments (their state paths);
 nothing here compiles or reads a file. :func:`classify` gives each buffer its
-kind by the rules of :mod:`nnx_introspect._breakdown.rows` and returns the
+kind by the rules of :mod:`nnx_introspect._breakdown.kinds` and returns the
 :class:`Breakdown`: its grouped views, its table and its JSON.
 
 Example:

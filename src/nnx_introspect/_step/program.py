@@ -48,7 +48,7 @@ How a new program kind of the training step's request plugs in:
 
    ``groups`` partition the arguments' leaves in ``jax.jit``'s flattening
    order; a role the breakdown does not know yet (``"kv cache"``) is added
-   to :data:`~nnx_introspect._breakdown.rows.ARGUMENT_KINDS` in the same
+   to :data:`~nnx_introspect._breakdown.kinds.ARGUMENT_KINDS` in the same
    change.
 2. One line in :mod:`~nnx_introspect._step.registry`: the kind in
    ``PROGRAM_KINDS``.
@@ -88,7 +88,7 @@ class ArgumentGroup:
     """Arguments of one role, one path per flattened leaf in ``jax.jit``'s order.
 
     ``role`` is the breakdown's kind of each leaf (one of
-    :data:`~nnx_introspect._breakdown.rows.ARGUMENT_KINDS`).
+    :data:`~nnx_introspect._breakdown.kinds.ARGUMENT_KINDS`).
     """
 
     role: str
