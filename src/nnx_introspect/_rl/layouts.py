@@ -24,6 +24,7 @@ from nnx_introspect._accelerators.topology import resolve_topology
 from nnx_introspect._render.table import Report, Table, format_bytes
 from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
+from nnx_introspect._serve.meshes import fan_out
 from nnx_introspect._step import duration
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
@@ -276,18 +277,12 @@ def compare_rl_layouts(
         {"actor": actor, "mesh": mesh, "role_meshes": roles, **options}
         for mesh, roles in candidates
     ]
-    if executor is None:
-        results: list[Any] = []
-        for request in requests:
-            try:
-                results.append(_measure(dict(request)))
-            except ArgumentError as error:
-                results.append(error)
-        described = "one layout after another, from this process"
-    else:
-        futures = [executor.submit(_measure, dict(r)) for r in requests]
-        results = [f.exception() or f.result() for f in futures]
-        described = f"on a {type(executor).__name__}"
+    results = fan_out(_measure, requests, executor)
+    described = (
+        "one layout after another, from this process"
+        if executor is None
+        else f"on a {type(executor).__name__}"
+    )
     reports, rejected = [], []
     for candidate, result in zip(candidates, results, strict=True):
         if isinstance(result, ArgumentError) and result.argument in _LAYOUT_ARGS:

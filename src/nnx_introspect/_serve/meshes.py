@@ -17,6 +17,7 @@ rejected with the reason before any compile, and listed so.
 
 import concurrent.futures
 import dataclasses
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from nnx_introspect._accelerators.topology import resolve_topology
@@ -29,7 +30,12 @@ from nnx_introspect._serve.timing import duration
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.native_log import start_backends_quietly
 
-__all__ = ["ServeMeshComparison", "compare_serving_meshes", "serving_meshes"]
+__all__ = [
+    "ServeMeshComparison",
+    "compare_serving_meshes",
+    "fan_out",
+    "serving_meshes",
+]
 
 
 def _rate(report: ServeMemoryReport) -> tuple[float, float] | None:
@@ -194,6 +200,30 @@ def _order(report: ServeMemoryReport) -> tuple[int, float]:
     return (0, -(rate[0] + rate[1]) / 2) if rate is not None else (1, 0.0)
 
 
+def fan_out(
+    measure: Callable[[dict[str, Any]], Any],
+    requests: Sequence[dict[str, Any]],
+    executor: concurrent.futures.Executor | None,
+) -> list[Any]:
+    """``measure(request)`` of each request, or the exception it raised.
+
+    Submitted to ``executor`` (each request a copy), or one after another in
+    this process, where only an :class:`ArgumentError` (a request refused) is
+    kept and anything else raises at once. The caller decides what each kept
+    exception means.
+    """
+    if executor is None:
+        results: list[Any] = []
+        for request in requests:
+            try:
+                results.append(measure(dict(request)))
+            except ArgumentError as error:
+                results.append(error)
+        return results
+    futures = [executor.submit(measure, dict(r)) for r in requests]
+    return [f.exception() or f.result() for f in futures]
+
+
 def _run(
     executor: concurrent.futures.Executor | None,
     requests: list[dict[str, Any]],
@@ -204,18 +234,12 @@ def _run(
     A mesh refused inside a compile (its ``tp`` does not divide the KV heads)
     is named as ``meshes[i]``.
     """
-    if executor is None:
-        results: list[Any] = []
-        for request in requests:
-            try:
-                results.append(_measure(dict(request)))
-            except ArgumentError as error:
-                results.append(error)
-        described = "one mesh after another, from this process"
-    else:
-        futures = [executor.submit(_measure, dict(r)) for r in requests]
-        results = [f.exception() or f.result() for f in futures]
-        described = type(executor).__name__
+    results = fan_out(_measure, requests, executor)
+    described = (
+        "one mesh after another, from this process"
+        if executor is None
+        else type(executor).__name__
+    )
     for i, result in enumerate(results):
         if isinstance(result, ArgumentError) and result.argument == "mesh":
             raise ArgumentError(
