@@ -9,6 +9,12 @@ compiled on the chip (its memory analysis), one warm-up and 5 timed runs, the
 report's estimate beside them; the cases past a search's answer are compiled
 and run to see the chip refuse them.
 
+The ``rl`` cases are one GRPO step (:func:`nnx_introspect.rl_memory_report`,
+colocated on the chip), each phase's program compiled and run in turn: the
+table's rows are its phases, each phase's peak its program's plus what the
+other roles keep resident, the decode's time one step's median times the
+completion.
+
 ``python benchmarks/calibrate.py predict OUT.jsonl`` (anywhere, no TPU): the
 same programs compiled deviceless for ``topology="v5e-1"`` with the libtpu
 installed here (run it once with the chip image's libtpu 0.0.42.1 and once
@@ -76,6 +82,14 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         "step",
         {"target": TARGET, "batch": (16, 1024), "remat": "LlamaLayer"},
     ),
+    "rl 336M GRPO 2x4 256+256": (
+        "rl",
+        {"batch": 2, "generations": 4, "prompt": 256, "completion": 256},
+    ),
+    "rl 336M GRPO 2x4 256+256 LoRA 16": (
+        "rl",
+        {"batch": 2, "generations": 4, "prompt": 256, "completion": 256, "lora": 16},
+    ),
 }
 """The calibration cases. The edges of ``max_batch`` and ``max_sequences``
 (their answer and one step more) are added by :func:`edge_cases` from the
@@ -131,8 +145,42 @@ def _serve(args: dict[str, Any], topology: str | None, measure: int | None) -> A
     )
 
 
+def _rl(args: dict[str, Any], topology: str | None, measure: int | None) -> Any:
+    from nnx_introspect import rl_memory_report
+
+    return rl_memory_report(
+        TARGET, "fsdp=1", topology=topology, measure=measure, cache=False, **args
+    )
+
+
+def _rl_figures(report: Any) -> dict[str, Any]:
+    """Each phase's program (its compile and run) and the phase's peak."""
+    programs = {}
+    for phase in report.phases:
+        if phase.name in ("prefill", "decode"):
+            found = _figures(report.programs["rollout"])["programs"][phase.name]
+        else:
+            found = _figures(report.programs[phase.name])["programs"]["step"]
+        found["estimate"] = None if phase.seconds is None else list(phase.seconds)
+        found["steps"] = phase.steps
+        found["phase_peak_bytes"] = phase.peak_bytes
+        found["resident"] = dict(phase.resident)
+        programs[phase.name] = found
+    return {
+        "programs": programs,
+        "fits": report.fits(),
+        "peak_bytes": report.peak_bytes,
+        "peak_phase": report.peak_phase.name,
+        "step_seconds": report.step_seconds,
+        "measured_step_seconds": report.measured_step_seconds,
+        "compiler": None,
+    }
+
+
 def _figures(report: Any) -> dict[str, Any]:
     """What the table compares, from a step or serving report's JSON."""
+    if hasattr(report, "phases"):  # an RL step
+        return _rl_figures(report)
     data = report.json_data()
     if "prefill" not in data:  # a training step
         roof = data["roofline"] or {}
@@ -185,7 +233,9 @@ def run_case(name: str, topology: str | None, measure: int | None) -> dict[str, 
     kind, args = cases[name]
     began = time.perf_counter()
     try:
-        report = (_step if kind == "step" else _serve)(args, topology, measure)
+        report = {"step": _step, "serve": _serve, "rl": _rl}[kind](
+            args, topology, measure
+        )
         out = _figures(report)
     except Exception as error:  # a refusal or a failure: the answer itself
         out = {"error": f"{type(error).__name__}: {' '.join(str(error).split())[:400]}"}
@@ -260,19 +310,25 @@ def _row(
             f"{same['temp_bytes'] / 2**20:,.1f} MiB"
         )
     shown = same or chip
-    peak = f"{shown['peak_bytes'] / 2**30:.2f} GiB {verdict}"
+    # an RL phase: its program's peak plus the other roles resident meanwhile
+    peak = f"{shown.get('phase_peak_bytes', shown['peak_bytes']) / 2**30:.2f} GiB"
+    if "phase_peak_bytes" in shown:
+        peak += f" (program {shown['peak_bytes'] / 2**30:.2f} GiB)"
+    peak += f" {verdict}"
     measured = chip.get("measured") or {}
+    median = measured.get("median_seconds")
+    if median is not None:  # an RL decode phase is `steps` runs of one step
+        median *= chip.get("steps", 1)
     if chip["out_of_memory"]:
         ran = "refused at compile"
     elif measured.get("error"):
         ran = f"failed to run: {measured['error'][:80]}"
     else:
-        ran = _seconds(measured.get("median_seconds"))
+        ran = _seconds(median)
     est = (same or chip).get("estimate")
     span = (
         "-" if not est or est[0] is None else f"{_seconds(est[0])}-{_seconds(est[1])}"
     )
-    median = measured.get("median_seconds")
     ratio = "" if median is None or span == "-" else _ratio(median, *est)
     return (
         f"| {name} | {program} | {equal} | {drift} | {peak} | {ran} | {span} "
@@ -295,8 +351,9 @@ def _table(chip: str, same: str, other: str) -> str:
             mine = pred.get(name, {}).get("programs", {}).get(program)
             theirs = drift.get(name, {}).get("programs", {}).get(program)
             verdict = ""
-            if mine is not None:  # this program against the v5e's budget
-                fits = not mine["out_of_memory"] and mine["peak_bytes"] <= BUDGET
+            if mine is not None:  # this program (an RL phase) against the budget
+                peak = mine.get("phase_peak_bytes", mine["peak_bytes"])
+                fits = not mine["out_of_memory"] and peak <= BUDGET
                 verdict = "(fits)" if fits else "(does not fit)"
                 verdict = "(refused)" if mine["out_of_memory"] else verdict
             lines.append(_row(name, program, fig, mine, theirs, verdict))

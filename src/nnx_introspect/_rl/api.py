@@ -1,6 +1,7 @@
 """The public :func:`rl_memory_report`: one GRPO step's programs, compiled, added up."""
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
 from typing import Any
 
@@ -19,10 +20,12 @@ from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
 from nnx_introspect._step import (
     LOGPROBS,
     StepSpec,
+    as_measure,
     duration,
     measure_step,
     step_memory_report,
 )
+from nnx_introspect._step.measure import devices_measured
 from nnx_introspect._step.inputs import as_model, built_once
 from nnx_introspect._step.lora import as_lora
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
@@ -100,6 +103,7 @@ def rl_memory_report(
     init_cache: Any = None,
     decode: Any = None,
     cache: bool = True,
+    measure: Any = None,
 ) -> RLMemoryReport:
     """Whether one GRPO step fits: its four programs compiled for the target.
 
@@ -172,6 +176,14 @@ def rl_memory_report(
         init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
         decode: As for :func:`~nnx_introspect.serve_memory_report`.
         cache: Read programs compiled before from the cache of compile results.
+        measure: Run each phase's program on this process's devices, one
+            warm-up and ``measure`` timed runs (``True``: 5), as
+            :func:`~nnx_introspect.step_memory_report`'s ``measure`` does:
+            each phase's ``measured`` beside its estimate, and the step's
+            measured time (:attr:`RLMemoryReport.measured_step_seconds`: the
+            phases run one after another; the decode's runs are one step,
+            times ``completion``). Colocated only (no ``role_meshes``); the
+            devices must be this process's.
 
     Returns:
         The :class:`~nnx_introspect._rl.report.RLMemoryReport`.
@@ -199,9 +211,17 @@ def rl_memory_report(
         p, c = _count(prompt, "prompt"), _count(completion, "completion")
         flags = {"reference": reference, "cache": cache, "offload": offload}
         _check_flags(flags | {"breakdown": breakdown})
+        runs = as_measure(measure)
         if lora is not None:  # checked on the model before any compile
             lora = as_lora(lora, as_model(actor))
         layout = as_layout(mesh, role_meshes, topology, reference)
+        if runs is not None and not layout.colocated:
+            raise ArgumentError(
+                "measure",
+                "`measure` runs a colocated step (every role on this process's "
+                f"devices), got role_meshes={role_meshes!r}: measure without "
+                "role_meshes, or each slice's programs on devices of its own.",
+            )
         sequences, length = b * g, p + c
         notes: list[str] = []
         serving = {
@@ -212,6 +232,7 @@ def rl_memory_report(
             "decode": decode,
             "cache": cache,
             "breakdown": breakdown,
+            "measure": runs,
         }
         rollout = _rollout(actor, layout, (sequences, p, c), serving, notes)
 
@@ -226,6 +247,7 @@ def rl_memory_report(
                 "batch_spec": _batch_spec(tuple(dict(axes).items())),
                 "cache": cache,
                 "breakdown": breakdown,
+                "measure": runs,
             }
 
         axes, options = common("actor")
@@ -341,10 +363,14 @@ def _reference(
 ) -> Any:
     """The reference's per-token log-probabilities (the step pipeline's LOGPROBS)."""
     sequences, length = sizes
-    options = {k: v for k, v in common.items() if k not in ("cache", "lora")}
+    skip = ("cache", "lora", "measure")
+    options = {k: v for k, v in common.items() if k not in skip}
     tokens = jax.ShapeDtypeStruct((sequences, length), jnp.int32)
     spec = StepSpec(actor, mesh_axes, tokens, loss=None, **options)
-    return measure_step(spec, cache=common["cache"], program=LOGPROBS)
+    runs = common["measure"]
+    if runs is not None:  # on this process's devices, their target named
+        spec = devices_measured(spec, runs)
+    return measure_step(spec, cache=common["cache"], program=LOGPROBS, runs=runs)
 
 
 def _lora_note(copy: bool, reference: bool) -> str:
@@ -443,7 +469,9 @@ def _assemble(
         copy = dict((r, n) for r, n, _ in roles)[_COPY] > 0
         notes = (*notes, _lora_note(copy, ref is not None))
 
-    def phase(name: str, program: Any, oom: bool, seconds: Any) -> RLPhase:
+    def phase(
+        name: str, program: Any, oom: bool, seconds: Any, measured: Any = None
+    ) -> RLPhase:
         role = _phase_role(name)
         own = args["train" if name == "train" else role]
         resident = tuple(
@@ -452,9 +480,14 @@ def _assemble(
             if n and r != _CACHE and r not in own and layout.shared(home, role)
         )
         mesh = "" if layout.colocated else layout.named(role)
+        runs = 1 if name != "decode" else c  # a decode run is one of c steps
         if offload:  # the idle roles wait in host memory
-            return RLPhase(name, program, (), oom, seconds, mesh, host=resident)
-        return RLPhase(name, program, resident, oom, seconds, mesh)
+            resident, host = (), resident
+        else:
+            host = ()
+        return RLPhase(
+            name, program, resident, oom, seconds, mesh, host, measured, runs
+        )
 
     time = rollout.time
     decode_time = None
@@ -467,20 +500,37 @@ def _assemble(
             rollout.prefill.peak_bytes,
             rollout.prefill.memory.out_of_memory,
             ttft,
+            rollout.prefill.measured,
         ),
         phase(
             "decode",
             rollout.decode.peak_bytes,
             rollout.decode.memory.out_of_memory,
             decode_time,
+            rollout.decode.measured,
         ),
     ]
     if ref is not None:
+        measured = ref.measured
+        if measured is not None:  # the step pipeline's run of a forward pass
+            measured = dataclasses.replace(measured, unit="forward (log-probabilities)")
         phases.append(
-            phase("reference", ref.peak_bytes, ref.out_of_memory, _range(ref.roofline))
+            phase(
+                "reference",
+                ref.peak_bytes,
+                ref.out_of_memory,
+                _range(ref.roofline),
+                measured,
+            )
         )
     phases.append(
-        phase("train", train.peak_bytes, train.out_of_memory, _range(train.roofline))
+        phase(
+            "train",
+            train.peak_bytes,
+            train.out_of_memory,
+            _range(train.roofline),
+            train.measured,
+        )
     )
     transfers, more = _transfers(rollout, phases, roles, layout, offload)
     return RLMemoryReport(

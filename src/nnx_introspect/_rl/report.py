@@ -43,6 +43,11 @@ class RLPhase:
             devices of their own (``role_meshes``); ``""`` when colocated.
         host: ``(role, bytes)`` per device of each role waiting in host
             memory while the phase runs (``offload=True``).
+        measured: The phase's program run on this process's devices
+            (``measure=``): a :class:`~nnx_introspect._step.measured.Measured`,
+            or ``None``.
+        steps: How many runs of the program the phase is (the decode: one per
+            completion token; else 1).
 
     Example:
         >>> phase = RLPhase("train", 100, (("reference parameters", 40),))
@@ -57,6 +62,28 @@ class RLPhase:
     seconds: tuple[float, float] | None = None
     mesh: str = ""
     host: tuple[tuple[str, int], ...] = ()
+    measured: Any = None
+    steps: int = 1
+
+    @property
+    def measured_seconds(self) -> float | None:
+        """The measured time of the phase: the median run, times :attr:`steps`.
+
+        ``None`` when not measured or the run failed.
+        """
+        m = self.measured
+        if m is None or m.error is not None or not m.seconds:
+            return None
+        return float(m.median) * self.steps
+
+    def versus(self) -> str:
+        """The measured run against the phase's estimate, in words."""
+        if self.measured is None:
+            return ""
+        each = None
+        if self.seconds is not None:  # the estimate of one run of the program
+            each = (self.seconds[0] / self.steps, self.seconds[1] / self.steps)
+        return str(self.measured.versus(each))
 
     @property
     def resident_bytes(self) -> int:
@@ -222,6 +249,19 @@ class RLMemoryReport(Report):
         return low, high
 
     @property
+    def measured_step_seconds(self) -> float | None:
+        """The step's measured time (``measure=``): its phases' one after another.
+
+        Each phase's program was run on this process's devices (the decode's
+        one step times ``completion``); no transfer was run. ``None`` unless
+        every phase ran.
+        """
+        found = [p.measured_seconds for p in self.phases]
+        if not found or any(t is None for t in found):
+            return None
+        return sum(t for t in found if t is not None)
+
+    @property
     def verdict(self) -> str:
         """The verdict in one line: fits or not, the peak, its phase."""
         peak, phase = format_bytes(self.peak_bytes), _named(self.peak_phase)
@@ -276,6 +316,15 @@ class RLMemoryReport(Report):
                     ", ".join(r for r, _ in phase.resident) or "-",
                 )
             )
+            if phase.measured is not None:
+                took = phase.measured_seconds
+                rows.append(
+                    (
+                        f"{_named(phase)}: measured",
+                        "run failed" if took is None else duration(took),
+                        phase.versus(),
+                    )
+                )
             if phase.host:
                 rows.append(
                     (
@@ -334,6 +383,7 @@ class RLMemoryReport(Report):
                 f"{self.sequences * self.completion / span[0]:,.0f} completion "
                 "tokens/s over the whole step."
             )
+        notes.extend(self._measured_notes())
         return Table(
             title=self._title(),
             columns=("", "per device", "bytes, or the roles resident"),
@@ -343,6 +393,30 @@ class RLMemoryReport(Report):
             lead=(self.verdict,),
             emphasis=(f"peak ({_named(self.peak_phase)})", "budget per device"),
         )
+
+    def _measured_notes(self) -> list[str]:
+        """The measured step against the estimate, and each program's runs."""
+        ran = [p for p in self.phases if p.measured is not None]
+        if not ran:
+            return []
+        notes = []
+        took, span = self.measured_step_seconds, self.step_seconds
+        if took is not None:
+            against = ""
+            if span is not None:
+                against = (
+                    f"; {took / span[0]:.2f}x the estimate's low, "
+                    f"{took / span[1]:.2f}x its high"
+                )
+            notes.append(
+                f"Step time, measured: {duration(took)}, each phase's program run "
+                f"on this process's devices one after another (the decode: one "
+                f"step's median times {self.completion}; no transfer run)"
+                f"{against}."
+            )
+        for p in ran:
+            notes.append(f"{p.name.capitalize()}: {p.measured.sentence()}")
+        return notes
 
     def json_data(self) -> dict[str, Any]:
         """The report as JSON data."""
@@ -376,6 +450,10 @@ class RLMemoryReport(Report):
                     "seconds": None if p.seconds is None else list(p.seconds),
                     "mesh": p.mesh or None,
                     "host": [{"role": r, "bytes": n} for r, n in p.host],
+                    "measured": None
+                    if p.measured is None
+                    else p.measured.json_data() | {"versus_estimate": p.versus()},
+                    "measured_seconds": p.measured_seconds,
                 }
                 for p in self.phases
             ],
@@ -389,6 +467,7 @@ class RLMemoryReport(Report):
             "step_seconds": None
             if self.step_seconds is None
             else list(self.step_seconds),
+            "measured_step_seconds": self.measured_step_seconds,
         }
 
 

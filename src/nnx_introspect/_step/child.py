@@ -34,6 +34,7 @@ from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import LeafShard, MeshConfigReport
 from nnx_introspect._render.formats import spec_from_json, spec_json
 from nnx_introspect._step.compile import compile_request
+from nnx_introspect._step.lora import as_lora, with_lora
 from nnx_introspect._step.registry import program_kind
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
@@ -167,7 +168,9 @@ def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
     mesh_axes = tuple((str(a), int(s)) for a, s in data["mesh"])
     n = math.prod(s for _, s in mesh_axes)
     leaves = _planned(data, "leaves", n)
-    _check_same_model(model, leaves, data["target"])
+    lora = data.get("lora")  # the plan is of the model with its adapters
+    adapted = model if lora is None else with_lora(model, as_lora(lora, model))
+    _check_same_model(adapted, leaves, data["target"])
     spec = StepSpec.from_json(data, model=model)
     # the loss by the name the parent sent; rules never travel (resolved specs do)
     request = dataclasses.replace(spec.request(), loss_name=data["loss"], rules=None)

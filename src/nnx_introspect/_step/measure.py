@@ -252,7 +252,7 @@ def measure_step(
     searches call it with each spec they try. With ``cache``, a program
     compiled before is read from the cache of compile results
     (:mod:`~nnx_introspect._xla.cache`) instead of compiled again. With
-    ``runs`` (:func:`devices_measured`'s spec), the step is compiled on this
+    ``runs`` (:func:`devices_measured`'s spec), the program is compiled on this
     process's devices and run there. ``program`` is the kind of program
     compiled from the spec (:mod:`~nnx_introspect._step.registry`): the
     training step, or another kind of the same request (``LOGPROBS``).
@@ -261,7 +261,7 @@ def measure_step(
     plan = plan_step(spec)
     request = spec.request()
     if runs is not None:
-        readings = _compile_on_these_devices(spec, request, plan, cache, runs)
+        readings = _compile_on_these_devices(spec, request, plan, cache, runs, program)
         compiled_in = "this process"
     else:
         readings, compiled_in = _compile_where_the_devices_are(
@@ -305,12 +305,23 @@ def topology_mesh_here(
 
 
 def _compile_on_these_devices(
-    spec: StepSpec, request: Request, plan: MeshConfigReport, cache: bool, runs: int
+    spec: StepSpec,
+    request: Request,
+    plan: MeshConfigReport,
+    cache: bool,
+    runs: int,
+    program: ProgramKind = TRAIN,
 ) -> XlaReadings:
-    """The step compiled on this process's first devices and run ``runs`` times."""
+    """The program compiled on this process's first devices and run ``runs`` times."""
     mesh = spec.mesh if isinstance(spec.mesh, Mesh) else present_mesh(spec.mesh_axes)
     readings = compile_request(
-        request, mesh, plan, topology=spec.topology, cache=cache, runs=runs
+        request,
+        mesh,
+        plan,
+        topology=spec.topology,
+        cache=cache,
+        runs=runs,
+        program=program,
     )
     return dataclasses.replace(readings, device_order="the present devices'")
 

@@ -39,10 +39,29 @@ def _maker(infos: Sequence[Any], shardings: Sequence[Any]) -> Callable[[], list[
             return keys[0] if shape == () else keys.reshape(shape)
         return jnp.zeros(shape, dtype)
 
-    made = jax.jit(lambda: [one(info) for info in infos], out_shardings=list(shardings))
+    # One jitted maker per set of devices: a program may take inputs on
+    # different devices (a serving step's scalar on one device beside its
+    # weights on the mesh), and one jit cannot place outputs on both.
+    groups: dict[tuple[int, ...], list[int]] = {}
+    for index, sharding in enumerate(shardings):
+        ids = tuple(sorted(d.id for d in sharding.device_set))
+        groups.setdefault(ids, []).append(index)
+    makers = [
+        (
+            indices,
+            jax.jit(
+                lambda indices=indices: [one(infos[i]) for i in indices],
+                out_shardings=[shardings[i] for i in indices],
+            ),
+        )
+        for indices in groups.values()
+    ]
 
     def make() -> list[Any]:
-        out: list[Any] = made()
+        out: list[Any] = [None] * len(infos)
+        for indices, made in makers:
+            for i, value in zip(indices, made(), strict=True):
+                out[i] = value
         return out
 
     return make

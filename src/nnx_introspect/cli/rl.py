@@ -6,7 +6,7 @@ from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.errors import usage_error
-from nnx_introspect.cli.options import add_lora_arg
+from nnx_introspect.cli.options import add_lora_arg, add_measure_arg
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.progress import ClockLine, live_status
 from nnx_introspect.cli.serve import (
@@ -113,6 +113,7 @@ def add_rl_parser(subparsers: Any) -> None:
     )
     _add_role_args(parser)
     _add_rollout_args(parser)
+    add_measure_arg(parser, "each phase's program")
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_rl)
 
@@ -215,6 +216,12 @@ def _mistake(args: argparse.Namespace) -> str | None:
             "argument --mesh: auto compares layouts of its own; pass a mesh with "
             "--max-batch or --role-mesh"
         )
+    if args.measure is not None and (auto or args.max_batch or args.role_mesh):
+        return (
+            "argument --measure: runs the programs of one colocated step; not "
+            "with --mesh auto, --max-batch or --role-mesh (measure the answer "
+            "alone, every role on one mesh)"
+        )
     return None
 
 
@@ -242,6 +249,8 @@ def _run_rl(args: argparse.Namespace) -> int:
     }
     if auto:
         run, layout = compare_rl_layouts, {}
+    elif not args.max_batch:
+        layout["measure"] = args.measure
     try:
         with live_status(ClockLine(message)):
             report = run(
