@@ -28,6 +28,7 @@ __all__ = [
     "LlamaConfig",
     "LlamaLayer",
     "llama",
+    "llama_critic",
 ]
 
 KVCache = dict[str, Any]
@@ -75,6 +76,9 @@ class LlamaConfig:
             the k and v kernels are ``d_model x n_kv_heads * head_dim``.
             ``None`` (the default) is ``n_heads``: multi-head attention, the
             parameters of a model built before this field existed.
+        value_head: A critic's head: one output a token (``[b, s, 1]``: a
+            value, as PPO's critic gives), not ``vocab`` logits; its kernel
+            ``d_model x 1`` is sharded over ``fsdp`` only.
 
     Example:
         >>> from nnx_introspect import abstract_model, count_params
@@ -106,6 +110,7 @@ class LlamaConfig:
     remat: bool = False
     dtype: Any = None
     n_kv_heads: int | None = None
+    value_head: bool = False
 
     def __post_init__(self) -> None:
         kv = self.kv_heads
@@ -382,14 +387,15 @@ class Llama(nnx.Module):
         )
         self.lm_head = nnx.Linear(
             cfg.d_model,
-            cfg.vocab,
+            1 if cfg.value_head else cfg.vocab,
             use_bias=False,
             dtype=cfg.dtype,
             param_dtype=cfg.param_dtype,
             rngs=rngs,
-            kernel_metadata=_meta(cfg, ("fsdp", "tp")),
+            kernel_metadata=_meta(cfg, ("fsdp", None if cfg.value_head else "tp")),
         )
         self.shard_activations = cfg.shard_activations
+        self.value_head = cfg.value_head
         self.remat = cfg.remat
         self.n_kv_heads = cfg.kv_heads
         self.head_dim = cfg.d_model // cfg.n_heads
@@ -432,7 +438,8 @@ class Llama(nnx.Module):
                 else:
                     x = layer(x) if positions is None else layer(x, positions)
         y: jax.Array = self.lm_head(self.norm(x))
-        y = _constrain(y, *_HIDDEN) if self.shard_activations else y
+        if self.shard_activations:  # one value a token is not split over tp
+            y = _constrain(y, *((*_HIDDEN[:2], ()) if self.value_head else _HIDDEN))
         return y if cache is None else (y, cache)
 
     def _decode(
@@ -545,4 +552,28 @@ def llama(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
         return Llama(cfg, rngs=rngs)
 
     factory.__name__ = factory.__qualname__ = "llama"
+    return factory
+
+
+def llama_critic(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
+    """A factory ``(rngs) -> Llama`` for ``cfg`` with a value head: a PPO critic.
+
+    The same decoder as :func:`llama`'s, its head one output a token
+    (``LlamaConfig.value_head``): ``[b, s, 1]`` values, as tunix's critics
+    give them. The ``critic`` of :func:`~nnx_introspect.rl_memory_report`.
+
+    Example:
+        >>> import jax.numpy as jnp
+        >>> from flax import nnx
+        >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=2, n_heads=2, d_ff=12)
+        >>> critic = llama_critic(cfg)(nnx.Rngs(0))
+        >>> critic(jnp.zeros((3, 5), jnp.int32)).shape
+        (3, 5, 1)
+    """
+    valued = dataclasses.replace(cfg, value_head=True)
+
+    def factory(rngs: nnx.Rngs) -> Llama:
+        return Llama(valued, rngs=rngs)
+
+    factory.__name__ = factory.__qualname__ = "llama_critic"
     return factory

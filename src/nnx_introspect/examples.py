@@ -20,6 +20,7 @@ from nnx_introspect._llama import Llama as Llama
 from nnx_introspect._llama import LlamaConfig as LlamaConfig
 from nnx_introspect._llama import LlamaLayer as LlamaLayer
 from nnx_introspect._llama import llama as llama
+from nnx_introspect._llama import llama_critic as llama_critic
 
 __all__ = [
     "BNDropoutMLP",
@@ -36,6 +37,7 @@ __all__ = [
     "llama_7b_sharded_f32",
     "llama_7b_sharded_remat",
     "llama_7b_sharded_remat_f32",
+    "llama_critic",
     "llama_tiny",
     "llama_tiny_sharded",
     "tied_embedding",

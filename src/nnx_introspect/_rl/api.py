@@ -13,21 +13,24 @@ from nnx_introspect._accelerators.hardware import hardware_for, host_link
 from nnx_introspect._mesh import as_abstract_mesh
 from nnx_introspect._rl.layout import Layout, as_layout
 from nnx_introspect._rl.loss import grpo_loss
+from nnx_introspect._rl.ppo import ppo_loss, value_loss
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect._search.meshes.candidates import named_axes
 from nnx_introspect._serve import serve_memory_report
 from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
 from nnx_introspect._step import (
     LOGPROBS,
+    VALUES,
     StepSpec,
     as_measure,
     duration,
+    importable_name,
     measure_step,
     step_memory_report,
 )
-from nnx_introspect._step.measure import devices_measured
 from nnx_introspect._step.inputs import as_model, built_once
 from nnx_introspect._step.lora import as_lora
+from nnx_introspect._step.measure import devices_measured
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
 __all__ = ["rl_memory_report"]
@@ -92,6 +95,7 @@ def rl_memory_report(
     completion: Any,
     reference: bool = True,
     lora: Any = None,
+    critic: Any = None,
     optimizer: Any = "adamw",
     rollout_weights: Any = "bfloat16",
     kv_cache: Any = "bfloat16",
@@ -148,8 +152,19 @@ def rl_memory_report(
             backbone is frozen: no gradient, no optimizer state; the reference
             is that backbone (no second copy: tunix's LoRA reference), and
             the rollout decodes on it (the adapters' bytes stay resident).
-        optimizer: The actor's optimizer: a name (``"adamw"``) or an optax
-            transformation.
+        critic: A PPO step's critic instead of GRPO's groups (tunix's
+            ``PPOLearner``): a model with a value head (``[B, T, 1]`` a call,
+            :func:`~nnx_introspect.examples.llama_critic`), as ``actor`` is
+            given. Two more programs: its values of the step's tokens
+            (forward only) and its training step on tunix's PPO value loss
+            (:func:`~nnx_introspect._rl.ppo.value_loss`, with ``optimizer``);
+            the actor trains on tunix's PPO policy loss
+            (:func:`~nnx_introspect._rl.ppo.ppo_loss`, per-token advantages).
+            Its parameters and optimizer state are resident on the actor's
+            devices. PPO samples one completion a prompt: ``generations``
+            must be 1. ``lora`` is the actor's alone.
+        optimizer: The actor's optimizer (and the critic's): a name
+            (``"adamw"``) or an optax transformation.
         rollout_weights: The rollout's weights dtype (``"bfloat16"``,
             ``"float32"``, ``None``: the model's own).
         kv_cache: The rollout's KV cache dtype.
@@ -214,6 +229,8 @@ def rl_memory_report(
         runs = as_measure(measure)
         if lora is not None:  # checked on the model before any compile
             lora = as_lora(lora, as_model(actor))
+        if critic is not None:
+            _check_critic(critic, g)
         layout = as_layout(mesh, role_meshes, topology, reference)
         if runs is not None and not layout.colocated:
             raise ArgumentError(
@@ -252,13 +269,82 @@ def rl_memory_report(
 
         axes, options = common("actor")
         train = _train(
-            actor, axes, (sequences, p, c), optimizer, options | {"lora": lora}
+            actor,
+            axes,
+            (sequences, p, c),
+            optimizer,
+            options | {"lora": lora},
+            ppo=critic is not None,
         )
         ref = None
         if reference:
             ref = _reference(actor, *common("reference"), (sequences, length))
         parts = (rollout, train, ref)
-        return _assemble(parts, layout, (b, g, p, c), tuple(notes), lora, offload)
+        valued = None
+        if critic is not None:  # on the actor's devices, its axes completed
+            axes = _completed(critic, axes, notes)
+            valued = (
+                *_critic(critic, axes, (sequences, p, c), optimizer, options),
+                critic,
+            )
+        return _assemble(
+            parts, layout, (b, g, p, c), tuple(notes), lora, offload, valued
+        )
+
+
+def _name(model: Any) -> str:
+    """A model's name as the reports give it: its import name, or its class's."""
+    return importable_name(model) or type(as_model(model)).__name__
+
+
+def _check_critic(critic: Any, generations: int) -> None:
+    """A critic is a model, and PPO's step one completion a prompt."""
+    if generations != 1:
+        raise ArgumentError(
+            "generations",
+            f"`generations` must be 1 with a `critic`, got {generations}: a PPO "
+            "step samples one completion a prompt (tunix's PPOLearner); its "
+            "advantages come from the critic's values, not a group's rewards. "
+            "Pass generations=1, or no critic for GRPO.",
+        )
+    try:
+        as_model(critic)
+    except (ArgumentError, TypeError) as error:
+        text = str(error).replace("`target`", "`critic`")
+        raise ArgumentError("critic", text) from None
+
+
+def _critic(
+    critic: Any,
+    mesh_axes: dict[str, int],
+    sizes: tuple[int, int, int],
+    optimizer: Any,
+    common: dict[str, Any],
+) -> tuple[Any, Any]:
+    """The critic's two programs: its values of the tokens, its training step.
+
+    The values as :data:`~nnx_introspect._step.VALUES` computes them (forward
+    only), the step on tunix's PPO value loss: prompt and completion ids,
+    the completion mask, the returns and the old values.
+    """
+    sequences, p, c = sizes
+    values = _forward(critic, mesh_axes, common, (sequences, p + c), VALUES)
+    batch = (
+        jax.ShapeDtypeStruct((sequences, p), jnp.int32),
+        jax.ShapeDtypeStruct((sequences, c), jnp.int32),
+        *(jax.ShapeDtypeStruct((sequences, c), jnp.float32) for _ in range(3)),
+    )
+    options = {k: v for k, v in common.items() if k != "lora"}
+    step = step_memory_report(
+        critic,
+        mesh_axes,
+        batch,
+        loss=value_loss,
+        optimizer=optimizer,
+        tokens_per_step=sequences * (p + c),
+        **options,
+    )
+    return values, step
 
 
 def _check_flags(flags: dict[str, Any]) -> None:
@@ -322,11 +408,15 @@ def _train(
     sizes: tuple[int, int, int],
     optimizer: Any,
     common: dict[str, Any],
+    *,
+    ppo: bool = False,
 ) -> Any:
-    """The actor's step on the GRPO loss.
+    """The actor's step on the GRPO loss, or with a critic PPO's policy loss.
 
     Its batch as :func:`grpo_loss` takes it: prompt ids, completion ids, mask,
-    advantages, reference and old log-probabilities.
+    advantages, reference and old log-probabilities; as :func:`ppo_loss` does:
+    prompt ids, completion ids, mask, per-token advantages, old
+    log-probabilities.
     """
     sequences, p, c = sizes
 
@@ -336,19 +426,17 @@ def _train(
     def floats(*shape: int) -> Any:
         return jax.ShapeDtypeStruct(shape, jnp.float32)
 
-    batch = (
-        ids(p),
-        ids(c),
-        floats(sequences, c),
-        floats(sequences),
-        floats(sequences, c),
-        floats(sequences, c),
+    tokens = floats(sequences, c)
+    batch: tuple[Any, ...] = (
+        (ids(p), ids(c), tokens, tokens, tokens)
+        if ppo
+        else (ids(p), ids(c), tokens, floats(sequences), tokens, tokens)
     )
     return step_memory_report(
         actor,
         mesh_axes,
         batch,
-        loss=grpo_loss,
+        loss=ppo_loss if ppo else grpo_loss,
         optimizer=optimizer,
         tokens_per_step=sequences * (p + c),
         **common,
@@ -362,15 +450,26 @@ def _reference(
     sizes: tuple[int, int],
 ) -> Any:
     """The reference's per-token log-probabilities (the step pipeline's LOGPROBS)."""
+    return _forward(actor, mesh_axes, common, sizes, LOGPROBS)
+
+
+def _forward(
+    model: Any,
+    mesh_axes: dict[str, int],
+    common: dict[str, Any],
+    sizes: tuple[int, int],
+    program: Any,
+) -> Any:
+    """A forward program of the step pipeline (``LOGPROBS``, ``VALUES``)."""
     sequences, length = sizes
     skip = ("cache", "lora", "measure")
     options = {k: v for k, v in common.items() if k not in skip}
     tokens = jax.ShapeDtypeStruct((sequences, length), jnp.int32)
-    spec = StepSpec(actor, mesh_axes, tokens, loss=None, **options)
+    spec = StepSpec(model, mesh_axes, tokens, loss=None, **options)
     runs = common["measure"]
     if runs is not None:  # on this process's devices, their target named
         spec = devices_measured(spec, runs)
-    return measure_step(spec, cache=common["cache"], program=LOGPROBS, runs=runs)
+    return measure_step(spec, cache=common["cache"], program=program, runs=runs)
 
 
 def _lora_note(copy: bool, reference: bool) -> str:
@@ -402,6 +501,8 @@ _OPTIMIZER = "actor optimizer state"
 _REFERENCE = "reference parameters"
 _COPY = "rollout weights"
 _CACHE = "KV cache (during the rollout)"
+_CRITIC = "critic parameters"
+_CRITIC_STATE = "critic optimizer state"
 
 
 _Role = tuple[str, int, str]
@@ -409,12 +510,13 @@ _Role = tuple[str, int, str]
 
 
 def _roles(
-    parts: tuple[Any, Any, Any], layout: Layout, lora: Any
+    parts: tuple[Any, Any, Any], layout: Layout, lora: Any, valued: Any = None
 ) -> tuple[list[_Role], dict[str, set[str]]]:
     """Each role's resident bytes and slice, and each phase's program arguments.
 
     A phase's own program holds the roles it runs on (its arguments); the
-    other roles on its slice stay resident beside it.
+    other roles on its slice stay resident beside it. A critic (``valued``:
+    its values and its step) lives on the actor's slice.
     """
     rollout, train, ref = parts
     plan = train.plan.bytes_by_category
@@ -436,21 +538,33 @@ def _roles(
         roles.append((_REFERENCE, params, "reference"))
     roles.append((_COPY, weights if copy else 0, "rollout"))
     roles.append((_CACHE, rollout.decode.kv_cache_bytes, "rollout"))
+    if valued is not None:
+        critic = valued[1].plan.bytes_by_category
+        roles.append((_CRITIC, critic.get("params", 0), "actor"))
+        roles.append((_CRITIC_STATE, critic.get("optimizer state", 0), "actor"))
     backbone = {_BACKBONE, _ADAPTERS} if lora == "model" else {_BACKBONE}
     args = {
         "rollout": {_COPY} if copy else {_ACTOR, _BACKBONE},
         "reference": backbone if shared else {_REFERENCE},
         "train": {_ACTOR, _BACKBONE, _ADAPTERS, _OPTIMIZER},
+        "values": {_CRITIC},
+        "critic train": {_CRITIC, _CRITIC_STATE},
     }
     return roles, args
 
 
-_PHASE_ROLE = {"prefill": "rollout", "decode": "rollout"}
-"""The role whose slice a phase runs on (the others: their own name, or actor)."""
+_PHASE_ROLE = {
+    "prefill": "rollout",
+    "decode": "rollout",
+    "train": "actor",
+    "values": "actor",
+    "critic train": "actor",
+}
+"""The role whose slice a phase runs on (the reference: its own)."""
 
 
 def _phase_role(phase: str) -> str:
-    return _PHASE_ROLE.get(phase, "actor" if phase == "train" else phase)
+    return _PHASE_ROLE.get(phase, phase)
 
 
 def _assemble(
@@ -460,11 +574,12 @@ def _assemble(
     notes: tuple[str, ...],
     lora: Any = None,
     offload: bool = False,
+    valued: Any = None,
 ) -> RLMemoryReport:
     """The report: the roles resident, each phase's peak, from the programs."""
     rollout, train, ref = parts
     b, g, p, c = sizes
-    roles, args = _roles(parts, layout, lora)
+    roles, args = _roles(parts, layout, lora, valued)
     if lora is not None:
         copy = dict((r, n) for r, n, _ in roles)[_COPY] > 0
         notes = (*notes, _lora_note(copy, ref is not None))
@@ -473,7 +588,7 @@ def _assemble(
         name: str, program: Any, oom: bool, seconds: Any, measured: Any = None
     ) -> RLPhase:
         role = _phase_role(name)
-        own = args["train" if name == "train" else role]
+        own = args[name] if name in args else args[role]
         resident = tuple(
             (r, n)
             for r, n, home in roles
@@ -523,15 +638,33 @@ def _assemble(
                 measured,
             )
         )
-    phases.append(
-        phase(
-            "train",
-            train.peak_bytes,
-            train.out_of_memory,
-            _range(train.roofline),
-            train.measured,
+    if valued is not None:
+        values = valued[0]
+        measured = values.measured
+        if measured is not None:  # the step pipeline's run of a forward pass
+            measured = dataclasses.replace(measured, unit="forward (values)")
+        phases.append(
+            phase(
+                "values",
+                values.peak_bytes,
+                values.out_of_memory,
+                _range(values.roofline),
+                measured,
+            )
         )
-    )
+    steps = [("train", train)]
+    if valued is not None:
+        steps.append(("critic train", valued[1]))
+    for name, step in steps:
+        phases.append(
+            phase(
+                name,
+                step.peak_bytes,
+                step.out_of_memory,
+                _range(step.roofline),
+                step.measured,
+            )
+        )
     transfers, more = _transfers(rollout, phases, roles, layout, offload)
     return RLMemoryReport(
         target=rollout.target,
@@ -546,8 +679,18 @@ def _assemble(
         phases=tuple(phases),
         budget=rollout.budget,
         notes=(*notes, *more),
-        programs={"rollout": rollout, "reference": ref, "train": train},
+        programs={
+            "rollout": rollout,
+            "reference": ref,
+            "train": train,
+            **(
+                {}
+                if valued is None
+                else {"values": valued[0], "critic train": valued[1]}
+            ),
+        },
         lora=lora,
+        critic=None if valued is None else _name(valued[2]),
         layout=layout.words(),
         **transfers,
     )

@@ -10,6 +10,8 @@ parameters and optimizer state, the reference's parameters, a rollout copy of
 the weights in another dtype); a phase's peak is its program's own peak
 (which counts the program's arguments: the roles it runs on) plus what the
 other roles keep resident meanwhile. The step's peak is the largest phase's.
+A PPO step (a critic) adds two: the critic's **values** and its **critic
+train** step.
 """
 
 import dataclasses
@@ -21,8 +23,9 @@ from nnx_introspect._step import duration
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
 
-PHASES = ("prefill", "decode", "reference", "train")
-"""The phases of one step, in the order they run."""
+PHASES = ("prefill", "decode", "reference", "values", "train", "critic train")
+"""The phases of one step, in the order they run (``values`` and ``critic
+train``: a PPO step's critic)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -98,7 +101,7 @@ class RLPhase:
 
 @dataclasses.dataclass(frozen=True)
 class RLMemoryReport(Report):
-    """Whether one GRPO step fits the devices its programs share.
+    """Whether one GRPO (or, with a critic, PPO) step fits the devices it shares.
 
     Attributes:
         target: The actor's name.
@@ -132,7 +135,9 @@ class RLMemoryReport(Report):
             :attr:`step_seconds` (``None``: no offload, or no host-link figure).
         programs: The reports each phase's program came from, by name
             (``"rollout"``: the serving report; ``"reference"``,
-            ``"train"``: step reports).
+            ``"train"``, and with a critic ``"values"`` and ``"critic
+            train"``: step reports).
+        critic: The critic's name in a PPO step (``None``: GRPO).
 
     Example:
         >>> from nnx_introspect._accelerators.budget import Budget
@@ -166,6 +171,12 @@ class RLMemoryReport(Report):
     reshard_seconds: tuple[float, float] | None = None
     offload_bytes: int = 0
     offload_seconds: tuple[float, float] | None = None
+    critic: str | None = None
+
+    @property
+    def algorithm(self) -> str:
+        """``"PPO"`` with a critic, else ``"GRPO"``."""
+        return "GRPO" if self.critic is None else "PPO"
 
     @property
     def breakdowns(self) -> dict[str, Any]:
@@ -181,7 +192,11 @@ class RLMemoryReport(Report):
             "prefill": None if rollout is None else rollout.prefill.breakdown,
             "decode": None if rollout is None else rollout.decode.breakdown,
             "reference": getattr(self.programs.get("reference"), "breakdown", None),
+            "values": getattr(self.programs.get("values"), "breakdown", None),
             "train": getattr(self.programs.get("train"), "breakdown", None),
+            "critic train": getattr(
+                self.programs.get("critic train"), "breakdown", None
+            ),
         }
         renamed = {"reference": {"parameter": "reference"}}
         renamed |= {p: {"weights": "rollout weights"} for p in ("prefill", "decode")}
@@ -282,10 +297,12 @@ class RLMemoryReport(Report):
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
         where = self.topology or "this process's devices"
         on = f" on {mesh}" if self.layout == "colocated" else ""
+        critic = "" if self.critic is None else f" with the critic {self.critic}"
         return (
-            f"One GRPO step of {self.target}{on} ({where}), {self.layout}: "
-            f"{self.batch} prompts x {self.generations} generations, prompt "
-            f"{self.prompt}, completion {self.completion}{self._tuning()}"
+            f"One {self.algorithm} step of {self.target}{critic}{on} ({where}), "
+            f"{self.layout}: {self.batch} prompts x {self.generations} "
+            f"generations, prompt {self.prompt}, completion "
+            f"{self.completion}{self._tuning()}"
         )
 
     def _tuning(self) -> str:
@@ -430,6 +447,8 @@ class RLMemoryReport(Report):
             "completion": self.completion,
             "reference": self.reference,
             "lora": self.lora,
+            "algorithm": self.algorithm,
+            "critic": self.critic,
             "layout": self.layout,
             "reshard_bytes": self.reshard_bytes,
             "reshard_seconds": None

@@ -72,6 +72,7 @@ from nnx_introspect._step.step_records import StepBudget as StepBudget
 from nnx_introspect._step.step_records import StepCompilation as StepCompilation
 from nnx_introspect._step.step_records import StepMemory as StepMemory
 from nnx_introspect._step.step_records import StepProgram as StepProgram
+from nnx_introspect._step.values import VALUES as VALUES
 from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
@@ -80,6 +81,7 @@ __all__ = [
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
+    "VALUES",
     "Measured",
     "ProgramNames",
     "StepBudget",

@@ -7,11 +7,12 @@ plugs in: its own file, and one line in :data:`PROGRAM_KINDS` here.
 from nnx_introspect._step.logprobs import LOGPROBS
 from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.train import TRAIN
+from nnx_introspect._step.values import VALUES
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["PROGRAM_KINDS", "program_kind"]
 
-PROGRAM_KINDS: tuple[ProgramKind, ...] = (TRAIN, LOGPROBS)
+PROGRAM_KINDS: tuple[ProgramKind, ...] = (TRAIN, LOGPROBS, VALUES)
 """Every program kind that compiles (in this process or in a child)."""
 
 

@@ -58,6 +58,7 @@ FLAGS: dict[str, str] = {
     "completion": "--completion",
     "reference": "--no-reference",
     "rollout_weights": "--rollout-weights",
+    "critic": "--critic",
 }
 """The library's argument names (``ArgumentError.argument``) and their flags."""
 

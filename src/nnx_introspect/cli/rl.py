@@ -145,6 +145,14 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
         "is that backbone, no second copy",
     )
     parser.add_argument(
+        "--critic",
+        default=None,
+        metavar="PKG.MOD:FN",
+        help="a PPO step instead of GRPO: this critic (a model with a value head, "
+        "[batch, sequence, 1] a call) computes values and trains on tunix's "
+        "value loss beside the actor, on the actor's devices; --generations 1",
+    )
+    parser.add_argument(
         "--optimizer",
         default="adamw",
         metavar="NAME",
@@ -263,6 +271,7 @@ def _run_rl(args: argparse.Namespace) -> int:
                 completion=args.completion,
                 reference=not args.no_reference,
                 lora=args.lora,
+                critic=args.critic,
                 offload=args.offload,
                 breakdown=args.breakdown,
                 optimizer=args.optimizer,
