@@ -30,6 +30,7 @@ Run as ``PYTHONPATH=src:. python benchmarks/calibrate.py ...`` from the
 repository root (the cases name their model ``benchmarks.calibrate:llama_336m``).
 """
 
+import dataclasses
 import json
 import os
 import sys
@@ -57,6 +58,11 @@ chip trains (AdamW, 4 x 1024) and serves."""
 def llama_336m(rngs: nnx.Rngs) -> Llama:
     """The calibration model."""
     return Llama(LLAMA_336M, rngs=rngs)
+
+
+def llama_336m_critic(rngs: nnx.Rngs) -> Llama:
+    """The calibration model with a value head: the PPO case's critic."""
+    return Llama(dataclasses.replace(LLAMA_336M, value_head=True), rngs=rngs)
 
 
 TARGET = "benchmarks.calibrate:llama_336m"
@@ -89,6 +95,16 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "rl 336M GRPO 2x4 256+256 LoRA 16": (
         "rl",
         {"batch": 2, "generations": 4, "prompt": 256, "completion": 256, "lora": 16},
+    ),
+    "rl 336M PPO 8x1 256+256 critic 336M": (
+        "rl",
+        {
+            "batch": 8,
+            "generations": 1,
+            "prompt": 256,
+            "completion": 256,
+            "critic": "benchmarks.calibrate:llama_336m_critic",
+        },
     ),
 }
 """The calibration cases. The edges of ``max_batch`` and ``max_sequences``
