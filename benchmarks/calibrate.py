@@ -51,7 +51,7 @@ LLAMA_336M = LlamaConfig(
     n_kv_heads=4,
     dtype=jnp.bfloat16,
 )
-"""336,219,136 float32 parameters, GQA 16/4, bf16 compute: a model one v5e
+"""336,118,784 float32 parameters, GQA 16/4, bf16 compute: a model one v5e
 chip trains (AdamW, 4 x 1024) and serves."""
 
 
@@ -61,7 +61,11 @@ def llama_336m(rngs: nnx.Rngs) -> Llama:
 
 
 def llama_336m_critic(rngs: nnx.Rngs) -> Llama:
-    """The calibration model with a value head: the PPO case's critic."""
+    """The calibration model with a value head: the PPO case's critic.
+
+    303,351,808 float32 parameters: the head is ``1024 x 1``, not ``1024 x
+    32000``.
+    """
     return Llama(dataclasses.replace(LLAMA_336M, value_head=True), rngs=rngs)
 
 

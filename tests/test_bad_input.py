@@ -886,8 +886,10 @@ RL_BAD: dict[str, dict[str, Any]] = {
     "lora": {"zero": 0, "wider-than-a-layer": 10**6, "unknown": "full"},
     "offload": {"str": "yes", "int": 1},
     "breakdown": {"str": "yes"},
+    "critic": {"int": 3, "unbuildable": "no_such_module:critic"},
     "role_meshes": {
-        "unknown-role": {"critic": "data=2"},
+        "unknown-role": {"reward": "data=2"},
+        "critic-without-one": {"critic": "data=2"},
         "more-than-the-devices": {"rollout": "data=8"},
         "not-a-mapping": "rollout",
     },

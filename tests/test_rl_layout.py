@@ -101,7 +101,7 @@ def test_a_topology_is_cut_into_each_slices_own() -> None:
 @pytest.mark.parametrize(
     ("mesh", "role_meshes", "words"),
     [
-        ("data=4", {"critic": "data=4"}, "'critic'"),
+        ("data=4", {"reward": "data=4"}, "'reward'"),
         ("data=8", {"rollout": "data=4"}, "need 12 devices"),
         ("data=4", ["rollout"], "must map roles"),
         ("data=4", {"rollout": "data=0"}, "role_meshes['rollout']"),
@@ -150,7 +150,7 @@ def test_cli_role_mesh(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, _ = run([*args, "--role-mesh", "rollout=data=4"], capsys)
     assert code == 0
     assert json.loads(out)["layout"].startswith("disaggregated")
-    code, _, err = run([*args, "--role-mesh", "critic=data=4"], capsys)
+    code, _, err = run([*args, "--role-mesh", "reward=data=4"], capsys)
     assert code == 2 and "argument --role-mesh:" in err
     code, _, err = run([*args, "--role-mesh", "rollout=data=8"], capsys)
     assert code == 2 and "--role-mesh" in err and "12" in err

@@ -341,3 +341,31 @@ def test_cli_critic(capsys: pytest.CaptureFixture[str]) -> None:
     code, out, err = run(bad, capsys)
     assert code == 2 and out == "" and err.count("\n") == 1
     assert "--generations" in err
+
+
+def test_the_critic_on_devices_of_its_own() -> None:
+    found = rl_memory_report(
+        ACTOR,
+        "data=2",
+        role_meshes={"critic": "data=2"},
+        batch=B,
+        generations=1,
+        prompt=P,
+        completion=C,
+        critic=CRITIC,
+        max_device_bytes="64MiB",
+    )
+    assert found.layout == (
+        "disaggregated: actor, rollout and reference on data=2 (2 devices); "
+        "critic on data=2 (2 devices)"
+    )
+    phases = {p.name: p for p in found.phases}
+    for name in ("values", "critic train"):
+        assert phases[name].mesh == "data=2 (critic)"
+    # the critic's slice holds the critic alone; the others never see it
+    assert dict(phases["values"].resident) == {
+        "critic optimizer state": dict(found.roles)["critic optimizer state"]
+    }
+    assert phases["critic train"].resident == ()
+    for name in ("prefill", "decode", "reference", "train"):
+        assert not any(r.startswith("critic") for r, _ in phases[name].resident)

@@ -22,15 +22,16 @@ from nnx_introspect._step import (
     LOGPROBS,
     VALUES,
     StepSpec,
+    as_lora,
     as_measure,
+    as_model,
+    built_once,
+    devices_measured,
     duration,
     importable_name,
     measure_step,
     step_memory_report,
 )
-from nnx_introspect._step.inputs import as_model, built_once
-from nnx_introspect._step.lora import as_lora
-from nnx_introspect._step.measure import devices_measured
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
 __all__ = ["rl_memory_report"]
@@ -160,9 +161,10 @@ def rl_memory_report(
             (:func:`~nnx_introspect._rl.ppo.value_loss`, with ``optimizer``);
             the actor trains on tunix's PPO policy loss
             (:func:`~nnx_introspect._rl.ppo.ppo_loss`, per-token advantages).
-            Its parameters and optimizer state are resident on the actor's
-            devices. PPO samples one completion a prompt: ``generations``
-            must be 1. ``lora`` is the actor's alone.
+            Its parameters and optimizer state are resident on its devices:
+            the actor's, unless ``role_meshes`` places ``"critic"``. PPO
+            samples one completion a prompt: ``generations`` must be 1.
+            ``lora`` is the actor's alone.
         optimizer: The actor's optimizer (and the critic's): a name
             (``"adamw"``) or an optax transformation.
         rollout_weights: The rollout's weights dtype (``"bfloat16"``,
@@ -171,9 +173,10 @@ def rl_memory_report(
         role_meshes: Roles on devices of their own (tunix's disaggregated
             ``role_to_mesh``): ``{"rollout": "tp=4"}`` runs the rollout on a
             slice of 4 devices and the other roles on ``mesh``'s (roles
-            ``actor``, ``rollout``, ``reference``). Each mesh named is a
-            slice of its own; together they must fit the topology (or this
-            process's devices); each role's programs compile for its slice
+            ``actor``, ``rollout``, ``reference``, and ``critic`` with one).
+            Each mesh named is a slice of its own; together they must fit
+            the topology (or this process's devices); each role's programs
+            compile for its slice
             (``v5e-4`` of a ``v5e-8``). Each slice's peak is its own phases'
             and residents'; the actor's weights are sent to the rollout's
             slice every step (``reshard_bytes``).
@@ -231,7 +234,7 @@ def rl_memory_report(
             lora = as_lora(lora, as_model(actor))
         if critic is not None:
             _check_critic(critic, g)
-        layout = as_layout(mesh, role_meshes, topology, reference)
+        layout = as_layout(mesh, role_meshes, topology, reference, critic is not None)
         if runs is not None and not layout.colocated:
             raise ArgumentError(
                 "measure",
@@ -253,11 +256,13 @@ def rl_memory_report(
         }
         rollout = _rollout(actor, layout, (sequences, p, c), serving, notes)
 
-        def common(role: str) -> tuple[Any, dict[str, Any]]:
+        def common(role: str, model: Any = actor) -> tuple[Any, dict[str, Any]]:
             if layout.shared(role, "rollout"):  # as the rollout compiled it
                 axes = dict(rollout.mesh_axes)
             else:
                 axes = _completed(actor, layout.slice(role).mesh, notes)
+            if model is not actor:  # and each axis the critic's sharding names
+                axes = _completed(model, axes, notes)
             return axes, {
                 "topology": layout.slice(role).topology,
                 "max_device_bytes": max_device_bytes,
@@ -281,8 +286,8 @@ def rl_memory_report(
             ref = _reference(actor, *common("reference"), (sequences, length))
         parts = (rollout, train, ref)
         valued = None
-        if critic is not None:  # on the actor's devices, its axes completed
-            axes = _completed(critic, axes, notes)
+        if critic is not None:  # on its slice (the actor's, unless placed)
+            axes, options = common("critic", critic)
             valued = (
                 *_critic(critic, axes, (sequences, p, c), optimizer, options),
                 critic,
@@ -299,6 +304,11 @@ def _name(model: Any) -> str:
 
 def _check_critic(critic: Any, generations: int) -> None:
     """A critic is a model, and PPO's step one completion a prompt."""
+    try:
+        as_model(critic)
+    except (ArgumentError, TypeError) as error:
+        text = str(error).replace("`target`", "`critic`")
+        raise ArgumentError("critic", text) from None
     if generations != 1:
         raise ArgumentError(
             "generations",
@@ -307,11 +317,6 @@ def _check_critic(critic: Any, generations: int) -> None:
             "advantages come from the critic's values, not a group's rewards. "
             "Pass generations=1, or no critic for GRPO.",
         )
-    try:
-        as_model(critic)
-    except (ArgumentError, TypeError) as error:
-        text = str(error).replace("`target`", "`critic`")
-        raise ArgumentError("critic", text) from None
 
 
 def _critic(
@@ -516,7 +521,7 @@ def _roles(
 
     A phase's own program holds the roles it runs on (its arguments); the
     other roles on its slice stay resident beside it. A critic (``valued``:
-    its values and its step) lives on the actor's slice.
+    its values and its step) lives on its own role's slice.
     """
     rollout, train, ref = parts
     plan = train.plan.bytes_by_category
@@ -540,8 +545,8 @@ def _roles(
     roles.append((_CACHE, rollout.decode.kv_cache_bytes, "rollout"))
     if valued is not None:
         critic = valued[1].plan.bytes_by_category
-        roles.append((_CRITIC, critic.get("params", 0), "actor"))
-        roles.append((_CRITIC_STATE, critic.get("optimizer state", 0), "actor"))
+        roles.append((_CRITIC, critic.get("params", 0), "critic"))
+        roles.append((_CRITIC_STATE, critic.get("optimizer state", 0), "critic"))
     backbone = {_BACKBONE, _ADAPTERS} if lora == "model" else {_BACKBONE}
     args = {
         "rollout": {_COPY} if copy else {_ACTOR, _BACKBONE},
@@ -557,8 +562,8 @@ _PHASE_ROLE = {
     "prefill": "rollout",
     "decode": "rollout",
     "train": "actor",
-    "values": "actor",
-    "critic train": "actor",
+    "values": "critic",
+    "critic train": "critic",
 }
 """The role whose slice a phase runs on (the reference: its own)."""
 

@@ -18,11 +18,28 @@ from nnx_introspect._accelerators.topology import resolve_topology, slice_of
 from nnx_introspect._mesh import as_abstract_mesh
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["ROLES", "Layout", "RoleSlice", "as_layout"]
+__all__ = ["ROLES", "Layout", "RoleSlice", "as_layout", "spoken"]
 
 ROLES = ("actor", "rollout", "reference")
 """The roles ``role_meshes`` may place: the actor (its training step), the
 rollout (prefill and decode) and the reference (its log-probabilities)."""
+
+CRITIC = "critic"
+"""A PPO step's fifth role: the critic (its values and its training step)."""
+
+
+def spoken(names: list[str]) -> str:
+    """Names in words: ``"a"``, ``"a and b"``, ``"a, b and c"``.
+
+    Example:
+        >>> spoken(["actor"]), spoken(["actor", "critic"])
+        ('actor', 'actor and critic')
+        >>> spoken(["actor", "reference", "critic"])
+        'actor, reference and critic'
+    """
+    if len(names) < 2:
+        return "".join(names)
+    return f"{', '.join(names[:-1])} and {names[-1]}"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -71,7 +88,7 @@ class Layout:
     def named(self, role: str) -> str:
         """``role``'s slice in words: its mesh and the roles on it."""
         on = [r for r, s in self.slices if s is self.slice(role)]
-        return f"{self.slice(role).label} ({' and '.join(on)})"
+        return f"{self.slice(role).label} ({spoken(on)})"
 
     @property
     def colocated(self) -> bool:
@@ -89,7 +106,7 @@ class Layout:
         for roles in groups.values():
             s = self.slice(roles[0])
             devices = f"{s.devices} device{'s' if s.devices != 1 else ''}"
-            parts.append(f"{' and '.join(roles)} on {s.label} ({devices})")
+            parts.append(f"{spoken(roles)} on {s.label} ({devices})")
         return "disaggregated: " + "; ".join(parts)
 
 
@@ -107,9 +124,15 @@ def _slice(mesh: Any, topology: str | None, name: str) -> RoleSlice:
 
 
 def as_layout(
-    mesh: Any, role_meshes: Any, topology: str | None, reference: bool
+    mesh: Any,
+    role_meshes: Any,
+    topology: str | None,
+    reference: bool,
+    critic: bool = False,
 ) -> Layout:
     """``mesh`` and ``role_meshes`` checked: each role's slice, before any compile.
+
+    The roles are :data:`ROLES`, and with ``critic`` the critic too.
 
     Raises:
         ArgumentError: An unknown role, a role mesh for a role the step does
@@ -117,21 +140,29 @@ def as_layout(
             devices than the topology (or this process) has, or a slice size
             the topology's family has no slice of; naming ``role_meshes``.
     """
+    roles = (*ROLES, CRITIC) if critic else ROLES
     if role_meshes is None or (isinstance(role_meshes, Mapping) and not role_meshes):
         whole = _slice(mesh, topology, "mesh")
-        return Layout(tuple((role, whole) for role in ROLES), topology)
+        return Layout(tuple((role, whole) for role in roles), topology)
     if not isinstance(role_meshes, Mapping):
         raise ArgumentError(
             "role_meshes",
             "`role_meshes` must map roles to meshes, such as {'rollout': 'tp=4'}, "
             f"got {type(role_meshes).__name__}.",
         )
-    unknown = sorted(str(r) for r in role_meshes if r not in ROLES)
+    unknown = sorted(str(r) for r in role_meshes if r not in (*ROLES, CRITIC))
     if unknown:
         raise ArgumentError(
             "role_meshes",
-            f"`role_meshes` names the role {unknown[0]!r}, which a GRPO step does "
-            f"not have; its roles are {', '.join(ROLES)}.",
+            f"`role_meshes` names the role {unknown[0]!r}, which an RL step does "
+            f"not have; its roles are {', '.join(ROLES)} (and {CRITIC}, with a "
+            "critic).",
+        )
+    if CRITIC in role_meshes and not critic:
+        raise ArgumentError(
+            "role_meshes",
+            "`role_meshes` places the critic, but no `critic` is given (a GRPO "
+            "step has none). Leave it out, or pass `critic=` for a PPO step.",
         )
     if "reference" in role_meshes and not reference:
         raise ArgumentError(
@@ -142,7 +173,7 @@ def as_layout(
     total = _total_devices(topology)
     base = _slice(mesh, None, "mesh")
     own = {r: _slice(m, None, f"role_meshes['{r}']") for r, m in role_meshes.items()}
-    groups = [base] * any(r not in own for r in ROLES) + list(own.values())
+    groups = [base] * any(r not in own for r in roles) + list(own.values())
     needed = sum(g.devices for g in groups)
     if total is not None and needed > total:
         parts = " + ".join(f"{g.label} ({g.devices})" for g in groups)
@@ -153,7 +184,7 @@ def as_layout(
             "mesh is a slice of its own; pass smaller meshes.",
         )
     placed = {id(g): _placed(g, topology) for g in groups}
-    slices = tuple((role, placed[id(own.get(role, base))]) for role in ROLES)
+    slices = tuple((role, placed[id(own.get(role, base))]) for role in roles)
     return Layout(slices, topology)
 
 

@@ -36,7 +36,7 @@ from flax import nnx
 from jaxtyping import Array, Float, Int, Shaped
 
 from nnx_introspect._rl.loss import _coefficient, per_token_logps
-from nnx_introspect._step.values import token_values
+from nnx_introspect._step import token_values
 from nnx_introspect._typing import typechecked
 
 __all__ = ["CLIP_RANGE_VALUE", "PPO_EPSILON", "ppo_loss", "value_loss"]

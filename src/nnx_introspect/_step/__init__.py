@@ -52,9 +52,12 @@ from nnx_introspect._step.inputs import BatchLike as BatchLike
 from nnx_introspect._step.inputs import LossLike as LossLike
 from nnx_introspect._step.inputs import SpecsLike as SpecsLike
 from nnx_introspect._step.inputs import as_model as as_model
+from nnx_introspect._step.inputs import built_once as built_once
 from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.logprobs import LOGPROBS as LOGPROBS
+from nnx_introspect._step.lora import as_lora as as_lora
+from nnx_introspect._step.measure import devices_measured as devices_measured
 from nnx_introspect._step.measure import measure_step as measure_step
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.measure import topology_mesh_here as topology_mesh_here
@@ -73,6 +76,7 @@ from nnx_introspect._step.step_records import StepCompilation as StepCompilation
 from nnx_introspect._step.step_records import StepMemory as StepMemory
 from nnx_introspect._step.step_records import StepProgram as StepProgram
 from nnx_introspect._step.values import VALUES as VALUES
+from nnx_introspect._step.values import token_values as token_values
 from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
 
 __all__ = [
@@ -92,11 +96,14 @@ __all__ = [
     "StepProgram",
     "StepSpec",
     "answer",
+    "as_lora",
     "as_measure",
     "as_model",
+    "built_once",
     "cached_date",
     "child_why",
     "compile_or_recall",
+    "devices_measured",
     "devices_seen_as",
     "duration",
     "importable_name",
@@ -107,5 +114,6 @@ __all__ = [
     "present_mesh",
     "run_child_json",
     "step_memory_report",
+    "token_values",
     "topology_mesh_here",
 ]

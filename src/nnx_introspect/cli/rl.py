@@ -38,7 +38,7 @@ _SIZES = (
 )
 
 
-_ROLES = ("actor", "rollout", "reference")
+_ROLES = ("actor", "rollout", "reference", "critic")
 
 
 def role_mesh_arg(text: str) -> tuple[str, str]:
@@ -47,11 +47,11 @@ def role_mesh_arg(text: str) -> tuple[str, str]:
     Example:
         >>> role_mesh_arg("rollout=tp=4"), role_mesh_arg("actor=fsdp=2,tp=2")
         (('rollout', 'tp=4'), ('actor', 'fsdp=2,tp=2'))
-        >>> role_mesh_arg("critic=tp=4")
+        >>> role_mesh_arg("reward=tp=4")
         Traceback (most recent call last):
         ...
         argparse.ArgumentTypeError: must be ROLE=MESH with ROLE one of actor, \
-rollout, reference (such as rollout=tp=4), got 'critic=tp=4'
+rollout, reference, critic (such as rollout=tp=4), got 'reward=tp=4'
     """
     role, _, mesh = text.partition("=")
     if role not in _ROLES or not mesh:
@@ -96,7 +96,8 @@ def add_rl_parser(subparsers: Any) -> None:
         type=role_mesh_arg,
         default=None,
         metavar="ROLE=MESH",
-        help="run ROLE (actor, rollout or reference) on devices of its own with "
+        help="run ROLE (actor, rollout, reference, or critic with --critic) on "
+        "devices of its own with "
         "this mesh, the others on --mesh (tunix's disaggregated role_to_mesh); "
         "repeat for several roles; together the slices must fit the topology",
     )
