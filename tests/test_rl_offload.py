@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from nnx_introspect import RLMemoryReport, rl_memory_report
-from nnx_introspect._rl.api import _host_time
+from nnx_introspect._rl.assemble import host_time as _host_time
 from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
 

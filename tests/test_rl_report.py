@@ -15,7 +15,7 @@ from nnx_introspect import (
     serve_memory_report,
     step_memory_report,
 )
-from nnx_introspect._rl import api as rl_api
+from nnx_introspect._rl import programs as rl_programs
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._step import LOGPROBS, StepSpec, measure_step
 from nnx_introspect.examples import LlamaConfig, llama, llama_tiny_sharded
@@ -139,7 +139,7 @@ def test_bad_sizes_are_refused_before_any_compile(
     def compiled(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a program was compiled for a refused size")
 
-    monkeypatch.setattr(rl_api, "serve_memory_report", compiled)
+    monkeypatch.setattr(rl_programs, "serve_memory_report", compiled)
     sizes: dict[str, Any] = {"batch": B, "generations": G, "prompt": P, "completion": C}
     with pytest.raises(ArgumentError) as error:
         rl_memory_report(SMALL, "data=2", **(sizes | {argument: value}))

@@ -54,16 +54,21 @@ def _cpu_only() -> Iterator[None]:
     lines on stderr, and the CUDA plugin (the ``gpu`` extra) a traceback. JAX reads the
     variable when it is imported, which the command line does only in the
     handler, after this is set. Restored on exit, so :func:`main` called
-    in-process leaves the environment as it was.
+    in-process leaves the environment as it was. An empty ``JAX_PLATFORMS``
+    is unset to JAX (every backend), so to this too.
     """
-    if "JAX_PLATFORMS" in os.environ:
+    given = os.environ.get("JAX_PLATFORMS")
+    if given is not None and given.strip():
         yield
         return
     os.environ["JAX_PLATFORMS"] = "cpu"
     try:
         yield
     finally:
-        os.environ.pop("JAX_PLATFORMS", None)
+        if given is None:
+            os.environ.pop("JAX_PLATFORMS", None)
+        else:
+            os.environ["JAX_PLATFORMS"] = given
 
 
 def main(argv: list[str] | None = None) -> int:
