@@ -23,10 +23,11 @@ from nnx_introspect._step.train import _backward
 
 TINY = "nnx_introspect.examples:llama_tiny_sharded"
 OWN_REMAT = "tests.test_step_options:llama_tiny_own_remat"
-# the remat comparison compiles 9 steps (3 targets): 2 of the 8 layers keep
-# XLA:TPU's and XLA:GPU's compiles short (CI's time) and still repeat the layer
+# the remat comparison compiles 7 steps (2 targets): 2 of the 8 layers and 64
+# tokens a row keep XLA:TPU's compiles short (CI's time; XLA:TPU's time grows
+# with the sequence, about half at 64 of 256) and still repeat the layer
 TWO_LAYERS = "tests.test_step_options:llama_tiny_2_layers"
-TOKENS = jax.ShapeDtypeStruct((8, 256), jnp.int32)
+TOKENS = jax.ShapeDtypeStruct((8, 64), jnp.int32)
 _TINY_2 = dataclasses.replace(examples._sharded(examples.LLAMA_TINY), n_layers=2)
 
 
@@ -50,7 +51,9 @@ def _close(a: float, b: float, tolerance: float) -> bool:
     return abs(a - b) <= tolerance * max(abs(a), abs(b))
 
 
-@pytest.mark.parametrize("topology", [None, "h100-8", "v5e-8"])
+# XLA:CPU here, and XLA:TPU in a topology child: the remat is applied where the
+# step is traced, the same for every target (XLA:GPU's child takes the same path)
+@pytest.mark.parametrize("topology", [None, "v5e-8"])
 def test_remat_by_class_name_equals_the_models_own_switch(topology: Any) -> None:
     by_name = _step(TWO_LAYERS, remat="LlamaLayer", topology=topology)
     own = _step(OWN_REMAT, topology=topology)
@@ -87,8 +90,8 @@ def test_remat_never_patches_the_users_class_or_model() -> None:
 
 
 def test_a_policy_is_applied() -> None:
-    nothing = _step(TINY, remat="LlamaLayer")
-    dots = _step(TINY, remat={"LlamaLayer": "dots_saveable"})
+    nothing = _step(TWO_LAYERS, remat="LlamaLayer")
+    dots = _step(TWO_LAYERS, remat={"LlamaLayer": "dots_saveable"})
     assert dots.remat == (("LlamaLayer", "dots_saveable"),)
     # saving the matmuls' outputs recomputes fewer FLOPs than saving nothing
     assert dots.flops < nothing.flops
@@ -178,7 +181,7 @@ def test_microbatches_compiled_figures() -> None:
 
     def run(k: int) -> ni.StepMemoryReport:
         return ni.step_memory_report(
-            TINY,
+            TWO_LAYERS,
             "fsdp=8,tp=1",
             (tokens,),
             loss="lm",
