@@ -1,9 +1,12 @@
-"""``llama_tiny_sharded`` with 2 of its 8 layers, for the tests that compile it often.
+"""Smaller Llamas for the tests that compile one: fewer layers, narrower widths.
 
-XLA's compile time grows with the unrolled layers, not with their widths: two
-layers still repeat ``LlamaLayer`` (a remat candidate, a kept activation per
-instance) at about half the compile of eight. Importable by name for a child
-process: ``"tests.llama_tiny_layers:llama_tiny_2_layers_sharded"``.
+XLA's compile time grows with the unrolled layers (and XLA:TPU's with the
+widths too), not with what the tests hold: two layers still repeat
+``LlamaLayer`` (a remat candidate, a kept activation per instance) at about
+half the compile of ``llama_tiny``'s eight, and a 2-layer Llama of width 32
+compiles a step, with the same sharding annotations and activation
+constraints, in a fraction of it. Importable by name for a child process:
+``"tests.llama_tiny_layers:llama_tiny_2_layers_sharded"``.
 """
 
 import dataclasses
@@ -16,8 +19,31 @@ LAYERS = 2
 TINY_2_LAYERS = dataclasses.replace(
     ex.LLAMA_TINY, n_layers=LAYERS, partitioned=True, shard_activations=True
 )
+TINY_2_LAYERS_PLAIN = dataclasses.replace(ex.LLAMA_TINY, vocab=512, n_layers=LAYERS)
+"""``llama_tiny`` (no sharding annotations) with 2 layers and a vocabulary of 512."""
+SMALL = dataclasses.replace(
+    ex.LLAMA_TINY,
+    vocab=64,
+    d_model=32,
+    n_layers=LAYERS,
+    n_heads=4,
+    d_ff=48,
+    partitioned=True,
+    shard_activations=True,
+)
+"""``llama_tiny_sharded``'s annotations on 2 layers of width 32 (vocabulary 64)."""
 
 
 def llama_tiny_2_layers_sharded(rngs: nnx.Rngs) -> ex.Llama:
     """:func:`~nnx_introspect.examples.llama_tiny_sharded` with 2 layers."""
     return ex.Llama(TINY_2_LAYERS, rngs=rngs)
+
+
+def llama_tiny_2_layers_512(rngs: nnx.Rngs) -> ex.Llama:
+    """:data:`TINY_2_LAYERS_PLAIN`: ``llama_tiny``'s widths, 2 layers, vocabulary 512."""
+    return ex.Llama(TINY_2_LAYERS_PLAIN, rngs=rngs)
+
+
+def llama_small_sharded(rngs: nnx.Rngs) -> ex.Llama:
+    """:data:`SMALL`: ``llama_tiny_sharded``'s annotations, 2 layers of width 32."""
+    return ex.Llama(SMALL, rngs=rngs)

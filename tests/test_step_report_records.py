@@ -158,8 +158,8 @@ def test_report_is_grouped_and_reads_flat() -> None:
 
 
 def test_roofline_is_computed_once_with_the_report() -> None:
-    report = step_memory_report(
-        "nnx_introspect.examples:llama_tiny_sharded",
+    report = step_memory_report(  # a small Llama: the roofline's plumbing, not its size
+        "tests.llama_tiny_layers:llama_small_sharded",
         "fsdp=2,tp=4",
         jax.ShapeDtypeStruct((8, 64), jnp.int32),
         loss="lm",
