@@ -31,7 +31,7 @@ from nnx_introspect._xla.collectives import Collectives
 from nnx_introspect._xla.hlo.frames import SourceLocation, user_frame
 from nnx_introspect._xla.toolchain import cuda_plugin_version
 
-TARGET = "nnx_introspect.examples:llama_tiny_sharded"
+TARGET = "tests.llama_tiny_layers:llama_tiny_2_layers_sharded"  # the examples' Llama
 MESH = "fsdp=2,tp=4"
 TOKENS = jax.ShapeDtypeStruct((8, 128), jnp.int32)
 LIBRARY_ROOTS = tuple(

@@ -30,6 +30,7 @@ from nnx_introspect._xla.collectives import Collective, Collectives, read_collec
 from nnx_introspect._xla.hlo import parse_module
 from nnx_introspect._xla.hlo.lineage import origin
 from nnx_introspect._xla.toolchain import cuda_plugin_version
+from tests.llama_tiny_layers import LAYERS
 
 MESH = (("fsdp", 4),)
 ALL = "replica_groups={{0,1,2,3}}, use_global_device_ids=true"
@@ -231,7 +232,7 @@ def test_irregular_bytes_on_axes_the_mesh_lacks_are_refused() -> None:
         )
 
 
-# --- a deviceless XLA:GPU compile of llama_tiny_sharded ---------------------------
+# --- a deviceless XLA:GPU compile of llama_tiny_sharded (2 of its 8 layers) -------
 
 
 def calling_lines() -> dict[str, int]:
@@ -258,7 +259,7 @@ def gpu(
             "XLA_FLAGS", f"{flags} --xla_dump_to={dump} --xla_dump_hlo_as_text"
         )
         report = nnx_introspect.step_memory_report(
-            "nnx_introspect.examples:llama_tiny_sharded",
+            "tests.llama_tiny_layers:llama_tiny_2_layers_sharded",
             "fsdp=4,tp=2",
             jax.ShapeDtypeStruct((8, 128), jnp.int32),
             loss="lm",
@@ -308,7 +309,7 @@ def test_each_gathered_weight_points_at_the_line_that_calls_its_layer(
                 os.path.basename(inspect.getsourcefile(examples.LlamaLayer) or ""),
             ), name
             checked += 1
-    assert checked >= 7 * 8  # 7 kernels in each of 8 layers, at least once
+    assert checked >= 7 * LAYERS  # 7 kernels in each layer, at least once
 
 
 # --- a gather inside a loop counts once per trip, in the estimate too ---------------
@@ -405,7 +406,7 @@ def microbatched() -> StepMemoryReport:
     if cuda_plugin_version() is None:
         pytest.skip("the CUDA PJRT plugin is absent")
     return nnx_introspect.step_memory_report(
-        "nnx_introspect.examples:llama_tiny_sharded",
+        "tests.llama_tiny_layers:llama_tiny_2_layers_sharded",
         "fsdp=4,tp=2",
         jax.ShapeDtypeStruct((8, 128), jnp.int32),
         loss="lm",
