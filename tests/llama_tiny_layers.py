@@ -32,6 +32,8 @@ SMALL = dataclasses.replace(
     shard_activations=True,
 )
 """``llama_tiny_sharded``'s annotations on 2 layers of width 32 (vocabulary 64)."""
+SMALL_PLAIN = dataclasses.replace(SMALL, partitioned=False, shard_activations=False)
+""":data:`SMALL` without sharding annotations, as ``llama_tiny`` has none."""
 
 
 def llama_tiny_2_layers_sharded(rngs: nnx.Rngs) -> ex.Llama:
@@ -42,6 +44,11 @@ def llama_tiny_2_layers_sharded(rngs: nnx.Rngs) -> ex.Llama:
 def llama_tiny_2_layers_512(rngs: nnx.Rngs) -> ex.Llama:
     """:data:`TINY_2_LAYERS_PLAIN`: ``llama_tiny``'s widths, 2 layers, vocabulary 512."""
     return ex.Llama(TINY_2_LAYERS_PLAIN, rngs=rngs)
+
+
+def llama_small(rngs: nnx.Rngs) -> ex.Llama:
+    """:data:`SMALL_PLAIN`: 2 layers of width 32, no sharding annotations."""
+    return ex.Llama(SMALL_PLAIN, rngs=rngs)
 
 
 def llama_small_sharded(rngs: nnx.Rngs) -> ex.Llama:
