@@ -13,19 +13,11 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import _call_model
-from nnx_introspect._step.program import (
-    Program,
-    ProgramKind,
-    batch_group,
-    sharded_batch,
-    sharded_model_state,
-    state_group,
-)
+from nnx_introspect._step.program import Program, ProgramKind, forward_program
 
 __all__ = ["LOGPROBS", "token_logprobs"]
 
@@ -46,20 +38,11 @@ def token_logprobs(logits: jax.Array, tokens: jax.Array) -> jax.Array:
 
 def build(request: Request, mesh: Mesh, specs: Mapping[str, PartitionSpec]) -> Program:
     """The jitted log-probabilities of ``request``'s tokens under its model."""
-    graphdef, params, rest = sharded_model_state(request.model, specs, mesh)
-    batch = sharded_batch(request.batch, request.batch_specs, mesh)
 
-    def logprobs(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-        model = nnx.merge(graphdef, params, rest)
+    def logprobs(model: Any, batch: tuple[Any, ...]) -> Any:
         return token_logprobs(_call_model(model, batch[:1], None), batch[0])
 
-    jitted = jax.jit(logprobs, keep_unused=True)
-    groups = (
-        state_group("parameter", params),
-        state_group("other model state", rest),
-        batch_group(batch),
-    )
-    return Program(jitted, (params, rest, batch), groups, ("log-probabilities",))
+    return forward_program(request, mesh, specs, logprobs, "log-probabilities")
 
 
 LOGPROBS = ProgramKind(

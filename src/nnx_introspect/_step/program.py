@@ -77,6 +77,7 @@ __all__ = [
     "Program",
     "ProgramKind",
     "batch_group",
+    "forward_program",
     "sharded_batch",
     "sharded_model_state",
     "state_group",
@@ -191,3 +192,31 @@ def state_group(role: str, state: Any, prefix: str = "") -> ArgumentGroup:
 def batch_group(batch: tuple[Any, ...]) -> ArgumentGroup:
     """The batch's group: ``batch[0]``, ``batch[1]``, ..."""
     return ArgumentGroup("batch", tuple(f"batch[{i}]" for i in range(len(batch))))
+
+
+def forward_program(
+    request: Request,
+    mesh: Mesh,
+    specs: Mapping[str, PartitionSpec],
+    forward: Callable[[Any, tuple[Any, ...]], Any],
+    output: str,
+) -> Program:
+    """A forward-only program of ``request``'s model: ``forward(model, batch)``.
+
+    The builder of the forward program kinds (``LOGPROBS``, ``VALUES``): the
+    model's state and the batch sharded as the plan says, jitted with every
+    argument kept; ``output`` names what it returns.
+    """
+    graphdef, params, rest = sharded_model_state(request.model, specs, mesh)
+    batch = sharded_batch(request.batch, request.batch_specs, mesh)
+
+    def program(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
+        return forward(nnx.merge(graphdef, params, rest), batch)
+
+    jitted = jax.jit(program, keep_unused=True)
+    groups = (
+        state_group("parameter", params),
+        state_group("other model state", rest),
+        batch_group(batch),
+    )
+    return Program(jitted, (params, rest, batch), groups, (output,))

@@ -23,14 +23,7 @@ from nnx_introspect._conventions import (
     logits_by_kv_cache_convention,
 )
 from nnx_introspect._step.inputs import Request
-from nnx_introspect._step.program import (
-    Program,
-    ProgramKind,
-    batch_group,
-    sharded_batch,
-    sharded_model_state,
-    state_group,
-)
+from nnx_introspect._step.program import Program, ProgramKind, forward_program
 from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = ["VALUES", "token_values"]
@@ -78,19 +71,11 @@ def token_values(model: nnx.Module, tokens: Int[Array, "b t"]) -> Shaped[Array, 
 
 def build(request: Request, mesh: Mesh, specs: Mapping[str, PartitionSpec]) -> Program:
     """The jitted values of ``request``'s tokens under its model (a critic)."""
-    graphdef, params, rest = sharded_model_state(request.model, specs, mesh)
-    batch = sharded_batch(request.batch, request.batch_specs, mesh)
 
-    def values(params: Any, rest: Any, batch: tuple[Any, ...]) -> Any:
-        return token_values(nnx.merge(graphdef, params, rest), batch[0])
+    def values(model: Any, batch: tuple[Any, ...]) -> Any:
+        return token_values(model, batch[0])
 
-    jitted = jax.jit(values, keep_unused=True)
-    groups = (
-        state_group("parameter", params),
-        state_group("other model state", rest),
-        batch_group(batch),
-    )
-    return Program(jitted, (params, rest, batch), groups, ("values",))
+    return forward_program(request, mesh, specs, values, "values")
 
 
 VALUES = ProgramKind(
