@@ -7,6 +7,9 @@ devices as ``tests/``.
 import os
 import tempfile
 
+import pytest
+from _pytest.doctest import DoctestItem
+
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", ""):
     os.environ["XLA_FLAGS"] = (
@@ -32,3 +35,28 @@ from nnx_introspect._xla.native_log import native_stderr_filtered
 
 with native_stderr_filtered():
     import jax  # noqa: F401
+
+_DOCTEST_CACHES: dict[str, str] = {}
+
+
+@pytest.fixture(autouse=True)
+def _a_modules_doctests_share_its_compiles(
+    request: pytest.FixtureRequest,
+    monkeypatch: pytest.MonkeyPatch,
+    tmp_path_factory: pytest.TempPathFactory,
+) -> None:
+    """A docstring's example reads the compiles of its module's earlier examples.
+
+    The examples show the API, not the compile (the cache's own tests turn it
+    on in their own directories): the same request asked twice in one module
+    (``_serve/meshes.py`` compares ``tp=4`` twice) compiles once. One cache
+    directory per module, so a module's examples, run in order in one worker,
+    hit the same entries on every run.
+    """
+    if not isinstance(request.node, DoctestItem):
+        return
+    module = str(request.node.path)
+    if module not in _DOCTEST_CACHES:
+        _DOCTEST_CACHES[module] = str(tmp_path_factory.mktemp("doctest-cache"))
+    monkeypatch.setenv("NNX_INTROSPECT_CACHE", "on")
+    monkeypatch.setenv("NNX_INTROSPECT_CACHE_DIR", _DOCTEST_CACHES[module])
