@@ -19,6 +19,7 @@ import dataclasses
 import functools
 import inspect
 import math
+import os
 import pathlib
 from collections.abc import Callable
 from typing import Any
@@ -220,7 +221,8 @@ def factory_cases(name: str, make: Callable[[World, Any], Any]) -> None:
 
 BAD_PATHS: dict[str, Callable[[World], Any]] = {
     "int": lambda w: 3,
-    "bytes": lambda w: b"/tmp",
+    # a directory of the test's own: /tmp's are other processes' to remove
+    "bytes": lambda w: os.fsencode(w.not_a_checkpoint),
     "missing": lambda w: w.not_a_checkpoint / "nothing-here",
     "not-a-checkpoint": lambda w: w.not_a_checkpoint,
     "file": lambda w: w.checkpoint / "_CHECKPOINT_METADATA",

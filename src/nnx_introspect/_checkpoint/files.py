@@ -65,11 +65,7 @@ def resolve_checkpoint(path: PathLike) -> pathlib.Path:
             "checkpointer saved to (the one holding a `_METADATA` file)."
         )
     if not (p / "_METADATA").is_file():
-        found = sorted(
-            str(m.parent.relative_to(p))
-            for pattern in ("*/_METADATA", "*/*/_METADATA")
-            for m in p.glob(pattern)
-        )
+        found = _checkpoints_below(p)
         hint = (
             f" It contains checkpoints at: {', '.join(found[:5])}; pass one of those."
             if found
@@ -81,6 +77,21 @@ def resolve_checkpoint(path: PathLike) -> pathlib.Path:
             f"`_METADATA` file.{hint}",
         )
     return p
+
+
+def _checkpoints_below(p: pathlib.Path) -> list[str]:
+    """The checkpoints one or two levels below ``p``, for the error's hint.
+
+    A directory another process removes while it is listed (a shared
+    ``/tmp``) is passed over: the hint never turns the error into another.
+    """
+    found: list[str] = []
+    for pattern in ("*/_METADATA", "*/*/_METADATA"):
+        try:
+            found += [str(m.parent.relative_to(p)) for m in p.glob(pattern)]
+        except OSError:
+            continue
+    return sorted(found)
 
 
 def damaged(p: pathlib.Path, what: str) -> ValueError:
