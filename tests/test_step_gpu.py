@@ -27,7 +27,7 @@ from jax.sharding import PartitionSpec as P
 from nnx_introspect import step_memory_report
 from nnx_introspect._step import StepMemoryReport, parse_topology
 from nnx_introspect._xla import analysis, toolchain
-from nnx_introspect.examples import llama_tiny_sharded
+from tests.llama_tiny_layers import llama_tiny_2_layers_sharded
 
 _PLUGIN = toolchain.cuda_plugin_version() is not None
 needs_plugin = pytest.mark.skipif(
@@ -146,7 +146,7 @@ def test_rematerialization_warning_is_read_from_the_compiler_log() -> None:
 @pytest.fixture(scope="module")
 def h100_report() -> StepMemoryReport:
     return step_memory_report(
-        "nnx_introspect.examples:llama_tiny_sharded",
+        "tests.llama_tiny_layers:llama_tiny_2_layers_sharded",
         "fsdp=2,tp=4",
         TOKENS,
         loss="lm",
@@ -156,9 +156,10 @@ def h100_report() -> StepMemoryReport:
 
 
 def hand_compiled_llama(mesh: Mesh) -> Any:
-    """The AdamW LM step of llama_tiny_sharded, as a training script writes it."""
+    """The AdamW LM step of llama_tiny_sharded (2 of its 8 layers: XLA:GPU compiles
+    it twice, here and in the report's child), as a training script writes it."""
     with jax.set_mesh(mesh):
-        model = nnx.eval_shape(lambda: llama_tiny_sharded(nnx.Rngs(0)))
+        model = nnx.eval_shape(lambda: llama_tiny_2_layers_sharded(nnx.Rngs(0)))
     graphdef, params = nnx.split(model, nnx.Param)
     specs = nnx.get_partition_spec(params)
     tx = optax.adamw(1e-3)
