@@ -102,7 +102,7 @@ def test_bad_input_names_the_argument(
 
 
 def test_cli_compares_repeated_meshes(capsys: pytest.CaptureFixture[str]) -> None:
-    target = "nnx_introspect.examples:llama_tiny"
+    target = "tests.llama_tiny_layers:llama_small"  # llama_tiny's shape, 2 layers
     argv = ["serve", target, "--sequences", "8", "--context", "64"]
     meshes = ["--mesh", "tp=4", "--mesh", "data=2,tp=2"]
     assert main([*argv, *meshes, "--topology", "h100-4", "--format", "markdown"]) == 0

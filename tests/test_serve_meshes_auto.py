@@ -96,8 +96,9 @@ def test_auto_needs_a_topology_and_one_mesh_that_splits() -> None:
 
 def test_cli_mesh_auto_compares_every_tp(capsys: pytest.CaptureFixture[str]) -> None:
     """On a model whose weights name `tp` (annotated, as the 7B example): the
-    all-data candidate keeps a tp axis of 1, or its weights have no place."""
-    sharded = "nnx_introspect.examples:llama_tiny_sharded"
+    all-data candidate keeps a tp axis of 1, or its weights have no place.
+    llama_tiny_sharded's annotations on a small Llama (2 layers of width 32)."""
+    sharded = "tests.llama_tiny_layers:llama_small_sharded"
     argv = ["serve", sharded, "--mesh", "auto", "--sequences", "2", "--context", "32"]
     assert main([*argv, "--topology", "h100-2", "--format", "json"]) == 0
     data = json.loads(capsys.readouterr().out)
