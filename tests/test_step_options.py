@@ -20,25 +20,25 @@ from nnx_introspect import examples
 from nnx_introspect._step.loss import _objective
 from nnx_introspect._step.spec import StepSpec
 from nnx_introspect._step.train import _backward
+from tests import llama_tiny_layers as tiny_layers
 
 TINY = "nnx_introspect.examples:llama_tiny_sharded"
-OWN_REMAT = "tests.test_step_options:llama_tiny_own_remat"
-# the remat comparison compiles 7 steps (2 targets): 2 of the 8 layers and 64
-# tokens a row keep XLA:TPU's compiles short (CI's time; XLA:TPU's time grows
-# with the sequence, about half at 64 of 256) and still repeat the layer
-TWO_LAYERS = "tests.test_step_options:llama_tiny_2_layers"
+# the remat comparisons compile 2-layer Llamas of width 32 with
+# llama_tiny_sharded's annotations (tests/llama_tiny_layers.py) at 64 tokens a
+# row: the layer still repeats (a remat candidate per instance) and XLA:TPU's
+# compiles are short; what they compare (remat by name against the model's
+# own switch, a policy against another) is one traced program against another
+SMALL = "tests.llama_tiny_layers:llama_small_sharded"
+OWN_REMAT = "tests.test_step_options:llama_small_own_remat"
 TOKENS = jax.ShapeDtypeStruct((8, 64), jnp.int32)
-_TINY_2 = dataclasses.replace(examples._sharded(examples.LLAMA_TINY), n_layers=2)
+# the microbatch figures compile llama_tiny_sharded's widths (2 layers): at
+# width 32 XLA:CPU combines the gradients' all-reduces differently
+TWO_LAYERS = "tests.llama_tiny_layers:llama_tiny_2_layers_sharded"
 
 
-def llama_tiny_2_layers(rngs: nnx.Rngs) -> examples.Llama:
-    """``llama_tiny_sharded`` with 2 layers."""
-    return examples.Llama(_TINY_2, rngs=rngs)
-
-
-def llama_tiny_own_remat(rngs: nnx.Rngs) -> examples.Llama:
-    """``llama_tiny_2_layers`` with the model's own remat switch on."""
-    return examples.Llama(dataclasses.replace(_TINY_2, remat=True), rngs=rngs)
+def llama_small_own_remat(rngs: nnx.Rngs) -> examples.Llama:
+    """``llama_small_sharded`` with the model's own remat switch on."""
+    return examples.Llama(dataclasses.replace(tiny_layers.SMALL, remat=True), rngs=rngs)
 
 
 def _step(target: str, **options: Any) -> ni.StepMemoryReport:
@@ -51,11 +51,26 @@ def _close(a: float, b: float, tolerance: float) -> bool:
     return abs(a - b) <= tolerance * max(abs(a), abs(b))
 
 
+@pytest.fixture(scope="module")
+def remat_by_name_on_cpu() -> ni.StepMemoryReport:
+    """The step with ``LlamaLayer`` rematerialised by name, compiled by XLA:CPU.
+
+    The remat comparison's XLA:CPU case and the policy test compile it alike.
+    """
+    return _step(SMALL, remat="LlamaLayer")
+
+
 # XLA:CPU here, and XLA:TPU in a topology child: the remat is applied where the
 # step is traced, the same for every target (XLA:GPU's child takes the same path)
 @pytest.mark.parametrize("topology", [None, "v5e-8"])
-def test_remat_by_class_name_equals_the_models_own_switch(topology: Any) -> None:
-    by_name = _step(TWO_LAYERS, remat="LlamaLayer", topology=topology)
+def test_remat_by_class_name_equals_the_models_own_switch(
+    topology: Any, request: pytest.FixtureRequest
+) -> None:
+    by_name = (
+        request.getfixturevalue("remat_by_name_on_cpu")
+        if topology is None
+        else _step(SMALL, remat="LlamaLayer", topology=topology)
+    )
     own = _step(OWN_REMAT, topology=topology)
     for field in ("argument_bytes", "output_bytes"):
         assert getattr(by_name, field) == getattr(own, field), field
@@ -64,7 +79,7 @@ def test_remat_by_class_name_equals_the_models_own_switch(topology: Any) -> None
     assert by_name.remat == (("LlamaLayer", "nothing_saveable"),)
     if topology is None:  # it did something: recompute costs FLOPs (traced once
         # for every backend: the targets compile the same traced program)
-        plain = _step(TWO_LAYERS, topology=topology)
+        plain = _step(SMALL, topology=topology)
         assert by_name.flops > plain.flops * 1.05
         assert plain.remat == ()
 
@@ -89,9 +104,10 @@ def test_remat_never_patches_the_users_class_or_model() -> None:
     assert jax.tree.all(jax.tree.map(np.array_equal, before, after))
 
 
-def test_a_policy_is_applied() -> None:
-    nothing = _step(TWO_LAYERS, remat="LlamaLayer")
-    dots = _step(TWO_LAYERS, remat={"LlamaLayer": "dots_saveable"})
+def test_a_policy_is_applied(remat_by_name_on_cpu: ni.StepMemoryReport) -> None:
+    nothing = remat_by_name_on_cpu
+    dots = _step(SMALL, remat={"LlamaLayer": "dots_saveable"})
+    assert nothing.remat == (("LlamaLayer", "nothing_saveable"),)
     assert dots.remat == (("LlamaLayer", "dots_saveable"),)
     # saving the matmuls' outputs recomputes fewer FLOPs than saving nothing
     assert dots.flops < nothing.flops
