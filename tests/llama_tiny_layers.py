@@ -19,6 +19,8 @@ LAYERS = 2
 TINY_2_LAYERS = dataclasses.replace(
     ex.LLAMA_TINY, n_layers=LAYERS, partitioned=True, shard_activations=True
 )
+TINY_2_LAYERS_8000 = dataclasses.replace(ex.LLAMA_TINY, n_layers=LAYERS)
+"""``llama_tiny`` (no sharding annotations, vocabulary 8000) with 2 layers."""
 TINY_2_LAYERS_PLAIN = dataclasses.replace(ex.LLAMA_TINY, vocab=512, n_layers=LAYERS)
 """``llama_tiny`` (no sharding annotations) with 2 layers and a vocabulary of 512."""
 SMALL = dataclasses.replace(
@@ -39,6 +41,11 @@ SMALL_PLAIN = dataclasses.replace(SMALL, partitioned=False, shard_activations=Fa
 def llama_tiny_2_layers_sharded(rngs: nnx.Rngs) -> ex.Llama:
     """:func:`~nnx_introspect.examples.llama_tiny_sharded` with 2 layers."""
     return ex.Llama(TINY_2_LAYERS, rngs=rngs)
+
+
+def llama_tiny_2_layers(rngs: nnx.Rngs) -> ex.Llama:
+    """:data:`TINY_2_LAYERS_8000`: :func:`~nnx_introspect.examples.llama_tiny`, 2 layers."""
+    return ex.Llama(TINY_2_LAYERS_8000, rngs=rngs)
 
 
 def llama_tiny_2_layers_512(rngs: nnx.Rngs) -> ex.Llama:
