@@ -24,26 +24,30 @@ MESH = {"data": 4, "model": 2}
 TOKENS = jax.ShapeDtypeStruct((8, 16), jnp.int32)
 VOCAB, WIDTH = LLAMA_TINY.vocab, LLAMA_TINY.d_model
 
-# (target, keyword arguments) per way of giving specs
+# (target, keyword arguments) per way of giving specs: 2 of llama_tiny's 8
+# layers (tests/llama_tiny_layers.py), the same kernels and embedding for the
+# rules to match, at about half of each compile (here and in the child)
+PLAIN = "tests.llama_tiny_layers:llama_tiny_2_layers"
+SHARDED = "tests.llama_tiny_layers:llama_tiny_2_layers_sharded"
 RULE_FORMS: dict[str, tuple[str, dict[str, Any]]] = {
     "str pattern": (
-        "nnx_introspect.examples:llama_tiny",
+        PLAIN,
         {"rules": [("embed/embedding", P("data", "model"))]},
     ),
     "compiled regex with flags": (
-        "nnx_introspect.examples:llama_tiny",
+        PLAIN,
         {"rules": [(re.compile("EMBEDDING", re.I), P("data", None))]},
     ),
     "mapping": (
-        "nnx_introspect.examples:llama_tiny",
+        PLAIN,
         {"rules": {r"kernel$": P(None, "model"), "embedding": P("data")}},
     ),
     "logical rules": (
-        "nnx_introspect.examples:llama_tiny_sharded",
+        SHARDED,
         {"logical_rules": [("fsdp", "data"), ("tp", "model")]},
     ),
     "metadata": (
-        "nnx_introspect.examples:llama_tiny_sharded",
+        SHARDED,
         {"rules": None},
     ),
 }
@@ -81,14 +85,19 @@ def test_flagged_regex_reaches_the_child_as_its_resolved_spec() -> None:
     and the embedding compiled replicated (41,698,368 B instead of the plan's)."""
     tokens = jax.ShapeDtypeStruct((16, 16), jnp.int32)
     report = step_memory_report(
-        "nnx_introspect.examples:llama_tiny",
+        PLAIN,
         {"data": 16},
         tokens,
         loss=None,
         rules=[(re.compile("EMBEDDING", re.I), P("data", None))],
     )
     assert report.compiled_in == "a child process with 16 virtual CPU devices"
-    params = 10_424_576 * 4
+    # llama_tiny's 10,424,576 parameters with 2 of its 8 layers: the embedding
+    # and the LM head (V x W each), the final norm (W), and per layer the
+    # attention (4 W x W), the MLP (3 W x 688) and two norms (2 W)
+    layer = 4 * WIDTH * WIDTH + 3 * WIDTH * LLAMA_TINY.d_ff + 2 * WIDTH
+    assert 2 * VOCAB * WIDTH + WIDTH + 8 * layer == 10_424_576
+    params = (2 * VOCAB * WIDTH + WIDTH + 2 * layer) * 4
     embedding = VOCAB * WIDTH * 4
     # everything replicated but the embedding, split 16 ways; one row of tokens
     assert report.argument_bytes == params - embedding + embedding // 16 + 16 * 4
