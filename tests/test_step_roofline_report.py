@@ -1,7 +1,8 @@
 """The step report's collectives and roofline estimate, end to end.
 
-llama_tiny_sharded compiles for two hosts of H100s (``h100-16``, ``fsdp=2`` across
-the hosts, ``tp=8`` within one): the report's wire bytes per axis must be the sum
+llama_tiny_sharded (2 of its 8 layers: every collective of a layer repeats, at
+about half of XLA:GPU's compile) compiles for two hosts of H100s (``h100-16``,
+``fsdp=2`` across the hosts, ``tp=8`` within one): the report's wire bytes per axis must be the sum
 of its own collective rows, ``tp`` must ride NVLink and ``fsdp`` the network, and
 each term's time must be its wire bytes over the data-sheet bandwidth, computed
 here by hand. The estimate is labelled an estimate in every format.
@@ -18,7 +19,7 @@ import pytest
 from nnx_introspect import step_memory_report
 from nnx_introspect._xla.toolchain import cuda_plugin_version
 
-TARGET = "nnx_introspect.examples:llama_tiny_sharded"
+TARGET = "tests.llama_tiny_layers:llama_tiny_2_layers_sharded"
 TOKENS = jax.ShapeDtypeStruct((16, 64), jnp.int32)
 NVLINK = 450e9  # H100 SXM5: 900 GB/s bidirectional, per direction
 NETWORK = 50e9  # DGX H100: one 400 Gb/s NIC per GPU
