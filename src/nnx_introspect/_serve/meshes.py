@@ -401,10 +401,10 @@ def compare_serving_meshes(
     Example:
         >>> from nnx_introspect.examples import llama_tiny
         >>> found = compare_serving_meshes(
-        ...     llama_tiny, ["tp=4", "data=4"], sequences=8, context=64,
+        ...     llama_tiny, ["tp=4", "data=2,tp=2"], sequences=8, context=64,
         ...     topology="h100-4")
         >>> sorted(r.mesh_axes for r in found.reports)
-        [(('data', 4),), (('tp', 4),)]
+        [(('data', 2), ('tp', 2)), (('tp', 4),)]
 
         Every ``tp`` of two devices, the rest data-parallel:
 
