@@ -23,6 +23,7 @@ from nnx_introspect._xla.hlo import (
     operand_shapes,
     parse_module,
     parse_shape,
+    parsed_once,
     tuple_elements,
 )
 from nnx_introspect._xla.hlo.traffic import program_traffic, traffic_json
@@ -219,10 +220,12 @@ def compile_lowered(
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
         raise RuntimeError("XLA gave no memory analysis for the compiled step.")
     text = _text_or_error(compiled, backend, dump_to)
-    costs = _costs(compiled, backend, text if isinstance(text, str) else None)
+    with parsed_once():  # the loops, the collectives and the traffic: one parse
+        costs = _costs(compiled, backend, text if isinstance(text, str) else None)
+        figures = _figures(text, mesh)
+        traffic = _traffic(text)
     if costs.why is not None:
         warnings = (*warnings, left_out(costs.why))
-    figures = _figures(text, mesh)
     wire = figures.pop("collective_wire_bytes")
     measured = None
     if runs is not None:
@@ -243,7 +246,7 @@ def compile_lowered(
         collective_wire_bytes=None
         if wire is None
         else tuple((tuple(a), int(n), int(w)) for a, n, w in wire),
-        traffic=_traffic(text),
+        traffic=traffic,
         measured=measured,
         **figures,
     )

@@ -41,6 +41,7 @@ from nnx_introspect._xla.hlo.instructions import names_in as names_in
 from nnx_introspect._xla.hlo.instructions import operand_shapes as operand_shapes
 from nnx_introspect._xla.hlo.module import Module as Module
 from nnx_introspect._xla.hlo.module import parse_module as parse_module
+from nnx_introspect._xla.hlo.module import parsed_once as parsed_once
 from nnx_introspect._xla.hlo.shapes import ELEMENT_BITS as ELEMENT_BITS
 from nnx_introspect._xla.hlo.shapes import array_bytes as array_bytes
 from nnx_introspect._xla.hlo.shapes import arrays as arrays
@@ -70,6 +71,7 @@ __all__ = [
     "operand_shapes",
     "parse_module",
     "parse_shape",
+    "parsed_once",
     "shape_bytes",
     "source_json",
     "source_stack",

@@ -1,6 +1,9 @@
 """A whole HLO module: its computations, instructions, users, callers and frames."""
 
+import contextlib
+import contextvars
 import re
+from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Final
 
@@ -8,7 +11,7 @@ from nnx_introspect._xla.hlo.frames import SECTIONS, SourceLocation, stack_frame
 from nnx_introspect._xla.hlo.instructions import Instruction, instruction, names_in
 from nnx_introspect._xla.hlo.text import HloTextError
 
-__all__ = ["Module", "parse_module"]
+__all__ = ["Module", "parse_module", "parsed_once"]
 
 
 @dataclass(frozen=True)
@@ -60,8 +63,44 @@ _CALLED: Final = (
 )
 
 
+_PARSED: contextvars.ContextVar[dict[str, Module] | None] = contextvars.ContextVar(
+    "nnx_introspect_parsed_modules", default=None
+)
+"""Inside :func:`parsed_once`: each text parsed there, and its module."""
+
+
+@contextlib.contextmanager
+def parsed_once() -> Iterator[None]:
+    r"""Inside: :func:`parse_module` parses a text once, its readers share the module.
+
+    A compile's readers (its traffic, its collectives, its loops) each take
+    the program's text; inside this context they share one parse of it. The
+    modules are dropped when the context ends (or raises): nothing outlives it.
+
+    Example:
+        >>> text = "\n".join([
+        ...     "HloModule jit_f",
+        ...     "ENTRY %main (p: f32[8]) -> f32[8] {",
+        ...     "  ROOT %p = f32[8]{0} parameter(0)",
+        ...     "}",
+        ... ])
+        >>> with parsed_once():
+        ...     parse_module(text) is parse_module(text)
+        True
+        >>> parse_module(text) is parse_module(text)
+        False
+    """
+    token = _PARSED.set({})
+    try:
+        yield
+    finally:
+        _PARSED.reset(token)
+
+
 def parse_module(text: str) -> Module:
     r"""A module's text (``compiled.as_text()``) parsed, every instruction read.
+
+    Inside :func:`parsed_once`, a text parsed there before is not parsed again.
 
     Raises:
         HloTextError: no ``HloModule`` header, a computation header, an
@@ -81,6 +120,16 @@ def parse_module(text: str) -> Module:
         >>> [u.name for u in module.users["p"]]
         ['n']
     """
+    parsed = _PARSED.get()
+    if parsed is None:
+        return _parse(text)
+    if text not in parsed:
+        parsed[text] = _parse(text)
+    return parsed[text]
+
+
+def _parse(text: str) -> Module:
+    """:func:`parse_module`'s parse, every time."""
     lines = text.splitlines()
     header = _HEADER.match(lines[0]) if lines else None
     if header is None:
