@@ -9,8 +9,8 @@ from nnx_introspect._xla.hlo.text import (
     HloTextError,
     closing_bracket,
     shape_end,
+    structure_chars,
     top_level,
-    unquoted_chars,
 )
 
 __all__ = [
@@ -142,7 +142,7 @@ def _attributes(text: str) -> dict[str, str]:
             break
         key, start = found[1], found.end()
         at = len(text)
-        for index, char, depth in unquoted_chars(text, start):
+        for index, char, depth in structure_chars(text, start):
             if char == "," and depth == 0 and _ATTRIBUTE_START.match(text, index):
                 at = index
                 break

@@ -64,34 +64,46 @@ def shape_end(text: str) -> int:
     return len(text)
 
 
-def unquoted_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
-    """``(index, character, bracket depth after it)`` outside quoted strings.
+_STRUCTURE: Final = re.compile(
+    r"""(["'])(?:(?!\1)[^\\]|\\(?:.|\Z))*(?:\1|\Z)|[()\[\]{},]""", re.DOTALL
+)
+"""A quoted string (escapes inside, perhaps unterminated), a bracket or a comma."""
 
-    From ``start`` on; quote characters, what they enclose and escaped
-    characters inside them are skipped.
+
+def structure_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
+    """``(index, bracket or comma, bracket depth after it)`` outside quoted strings.
+
+    From ``start`` on; quote characters (``"`` or ``'``), what they enclose
+    and escaped characters inside them are skipped, an unterminated quote
+    runs to the end. The parser asks only where brackets close and which
+    commas lie outside them: one regex jumps from one to the next, over the
+    characters between (most of a line).
+
+    Example:
+        >>> for found in structure_chars('f(a, "b)", {c})', 0):
+        ...     print(*found)
+        1 ( 1
+        3 , 1
+        9 , 1
+        11 { 2
+        13 } 1
+        14 ) 0
     """
-    depth, quote, at = 0, "", start
-    while at < len(text):
-        char = text[at]
-        if quote:
-            if char == "\\":
-                at += 1
-            elif char == quote:
-                quote = ""
-        elif char in "\"'":
-            quote = char
-        else:
-            if char in "([{":
-                depth += 1
-            elif char in ")]}":
-                depth -= 1
-            yield at, char, depth
-        at += 1
+    depth = 0
+    for found in _STRUCTURE.finditer(text, start):
+        if found[1] is not None:  # a quoted string: nothing in it counts
+            continue
+        char = found[0]
+        if char in "([{":
+            depth += 1
+        elif char in ")]}":
+            depth -= 1
+        yield found.start(), char, depth
 
 
 def closing_bracket(text: str, start: int) -> int:
     """The index of the bracket closing the one at ``start``, or -1."""
-    for at, char, depth in unquoted_chars(text, start):
+    for at, char, depth in structure_chars(text, start):
         if char in ")]}" and depth == 0:
             return at
     return -1
