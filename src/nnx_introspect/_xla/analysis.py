@@ -219,7 +219,7 @@ def compile_lowered(
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
         raise RuntimeError("XLA gave no memory analysis for the compiled step.")
-    costs, figures, traffic = _read(compiled, mesh, dump_to)
+    costs, figures, traffic = _read(compiled, backend, mesh, dump_to)
     if costs.why is not None:
         warnings = (*warnings, left_out(costs.why))
     wire = figures.pop("collective_wire_bytes")
@@ -249,13 +249,12 @@ def compile_lowered(
 
 
 def _read(
-    compiled: Any, mesh: Mesh, dump_to: str | None
+    compiled: Any, backend: str, mesh: Mesh, dump_to: str | None
 ) -> tuple["_Costs", dict[str, Any], dict[str, Any] | None]:
     """The program's costs, its figures (:func:`_figures`) and its traffic.
 
     The three read the program's text: they share one parse of it.
     """
-    backend = str(mesh.devices.flat[0].platform)
     text = _text_or_error(compiled, backend, dump_to)
     with parsed_once():
         costs = _costs(compiled, backend, text if isinstance(text, str) else None)
