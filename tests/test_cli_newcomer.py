@@ -16,7 +16,7 @@ from typing import Any
 
 import pytest
 
-import nnx_introspect._search.meshes as meshes_module
+import nnx_introspect._search as meshes_module  # the face the command line calls
 from nnx_introspect._search.meshes import compare_meshes
 from nnx_introspect._search.meshes.candidates import named_axes
 from nnx_introspect._step.inputs import as_network

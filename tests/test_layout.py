@@ -150,25 +150,76 @@ def test_no_underscored_name_crosses_a_package() -> None:
     assert crossing == []
 
 
+def _exported(source: str) -> set[str]:
+    """What module ``source`` offers other packages.
+
+    Its ``__all__`` when written as a list, and a face's explicit re-exports
+    (``from .m import x as x``, in a lazy face's ``TYPE_CHECKING`` block too).
+    """
+    tree = ast.parse(_modules()[source].read_text())
+    exported: set[str] = {
+        str(elt.value)
+        for node in tree.body
+        if isinstance(node, ast.Assign)
+        and any(getattr(t, "id", None) == "__all__" for t in node.targets)
+        and isinstance(node.value, ast.List | ast.Tuple)
+        for elt in node.value.elts
+        if isinstance(elt, ast.Constant)
+    }
+    if _modules()[source].name == "__init__.py":
+        exported |= {
+            alias.name
+            for node in ast.walk(tree)
+            if isinstance(node, ast.ImportFrom)
+            for alias in node.names
+            if alias.asname == alias.name
+        }
+    return exported
+
+
 def test_a_name_another_package_takes_is_in_its_modules_all() -> None:
     missing = []
     for module, imported in _imports().items():
         for source, name in imported:
             if name is None or _top(source) == _top(module) or not _top(source):
                 continue
-            tree = ast.parse(_modules()[source].read_text())
-            exported = {
-                elt.value
-                for node in tree.body
-                if isinstance(node, ast.Assign)
-                and any(getattr(t, "id", None) == "__all__" for t in node.targets)
-                and isinstance(node.value, ast.List | ast.Tuple)
-                for elt in node.value.elts
-                if isinstance(elt, ast.Constant)
-            }
-            if name not in exported:
+            if name not in _exported(source):
                 missing.append(f"{module} takes {name} from {source}")
     assert sorted(set(missing)) == []
+
+
+def test_another_package_is_entered_by_its_face() -> None:
+    """A package's modules are its own business: others import from its face.
+
+    ``from nnx_introspect._xla import compile_lowered``, never ``from
+    nnx_introspect._xla.analysis import ...``; a top-level module (``_counting``)
+    is its own face, and a module a face offers as a namespace (``from
+    nnx_introspect._render import svg``) is taken whole. The package's own face (``nnx_introspect``) names where
+    each public name is defined, so that it imports no more than the name's
+    module.
+    """
+    deep = sorted(
+        {
+            f"{module} imports {name} from {source}"
+            for module, imported in _imports().items()
+            for source, name in imported
+            if module != "nnx_introspect"
+            and name is not None
+            and _top(source) != _top(module)
+            and _top(source)
+            and len(source.split(".")) > 2
+        }
+    )
+    assert deep == []
+
+
+def test_the_face_rule_sees_a_deep_import() -> None:
+    """The rule above can fail: the step's own modules do import each other."""
+    step = _imports()["nnx_introspect._step.measure"]
+    assert any(len(source.split(".")) > 2 for source, _ in step)
+    assert ("nnx_introspect._xla", "compile_lowered") in _imports()[
+        "nnx_introspect._step.compile"
+    ]
 
 
 def test_no_file_over_700_lines() -> None:

@@ -5,13 +5,12 @@ that two states really match, for concrete or abstract (``nnx.eval_shape``)
 models alike.
 """
 
-import ast
 import importlib
 import sys
 import typing
-from pathlib import Path
 
-from nnx_introspect._xla.native_log import native_stderr_filtered
+from nnx_introspect._lazy import lazy_names
+from nnx_introspect._xla import native_stderr_filtered
 
 if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._abstract import abstract_model as abstract_model
@@ -84,31 +83,9 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
 __version__ = "0.1.0"
 
 
-def _lazy_table() -> dict[str, str]:
-    """Public name -> private module, read from the ``TYPE_CHECKING`` block above.
-
-    The block is the one place a public name is written (type checkers and IDEs
-    read it as it stands); the lazy lookup and ``__all__`` are derived from it,
-    as ``lazy_loader``'s stubs do (Scientific Python's SPEC 1). Parsing this
-    file takes about a millisecond.
-    """
-    tree = ast.parse(Path(__file__).read_text(encoding="utf-8"))
-    (block,) = (
-        node
-        for node in tree.body
-        if isinstance(node, ast.If) and ast.unparse(node.test) == "typing.TYPE_CHECKING"
-    )
-    return {
-        alias.asname or alias.name: str(node.module)
-        for node in block.body
-        if isinstance(node, ast.ImportFrom)
-        for alias in node.names
-    }
-
-
 # Importing `nnx_introspect` stays cheap (no JAX, no flax): each module is
 # imported the first time one of its names is used (PEP 562).
-_LAZY = _lazy_table()
+_LAZY = lazy_names(__file__)
 __all__ = sorted(_LAZY)
 
 

@@ -19,7 +19,7 @@ from flax import nnx
 from nnx_introspect._compare import check_leaves, is_global, is_key_dtype, json_float
 from nnx_introspect._inventory import VarRecord, inventory, require_values
 from nnx_introspect._nnx import select_state
-from nnx_introspect._render.table import Report, Table
+from nnx_introspect._render import Report, Table
 from nnx_introspect._typing import ArgumentError, Target, typechecked
 
 __all__ = [

@@ -11,7 +11,7 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 
 from nnx_introspect._inventory import VarRecord, inventory, path_str
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import (
     ArgumentError,
     IntLike,

@@ -12,7 +12,7 @@ from nnx_introspect._breakdown.report import (
     percent_text,
 )
 from nnx_introspect._mesh import MeshConfigReport
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import format_bytes
 from nnx_introspect._typing import typechecked
 
 __all__ = [

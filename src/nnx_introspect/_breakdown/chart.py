@@ -12,9 +12,7 @@ from collections.abc import Sequence
 
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._breakdown.rows import KINDS
-from nnx_introspect._render import svg
-from nnx_introspect._render.formats import whole_percent
-from nnx_introspect._render.table import format_bytes, table_html
+from nnx_introspect._render import format_bytes, svg, table_html, whole_percent
 
 __all__ = [
     "advice_html",

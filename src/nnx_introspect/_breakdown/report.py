@@ -49,12 +49,10 @@ from nnx_introspect._breakdown.rows import (
     row_json,
     where,
 )
-from nnx_introspect._render.formats import whole_percent
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._render import Report, Table, format_bytes, whole_percent
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
-from nnx_introspect._xla.dump import LiveCurve, PeakBuffers, SourceLocation
-from nnx_introspect._xla.dump import source_json as _source_json
-from nnx_introspect._xla.hlo.phases import Phases
+from nnx_introspect._xla import LiveCurve, PeakBuffers, Phases, SourceLocation
+from nnx_introspect._xla import source_json as _source_json
 
 __all__ = [
     "ARGUMENT_KINDS",

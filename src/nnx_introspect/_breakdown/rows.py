@@ -16,12 +16,17 @@ from typing import Any, Final
 
 from nnx_introspect._breakdown.kinds import ARGUMENT_KINDS, KINDS
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
-from nnx_introspect._xla.dump import source_json as _source_json
-from nnx_introspect._xla.hlo.frames import user_frame, user_frames
-from nnx_introspect._xla.hlo.lineage import COLLECTIVES as _COLLECTIVES
-from nnx_introspect._xla.hlo.lineage import REDUCING as _REDUCING
-from nnx_introspect._xla.hlo.lineage import Origin
+from nnx_introspect._xla import COLLECTIVES as _COLLECTIVES
+from nnx_introspect._xla import REDUCING as _REDUCING
+from nnx_introspect._xla import (
+    Origin,
+    PeakBuffer,
+    PeakBuffers,
+    SourceLocation,
+    user_frame,
+    user_frames,
+)
+from nnx_introspect._xla import source_json as _source_json
 
 __all__ = [
     "ARGUMENT_KINDS",

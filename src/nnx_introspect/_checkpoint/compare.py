@@ -15,7 +15,7 @@ from nnx_introspect._compare import (
     records_of,
 )
 from nnx_introspect._inventory import VarRecord
-from nnx_introspect._render.formats import spec_str
+from nnx_introspect._render import spec_str
 from nnx_introspect._typing import typechecked
 
 

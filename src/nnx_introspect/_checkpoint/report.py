@@ -6,7 +6,7 @@ from typing import Any
 from nnx_introspect._checkpoint.files import PathLike
 from nnx_introspect._checkpoint.read import Layout, read_checkpoint
 from nnx_introspect._checkpoint.shardings import sharding_str
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import typechecked
 
 

@@ -5,7 +5,7 @@ from typing import Any
 from jax.sharding import NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import VarRecord
-from nnx_introspect._render.formats import spec_str
+from nnx_introspect._render import spec_str
 
 
 def sharding_str(meta: Any) -> str:

@@ -4,7 +4,7 @@ import dataclasses
 import math
 from typing import Any, Literal
 
-from nnx_introspect._render.table import Report, Table
+from nnx_introspect._render import Report, Table
 
 Problem = Literal["missing", "extra", "variable-type", "shape", "dtype", "value"]
 _FLIPPED: dict[Problem, Problem] = {"missing": "extra", "extra": "missing"}

@@ -26,6 +26,7 @@ from nnx_introspect._mesh.parse import MeshLike as MeshLike
 from nnx_introspect._mesh.parse import RulesLike as RulesLike
 from nnx_introspect._mesh.parse import SpecLike as SpecLike
 from nnx_introspect._mesh.parse import as_abstract_mesh as as_abstract_mesh
+from nnx_introspect._mesh.parse import as_logical_rules as as_logical_rules
 from nnx_introspect._mesh.parse import check_rules as check_rules
 from nnx_introspect._mesh.parse import load_rules_file as load_rules_file
 from nnx_introspect._mesh.parse import optimizer_from_name as optimizer_from_name
@@ -35,6 +36,7 @@ from nnx_introspect._mesh.report import LeafShard as LeafShard
 from nnx_introspect._mesh.report import MeshConfigReport as MeshConfigReport
 from nnx_introspect._mesh.report import MeshProblem as MeshProblem
 from nnx_introspect._mesh.report import mesh_str as mesh_str
+from nnx_introspect._mesh.specs import entry_axes as entry_axes
 
 __all__ = [
     "CATEGORIES",
@@ -47,7 +49,9 @@ __all__ = [
     "MeshProblem",
     "RulesLike",
     "as_abstract_mesh",
+    "as_logical_rules",
     "check_rules",
+    "entry_axes",
     "load_rules_file",
     "mesh_config_report",
     "mesh_str",

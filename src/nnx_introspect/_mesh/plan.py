@@ -17,7 +17,7 @@ from nnx_introspect._mesh.specs import (
     entry_names,
     spec_of,
 )
-from nnx_introspect._render.formats import spec_str
+from nnx_introspect._render import spec_str
 
 
 class Planner:

@@ -8,10 +8,16 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._mesh.parse import parse_bytes
 from nnx_introspect._mesh.specs import entry_axes
+from nnx_introspect._render import (
+    Report,
+    Table,
+    Tone,
+    format_bytes,
+    spec_json,
+    spec_str,
+)
 from nnx_introspect._render import mesh_charts as _render_charts
 from nnx_introspect._render import table as _render
-from nnx_introspect._render.formats import spec_json, spec_str
-from nnx_introspect._render.table import Report, Table, Tone, format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
 CATEGORIES = ("params", "other state", "optimizer state", "gradients")

@@ -11,6 +11,15 @@ Charts take plain numbers, never report objects. Nothing here imports another
 package of nnx_introspect but ``_typing``.
 """
 
+from nnx_introspect._render.batch_chart import chart_svg as chart_svg
+from nnx_introspect._render.formats import batch_str as batch_str
+from nnx_introspect._render.formats import error_line as error_line
+from nnx_introspect._render.formats import spec_from_json as spec_from_json
+from nnx_introspect._render.formats import spec_json as spec_json
+from nnx_introspect._render.formats import spec_str as spec_str
+from nnx_introspect._render.formats import whole_percent as whole_percent
+from nnx_introspect._render.narrow import short_headers as short_headers
+from nnx_introspect._render.svg import Point as Point
 from nnx_introspect._render.table import FittedTable as FittedTable
 from nnx_introspect._render.table import Report as Report
 from nnx_introspect._render.table import Table as Table
@@ -26,15 +35,24 @@ from nnx_introspect._render.table import verdict_html as verdict_html
 
 __all__ = [
     "FittedTable",
+    "Point",
     "Report",
     "Table",
     "Tone",
+    "batch_str",
+    "chart_svg",
+    "error_line",
     "format_bytes",
     "page_html",
+    "short_headers",
+    "spec_from_json",
+    "spec_json",
+    "spec_str",
     "table_html",
     "table_text",
     "to_html",
     "to_markdown",
     "to_rich",
     "verdict_html",
+    "whole_percent",
 ]

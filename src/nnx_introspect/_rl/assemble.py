@@ -9,7 +9,7 @@ their estimated times.
 import dataclasses
 from typing import Any
 
-from nnx_introspect._accelerators.hardware import hardware_for, host_link
+from nnx_introspect._accelerators import hardware_for, host_link
 from nnx_introspect._rl.layout import Layout
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect._step import as_model, duration, importable_name

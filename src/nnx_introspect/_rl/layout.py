@@ -14,7 +14,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nnx_introspect._accelerators.topology import resolve_topology, slice_of
+from nnx_introspect._accelerators import resolve_topology, slice_of
 from nnx_introspect._mesh import as_abstract_mesh
 from nnx_introspect._typing import ArgumentError
 

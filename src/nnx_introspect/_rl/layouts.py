@@ -20,14 +20,14 @@ import dataclasses
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
-from nnx_introspect._serve.meshes import fan_out
+from nnx_introspect._serve import fan_out
 from nnx_introspect._step import duration
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
-from nnx_introspect._xla.native_log import start_backends_quietly
+from nnx_introspect._xla import start_backends_quietly
 
 __all__ = ["RLLayoutComparison", "compare_rl_layouts", "rl_layouts"]
 

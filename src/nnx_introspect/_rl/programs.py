@@ -19,9 +19,8 @@ from nnx_introspect._mesh import as_abstract_mesh
 from nnx_introspect._rl.layout import Layout
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._rl.ppo import ppo_loss, value_loss
-from nnx_introspect._search.meshes.candidates import named_axes
-from nnx_introspect._serve import serve_memory_report
-from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
+from nnx_introspect._search import named_axes
+from nnx_introspect._serve import TENSOR_PARALLEL_AXES, serve_memory_report
 from nnx_introspect._step import (
     LOGPROBS,
     VALUES,

@@ -17,8 +17,8 @@ train** step.
 import dataclasses
 from typing import Any
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._step import duration
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]

@@ -13,12 +13,12 @@ import dataclasses
 import math
 from typing import Any
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
-from nnx_introspect._search.sizes import MAX_COMPILES, bisect_sizes
-from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES
+from nnx_introspect._search import MAX_COMPILES, bisect_sizes
+from nnx_introspect._serve import TENSOR_PARALLEL_AXES
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
 __all__ = ["RLBatchSearch", "rl_max_batch"]

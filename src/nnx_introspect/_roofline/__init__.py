@@ -6,3 +6,7 @@ from XLA's FLOPs, bytes accessed and collectives plus ``_accelerators``'
 hardware figures; ``checks`` checks its inputs; ``program`` estimates a
 compiled program's step on a named topology (what a step report shows).
 """
+
+from nnx_introspect._roofline.estimate import LABEL as LABEL
+from nnx_introspect._roofline.estimate import Roofline as Roofline
+from nnx_introspect._roofline.program import program_roofline as program_roofline

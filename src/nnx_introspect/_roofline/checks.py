@@ -12,7 +12,7 @@ import math
 import re
 from collections.abc import Mapping
 
-from nnx_introspect._accelerators.hardware import Hardware
+from nnx_introspect._accelerators import Hardware
 from nnx_introspect._typing import ArgumentError, short_repr
 
 __all__ = ["checked_peak"]

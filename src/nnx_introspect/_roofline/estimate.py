@@ -37,7 +37,7 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nnx_introspect._accelerators.hardware import DTYPE_ALIASES, Hardware
+from nnx_introspect._accelerators import DTYPE_ALIASES, Hardware
 from nnx_introspect._roofline.checks import checked_peak
 from nnx_introspect._roofline.links import gpu_in_host, ici_links, torus_assignment
 from nnx_introspect._typing import ArgumentError, typechecked

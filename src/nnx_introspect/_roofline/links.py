@@ -11,7 +11,7 @@ import math
 
 import numpy as np
 
-from nnx_introspect._accelerators.hardware import Hardware
+from nnx_introspect._accelerators import Hardware
 
 __all__ = ["gpu_in_host", "ici_links", "torus_assignment"]
 

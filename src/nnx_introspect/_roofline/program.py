@@ -12,8 +12,8 @@ import dataclasses
 import math
 from collections.abc import Sequence
 
-from nnx_introspect._accelerators.hardware import hardware_for
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._accelerators import hardware_for
+from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline.estimate import Roofline, roofline
 from nnx_introspect._typing import ArgumentError
 

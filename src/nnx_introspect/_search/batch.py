@@ -14,11 +14,11 @@ from typing import Any, Unpack
 from flax import nnx
 
 from nnx_introspect._mesh import MeshLike
-from nnx_introspect._render.batch_chart import chart_svg
-from nnx_introspect._render.svg import Point
-from nnx_introspect._render.table import (
+from nnx_introspect._render import (
+    Point,
     Report,
     Table,
+    chart_svg,
     format_bytes,
     page_html,
     table_html,
@@ -37,10 +37,15 @@ from nnx_introspect._search.sizes import (
     search_budget,
     with_batch_size,
 )
-from nnx_introspect._step.inputs import BatchLike
-from nnx_introspect._step.measure import measure_step, plan_step
-from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
+from nnx_introspect._step import (
+    BatchLike,
+    StepMemoryReport,
+    StepOptions,
+    StepSpec,
+    as_step_spec,
+    measure_step,
+    plan_step,
+)
 from nnx_introspect._typing import IntLike, as_int, typechecked
 
 __all__ = [

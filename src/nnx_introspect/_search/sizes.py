@@ -12,10 +12,10 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._mesh.specs import entry_axes
-from nnx_introspect._render.formats import batch_str
-from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._mesh import entry_axes
+from nnx_introspect._render import batch_str
+from nnx_introspect._step import StepSpec
 from nnx_introspect._typing import ArgumentError, as_int
 
 __all__ = [

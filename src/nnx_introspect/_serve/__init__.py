@@ -14,16 +14,19 @@ from nnx_introspect._serve.meshes import ServeMeshComparison as ServeMeshCompari
 from nnx_introspect._serve.meshes import (
     compare_serving_meshes as compare_serving_meshes,
 )
+from nnx_introspect._serve.meshes import fan_out as fan_out
 from nnx_introspect._serve.report import ServeMemoryReport as ServeMemoryReport
 from nnx_introspect._serve.report import ServeProgram as ServeProgram
 from nnx_introspect._serve.search import ServeSearch as ServeSearch
 from nnx_introspect._serve.search import max_context as max_context
 from nnx_introspect._serve.search import max_sequences as max_sequences
+from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES as TENSOR_PARALLEL_AXES
 from nnx_introspect._serve.spec import ServeOptions as ServeOptions
 from nnx_introspect._serve.spec import ServeSpec as ServeSpec
 from nnx_introspect._serve.timing import ServeTime as ServeTime
 
 __all__ = [
+    "TENSOR_PARALLEL_AXES",
     "ServeMemoryReport",
     "ServeMeshComparison",
     "ServeOptions",
@@ -32,6 +35,7 @@ __all__ = [
     "ServeSpec",
     "ServeTime",
     "compare_serving_meshes",
+    "fan_out",
     "max_context",
     "max_sequences",
     "measure_serve",

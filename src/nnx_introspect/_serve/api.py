@@ -5,8 +5,8 @@ from typing import Any
 
 from jax.sharding import Mesh
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._serve.child import completed, serve_readings
 from nnx_introspect._serve.compile import PROGRAMS, ServeReadings, compile_serving
 from nnx_introspect._serve.programs import check_cache_path
@@ -23,9 +23,7 @@ from nnx_introspect._step import (
     present_mesh,
 )
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.analysis import compiler_name
-from nnx_introspect._xla.native_log import start_backends_quietly
-from nnx_introspect._xla.readings import XlaReadings
+from nnx_introspect._xla import XlaReadings, compiler_name, start_backends_quietly
 
 __all__ = [
     "measure_serve",

@@ -13,7 +13,7 @@ from typing import Any
 
 import jax
 
-from nnx_introspect._breakdown.report import ArgumentLeaf
+from nnx_introspect._breakdown import ArgumentLeaf
 from nnx_introspect._serve.programs import Inputs
 
 __all__ = ["serve_leaves", "serve_outputs"]

@@ -29,7 +29,7 @@ from nnx_introspect._serve.programs import (
 )
 from nnx_introspect._serve.spec import ServeSpec
 from nnx_introspect._step import ProgramNames, compile_or_recall
-from nnx_introspect._xla.readings import XlaReadings
+from nnx_introspect._xla import XlaReadings
 
 __all__ = ["PROGRAMS", "ServeReadings", "compile_serving"]
 

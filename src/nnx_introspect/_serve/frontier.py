@@ -18,8 +18,7 @@ point, the answer ringed, the region under the curve shaded, the budget named.
 
 from typing import NamedTuple
 
-from nnx_introspect._render import svg
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import format_bytes, svg
 
 __all__ = ["Frontier", "frontier_svg", "predict_frontier"]
 

@@ -20,15 +20,15 @@ import dataclasses
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._serve.api import measure_serve
 from nnx_introspect._serve.programs import _abstract_cache, cache_problems
 from nnx_introspect._serve.report import ServeMemoryReport
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import duration
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.native_log import start_backends_quietly
+from nnx_introspect._xla import start_backends_quietly
 
 __all__ = [
     "ServeMeshComparison",

@@ -23,7 +23,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 from nnx_introspect._conventions import call_parameters, follows_kv_cache_convention
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import mesh_config_report
-from nnx_introspect._render.formats import error_line
+from nnx_introspect._render import error_line
 from nnx_introspect._serve.spec import (
     KV_CACHE_DTYPES,
     TENSOR_PARALLEL_AXES,
@@ -32,8 +32,11 @@ from nnx_introspect._serve.spec import (
 )
 from nnx_introspect._step import devices_seen_as
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla.native_log import native_stderr_captured, python_log_dropped
-from nnx_introspect._xla.toolchain import topology_mesh
+from nnx_introspect._xla import (
+    native_stderr_captured,
+    python_log_dropped,
+    topology_mesh,
+)
 
 __all__ = [
     "Inputs",

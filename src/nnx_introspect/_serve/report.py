@@ -3,9 +3,9 @@
 import dataclasses
 from typing import Any
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._breakdown.report import Breakdown
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._breakdown import Breakdown
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
 from nnx_introspect._step import Measured, StepMemory, cached_date
 

@@ -16,15 +16,15 @@ from typing import Any
 
 import numpy as np
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._serve.api import program_memory
 from nnx_introspect._serve.child import serve_readings
 from nnx_introspect._serve.compile import PROGRAMS
 from nnx_introspect._serve.frontier import Frontier, frontier_svg, predict_frontier
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla.native_log import start_backends_quietly
+from nnx_introspect._xla import start_backends_quietly
 
 __all__ = ["ServeSearch", "max_context", "max_sequences", "search_serve"]
 

@@ -14,12 +14,12 @@ from typing import Any
 import jax.numpy as jnp
 import numpy as np
 
-from nnx_introspect._accelerators.budget import Budget, step_budget
+from nnx_introspect._accelerators import Budget, step_budget
 from nnx_introspect._mesh import as_abstract_mesh, parse_bytes
 from nnx_introspect._step import as_model
 from nnx_introspect._targets import TargetError, resolve_factory
 from nnx_introspect._typing import ArgumentError, as_int
-from nnx_introspect._xla.toolchain import check_compiler
+from nnx_introspect._xla import check_compiler
 
 __all__ = [
     "KV_CACHE_DTYPES",

@@ -24,9 +24,8 @@ import dataclasses
 import math
 from typing import Any
 
-from nnx_introspect._render.table import format_bytes
-from nnx_introspect._roofline.estimate import LABEL, Roofline
-from nnx_introspect._roofline.program import program_roofline
+from nnx_introspect._render import format_bytes
+from nnx_introspect._roofline import LABEL, Roofline, program_roofline
 from nnx_introspect._step import duration
 
 __all__ = ["EXTRA", "ServeTime", "duration", "serve_time"]

@@ -13,7 +13,7 @@ from typing import Any
 
 from flax import nnx
 
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import format_bytes
 
 __all__ = ["sliding_window_notes", "window_layers"]
 

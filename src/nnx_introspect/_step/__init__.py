@@ -36,9 +36,9 @@ nnx_introspect._step`` is the child), ``report`` (:class:`StepMemoryReport`),
 :func:`~nnx_introspect._step.measure.measure_step` measures a spec).
 """
 
-from nnx_introspect._accelerators.topology import GPU_FAMILIES as GPU_FAMILIES
-from nnx_introspect._accelerators.topology import TPU_FAMILIES as TPU_FAMILIES
-from nnx_introspect._accelerators.topology import parse_topology as parse_topology
+from nnx_introspect._accelerators import GPU_FAMILIES as GPU_FAMILIES
+from nnx_introspect._accelerators import TPU_FAMILIES as TPU_FAMILIES
+from nnx_introspect._accelerators import parse_topology as parse_topology
 from nnx_introspect._step.child import CHILD_TIMEOUT_SECONDS as CHILD_TIMEOUT_SECONDS
 from nnx_introspect._step.child import MAX_CHILD_DEVICES as MAX_CHILD_DEVICES
 from nnx_introspect._step.child import answer as answer
@@ -59,6 +59,8 @@ from nnx_introspect._step.logprobs import LOGPROBS as LOGPROBS
 from nnx_introspect._step.lora import as_lora as as_lora
 from nnx_introspect._step.measure import devices_measured as devices_measured
 from nnx_introspect._step.measure import measure_step as measure_step
+from nnx_introspect._step.measure import plan_problems as plan_problems
+from nnx_introspect._step.measure import plan_step as plan_step
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
 from nnx_introspect._step.measure import topology_mesh_here as topology_mesh_here
 from nnx_introspect._step.measured import Measured as Measured
@@ -66,18 +68,23 @@ from nnx_introspect._step.measured import as_measure as as_measure
 from nnx_introspect._step.measured import duration as duration
 from nnx_introspect._step.measured import measured_topology as measured_topology
 from nnx_introspect._step.measured import present_mesh as present_mesh
+from nnx_introspect._step.options import as_remat as as_remat
 from nnx_introspect._step.platform import devices_seen_as as devices_seen_as
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
 from nnx_introspect._step.report_render import cached_date as cached_date
 from nnx_introspect._step.spec import StepOptions as StepOptions
 from nnx_introspect._step.spec import StepSpec as StepSpec
+from nnx_introspect._step.spec import as_step_spec as as_step_spec
+from nnx_introspect._step.spec import blame as blame
+from nnx_introspect._step.spec import step_names as step_names
 from nnx_introspect._step.step_records import StepBudget as StepBudget
 from nnx_introspect._step.step_records import StepCompilation as StepCompilation
 from nnx_introspect._step.step_records import StepMemory as StepMemory
 from nnx_introspect._step.step_records import StepProgram as StepProgram
+from nnx_introspect._step.step_records import step_kind as step_kind
 from nnx_introspect._step.values import VALUES as VALUES
 from nnx_introspect._step.values import token_values as token_values
-from nnx_introspect._xla.toolchain import libtpu_version as libtpu_version
+from nnx_introspect._xla import libtpu_version as libtpu_version
 
 __all__ = [
     "GPU_FAMILIES",
@@ -99,6 +106,9 @@ __all__ = [
     "as_lora",
     "as_measure",
     "as_model",
+    "as_remat",
+    "as_step_spec",
+    "blame",
     "built_once",
     "cached_date",
     "child_why",
@@ -111,9 +121,13 @@ __all__ = [
     "measured_topology",
     "parse_batch",
     "parse_topology",
+    "plan_problems",
+    "plan_step",
     "present_mesh",
     "run_child_json",
+    "step_kind",
     "step_memory_report",
+    "step_names",
     "token_values",
     "topology_mesh_here",
 ]

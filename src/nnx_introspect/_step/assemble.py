@@ -12,11 +12,10 @@ import math
 import jax.numpy as jnp
 from jax.sharding import NamedSharding
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._mesh import MeshConfigReport, as_abstract_mesh
-from nnx_introspect._render.formats import batch_str
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import batch_str, format_bytes
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.measured import Measured
 from nnx_introspect._step.report import StepMemoryReport
@@ -30,8 +29,7 @@ from nnx_introspect._step.step_records import (
     compiled_in_kind,
     step_kind,
 )
-from nnx_introspect._xla.analysis import compiler_name
-from nnx_introspect._xla.readings import RematStatement, XlaReadings
+from nnx_introspect._xla import RematStatement, XlaReadings, compiler_name
 
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
 

@@ -29,24 +29,24 @@ import jax
 import numpy as np
 from jax.sharding import Mesh
 
-from nnx_introspect._accelerators.topology import resolve_topology
+from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import LeafShard, MeshConfigReport
-from nnx_introspect._render.formats import spec_from_json, spec_json
+from nnx_introspect._render import spec_from_json, spec_json
 from nnx_introspect._step.compile import compile_request
 from nnx_introspect._step.lora import as_lora, with_lora
 from nnx_introspect._step.registry import program_kind
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla.cache import (
+from nnx_introspect._xla import (
+    XlaReadings,
     answer_key,
     cache_enabled,
     load_answer,
     store_answer,
+    topology_mesh,
 )
-from nnx_introspect._xla.readings import XlaReadings
-from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
     "MAX_CHILD_DEVICES",

@@ -16,12 +16,12 @@ import jax.numpy as jnp
 from flax import nnx
 from jax.sharding import AxisType, Mesh
 
-from nnx_introspect._accelerators.topology import resolve_topology
-from nnx_introspect._breakdown.report import ArgumentLeaf, classify
+from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._breakdown import ArgumentLeaf, classify
 from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
-from nnx_introspect._render.formats import batch_str
+from nnx_introspect._render import batch_str
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
 from nnx_introspect._step.platform import devices_seen_as
@@ -29,16 +29,17 @@ from nnx_introspect._step.program import Program, ProgramKind
 from nnx_introspect._step.train import TRAIN
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla.analysis import compile_lowered
-from nnx_introspect._xla.cache import (
+from nnx_introspect._xla import (
+    DumpFormatError,
+    XlaReadings,
     cache_enabled,
     compile_key,
+    compile_lowered,
     load_result,
+    read_peak,
     store_result,
     without_callers,
 )
-from nnx_introspect._xla.dump import DumpFormatError, read_peak
-from nnx_introspect._xla.readings import XlaReadings
 
 __all__ = [
     "ProgramNames",

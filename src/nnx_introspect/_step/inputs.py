@@ -23,7 +23,7 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._abstract import abstract_model
 from nnx_introspect._mesh import MeshConfigReport, optimizer_from_name, parse_bytes
-from nnx_introspect._render.formats import batch_str, spec_str
+from nnx_introspect._render import batch_str, spec_str
 from nnx_introspect._targets import TargetError, build_target, resolve_factory
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import (
@@ -491,7 +491,7 @@ def as_network(value: IntLike | str | None, topology: str | None) -> int | None:
     """
     if value is None:
         return None
-    from nnx_introspect._accelerators.topology import resolve_topology
+    from nnx_introspect._accelerators import resolve_topology
 
     if topology is None or resolve_topology(topology).platform != "cuda":
         raise ArgumentError(

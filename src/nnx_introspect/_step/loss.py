@@ -21,7 +21,7 @@ from nnx_introspect._conventions import (
     follows_kv_cache_convention,
     logits_by_kv_cache_convention,
 )
-from nnx_introspect._render.formats import error_line
+from nnx_introspect._render import error_line
 from nnx_introspect._step.inputs import LossLike
 from nnx_introspect._typing import ArgumentError
 

@@ -37,14 +37,14 @@ from nnx_introspect._step.report import StepMemoryReport
 from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
 from nnx_introspect._step.train import TRAIN
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
-from nnx_introspect._xla.cache import cache_enabled
-from nnx_introspect._xla.native_log import (
+from nnx_introspect._xla import (
+    XlaReadings,
+    cache_enabled,
     native_stderr_captured,
     python_log_dropped,
     start_backends_quietly,
+    topology_mesh,
 )
-from nnx_introspect._xla.readings import XlaReadings
-from nnx_introspect._xla.toolchain import topology_mesh
 
 __all__ = [
     "measure_step",

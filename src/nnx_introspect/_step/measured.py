@@ -17,8 +17,8 @@ from typing import Any
 
 import jax
 
-from nnx_introspect._accelerators.topology import topology_of_devices
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._accelerators import topology_of_devices
+from nnx_introspect._render import format_bytes
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
 __all__ = [

@@ -8,9 +8,7 @@ through :mod:`nnx_introspect._render.svg`.
 import html
 from collections.abc import Sequence
 
-from nnx_introspect._render import svg
-from nnx_introspect._render.formats import spec_str, whole_percent
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import format_bytes, spec_str, svg, whole_percent
 from nnx_introspect._step.report_render import (
     RenderedStep,
     cached_date,

@@ -68,7 +68,7 @@ import jax
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from nnx_introspect._breakdown.report import ArgumentLeaf
+from nnx_introspect._breakdown import ArgumentLeaf
 from nnx_introspect._inventory import inventory
 from nnx_introspect._step.inputs import Request
 

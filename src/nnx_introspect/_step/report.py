@@ -12,17 +12,16 @@ from typing import Any, Generic, Never, TypeVar, overload
 
 from jax.sharding import PartitionSpec
 
-from nnx_introspect._breakdown.advice import what_to_change
-from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._breakdown import Breakdown, what_to_change
 from nnx_introspect._mesh import MeshConfigReport, parse_bytes
-from nnx_introspect._render.table import (
+from nnx_introspect._render import (
     Report,
     Table,
     table_text,
     to_markdown,
     to_rich,
 )
-from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._roofline import Roofline
 from nnx_introspect._step.measured import Measured, measured_with
 from nnx_introspect._step.page import compiled_html, peak_bar_svg, peak_parts
 from nnx_introspect._step.report_render import step_json, step_table, step_verdict
@@ -599,13 +598,13 @@ class StepMemoryReport(Report):
                 memory.alias_bytes,
             )
             return body + peak_bar_svg(parts, self.max_device_bytes)
-        from nnx_introspect._breakdown.chart import breakdown_html
+        from nnx_introspect._breakdown import breakdown_html
 
         return body + breakdown_html(self.breakdown, self.max_device_bytes)
 
     def _after_verdict_html(self) -> str:
         """What was compiled, then what to change (none on a step that fits)."""
-        from nnx_introspect._breakdown.chart import advice_html
+        from nnx_introspect._breakdown import advice_html
 
         return compiled_html(self) + advice_html(self.what_to_change)
 

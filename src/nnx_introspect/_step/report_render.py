@@ -13,11 +13,10 @@ from typing import Any, Protocol
 
 from jax.sharding import PartitionSpec
 
-from nnx_introspect._accelerators.budget import MAX_ADVISED_FRACTION
+from nnx_introspect._accelerators import MAX_ADVISED_FRACTION
 from nnx_introspect._mesh import MeshConfigReport, mesh_str
-from nnx_introspect._render.formats import spec_json, spec_str
-from nnx_introspect._render.table import Table, format_bytes
-from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._render import Table, format_bytes, spec_json, spec_str
+from nnx_introspect._roofline import Roofline
 from nnx_introspect._step.lora import lora_text
 from nnx_introspect._step.measured import Measured, measured_rows, versus_json
 from nnx_introspect._step.step_records import (

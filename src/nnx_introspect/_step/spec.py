@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-from nnx_introspect._accelerators.budget import Budget, step_budget
+from nnx_introspect._accelerators import Budget, step_budget
 from nnx_introspect._mesh import (
     OPTIMIZER_NAMES,
     LogicalRulesLike,
@@ -21,7 +21,7 @@ from nnx_introspect._mesh import (
     as_abstract_mesh,
     parse_bytes,
 )
-from nnx_introspect._render.formats import spec_from_json, spec_json
+from nnx_introspect._render import spec_from_json, spec_json
 from nnx_introspect._step.inputs import (
     BatchLike,
     LossLike,
@@ -40,7 +40,7 @@ from nnx_introspect._step.inputs import (
 from nnx_introspect._step.lora import LoraLike, as_lora, with_lora
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
-from nnx_introspect._xla.toolchain import check_compiler
+from nnx_introspect._xla import check_compiler
 
 __all__ = [
     "StepOptions",

@@ -13,8 +13,7 @@ otherwise the program's FLOPs, labelled a hardware FLOPs utilisation.
 import math
 
 from nnx_introspect._mesh import MeshConfigReport
-from nnx_introspect._roofline.estimate import Roofline
-from nnx_introspect._roofline.program import program_roofline
+from nnx_introspect._roofline import Roofline, program_roofline
 from nnx_introspect._step.step_records import StepKind, StepMemory, StepProgram
 
 __all__ = ["batch_tokens", "step_roofline"]

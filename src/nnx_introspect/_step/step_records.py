@@ -19,11 +19,10 @@ reports compare by what they measured.
 import dataclasses
 from typing import Any, Literal
 
-from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._accelerators import Budget
+from nnx_introspect._render import format_bytes
 from nnx_introspect._typing import as_int
-from nnx_introspect._xla.collectives import Collective, Collectives
-from nnx_introspect._xla.dump import SourceLocation
+from nnx_introspect._xla import Collective, Collectives, SourceLocation
 
 __all__ = [
     "BudgetBasis",

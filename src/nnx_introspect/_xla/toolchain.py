@@ -16,7 +16,7 @@ from collections.abc import Iterator
 import numpy as np
 from jax.sharding import Mesh
 
-from nnx_introspect._accelerators.topology import Topology, resolve_topology
+from nnx_introspect._accelerators import Topology, resolve_topology
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 

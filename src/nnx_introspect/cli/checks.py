@@ -205,7 +205,7 @@ def check_network_used(args: argparse.Namespace) -> None:
     """
     if args.network_bandwidth is None or args.topology is None:
         return
-    from nnx_introspect._accelerators.topology import resolve_topology
+    from nnx_introspect._accelerators import resolve_topology
 
     topology = resolve_topology(args.topology)
     hosts = int(topology.compiler_topology.split("x")[1])

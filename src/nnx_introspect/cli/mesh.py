@@ -35,7 +35,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
     from rich.console import Console
 
     from nnx_introspect._mesh import mesh_config_report
-    from nnx_introspect._render.table import format_bytes
+    from nnx_introspect._render import format_bytes
 
     # A rule the file holds but the planner refuses is a bad --rules, named so.
     mesh, rules, logical = mesh_and_rules(args, name_the_file=True)

@@ -8,7 +8,7 @@ from nnx_introspect.cli.args import PROG
 
 if TYPE_CHECKING:
     from nnx_introspect._compare import StateDiff
-    from nnx_introspect._render.table import Report
+    from nnx_introspect._render import Report
 
 
 def emit(report: "Report", fmt: str) -> None:

@@ -16,7 +16,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nnx_introspect._search.meshes import MeshCandidate
+    from nnx_introspect._search import MeshCandidate
 
 
 def _duration(seconds: float) -> str:
@@ -130,7 +130,7 @@ class SearchLine:
         """The line as it reads now."""
         if self.batch is None:
             return self.message
-        from nnx_introspect._render.table import format_bytes
+        from nnx_introspect._render import format_bytes
 
         elapsed = _duration(self.clock() - self.began)
         line = f"compiling batch {self.batch} (compile {self.count}, {elapsed})"
@@ -210,7 +210,7 @@ class CompareLine:
         """The line as it reads now."""
         if self.total is None:
             return self.message
-        from nnx_introspect._render.table import format_bytes
+        from nnx_introspect._render import format_bytes
 
         elapsed = _duration(self.clock() - self.began)
         left = self.left()

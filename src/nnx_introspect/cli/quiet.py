@@ -18,7 +18,7 @@ import types
 from collections.abc import Iterator
 from typing import Any
 
-from nnx_introspect._xla.native_log import NOISE, drop_noise, native_stderr_filtered
+from nnx_introspect._xla import NOISE, drop_noise, native_stderr_filtered
 
 __all__ = [
     "NOISE",

@@ -24,7 +24,7 @@ from nnx_introspect.cli.progress import ClockLine, SearchLine, live_status
 from nnx_introspect.cli.rates import rate_arg
 
 if TYPE_CHECKING:
-    from nnx_introspect._search.batch import BatchSearch
+    from nnx_introspect._search import BatchSearch
     from nnx_introspect._step import StepMemoryReport
 
 _BATCH = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*")
@@ -285,7 +285,7 @@ def _search(
     common: dict[str, Any],
 ) -> "BatchSearch":
     """``--max-batch``: the search, its progress line on a terminal."""
-    from nnx_introspect._search.batch import max_batch
+    from nnx_introspect._search import max_batch
 
     line = SearchLine(message)
     with live_status(line) as redraw:

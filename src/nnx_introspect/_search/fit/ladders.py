@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 from flax import nnx
 
-from nnx_introspect._breakdown.report import Breakdown
+from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._search.fit.layers import (
     KEPT,
     RematCandidate,
@@ -31,8 +31,7 @@ from nnx_introspect._search.fit.layers import (
 )
 from nnx_introspect._search.fit.report import FitRow
 from nnx_introspect._search.meshes.rows import MeshAxes
-from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._step import StepMemoryReport, StepSpec
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [

@@ -28,9 +28,9 @@ from typing import Any
 
 from flax import nnx
 
-from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
-from nnx_introspect._render.table import format_bytes
-from nnx_introspect._xla.dump import SourceLocation
+from nnx_introspect._breakdown import Breakdown, BreakdownRow
+from nnx_introspect._render import format_bytes
+from nnx_introspect._xla import SourceLocation
 
 __all__ = ["KEPT", "RematCandidate", "layer_to_remat", "remat_candidates"]
 

@@ -4,7 +4,7 @@ import dataclasses
 import html
 from typing import Any, Literal, TypeAlias
 
-from nnx_introspect._render.table import (
+from nnx_introspect._render import (
     Report,
     Table,
     format_bytes,

@@ -30,9 +30,9 @@ from typing import Any, Unpack
 
 from flax import nnx
 
-from nnx_introspect._accelerators.topology import resolve_topology
+from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._mesh import MeshLike
-from nnx_introspect._render.formats import batch_str
+from nnx_introspect._render import batch_str
 from nnx_introspect._search.batch import max_batch
 from nnx_introspect._search.fit.crash import crash_cause
 from nnx_introspect._search.fit.ladders import (
@@ -54,14 +54,17 @@ from nnx_introspect._search.meshes.arguments import (
 from nnx_introspect._search.meshes.candidates import plan_check
 from nnx_introspect._search.meshes.pool import cpus, default_pool, stop_pool
 from nnx_introspect._search.meshes.rows import MeshAxes, plural
-from nnx_introspect._step.inputs import BatchLike
-from nnx_introspect._step.measure import measure_step
-from nnx_introspect._step.options import as_remat
-from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepOptions, StepSpec
+from nnx_introspect._step import (
+    BatchLike,
+    StepMemoryReport,
+    StepOptions,
+    StepSpec,
+    as_remat,
+    measure_step,
+)
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
-from nnx_introspect._xla.native_log import start_backends_quietly
+from nnx_introspect._xla import start_backends_quietly
 
 __all__ = ["POLICY_LADDER", "fit_step"]
 

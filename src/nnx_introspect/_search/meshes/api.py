@@ -15,9 +15,9 @@ from typing import Any, Unpack
 import jax
 from flax import nnx
 
-from nnx_introspect._accelerators.topology import resolve_topology
+from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._mesh import MeshLike
-from nnx_introspect._render.formats import batch_str
+from nnx_introspect._render import batch_str
 from nnx_introspect._search.meshes.arguments import (
     BY_NAME,
     check_executor,
@@ -40,18 +40,18 @@ from nnx_introspect._search.meshes.rows import (
     sort_key,
 )
 from nnx_introspect._search.meshes.run import Run
-from nnx_introspect._step.child import MAX_CHILD_DEVICES
-from nnx_introspect._step.inputs import BatchLike
-from nnx_introspect._step.spec import (
+from nnx_introspect._step import (
+    MAX_CHILD_DEVICES,
+    BatchLike,
     StepOptions,
     StepSpec,
     as_step_spec,
     blame,
+    step_kind,
     step_names,
 )
-from nnx_introspect._step.step_records import step_kind
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
-from nnx_introspect._xla.native_log import start_backends_quietly
+from nnx_introspect._xla import start_backends_quietly
 
 
 @typechecked

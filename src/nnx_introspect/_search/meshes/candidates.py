@@ -12,14 +12,15 @@ from typing import Any
 
 from jax.sharding import PartitionSpec
 
-from nnx_introspect._mesh import as_abstract_mesh, planned_axes
-from nnx_introspect._mesh.parse import as_logical_rules
-from nnx_introspect._mesh.specs import entry_axes
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._mesh import (
+    as_abstract_mesh,
+    as_logical_rules,
+    entry_axes,
+    planned_axes,
+)
+from nnx_introspect._render import format_bytes
 from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
-from nnx_introspect._step.inputs import as_model
-from nnx_introspect._step.measure import plan_problems
-from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._step import StepSpec, as_model, plan_problems
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["MAX_AUTO_MESHES", "named_axes"]

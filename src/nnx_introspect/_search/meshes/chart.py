@@ -11,8 +11,7 @@ and names them in a legend below it, so no label lies over another.
 from collections.abc import Sequence
 from typing import TypeAlias
 
-from nnx_introspect._render import svg
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import format_bytes, svg
 
 __all__ = [
     "MeshRow",

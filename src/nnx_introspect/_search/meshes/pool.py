@@ -15,7 +15,7 @@ import signal
 
 import jax
 
-from nnx_introspect._xla.native_log import native_stderr_filtered
+from nnx_introspect._xla import native_stderr_filtered
 
 _WORKER_START = (
     "from nnx_introspect._xla.native_log import native_stderr_filtered\n"

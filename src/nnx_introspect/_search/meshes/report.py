@@ -12,16 +12,16 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
-from nnx_introspect._render.narrow import short_headers
-from nnx_introspect._render.table import (
+from nnx_introspect._render import (
     Report,
     Table,
     format_bytes,
     page_html,
+    short_headers,
     table_html,
     verdict_html,
 )
-from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._roofline import Roofline
 from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
 from nnx_introspect._search.meshes.rows import MeshCandidate, answered, plural
 from nnx_introspect._search.meshes.utilisation import (

@@ -8,7 +8,7 @@ What became of each candidate mesh, where each outcome sorts (best first:
 import dataclasses
 from typing import Any, Literal, TypeAlias
 
-from nnx_introspect._step.report import StepMemoryReport
+from nnx_introspect._step import StepMemoryReport
 
 __all__ = [
     "MeshAxes",

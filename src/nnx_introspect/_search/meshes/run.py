@@ -23,9 +23,7 @@ from nnx_introspect._search.meshes.rows import (
     error_text,
     mesh_name,
 )
-from nnx_introspect._step.measure import measure_step
-from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepSpec
+from nnx_introspect._step import StepMemoryReport, StepSpec, measure_step
 
 Compiling: TypeAlias = Callable[[tuple[str, ...], tuple[float, ...]], object]
 """``compiling(names, seconds)``: the meshes compiling now (``"fsdp=8"``, in the

@@ -11,7 +11,7 @@ basis and the peaks (:func:`utilisation_notes`).
 
 from collections.abc import Iterator, Sequence
 
-from nnx_introspect._roofline.estimate import Roofline
+from nnx_introspect._roofline import Roofline
 
 _SHORT = {"MFU": "MFU", "hardware FLOPs utilisation": "HFU"}
 """Each kind's short name, in a cell of a column that mixes kinds."""

@@ -14,7 +14,7 @@ from collections.abc import Sequence
 
 import numpy as np
 
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render import format_bytes
 
 
 def span_axes(

@@ -5,7 +5,7 @@ from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any, Final
 
-from nnx_introspect._render.table import Report, Table, format_bytes
+from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.collectives.irregular import note_irregular, span_axes
 from nnx_introspect._xla.hlo import SourceLocation, array_bytes
