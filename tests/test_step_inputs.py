@@ -391,7 +391,7 @@ class Spy:
             self.numbers.append(numbers)
             return numbers
 
-        monkeypatch.setattr("nnx_introspect._step.measure.compile_request", spy)
+        monkeypatch.setattr("nnx_introspect._step.child.compile_request", spy)
 
 
 def test_an_explicit_mesh_compiles_with_auto_axes_when_the_model_needs_them(

@@ -19,7 +19,6 @@ from nnx_introspect import StepSpec
 from nnx_introspect._breakdown.rows import argument_leaves
 from nnx_introspect._step import child, registry
 from nnx_introspect._step.compile import compile_request
-from nnx_introspect._step.measure import plan_step
 from nnx_introspect._step.program import (
     ArgumentGroup,
     Program,
@@ -29,6 +28,7 @@ from nnx_introspect._step.program import (
     sharded_model_state,
     state_group,
 )
+from nnx_introspect._step.spec import plan_step
 from nnx_introspect._step.train import TRAIN
 from nnx_introspect._typing import ArgumentError
 

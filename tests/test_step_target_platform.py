@@ -20,7 +20,7 @@ from jax.sharding import Mesh, NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from nnx_introspect import step_memory_report
-from nnx_introspect._step.platform import devices_seen_as
+from nnx_introspect._step.compile import devices_seen_as
 from nnx_introspect._xla import toolchain
 from tests.platform_models import HIDDEN, WIDTH, cpu_shy_mlp
 

@@ -25,95 +25,7 @@ from nnx_introspect._step import (
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla import XlaReadings, compiler_name, start_backends_quietly
 
-__all__ = [
-    "measure_serve",
-    "program_memory",
-    "serve_memory_report",
-    "serve_program",
-]
-
-
-def program_memory(numbers: XlaReadings, budget: Budget, planned: int) -> StepMemory:
-    """XLA's figures as a step's memory.
-
-    Refused for memory: the planned arguments (weights and cache) and the
-    compiler's required bytes.
-    """
-    oom = bool(numbers.out_of_memory)
-    arguments = numbers.argument_bytes
-    if arguments is None:
-        arguments = planned
-    temp = numbers.temp_bytes
-    if temp is None:
-        temp = max(0, (numbers.compiler_required_bytes or 0) - arguments)
-    memory = StepMemory(
-        argument_bytes=arguments,
-        output_bytes=numbers.output_bytes or 0,
-        temp_bytes=temp,
-        alias_bytes=numbers.alias_bytes or 0,
-        xla_peak_bytes=numbers.xla_peak_bytes,
-        xla_peak_complete=numbers.backend != "cpu",
-        xla_peak_lowers=numbers.backend == "tpu",
-        out_of_memory=oom,
-        compiler_message=numbers.compiler_message,
-        compiler_required_bytes=numbers.compiler_required_bytes,
-        compiler_available_bytes=numbers.compiler_available_bytes,
-    )
-    device = budget.device_memory_bytes
-    if device is not None and memory.peak_bytes > device and not oom:
-        # XLA:GPU compiles a program over the device's memory, which cannot run
-        return dataclasses.replace(memory, out_of_memory=True)
-    return memory
-
-
-def _wire(
-    figures: Any,
-) -> tuple[tuple[tuple[str, ...], int], ...] | None:
-    """``collective_wire_bytes`` (``(axes, bytes, wire)``) as ``(axes, wire)``."""
-    if figures is None:
-        return None
-    return tuple((tuple(axes), int(wire)) for axes, _, wire in figures)
-
-
-def serve_program(
-    name: str,
-    spec: ServeSpec,
-    readings: ServeReadings,
-    where: str = "this process",
-) -> ServeProgram:
-    """Program ``name``'s figures, from its readings."""
-    numbers = readings.program(name)
-    run = numbers.measured
-    measured = None
-    if run is not None:
-        decoding = name == "decode"
-        measured = Measured.from_run(
-            run,
-            "decode step" if decoding else "prefill",
-            tokens=spec.sequences if decoding else spec.prefill_sequences * spec.prompt,
-        )
-    planned = readings.weights_bytes + readings.kv_cache_bytes
-    found = numbers.breakdown
-    return ServeProgram(
-        name=name,
-        sequences=spec.sequences if name == "decode" else spec.prefill_sequences,
-        tokens=1 if name == "decode" else spec.prompt,
-        weights_bytes=readings.weights_bytes,
-        kv_cache_bytes=readings.kv_cache_bytes,
-        memory=program_memory(numbers, spec.budget, planned),
-        flops=numbers.flops,
-        warnings=tuple(numbers.warnings),
-        compile_seconds=float(numbers.compile_seconds),
-        bytes_accessed=numbers.bytes_accessed,
-        wire_bytes=_wire(numbers.collective_wire_bytes),
-        matmul_dtype=numbers.matmul_dtype,
-        breakdown=None if found is None else Breakdown.from_json_data(found),
-        breakdown_error=numbers.breakdown_error,
-        cached=numbers.cached,
-        compiled_in=where,
-        traffic=numbers.traffic,
-        measured=measured,
-    )
+__all__ = ["measure_serve", "serve_memory_report"]
 
 
 def measure_serve(
@@ -125,14 +37,19 @@ def measure_serve(
 ) -> ServeMemoryReport:
     """Build, compile and read both serving programs of ``spec``.
 
-    Every problem of the cache's split (sequences over the data-parallel axes,
-    KV heads over ``tp``) is raised before anything is compiled. With
+    One stage after another, as a training step's
+    (:func:`~nnx_introspect._step.measure.measure_step`): the programs
+    compiled where their devices are
+    (:func:`~nnx_introspect._serve.child.serve_readings`: every problem of the
+    cache's split, sequences over the data-parallel axes and KV heads over
+    ``tp``, raised before anything is compiled; a named topology in a child
+    process), then the report assembled from XLA's readings
+    (:func:`~nnx_introspect._serve.assemble.assemble_serve`). With
     ``breakdown``, each program's buffers at its peak are classified too.
     With ``cache``, a program compiled before is read from the cache of
-    compile results. A named topology compiles in a child process
-    (:func:`~nnx_introspect._serve.child.serve_readings`). With ``runs``, both
-    programs compile on this process's devices and run there (the spec's
-    topology, if any, must be those devices).
+    compile results. With ``runs``, both programs compile on this process's
+    devices and run there (the spec's topology, if any, must be those
+    devices, and is named for them).
     """
     start_backends_quietly()
     if runs is not None:
@@ -140,56 +57,8 @@ def measure_serve(
             spec.num_devices, spec.mesh_axes, spec.topology, runs, "the programs"
         )
         spec = spec.replace(topology=here)
-        mesh = (
-            spec.mesh if isinstance(spec.mesh, Mesh) else present_mesh(spec.mesh_axes)
-        )
-        check_cache_path(spec)
-        readings = compile_serving(
-            spec, breakdown=breakdown, cache=cache, mesh=(mesh, None), runs=runs
-        )
-        where = "this process"
-    else:
-        readings, where = serve_readings(spec, breakdown=breakdown, cache=cache)
-    notes: tuple[str, ...] = ()
-    if readings.added_axes:
-        given = ",".join(f"{a}={s}" for a, s in spec.mesh_axes)
-        spec = completed(spec, readings.added_axes)
-        names = ", ".join(readings.added_axes)
-        notes = (
-            f"`mesh` {given} leaves out {names}, which the model's own "
-            f"activation constraints name: compiled on "
-            f"{','.join(f'{a}={s}' for a, s in spec.mesh_axes)} (an axis of size "
-            "1 shards nothing).",
-        )
-    found = {name: serve_program(name, spec, readings, where) for name in PROGRAMS}
-    target = importable_name(spec.target) or type(spec.model).__name__
-    return ServeMemoryReport(
-        target=target,
-        mesh_axes=spec.mesh_axes,
-        topology=spec.topology,
-        sequences=spec.sequences,
-        context=spec.context,
-        prompt=spec.prompt,
-        weights=spec.options.weights,
-        kv_cache=spec.options.kv_cache,
-        kv_bytes_per_token=readings.kv_bytes_per_token,
-        prefill=found["prefill"],
-        decode=found["decode"],
-        budget=spec.budget,
-        backend=readings.program("decode").backend,
-        compiler=compiler_name(
-            readings.program("decode").backend,
-            readings.program("decode").device_kind,
-        ),
-        time=serve_time(
-            spec.topology,
-            spec.mesh_axes,
-            found["prefill"],
-            found["decode"],
-            spec.data_parallel,
-        ),
-        notes=notes + sliding_window_notes(spec, readings),
-    )
+    served = serve_readings(spec, breakdown=breakdown, cache=cache, runs=runs)
+    return assemble_serve(spec, served)
 
 
 @typechecked

@@ -1,16 +1,17 @@
-"""The serving programs compiled where their devices are: :func:`serve_readings`.
+"""The serving programs compiled, here or in child processes: :func:`compile_serving`.
 
 Prefill and decode go through the training step's pipeline after they are
-lowered: :func:`~nnx_introspect._step.compile.compile_or_recall` compiles
+built and lowered (:mod:`~nnx_introspect._serve.programs`, serving's own
+builders): :func:`~nnx_introspect._step.compile.compile_or_recall` compiles
 them (or recalls them from the cache of compile results) and reads XLA's
-analyses and, with a breakdown, the buffers at the peak; a named topology
-compiles in a child process started by
-:func:`~nnx_introspect._step.child.run_child_json` (``python -m
-nnx_introspect._serve``, answered by :mod:`~nnx_introspect._serve.child`), as a
-step's does. Only the lowering is serving's own
-(:mod:`~nnx_introspect._serve.programs`).
+analyses and, with a breakdown, the buffers at the peak. Where they compile
+is the step's choice too (:func:`~nnx_introspect._step.child.place_for`); a
+child process is started by :func:`~nnx_introspect._step.child.run_child_json`
+(``python -m nnx_introspect._serve``, answered by
+:mod:`~nnx_introspect._serve.child`) in :func:`compiled_in_children`.
 """
 
+import concurrent.futures
 import dataclasses
 import time
 from collections.abc import Mapping, Sequence
@@ -19,19 +20,20 @@ from typing import Any
 import jax
 from jax.sharding import Mesh
 
-from nnx_introspect._serve.breakdown import serve_leaves, serve_outputs
 from nnx_introspect._serve.programs import (
     lower_program,
     program_args,
     programs,
     serve_inputs,
+    serve_leaves,
     serve_mesh,
+    serve_outputs,
 )
 from nnx_introspect._serve.spec import ServeSpec
-from nnx_introspect._step import ProgramNames, compile_or_recall
+from nnx_introspect._step import ProgramNames, compile_or_recall, run_child_json
 from nnx_introspect._xla import XlaReadings
 
-__all__ = ["PROGRAMS", "ServeReadings", "compile_serving"]
+__all__ = ["PROGRAMS", "ServeReadings", "compile_serving", "compiled_in_children"]
 
 PROGRAMS = ("prefill", "decode")
 """The serving programs, in the order a server runs them."""
@@ -143,8 +145,43 @@ def compile_serving(
     )
 
 
-def in_this_process(spec: ServeSpec) -> bool:
-    """Whether ``spec``'s devices are this process's (no child needed)."""
-    if spec.topology is not None:
-        return False
-    return isinstance(spec.mesh, Mesh) or spec.num_devices <= jax.device_count()
+def compiled_in_children(
+    payload: dict[str, Any], n: int, apart: bool
+) -> ServeReadings:
+    """The programs of ``payload`` compiled in one child, or one child each.
+
+    With ``apart``, the programs (independent) compile in children side by
+    side: on the 7B example on ``h100-8``, both in 12.2 s against 17.0 s in
+    one child (``benchmarks/serve_overhead.py``). The first error, in the
+    programs' order, is raised.
+    """
+    names = list(payload["programs"])
+    if len(names) == 1 or not apart:
+        data, _ = run_child_json(payload, n, "nnx_introspect._serve")
+        return ServeReadings.from_json_data(data)
+    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
+        futures = [
+            pool.submit(
+                run_child_json,
+                payload | {"programs": [name]},
+                n,
+                "nnx_introspect._serve",
+            )
+            for name in names
+        ]
+        concurrent.futures.wait(futures)
+    answers = [ServeReadings.from_json_data(f.result()[0]) for f in futures]
+    first = answers[0]
+    for other in answers[1:]:
+        same = (other.weights_bytes, other.kv_cache_bytes, other.kv_bytes_per_token)
+        if same != (
+            first.weights_bytes,
+            first.kv_cache_bytes,
+            first.kv_bytes_per_token,
+        ):
+            raise RuntimeError(  # pragma: no cover - one spec, one build
+                "the serving children built different inputs from one request; "
+                "make the target's factory deterministic."
+            )
+    programs = tuple(pair for answer in answers for pair in answer.programs)
+    return dataclasses.replace(first, programs=programs)

@@ -4,6 +4,9 @@ Both take the served weights and the KV cache (donated: its buffers are the
 output cache's) and are compiled as a server's ``jax.jit`` would compile them;
 XLA's memory and cost analyses are read as for a training step
 (:mod:`~nnx_introspect._serve.compile` compiles what this module lowers).
+The names a breakdown of a program's peak gives its arguments and outputs
+are given here too (:func:`serve_leaves`, :func:`serve_outputs`), as a step's
+builder gives them.
 """
 
 import contextlib
@@ -20,6 +23,7 @@ import numpy as np
 from flax import nnx
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from nnx_introspect._breakdown import ArgumentLeaf
 from nnx_introspect._conventions import call_parameters, follows_kv_cache_convention
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import mesh_config_report
@@ -46,7 +50,9 @@ __all__ = [
     "program_args",
     "programs",
     "serve_inputs",
+    "serve_leaves",
     "serve_mesh",
+    "serve_outputs",
     "trace_error",
 ]
 
@@ -432,3 +438,59 @@ def lower_program(
             raise
         except Exception as error:
             raise trace_error(error, spec) from None
+
+
+# The names of a program's arguments and outputs, for the breakdown of its peak:
+# A serving program compiled with XLA's dump is read as a training step's is,
+# by the same code (the step's compile_or_recall),
+# with the names this module gives its arguments and outputs: its
+# entry parameters are the served ``weights``, the ``KV cache`` (donated) and
+# the tokens and positions (``batch``); its outputs the ``logits`` and the new
+# ``KV cache`` leaves; what the forward pass makes is a ``temporary`` (activations:
+# there is no backward pass to keep them for) or a collective's buffer.
+
+
+def _key(entry: Any) -> str:
+    for name in ("key", "name", "idx"):
+        if hasattr(entry, name):
+            return str(getattr(entry, name))
+    return str(entry)
+
+
+def _paths(tree: Any) -> list[str]:
+    flat, _ = jax.tree_util.tree_flatten_with_path(tree)
+    return ["/".join(_key(k) for k in path if _key(k) != "value") for path, _ in flat]
+
+
+def serve_leaves(inputs: Inputs, name: str) -> tuple[ArgumentLeaf, ...]:
+    """The program's flattened arguments as XLA numbers its entry parameters.
+
+    ``(weights, cache, tokens, positions[, slot])``, as ``jax.jit`` flattens
+    them.
+
+    Example:
+        >>> from nnx_introspect._serve.programs import Inputs
+        >>> inputs = Inputs(None, {"w": 1}, {"layer_0": {"k": 2, "v": 3}},
+        ...                 0, 0, 0, print)
+        >>> [(a.parameter, a.path, a.kind) for a in serve_leaves(inputs, "decode")]
+        [(0, 'w', 'weights'), (1, 'layer_0/k', 'KV cache'), \
+(2, 'layer_0/v', 'KV cache'), (3, 'tokens', 'batch'), (4, 'positions', 'batch')]
+    """
+    kinds = [(path, "weights") for path in _paths(inputs.weights)]
+    kinds += [(path, "KV cache") for path in _paths(inputs.cache)]
+    kinds += [("tokens", "batch"), ("positions", "batch")]
+    if name == "prefill":
+        kinds.append(("slot", "batch"))
+    return tuple(ArgumentLeaf(i, path, kind) for i, (path, kind) in enumerate(kinds))
+
+
+def serve_outputs(inputs: Inputs) -> tuple[str, ...]:
+    """A name per flattened output: the logits, then the new cache's leaves.
+
+    Example:
+        >>> from nnx_introspect._serve.programs import Inputs
+        >>> inputs = Inputs(None, {}, {"layer_0": {"k": 2, "v": 3}}, 0, 0, 0, print)
+        >>> serve_outputs(inputs)
+        ('logits', 'KV cache layer_0/k', 'KV cache layer_0/v')
+    """
+    return ("logits", *(f"KV cache {path}" for path in _paths(inputs.cache)))

@@ -18,7 +18,7 @@ import numpy as np
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import Report, Table, format_bytes
-from nnx_introspect._serve.api import program_memory
+from nnx_introspect._serve.assemble import program_memory
 from nnx_introspect._serve.child import serve_readings
 from nnx_introspect._serve.compile import PROGRAMS
 from nnx_introspect._serve.frontier import Frontier, frontier_svg, predict_frontier
@@ -217,7 +217,7 @@ def _peak(spec: ServeSpec, cache: bool) -> _Point:
     Compiled where the spec's devices are (a topology's in a child process),
     through the cache of compile results.
     """
-    readings, _ = serve_readings(spec, PROGRAMS, cache=cache)
+    readings = serve_readings(spec, PROGRAMS, cache=cache).readings
     planned = readings.weights_bytes + readings.kv_cache_bytes
     budget = spec.budget.bytes or 0
     peaks, fit, hit = {}, True, True

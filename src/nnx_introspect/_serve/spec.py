@@ -15,6 +15,7 @@ import jax.numpy as jnp
 import numpy as np
 
 from nnx_introspect._accelerators import Budget, step_budget
+from nnx_introspect._counting import count_params
 from nnx_introspect._mesh import as_abstract_mesh, parse_bytes
 from nnx_introspect._step import as_model
 from nnx_introspect._targets import TargetError, resolve_factory
@@ -158,6 +159,8 @@ class ServeSpec:
         given_prefill_sequences: ``prefill_sequences`` as given (``None``:
             every sequence).
         budget: The budget of one device, as a training step's.
+        parameters: The model's parameter count (``count_params``), counted
+            once here.
 
     Example:
         >>> from nnx_introspect.examples import llama_tiny
@@ -180,6 +183,7 @@ class ServeSpec:
     budget: Budget = dataclasses.field(init=False, compare=False)
     given_prompt: int | None = dataclasses.field(init=False, compare=False)
     given_prefill_sequences: int | None = dataclasses.field(init=False, compare=False)
+    parameters: int = dataclasses.field(init=False, compare=False, repr=False)
 
     def __post_init__(self) -> None:
         """Every check of a serving request, in order."""
@@ -239,6 +243,7 @@ class ServeSpec:
             ),
             ("mesh_axes", mesh_axes),
             ("budget", budget),
+            ("parameters", count_params(model)),
         ):
             object.__setattr__(self, name, value)
 

@@ -26,14 +26,15 @@ recall, the child runner, the measured run, the records) is imported from
 this package, never from its modules.
 
 The modules: ``inputs`` (the arguments' checks), ``spec`` (:class:`StepSpec`,
-the step they describe, checked once where it is built), ``platform`` (the
-target's devices as the model sees them while tracing), ``loss`` and
-``compile`` (the step), ``child`` (the child-process compile; ``python -m
-nnx_introspect._step`` is the child), ``report`` (:class:`StepMemoryReport`),
-``assemble`` (the report from XLA's readings,
-:class:`~nnx_introspect._xla.readings.XlaReadings`) and ``measure``
-(:func:`step_memory_report`, composing them;
-:func:`~nnx_introspect._step.measure.measure_step` measures a spec).
+the step they describe, checked once where it is built; its request and its
+plan), ``loss`` and ``compile`` (the step, lowered with the target's devices
+as the model sees them while tracing, and compiled), ``child`` (where a
+program compiles: here, or in a child process; ``python -m nnx_introspect._step``
+is the child), ``report`` (:class:`StepMemoryReport`), ``assemble`` (the report
+from XLA's readings, :class:`~nnx_introspect._xla.readings.XlaReadings`) and
+``measure`` (:func:`step_memory_report`, composing them;
+:func:`~nnx_introspect._step.measure.measure_step` measures a spec, one stage
+after another).
 """
 
 from nnx_introspect._accelerators import GPU_FAMILIES as GPU_FAMILIES
@@ -41,41 +42,44 @@ from nnx_introspect._accelerators import TPU_FAMILIES as TPU_FAMILIES
 from nnx_introspect._accelerators import parse_topology as parse_topology
 from nnx_introspect._step.child import CHILD_TIMEOUT_SECONDS as CHILD_TIMEOUT_SECONDS
 from nnx_introspect._step.child import MAX_CHILD_DEVICES as MAX_CHILD_DEVICES
+from nnx_introspect._step.child import Place as Place
 from nnx_introspect._step.child import answer as answer
 from nnx_introspect._step.child import child_why as child_why
+from nnx_introspect._step.child import compiled_where as compiled_where
+from nnx_introspect._step.child import placed as placed
+from nnx_introspect._step.child import present_mesh as present_mesh
 from nnx_introspect._step.child import run_child_json as run_child_json
 from nnx_introspect._step.child import run_child_request as run_child_request
+from nnx_introspect._step.child import topology_mesh_here as topology_mesh_here
 from nnx_introspect._step.compile import ProgramNames as ProgramNames
 from nnx_introspect._step.compile import compile_or_recall as compile_or_recall
+from nnx_introspect._step.compile import devices_seen_as as devices_seen_as
 from nnx_introspect._step.inputs import LOSSES as LOSSES
 from nnx_introspect._step.inputs import BatchLike as BatchLike
 from nnx_introspect._step.inputs import LossLike as LossLike
 from nnx_introspect._step.inputs import SpecsLike as SpecsLike
 from nnx_introspect._step.inputs import as_model as as_model
 from nnx_introspect._step.inputs import built_once as built_once
-from nnx_introspect._step.inputs import importable_name as importable_name
 from nnx_introspect._step.inputs import parse_batch as parse_batch
 from nnx_introspect._step.logprobs import LOGPROBS as LOGPROBS
 from nnx_introspect._step.lora import as_lora as as_lora
 from nnx_introspect._step.measure import devices_measured as devices_measured
 from nnx_introspect._step.measure import measure_step as measure_step
-from nnx_introspect._step.measure import plan_problems as plan_problems
-from nnx_introspect._step.measure import plan_step as plan_step
 from nnx_introspect._step.measure import step_memory_report as step_memory_report
-from nnx_introspect._step.measure import topology_mesh_here as topology_mesh_here
 from nnx_introspect._step.measured import Measured as Measured
 from nnx_introspect._step.measured import as_measure as as_measure
 from nnx_introspect._step.measured import duration as duration
 from nnx_introspect._step.measured import measured_topology as measured_topology
-from nnx_introspect._step.measured import present_mesh as present_mesh
 from nnx_introspect._step.options import as_remat as as_remat
-from nnx_introspect._step.platform import devices_seen_as as devices_seen_as
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
 from nnx_introspect._step.report_render import cached_date as cached_date
 from nnx_introspect._step.spec import StepOptions as StepOptions
 from nnx_introspect._step.spec import StepSpec as StepSpec
 from nnx_introspect._step.spec import as_step_spec as as_step_spec
 from nnx_introspect._step.spec import blame as blame
+from nnx_introspect._step.spec import importable_name as importable_name
+from nnx_introspect._step.spec import plan_problems as plan_problems
+from nnx_introspect._step.spec import plan_step as plan_step
 from nnx_introspect._step.spec import step_names as step_names
 from nnx_introspect._step.step_records import StepBudget as StepBudget
 from nnx_introspect._step.step_records import StepCompilation as StepCompilation
@@ -94,6 +98,7 @@ __all__ = [
     "TPU_FAMILIES",
     "VALUES",
     "Measured",
+    "Place",
     "ProgramNames",
     "StepBudget",
     "StepCompilation",
@@ -113,6 +118,7 @@ __all__ = [
     "cached_date",
     "child_why",
     "compile_or_recall",
+    "compiled_where",
     "devices_measured",
     "devices_seen_as",
     "duration",
@@ -121,6 +127,7 @@ __all__ = [
     "measured_topology",
     "parse_batch",
     "parse_topology",
+    "placed",
     "plan_problems",
     "plan_step",
     "present_mesh",

@@ -61,6 +61,7 @@ def assemble_report(
     network: int | None = None,
 ) -> StepMemoryReport:
     tx, optimizer_name = request.tx, request.optimizer_name
+    # This module's own readings first, then the records built from them.
     warnings = list(readings.warnings)
     warnings += [_remat_warning(s, budget, readings.backend) for s in readings.remat]
     if readings.collectives_error:
@@ -72,15 +73,18 @@ def assemble_report(
     if request.breakdown and found is None:
         why = readings.breakdown_error or "XLA wrote no dump to read"
         warnings.append(f"No breakdown of the peak: {why}.")
+    warnings += _caveats(readings.sharding_constraints, request, plan)
     memory = _memory(request, plan, readings, budget)
+    order = _device_order(readings.device_order, topology)
     program = _program(readings)
-    report = StepMemoryReport(
+    batch = tuple(batch_str(b) for b in request.batch)
+    return StepMemoryReport(
         num_devices=request.num_devices,
         plan=plan,
         step=step_kind(request.loss, tx),
         loss=request.loss_name,
         optimizer=optimizer_name if tx is None or optimizer_name else "optax object",
-        batch=tuple(batch_str(b) for b in request.batch),
+        batch=batch,
         batch_specs=request.batch_specs,
         memory=memory,
         budget=StepBudget.from_budget(budget, topology),
@@ -91,7 +95,7 @@ def assemble_report(
             device_kind=readings.device_kind,
             compiled_in=compiled_in_kind(compiled_in, request.num_devices, topology),
             seconds=float(readings.compile_seconds),
-            device_order=_device_order(readings.device_order, topology),
+            device_order=order,
             traced_platform=readings.traced_platform,
             log=readings.compiler_log if debug else None,
             cached=readings.cached,
@@ -110,15 +114,8 @@ def assemble_report(
         else Measured.from_run(
             readings.measured,
             "step",
-            tokens=request.tokens_per_step
-            or batch_tokens(tuple(batch_str(b) for b in request.batch)),
+            tokens=request.tokens_per_step or batch_tokens(batch),
         ),
-    )
-    extra = _caveats(report, request, plan)
-    return (
-        dataclasses.replace(report, warnings=report.warnings + extra)
-        if extra
-        else report
     )
 
 
@@ -182,14 +179,17 @@ NO_CONSTRAINT_WARNING = (
 
 
 def _caveats(
-    report: StepMemoryReport, request: Request, plan: MeshConfigReport
-) -> tuple[str, ...]:
-    """Warnings judged on the finished report: what its numbers may not show."""
+    constraints: int | None, request: Request, plan: MeshConfigReport
+) -> list[str]:
+    """Warnings on what the report's numbers may not show.
+
+    ``constraints`` is the lowered program's count of sharding constraints.
+    """
     out: list[str] = []
     sharded = any(leaf.bytes_per_device < leaf.global_bytes for leaf in plan.leaves)
-    if report.sharding_constraints == 0 and request.num_devices > 1 and sharded:
+    if constraints == 0 and request.num_devices > 1 and sharded:
         out.append(NO_CONSTRAINT_WARNING)
-    return tuple(out)
+    return out
 
 
 def _remat_warning(statement: RematStatement, budget: Budget, backend: str) -> str:

@@ -34,7 +34,9 @@ from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import LeafShard, MeshConfigReport
 from nnx_introspect._render import spec_from_json, spec_json
 from nnx_introspect._step.compile import compile_request
+from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.lora import as_lora, with_lora
+from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.registry import program_kind
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
@@ -44,17 +46,23 @@ from nnx_introspect._xla import (
     answer_key,
     cache_enabled,
     load_answer,
+    native_stderr_captured,
+    python_log_dropped,
     store_answer,
     topology_mesh,
 )
 
 __all__ = [
     "MAX_CHILD_DEVICES",
+    "Place",
     "answer",
     "child_request",
     "child_why",
+    "compiled_where",
+    "present_mesh",
     "run_child",
     "run_child_json",
+    "topology_mesh_here",
 ]
 
 MAX_CHILD_DEVICES = 2048
@@ -83,11 +91,133 @@ def child_request(
     """
     program_kind(program)  # a name the child knows
     why = child_why(spec.num_devices, spec.topology)
-    return step_json(spec, why) | {
+    planned = {
         "program": program,
         "leaves": [_leaf_json(leaf) for leaf in plan.leaves],
         "optimizer_leaves": [_leaf_json(leaf) for leaf in plan.optimizer_leaves],
     }
+    return step_json(spec, why) | planned
+
+
+@dataclasses.dataclass(frozen=True)
+class Place:
+    """Where a program compiles: a mesh of this process's devices, or a child.
+
+    ``where`` is the report's words for it; ``mesh`` (here) the mesh to
+    compile on and ``order`` the device order it gives the readings, when
+    its own is not the compile's; ``payload`` (a child) the child's JSON
+    request and ``devices`` its device count.
+    """
+
+    where: str
+    mesh: Mesh | None = None
+    order: str | None = None
+    payload: dict[str, Any] | None = None
+    devices: int = 0
+
+
+def compiled_where(
+    spec: StepSpec,
+    request: Request,
+    plan: MeshConfigReport,
+    cache: bool,
+    runs: int | None,
+    program: ProgramKind,
+) -> tuple[XlaReadings, str]:
+    """XLA's readings of ``spec``'s ``program``, and where it was compiled.
+
+    The place is found first (:func:`placed`), then the program compiles
+    there once: in a child process, or here by
+    :func:`~nnx_introspect._step.compile.compile_request`.
+    """
+    place = placed(spec, plan, cache, runs, program.name)
+    if place.payload is not None:
+        return run_child(place.payload, place.devices), place.where
+    assert place.mesh is not None  # a place here has its mesh
+    readings = compile_request(
+        request,
+        place.mesh,
+        plan,
+        topology=spec.topology,
+        cache=cache,
+        runs=runs,
+        program=program,
+    )
+    if place.order is not None:
+        readings = dataclasses.replace(readings, device_order=place.order)
+    return readings, place.where
+
+
+def placed(
+    spec: StepSpec,
+    plan: MeshConfigReport,
+    cache: bool,
+    runs: int | None,
+    program: str,
+) -> Place:
+    """Where ``spec``'s ``program`` compiles.
+
+    With ``runs``, on this process's devices (a concrete ``mesh``'s, or its
+    first ones), where it then runs. A named topology compiles in a child
+    process (its compiler started in a controlled environment, its memory not
+    this process's), or here when the target cannot be named; otherwise on a
+    concrete ``mesh``'s own devices, on this process's first devices, or in a
+    child process with enough virtual CPU devices.
+    """
+    n, topology, mesh = spec.num_devices, spec.topology, spec.mesh
+    if runs is not None:
+        here = mesh if isinstance(mesh, Mesh) else present_mesh(spec.mesh_axes)
+        return Place("this process", here, "the present devices'")
+    if topology is not None:
+        try:
+            payload = child_request(spec, plan, program) | {
+                "cache": cache_enabled(cache)
+            }
+        except ArgumentError as unnamed:
+            # Unnamed: compile here (XLA:GPU only where JAX started with
+            # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
+            target_mesh, order = topology_mesh_here(topology, spec.mesh_axes, unnamed)
+            return Place("this process", target_mesh, order)
+        return Place(f"a child process ({topology})", payload=payload, devices=n)
+    if isinstance(mesh, Mesh):
+        return Place("this process", mesh, "the mesh's")
+    if n <= jax.device_count():
+        return Place("this process", present_mesh(spec.mesh_axes))
+    payload = child_request(spec, plan, program) | {"cache": cache_enabled(cache)}
+    where = f"a child process with {n} virtual CPU devices"
+    return Place(where, payload=payload, devices=n)
+
+
+def present_mesh(mesh_axes: tuple[tuple[str, int], ...]) -> Mesh:
+    """A mesh of this process's first devices, laid out as ``mesh_axes``."""
+    sizes = [s for _, s in mesh_axes]
+    devices = np.array(jax.devices()[: math.prod(sizes)]).reshape(sizes)
+    return Mesh(devices, tuple(a for a, _ in mesh_axes))
+
+
+def topology_mesh_here(
+    topology: str,
+    mesh_axes: tuple[tuple[str, int], ...],
+    unnamed: ArgumentError,
+) -> tuple[Mesh, str]:
+    """The topology's mesh here, for a program (a step, serving) no child can rebuild.
+
+    The compiler's own log (a CUDA plugin that finds no driver logs a
+    traceback) is kept off stderr; when the devices cannot be made here, the
+    error names the argument that kept the step from the child process
+    (``unnamed``'s), with both reasons, and what to pass instead.
+    """
+    failed: ArgumentError | None = None
+    with native_stderr_captured(), python_log_dropped("jax._src.xla_bridge"):
+        try:
+            return topology_mesh(topology, mesh_axes)
+        except ArgumentError as error:
+            failed = error
+    raise ArgumentError(
+        unnamed.argument,
+        f"{str(unnamed).rstrip('.')}. It cannot compile in this process either: "
+        f"{failed}",
+    ) from None
 
 
 def child_why(n: int, topology: str | None, what: str = "step") -> str:

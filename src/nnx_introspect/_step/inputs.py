@@ -48,8 +48,6 @@ __all__ = [
     "built_once",
     "check_optimizer_has_a_loss",
     "check_shardable",
-    "importable_name",
-    "name_of_loss",
     "spec_problems",
 ]
 
@@ -106,7 +104,7 @@ class Request:
     logical_rules: Any
     trace_as_target: bool = True
     """Trace a named target's step with JAX's device lookups answering with
-    the target's devices (see :mod:`nnx_introspect._step.platform`)."""
+    the target's devices (see :func:`nnx_introspect._step.compile.devices_seen_as`)."""
     breakdown: bool = False
     """Read XLA's dumps of the compile into a breakdown of the peak."""
     remat: tuple[tuple[str, str], ...] = ()
@@ -190,22 +188,6 @@ def as_model(target: Any) -> Any:
     raise TypeError(  # pragma: no cover - beartype rejects these first
         f"`target` must be an nnx.Module, a factory or a string, got {target!r}."
     )
-
-
-def importable_name(obj: Any) -> str | None:
-    """``"module:qualname"`` if that name imports back to ``obj`` itself."""
-    if isinstance(obj, str):
-        return obj
-    module = getattr(obj, "__module__", None)
-    qualname = getattr(obj, "__qualname__", None)
-    if not module or not qualname or "<" in qualname or module == "__main__":
-        return None
-    name = f"{module}:{qualname}"
-    try:
-        found = resolve_factory(name)
-    except TargetError:
-        return None
-    return name if found is obj else None
 
 
 MAX_BATCH_BYTES = 2**62
@@ -461,12 +443,6 @@ def as_loss(loss: Any, batch: tuple[jax.ShapeDtypeStruct, ...]) -> Any:
                 )
         return loss
     return loss
-
-
-def name_of_loss(loss: Any) -> str | None:
-    if loss is None or isinstance(loss, str):
-        return loss
-    return str(getattr(loss, "__name__", type(loss).__name__))
 
 
 def as_optimizer(

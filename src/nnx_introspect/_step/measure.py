@@ -1,57 +1,34 @@
 """The public :func:`step_memory_report`: a :class:`StepSpec`, planned, compiled.
 
 :func:`measure_step` measures a spec (the searches call it with each spec they
-try); :func:`plan_step` and :func:`plan_problems` plan one without compiling.
+try), one stage after another: the spec's request and plan
+(:mod:`~nnx_introspect._step.spec`), the program compiled where its devices
+are (:mod:`~nnx_introspect._step.child`, which hands a compile here to
+:mod:`~nnx_introspect._step.compile`), the report assembled from XLA's
+readings (:mod:`~nnx_introspect._step.assemble`).
 """
 
 import dataclasses
 from collections.abc import Callable
 from typing import Any, Unpack, cast
 
-import jax
-import numpy as np
 from flax import nnx
-from jax.sharding import Mesh
 
-from nnx_introspect._mesh import (
-    MeshConfigReport,
-    MeshLike,
-    mesh_config_report,
-)
+from nnx_introspect._mesh import MeshLike
 from nnx_introspect._step.assemble import assemble_report
-from nnx_introspect._step.child import child_request, run_child
-from nnx_introspect._step.compile import compile_request
-from nnx_introspect._step.inputs import (
-    BatchLike,
-    Request,
-    check_shardable,
-    spec_problems,
-)
-from nnx_introspect._step.measured import (
-    as_measure,
-    measured_topology,
-    present_mesh,
-)
+from nnx_introspect._step.child import compiled_where
+from nnx_introspect._step.inputs import BatchLike
+from nnx_introspect._step.measured import as_measure, measured_topology
 from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec
+from nnx_introspect._step.spec import StepOptions, StepSpec, as_step_spec, plan_step
 from nnx_introspect._step.train import TRAIN
-from nnx_introspect._typing import ArgumentError, IntLike, typechecked
-from nnx_introspect._xla import (
-    XlaReadings,
-    cache_enabled,
-    native_stderr_captured,
-    python_log_dropped,
-    start_backends_quietly,
-    topology_mesh,
-)
+from nnx_introspect._typing import IntLike, typechecked
+from nnx_introspect._xla import start_backends_quietly
 
 __all__ = [
     "measure_step",
-    "plan_problems",
-    "plan_step",
     "step_memory_report",
-    "topology_mesh_here",
 ]
 
 
@@ -177,54 +154,6 @@ def step_memory_report(
     return measure_step(spec, debug=debug, cache=cache, runs=runs)
 
 
-def plan_step(spec: StepSpec) -> MeshConfigReport:
-    """``spec``'s plan; every problem of it and of the batch's split raised.
-
-    Raises:
-        ArgumentError: If the plan has problems or the batch does not split
-            over the mesh (``argument`` names what to change: ``"batch"`` or
-            ``"batch_spec"``, ``"rules"`` or ``"logical_rules"`` for axes the
-            mesh lacks, else ``"mesh"``); nothing is compiled.
-    """
-    plan = mesh_config_report(
-        spec.model,
-        spec.mesh,
-        rules=spec.rules,
-        logical_rules=spec.logical_rules,
-        optimizer=spec.tx,
-    )
-    given = (
-        "rules"
-        if spec.rules is not None
-        else ("logical_rules" if spec.logical_rules is not None else None)
-    )
-    check_shardable(
-        plan,
-        spec.spec_name,
-        spec.batch,
-        spec.batch_specs,
-        spec.mesh_axes,
-        rules_given=given,
-    )
-    return plan
-
-
-def plan_problems(spec: StepSpec) -> tuple[MeshConfigReport, list[str]]:
-    """``spec``'s plan and every problem of it and of the batch's split, unraised."""
-    plan = mesh_config_report(
-        spec.model,
-        dict(spec.mesh_axes),
-        rules=spec.rules,
-        logical_rules=spec.logical_rules,
-        optimizer=spec.tx,
-    )
-    problems = [p.message for p in plan.errors]
-    problems += spec_problems(
-        spec.spec_name, spec.batch, spec.batch_specs, dict(spec.mesh_axes)
-    )
-    return plan, problems
-
-
 def devices_measured(spec: StepSpec, runs: int) -> StepSpec:
     """``spec`` to run on this process's devices, its topology named for them.
 
@@ -258,15 +187,9 @@ def measure_step(
     training step, or another kind of the same request (``LOGPROBS``).
     """
     start_backends_quietly()  # before this process's devices are counted
-    plan = plan_step(spec)
     request = spec.request()
-    if runs is not None:
-        readings = _compile_on_these_devices(spec, request, plan, cache, runs, program)
-        compiled_in = "this process"
-    else:
-        readings, compiled_in = _compile_where_the_devices_are(
-            spec, request, plan, cache, program
-        )
+    plan = plan_step(spec)
+    readings, compiled_in = compiled_where(spec, request, plan, cache, runs, program)
     return assemble_report(
         request,
         plan,
@@ -277,104 +200,3 @@ def measure_step(
         debug,
         cast("int | None", spec.network_bytes_per_second),  # parsed by the spec
     )
-
-
-def topology_mesh_here(
-    topology: str,
-    mesh_axes: tuple[tuple[str, int], ...],
-    unnamed: ArgumentError,
-) -> tuple[Mesh, str]:
-    """The topology's mesh here, for a program (a step, serving) no child can rebuild.
-
-    The compiler's own log (a CUDA plugin that finds no driver logs a
-    traceback) is kept off stderr; when the devices cannot be made here, the
-    error names the argument that kept the step from the child process
-    (``unnamed``'s), with both reasons, and what to pass instead.
-    """
-    failed: ArgumentError | None = None
-    with native_stderr_captured(), python_log_dropped("jax._src.xla_bridge"):
-        try:
-            return topology_mesh(topology, mesh_axes)
-        except ArgumentError as error:
-            failed = error
-    raise ArgumentError(
-        unnamed.argument,
-        f"{str(unnamed).rstrip('.')}. It cannot compile in this process either: "
-        f"{failed}",
-    ) from None
-
-
-def _compile_on_these_devices(
-    spec: StepSpec,
-    request: Request,
-    plan: MeshConfigReport,
-    cache: bool,
-    runs: int,
-    program: ProgramKind = TRAIN,
-) -> XlaReadings:
-    """The program compiled on this process's first devices and run ``runs`` times."""
-    mesh = spec.mesh if isinstance(spec.mesh, Mesh) else present_mesh(spec.mesh_axes)
-    readings = compile_request(
-        request,
-        mesh,
-        plan,
-        topology=spec.topology,
-        cache=cache,
-        runs=runs,
-        program=program,
-    )
-    return dataclasses.replace(readings, device_order="the present devices'")
-
-
-def _compile_where_the_devices_are(
-    spec: StepSpec,
-    request: Request,
-    plan: MeshConfigReport,
-    cache: bool,
-    program: ProgramKind = TRAIN,
-) -> tuple[XlaReadings, str]:
-    """XLA's readings and where they were compiled.
-
-    A named topology compiles in a child process (its compiler started in a
-    controlled environment, its memory not this process's), or here when the
-    target cannot be named; otherwise on a concrete ``mesh``'s own devices, on
-    this process's first devices, or in a child process with enough virtual
-    CPU devices.
-    """
-    n, topology, mesh = spec.num_devices, spec.topology, spec.mesh
-    axis_names = tuple(a for a, _ in spec.mesh_axes)
-    if topology is not None:
-        try:
-            payload = child_request(spec, plan, program.name) | {
-                "cache": cache_enabled(cache)
-            }
-        except ArgumentError as unnamed:
-            # Unnamed: compile here (XLA:GPU only where JAX started with
-            # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
-            target_mesh_, order = topology_mesh_here(
-                topology, request.mesh_axes, unnamed
-            )
-            readings = compile_request(
-                request,
-                target_mesh_,
-                plan,
-                topology=topology,
-                cache=cache,
-                program=program,
-            )
-            return dataclasses.replace(readings, device_order=order), "this process"
-        return run_child(payload, n), f"a child process ({topology})"
-    if isinstance(mesh, Mesh):
-        readings = compile_request(request, mesh, plan, cache=cache, program=program)
-        return dataclasses.replace(readings, device_order="the mesh's"), (
-            "this process"
-        )
-    if n <= jax.device_count():
-        sizes = [s for _, s in request.mesh_axes]
-        devices = np.array(jax.devices()[:n]).reshape(sizes)
-        readings = compile_request(
-            request, Mesh(devices, axis_names), plan, cache=cache, program=program
-        )
-        return readings, "this process"
-    payload = child_request(spec, plan, program.name) | {"cache": cache_enabled(cache)}
-    return run_child(payload, n), f"a child process with {n} virtual CPU devices"

@@ -10,7 +10,6 @@ step giving one token to each sequence, a prefill ending at the first token).
 """
 
 import dataclasses
-import math
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -29,7 +28,6 @@ __all__ = [
     "measured_rows",
     "measured_topology",
     "measured_with",
-    "present_mesh",
     "versus_json",
 ]
 
@@ -387,13 +385,3 @@ def measured_topology(
             "measure on these, or leave `measure` out.",
         )
     return here
-
-
-def present_mesh(mesh_axes: tuple[tuple[str, int], ...]) -> Any:
-    """A mesh of this process's first devices, laid out as ``mesh_axes``."""
-    import numpy as np
-    from jax.sharding import Mesh
-
-    sizes = [s for _, s in mesh_axes]
-    devices = np.array(jax.devices()[: math.prod(sizes)]).reshape(sizes)
-    return Mesh(devices, tuple(a for a, _ in mesh_axes))

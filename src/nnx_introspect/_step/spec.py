@@ -16,9 +16,11 @@ from nnx_introspect._accelerators import Budget, step_budget
 from nnx_introspect._mesh import (
     OPTIMIZER_NAMES,
     LogicalRulesLike,
+    MeshConfigReport,
     MeshLike,
     RulesLike,
     as_abstract_mesh,
+    mesh_config_report,
     parse_bytes,
 )
 from nnx_introspect._render import spec_from_json, spec_json
@@ -34,11 +36,12 @@ from nnx_introspect._step.inputs import (
     as_network,
     as_optimizer,
     check_optimizer_has_a_loss,
-    importable_name,
-    name_of_loss,
+    check_shardable,
+    spec_problems,
 )
 from nnx_introspect._step.lora import LoraLike, as_lora, with_lora
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
+from nnx_introspect._targets import TargetError, resolve_factory
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
 from nnx_introspect._xla import check_compiler
 
@@ -47,6 +50,10 @@ __all__ = [
     "StepSpec",
     "as_step_spec",
     "blame",
+    "importable_name",
+    "name_of_loss",
+    "plan_problems",
+    "plan_step",
     "step_json",
     "step_names",
 ]
@@ -394,6 +401,77 @@ class StepSpec:
             lora=fields.get("lora"),
             _built=None if model is None else (target, model),
         )
+
+
+def importable_name(obj: Any) -> str | None:
+    """``"module:qualname"`` if that name imports back to ``obj`` itself."""
+    if isinstance(obj, str):
+        return obj
+    module = getattr(obj, "__module__", None)
+    qualname = getattr(obj, "__qualname__", None)
+    if not module or not qualname or "<" in qualname or module == "__main__":
+        return None
+    name = f"{module}:{qualname}"
+    try:
+        found = resolve_factory(name)
+    except TargetError:
+        return None
+    return name if found is obj else None
+
+
+def name_of_loss(loss: Any) -> str | None:
+    """``loss`` by name: its own, a function's ``__name__`` or its type's."""
+    if loss is None or isinstance(loss, str):
+        return loss
+    return str(getattr(loss, "__name__", type(loss).__name__))
+
+
+def plan_step(spec: StepSpec) -> MeshConfigReport:
+    """``spec``'s plan; every problem of it and of the batch's split raised.
+
+    Raises:
+        ArgumentError: If the plan has problems or the batch does not split
+            over the mesh (``argument`` names what to change: ``"batch"`` or
+            ``"batch_spec"``, ``"rules"`` or ``"logical_rules"`` for axes the
+            mesh lacks, else ``"mesh"``); nothing is compiled.
+    """
+    plan = mesh_config_report(
+        spec.model,
+        spec.mesh,
+        rules=spec.rules,
+        logical_rules=spec.logical_rules,
+        optimizer=spec.tx,
+    )
+    given = (
+        "rules"
+        if spec.rules is not None
+        else ("logical_rules" if spec.logical_rules is not None else None)
+    )
+    check_shardable(
+        plan,
+        spec.spec_name,
+        spec.batch,
+        spec.batch_specs,
+        spec.mesh_axes,
+        rules_given=given,
+    )
+    return plan
+
+
+def plan_problems(spec: StepSpec) -> tuple[MeshConfigReport, list[str]]:
+    """``spec``'s plan and every problem of it and of the batch's split, unraised."""
+    plan = mesh_config_report(
+        spec.model,
+        dict(spec.mesh_axes),
+        rules=spec.rules,
+        logical_rules=spec.logical_rules,
+        optimizer=spec.tx,
+    )
+    problems = [p.message for p in plan.errors]
+    problems += spec_problems(
+        spec.spec_name, spec.batch, spec.batch_specs, dict(spec.mesh_axes)
+    )
+    return plan, problems
 
 
 def step_names(spec: StepSpec, why: str) -> tuple[str, str | None, str | None]:
