@@ -34,9 +34,10 @@ def _figures(data: dict[str, Any]) -> dict[str, Any]:
 
 
 def _in_child_and_here(spec: ServeSpec) -> tuple[Any, Any]:
-    child, where = serve_readings(spec)
-    assert where == f"a child process ({spec.topology})"
-    return child, compile_serving(spec)
+    served = serve_readings(spec)
+    assert served.where == f"a child process ({spec.topology})"
+    assert served.spec == spec  # no axis added
+    return served.readings, compile_serving(spec)
 
 
 @pytest.mark.parametrize("topology", ["h100-2", "v5e-4"])
@@ -82,8 +83,9 @@ def test_request_names_the_functions_or_says_why() -> None:
 
 def test_mesh_larger_than_this_process_compiles_in_a_child() -> None:
     spec = ServeSpec(TINY, {"data": 16}, sequences=16, context=16, prompt=4)
-    readings, where = serve_readings(spec, ("decode",))
-    assert where == "a child process with 16 virtual CPU devices"
+    served = serve_readings(spec, ("decode",))
+    readings = served.readings
+    assert served.where == "a child process with 16 virtual CPU devices"
     # 16 sequences over 16 devices: one sequence's cache a device
     # and the cache's int32 write index
     assert readings.kv_cache_bytes == 16 * readings.kv_bytes_per_token + 4
@@ -93,7 +95,7 @@ def test_bad_cache_split_is_raised_before_any_child(monkeypatch: Any) -> None:
     def no_child(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a child was started")
 
-    monkeypatch.setattr("nnx_introspect._serve.child.run_child_json", no_child)
+    monkeypatch.setattr("nnx_introspect._serve.compile.run_child_json", no_child)
     spec = ServeSpec(
         TINY, {"data": 2, "tp": 4}, sequences=3, context=16, topology="h100-8"
     )
@@ -124,7 +126,7 @@ def test_cache_hit_equals_the_first_report(tmp_path: Any, monkeypatch: Any) -> N
     assert rest == {k: v for k, v in second.items() if k not in {"prefill", "decode"}}
     # another context is another program: a miss (its decode alone, in a child)
     longer = ServeSpec(TINY, "tp=2", topology="h100-2", sequences=4, context=64)
-    readings, _ = serve_readings(longer, ("decode",), cache=True)
+    readings = serve_readings(longer, ("decode",), cache=True).readings
     assert readings.program("decode").cached is None
 
 

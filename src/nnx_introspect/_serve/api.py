@@ -1,29 +1,17 @@
 """The public :func:`serve_memory_report`: a :class:`ServeSpec`, compiled, read."""
 
-import dataclasses
 from typing import Any
 
-from jax.sharding import Mesh
-
-from nnx_introspect._accelerators import Budget
-from nnx_introspect._breakdown import Breakdown
-from nnx_introspect._serve.child import completed, serve_readings
-from nnx_introspect._serve.compile import PROGRAMS, ServeReadings, compile_serving
-from nnx_introspect._serve.programs import check_cache_path
-from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
+from nnx_introspect._serve.assemble import assemble_serve
+from nnx_introspect._serve.child import serve_readings
+from nnx_introspect._serve.report import ServeMemoryReport
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
-from nnx_introspect._serve.timing import serve_time
-from nnx_introspect._serve.windows import sliding_window_notes
 from nnx_introspect._step import (
-    Measured,
-    StepMemory,
     as_measure,
-    importable_name,
     measured_topology,
-    present_mesh,
 )
 from nnx_introspect._typing import ArgumentError, typechecked
-from nnx_introspect._xla import XlaReadings, compiler_name, start_backends_quietly
+from nnx_introspect._xla import start_backends_quietly
 
 __all__ = ["measure_serve", "serve_memory_report"]
 

@@ -11,33 +11,26 @@ one JSON line. The request is the :class:`ServeSpec` by names (the target,
 :class:`~nnx_introspect._serve.compile.ServeReadings`' JSON data.
 """
 
-import concurrent.futures
 import dataclasses
+import functools
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from jax.sharding import Mesh
 
-from nnx_introspect._counting import count_params
 from nnx_introspect._serve.compile import (
     PROGRAMS,
     ServeReadings,
     compile_serving,
-    in_this_process,
+    compiled_in_children,
 )
 from nnx_introspect._serve.programs import check_cache_path
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
-from nnx_introspect._step import (
-    answer,
-    child_why,
-    importable_name,
-    run_child_json,
-    topology_mesh_here,
-)
+from nnx_introspect._step import answer, child_why, importable_name, place_for
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["completed", "main", "missing_axes", "serve_readings", "serve_request"]
+__all__ = ["Served", "main", "missing_axes", "serve_readings", "serve_request"]
 
 
 def _name(value: Any, argument: str, why: str) -> str | None:
@@ -122,31 +115,59 @@ def main() -> int:
     return answer(_answer)
 
 
+@dataclasses.dataclass(frozen=True)
+class Served:
+    """The serving programs compiled: the spec they compiled as, XLA's readings, where.
+
+    ``spec`` is the request's, its mesh completed with any axis the model's
+    own constraints name (``readings.added_axes``); ``where`` the report's
+    words for where they compiled.
+    """
+
+    spec: ServeSpec
+    readings: ServeReadings
+    where: str
+
+
 def serve_readings(
     spec: ServeSpec,
     names: Sequence[str] = PROGRAMS,
     *,
     breakdown: bool = False,
     cache: bool = False,
-) -> tuple[ServeReadings, str]:
-    """XLA's readings of the programs ``names``, and where they were compiled.
+    runs: int | None = None,
+) -> Served:
+    """XLA's readings of the programs ``names``, compiled where their devices are.
+
+    The place is the training step's
+    (:func:`~nnx_introspect._step.child.place_for`): with ``runs``, this
+    process's devices, where the programs then run; a named topology in a
+    child process (``python -m nnx_introspect._serve``), or here when the spec
+    cannot be named and this process can make the topology's devices; a
+    mesh of this process's devices here; a larger mesh in a child with enough
+    virtual CPU devices. The model's cache path and the cache's split are
+    checked first, so a bad request starts no child.
 
     A mesh given by its axes that lacks an axis the model's own activation
     constraints name is compiled again with that axis of size 1 (it shards
     nothing), as a training step's ``--mesh`` is completed; the readings'
-    ``added_axes`` say which (:func:`completed`). A concrete ``Mesh`` is the
-    user's: its missing axis is an error naming ``mesh``.
+    ``added_axes`` say which. A concrete ``Mesh`` is the user's: its missing
+    axis is an error naming ``mesh``.
     """
-    try:
-        return _readings(spec, names, breakdown=breakdown, cache=cache)
-    except ArgumentError as error:
-        axes = missing_axes(error)
-        if not axes or isinstance(spec.mesh, Mesh):
-            raise
-    readings, where = _readings(
-        completed(spec, axes), names, breakdown=breakdown, cache=cache
-    )
-    return dataclasses.replace(readings, added_axes=axes), where
+    added: tuple[str, ...] = ()
+    while True:
+        try:
+            readings, where = _readings(spec, names, breakdown, cache, runs)
+        except ArgumentError as error:
+            axes = missing_axes(error)
+            if not axes or added or isinstance(spec.mesh, Mesh):
+                raise
+            added = axes
+            spec = spec.replace(mesh=dict(spec.mesh_axes) | {a: 1 for a in axes})
+            continue
+        if added:
+            readings = dataclasses.replace(readings, added_axes=added)
+        return Served(spec, readings, where)
 
 
 _MISSING = re.compile(r"^`mesh` \S+ has no '(\w+)' axis, which the model's own")
@@ -165,48 +186,37 @@ def missing_axes(error: ArgumentError) -> tuple[str, ...]:
     return () if found is None else (found[1],)
 
 
-def completed(spec: ServeSpec, axes: Sequence[str]) -> ServeSpec:
-    """``spec`` with each of ``axes`` added to its mesh at size 1."""
-    return spec.replace(mesh=dict(spec.mesh_axes) | {axis: 1 for axis in axes})
-
-
 def _readings(
     spec: ServeSpec,
-    names: Sequence[str] = PROGRAMS,
-    *,
-    breakdown: bool = False,
-    cache: bool = False,
+    names: Sequence[str],
+    breakdown: bool,
+    cache: bool,
+    runs: int | None,
 ) -> tuple[ServeReadings, str]:
-    """:func:`serve_readings` of a mesh as given.
-
-    A named topology compiles in a child process (or here, when the spec
-    cannot be named and this process can make the topology's devices); a mesh
-    of this process's devices compiles here; a larger mesh in a child with
-    enough virtual CPU devices. The model's cache path and the cache's split
-    are checked here first, so a bad request starts no child.
-    """
+    """:func:`serve_readings` of a mesh as given."""
     check_cache_path(spec)
-    if in_this_process(spec):
-        readings = compile_serving(spec, names, breakdown=breakdown, cache=cache)
-        return readings, "this process"
-    try:
-        payload = serve_request(spec, names, breakdown=breakdown, cache=cache)
-    except ArgumentError as unnamed:
-        if spec.topology is None:
-            raise
-        built, _ = topology_mesh_here(spec.topology, spec.mesh_axes, unnamed)
-        here = (built, list(built.devices.flat))  # traced as on the target
-        readings = compile_serving(
-            spec, names, breakdown=breakdown, cache=cache, mesh=here
-        )
-        return readings, "this process"
-    where = (
-        f"a child process ({spec.topology})"
-        if spec.topology is not None
-        else f"a child process with {spec.num_devices} virtual CPU devices"
+    request = functools.partial(
+        serve_request, spec, names, breakdown=breakdown, cache=cache
     )
-    apart = count_params(spec.model) >= SIDE_BY_SIDE_PARAMS
-    return _children(payload, spec.num_devices, apart), where
+    place = place_for(
+        spec.num_devices, spec.topology, spec.mesh, spec.mesh_axes, runs, request
+    )
+    if place.payload is not None:
+        apart = spec.parameters >= SIDE_BY_SIDE_PARAMS
+        return compiled_in_children(place.payload, place.devices, apart), place.where
+    assert place.mesh is not None  # a place here has its mesh
+    # traced as on the target where its compile-only devices are made here
+    named = spec.topology is not None and runs is None
+    trace = list(place.mesh.devices.flat) if named else None
+    readings = compile_serving(
+        spec,
+        names,
+        breakdown=breakdown,
+        cache=cache,
+        mesh=(place.mesh, trace),
+        runs=runs,
+    )
+    return readings, place.where
 
 
 SIDE_BY_SIDE_PARAMS = 100_000_000
@@ -214,43 +224,3 @@ SIDE_BY_SIDE_PARAMS = 100_000_000
 the children side by side: a large model's compiles outlast a child's start
 (about 2 s: importing JAX, building the model abstractly); a small model's do
 not, and one child for both programs spends half the processes."""
-
-
-def _children(payload: dict[str, Any], n: int, apart: bool) -> ServeReadings:
-    """The programs of ``payload`` compiled in one child, or one child each.
-
-    With ``apart``, the programs (independent) compile in children side by
-    side: on the 7B example on ``h100-8``, both in 12.2 s against 17.0 s in
-    one child (``benchmarks/serve_overhead.py``). The first error, in the
-    programs' order, is raised.
-    """
-    names = list(payload["programs"])
-    if len(names) == 1 or not apart:
-        data, _ = run_child_json(payload, n, "nnx_introspect._serve")
-        return ServeReadings.from_json_data(data)
-    with concurrent.futures.ThreadPoolExecutor(len(names)) as pool:
-        futures = [
-            pool.submit(
-                run_child_json,
-                payload | {"programs": [name]},
-                n,
-                "nnx_introspect._serve",
-            )
-            for name in names
-        ]
-        concurrent.futures.wait(futures)
-    answers = [ServeReadings.from_json_data(f.result()[0]) for f in futures]
-    first = answers[0]
-    for other in answers[1:]:
-        same = (other.weights_bytes, other.kv_cache_bytes, other.kv_bytes_per_token)
-        if same != (
-            first.weights_bytes,
-            first.kv_cache_bytes,
-            first.kv_bytes_per_token,
-        ):
-            raise RuntimeError(  # pragma: no cover - one spec, one build
-                "the serving children built different inputs from one request; "
-                "make the target's factory deterministic."
-            )
-    programs = tuple(pair for answer in answers for pair in answer.programs)
-    return dataclasses.replace(first, programs=programs)

@@ -17,7 +17,6 @@ import time
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-import jax
 from jax.sharding import Mesh
 
 from nnx_introspect._serve.programs import (
@@ -145,9 +144,7 @@ def compile_serving(
     )
 
 
-def compiled_in_children(
-    payload: dict[str, Any], n: int, apart: bool
-) -> ServeReadings:
+def compiled_in_children(payload: dict[str, Any], n: int, apart: bool) -> ServeReadings:
     """The programs of ``payload`` compiled in one child, or one child each.
 
     With ``apart``, the programs (independent) compile in children side by

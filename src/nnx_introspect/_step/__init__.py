@@ -46,7 +46,7 @@ from nnx_introspect._step.child import Place as Place
 from nnx_introspect._step.child import answer as answer
 from nnx_introspect._step.child import child_why as child_why
 from nnx_introspect._step.child import compiled_where as compiled_where
-from nnx_introspect._step.child import placed as placed
+from nnx_introspect._step.child import place_for as place_for
 from nnx_introspect._step.child import present_mesh as present_mesh
 from nnx_introspect._step.child import run_child_json as run_child_json
 from nnx_introspect._step.child import run_child_request as run_child_request
@@ -127,7 +127,7 @@ __all__ = [
     "measured_topology",
     "parse_batch",
     "parse_topology",
-    "placed",
+    "place_for",
     "plan_problems",
     "plan_step",
     "present_mesh",

@@ -17,6 +17,7 @@ Anything else is a crash: a traceback on stderr and exit code 1.
 """
 
 import dataclasses
+import functools
 import json
 import math
 import os
@@ -59,6 +60,7 @@ __all__ = [
     "child_request",
     "child_why",
     "compiled_where",
+    "place_for",
     "present_mesh",
     "run_child",
     "run_child_json",
@@ -126,11 +128,14 @@ def compiled_where(
 ) -> tuple[XlaReadings, str]:
     """XLA's readings of ``spec``'s ``program``, and where it was compiled.
 
-    The place is found first (:func:`placed`), then the program compiles
+    The place is found first (:func:`place_for`), then the program compiles
     there once: in a child process, or here by
     :func:`~nnx_introspect._step.compile.compile_request`.
     """
-    place = placed(spec, plan, cache, runs, program.name)
+    payload = functools.partial(_child_payload, spec, plan, program.name, cache)
+    place = place_for(
+        spec.num_devices, spec.topology, spec.mesh, spec.mesh_axes, runs, payload
+    )
     if place.payload is not None:
         return run_child(place.payload, place.devices), place.where
     assert place.mesh is not None  # a place here has its mesh
@@ -148,44 +153,52 @@ def compiled_where(
     return readings, place.where
 
 
-def placed(
-    spec: StepSpec,
-    plan: MeshConfigReport,
-    cache: bool,
+def _child_payload(
+    spec: StepSpec, plan: MeshConfigReport, program: str, cache: bool
+) -> dict[str, Any]:
+    return child_request(spec, plan, program) | {"cache": cache_enabled(cache)}
+
+
+def place_for(
+    n: int,
+    topology: str | None,
+    mesh: Any,
+    mesh_axes: tuple[tuple[str, int], ...],
     runs: int | None,
-    program: str,
+    payload: Callable[[], dict[str, Any]],
 ) -> Place:
-    """Where ``spec``'s ``program`` compiles.
+    """Where a request's programs compile: any program's (a step's, serving's).
+
+    ``n`` devices laid out as ``mesh_axes`` (``mesh`` the request's own, a
+    concrete ``Mesh`` or not) for ``topology``; ``payload()`` is the child's
+    request, raising an :class:`~nnx_introspect._typing.ArgumentError` when
+    the request cannot be named for a child.
 
     With ``runs``, on this process's devices (a concrete ``mesh``'s, or its
-    first ones), where it then runs. A named topology compiles in a child
-    process (its compiler started in a controlled environment, its memory not
-    this process's), or here when the target cannot be named; otherwise on a
-    concrete ``mesh``'s own devices, on this process's first devices, or in a
-    child process with enough virtual CPU devices.
+    first ones), where the programs then run. A named topology compiles in a
+    child process (its compiler started in a controlled environment, its
+    memory not this process's), or here when the request cannot be named;
+    otherwise on a concrete ``mesh``'s own devices, on this process's first
+    devices, or in a child process with enough virtual CPU devices.
     """
-    n, topology, mesh = spec.num_devices, spec.topology, spec.mesh
     if runs is not None:
-        here = mesh if isinstance(mesh, Mesh) else present_mesh(spec.mesh_axes)
+        here = mesh if isinstance(mesh, Mesh) else present_mesh(mesh_axes)
         return Place("this process", here, "the present devices'")
     if topology is not None:
         try:
-            payload = child_request(spec, plan, program) | {
-                "cache": cache_enabled(cache)
-            }
+            request = payload()
         except ArgumentError as unnamed:
             # Unnamed: compile here (XLA:GPU only where JAX started with
             # JAX_PLATFORMS=cpu), or say which argument kept it from the child.
-            target_mesh, order = topology_mesh_here(topology, spec.mesh_axes, unnamed)
+            target_mesh, order = topology_mesh_here(topology, mesh_axes, unnamed)
             return Place("this process", target_mesh, order)
-        return Place(f"a child process ({topology})", payload=payload, devices=n)
+        return Place(f"a child process ({topology})", payload=request, devices=n)
     if isinstance(mesh, Mesh):
         return Place("this process", mesh, "the mesh's")
     if n <= jax.device_count():
-        return Place("this process", present_mesh(spec.mesh_axes))
-    payload = child_request(spec, plan, program) | {"cache": cache_enabled(cache)}
+        return Place("this process", present_mesh(mesh_axes))
     where = f"a child process with {n} virtual CPU devices"
-    return Place(where, payload=payload, devices=n)
+    return Place(where, payload=payload(), devices=n)
 
 
 def present_mesh(mesh_axes: tuple[tuple[str, int], ...]) -> Mesh:
