@@ -9,8 +9,7 @@ import argparse
 
 import pytest
 
-import nnx_introspect._search.batch as batch_module
-import nnx_introspect._search.meshes as meshes_module
+import nnx_introspect._search as search_module  # the face the command line calls
 import nnx_introspect._step as step_module
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli.errors import FLAGS, describe, usage_error
@@ -104,12 +103,12 @@ def _raises(error: BaseException) -> object:
         (step_module, "step_memory_report", ["--mesh", "data=8"],
          "max_device_bytes", "--max-device-bytes"),
         (step_module, "step_memory_report", ["--mesh", "data=8"], "target", "TARGET"),
-        (batch_module, "max_batch",
+        (search_module, "max_batch",
          ["--mesh", "data=8", "--max-batch", "--max-device-bytes", "1MiB"],
          "batch", "--batch"),
-        (meshes_module, "compare_meshes", ["--mesh", "data=8", "--mesh", "data=4,x=2"],
+        (search_module, "compare_meshes", ["--mesh", "data=8", "--mesh", "data=4,x=2"],
          "max_workers", "--jobs"),
-        (meshes_module, "compare_meshes", ["--mesh", "data=8", "--mesh", "data=4,x=2"],
+        (search_module, "compare_meshes", ["--mesh", "data=8", "--mesh", "data=4,x=2"],
          "meshes", "--mesh"),
     ],
 )  # fmt: skip

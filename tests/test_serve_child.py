@@ -166,3 +166,30 @@ def test_gpu_target_from_a_plain_process_is_quiet() -> None:
     assert message.startswith("`decode` must be passed as 'package.module:name'")
     assert "It cannot compile in this process either" in message
     assert "JAX_PLATFORMS=cpu" in message
+
+
+class _StoppedError(Exception):
+    """Raised by the spy below in place of a child's answer."""
+
+
+def test_a_model_from_the_side_by_side_size_compiles_each_program_apart(
+    monkeypatch: Any,
+) -> None:
+    started: list[tuple[str, ...]] = []
+
+    def spy(payload: dict[str, Any], n: int, module: str) -> Any:
+        started.append(tuple(payload["programs"]))
+        raise _StoppedError
+
+    monkeypatch.setattr("nnx_introspect._serve.compile.run_child_json", spy)
+    spec = ServeSpec(TINY, "tp=2", topology="h100-2", **KW)
+    with pytest.raises(_StoppedError):
+        serve_readings(spec)
+    assert started == [("prefill", "decode")]  # a small model: one child
+    started.clear()
+    monkeypatch.setattr(
+        "nnx_introspect._serve.child.SIDE_BY_SIDE_PARAMS", spec.parameters
+    )
+    with pytest.raises(_StoppedError):
+        serve_readings(spec)
+    assert sorted(started) == [("decode",), ("prefill",)]

@@ -6,6 +6,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 import pytest
+from flax import nnx
 
 from nnx_introspect import ArgumentError, serve_memory_report
 from nnx_introspect._serve.programs import cache_problems, serve_inputs, serve_mesh
@@ -16,6 +17,7 @@ from nnx_introspect.examples import (
     llama,
     llama_7b,
     llama_7b_sharded,
+    llama_tiny,
 )
 
 TINY = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48))
@@ -161,3 +163,11 @@ def test_training_axes_the_serving_mesh_lacks_are_replicated() -> None:
     split = 2 * v * d + layers * (4 * d * d + 3 * d * f)  # every kernel over tp
     norms = (2 * layers + 1) * d  # replicated
     assert inputs.weights_bytes == (split // 8 + norms) * 2
+
+
+def test_the_spec_counts_the_parameters_once_where_it_is_built() -> None:
+    spec = ServeSpec(llama_tiny, "tp=2", sequences=4, context=64)
+    params = nnx.state(spec.model, nnx.Param)
+    assert spec.parameters == sum(math.prod(x.shape) for x in jax.tree.leaves(params))
+    assert spec.parameters > 0
+    assert spec == spec.replace(sequences=4)  # not part of the request's identity
