@@ -202,3 +202,12 @@ def test_a_search_keeps_what_its_frontier_needs(found: ServeSearch) -> None:
     page = found.to_html()
     assert page.index('class="verdict') < page.index("<svg") < page.index("<table")
     assert _collisions(page) == []
+
+
+def test_the_curve_is_labelled_as_the_peak_the_points_are() -> None:
+    # each point's peak is the larger program's (prefill or decode), not decode's
+    search = SEARCHES["sequences"]
+    assert {limit for limit in search.limits if limit} <= {"prefill", "decode"}
+    chart = search.frontier_svg()
+    assert "predicted frontier: peak = budget" in chart
+    assert "decode peak" not in chart and "decode's" not in chart

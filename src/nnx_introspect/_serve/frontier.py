@@ -1,10 +1,12 @@
-"""The serving frontier: sequences against context, where decode meets the budget.
+"""The serving frontier: sequences against context, where serving meets the budget.
 
-Decode's peak per device is affine in ``sequences x context``: ``a + b x
-sequences x context``. ``b`` is the KV cache's bytes of one position of one
-sequence per device, over the data-parallel replicas (exact: the cache's
-shapes, dtype and sharding); ``a`` is the rest (the weights, the program's
-working memory), as the compiled points give it. The predicted frontier, where
+Each serving program's peak per device is affine in ``sequences x context``
+(for a fixed prompt and prefill size; both programs hold the whole cache):
+``a + b x sequences x context``, the points' peak the larger program's. ``b``
+is the KV cache's bytes of one position of one sequence per device, over the
+data-parallel replicas (exact: the cache's shapes, dtype and sharding); ``a``
+is the rest (the weights, the program's working memory), as the compiled
+points give it. The predicted frontier, where
 the peak meets the budget, is the curve ``sequences x context = (budget - a) /
 b``.
 
@@ -23,16 +25,19 @@ from nnx_introspect._render import format_bytes, svg
 __all__ = ["Frontier", "frontier_svg", "predict_frontier"]
 
 SearchPoint = tuple[int, int, int, bool]
-"""``(sequences, context, decode peak bytes per device, fits)``: one compile."""
+"""``(sequences, context, peak bytes per device, fits)``: one point compiled.
+
+The peak is the larger of the two programs' (prefill and decode); the point fits
+when both do."""
 
 
 class Frontier(NamedTuple):
-    """Where the predicted decode peak per device meets the budget.
+    """Where the predicted peak per device (the larger program's) meets the budget.
 
     Attributes:
         product: ``sequences x context`` on the frontier (the curve is
             ``sequences = product / context``).
-        bytes_per_position: ``b``: decode bytes per device per position of a
+        bytes_per_position: ``b``: bytes per device per position of a
             sequence (the KV cache's, over the data-parallel replicas), or
             ``None`` when not known.
         fixed_bytes: ``a = budget - b x product`` (the weights and the rest),
@@ -198,7 +203,7 @@ def _legend_lines(
     named = f"budget {format_bytes(budget)} per device"
     if frontier is None:
         return [*lines, [("", 0, f"No frontier predicted at the {named}.")]]
-    lines.append([("curve", 0, f"predicted frontier: decode peak = {named}")])
+    lines.append([("curve", 0, f"predicted frontier: peak = {named}")])
     lines.append([("region", 0, "predicted to fit (from the compiled points)")])
     b, a = frontier.bytes_per_position, frontier.fixed_bytes
     if b is not None and a is not None:
@@ -313,7 +318,7 @@ def frontier_svg(
         _marks(frame, x, y, points, searched, answer),
         _legend(frame.baseline + 62, lines),
     ]
-    label = "decode's compiled points and predicted frontier, sequences against context"
+    label = "compiled points and predicted frontier, sequences against context"
     body = "".join(parts)
     if page:
         return svg.figure(frame, label, body, caption=_CAPTION, xmlns=False)
@@ -326,8 +331,9 @@ def frontier_svg(
 _CAPTION = (
     "Every compile of the search as sequences against context: green filled "
     "fits the budget, red hollow does not; the ringed point is the answer, a "
-    "compiled one. The dashed curve is predicted, not compiled: decode's peak "
-    "per device taken as a + b x sequences x context, b the KV cache's bytes "
-    "per position per device (exact) and a fitted to the compiled points "
-    "either side of the answer; the shaded region under it is predicted to fit."
+    "compiled one. The dashed curve is predicted, not compiled: the peak per "
+    "device (the larger of prefill's and decode's) taken as a + b x sequences "
+    "x context, b the KV cache's bytes per position per device (exact) and a "
+    "fitted to the compiled points either side of the answer; the shaded region "
+    "under it is predicted to fit."
 )

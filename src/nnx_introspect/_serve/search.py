@@ -31,7 +31,7 @@ __all__ = ["ServeSearch", "max_context", "max_sequences", "search_serve"]
 
 @dataclasses.dataclass(frozen=True)
 class ServeSearch(Report):
-    """The largest ``sequences`` or ``context`` whose decode program fits.
+    """The largest ``sequences`` or ``context`` whose serving programs fit.
 
     Attributes:
         searched: ``"sequences"`` or ``"context"``.
@@ -101,7 +101,7 @@ class ServeSearch(Report):
 
     @property
     def frontier(self) -> Frontier | None:
-        """Where decode's predicted peak per device meets the budget.
+        """Where the predicted peak per device (the larger program's) meets the budget.
 
         ``a + b x sequences x context`` per device, ``b`` the KV cache's bytes
         per position (exact), ``a`` fitted to the compiled points either side
@@ -234,7 +234,7 @@ def _peak(spec: ServeSpec, cache: bool) -> _Point:
 def _predict(near: list[tuple[int, int]], budget: int, step: int) -> int:
     """Where the curve through the ``(value, peak)`` points nearest the budget meets it.
 
-    Two points: their line (decode grows linearly with the cache). Three: the
+    Two points: their line (each program grows linearly with the cache). Three: the
     parabola through them, whose root past the smallest is taken when it has
     one (a prefill of the whole context grows with its square: attention's
     scores), else the line through the two nearest.
@@ -303,7 +303,9 @@ def search_serve(spec: ServeSpec, searched: str, cache: bool = True) -> ServeSea
         if bad is not None and bad - good <= step:
             break
         if good > _MOST:
-            raise RuntimeError(f"decode fits with {good} {searched}: no limit found.")
+            raise RuntimeError(
+                f"both programs fit with {good} {searched}: no limit found."
+            )
         # the line through the two points nearest the budget, on each side
         near = sorted(points, key=lambda n: abs(points[n][0] - budget))[:3]
         guess = _predict([(n, points[n][0]) for n in near], budget, step)
@@ -345,7 +347,7 @@ def _within(spec: ServeSpec, searched: str, n: int) -> dict[str, Any]:
 def max_sequences(
     target: Any, mesh: Any, /, *, context: Any, **options: Any
 ) -> ServeSearch:
-    """The most sequences whose decode program fits at ``context`` positions.
+    """The most sequences whose prefill and decode fit at ``context`` positions.
 
     Takes :func:`~nnx_introspect.serve_memory_report`'s keyword arguments
     (``prompt``, ``prefill_sequences``, ``topology``, ``max_device_bytes``,
@@ -379,7 +381,7 @@ def max_sequences(
 def max_context(
     target: Any, mesh: Any, /, *, sequences: Any, **options: Any
 ) -> ServeSearch:
-    """The longest context whose decode program fits for ``sequences``.
+    """The longest context whose prefill and decode fit for ``sequences``.
 
     As :func:`max_sequences`, over the cache's positions.
 
