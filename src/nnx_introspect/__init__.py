@@ -5,11 +5,9 @@ that two states really match, for concrete or abstract (``nnx.eval_shape``)
 models alike.
 """
 
-import importlib
-import sys
 import typing
 
-from nnx_introspect._lazy import lazy_names
+from nnx_introspect._lazy import lazy_getattr, lazy_names
 from nnx_introspect._xla import native_stderr_filtered
 
 if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
@@ -92,19 +90,7 @@ __all__ = sorted(_LAZY)
 # Hidden from type checkers, which see the imports above: to them a misspelt name
 # stays an error instead of `Any`.
 if not typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> typing.Any:
-        """Import the module defining ``name`` on first use, then cache ``name``."""
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        if "jax" in sys.modules:
-            value = getattr(importlib.import_module(module), name)
-        else:  # JAX's first import here: its plugins' native noise kept off
-            with native_stderr_filtered():
-                value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals(), native_stderr_filtered)
 
     def __dir__() -> list[str]:
         return sorted({*globals(), *__all__})

@@ -34,7 +34,7 @@ from nnx_introspect._serve.spec import (
     WEIGHT_DTYPES,
     ServeSpec,
 )
-from nnx_introspect._step import devices_seen_as
+from nnx_introspect._step import devices_seen_as, present_mesh
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import (
     native_stderr_captured,
@@ -104,8 +104,7 @@ def serve_mesh(spec: ServeSpec) -> tuple[Mesh, list[Any] | None]:
             f"{jax.device_count()}. Pass a `topology` (e.g. 'h100-{n}') to "
             "compile for a target without its devices.",
         )
-    devices = np.array(jax.devices()[:n]).reshape([s for _, s in spec.mesh_axes])
-    return Mesh(devices, tuple(a for a, _ in spec.mesh_axes)), None
+    return present_mesh(spec.mesh_axes), None
 
 
 def _caller(spec: ServeSpec, model: Any) -> Callable[..., Any]:

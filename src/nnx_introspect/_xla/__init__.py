@@ -17,10 +17,9 @@ module is imported the first time the name is asked for, so importing
 imports no JAX.
 """
 
-import importlib
 import typing
 
-from nnx_introspect._lazy import lazy_names
+from nnx_introspect._lazy import lazy_getattr, lazy_names
 
 if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._xla.analysis import compile_lowered as compile_lowered
@@ -71,12 +70,4 @@ __all__ = sorted(_LAZY)
 
 # Hidden from type checkers, which see the imports above.
 if not typing.TYPE_CHECKING:
-
-    def __getattr__(name: str) -> typing.Any:
-        """Import the module defining ``name`` on first use, then cache ``name``."""
-        module = _LAZY.get(name)
-        if module is None:
-            raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-        value = getattr(importlib.import_module(module), name)
-        globals()[name] = value
-        return value
+    __getattr__ = lazy_getattr(__name__, _LAZY, globals())
