@@ -210,4 +210,5 @@ def test_the_curve_is_labelled_as_the_peak_the_points_are() -> None:
     assert {limit for limit in search.limits if limit} <= {"prefill", "decode"}
     chart = search.frontier_svg()
     assert "predicted frontier: peak = budget" in chart
+    assert "Prefill and decode: sequences against context" in chart
     assert "decode peak" not in chart and "decode's" not in chart

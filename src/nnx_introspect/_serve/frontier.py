@@ -293,7 +293,7 @@ def frontier_svg(
         svg.text(
             16,
             20,
-            f"Decode: sequences against context at the {named}",
+            f"Prefill and decode: sequences against context at the {named}",
             size=12,
             bold=True,
         ),
