@@ -13,7 +13,8 @@ parameters' sharding and dtype.
 
 Modules: ``parse`` (arguments), ``specs`` (partition-spec entries), ``plan``
 (each leaf's spec and problems), ``optimizer`` (the optimizer-state mirror),
-``report`` (records, table, JSON, the HTML page) and ``api``
+``records`` (each leaf's placement, a problem), ``report`` (totals, table,
+JSON, the HTML page) and ``api``
 (:func:`mesh_config_report`, composing them).
 """
 
@@ -31,10 +32,10 @@ from nnx_introspect._mesh.parse import check_rules as check_rules
 from nnx_introspect._mesh.parse import load_rules_file as load_rules_file
 from nnx_introspect._mesh.parse import optimizer_from_name as optimizer_from_name
 from nnx_introspect._mesh.parse import parse_bytes as parse_bytes
-from nnx_introspect._mesh.report import CATEGORIES as CATEGORIES
-from nnx_introspect._mesh.report import LeafShard as LeafShard
+from nnx_introspect._mesh.records import CATEGORIES as CATEGORIES
+from nnx_introspect._mesh.records import LeafShard as LeafShard
+from nnx_introspect._mesh.records import MeshProblem as MeshProblem
 from nnx_introspect._mesh.report import MeshConfigReport as MeshConfigReport
-from nnx_introspect._mesh.report import MeshProblem as MeshProblem
 from nnx_introspect._mesh.report import mesh_str as mesh_str
 from nnx_introspect._mesh.specs import entry_axes as entry_axes
 

@@ -20,7 +20,8 @@ from nnx_introspect._mesh.parse import (
     optimizer_from_name,
 )
 from nnx_introspect._mesh.plan import Planner, find_unmatched_rules, plan_model_leaves
-from nnx_introspect._mesh.report import MeshConfigReport, MeshProblem, budget_bytes
+from nnx_introspect._mesh.records import MeshProblem
+from nnx_introspect._mesh.report import MeshConfigReport, budget_bytes
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._nnx import devices_present
 from nnx_introspect._typing import IntLike, Target, typechecked

@@ -13,7 +13,7 @@ from jax.sharding import PartitionSpec
 
 from nnx_introspect._inventory import VarRecord, dtype_nbytes
 from nnx_introspect._mesh.plan import Planner
-from nnx_introspect._mesh.report import LeafShard, MeshProblem
+from nnx_introspect._mesh.records import LeafShard, MeshProblem
 from nnx_introspect._nnx import FrozenParam, keypath_keys
 from nnx_introspect._typing import ArgumentError
 

@@ -10,7 +10,7 @@ from flax.core import spmd as core_spmd
 from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 
 from nnx_introspect._inventory import VarRecord, dtype_nbytes
-from nnx_introspect._mesh.report import LeafShard, MeshProblem
+from nnx_introspect._mesh.records import LeafShard, MeshProblem
 from nnx_introspect._mesh.specs import (
     Entry,
     entry_axes,
