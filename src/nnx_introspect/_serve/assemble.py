@@ -8,10 +8,8 @@ sliding-window layers, and the time estimate
 :mod:`~nnx_introspect._step.assemble` is a step's.
 """
 
-import dataclasses
 from typing import Any
 
-from nnx_introspect._accelerators import Budget
 from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._serve.child import Served
 from nnx_introspect._serve.compile import PROGRAMS, ServeReadings
@@ -19,10 +17,10 @@ from nnx_introspect._serve.report import ServeMemoryReport, ServeProgram
 from nnx_introspect._serve.spec import ServeSpec
 from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._serve.windows import sliding_window_notes
-from nnx_introspect._step import Measured, StepMemory, importable_name
-from nnx_introspect._xla import XlaReadings, compiler_name
+from nnx_introspect._step import Measured, importable_name, memory_from_readings
+from nnx_introspect._xla import compiler_name
 
-__all__ = ["assemble_serve", "program_memory", "serve_program"]
+__all__ = ["assemble_serve", "serve_program"]
 
 
 def assemble_serve(given: ServeSpec, served: Served) -> ServeMemoryReport:
@@ -70,39 +68,6 @@ def assemble_serve(given: ServeSpec, served: Served) -> ServeMemoryReport:
     )
 
 
-def program_memory(numbers: XlaReadings, budget: Budget, planned: int) -> StepMemory:
-    """XLA's figures as a step's memory.
-
-    Refused for memory: the planned arguments (weights and cache) and the
-    compiler's required bytes.
-    """
-    oom = bool(numbers.out_of_memory)
-    arguments = numbers.argument_bytes
-    if arguments is None:
-        arguments = planned
-    temp = numbers.temp_bytes
-    if temp is None:
-        temp = max(0, (numbers.compiler_required_bytes or 0) - arguments)
-    memory = StepMemory(
-        argument_bytes=arguments,
-        output_bytes=numbers.output_bytes or 0,
-        temp_bytes=temp,
-        alias_bytes=numbers.alias_bytes or 0,
-        xla_peak_bytes=numbers.xla_peak_bytes,
-        xla_peak_complete=numbers.backend != "cpu",
-        xla_peak_lowers=numbers.backend == "tpu",
-        out_of_memory=oom,
-        compiler_message=numbers.compiler_message,
-        compiler_required_bytes=numbers.compiler_required_bytes,
-        compiler_available_bytes=numbers.compiler_available_bytes,
-    )
-    device = budget.device_memory_bytes
-    if device is not None and memory.peak_bytes > device and not oom:
-        # XLA:GPU compiles a program over the device's memory, which cannot run
-        return dataclasses.replace(memory, out_of_memory=True)
-    return memory
-
-
 def _wire(
     figures: Any,
 ) -> tuple[tuple[tuple[str, ...], int], ...] | None:
@@ -137,7 +102,7 @@ def serve_program(
         tokens=1 if name == "decode" else spec.prompt,
         weights_bytes=readings.weights_bytes,
         kv_cache_bytes=readings.kv_cache_bytes,
-        memory=program_memory(numbers, spec.budget, planned),
+        memory=memory_from_readings(numbers, spec.budget, planned, trust_tpu=False),
         flops=numbers.flops,
         warnings=tuple(numbers.warnings),
         compile_seconds=float(numbers.compile_seconds),

@@ -18,11 +18,11 @@ import numpy as np
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import Report, Table, format_bytes
-from nnx_introspect._serve.assemble import program_memory
 from nnx_introspect._serve.child import serve_readings
 from nnx_introspect._serve.compile import PROGRAMS
 from nnx_introspect._serve.frontier import Frontier, frontier_svg, predict_frontier
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
+from nnx_introspect._step import memory_from_readings
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla import start_backends_quietly
 
@@ -223,7 +223,7 @@ def _peak(spec: ServeSpec, cache: bool) -> _Point:
     peaks, fit, hit = {}, True, True
     for name in PROGRAMS:
         numbers = readings.program(name)
-        memory = program_memory(numbers, spec.budget, planned)
+        memory = memory_from_readings(numbers, spec.budget, planned, trust_tpu=False)
         peaks[name] = memory.peak_bytes
         fit = fit and not memory.out_of_memory and memory.peak_bytes <= budget
         hit = hit and numbers.cached is not None

@@ -85,6 +85,9 @@ from nnx_introspect._step.step_records import StepBudget as StepBudget
 from nnx_introspect._step.step_records import StepCompilation as StepCompilation
 from nnx_introspect._step.step_records import StepMemory as StepMemory
 from nnx_introspect._step.step_records import StepProgram as StepProgram
+from nnx_introspect._step.step_records import (
+    memory_from_readings as memory_from_readings,
+)
 from nnx_introspect._step.step_records import step_kind as step_kind
 from nnx_introspect._step.values import VALUES as VALUES
 from nnx_introspect._step.values import token_values as token_values
@@ -125,6 +128,7 @@ __all__ = [
     "importable_name",
     "measure_step",
     "measured_topology",
+    "memory_from_readings",
     "parse_batch",
     "parse_topology",
     "place_for",

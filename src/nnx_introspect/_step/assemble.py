@@ -6,7 +6,6 @@ quoted, rematerialisation read, the out-of-memory case sized from the plan,
 and the caveats judged on the finished report.
 """
 
-import dataclasses
 import math
 
 import jax.numpy as jnp
@@ -23,10 +22,10 @@ from nnx_introspect._step.step_estimate import batch_tokens
 from nnx_introspect._step.step_records import (
     StepBudget,
     StepCompilation,
-    StepMemory,
     StepProgram,
     collectives_from_json,
     compiled_in_kind,
+    memory_from_readings,
     step_kind,
 )
 from nnx_introspect._xla import RematStatement, XlaReadings, compiler_name
@@ -74,9 +73,11 @@ def assemble_report(
         why = readings.breakdown_error or "XLA wrote no dump to read"
         warnings.append(f"No breakdown of the peak: {why}.")
     warnings += _caveats(readings.sharding_constraints, request, plan)
-    memory = _memory(request, plan, readings, budget)
     order = _device_order(readings.device_order, topology)
+    refused = readings.argument_bytes is None  # no analysis: the plan's shards
+    planned = _planned_argument_bytes(request, plan) if refused else 0
     program = _program(readings)
+    memory = memory_from_readings(readings, budget, planned)
     batch = tuple(batch_str(b) for b in request.batch)
     return StepMemoryReport(
         num_devices=request.num_devices,
@@ -117,39 +118,6 @@ def assemble_report(
             tokens=request.tokens_per_step or batch_tokens(batch),
         ),
     )
-
-
-def _memory(
-    request: Request, plan: MeshConfigReport, readings: XlaReadings, budget: Budget
-) -> StepMemory:
-    """XLA's bytes, or for a step refused for memory the plan's and the compiler's."""
-    oom = readings.out_of_memory
-    arguments = readings.argument_bytes
-    if arguments is None:  # refused for memory: the plan's exact shards
-        arguments = _planned_argument_bytes(request, plan)
-    temp = readings.temp_bytes
-    if temp is None:
-        temp = max(0, (readings.compiler_required_bytes or 0) - arguments)
-    memory = StepMemory(
-        argument_bytes=arguments,
-        output_bytes=readings.output_bytes or 0,
-        temp_bytes=temp,
-        alias_bytes=readings.alias_bytes or 0,
-        xla_peak_bytes=readings.xla_peak_bytes,
-        xla_peak_complete=readings.backend != "cpu",
-        xla_peak_lowers=readings.backend == "tpu",
-        out_of_memory=oom,
-        compiler_message=readings.compiler_message,
-        compiler_required_bytes=readings.compiler_required_bytes,
-        compiler_available_bytes=readings.compiler_available_bytes,
-    )
-    # XLA:TPU refuses a program over its available HBM itself; XLA:GPU
-    # compiles one over the device's memory, which cannot run
-    device = budget.device_memory_bytes  # the topology's, found once by step_budget
-    over = device is not None and memory.peak_bytes > device
-    if over and readings.backend != "tpu":
-        return dataclasses.replace(memory, out_of_memory=True)
-    return memory
 
 
 def _program(readings: XlaReadings) -> StepProgram:

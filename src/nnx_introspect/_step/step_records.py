@@ -22,7 +22,7 @@ from typing import Any, Literal
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import format_bytes
 from nnx_introspect._typing import as_int
-from nnx_introspect._xla import Collective, Collectives, SourceLocation
+from nnx_introspect._xla import Collective, Collectives, SourceLocation, XlaReadings
 
 __all__ = [
     "BudgetBasis",
@@ -33,6 +33,7 @@ __all__ = [
     "StepMemory",
     "StepProgram",
     "collectives_from_json",
+    "memory_from_readings",
     "step_kind",
 ]
 
@@ -157,6 +158,50 @@ class StepMemory:
     def refused(self) -> bool:
         """Whether the compiler refused the step (its words are then kept)."""
         return self.compiler_message is not None
+
+
+def memory_from_readings(
+    readings: XlaReadings,
+    budget: Budget,
+    planned: int,
+    *,
+    trust_tpu: bool = True,
+) -> StepMemory:
+    """XLA's bytes of one compiled program as a :class:`StepMemory`.
+
+    A program the compiler refused for memory has no analysis: its arguments
+    are ``planned`` (the plan's exact shards) and its temporaries what the
+    compiler said it required beyond them. XLA:GPU compiles a program over
+    the device's memory (``budget.device_memory_bytes``), which cannot run:
+    it is out of memory here. XLA:TPU refuses such a program itself; with
+    ``trust_tpu`` its compile is taken as the answer, without it (serving,
+    where a decode at the limit compiled and then failed to allocate on the
+    chip) a peak over the device is out of memory on TPU too.
+    """
+    arguments = readings.argument_bytes
+    if arguments is None:
+        arguments = planned
+    temp = readings.temp_bytes
+    if temp is None:
+        temp = max(0, (readings.compiler_required_bytes or 0) - arguments)
+    memory = StepMemory(
+        argument_bytes=arguments,
+        output_bytes=readings.output_bytes or 0,
+        temp_bytes=temp,
+        alias_bytes=readings.alias_bytes or 0,
+        xla_peak_bytes=readings.xla_peak_bytes,
+        xla_peak_complete=readings.backend != "cpu",
+        xla_peak_lowers=readings.backend == "tpu",
+        out_of_memory=bool(readings.out_of_memory),
+        compiler_message=readings.compiler_message,
+        compiler_required_bytes=readings.compiler_required_bytes,
+        compiler_available_bytes=readings.compiler_available_bytes,
+    )
+    device = budget.device_memory_bytes
+    over = device is not None and memory.peak_bytes > device
+    if over and not (trust_tpu and readings.backend == "tpu"):
+        return dataclasses.replace(memory, out_of_memory=True)
+    return memory
 
 
 @dataclasses.dataclass(frozen=True)
