@@ -47,6 +47,10 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._xla.hlo.lineage import REDUCING as REDUCING
     from nnx_introspect._xla.hlo.lineage import Origin as Origin
     from nnx_introspect._xla.hlo.phases import Phases as Phases
+    from nnx_introspect._xla.hlo.work import OpWork as OpWork
+    from nnx_introspect._xla.hlo.work import Work as Work
+    from nnx_introspect._xla.hlo.work import program_work as program_work
+    from nnx_introspect._xla.hlo.work import work_from_json as work_from_json
     from nnx_introspect._xla.native_log import NOISE as NOISE
     from nnx_introspect._xla.native_log import drop_noise as drop_noise
     from nnx_introspect._xla.native_log import (

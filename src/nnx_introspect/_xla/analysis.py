@@ -27,6 +27,7 @@ from nnx_introspect._xla.hlo import (
     tuple_elements,
 )
 from nnx_introspect._xla.hlo.traffic import program_traffic, traffic_json
+from nnx_introspect._xla.hlo.work import program_work
 from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
@@ -219,7 +220,7 @@ def compile_lowered(
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
         raise RuntimeError("XLA gave no memory analysis for the compiled step.")
-    costs, figures, traffic = _read(compiled, backend, mesh, dump_to)
+    costs, figures, traffic, work = _read(compiled, backend, mesh, dump_to)
     if costs.why is not None:
         warnings = (*warnings, left_out(costs.why))
     wire = figures.pop("collective_wire_bytes")
@@ -243,6 +244,7 @@ def compile_lowered(
         if wire is None
         else tuple((tuple(a), int(n), int(w)) for a, n, w in wire),
         traffic=traffic,
+        work=work,
         measured=measured,
         **figures,
     )
@@ -250,15 +252,15 @@ def compile_lowered(
 
 def _read(
     compiled: Any, backend: str, mesh: Mesh, dump_to: str | None
-) -> tuple["_Costs", dict[str, Any], dict[str, Any] | None]:
-    """The program's costs, its figures (:func:`_figures`) and its traffic.
+) -> tuple["_Costs", dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
+    """The program's costs, its figures (:func:`_figures`), traffic and work.
 
-    The three read the program's text: they share one parse of it.
+    The four read the program's text: they share one parse of it.
     """
     text = _text_or_error(compiled, backend, dump_to)
     with parsed_once():
         costs = _costs(compiled, backend, text if isinstance(text, str) else None)
-        return costs, _figures(text, mesh), _traffic(text)
+        return costs, _figures(text, mesh), _traffic(text), _work(text)
 
 
 def _traffic(text: str | Exception) -> dict[str, Any] | None:
@@ -267,6 +269,16 @@ def _traffic(text: str | Exception) -> dict[str, Any] | None:
         return None
     try:
         return traffic_json(program_traffic(parse_module(text)))
+    except HloTextError:
+        return None
+
+
+def _work(text: str | Exception) -> dict[str, Any] | None:
+    """The program's work by instruction, as JSON data; ``None`` unparsed."""
+    if isinstance(text, Exception):
+        return None
+    try:
+        return program_work(parse_module(text)).json_data()
     except HloTextError:
         return None
 

@@ -74,6 +74,11 @@ class XlaReadings:
             (:func:`~nnx_introspect._xla.hlo.traffic.traffic_json`: read and
             written bytes, the instructions that move the most, with source
             lines), or ``None`` when its text could not be read.
+        work: The program's work by instruction
+            (:meth:`~nnx_introspect._xla.hlo.work.Work.json_data`: matmul and
+            vector FLOPs, HBM bytes and XLA:TPU's cycles per kind of
+            instruction, with counts), what the step-time model reads; ``None``
+            when its text could not be read.
         measured: The program run on this process's devices
             (:func:`~nnx_introspect._xla.run.run_compiled`'s JSON data), when
             a report asked for it.
@@ -115,6 +120,7 @@ class XlaReadings:
     explicit_axes_fallback: str | None = None
     device_order: str = "plain"
     traffic: dict[str, Any] | None = None
+    work: dict[str, Any] | None = None
     measured: dict[str, Any] | None = None
     cached: str | None = None
 

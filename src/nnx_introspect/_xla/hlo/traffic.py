@@ -47,7 +47,15 @@ from nnx_introspect._xla.hlo.shapes import (
     tuple_elements,
 )
 
-__all__ = ["Traffic", "TrafficRow", "program_traffic", "traffic_json"]
+__all__ = [
+    "NOTHING_MOVED",
+    "Traffic",
+    "TrafficRow",
+    "bytes_moved",
+    "hbm_bytes_of",
+    "program_traffic",
+    "traffic_json",
+]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -257,6 +265,31 @@ def _moved(
         written = _update_bytes(module, update) if size(inst.shape) else 0
         return read, written
     return read, size(inst.shape)
+
+
+NOTHING_MOVED: Final = _NOTHING
+"""Opcodes that move no bytes of their own (for :mod:`~nnx_introspect._xla.hlo.work`)."""
+
+
+def bytes_moved(
+    module: Module, inst: Instruction, size: Callable[[str], int] = _bytes
+) -> tuple[int, int]:
+    """``(read, written)`` bytes of one run of ``inst``, each array by ``size``.
+
+    ``size`` is a shape's bytes (all of them by default; :func:`hbm_bytes_of`
+    for those in HBM), by the rules of this module's text.
+    """
+    return _moved(module, inst, size)
+
+
+def hbm_bytes_of(shape: str) -> int:
+    """Bytes of the arrays of ``shape`` in HBM (memory space 0).
+
+    Example:
+        >>> hbm_bytes_of("(f32[8]{0}, f32[8]{0:S(1)})")
+        32
+    """
+    return _hbm_bytes(shape)
 
 
 def _walk(

@@ -1,0 +1,322 @@
+"""One time per program: the compiled program's instructions at calibrated rates.
+
+:func:`program_time` turns a program's :class:`~nnx_introspect._xla.hlo.work.Work`
+(every instruction it runs, with its matmul FLOPs, vector FLOPs, HBM bytes and
+XLA:TPU's own cycle estimate) into one time with an error bar:
+
+* **within an instruction, its units overlap**: an instruction takes the
+  longest of its matmul FLOPs at the matrix unit's rate, its vector FLOPs at
+  the vector unit's, its HBM bytes at HBM's rate and (XLA:TPU) the compiler's
+  cycle estimate, plus a fixed cost per launch;
+* **instructions run one after another**: a TPU core runs one fusion at a
+  time, so the program's time is the sum over its instructions, each as often
+  as its loops run it;
+* **asynchronous copies** (XLA:TPU's prefetches into on-chip memory) overlap
+  the instructions around them: a fitted share of their HBM time is added;
+* **collectives** are added at their links' data-sheet bandwidth, one after
+  another, never overlapped: a single chip has no links to calibrate them on,
+  so a mesh's communication is an uncalibrated, pessimistic term, and the
+  words of every estimate with collectives say so.
+
+The rates are **calibrated per device kind** (:data:`CONSTANTS`): a fraction of
+the data-sheet matmul peak and HBM bandwidth, a vector rate, a factor on the
+compiler's cycles and a cost per launch, fitted on one half of the chip table
+(``benchmarks/timecal.py fit``) and checked on the other half, whose error is
+the error bar. A kind with no chip to calibrate on (every GPU, every TPU but
+v5e) keeps data-sheet rates and no launch cost, and its estimate says
+"uncalibrated".
+"""
+
+import dataclasses
+from typing import Any
+
+from nnx_introspect._accelerators import Hardware
+from nnx_introspect._xla import Work
+
+__all__ = [
+    "CONSTANTS",
+    "ProgramTime",
+    "TimeConstants",
+    "constants_for",
+    "program_time",
+    "same_time",
+]
+
+
+@dataclasses.dataclass(frozen=True)
+class TimeConstants:
+    """The rates a device kind's programs run at: the time model's constants.
+
+    Attributes:
+        version: The constants' name and version (``"tpu-v5e/1"``): a report
+            names it, and a new fit gets a new one.
+        calibrated: Whether a chip of this kind was measured to fit them.
+        matmul_fraction: The share of the dtype's dense data-sheet peak a
+            matmul instruction runs at.
+        vector_flops_per_second: The vector unit's rate, in the vector FLOPs
+            :mod:`~nnx_introspect._xla.hlo.work` counts; ``None``: not timed.
+        hbm_fraction: The share of the data-sheet HBM bandwidth an
+            instruction's HBM bytes move at.
+        seconds_per_cycle: Seconds per cycle of XLA:TPU's estimate;
+            ``None``: the estimate is not used.
+        launch_seconds: A fixed cost per instruction run.
+        async_share: The share of asynchronous copies' HBM time not hidden by
+            the instructions around them.
+        error: The error bar: on the half of the chip table the fit never
+            saw, 9 in 10 programs ran within this fraction of their estimate;
+            ``None`` when uncalibrated.
+        programs: Programs of the chip table the constants were fitted on.
+        held_out: Programs of the chip table they were checked on.
+        source: Where the fit and its table are.
+    """
+
+    version: str
+    calibrated: bool
+    matmul_fraction: float
+    vector_flops_per_second: float | None
+    hbm_fraction: float
+    seconds_per_cycle: float | None
+    launch_seconds: float
+    async_share: float
+    error: float | None
+    programs: int = 0
+    held_out: int = 0
+    source: str = ""
+
+    def json_data(self) -> dict[str, Any]:
+        """Every constant as JSON data.
+
+        Example:
+            >>> CONSTANTS["v5e"].json_data()["version"]
+            'tpu-v5e/1'
+        """
+        return dataclasses.asdict(self)
+
+
+DATA_SHEET = TimeConstants(
+    version="data-sheet/1",
+    calibrated=False,
+    matmul_fraction=1.0,
+    vector_flops_per_second=None,
+    hbm_fraction=1.0,
+    seconds_per_cycle=None,
+    launch_seconds=0.0,
+    async_share=0.0,
+    error=None,
+    source="data-sheet peaks (Hardware.sources), no chip measured",
+)
+"""The constants of a kind with no chip to calibrate on: data-sheet rates."""
+
+CONSTANTS: dict[str, TimeConstants] = {
+    "v5e": TimeConstants(
+        version="tpu-v5e/1",
+        calibrated=True,
+        matmul_fraction=1.0,
+        vector_flops_per_second=None,
+        hbm_fraction=1.0,
+        seconds_per_cycle=None,
+        launch_seconds=0.0,
+        async_share=0.0,
+        error=None,
+        programs=0,
+        held_out=0,
+        source="benchmarks/timecal.py fit; docs/accuracy.md",
+    ),
+}
+"""The calibrated constants by hardware family (``Hardware.family``)."""
+
+
+def constants_for(hardware: Hardware) -> TimeConstants:
+    """The time model's constants for ``hardware``: calibrated, else the data sheet.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> constants_for(hardware_for("v5e-8")).calibrated
+        True
+        >>> constants_for(hardware_for("h100-8")).version
+        'data-sheet/1'
+    """
+    return CONSTANTS.get(hardware.family, DATA_SHEET)
+
+
+@dataclasses.dataclass(frozen=True)
+class ProgramTime:
+    """One program's time from its instructions: the point estimate and its terms.
+
+    Attributes:
+        seconds: The estimate: the instructions' times summed, plus the
+            unhidden share of asynchronous copies, plus communication.
+        error: The error bar as a fraction (``0.09``: ±9%), or ``None``
+            (uncalibrated).
+        constants: The :class:`TimeConstants` used.
+        matmul_seconds: Time of the instructions bound by their matmuls.
+        vector_seconds: Time of those bound by vector work.
+        memory_seconds: Time of those bound by HBM bytes.
+        cycles_seconds: Time of those bound by XLA:TPU's cycle estimate.
+        launch_seconds: The launch costs together.
+        async_seconds: The unhidden share of asynchronous copies.
+        comm_seconds: Communication, added (never overlapped, uncalibrated).
+        launches: Instructions run, loops' trips included.
+    """
+
+    seconds: float
+    error: float | None
+    constants: TimeConstants
+    matmul_seconds: float
+    vector_seconds: float
+    memory_seconds: float
+    cycles_seconds: float
+    launch_seconds: float
+    async_seconds: float
+    comm_seconds: float
+    launches: int
+
+    @property
+    def calibrated(self) -> bool:
+        """Whether the estimate's constants were fitted on a chip of its kind."""
+        return self.constants.calibrated and self.comm_seconds == 0
+
+    @property
+    def words(self) -> str:
+        """The estimate with its basis: ``"111 ms (±9%, calibrated on ...)"``.
+
+        Example:
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> from nnx_introspect._xla import OpWork, Work
+            >>> work = Work((OpWork("matmul", 197e9, 0.0, 0, None, 1),))
+            >>> print(program_time(work, hardware_for("h100-1"), dtype="bf16").words)
+            199 us (uncalibrated: data-sheet peaks, no chip of this kind measured)
+        """
+        return f"{_duration(self.seconds)} ({self.basis})"
+
+    @property
+    def basis(self) -> str:
+        """How far to trust it: the error bar and what it was calibrated on."""
+        c = self.constants
+        if not c.calibrated or c.error is None:
+            return "uncalibrated: data-sheet peaks, no chip of this kind measured"
+        text = (
+            f"±{c.error:.0%}, calibrated on TPU {c.version.split('/')[0][4:]} "
+            f"from {c.programs} programs, constants {c.version}"
+        )
+        if self.comm_seconds:
+            text += (
+                f"; its {_duration(self.comm_seconds)} of collectives are "
+                "uncalibrated (data-sheet links, not overlapped)"
+            )
+        return text
+
+    def json_data(self) -> dict[str, Any]:
+        """The estimate, its terms and its constants as JSON data."""
+        data = {
+            f.name: getattr(self, f.name)
+            for f in dataclasses.fields(self)
+            if f.name != "constants"
+        }
+        data["constants"] = self.constants.json_data()
+        data["calibrated"] = self.calibrated
+        data["words"] = self.words
+        return data
+
+
+def _duration(seconds: float) -> str:
+    """``0.1113`` -> ``"111 ms"``: three significant figures."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if seconds >= scale:
+            return f"{seconds / scale:.3g} {unit}"
+    return f"{seconds / 1e-9:.3g} ns"
+
+
+def program_time(
+    work: Work,
+    hardware: Hardware,
+    *,
+    dtype: str = "bf16",
+    comm_seconds: float = 0.0,
+    constants: TimeConstants | None = None,
+) -> ProgramTime:
+    """The time of one run of a program whose work is ``work``, on ``hardware``.
+
+    Args:
+        work: The program's work (:func:`~nnx_introspect._xla.hlo.work.program_work`).
+        hardware: One device of the target.
+        dtype: The program's matmul dtype, whose dense peak its matmuls run at
+            (``f32`` where the chip has no peak for it).
+        comm_seconds: The program's communication time (its collectives'
+            wire bytes over their links), added.
+        constants: The rates; default :func:`constants_for` ``hardware``.
+
+    Returns:
+        The :class:`ProgramTime`.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> from nnx_introspect._xla import OpWork, Work
+        >>> h100 = hardware_for("h100-1")
+        >>> work = Work((
+        ...     OpWork("matmul", h100.peak_flops_per_second("bf16"), 0.0, 0, None, 2),
+        ...     OpWork("vector", 0.0, 1e6, h100.hbm_bytes_per_second, None, 1),
+        ... ))
+        >>> t = program_time(work, h100)
+        >>> t.seconds, t.matmul_seconds, t.memory_seconds  # 2 s of matmul + 1 s of HBM
+        (3.0, 2.0, 1.0)
+    """
+    c = constants if constants is not None else constants_for(hardware)
+    try:
+        peak = hardware.peak_flops_per_second(dtype)
+    except ValueError:
+        peak = hardware.peak_flops_per_second("f32")
+    matmul_rate = c.matmul_fraction * peak
+    hbm_rate = c.hbm_fraction * hardware.hbm_bytes_per_second
+    terms = {"matmul": 0.0, "vector": 0.0, "memory": 0.0, "cycles": 0.0}
+    launch = hidden = 0.0
+    for op in work.ops:
+        if op.kind == "async":
+            hidden += op.count * op.hbm_bytes / hbm_rate
+            continue
+        launch += op.count * c.launch_seconds
+        if op.kind == "loop":
+            continue
+        times = {
+            "matmul": op.matmul_flops / matmul_rate,
+            "memory": op.hbm_bytes / hbm_rate,
+            "vector": 0.0
+            if c.vector_flops_per_second is None
+            else op.vector_flops / c.vector_flops_per_second,
+            "cycles": 0.0
+            if c.seconds_per_cycle is None or op.cycles is None
+            else op.cycles * c.seconds_per_cycle,
+        }
+        bound = max(times, key=lambda name: times[name])
+        terms[bound] += op.count * times[bound]
+    unhidden = c.async_share * hidden
+    total = sum(terms.values()) + launch + unhidden + comm_seconds
+    return ProgramTime(
+        seconds=total,
+        error=c.error,
+        constants=c,
+        matmul_seconds=terms["matmul"],
+        vector_seconds=terms["vector"],
+        memory_seconds=terms["memory"],
+        cycles_seconds=terms["cycles"],
+        launch_seconds=launch,
+        async_seconds=unhidden,
+        comm_seconds=comm_seconds,
+        launches=work.launches,
+    )
+
+
+def same_time(a: float, b: float, error: float | None) -> bool:
+    """Whether two estimates are equal within the calibrated ``error``.
+
+    Two candidates whose estimates differ by less than the error bar cannot be
+    ranked by them; uncalibrated (``error`` ``None``) they are equal only when
+    their estimates are.
+
+    Example:
+        >>> same_time(0.100, 0.105, 0.09), same_time(0.100, 0.150, 0.09)
+        (True, False)
+    """
+    if error is None:
+        return a == b
+    return abs(a - b) <= error * max(a, b)

@@ -1,0 +1,441 @@
+r"""The work of a compiled program, instruction by instruction: what a time model reads.
+
+XLA's ``cost_analysis()`` gives one total of FLOPs and one of bytes accessed;
+a program's time is not a function of those two totals (a step whose matmuls
+run at 60% of the peak and a step of thousands of small vector fusions can
+have the same totals). :func:`program_work` lists, for every instruction the
+program runs (each fusion as one), what it asks of each unit of the chip:
+
+* ``matmul_flops``: the FLOPs of its dots and convolutions (``2 x output
+  elements x contracted size``), the matrix unit's work (a GPU's tensor cores);
+* ``vector_flops``: one per output element of each arithmetic or
+  transcendental operation it fuses (one per input element of a reduction),
+  the vector unit's work;
+* ``hbm_bytes``: the bytes it reads from and writes to HBM, by the rules of
+  :mod:`~nnx_introspect._xla.hlo.traffic` (operands XLA:TPU's memory-space
+  assignment keeps on chip, ``S(1)``, do not cross HBM);
+* ``cycles``: XLA:TPU's own cost model of the instruction
+  (``estimated_cycles`` in its ``window_config``), where the compiler states
+  one.
+
+Each instruction runs as often as its loops say (a while loop's body once per
+trip, :func:`~nnx_introspect._xla.hlo.loops.trip_count`; a conditional's
+costliest branch once), and each trip of a loop is one more launch (its
+condition and its bookkeeping). Asynchronous copies (``copy-start``,
+``slice-start``: XLA:TPU's prefetches into on-chip memory) are their own kind,
+``"async"``: they move HBM bytes while other instructions compute.
+
+Identical instructions are counted together: the result is a short table of
+``(kind, matmul FLOPs, vector FLOPs, HBM bytes, cycles) x count``, the whole
+input of :func:`~nnx_introspect._roofline.timing.program_time`.
+
+Example:
+    >>> from nnx_introspect._xla.hlo import parse_module
+    >>> module = parse_module("\n".join([
+    ...     "HloModule jit_f",
+    ...     "",
+    ...     "ENTRY %main (a: f32[8,16], b: f32[16,4]) -> f32[8,4] {",
+    ...     "  %a = f32[8,16]{1,0} parameter(0)",
+    ...     "  %b = f32[16,4]{1,0} parameter(1)",
+    ...     "  %d = f32[8,4]{1,0} dot(%a, %b), lhs_contracting_dims={1},"
+    ...     " rhs_contracting_dims={0}",
+    ...     "  ROOT %e = f32[8,4]{1,0} exponential(%d)",
+    ...     "}",
+    ... ]))
+    >>> work = program_work(module)
+    >>> [(op.kind, op.matmul_flops, op.vector_flops, op.hbm_bytes) for op in work.ops]
+    [('matmul', 1024.0, 0.0, 896), ('vector', 0.0, 32.0, 256)]
+
+    The dot: ``2 x 32 x 16`` FLOPs, reading 512 + 256 B and writing 128 B; the
+    exponential: 32 elements, 128 B in and out.
+    >>> work.matmul_flops, work.launches
+    (1024.0, 2)
+"""
+
+import dataclasses
+import math
+import re
+from collections.abc import Iterator
+from typing import Any, Final, Literal
+
+from nnx_introspect._xla.hlo.instructions import Instruction
+from nnx_introspect._xla.hlo.loops import trip_count
+from nnx_introspect._xla.hlo.module import Module, called_computations
+from nnx_introspect._xla.hlo.shapes import arrays, parse_shape, tuple_elements
+from nnx_introspect._xla.hlo.traffic import (
+    NOTHING_MOVED,
+    bytes_moved,
+    hbm_bytes_of,
+)
+
+__all__ = ["OpKind", "OpWork", "Work", "program_work", "work_from_json"]
+
+OpKind = Literal["matmul", "vector", "memory", "async", "collective", "loop"]
+"""What an instruction mostly is: a matmul (it holds a dot or a convolution),
+vector work (it computes, without a matmul), a memory operation (a copy, a
+slice, an update in place, a gather: it moves bytes and computes nothing), an
+asynchronous copy, a collective, or one trip of a loop's control."""
+
+_COLLECTIVES: Final = frozenset(
+    {
+        "all-gather",
+        "all-gather-start",
+        "all-reduce",
+        "all-reduce-start",
+        "all-to-all",
+        "ragged-all-to-all",
+        "collective-permute",
+        "collective-permute-start",
+        "reduce-scatter",
+        "collective-broadcast",
+        "send",
+        "recv",
+    }
+)
+
+_ASYNC_COPIES: Final = frozenset({"copy-start", "slice-start", "copy-to-host-start"})
+
+_FREE: Final = frozenset(
+    {
+        "parameter",
+        "constant",
+        "bitcast",
+        "bitcast-convert",
+        "broadcast",
+        "reshape",
+        "transpose",
+        "copy",
+        "slice",
+        "dynamic-slice",
+        "dynamic-update-slice",
+        "concatenate",
+        "pad",
+        "tuple",
+        "get-tuple-element",
+        "iota",
+        "gather",
+        "scatter",
+        "reverse",
+        "fusion",
+        "call",
+        "convolution",
+        "dot",
+        "custom-call",
+        "while",
+        "conditional",
+        "after-all",
+        "partition-id",
+        "replica-id",
+        "opt-barrier",
+        "sort",
+        "rng-bit-generator",
+        "rng",
+        "get-dimension-size",
+        "domain",
+    }
+)
+"""Opcodes that are no vector arithmetic of their own: views, data movement,
+and instructions whose work is counted elsewhere (a fusion's by its body)."""
+
+_REDUCTIONS: Final = frozenset({"reduce", "reduce-window", "select-and-scatter"})
+
+_CYCLES: Final = re.compile(r'"estimated_cycles":"(\d+)"')
+
+_GEMM_CALLS: Final = ("__cublas$gemm", "__cublas$lt$matmul", "__cudnn$")
+
+
+@dataclasses.dataclass(frozen=True)
+class OpWork:
+    """One kind of instruction's work, and how many times the program runs it.
+
+    Attributes:
+        kind: What it is (:data:`OpKind`).
+        matmul_flops: FLOPs of its dots and convolutions, one run.
+        vector_flops: Its vector work, one run: an output element per
+            arithmetic or transcendental operation, an input element per
+            reduction.
+        hbm_bytes: Bytes it reads from and writes to HBM, one run.
+        cycles: XLA:TPU's ``estimated_cycles`` for it, one run; ``None`` where
+            the compiler states none.
+        count: How many times it runs: its copies in the program times their
+            loops' trips.
+    """
+
+    kind: OpKind
+    matmul_flops: float
+    vector_flops: float
+    hbm_bytes: int
+    cycles: int | None
+    count: int
+
+    def json_data(self) -> list[Any]:
+        """``[kind, matmul_flops, vector_flops, hbm_bytes, cycles, count]``.
+
+        Example:
+            >>> OpWork("vector", 0.0, 8.0, 64, None, 3).json_data()
+            ['vector', 0.0, 8.0, 64, None, 3]
+        """
+        return [
+            self.kind,
+            self.matmul_flops,
+            self.vector_flops,
+            self.hbm_bytes,
+            self.cycles,
+            self.count,
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
+class Work:
+    """A program's work: every kind of instruction it runs, with its count.
+
+    Attributes:
+        ops: One :class:`OpWork` per distinct instruction, most matmul FLOPs,
+            then most HBM bytes, first.
+        unknown_trips: Loops whose trip count the program does not state
+            (their bodies counted once).
+    """
+
+    ops: tuple[OpWork, ...]
+    unknown_trips: tuple[str, ...] = ()
+
+    @property
+    def matmul_flops(self) -> float:
+        """Matmul FLOPs of the whole program."""
+        return sum(op.matmul_flops * op.count for op in self.ops)
+
+    @property
+    def vector_flops(self) -> float:
+        """Vector FLOPs of the whole program."""
+        return sum(op.vector_flops * op.count for op in self.ops)
+
+    @property
+    def hbm_bytes(self) -> int:
+        """HBM bytes of the whole program, asynchronous copies included."""
+        return sum(op.hbm_bytes * op.count for op in self.ops)
+
+    @property
+    def launches(self) -> int:
+        """Instructions run, loops' trips included."""
+        return sum(op.count for op in self.ops)
+
+    def json_data(self) -> dict[str, Any]:
+        """The work as JSON data (:func:`work_from_json` reads it back).
+
+        Example:
+            >>> work = Work((OpWork("matmul", 2.0, 0.0, 8, 100, 1),))
+            >>> work_from_json(work.json_data()) == work
+            True
+        """
+        return {
+            "columns": [
+                "kind",
+                "matmul_flops",
+                "vector_flops",
+                "hbm_bytes",
+                "cycles",
+                "count",
+            ],
+            "ops": [op.json_data() for op in self.ops],
+            "unknown_trips": list(self.unknown_trips),
+        }
+
+
+def work_from_json(data: dict[str, Any]) -> Work:
+    """The :class:`Work` that :meth:`Work.json_data` wrote.
+
+    Example:
+        >>> work_from_json({"ops": [["loop", 0.0, 0.0, 0, None, 24]]}).launches
+        24
+    """
+    ops = tuple(
+        OpWork(
+            kind,
+            float(matmul),
+            float(vector),
+            int(hbm),
+            None if cycles is None else int(cycles),
+            int(count),
+        )
+        for kind, matmul, vector, hbm, cycles, count in data["ops"]
+    )
+    return Work(ops, tuple(data.get("unknown_trips", ())))
+
+
+def _elements(shape: str) -> int:
+    """Elements of every array of ``shape``."""
+    return sum(math.prod(dims) for _, dims, _ in arrays(shape)) if shape else 0
+
+
+def _dims_of(module: Module, name: str) -> tuple[int, ...] | None:
+    found = module.instructions.get(name)
+    if found is None or found.shape.startswith("("):
+        return None
+    return parse_shape(found.shape)[1]
+
+
+def _dot_flops(module: Module, inst: Instruction) -> float:
+    """``2 x output elements x contracted size`` of a ``dot``."""
+    lhs = _dims_of(module, inst.operands[0]) if inst.operands else None
+    contracting = inst.attributes.get("lhs_contracting_dims", "").strip("{}")
+    if lhs is None or inst.shape.startswith("("):
+        return 0.0
+    dims = [int(i) for i in contracting.split(",") if i.strip()]
+    if any(i >= len(lhs) for i in dims):
+        return 0.0
+    out = parse_shape(inst.shape)[1]
+    return 2.0 * math.prod(out) * math.prod(lhs[i] for i in dims)
+
+
+def _convolution_flops(module: Module, inst: Instruction) -> float:
+    """``2 x output elements x (input features / groups) x window`` of a convolution.
+
+    XLA:TPU writes a dot as a convolution (``dim_labels=bf_io->bf``): the
+    input's ``f`` dimension is the contracted one, and the kernel's spatial
+    dimensions (digits) are the window.
+    """
+    labels = inst.attributes.get("dim_labels", "")
+    found = re.fullmatch(r"(\w+)_(\w+)->(\w+)", labels.strip())
+    if found is None or len(inst.operands) < 2 or inst.shape.startswith("("):
+        return 0.0
+    lhs = _dims_of(module, inst.operands[0])
+    rhs = _dims_of(module, inst.operands[1])
+    lhs_labels, rhs_labels = found[1], found[2]
+    if (
+        lhs is None
+        or rhs is None
+        or len(lhs) != len(lhs_labels)
+        or len(rhs) != len(rhs_labels)
+        or "f" not in lhs_labels
+    ):
+        return 0.0
+    groups = int(inst.attributes.get("feature_group_count", "1") or 1)
+    window = math.prod(
+        size for label, size in zip(rhs_labels, rhs, strict=True) if label.isdigit()
+    )
+    features = lhs[lhs_labels.index("f")] // max(groups, 1)
+    out = parse_shape(inst.shape)[1]
+    return 2.0 * math.prod(out) * features * window
+
+
+def _gemm_call_flops(module: Module, inst: Instruction) -> float:
+    """A library GEMM's FLOPs (XLA:GPU's cuBLAS calls): ``2 x M x N x K``."""
+    target = inst.attributes.get("custom_call_target", "").strip('"')
+    if not target.startswith(_GEMM_CALLS) or len(inst.operands) < 2:
+        return 0.0
+    lhs = _dims_of(module, inst.operands[0])
+    elements = tuple_elements(inst.shape)
+    out_shape = elements[0] if elements else inst.shape
+    config = inst.attributes.get("backend_config", "")
+    found = re.search(r'"lhs_contracting_dimensions":\["?(\d+)', config)
+    if lhs is None or found is None or int(found[1]) >= len(lhs):
+        return 0.0
+    out = parse_shape(out_shape)[1]
+    return 2.0 * math.prod(out) * lhs[int(found[1])]
+
+
+def _flops(module: Module, inst: Instruction, seen: int = 0) -> tuple[float, float]:
+    """``(matmul, vector)`` FLOPs of one run of ``inst`` (a fusion: its body's)."""
+    op = inst.opcode
+    if op == "dot":
+        return _dot_flops(module, inst), 0.0
+    if op == "convolution":
+        return _convolution_flops(module, inst), 0.0
+    if op == "custom-call":
+        return _gemm_call_flops(module, inst), 0.0
+    if op in ("fusion", "call") and seen < 16:
+        matmul = vector = 0.0
+        for called in called_computations(inst):
+            for inner in module.computations.get(called, []):
+                m, v = _flops(module, inner, seen + 1)
+                matmul += m
+                vector += v
+        return matmul, vector
+    if op in _REDUCTIONS:
+        operands = inst.operands[: max(1, len(inst.operands) // 2)]
+        return 0.0, float(sum(_elements(_shape(module, n)) for n in operands))
+    if op in _FREE or op in _COLLECTIVES or op in _ASYNC_COPIES:
+        return 0.0, 0.0
+    if op.endswith(("-start", "-done", "-update")):
+        return 0.0, 0.0
+    return 0.0, float(_elements(inst.shape))
+
+
+def _shape(module: Module, name: str) -> str:
+    found = module.instructions.get(name)
+    return "" if found is None else found.shape
+
+
+def _kind(inst: Instruction, matmul: float, vector: float) -> OpKind:
+    op = inst.opcode
+    if op in _ASYNC_COPIES:
+        return "async"
+    if op in _COLLECTIVES or (op.startswith("async-start") and "collective" in op):
+        return "collective"
+    if matmul > 0:
+        return "matmul"
+    if vector > 0:
+        return "vector"
+    return "memory"
+
+
+def _cycles(inst: Instruction) -> int | None:
+    found = _CYCLES.search(inst.attributes.get("backend_config", ""))
+    return int(found[1]) if found else None
+
+
+def _runs(
+    module: Module, computation: str, trips: int, unknown: list[str]
+) -> Iterator[tuple[Instruction | None, int]]:
+    """Every instruction run, with its trips; ``(None, trips)`` per loop's trips."""
+    for inst in module.computations.get(computation, []):
+        if inst.opcode == "while":
+            count = trip_count(inst, module)
+            if count is None:
+                unknown.append(inst.name)
+                count = 1
+            yield None, trips * count
+            body = inst.attributes.get("body", "").lstrip("%")
+            yield from _runs(module, body, trips * count, unknown)
+        elif inst.opcode == "conditional":
+            branches = called_computations(inst)
+            costliest = max(
+                branches,
+                key=lambda b: sum(
+                    sum(bytes_moved(module, i)) for i in module.computations.get(b, [])
+                ),
+                default=None,
+            )
+            if costliest is not None:
+                yield from _runs(module, costliest, trips, unknown)
+        elif inst.opcode == "call":
+            for called in called_computations(inst):
+                yield from _runs(module, called, trips, unknown)
+        elif inst.opcode not in NOTHING_MOVED:
+            yield inst, trips
+
+
+def program_work(module: Module) -> Work:
+    """The work of ``module`` (one device's optimized program), by instruction.
+
+    See the module's text for what each figure counts.
+    """
+    unknown: list[str] = []
+    counts: dict[tuple[OpKind, float, float, int, int | None], int] = {}
+    for inst, trips in _runs(module, module.entry, 1, unknown):
+        if inst is None:
+            key: tuple[OpKind, float, float, int, int | None] = ("loop", 0.0, 0.0, 0, None)
+        else:
+            matmul, vector = _flops(module, inst)
+            hbm = sum(bytes_moved(module, inst, hbm_bytes_of))
+            kind = _kind(inst, matmul, vector)
+            if kind == "memory" and hbm == 0 and _cycles(inst) is None:
+                continue  # a view or bookkeeping: nothing to run
+            key = (kind, matmul, vector, hbm, _cycles(inst))
+        counts[key] = counts.get(key, 0) + trips
+    ops = tuple(
+        OpWork(kind, matmul, vector, hbm, cycles, count)
+        for (kind, matmul, vector, hbm, cycles), count in counts.items()
+    )
+    ordered = sorted(ops, key=lambda op: (-op.matmul_flops * op.count, -op.hbm_bytes * op.count))
+    return Work(tuple(ordered), tuple(unknown))
