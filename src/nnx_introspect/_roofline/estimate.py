@@ -40,6 +40,7 @@ from typing import Any
 from nnx_introspect._accelerators import DTYPE_ALIASES, Hardware
 from nnx_introspect._roofline.checks import checked_peak
 from nnx_introspect._roofline.links import gpu_in_host, ici_links, torus_assignment
+from nnx_introspect._roofline.timing import ProgramTime
 from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
@@ -167,6 +168,12 @@ class Roofline:
         tokens_per_second_low: ``tokens / high_seconds``, or ``None``.
         tokens_per_second_high: ``tokens / low_seconds``, or ``None``.
         assumptions: The assumptions, one sentence each, with the figures used.
+        time: The point estimate from the program's instructions
+            (:func:`~nnx_introspect._roofline.timing.program_time`): what
+            rankings, MFU and tokens/s use. ``None`` when the program's work
+            was not read; :attr:`low_seconds` and :attr:`high_seconds` are
+            then the only figures, and they are bounds of the roofline, not
+            an estimate to plan on.
 
     Example:
         >>> from nnx_introspect._accelerators.hardware import hardware_for
@@ -208,6 +215,47 @@ class Roofline:
     tokens_per_second_low: float | None
     tokens_per_second_high: float | None
     assumptions: tuple[str, ...]
+    time: ProgramTime | None = None
+
+    @property
+    def seconds(self) -> float | None:
+        """The point estimate of one step (:attr:`time`'s), or ``None``."""
+        return None if self.time is None else self.time.seconds
+
+    @property
+    def error(self) -> float | None:
+        """The point estimate's calibrated error bar (``0.09``: ±9%), or ``None``."""
+        return None if self.time is None else self.time.error
+
+    @property
+    def planned_seconds(self) -> float:
+        """The time to plan and rank on: the point estimate, else the low bound."""
+        return self.low_seconds if self.time is None else self.time.seconds
+
+    @property
+    def mfu(self) -> float | None:
+        """The utilisation at the point estimate (its :attr:`utilisation`), or ``None``."""
+        if self.time is None or self.time.seconds <= 0:
+            return None
+        return self.model_flops / (
+            self.time.seconds * self.peak_flops_per_second * self.devices
+        )
+
+    @property
+    def mfu_bf16(self) -> float | None:
+        """:attr:`mfu` against the bf16 dense peak, or ``None``."""
+        if self.time is None or self.time.seconds <= 0:
+            return None
+        return self.model_flops / (
+            self.time.seconds * self.bf16_peak_flops_per_second * self.devices
+        )
+
+    @property
+    def tokens_per_second(self) -> float | None:
+        """Tokens per second at the point estimate, or ``None``."""
+        if self.time is None or self.tokens is None or self.time.seconds <= 0:
+            return None
+        return self.tokens / self.time.seconds
 
     @property
     def peak_words(self) -> str:
@@ -289,6 +337,12 @@ class Roofline:
             "tokens_per_second_low": self.tokens_per_second_low,
             "tokens_per_second_high": self.tokens_per_second_high,
             "assumptions": list(self.assumptions),
+            "seconds": self.seconds,
+            "error": self.error,
+            "mfu": self.mfu,
+            "mfu_bf16": self.mfu_bf16,
+            "tokens_per_second": self.tokens_per_second,
+            "time": None if self.time is None else self.time.json_data(),
         }
 
     def to_text(self) -> str:
@@ -309,7 +363,10 @@ class Roofline:
             bound by compute
             ...
         """
-        lines = [self.label, f"compute {_duration(self.compute_seconds)}"]
+        lines = [self.label]
+        if self.time is not None:
+            lines.append(f"estimate {self.time.words}")
+        lines.append(f"compute {_duration(self.compute_seconds)}")
         lines.append(f"memory {_duration(self.memory_seconds)}")
         for term in self.comm:
             lines.append(
@@ -635,4 +692,67 @@ def roofline(
         assumptions=_assumptions(
             hardware, canonical, peak, mesh_axes, assignment, basis
         ),
+    )
+
+
+def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:
+    """``estimate`` carrying the point estimate ``time``: its label and assumptions.
+
+    The label leads with the point estimate and its basis; the roofline's range
+    follows as bounds.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> from nnx_introspect._roofline.timing import program_time
+        >>> from nnx_introspect._xla import OpWork, Work
+        >>> hardware = hardware_for("h100-1")
+        >>> est = roofline(
+        ...     flops=1e12, bytes_accessed=1e9, comm_bytes_by_axis={},
+        ...     mesh_axes=(("data", 1),), hardware=hardware,
+        ... )
+        >>> work = Work((OpWork("matmul", 1e12, 0.0, 10**9, None, 1),))
+        >>> timed = with_time(est, program_time(work, hardware))
+        >>> print(timed.label)  # doctest: +NORMALIZE_WHITESPACE
+        Estimate from the compiled program's cost analysis and data-sheet peaks (a
+        roofline), not a measurement: 1.01 ms (uncalibrated: data-sheet peaks, no
+        chip of this kind measured) per step on h100-1; roofline bounds 1.01 ms
+        to 1.31 ms (compute-bound at best)
+    """
+    label = (
+        f"{LABEL}: {time.words} per step on {estimate.topology}; roofline bounds "
+        f"{_duration(estimate.low_seconds)} to {_duration(estimate.high_seconds)} "
+        f"({estimate.bound}-bound at best)"
+    )
+    c = time.constants
+    if c.calibrated and c.error is not None:
+        rates = (
+            f"The point estimate sums the program's instructions, each the longest "
+            f"of its matmul FLOPs at {c.matmul_fraction:.0%} of the peak, its HBM "
+            f"bytes at {c.hbm_fraction:.0%} of the HBM bandwidth"
+        )
+        if c.vector_flops_per_second is not None:
+            rates += f", its vector work at {c.vector_flops_per_second:.3g} FLOP/s"
+        if c.seconds_per_cycle is not None:
+            rates += (
+                f" and XLA:TPU's cycle estimate at {c.seconds_per_cycle * 1e9:.3g} "
+                "ns a cycle"
+            )
+        rates += (
+            f", plus {c.launch_seconds * 1e6:.3g} us per instruction run "
+            f"(constants {c.version}, fitted on {c.programs} programs run on the "
+            f"chip; on {c.held_out} others, 9 in 10 ran within ±{c.error:.0%})."
+        )
+    else:
+        rates = (
+            "The point estimate sums the program's instructions, each the longest "
+            "of its matmul FLOPs at the dense peak and its HBM bytes at the "
+            "data-sheet bandwidth: uncalibrated, no chip of this kind was measured."
+        )
+    if time.comm_seconds:
+        rates += (
+            " Its communication terms are added, not overlapped: a single chip has "
+            "no links to calibrate them on."
+        )
+    return dataclasses.replace(
+        estimate, label=label, time=time, assumptions=(rates, *estimate.assumptions)
     )

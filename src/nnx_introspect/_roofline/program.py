@@ -11,10 +11,13 @@ peak of the program's matmul dtype (``f32`` when the chip has no peak for it).
 import dataclasses
 import math
 from collections.abc import Sequence
+from typing import Any
 
 from nnx_introspect._accelerators import hardware_for
 from nnx_introspect._render import format_bytes
-from nnx_introspect._roofline.estimate import Roofline, roofline
+from nnx_introspect._roofline.estimate import Roofline, roofline, with_time
+from nnx_introspect._roofline.timing import program_time
+from nnx_introspect._xla import Work, work_from_json
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["program_roofline"]
@@ -33,6 +36,7 @@ def program_roofline(
     model_flops_basis: str | None = None,
     network_bytes_per_second: int | None = None,
     irregular_wire_bytes: Sequence[tuple[tuple[str, ...], int]] | None = None,
+    work: Work | dict[str, Any] | None = None,
 ) -> Roofline:
     """The :func:`~nnx_introspect._roofline.estimate.roofline` of a compiled program.
 
@@ -59,6 +63,11 @@ def program_roofline(
             irregular_wire_bytes`): given, they are counted in those axes'
             terms instead of left out, and ``("?",)`` entries of
             ``wire_bytes_by_axes`` are not counted again.
+        work: The program's work by instruction (a
+            :class:`~nnx_introspect._xla.Work` or its JSON data): given, the
+            estimate carries the point estimate of
+            :func:`~nnx_introspect._roofline.timing.program_time`, its
+            communication the roofline's terms.
 
     Returns:
         The estimate.
@@ -122,6 +131,14 @@ def program_roofline(
         model_flops=model_flops,
         model_flops_basis=model_flops_basis,
     )
+    if work is not None:
+        found = work if isinstance(work, Work) else work_from_json(work)
+        estimate = with_time(
+            estimate,
+            program_time(
+                found, hardware, dtype=dtype, comm_seconds=estimate.comm_seconds
+            ),
+        )
     notes = []
     if irregular:
         notes.append(

@@ -110,7 +110,7 @@ DATA_SHEET = TimeConstants(
 CONSTANTS: dict[str, TimeConstants] = {
     "v5e": TimeConstants(
         version="tpu-v5e/1",
-        calibrated=True,
+        calibrated=False,
         matmul_fraction=1.0,
         vector_flops_per_second=None,
         hbm_fraction=1.0,

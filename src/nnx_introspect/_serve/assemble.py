@@ -115,4 +115,5 @@ def serve_program(
         compiled_in=where,
         traffic=numbers.traffic,
         measured=measured,
+        work=numbers.work,
     )

@@ -44,6 +44,9 @@ class ServeProgram:
             ``None`` when its text could not be read.
         measured: The program run on this process's devices
             (``measure=``), or ``None``.
+        work: Its work by instruction, as JSON data
+            (:meth:`~nnx_introspect._xla.Work.json_data`), what the point
+            estimate of its time reads; ``None`` when not read.
 
     Example:
         >>> from nnx_introspect._step import StepMemory
@@ -71,6 +74,9 @@ class ServeProgram:
     compiled_in: str = "this process"
     traffic: dict[str, Any] | None = None
     measured: Measured | None = None
+    work: dict[str, Any] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def argument_bytes(self) -> int:
@@ -317,7 +323,15 @@ class ServeMemoryReport(Report):
             return duration(x.measured.median)
 
         def versus(x: ServeProgram, estimate: tuple[float, float] | None) -> str:
-            return "" if x.measured is None else x.measured.versus(estimate)
+            if x.measured is None:
+                return ""
+            point = None
+            if t is not None:
+                timed = t.prefill if x is p else t.decode
+                point = timed.seconds
+            if point and x.measured.error is None and x.measured.seconds:
+                return f"{x.measured.median / point:.2f}x the estimate"
+            return x.measured.versus(estimate)
 
         rows = [("time (measured, median)", shown(p), shown(d))]
         rows.append(
@@ -345,8 +359,25 @@ class ServeMemoryReport(Report):
                 return f"{pair[0]:,.0f}-{pair[1]:,.0f}"
             return f"{duration(pair[0])}-{duration(pair[1])}"
 
+        point: list[tuple[str, str, str]] = []
+        if t.decode.time is not None and t.prefill.time is not None:
+            point = [
+                (
+                    "time (estimate)",
+                    duration(t.time_to_first_token_estimate),
+                    duration(t.seconds_per_token_estimate),
+                ),
+                ("", "", t.decode.time.basis),
+                (
+                    "tokens/s (estimate)",
+                    "",
+                    f"{t.tokens_per_second_estimate:,.0f}",
+                ),
+            ]
+        bounds = "time (roofline bounds)" if point else "time (estimate)"
         return [
-            ("time (estimate)", span(t.time_to_first_token), span(t.seconds_per_token)),
+            *point,
+            (bounds, span(t.time_to_first_token), span(t.seconds_per_token)),
             (
                 "tokens/s per device (est.)",
                 "",

@@ -92,6 +92,21 @@ class ServeTime:
         return self.prefill.low_seconds, self.prefill.high_seconds
 
     @property
+    def seconds_per_token_estimate(self) -> float:
+        """One decode step: the point estimate (the low bound where none)."""
+        return self.decode.planned_seconds
+
+    @property
+    def time_to_first_token_estimate(self) -> float:
+        """One prefill of the prompt: the point estimate (the low bound where none)."""
+        return self.prefill.planned_seconds
+
+    @property
+    def tokens_per_second_estimate(self) -> float:
+        """Tokens a second of the whole mesh at the decode step's point estimate."""
+        return self.sequences / self.seconds_per_token_estimate
+
+    @property
     def tokens_per_second(self) -> tuple[float, float]:
         """Tokens a second of the whole mesh, ``(low, high)``."""
         low, high = self.seconds_per_token
@@ -151,7 +166,16 @@ class ServeTime:
     def basis(self) -> tuple[str, ...]:
         """What the estimate assumes, one sentence each, the figures named."""
         d = self.decode
+        point: tuple[str, ...] = ()
+        if d.time is not None and self.prefill.time is not None:
+            point = (
+                "The estimate to plan on sums each program's instructions at the "
+                f"device's rates: the prefill {duration(self.prefill.time.seconds)}, "
+                f"a decode step {duration(d.time.seconds)} ({d.time.basis}); the "
+                "ranges beside them are the roofline's bounds.",
+            )
         return (
+            *point,
             f"{LABEL}.",
             f"On {d.topology}, per device: matmul peak "
             f"{d.peak_flops_per_second / 1e12:.4g} TFLOP/s ({d.peak_words}"
@@ -185,6 +209,11 @@ class ServeTime:
         """The estimate's figures as JSON data."""
         return {
             "label": LABEL,
+            "seconds_per_token_estimate": self.seconds_per_token_estimate,
+            "time_to_first_token_estimate": self.time_to_first_token_estimate,
+            "tokens_per_second_estimate": self.tokens_per_second_estimate,
+            "error": self.decode.error,
+            "basis_words": None if self.decode.time is None else self.decode.time.basis,
             "seconds_per_token": list(self.seconds_per_token),
             "time_to_first_token": list(self.time_to_first_token),
             "tokens_per_second": list(self.tokens_per_second),
@@ -229,6 +258,7 @@ def _roofline(
         mesh_axes=mesh_axes,
         matmul_dtype=program.matmul_dtype,
         tokens=tokens,
+        work=program.work,
     )
 
 

@@ -135,6 +135,7 @@ def _program(readings: XlaReadings) -> StepProgram:
             default=None,
         ),
         loop_trips=readings.loop_trips,
+        work=readings.work,
     )
 
 

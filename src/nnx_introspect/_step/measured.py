@@ -301,12 +301,18 @@ def measured_with(measured: Measured, estimate: Any) -> Measured:
 
 
 def versus_json(
-    measured: Measured, estimate: tuple[float, float] | None
+    measured: Measured,
+    estimate: tuple[float, float] | None,
+    point: float | None = None,
 ) -> dict[str, Any]:
-    """The median against an estimate's ``(low, high)`` as JSON data."""
+    """The median against an estimate's ``(low, high)`` and its ``point``, as JSON."""
     median = measured.median if measured.seconds else None
     low, high = estimate if estimate is not None else (None, None)
     return {
+        "estimate_seconds": point,
+        "measured_over_estimate": None
+        if median is None or not point
+        else median / point,
         "estimate_low_seconds": low,
         "estimate_high_seconds": high,
         "measured_seconds": median,
@@ -320,9 +326,16 @@ def versus_json(
 
 
 def measured_rows(
-    measured: Measured | None, estimate: tuple[float, float] | None, what: str
+    measured: Measured | None,
+    estimate: tuple[float, float] | None,
+    what: str,
+    point: tuple[float, str] | None = None,
 ) -> tuple[tuple[str, str, str], ...]:
     """A report table's rows: time per ``what`` estimated and measured, compared.
+
+    ``point`` is the point estimate and its basis (``(0.111, "±9%, ...")``):
+    given, it is the estimate the measured time is held to, the roofline's
+    range a row of bounds.
 
     Example:
         >>> run = Measured("step", (0.2, 0.3), 0.5, "cpu", "cpu", 1)
@@ -335,17 +348,22 @@ def measured_rows(
     if measured is None:
         return ()
     rows: tuple[tuple[str, str, str], ...] = ()
+    if point is not None:
+        rows += ((f"time per {what}: estimate", duration(point[0]), point[1]),)
     if estimate is not None:
         low, high = estimate
         rows += (
             (
-                f"time per {what}: estimate",
+                f"time per {what}: {'roofline bounds' if point else 'estimate'}",
                 f"{duration(low)}-{duration(high)}",
                 "roofline",
             ),
         )
     shown = "failed" if measured.error is not None else duration(measured.median)
-    return (*rows, (f"time per {what}: measured", shown, measured.versus(estimate)))
+    versus = measured.versus(estimate)
+    if point is not None and measured.error is None and measured.seconds:
+        versus = f"{measured.median / point[0]:.2f}x the estimate"
+    return (*rows, (f"time per {what}: measured", shown, versus))
 
 
 def measured_topology(

@@ -9,6 +9,7 @@ words. The functions take any object with the report's attributes
 
 import datetime
 import math
+from collections.abc import Callable
 from typing import Any, Protocol
 
 from jax.sharding import PartitionSpec
@@ -168,7 +169,9 @@ def step_table(report: RenderedStep) -> Table:
         rows=_memory_rows(report.memory),
         totals=_totals(report.memory, report.budget)
         + plan_rows
-        + measured_rows(report.measured, _range(report.roofline), "step"),
+        + measured_rows(
+            report.measured, _range(report.roofline), "step", _point(report.roofline)
+        ),
         notes=tuple(_notes(report)),
         emphasis=_EMPHASIS,
     )
@@ -309,6 +312,13 @@ def _range(estimate: Roofline | None) -> tuple[float, float] | None:
     return None if estimate is None else (estimate.low_seconds, estimate.high_seconds)
 
 
+def _point(estimate: Roofline | None) -> tuple[float, str] | None:
+    """The point estimate and its basis, or ``None``."""
+    if estimate is None or estimate.time is None:
+        return None
+    return estimate.time.seconds, estimate.time.basis
+
+
 def roofline_note(estimate: Roofline) -> str:
     """One sentence: the range, what bounds it, the utilisation, tokens per second.
 
@@ -347,6 +357,8 @@ def roofline_note(estimate: Roofline) -> str:
     def seconds(value: float) -> str:
         return f"{value * 1e3:.3g} ms" if value < 1 else f"{value:.3g} s"
 
+    if estimate.time is not None and estimate.mfu is not None:
+        return _point_note(estimate, seconds)
     tokens = ""
     if estimate.tokens_per_second_low is not None:
         tokens = (
@@ -365,6 +377,28 @@ def roofline_note(estimate: Roofline) -> str:
         f"{seconds(estimate.low_seconds)} (perfect overlap) to "
         f"{seconds(estimate.high_seconds)} (none), bound by {estimate.bound}; "
         f"{utilisation} ({estimate.mfu_basis}){tokens}."
+    )
+
+
+def _point_note(estimate: Roofline, seconds: Callable[[float], str]) -> str:
+    """:func:`roofline_note` of an estimate with a point time."""
+    time = estimate.time
+    assert time is not None and estimate.mfu is not None  # the caller checked
+    utilisation = f"{estimate.utilisation} {_percent(estimate.mfu)}"
+    if estimate.bf16_peak_flops_per_second != estimate.peak_flops_per_second:
+        utilisation += (
+            f" at the {estimate.peak_name} peak, "
+            f"{_percent(estimate.mfu_bf16 or 0.0)} at the bf16 peak"
+        )
+    tokens = ""
+    if estimate.tokens_per_second is not None:
+        tokens = f"; {estimate.tokens_per_second:,.0f} tokens/s"
+    return (
+        f"Step time, estimated from the compiled program's instructions (not a "
+        f"measurement): {seconds(time.seconds)} ({time.basis}); {utilisation} "
+        f"({estimate.mfu_basis}){tokens}. Roofline bounds at {estimate.peak_words}: "
+        f"{seconds(estimate.low_seconds)} (every term overlapped) to "
+        f"{seconds(estimate.high_seconds)} (none)."
     )
 
 
@@ -476,7 +510,13 @@ def _step_data(
         "measured": None
         if report.measured is None
         else report.measured.json_data()
-        | {"versus_estimate": versus_json(report.measured, _range(report.roofline))},
+        | {
+            "versus_estimate": versus_json(
+                report.measured,
+                _range(report.roofline),
+                None if report.roofline is None else report.roofline.seconds,
+            )
+        },
     }
 
 

@@ -95,6 +95,7 @@ def step_roofline(
         irregular_wire_bytes=None
         if program.collectives is None
         else program.collectives.irregular_wire_bytes(),
+        work=program.work,
     )
 
 

@@ -329,6 +329,9 @@ class StepProgram:
         loop_trips: ``(name, trips)`` of each while loop of the program, whose
             body ``flops`` and ``bytes_accessed`` count once per trip (XLA's
             own cost analysis counts it once); ``()`` without loops.
+        work: Its work by instruction, as JSON data
+            (:meth:`~nnx_introspect._xla.Work.json_data`), what the point
+            estimate of its time reads; ``None`` when not read.
 
     Example:
         >>> StepProgram(1e9, collectives=None).collective_wire_bytes is None
@@ -346,6 +349,9 @@ class StepProgram:
     remat_limit_bytes: int | None = None
     remat_reduced_to_bytes: int | None = None
     loop_trips: tuple[tuple[str, int | None], ...] = ()
+    work: dict[str, Any] | None = dataclasses.field(
+        default=None, compare=False, repr=False
+    )
 
     @property
     def collective_wire_bytes(
