@@ -141,7 +141,12 @@ def assemble(
         notes = (*notes, _lora_note(copy, ref is not None))
 
     def phase(
-        name: str, program: Any, oom: bool, seconds: Any, measured: Any = None
+        name: str,
+        program: Any,
+        oom: bool,
+        seconds: Any,
+        point: tuple[float, float | None, str] | None,
+        measured: Any = None,
     ) -> RLPhase:
         role = _phase_role(name)
         own = args[name] if name in args else args[role]
@@ -157,7 +162,18 @@ def assemble(
         else:
             host = ()
         return RLPhase(
-            name, program, resident, oom, seconds, mesh, host, measured, runs
+            name,
+            program,
+            resident,
+            oom,
+            seconds,
+            mesh,
+            host,
+            measured,
+            runs,
+            estimate=None if point is None else point[0] * runs,
+            error=None if point is None else point[1],
+            basis="" if point is None else point[2],
         )
 
     phases = [phase(*found) for found in _phase_programs(parts, valued, c)]
@@ -188,9 +204,16 @@ _UNITS = {"reference": "forward (log-probabilities)", "values": "forward (values
 """What one run of a forward program is (the step pipeline calls each a step)."""
 
 
+def _point(estimate: Any) -> tuple[float, float | None, str] | None:
+    """One run's point estimate, its error bar and basis; ``None`` without one."""
+    if estimate is None or estimate.time is None:
+        return None
+    return estimate.time.seconds, estimate.time.error, estimate.time.basis
+
+
 def _phase_programs(
     parts: tuple[Any, Any, Any], valued: Any, completion: int
-) -> list[tuple[str, int, bool, Any, Any]]:
+) -> list[tuple[str, int, bool, Any, Any, Any]]:
     """Each phase's program in the order they run.
 
     ``(name, peak bytes, refused, estimated seconds, measured run)``; the
@@ -205,8 +228,20 @@ def _phase_programs(
     ttft = None if time is None else time.time_to_first_token
     prefill, step = rollout.prefill, rollout.decode
     out = [
-        ("prefill", prefill.peak_bytes, prefill.memory.out_of_memory, ttft),
-        ("decode", step.peak_bytes, step.memory.out_of_memory, decode),
+        (
+            "prefill",
+            prefill.peak_bytes,
+            prefill.memory.out_of_memory,
+            ttft,
+            None if time is None else _point(time.prefill),
+        ),
+        (
+            "decode",
+            step.peak_bytes,
+            step.memory.out_of_memory,
+            decode,
+            None if time is None else _point(time.decode),
+        ),
     ]
     runs = [prefill.measured, step.measured]
     reports = [("reference", ref)] if ref is not None else []
@@ -217,7 +252,13 @@ def _phase_programs(
         reports.append(("critic train", valued[1]))
     for name, report in reports:
         out.append(
-            (name, report.peak_bytes, report.out_of_memory, _range(report.roofline))
+            (
+                name,
+                report.peak_bytes,
+                report.out_of_memory,
+                _range(report.roofline),
+                _point(report.roofline),
+            )
         )
         measured = report.measured
         if measured is not None and name in _UNITS:  # a forward program's run

@@ -51,6 +51,12 @@ class RLPhase:
             or ``None``.
         steps: How many runs of the program the phase is (the decode: one per
             completion token; else 1).
+        estimate: The point estimate of the phase (every run: for the decode,
+            one step's times :attr:`steps`), from its program's instructions,
+            or ``None``.
+        error: That estimate's calibrated error bar (``0.09``: ±9%), or
+            ``None`` (uncalibrated, or no estimate).
+        basis: The estimate's basis in words (``""`` without one).
 
     Example:
         >>> phase = RLPhase("train", 100, (("reference parameters", 40),))
@@ -67,6 +73,14 @@ class RLPhase:
     host: tuple[tuple[str, int], ...] = ()
     measured: Any = None
     steps: int = 1
+    estimate: float | None = None
+    error: float | None = None
+    basis: str = ""
+
+    @property
+    def estimate_per_run(self) -> float | None:
+        """The point estimate of one run of the program (a decode: one token's step)."""
+        return None if self.estimate is None else self.estimate / self.steps
 
     @property
     def measured_seconds(self) -> float | None:
@@ -86,6 +100,10 @@ class RLPhase:
         each = None
         if self.seconds is not None:  # the estimate of one run of the program
             each = (self.seconds[0] / self.steps, self.seconds[1] / self.steps)
+        point = self.estimate_per_run
+        m = self.measured
+        if point and m.error is None and m.seconds:
+            return f"{m.median / point:.2f}x the estimate"
         return str(self.measured.versus(each))
 
     @property
@@ -264,6 +282,21 @@ class RLMemoryReport(Report):
         return low, high
 
     @property
+    def step_estimate(self) -> float | None:
+        """The step's point estimate: its phases' one after another, and transfers.
+
+        Transfers (reshard, offload) add their data-sheet time (the reshard's
+        fastest). ``None`` unless every phase has a point estimate.
+        """
+        if any(p.estimate is None for p in self.phases):
+            return None
+        total = sum(p.estimate for p in self.phases if p.estimate is not None)
+        for extra in (self.reshard_seconds, self.offload_seconds):
+            if extra is not None:
+                total += extra[0]
+        return total
+
+    @property
     def measured_step_seconds(self) -> float | None:
         """The step's measured time (``measure=``): its phases' one after another.
 
@@ -380,6 +413,25 @@ class RLMemoryReport(Report):
             *self.notes,
             *self._breakdown_notes(),
         ]
+        point = self.step_estimate
+        if point is not None:
+            parts = "; ".join(
+                f"{p.name} {duration(p.estimate or 0.0)}"
+                + (
+                    f" ({duration(p.estimate_per_run or 0.0)} a token's step x "
+                    f"{p.steps})"
+                    if p.steps > 1
+                    else ""
+                )
+                for p in self.phases
+            )
+            basis = next((p.basis for p in self.phases if p.basis), "")
+            notes.append(
+                f"Step time, estimated from each program's instructions (not a "
+                f"measurement): {duration(point)} ({parts}); {basis}; "
+                f"{self.sequences * self.completion / point:,.0f} completion "
+                "tokens/s over the whole step."
+            )
         span = self.step_seconds
         if span is not None:
             spans = [(p.name, p.seconds) for p in self.phases if p.seconds is not None]
@@ -392,7 +444,7 @@ class RLMemoryReport(Report):
                 for name, (low, high) in spans
             )
             notes.append(
-                f"Step time, estimated (each program's roofline on the data sheet, "
+                f"Step time, roofline bounds (each program's on the data sheet, "
                 f"not a measurement): {duration(span[0])}-{duration(span[1])} "
                 f"({parts}; decode: every one of the {self.completion} steps of "
                 f"a completion); "
@@ -418,9 +470,12 @@ class RLMemoryReport(Report):
             return []
         notes = []
         took, span = self.measured_step_seconds, self.step_seconds
+        point = self.step_estimate
         if took is not None:
             against = ""
-            if span is not None:
+            if point is not None:
+                against = f"; {took / point:.2f}x the estimate ({duration(point)})"
+            elif span is not None:
                 against = (
                     f"; {took / span[0]:.2f}x the estimate's low, "
                     f"{took / span[1]:.2f}x its high"
@@ -467,6 +522,10 @@ class RLMemoryReport(Report):
                     "peak_bytes": p.peak_bytes,
                     "out_of_memory": p.out_of_memory,
                     "seconds": None if p.seconds is None else list(p.seconds),
+                    "estimate_seconds": p.estimate,
+                    "estimate_per_run_seconds": p.estimate_per_run,
+                    "steps": p.steps,
+                    "error": p.error,
                     "mesh": p.mesh or None,
                     "host": [{"role": r, "bytes": n} for r, n in p.host],
                     "measured": None
@@ -486,6 +545,7 @@ class RLMemoryReport(Report):
             "step_seconds": None
             if self.step_seconds is None
             else list(self.step_seconds),
+            "step_estimate_seconds": self.step_estimate,
             "measured_step_seconds": self.measured_step_seconds,
         }
 
