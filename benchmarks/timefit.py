@@ -41,6 +41,7 @@ from nnx_introspect._roofline.timing import (
     program_time,
 )
 from nnx_introspect._xla import Work, program_work, work_from_json
+from nnx_introspect._xla.analysis import matmul_dtype
 from nnx_introspect._xla.hlo import parse_module
 
 HARDWARE = hardware_for("v5e-1")
@@ -67,33 +68,87 @@ def _split(rows: list[dict[str, Any]]) -> None:
             row["half"] = "calibration" if i % 2 == 0 else "held-out"
 
 
+def _records(path: str) -> dict[str, dict[str, Any]]:
+    return {d["case"]: d for d in map(json.loads, Path(path).read_text().splitlines())}
+
+
+def _row(
+    case: str, program: str, measured: dict[str, Any], hlo: Path, source: str
+) -> dict[str, Any] | None:
+    """One program's table row; ``None`` when it did not run."""
+    median = (measured.get("measured") or {}).get("median_seconds")
+    if median is None or measured.get("out_of_memory"):
+        return None
+    text = _read_hlo(hlo)
+    work = program_work(parse_module(text))
+    family = measured.get("family") or program
+    if family in ("train", "critic train") and case.startswith("rl "):
+        family = "rl-train"
+    return {
+        "name": f"{case} / {program}",
+        "case": case,
+        "program": program,
+        "family": FAMILIES.get(family, family),
+        "source": source,
+        "measured": median,
+        "old": measured.get("estimate_per_token") or measured.get("estimate"),
+        "steps": measured.get("steps"),
+        "matmul_dtype": _dtype(matmul_dtype(text)),
+        "work": work.json_data(),
+    }
+
+
+FAMILIES = {"step": "train", "critic train": "rl-train", "values": "reference"}
+"""The table's program kinds: train, rl-train, prefill, decode, reference."""
+
+
+def _dtype(found: str | None) -> str:
+    return {"bf16": "bf16", "f32": "f32", "s8": "int8", "f8e4m3fn": "fp8"}.get(
+        found or "bf16", "bf16"
+    )
+
+
 def table(out: str, sources: list[str]) -> None:
-    """Join the measured programs with their work; write the table."""
+    """Join the measured programs with their work; write the table.
+
+    Each source is ``chip:RECORDS:HLO_DIR`` (``timecal.py chip`` records, the
+    HLO captured on the chip) or ``old:CHIP:PREDICT:HLO_DIR`` (the chip's
+    ``calibrate.py`` records, the HLO of their deviceless twin compiled with
+    the chip's libtpu, ``timecal.py predict --old``).
+    """
     rows: list[dict[str, Any]] = []
     for source in sources:
-        records, _, hlo_dir = source.partition(":")
-        for line in Path(records).read_text().splitlines():
-            record = json.loads(line)
-            for program in record.get("rows", []):
-                hlo = program.get("hlo")
-                if not hlo or program.get("measured_seconds") is None:
-                    continue
-                text = _read_hlo(Path(hlo_dir) / hlo)
-                work = program_work(parse_module(text))
-                rows.append(
-                    {
-                        "name": f"{record['case']} / {program['program']}",
-                        "case": record["case"],
-                        "program": program["program"],
-                        "family": program["family"],
-                        "source": source,
-                        "measured": program["measured_seconds"],
-                        "old": program.get("estimate"),
-                        "matmul_dtype": program.get("matmul_dtype") or "bf16",
-                        "steps": program.get("steps"),
-                        "work": work.json_data(),
-                    }
-                )
+        kind, *paths = source.split(":")
+        if kind == "chip":
+            records, hlo_dir = paths
+            for case, record in _records(records).items():
+                for program, found in record.get("programs", {}).items():
+                    if not found.get("hlo"):
+                        continue
+                    row = _row(
+                        case, program, found, Path(hlo_dir) / found["hlo"], source
+                    )
+                    rows += [row] if row else []
+        elif kind == "old":
+            chip, predict, hlo_dir = paths
+            twins = _records(predict)
+            for case, record in _records(chip).items():
+                for program, found in record.get("programs", {}).items():
+                    twin = twins.get(case, {}).get("programs", {}).get(program)
+                    if not twin or not twin.get("hlo"):
+                        continue
+                    if "steps" in found and program == "decode":
+                        found = found | {
+                            "estimate_per_token": [
+                                e / found["steps"] for e in found["estimate"]
+                            ]
+                        }
+                    row = _row(
+                        case, program, found, Path(hlo_dir) / twin["hlo"], source
+                    )
+                    rows += [row] if row else []
+        else:
+            raise SystemExit(f"unknown source {source!r}")
     _split(rows)
     Path(out).write_text(json.dumps(rows))
     print(f"{len(rows)} programs -> {out}")
@@ -101,13 +156,30 @@ def table(out: str, sources: list[str]) -> None:
 
 # --- the fit ------------------------------------------------------------------
 
-FREE = ("matmul_fraction", "hbm_fraction", "launch_seconds", "vector", "cycles", "async")
+FREE = (
+    "matmul_fraction",
+    "hbm_fraction",
+    "launch_seconds",
+    "vector",
+    "cycles",
+    "async",
+)
 VARIANTS: dict[str, tuple[str, ...]] = {
     "data sheet (nothing fitted)": (),
     "matmul + HBM fractions": ("matmul_fraction", "hbm_fraction"),
     "+ launch": ("matmul_fraction", "hbm_fraction", "launch_seconds"),
-    "+ launch + vector": ("matmul_fraction", "hbm_fraction", "launch_seconds", "vector"),
-    "+ launch + cycles": ("matmul_fraction", "hbm_fraction", "launch_seconds", "cycles"),
+    "+ launch + vector": (
+        "matmul_fraction",
+        "hbm_fraction",
+        "launch_seconds",
+        "vector",
+    ),
+    "+ launch + cycles": (
+        "matmul_fraction",
+        "hbm_fraction",
+        "launch_seconds",
+        "cycles",
+    ),
     "+ launch + vector + cycles": (
         "matmul_fraction",
         "hbm_fraction",
@@ -235,7 +307,7 @@ def run_fit(path: str) -> None:
         error=round(p90, 2),
         programs=len(cal),
         held_out=len(held),
-        source="benchmarks/timefit.py fit benchmarks/timecal-table.json; docs/accuracy.md",
+        source="benchmarks/timefit.py fit benchmarks/timecal-table.json",
     )
     print(repr(final))
 
@@ -251,12 +323,134 @@ def _constants_text(c: TimeConstants) -> str:
     return ", ".join(parts)
 
 
+KINDS = ("train", "rl-train", "prefill", "decode", "reference")
+
+
+def _old_error(row: dict[str, Any]) -> float | None:
+    """How far the run fell outside the old range: 0 inside, else the ratio - 1."""
+    old = row.get("old")
+    if not old or old[0] is None:
+        return None
+    low, high = old
+    m = row["measured"]
+    if low <= m <= high:
+        return 0.0
+    return m / low - 1 if m < low else m / high - 1
+
+
+def _seconds(value: float) -> str:
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
+        if value >= scale:
+            return f"{value / scale:.3g} {unit}"
+    return f"{value * 1e9:.3g} ns"
+
+
+def accuracy(rows: list[dict[str, Any]], c: TimeConstants) -> dict[str, Any]:
+    """Per program and per kind and half: the figures the accuracy page quotes."""
+    for row in rows:
+        row["estimate"] = estimate(row, c)
+        row["error"] = row["measured"] / row["estimate"] - 1
+        row["old_error"] = _old_error(row)
+    groups: dict[str, dict[str, Any]] = {}
+    for half in ("calibration", "held-out", "all"):
+        for kind in (*KINDS, "all"):
+            members = [
+                r
+                for r in rows
+                if (half == "all" or r["half"] == half)
+                and (kind == "all" or r["family"] == kind)
+            ]
+            if not members:
+                continue
+            errs = [r["error"] for r in members]
+            olds = [r["old_error"] for r in members if r["old_error"] is not None]
+            groups[f"{half}/{kind}"] = {
+                "programs": len(members),
+                "median_abs": statistics.median(abs(e) for e in errs),
+                "worst_abs": max(abs(e) for e in errs),
+                "mean_signed": statistics.mean(errs),
+                "old_median_abs": statistics.median(abs(e) for e in olds)
+                if olds
+                else None,
+                "old_worst_abs": max(abs(e) for e in olds) if olds else None,
+            }
+    return {"constants": c.version, "groups": groups, "rows": rows}
+
+
+def _percent(value: float | None) -> str:
+    return "-" if value is None else f"{value:.0%}"
+
+
+def report(path: str, out: str | None) -> None:
+    """The accuracy page's tables, from the table and the shipped constants."""
+    rows = json.loads(Path(path).read_text())
+    c = CONSTANTS["v5e"]
+    found = accuracy(rows, c)
+    lines = [
+        "| program kind | half | programs | median \\|error\\| | worst \\|error\\| "
+        "| mean signed error | old range: median outside | old range: worst outside |",
+        "|" + " --- |" * 8,
+    ]
+    for key, g in found["groups"].items():
+        half, kind = key.split("/")
+        old_median = (
+            "-" if g["old_median_abs"] is None else f"{g['old_median_abs']:.0%}"
+        )
+        old_worst = "-" if g["old_worst_abs"] is None else f"{g['old_worst_abs']:.0%}"
+        lines.append(
+            f"| {kind} | {half} | {g['programs']} | {g['median_abs']:.1%} "
+            f"| {g['worst_abs']:.1%} | {g['mean_signed']:+.1%} | {old_median} "
+            f"| {old_worst} |"
+        )
+    lines += [
+        "",
+        "| program | kind | half | measured | estimate | measured / estimate "
+        "| old range | measured / old range |",
+        "|" + " --- |" * 8,
+    ]
+    for r in sorted(rows, key=lambda r: (KINDS.index(r["family"]), r["name"])):
+        old = r.get("old")
+        span = (
+            "-"
+            if not old or old[0] is None
+            else f"{_seconds(old[0])}-{_seconds(old[1])}"
+        )
+        versus = "-"
+        if old and old[0] is not None:
+            low, high = old
+            m = r["measured"]
+            versus = (
+                f"inside ({m / low:.2f}x low)"
+                if low <= m <= high
+                else (f"{m / high:.2f}x high" if m > high else f"{m / low:.2f}x low")
+            )
+        lines.append(
+            f"| {r['name']} | {r['family']} | {r['half']} | {_seconds(r['measured'])} "
+            f"| {_seconds(r['estimate'])} | {r['measured'] / r['estimate']:.2f} "
+            f"| {span} | {versus} |"
+        )
+    print("\n".join(lines))
+    if out:
+        slim = [
+            {k: r[k] for k in ("name", "family", "half", "measured", "estimate", "old")}
+            for r in found["rows"]
+        ]
+        Path(out).write_text(
+            json.dumps(
+                {"constants": c.version, "groups": found["groups"], "rows": slim},
+                indent=1,
+            )
+        )
+
+
 def main() -> None:
     command = sys.argv[1] if len(sys.argv) > 1 else ""
     if command == "table":
         table(sys.argv[2], sys.argv[3:])
     elif command == "fit":
         run_fit(sys.argv[2])
+    elif command == "report":
+        report(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
     else:
         raise SystemExit(__doc__)
 
