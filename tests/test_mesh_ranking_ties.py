@@ -8,6 +8,7 @@ compile); one small real comparison checks the rejected row.
 """
 
 import concurrent.futures
+import dataclasses
 import json
 import types
 from typing import Any
@@ -209,3 +210,99 @@ def test_a_rejected_plan_shows_no_figure_of_another_layout() -> None:
     # a tiny model in a 1 MiB budget: room for a far larger batch, said so
     assert comparison.batch_headroom == 2**20 / (fits.peak_bytes or 1)
     assert "the batch can grow about" in comparison.to_markdown()
+
+
+# --- the point estimate (issue: every decision uses the calibrated estimate) ---
+
+
+def timed(
+    mesh: str,
+    peak: int,
+    estimate: float,
+    error: float | None,
+    bounds: tuple[float, float] = (0.2, 2.0),
+) -> MeshCandidate:
+    """A compiled row with a point estimate, its error bar and roofline bounds."""
+    plain = row(mesh, peak, bounds)
+    return dataclasses.replace(plain, estimate=estimate, error=error)
+
+
+def test_rows_rank_by_the_point_estimate_not_the_bounds() -> None:
+    # The bounds would rank close first (its low end, 0.3, is the lowest) and
+    # tie all three (every range overlaps); the points rank fast first and tie
+    # only close: |0.54 - 0.50| = 0.04 <= 10% of 0.54 = 0.054, while
+    # |0.60 - 0.50| = 0.10 > 10% of 0.60 = 0.06.
+    slow = timed("tp=8", 50 * GIB, 0.60, 0.10, (0.2, 2.0))
+    close = timed("fsdp=4,tp=2", 55 * GIB, 0.54, 0.10, (0.3, 0.9))
+    fast = timed("fsdp=8", 57 * GIB, 0.50, 0.10, (0.45, 0.9))
+    big = timed("fsdp=2,tp=4", 70 * GIB, 0.30, 0.10)  # does not fit
+    comparison = compare(slow, close, big, fast)
+    names = [c.name for c in comparison.candidates]
+    assert names == ["fsdp=8", "fsdp=4,tp=2", "tp=8", "fsdp=2,tp=4"]
+    assert [c.name for c in comparison.equals] == ["fsdp=8", "fsdp=4,tp=2"]
+    tie = "fsdp=8 and fsdp=4,tp=2 are equal within the estimate"
+    assert comparison.verdict.startswith(
+        f"No single best mesh: {tie} (step-time estimates within ±10% of each "
+        "other), peaks 57 GiB and 55 GiB of 60 GiB per device (3 of 4 fit)"
+    )
+    table = comparison.table()
+    seconds = {r[0]: r[2] for r in table.rows}
+    assert seconds == {
+        "fsdp=8": "0.5 ±10% (tied)",
+        "fsdp=4,tp=2": "0.54 ±10% (tied)",
+        "tp=8": "0.6 ±10%",
+        "fsdp=2,tp=4": "0.3 ±10%",  # does not fit: never tied
+    }
+    bounds = table.columns.index("roofline bounds (s)")
+    assert "roofline bounds (s)" in table.optional
+    assert {r[0]: r[bounds] for r in table.rows}["fsdp=8"] == "0.45-0.9"
+    notes = "\n".join(table.notes)
+    assert f"{tie} (fsdp=8 0.5 s and fsdp=4,tp=2 0.54 s: within ±10% of each" in notes
+    assert "fastest estimated step time first (the point estimate)" in order_note(
+        comparison
+    )
+    assert "'roofline bounds (s)': the roofline's range" in notes
+    assert "a bound, not an estimate to plan on" in notes
+    data = json.loads(comparison.to_json())
+    assert data["best"] == "fsdp=8" and data["equals"] == ["fsdp=8", "fsdp=4,tp=2"]
+    first = data["candidates"][0]
+    assert (first["estimate_seconds"], first["estimate_error"]) == (0.5, 0.1)
+    assert first["roofline_bounds_seconds"] == [0.45, 0.9]
+    page = comparison.to_html()
+    assert "0.5 s per step (estimated; roofline bounds 0.45-0.9 s)" in page
+    assert "dot: the estimate; line: roofline bounds" in page
+
+
+def test_estimates_apart_keep_one_best_and_name_its_estimate() -> None:
+    # |0.53 - 0.50| = 0.03 > 5% of 0.53 = 0.0265: apart
+    apart = compare(
+        timed("fsdp=8", 57 * GIB, 0.50, 0.05), timed("tp=8", 55 * GIB, 0.53, 0.05)
+    )
+    assert [c.name for c in apart.equals] == ["fsdp=8"]
+    assert apart.verdict.startswith(
+        "Best mesh: fsdp=8, peak 57 GiB of 60 GiB per device, 500 ms per step "
+        "(estimate, ±5%) (2 of 2 fit)"
+    )
+    assert "(tied)" not in str(apart.table().rows)
+    # the larger error bar of the two decides: 0.03 <= 10% of 0.53 = 0.053
+    wider = compare(
+        timed("fsdp=8", 57 * GIB, 0.50, 0.02), timed("tp=8", 55 * GIB, 0.53, 0.10)
+    )
+    assert [c.name for c in wider.equals] == ["fsdp=8", "tp=8"]
+
+
+def test_uncalibrated_estimates_tie_only_when_equal() -> None:
+    same = compare(
+        timed("fsdp=8", 57 * GIB, 0.5, None), timed("tp=8", 55 * GIB, 0.5, None)
+    )
+    assert [c.name for c in same.equals] == ["tp=8", "fsdp=8"]  # the lower peak first
+    assert "(the same estimated step time)" in same.verdict
+    assert "(tp=8 0.5 s and fsdp=8 0.5 s: the same, uncalibrated)" in str(
+        same.table().notes
+    )
+    near = compare(
+        timed("fsdp=8", 57 * GIB, 0.5, None), timed("tp=8", 55 * GIB, 0.5000001, None)
+    )
+    assert [c.name for c in near.equals] == ["fsdp=8"]
+    assert "(estimate, uncalibrated)" in near.verdict
+    assert {r[0]: r[2] for r in near.table().rows}["fsdp=8"] == "0.5"

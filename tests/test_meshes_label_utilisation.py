@@ -7,6 +7,7 @@ figure beside it. Rows hold real roofline estimates in stand-in reports: no
 compile.
 """
 
+import dataclasses
 import io
 import json
 import re
@@ -20,7 +21,9 @@ from nnx_introspect._accelerators.hardware import hardware_for
 from nnx_introspect._render.table import Table, to_rich
 from nnx_introspect._render.widths import cell_parts
 from nnx_introspect._roofline.estimate import Roofline, roofline
+from nnx_introspect._roofline.timing import program_time
 from nnx_introspect._search.meshes import MeshCandidate, MeshComparison
+from nnx_introspect._xla import OpWork, Work
 
 GIB = 2**30
 SIX_N_TOKENS = "6·N·tokens, attention not counted"
@@ -171,3 +174,26 @@ def test_the_tf32_cells_are_never_cropped(width: int) -> None:
         ]
         for part in (p for cell in shown for p in cell_parts(cell)):
             assert part in text, (width, part)
+
+
+def test_the_column_gives_the_mfu_at_the_point_estimate() -> None:
+    # 6·N·tokens = 4 peak-seconds of one device over 8 devices: the roofline's
+    # low bound is 1 s (a ceiling of 4 / 8 = 50%); the point estimate, the
+    # matmul's 2 peak-seconds of instructions, is 2 s: an MFU of 4 / 16 = 25%.
+    peak = hardware_for("h100-8").peak_flops_per_second("bf16")
+    est = estimate(peak, model=4 * peak)
+    work = Work((OpWork("matmul", 2 * peak, 0.0, 0, None, 1),))
+    timed = dataclasses.replace(est, time=program_time(work, hardware_for("h100-8")))
+    assert timed.seconds == 2.0
+    with_point = dataclasses.replace(row("fsdp=8", timed), estimate=2.0)
+    comparison = compare(with_point, row("tp=8", est))
+    header, cells = column(comparison)
+    assert header == "MFU (est.)"
+    assert cells == ["25%", "≤50%"]  # the row with no point keeps its ceiling
+    notes = "\n".join(comparison.table().notes)
+    assert "Step seconds and MFU are estimates, not measurements" in notes
+    assert "MFU: the model's FLOPs (6·N·tokens, attention not counted) / (the " in (
+        notes
+    )
+    assert "estimated step time x the bf16 peak x devices), at the point" in notes
+    assert "MFU ceiling: the model's FLOPs" in notes  # the other row's note

@@ -1,6 +1,7 @@
 """compare_rl_layouts: GRPO step layouts compiled, ranked by estimated step time."""
 
 import concurrent.futures
+import dataclasses
 from typing import Any
 
 import pytest
@@ -135,3 +136,67 @@ def test_cli_mesh_auto_needs_a_topology(capsys: pytest.CaptureFixture[str]) -> N
     assert code == 2 and "argument --mesh:" in err and "topology" in err
     code, _, err = run([*args, "--role-mesh", "rollout=tp=2"], capsys)
     assert code == 2 and "argument --mesh:" in err
+
+
+def _timed(
+    estimates: tuple[float, ...],
+    errors: tuple[float | None, ...],
+    bounds: tuple[float, float],
+    fits: bool = True,
+) -> Any:
+    """A layout whose phases have point estimates; the bounds split evenly."""
+    n = len(estimates)
+    phases = tuple(
+        RLPhase(
+            f"phase {k}",
+            10,
+            (),
+            not fits,
+            (bounds[0] / n, bounds[1] / n),
+            estimate=e,
+            error=err,
+        )
+        for k, (e, err) in enumerate(zip(estimates, errors, strict=True))
+    )
+    return dataclasses.replace(_report(None, 10, fits), phases=phases)
+
+
+def test_ranking_by_the_point_estimate_ties_within_the_error() -> None:
+    # Step estimates: fast 1.0, close 1.08, slow 1.5 (the phases' sums); the
+    # error bar is the phases' largest, 10%. |1.08 - 1.0| = 0.08 <= 0.108: a
+    # tie; |1.5 - 1.08| = 0.42 > 0.15: apart. By the bounds slow would lead
+    # (its range, 0.2-0.3 s, is the lowest) and fast and close would not tie.
+    fast = _timed((0.4, 0.6), (0.05, 0.10), (2.0, 3.0))
+    close = _timed((1.08,), (0.10,), (0.5, 0.6))
+    slow = _timed((1.5,), (0.10,), (0.2, 0.3))
+    refused = _timed((0.1,), (0.10,), (0.1, 0.2), fits=False)
+    ranked = sorted([slow, refused, close, fast], key=_order)
+    assert ranked == [fast, close, slow, refused]
+    assert _ties(ranked) == ((0, 1),)
+    table = RLLayoutComparison(tuple(ranked), _ties(ranked), "in order")
+    assert table.verdict == (
+        "fastest that fits: colocated on fsdp=8 (tied with colocated on fsdp=8: "
+        "their estimates are within ±10%), 1 s per step (estimate, ±10%; "
+        "roofline bounds 2 s-3 s); peak 10 B per device"
+    )
+    rendered = table.table()
+    assert [row[1] for row in rendered.rows] == ["1 (tie)", "2 (tie)", "3", "-"]
+    assert [row[2] for row in rendered.rows][:3] == [
+        "1 s ±10%",
+        "1.08 s ±10%",
+        "1.5 s ±10%",
+    ]
+    assert rendered.columns[3] == "roofline bounds"
+    assert rendered.rows[0][3] == "2 s-3 s"
+    assert "a bound, not an estimate to plan on" in rendered.notes[0]
+    # the phases' largest error bar: with 5% alone, 1.0 and 1.08 are apart
+    tighter = _timed((1.0,), (0.05,), (2.0, 3.0))
+    closer = _timed((1.08,), (0.05,), (0.5, 0.6))
+    assert _ties([tighter, closer]) == ()
+    # uncalibrated: a tie only when the estimates are the same
+    same = [_timed((1.0,), (None,), (1, 2)), _timed((1.0,), (None,), (3, 4))]
+    assert _ties(same) == ((0, 1),)
+    assert "(tied with colocated on fsdp=8: the same estimate)" in (
+        RLLayoutComparison(tuple(same), _ties(same), "in order").verdict
+    )
+    assert _ties([same[0], _timed((1.01,), (None,), (1, 2))]) == ()

@@ -4,8 +4,11 @@ Each candidate layout (every role on one mesh, or the rollout, the actor and
 the reference on slices of their own) is one
 :func:`~nnx_introspect.rl_memory_report`, submitted to any
 ``concurrent.futures.Executor`` as the mesh comparisons are; the layouts that
-fit are ranked by their estimated step time (a range: two overlapping ranges
-are a tie, and the table says so).
+fit are ranked by the point estimate of their step time
+(:attr:`~nnx_introspect.RLMemoryReport.step_estimate`): two whose estimates lie
+within the calibrated error of each other are a tie (the table says so). The
+roofline's ``(low, high)`` range is shown beside it as a bound; it ranks
+(overlapping ranges tied) only layouts with no point estimate.
 
 ``layouts="auto"`` takes the topology's ``N`` devices as: every role on
 ``fsdp=N``; every role on ``tp=N``; the rollout on ``tp=N/2`` and the actor
@@ -21,6 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._ranking import error_words, tie_error, tied
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
@@ -66,7 +70,33 @@ def rl_layouts(devices: int) -> tuple[Candidate, ...]:
 
 
 def _seconds(report: RLMemoryReport) -> tuple[float, float] | None:
+    """The roofline's bounds of the step, ``(low, high)``, or ``None``."""
     return report.step_seconds
+
+
+def _error(report: RLMemoryReport) -> float | None:
+    """The step estimate's error bar: its phases' largest (``None``: uncalibrated)."""
+    return tie_error(*(p.error for p in report.phases))
+
+
+def _same(a: RLMemoryReport, b: RLMemoryReport) -> bool:
+    """Whether the estimates cannot rank ``a`` and ``b`` (see :func:`_ties`)."""
+    pa, pb = a.step_estimate, b.step_estimate
+    if pa is not None and pb is not None:
+        return tied(pa, pb, _error(a), _error(b))
+    sa, sb = _seconds(a), _seconds(b)
+    if pa is None and pb is None and sa is not None and sb is not None:
+        return sa[0] <= sb[1] and sb[0] <= sa[1]
+    return False
+
+
+def _point_words(report: RLMemoryReport) -> str:
+    """``"1.2 s ±9%"``: the step's point estimate with its error bar."""
+    point = report.step_estimate
+    if point is None:
+        return "-"
+    error = _error(report)
+    return duration(point) + ("" if error is None else f" ±{error:.0%}")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,9 +105,14 @@ class RLLayoutComparison(Report):
 
     Attributes:
         reports: One :class:`~nnx_introspect.RLMemoryReport` per layout: those
-            that fit by estimated step time (the lower bound, then the
-            upper), then those that do not.
-        ties: Index pairs of :attr:`reports` whose step-time ranges overlap.
+            that fit by the point estimate of their step time (where a layout
+            has none, the roofline's lower bound, then the upper), then those
+            that do not.
+        ties: Index pairs of :attr:`reports` the estimates cannot rank: both
+            fit, and their point estimates lie within the calibrated error of
+            each other (the larger of their error bars, the phases' largest;
+            uncalibrated, only the same estimate); layouts with no point
+            estimate, whose step-time ranges overlap.
         executor: The executor the layouts were compiled on, in words.
         rejected: ``(layout, reason)`` of each candidate refused before any
             compile.
@@ -107,44 +142,94 @@ class RLLayoutComparison(Report):
             return "No layout fits"
         best = self.reports[0]
         words = f"fastest that fits: {_name(best)}"
-        tied = [j for i, j in self.ties if i == 0]
-        if tied:
-            words += " (tied with " + "; ".join(_name(self.reports[j]) for j in tied)
-            words += ": their estimates overlap)"
+        with_best = [j for i, j in self.ties if i == 0]
+        point = best.step_estimate
+        if with_best:
+            words += " (tied with " + "; ".join(
+                _name(self.reports[j]) for j in with_best
+            )
+            if point is None:
+                words += ": their estimates overlap)"
+            else:
+                error = tie_error(
+                    _error(best), *(_error(self.reports[j]) for j in with_best)
+                )
+                words += (
+                    ": the same estimate)"
+                    if error is None
+                    else f": their estimates are within {error_words(error)})"
+                )
         span = _seconds(best)
-        if span is not None:
+        if point is not None:
+            words += (
+                f", {duration(point)} per step (estimate, {error_words(_error(best))}"
+            )
+            if span is not None:
+                words += f"; roofline bounds {duration(span[0])}-{duration(span[1])}"
+            words += ")"
+        elif span is not None:
             words += f", {duration(span[0])}-{duration(span[1])} per step (estimate)"
         return f"{words}; peak {format_bytes(best.peak_bytes)} per device"
 
     def table(self) -> Table:
         """One row per layout, fastest first."""
+        points = any(r.step_estimate is not None for r in self.reports)
         rows = []
         for i, report in enumerate(self.reports):
             span = _seconds(report)
-            tied = any(i in pair for pair in self.ties)
+            bounds = "-" if span is None else "-".join(duration(s) for s in span)
+            tie = any(i in pair for pair in self.ties)
             fits = report.fits() is not False
-            rank = str(i + 1) + (" (tie)" if tied else "") if fits else "-"
+            rank = str(i + 1) + (" (tie)" if tie else "") if fits else "-"
+            step = _point_words(report) if report.step_estimate is not None else bounds
             rows.append(
                 (
                     _name(report),
                     rank,
-                    "-" if span is None else "-".join(duration(s) for s in span),
+                    step,
+                    *((bounds,) if points else ()),
                     f"{format_bytes(report.peak_bytes)} ({report.peak_phase.name})",
                     format_bytes(report.reshard_bytes) if report.reshard_bytes else "-",
                     "yes" if fits else "no",
                 )
             )
+        if points:
+            bases = dict.fromkeys(
+                p.basis for r in self.reports for p in r.phases if p.basis
+            )
+            how = (
+                "Step time: each phase's point estimate (its program's "
+                "instructions at the device's rates: "
+                + "; ".join(bases or ["no basis given"])
+                + "), one after another, and the transfers' (an estimate, not a "
+                "measurement). Layouts are ranked by it; two within the error bar "
+                "of each other are ties. 'roofline bounds': the phases' roofline "
+                "ranges summed, a bound, not an estimate to plan on."
+            )
+        else:
+            how = (
+                "Step time: each phase's roofline range and the reshard's, summed "
+                "(an estimate, not a measurement); overlapping ranges are ties."
+            )
         return Table(
             title="GRPO step layouts, ranked by estimated step time",
-            columns=("layout", "rank", "step (est.)", "peak", "reshard", "fits"),
+            columns=(
+                "layout",
+                "rank",
+                "step (est.)",
+                *(("roofline bounds",) if points else ()),
+                "peak",
+                "reshard",
+                "fits",
+            ),
             rows=tuple(rows),
             lead=(self.verdict,),
             notes=(
-                "Step time: each phase's roofline range and the reshard's, summed "
-                "(an estimate, not a measurement); overlapping ranges are ties.",
+                how,
                 f"Compiled {self.executor}.",
                 *(f"Not compiled: {m}: {r}" for m, r in self.rejected),
             ),
+            optional=("roofline bounds",) if points else (),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -180,20 +265,28 @@ def _measure(kwargs: dict[str, Any]) -> RLMemoryReport:
 
 
 def _ties(reports: Sequence[RLMemoryReport]) -> tuple[tuple[int, int], ...]:
-    spans = [_seconds(r) if r.fits() is not False else None for r in reports]
-    out = []
-    for i, a in enumerate(spans):
-        for j in range(i + 1, len(spans)):
-            b = spans[j]
-            if a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]:
-                out.append((i, j))
-    return tuple(out)
+    """``(i, j)``, ``i < j``, of every two layouts that fit and cannot be ranked.
+
+    Both with point estimates: within the calibrated error of each other
+    (:func:`~nnx_introspect._ranking.tied`); both without: roofline ranges
+    that overlap; one of each: never.
+    """
+    fitting = [r.fits() is not False for r in reports]
+    return tuple(
+        (i, j)
+        for i in range(len(reports))
+        for j in range(i + 1, len(reports))
+        if fitting[i] and fitting[j] and _same(reports[i], reports[j])
+    )
 
 
 def _order(report: RLMemoryReport) -> tuple[int, float, float]:
-    span = _seconds(report)
+    """Fitting layouts by point estimate (else their bounds), then by peak."""
+    point, span = report.step_estimate, _seconds(report)
     if report.fits() is False:
         return (2, 0.0, float(report.peak_bytes))
+    if point is not None:
+        return (0, point, 0.0)
     if span is None:
         return (1, 0.0, float(report.peak_bytes))
     return (0, span[0], span[1])

@@ -4,9 +4,13 @@
 (``tp=8``, two replicas of ``tp=4``, four of ``tp=2``...), one
 :func:`~nnx_introspect.serve_memory_report` each, submitted to any
 ``concurrent.futures.Executor``, and ranks the meshes that fit by their
-estimated decode throughput per device; each row shows the decode latency
-(time per token) it comes at. The estimates are ranges (every term overlapped
-to none): two meshes whose ranges overlap are a tie, and the table says so.
+estimated decode throughput per device (at the decode step's point estimate,
+:attr:`~nnx_introspect._serve.timing.ServeTime.tokens_per_second_estimate`);
+each row shows the decode latency (time per token) it comes at. Two meshes
+whose estimates lie within the calibrated error of each other are a tie, and
+the table says so. The roofline's ranges (every term overlapped to none) are
+shown as bounds; they rank (overlapping ranges tied) only meshes with no point
+estimate.
 
 ``meshes="auto"`` takes the topology's ``N`` devices as ``tp=t`` with the rest
 data-parallel (``data=N/t,tp=t``, ``tp=1`` kept) for each divisor ``t`` of ``N``
@@ -21,6 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._ranking import error_words, tie_error, tied
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._serve.api import measure_serve
 from nnx_introspect._serve.programs import _abstract_cache, cache_problems
@@ -39,9 +44,38 @@ __all__ = [
 
 
 def _rate(report: ServeMemoryReport) -> tuple[float, float] | None:
+    """The roofline's bounds of tokens/s per device, or ``None`` (not ranked)."""
     if report.time is None or not report.ok:
         return None
     return report.time.tokens_per_second_per_device
+
+
+def _point(report: ServeMemoryReport) -> float | None:
+    """Tokens/s per device at the decode step's point estimate, or ``None``.
+
+    ``None`` when the mesh does not fit, has no estimate, or its decode step
+    has only the roofline's bounds.
+    """
+    time = report.time
+    if time is None or not report.ok or time.decode.time is None:
+        return None
+    return time.tokens_per_second_estimate / time.decode.devices
+
+
+def _error(report: ServeMemoryReport) -> float | None:
+    """The decode step's calibrated error bar, or ``None``."""
+    return None if report.time is None else report.time.decode.error
+
+
+def _same(a: ServeMemoryReport, b: ServeMemoryReport) -> bool:
+    """Whether the estimates cannot rank ``a`` and ``b`` (see :func:`_ties`)."""
+    pa, pb = _point(a), _point(b)
+    if pa is not None and pb is not None:
+        return tied(pa, pb, _error(a), _error(b))
+    ra, rb = _rate(a), _rate(b)
+    if pa is None and pb is None and ra is not None and rb is not None:
+        return ra[0] <= rb[1] and rb[0] <= ra[1]
+    return False
 
 
 @dataclasses.dataclass(frozen=True)
@@ -50,10 +84,14 @@ class ServeMeshComparison(Report):
 
     Attributes:
         reports: One :class:`ServeMemoryReport` per mesh, best first: those
-            that fit by the middle of their tokens/s range, then those that
-            do not fit.
-        ties: ``(i, j)`` index pairs of :attr:`reports` whose tokens/s ranges
-            overlap: the estimate cannot order them.
+            that fit by their tokens/s per device at the decode step's point
+            estimate, highest first (a mesh with only the roofline's range: by
+            its middle), then those that do not fit.
+        ties: ``(i, j)`` index pairs of :attr:`reports` the estimate cannot
+            order: both fit and their point estimates lie within the
+            calibrated error of each other (the larger of their decode steps'
+            error bars; uncalibrated, only the same estimate), or, with no
+            point estimates, their tokens/s ranges overlap.
         executor: The executor the compiles ran on, in words.
         rejected: With ``meshes="auto"``, ``(mesh, reason)`` for each
             candidate refused before any compile.
@@ -93,13 +131,34 @@ class ServeMeshComparison(Report):
         if not self.ok:
             return "No serving mesh fits"
         best = self.reports[0]
-        rate = _rate(best)
-        tied = [j for i, j in self.ties if i == 0]
+        rate, point = _rate(best), _point(best)
+        with_best = [j for i, j in self.ties if i == 0]
         words = f"best: {_mesh(best)}"
-        if tied:
-            words += " (tied with " + ", ".join(_mesh(self.reports[j]) for j in tied)
-            words += ": their estimates overlap)"
-        if rate is not None and best.time is not None:
+        if with_best:
+            words += " (tied with " + ", ".join(
+                _mesh(self.reports[j]) for j in with_best
+            )
+            if point is None:
+                words += ": their estimates overlap)"
+            else:
+                error = tie_error(
+                    _error(best), *(_error(self.reports[j]) for j in with_best)
+                )
+                words += (
+                    ": the same estimate)"
+                    if error is None
+                    else f": their estimates are within {error_words(error)})"
+                )
+        if point is not None and rate is not None and best.time is not None:
+            low, high = best.time.seconds_per_token
+            words += (
+                f", {point:,.0f} tokens/s per device at "
+                f"{duration(best.time.seconds_per_token_estimate)} per token "
+                f"(estimate, {error_words(_error(best))}; roofline bounds "
+                f"{rate[0]:,.0f}-{rate[1]:,.0f} tokens/s at "
+                f"{duration(low)}-{duration(high)})"
+            )
+        elif rate is not None and best.time is not None:
             low, high = best.time.seconds_per_token
             words += (
                 f", {rate[0]:,.0f}-{rate[1]:,.0f} tokens/s per device at "
@@ -119,15 +178,34 @@ class ServeMeshComparison(Report):
 
     def table(self) -> Table:
         """One row per mesh, best first."""
+        points = any(_point(r) is not None for r in self.reports)
         rows = []
         for i, report in enumerate(self.reports):
-            rate, time = _rate(report), report.time
-            tied = [j for a, b in self.ties for j in (a, b) if i in (a, b) and j != i]
+            rate, point, time = _rate(report), _point(report), report.time
+            tie = [j for a, b in self.ties for j in (a, b) if i in (a, b) and j != i]
             rank = "-" if rate is None else str(i + 1)
-            rows.append(
-                (
-                    _mesh(report),
-                    rank + (" (tie)" if tied else ""),
+            bounds = (
+                "-"
+                if time is None
+                else (
+                    ("" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f} tok/s; ")
+                    + "-".join(duration(s) for s in time.seconds_per_token)
+                    + " per token; "
+                    + "-".join(duration(s) for s in time.time_to_first_token)
+                    + " first"
+                )
+            )
+            if time is not None and time.decode.time is not None:
+                error = _error(report)
+                cells = (
+                    "-"
+                    if point is None
+                    else f"{point:,.0f}" + ("" if error is None else f" ±{error:.0%}"),
+                    duration(time.seconds_per_token_estimate),
+                    duration(time.time_to_first_token_estimate),
+                )
+            else:
+                cells = (
                     "-" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f}",
                     "-"
                     if time is None
@@ -135,10 +213,35 @@ class ServeMeshComparison(Report):
                     "-"
                     if time is None
                     else "-".join(duration(s) for s in time.time_to_first_token),
+                )
+            rows.append(
+                (
+                    _mesh(report),
+                    rank + (" (tie)" if tie else ""),
+                    *cells,
+                    *((bounds,) if points else ()),
                     format_bytes(report.peak_bytes),
                     "yes" if report.ok else "no",
                 )
             )
+        how = (
+            "Estimates, not measurements: each program's instructions at the "
+            "device's rates ("
+            + "; ".join(
+                dict.fromkeys(
+                    r.time.decode.time.basis
+                    for r in self.reports
+                    if r.time is not None and r.time.decode.time is not None
+                )
+            )
+            + "). Meshes are ranked by tokens/s per device at the decode step's "
+            "estimate; two within the error bar of each other are ties. 'roofline "
+            "bounds': every term overlapped to none, a bound, not an estimate to "
+            "plan on."
+            if points
+            else "Ranges: every term overlapped to none (a roofline estimate, "
+            "not a measurement); overlapping ranges are ties."
+        )
         return Table(
             title="Serving meshes, ranked by estimated tokens/s per device",
             columns=(
@@ -147,14 +250,15 @@ class ServeMeshComparison(Report):
                 "tokens/s per device (est.)",
                 "per token (est.)",
                 "first token (est.)",
+                *(("roofline bounds",) if points else ()),
                 "peak",
                 "fits",
             ),
             rows=tuple(rows),
             lead=(self.verdict,),
+            optional=("roofline bounds",) if points else (),
             notes=(
-                "Ranges: every term overlapped to none (a roofline estimate, "
-                "not a measurement); overlapping ranges are ties.",
+                how,
                 f"Compiled {self.executor}."
                 if self.executor.startswith("one mesh after another")
                 else f"Compiled on a {self.executor}.",
@@ -185,18 +289,27 @@ def _measure(kwargs: dict[str, Any]) -> ServeMemoryReport:
 
 
 def _ties(reports: list[ServeMemoryReport]) -> tuple[tuple[int, int], ...]:
-    rates = [_rate(r) for r in reports]
-    out = []
-    for i, a in enumerate(rates):
-        for j in range(i + 1, len(rates)):
-            b = rates[j]
-            if a is not None and b is not None and a[0] <= b[1] and b[0] <= a[1]:
-                out.append((i, j))
-    return tuple(out)
+    """``(i, j)``, ``i < j``, of every two fitting meshes the estimate cannot order.
+
+    Both with point estimates: tokens/s per device within the calibrated
+    error of each other (:func:`~nnx_introspect._ranking.tied`; the same as
+    their times per token being so); both without: overlapping ranges.
+    """
+    return tuple(
+        (i, j)
+        for i in range(len(reports))
+        for j in range(i + 1, len(reports))
+        if _rate(reports[i]) is not None
+        and _rate(reports[j]) is not None
+        and _same(reports[i], reports[j])
+    )
 
 
 def _order(report: ServeMemoryReport) -> tuple[int, float]:
-    rate = _rate(report)
+    """Fitting meshes by tokens/s at the point estimate (else the range's middle)."""
+    rate, point = _rate(report), _point(report)
+    if point is not None:
+        return (0, -point)
     return (0, -(rate[0] + rate[1]) / 2) if rate is not None else (1, 0.0)
 
 
@@ -359,8 +472,10 @@ def compare_serving_meshes(
 
     Each mesh gets the :func:`~nnx_introspect.serve_memory_report` of the same
     request; the meshes that fit are ranked by their estimated tokens/s per
-    device (each row with its time per token: the latency the throughput
-    comes at), the others listed after. Overlapping estimate ranges are ties.
+    device at the decode step's point estimate (each row with its time per
+    token: the latency the throughput comes at), the others listed after.
+    Estimates within the calibrated error of each other are ties (with no
+    point estimate: overlapping ranges).
 
     Args:
         target: The model, as :func:`~nnx_introspect.serve_memory_report`

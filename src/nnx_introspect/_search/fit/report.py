@@ -4,6 +4,7 @@ import dataclasses
 import html
 from typing import Any, Literal, TypeAlias
 
+from nnx_introspect._ranking import error_words, tie_error, tied
 from nnx_introspect._render import (
     Report,
     Table,
@@ -33,9 +34,19 @@ class FitRow:
         status: A :data:`FitStatus`.
         why: Why it was not compiled, or the compile's error; else ``None``.
         peak_bytes: The compiled step's peak per device.
-        seconds: The ``(low, high)`` step-time estimate (a named topology).
-        mfu_ceiling: The estimate's utilisation at its low end.
+        seconds: The roofline's ``(low, high)`` bounds of the step time (a
+            named topology): a bound, shown beside :attr:`estimate`; it ranks
+            a row only when the row has no point estimate.
+        mfu_ceiling: The roofline's utilisation at its low bound (the most it
+            allows).
         flops: The program's FLOPs per device, loops counted per trip.
+        estimate: The point estimate of the step time in seconds (from the
+            program's instructions at calibrated rates): what rows are ranked
+            by; ``None`` without one.
+        error: :attr:`estimate`'s calibrated error bar as a fraction
+            (``0.09``: ±9%), or ``None`` (uncalibrated, or no estimate).
+        mfu: The utilisation at :attr:`estimate` (an MFU when the model's
+            FLOPs are known, else the hardware FLOPs utilisation), or ``None``.
 
     Example:
         >>> row = FitRow((("fsdp", 8),), (("Block", "dots_saveable"),), 2, "fits",
@@ -53,6 +64,9 @@ class FitRow:
     seconds: tuple[float, float] | None = None
     mfu_ceiling: float | None = None
     flops: float | None = None
+    estimate: float | None = None
+    error: float | None = None
+    mfu: float | None = None
 
     @property
     def name(self) -> str:
@@ -84,13 +98,70 @@ class FitRow:
             "why": self.why,
             "peak_bytes": self.peak_bytes,
             "seconds": None if self.seconds is None else list(self.seconds),
+            "roofline_bounds_seconds": None
+            if self.seconds is None
+            else list(self.seconds),
+            "estimate_seconds": self.estimate,
+            "estimate_error": self.error,
+            "mfu": self.mfu,
             "mfu_ceiling": self.mfu_ceiling,
             "flops": self.flops,
         }
 
 
 def _overlap(a: tuple[float, float], b: tuple[float, float]) -> bool:
+    """Whether two ``(low, high)`` ranges overlap (more than at one end, or match)."""
     return (a[0] < b[1] and a[1] > b[0]) or a == b
+
+
+def same_speed(a: FitRow, b: FitRow) -> bool:
+    """Whether the estimates cannot rank ``a`` and ``b``.
+
+    With point estimates on both: whether they lie within the calibrated
+    error of each other (:func:`~nnx_introspect._ranking.tied`); otherwise,
+    with the roofline's bounds on both, whether those overlap; else ``False``.
+
+    Example:
+        >>> row = lambda estimate, error=0.1: FitRow(
+        ...     (("fsdp", 8),), (), 1, "fits", seconds=(0.1, 9.0),
+        ...     estimate=estimate, error=error)
+        >>> same_speed(row(1.0), row(1.1)), same_speed(row(1.0), row(1.12))
+        (True, False)
+        >>> same_speed(row(1.0, None), row(1.0, None))  # uncalibrated: equal only
+        True
+        >>> same_speed(FitRow((), (), 1, "fits", seconds=(1, 2)),
+        ...            FitRow((), (), 1, "fits", seconds=(1.5, 3)))
+        True
+    """
+    if a.estimate is not None and b.estimate is not None:
+        return tied(a.estimate, b.estimate, a.error, b.error)
+    if a.estimate is not None or b.estimate is not None:
+        return False  # one point, one range: nothing to compare
+    if a.seconds is None or b.seconds is None:
+        return False
+    return _overlap(a.seconds, b.seconds)
+
+
+def surely_slower(row: FitRow, best: FitRow | None) -> bool:
+    """Whether ``row`` is estimated slower than ``best``, beyond the error bar.
+
+    By the point estimates where both have one (slower and not
+    :func:`same_speed`); else by the roofline's bounds (``row``'s low above
+    ``best``'s high); ``False`` when either has no time.
+
+    Example:
+        >>> row = lambda estimate: FitRow((), (), 1, "fits", seconds=(0.1, 9.0),
+        ...                               estimate=estimate, error=0.1)
+        >>> surely_slower(row(1.2), row(1.0)), surely_slower(row(1.1), row(1.0))
+        (True, False)
+    """
+    if best is None:
+        return False
+    if row.estimate is not None and best.estimate is not None:
+        return row.estimate > best.estimate and not same_speed(row, best)
+    if row.seconds is None or best.seconds is None:
+        return False
+    return row.seconds[0] > best.seconds[1]
 
 
 @dataclasses.dataclass(frozen=True)
@@ -104,7 +175,8 @@ class FitSearch(Report):
         max_device_bytes: The budget per device.
         budget_basis: Where the budget comes from, in words.
         rows: Every configuration, compiled or not, in the order tried.
-        chosen: The fastest configuration that fits (by estimated step time,
+        chosen: The fastest configuration that fits (by the point estimate
+            of the step time; else by the low end of the roofline's bounds;
             else by FLOPs), or ``None``.
         layer: The module class rematerialised, or ``None``.
         layer_basis: How it was chosen.
@@ -156,17 +228,29 @@ class FitSearch(Report):
 
     @property
     def equals(self) -> tuple[FitRow, ...]:
-        """The other fitting rows whose estimated ranges overlap the chosen one's."""
+        """The other fitting rows the estimates cannot tell from the chosen one.
+
+        Those whose point estimates lie within the calibrated error of the
+        chosen one's (:func:`same_speed`); where the chosen one has no point
+        estimate, those whose roofline bounds overlap its own.
+
+        Example:
+            >>> row = lambda k, estimate: FitRow(
+            ...     (("fsdp", 8),), (), k, "fits", peak_bytes=10,
+            ...     seconds=(0.1, 9.0), estimate=estimate, error=0.05)
+            >>> a, b, c = row(1, 1.0), row(2, 1.04), row(4, 1.2)
+            >>> search = FitSearch("m:f", ("int32[8,512]",), "v5e-8", 16, "given",
+            ...                    (a, b, c), a, None, "", 3, 1.0, "a pool")
+            >>> [r.microbatches for r in search.equals]  # 1.04 within 5% of 1.0
+            [2]
+        """
         best = self.chosen
-        if best is None or best.seconds is None:
+        if best is None:
             return ()
         return tuple(
             r
             for r in self.rows
-            if r is not best
-            and r.status == "fits"
-            and r.seconds is not None
-            and _overlap(r.seconds, best.seconds)
+            if r is not best and r.status == "fits" and same_speed(r, best)
         )
 
     @property
@@ -220,9 +304,13 @@ class FitSearch(Report):
     def table(self) -> Table:
         """A row per configuration, the chosen one first."""
         estimates = any(r.seconds is not None for r in self.rows)
+        points = any(r.estimate is not None for r in self.rows)
         columns = ["mesh", "remat", "microbatches", "status", "peak per device"]
         columns += ["of budget", "step seconds (est.)" if estimates else "FLOPs"]
-        columns.append("MFU ceiling (est.)" if estimates else "why not compiled")
+        utilisation = "MFU (est.)" if points else "MFU ceiling (est.)"
+        columns.append(utilisation if estimates else "why not compiled")
+        if points:
+            columns.append(BOUNDS)
         rows = []
         for r in self._ordered():
             peak = r.peak_bytes
@@ -235,12 +323,14 @@ class FitSearch(Report):
                 "-" if peak is None else f"{peak / self.max_device_bytes:.0%}",
             ]
             if estimates:
-                cells.append(
-                    "-"
-                    if r.seconds is None
-                    else f"{r.seconds[0]:.3g}-{r.seconds[1]:.3g}"
-                )
-                cells.append("-" if r.mfu_ceiling is None else f"{r.mfu_ceiling:.0%}")
+                cells.append(_seconds_cell(r))
+                cells.append(_mfu_cell(r, points))
+                if points:
+                    cells.append(
+                        "-"
+                        if r.seconds is None
+                        else f"{r.seconds[0]:.3g}-{r.seconds[1]:.3g}"
+                    )
             else:
                 cells.append("-" if r.flops is None else f"{r.flops:.3g}")
                 cells.append(r.why or "")
@@ -251,6 +341,7 @@ class FitSearch(Report):
             rows=tuple(rows),
             lead=tuple(self._lead()),
             notes=tuple(self._notes(estimates)),
+            optional=(BOUNDS,) if points else (),
         )
 
     def _ordered(self) -> list[FitRow]:
@@ -264,12 +355,19 @@ class FitSearch(Report):
         if self.change is not None:
             lead.append(f"The change to make: {self.change}.")
         equals = self.equals
-        if equals:
+        best = self.chosen
+        if equals and best is not None:
             names = "; ".join(f"{r.name} with {r.options}" for r in equals)
-            lead.append(
-                f"Equal to it within the estimate (their step-time ranges "
-                f"overlap): {names}."
-            )
+            if best.estimate is None:
+                why = "their step-time ranges overlap"
+            else:
+                error = tie_error(best.error, *(r.error for r in equals))
+                why = (
+                    "the same estimated step time"
+                    if error is None
+                    else f"step-time estimates within {error_words(error)} of its own"
+                )
+            lead.append(f"Equal to it within the estimate ({why}): {names}.")
         return lead
 
     def _notes(self, estimates: bool) -> list[str]:
@@ -279,7 +377,18 @@ class FitSearch(Report):
             f"compiles in {self.seconds:.0f} s on {self.executor}.",
             self._remat_note(),
         ]
-        if estimates:
+        if any(r.estimate is not None for r in self.rows):
+            notes.append(
+                "Ranked by the estimated step time (each compiled program's "
+                "instructions at the device's rates, not a measurement; "
+                + _errors(self.rows)
+                + "): recompute and per-microbatch collectives are in the "
+                "compiled program it reads; two rows within the error bar of each "
+                "other are equal, and MFU is at the estimate. "
+                f"'{BOUNDS}': the roofline's range from perfect overlap to "
+                "none, a bound, not an estimate to plan on."
+            )
+        elif estimates:
             notes.append(
                 "Ranked by the estimated step time (a roofline range from perfect "
                 "overlap to none, not a measurement): recompute and per-microbatch "
@@ -347,7 +456,9 @@ class FitSearch(Report):
             if r is self.chosen:
                 outcome = CHOSEN
             label = f"{'chosen: ' if r is self.chosen else ''}{r.name} {r.options}"
-            points.append((label, r.peak_bytes, outcome, outcome, r.seconds))
+            point = () if r.estimate is None else (r.estimate,)
+            times = (*r.seconds, *point)
+            points.append((label, r.peak_bytes, outcome, outcome, times))
         chart = time_peak_svg(points, self.max_device_bytes)
         body = (
             verdict_html(table.title, "ok" if self.ok else "bad")
@@ -359,11 +470,48 @@ class FitSearch(Report):
 
 
 def speed_key(row: FitRow) -> tuple[float, float, float]:
-    """Fastest first: the estimated range, else the FLOPs; then the peak."""
+    """Fastest first: the point estimate, else the bounds, else the FLOPs; then peak.
+
+    Example:
+        >>> rows = [
+        ...     FitRow((("a", 8),), (), 1, "fits", seconds=(0.1, 0.9), estimate=0.6),
+        ...     FitRow((("b", 8),), (), 1, "fits", seconds=(0.3, 0.4), estimate=0.35),
+        ... ]
+        >>> [r.name for r in sorted(rows, key=speed_key)]
+        ['b=8', 'a=8']
+    """
+    if row.estimate is not None:
+        return (row.estimate, 0.0, float(row.peak_bytes or 0))
     if row.seconds is not None:
         return (row.seconds[0], row.seconds[1], float(row.peak_bytes or 0))
     flops = row.flops if row.flops is not None else float("inf")
     return (flops, flops, float(row.peak_bytes or 0))
+
+
+BOUNDS = "roofline bounds (s)"
+"""The column of the roofline's ``(low, high)`` range: a bound, not the estimate."""
+
+
+def _seconds_cell(r: FitRow) -> str:
+    """The step time a row is ranked by: ``"0.512 ±9%"``, else its bounds, else -."""
+    if r.estimate is not None:
+        return f"{r.estimate:.3g}" + ("" if r.error is None else f" ±{r.error:.0%}")
+    return "-" if r.seconds is None else f"{r.seconds[0]:.3g}-{r.seconds[1]:.3g}"
+
+
+def _mfu_cell(r: FitRow, points: bool) -> str:
+    """The MFU at the estimate, else the ceiling (``"≤"`` among point figures)."""
+    if r.mfu is not None:
+        return f"{r.mfu:.0%}"
+    if r.mfu_ceiling is None:
+        return "-"
+    return f"{'≤' if points else ''}{r.mfu_ceiling:.0%}"
+
+
+def _errors(rows: tuple[FitRow, ...]) -> str:
+    """The rows' error bars in words: ``"±9%"``, ``"uncalibrated"``, joined."""
+    words = dict.fromkeys(error_words(r.error) for r in rows if r.estimate is not None)
+    return " or ".join(words)
 
 
 def _leading_rows(batch: tuple[str, ...]) -> int | None:

@@ -18,7 +18,9 @@ executor, each round chosen from what the last one showed:
 Memory falls and time rises along every ladder, so a configuration is not
 compiled when one of the same mesh no further along any ladder already fits,
 or when its start on the ladder is already estimated slower than a fitting
-configuration; its row says why. A search whose executor breaks (a worker
+configuration (its point estimate above the fit's by more than the calibrated
+error; the roofline's bounds apart where there is no point estimate); its row
+says why. A search whose executor breaks (a worker
 process died) stops, and its report is a failure naming the cause.
 """
 
@@ -46,7 +48,12 @@ from nnx_introspect._search.fit.ladders import (
     candidates_from,
     dominates,
 )
-from nnx_introspect._search.fit.report import FitRow, FitSearch, speed_key
+from nnx_introspect._search.fit.report import (
+    FitRow,
+    FitSearch,
+    speed_key,
+    surely_slower,
+)
 from nnx_introspect._search.meshes.api import checked_candidates, search_probe
 from nnx_introspect._search.meshes.arguments import (
     check_executor,
@@ -119,8 +126,9 @@ def fit_step(
             ``breakdown`` is ignored (the search takes the breakdowns it
             needs). ``loss`` is not
             ``None`` (the options change the backward pass); ``topology``
-            ranks the rows by the estimated step time (without it, by
-            FLOPs) and gives a budget by default (else ``max_device_bytes``);
+            ranks the rows by the estimated step time (the point estimate,
+            ties within its calibrated error; without a topology, by FLOPs)
+            and gives a budget by default (else ``max_device_bytes``);
             ``remat`` names the module class to rematerialise (its policy is
             the search's; default: the one whose ``__call__`` holds the most
             activations kept for the backward pass in the breakdown of the
@@ -420,7 +428,7 @@ class _Search:
                     f"{row.options} already fits: memory falls and time rises "
                     "along every ladder"
                 )
-        if _slower(start, best):
+        if surely_slower(start, best):
             assert best is not None
             return (
                 f"{start.options} is estimated slower than {best.name} with "
@@ -516,14 +524,10 @@ def _row(config: Config, report: StepMemoryReport, budget: int) -> FitRow:
         else (estimate.low_seconds, estimate.high_seconds),
         mfu_ceiling=None if estimate is None else estimate.mfu_ceiling,
         flops=report.flops,
+        estimate=None if estimate is None else estimate.seconds,
+        error=None if estimate is None else estimate.error,
+        mfu=None if estimate is None else estimate.mfu,
     )
-
-
-def _slower(row: FitRow, best: FitRow | None) -> bool:
-    """Whether ``row`` is surely slower than ``best`` (its range above best's)."""
-    if best is None or row.seconds is None or best.seconds is None:
-        return False
-    return row.seconds[0] > best.seconds[1]
 
 
 def _has_breakdown(report: StepMemoryReport | None) -> bool:

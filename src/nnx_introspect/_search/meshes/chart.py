@@ -19,9 +19,11 @@ __all__ = [
     "time_peak_svg",
 ]
 
-MeshRow: TypeAlias = tuple[str, int | None, str, str, tuple[float, float] | None]
-"""``(mesh name, peak bytes per device or None, outcome, status, (low, high)
-estimated seconds per step or None)``, as a :class:`MeshCandidate` gives them."""
+MeshRow: TypeAlias = tuple[str, int | None, str, str, tuple[float, ...] | None]
+"""``(mesh name, peak bytes per device or None, outcome, status, times or
+None)``, as a :class:`MeshCandidate` gives them: the times are the roofline's
+``(low, high)`` bounds of one step, then the point estimate when there is one
+(``(low, high, estimate)``)."""
 
 
 CHOSEN = "chosen"
@@ -159,8 +161,14 @@ ticks.peak_axis`).
     )
 
 
-_Point: TypeAlias = tuple[int, str, float, float, int, str]
-"""``(number, mesh name, low seconds, high seconds, peak bytes, outcome)``."""
+_Point: TypeAlias = tuple[int, str, float, float, int, str, float | None]
+"""``(number, mesh name, low seconds, high seconds, peak bytes, outcome, point
+estimate or None)``."""
+
+
+def _at(point: _Point) -> float:
+    """Where a point's marker sits: its estimate, else its low bound."""
+    return point[2] if point[6] is None else point[6]
 
 
 def _clusters(
@@ -180,7 +188,7 @@ def _clusters(
 
 def _time_axis(points: Sequence[_Point]) -> tuple[tuple[float, ...], bool]:
     """Round ticks of the time axis and whether it is logarithmic."""
-    times = [t for p in points for t in (p[2], p[3])]
+    times = [t for p in points for t in (p[2], p[3], _at(p))]
     if svg.wants_log(times):
         positive = [t for t in times if t > 0]
         return svg.log_ticks(min(positive), max(positive)), True
@@ -221,8 +229,10 @@ def _legend_lines(
 
 
 def _figures(point: _Point) -> str:
-    _, _, low, high, peak, _ = point
-    return f"{format_bytes(peak)}, {low:.3g}-{high:.3g} s"
+    _, _, low, high, peak, _, at = point
+    if at is None:
+        return f"{format_bytes(peak)}, {low:.3g}-{high:.3g} s"
+    return f"{format_bytes(peak)}, {at:.3g} s (bounds {low:.3g}-{high:.3g})"
 
 
 def _legend(points: Sequence[_Point], top: float, width: float) -> tuple[str, float]:
@@ -230,7 +240,7 @@ def _legend(points: Sequence[_Point], top: float, width: float) -> tuple[str, fl
     parts = []
     lines = 0
     for x, line, point, apart in _legend_lines(points, width):
-        number, name, _, _, _, outcome = point
+        number, name, _, _, _, outcome, _ = point
         y = top + 18 * line
         chosen = outcome == CHOSEN
         parts += [
@@ -293,7 +303,12 @@ def _panel(
         svg.text(
             frame.middle,
             frame.baseline + 36,
-            "estimated step time (roofline: perfect overlap to none)"
+            (
+                "estimated step time (dot: the estimate; line: roofline bounds, "
+                "perfect overlap to none)"
+                if any(p[6] is not None for p in points)
+                else "estimated step time (roofline: perfect overlap to none)"
+            )
             + (", log scale" if x_log else ""),
             size=12,
             anchor="middle",
@@ -302,13 +317,13 @@ def _panel(
     placed = []
     taken: list[Box] = []
     for point in points:
-        _, _, low, high, peak, outcome = point
+        _, _, low, high, peak, outcome, _ = point
         at = -100.0  # off the chart: grouped only with the others off it
         if peak <= top:
             at = y(peak)
             parts.append(svg.line(x(low), at, x(high), at, _colour(outcome), width=2))
             taken.append((x(low) - 2, at - 3, x(high) + 2, at + 3))
-        placed.append((x(low), at, point))
+        placed.append((x(_at(point)), at, point))
     marks, chosen_at = _marks(frame, _clusters(placed), taken)
     inside = (frame.left, frame.top - 14, frame.plot_right + 16, frame.baseline)
     if chosen_at is not None:
@@ -356,7 +371,12 @@ def _marks(
         label = ",".join(str(m[0]) for m in members)
         title = "; ".join(
             f"{m[0]} {m[1]}: {format_bytes(m[4])} per device, "
-            f"{m[2]:.3g}-{m[3]:.3g} s per step (estimated)"
+            + (
+                f"{m[2]:.3g}-{m[3]:.3g} s per step (estimated)"
+                if m[6] is None
+                else f"{m[6]:.3g} s per step (estimated; roofline bounds "
+                f"{m[2]:.3g}-{m[3]:.3g} s)"
+            )
             for m in members
         )
         colours = {_colour(m[5]) for m in members}
@@ -382,7 +402,8 @@ def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
     """Peak per device against the estimated step time, one numbered point per mesh.
 
     Each compiled mesh with an estimate is a segment from its perfect-overlap
-    time to its no-overlap time at its peak, its number at the low end; the
+    time to its no-overlap time at its peak (the roofline's bounds), its
+    number at its point estimate where it has one, else at the low end; the
     legend below the plot names each number's mesh with its figures (points
     that coincide share one marker, numbered ``1,3``, grey when their colours
     differ). Both axes have round ticks; each is logarithmic when its values
@@ -395,12 +416,16 @@ def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
         >>> page = time_peak_svg([("data=8", 3000, "fits", "fits", (0.2, 0.3))], None)
         >>> page.count("<circle"), "0.3 s" in page, ">data=8</text>" in page
         (1, True, True)
+        >>> page = time_peak_svg(
+        ...     [("data=8", 3000, "fits", "fits", (0.2, 0.3, 0.25))], None)
+        >>> "0.25 s per step (estimated; roofline bounds 0.2-0.3 s)" in page
+        True
     """
     charted = [r for r in rows if r[1] is not None and r[4] is not None]
     points: list[_Point] = [
-        (i, name, estimate[0], estimate[1], peak, outcome)
-        for i, (name, peak, outcome, _, estimate) in enumerate(charted, start=1)
-        if estimate is not None and peak is not None
+        (i, name, times[0], times[1], peak, outcome, times[2] if times[2:] else None)
+        for i, (name, peak, outcome, _, times) in enumerate(charted, start=1)
+        if times is not None and peak is not None
     ]
     if not points:
         return ""

@@ -12,6 +12,7 @@ import math
 from collections.abc import Iterator
 from typing import Any
 
+from nnx_introspect._ranking import error_words, tie_error, tied
 from nnx_introspect._render import (
     Report,
     Table,
@@ -29,6 +30,7 @@ from nnx_introspect._search.meshes.utilisation import (
     utilisation_header,
     utilisation_notes,
 )
+from nnx_introspect._step import duration
 
 
 @dataclasses.dataclass(frozen=True)
@@ -38,12 +40,15 @@ class MeshComparison(Report):
     Each compiled candidate is one :func:`step_memory_report` call (its full
     report kept on the row); candidates the planner rejects are rows that say
     why, with no compile spent; a compile that raised or timed out is a row
-    too. Order: the meshes that fit (by ``estimated_seconds`` where rows have
-    one, then by peak bytes, lowest first), then those that do not fit (lowest
-    peak first), then those rejected by the planner, then those that failed or
-    timed out; ties keep the candidates' order. Meshes whose estimated step
-    times overlap the first's are equal within the estimate (:attr:`equals`):
-    the verdict names them all, not one best.
+    too. Order: the meshes that fit (by their point estimate of the step time,
+    :attr:`MeshCandidate.estimate`, where rows have one, then by peak bytes,
+    lowest first), then those that do not fit (lowest peak first), then those
+    rejected by the planner, then those that failed or timed out; ties keep
+    the candidates' order. Meshes whose estimates lie within the calibrated
+    error of the first's are equal within the estimate (:attr:`equals`): the
+    verdict names them all, not one best. The roofline's ``(low, high)``
+    range (:attr:`MeshCandidate.estimated_seconds`) is shown as a bound; it
+    ranks only rows with no point estimate.
 
     Attributes:
         target: The model's ``"package.module:factory"`` name.
@@ -102,7 +107,7 @@ class MeshComparison(Report):
         """The first candidate when it fits (or, with no budget, compiled).
 
         First by the order, not necessarily faster: :attr:`equals` lists the
-        candidates whose estimated step times overlap its own.
+        candidates whose estimated step times it cannot be told from.
         """
         first = self.candidates[0] if self.candidates else None
         if first is None or not answered(first):
@@ -113,31 +118,57 @@ class MeshComparison(Report):
     def equals(self) -> tuple[MeshCandidate, ...]:
         """The best and every answer its step-time estimate cannot tell from it.
 
-        The candidates that fit (with no budget: that compiled) whose
-        estimated ``(low, high)`` seconds overlap :attr:`best`'s (more than
-        at one end, or the same point), the best first: which of them is
-        faster depends on what the estimate does not know (how much
-        communication overlaps compute). Just the best when no range overlaps
-        its own or it has no estimate; empty with no best.
+        The candidates that fit (with no budget: that compiled) whose point
+        estimate lies within the calibrated error of :attr:`best`'s
+        (:func:`~nnx_introspect._ranking.tied`: within the larger error bar
+        of the two, times the larger estimate; uncalibrated, only the same
+        estimate), the best first. When the best has no point estimate, the
+        old rule: the answers whose roofline ``(low, high)`` bounds overlap
+        its own (more than at one end, or the same range). Just the best
+        when none is tied with it or it has no estimate; empty with no best.
 
         Example:
-            >>> row = lambda mesh, low, high: MeshCandidate(
-            ...     mesh, "fits", estimated_seconds=(low, high))
-            >>> fast, close, slow = (
-            ...     row((("fsdp", 8),), 0.39, 0.83),
-            ...     row((("fsdp", 4), ("tp", 2)), 0.79, 1.16),
-            ...     row((("tp", 8),), 1.2, 1.5),
+            >>> row = lambda mesh, seconds, error: MeshCandidate(
+            ...     mesh, "fits", estimated_seconds=(0.1, 2.0),
+            ...     estimate=seconds, error=error)
+            >>> fast, close, slow = (  # 0.5 and 0.54: within 10% of 0.54
+            ...     row((("fsdp", 8),), 0.50, 0.10),
+            ...     row((("fsdp", 4), ("tp", 2)), 0.54, 0.10),
+            ...     row((("tp", 8),), 0.56, 0.10),
             ... )
             >>> comparison = MeshComparison(
-            ...     "m:f", (fast, close, slow), 8, 2**30, "the budget given", "h100-8",
+            ...     "m:f", (fast, close, slow), 8, 2**30, "the budget given", "v5e-8",
             ...     None, ("int32[8,512]",), "forward", 3, 1.0, "a pool",
             ... )
             >>> [c.name for c in comparison.equals]
             ['fsdp=8', 'fsdp=4,tp=2']
+
+            With only the roofline's bounds, overlapping ranges are equal:
+
+            >>> bounds = lambda mesh, low, high: MeshCandidate(
+            ...     mesh, "fits", estimated_seconds=(low, high))
+            >>> comparison = dataclasses.replace(comparison, candidates=(
+            ...     bounds((("fsdp", 8),), 0.39, 0.83),
+            ...     bounds((("fsdp", 4), ("tp", 2)), 0.79, 1.16),
+            ...     bounds((("tp", 8),), 1.2, 1.5),
+            ... ))
+            >>> [c.name for c in comparison.equals]
+            ['fsdp=8', 'fsdp=4,tp=2']
         """
         best = self.best
-        if best is None or best.estimated_seconds is None:
-            return () if best is None else (best,)
+        if best is None:
+            return ()
+        if best.estimate is not None:
+            point = best.estimate
+            return tuple(
+                c
+                for c in self.candidates
+                if answered(c)
+                and c.estimate is not None
+                and tied(c.estimate, point, c.error, best.error)
+            )
+        if best.estimated_seconds is None:
+            return (best,)
         low, high = best.estimated_seconds
         return tuple(
             c
@@ -241,16 +272,17 @@ class MeshComparison(Report):
             return self._tie_verdict(counts, by, basis)
         if best is not None and best.report is not None:
             peak = format_bytes(best.report.peak_bytes)
+            timed = _time_words(best)
             if self.max_device_bytes is None:
-                first = "Lowest peak" if best.estimated_seconds is None else "Fastest"
+                first = "Lowest peak" if best.planned_seconds is None else "Fastest"
                 return (
-                    f"{first}: {best.name}, {peak} per device (no budget to "
-                    f"judge against; {counts}){by}"
+                    f"{first}: {best.name}, {peak} per device{timed} (no budget "
+                    f"to judge against; {counts}){by}"
                 )
             budget = format_bytes(self.max_device_bytes)
             return (
-                f"Best mesh: {best.name}, peak {peak} of {budget} per device "
-                f"({counts}){by}{basis}"
+                f"Best mesh: {best.name}, peak {peak} of {budget} per device"
+                f"{timed} ({counts}){by}{basis}"
             )
         lowest = next((c for c in self.candidates if c.report is not None), None)
         if lowest is not None and lowest.report is not None:
@@ -274,18 +306,21 @@ class MeshComparison(Report):
         )
         return (
             f"No single best mesh: {_and([c.name for c in equals])} are equal "
-            f"within the estimate (step-time ranges overlap), peaks {peaks} "
+            f"within the estimate ({_tie_reason(equals)}), peaks {peaks} "
             f"{of}{by}{basis}"
         )
 
     def table(self) -> Table:
         """The comparison as a :class:`~nnx_introspect.Table`: a row per mesh."""
         budget = self.max_device_bytes
-        estimates = any(c.estimated_seconds is not None for c in self.candidates)
+        estimates = any(c.planned_seconds is not None for c in self.candidates)
+        points = any(c.estimate is not None for c in self.candidates)
         rooflines = self._rooflines()
         columns = ["mesh", "status"]
         if estimates:
             columns += ["step seconds (est.)", utilisation_header(rooflines)]
+        if points:
+            columns.append(BOUNDS)
         columns += ["peak per device", "peak bytes", "of budget", "state per device"]
         wired = any(c.collective_bytes_by_axis for c in self.candidates)
         if wired:
@@ -298,14 +333,12 @@ class MeshComparison(Report):
             peak = c.peak_bytes
             row = [c.name, c._short_status()]
             if estimates:
-                low_high = c.estimated_seconds
-                tied = " (tied)" if len(equals) > 1 and c in equals else ""
-                row.append(
-                    "-"
-                    if low_high is None
-                    else f"{low_high[0]:.3g}-{low_high[1]:.3g}{tied}"
-                )
+                tie = " (tied)" if len(equals) > 1 and c in equals else ""
+                seconds = _seconds_cell(c)
+                row.append(seconds if seconds == "-" else seconds + tie)
                 row.append(utilisation)
+            if points:
+                row.append(_bounds_cell(c.estimated_seconds))
             row += [
                 "-" if peak is None else format_bytes(peak),
                 "-" if peak is None else f"{peak:,}",
@@ -327,7 +360,7 @@ class MeshComparison(Report):
             rows=tuple(rows),
             notes=tuple(self._notes()),
             short=short_headers(columns),
-            optional=("peak bytes", "state per device", "of budget"),
+            optional=("peak bytes", BOUNDS, "state per device", "of budget"),
         )
 
     def _rooflines(self) -> list[Roofline | None]:
@@ -364,11 +397,33 @@ class MeshComparison(Report):
                 yield f"{c.name}: {c.status}"
         yield self._order_words()
         yield from self._estimate_notes()
-        if any(c.estimated_seconds is not None for c in self.candidates):
-            rooflines = self._rooflines()
-            ceiling = utilisation_header(rooflines).removesuffix(" (est.)")
+        rooflines = self._rooflines()
+        utilisation = utilisation_header(rooflines).removesuffix(" (est.)")
+        if any(c.estimate is not None for c in self.candidates):
+            bases = _and(
+                list(
+                    dict.fromkeys(
+                        e.time.basis
+                        for e in rooflines
+                        if e is not None and e.time is not None
+                    )
+                )
+            )
             yield (
-                f"Step seconds and {ceiling} are estimates, not measurements: a "
+                f"Step seconds and {utilisation} are estimates, not measurements: "
+                "each compiled program's instructions at the device's rates, one "
+                f"after another ({bases}), the {utilisation} at that point "
+                "estimate. The rows are ranked by it; two whose estimates lie "
+                "within the error bar of each other are equal (marked tied). "
+                f"'{BOUNDS}': the roofline's range, each program's FLOPs, bytes "
+                "accessed and collective bytes on the target's data-sheet "
+                "figures from perfect overlap to none, a bound, not an estimate "
+                "to plan on (each row's report lists the assumptions)."
+            )
+            yield from utilisation_notes(rooflines)
+        elif any(c.estimated_seconds is not None for c in self.candidates):
+            yield (
+                f"Step seconds and {utilisation} are estimates, not measurements: a "
                 "roofline of each compiled program's FLOPs, bytes accessed and "
                 "collective bytes on the target's data-sheet figures, from perfect "
                 "overlap to none (each row's report lists the assumptions)."
@@ -397,10 +452,22 @@ class MeshComparison(Report):
     def _order_words(self) -> str:
         """The order the rows are in, as :func:`sort_key` sorts them."""
         answers = [c for c in self.candidates if answered(c)]
-        timed = [c for c in answers if c.estimated_seconds is not None]
+        timed = [c for c in answers if c.planned_seconds is not None]
+        points = [c for c in answers if c.estimate is not None]
         which = "compiled" if self.max_device_bytes is None else "fit"
         if not timed:
             order = f"the meshes that {which} first, lowest peak first"
+        elif points:
+            order = (
+                f"the meshes that {which} first, fastest estimated step time "
+                "first (the point estimate"
+                + (
+                    "; where a row has none, the low end of its roofline bounds"
+                    if len(points) < len(timed)
+                    else ""
+                )
+                + ")"
+            )
         else:
             order = (
                 f"the meshes that {which} first, fastest estimated step time "
@@ -427,7 +494,22 @@ class MeshComparison(Report):
     def _estimate_notes(self) -> Iterator[str]:
         """What the estimates cannot tell apart, and the room left in the budget."""
         equals = self.equals
-        if len(equals) > 1:
+        if len(equals) > 1 and equals[0].estimate is not None:
+            error = tie_error(*(c.error for c in equals))
+            within = (
+                f"within {error_words(error)} of each other"
+                if error is not None
+                else "the same, uncalibrated"
+            )
+            points = _and([f"{c.name} {c.estimate:.3g} s" for c in equals])
+            yield (
+                f"{_and([c.name for c in equals])} are equal within the estimate "
+                f"({points}: {within}): the estimate cannot rank them, and the "
+                "order among them (marked tied) is the estimates', not a "
+                "ranking. Measure them, or choose by peak or by what else "
+                "matters."
+            )
+        elif len(equals) > 1:
             ranges = _and(
                 [
                     f"{c.name} {low:.3g}-{high:.3g} s"
@@ -517,7 +599,7 @@ class MeshComparison(Report):
                     c.peak_bytes,
                     c.outcome,
                     c._short_status(),
-                    c.estimated_seconds,
+                    _chart_times(c),
                 )
                 for c in self.candidates
             )
@@ -529,6 +611,57 @@ class MeshComparison(Report):
             parts.append(f"<h2>The step on {html.escape(best.name)}</h2>")
             parts.append(table_html(best.report.table()))
         return page_html(self.verdict, "".join(parts))
+
+
+BOUNDS = "roofline bounds (s)"
+"""The column of the roofline's ``(low, high)`` range: a bound, not the estimate."""
+
+
+def _seconds_cell(c: MeshCandidate) -> str:
+    """The step time a row is ranked by: ``"0.512 ±9%"``, else its bounds.
+
+    Example:
+        >>> row = MeshCandidate((("a", 8),), "fits", estimated_seconds=(0.4, 0.9))
+        >>> _seconds_cell(row)
+        '0.4-0.9'
+        >>> _seconds_cell(dataclasses.replace(row, estimate=0.5123, error=0.09))
+        '0.512 ±9%'
+        >>> _seconds_cell(dataclasses.replace(row, estimate=0.5123))
+        '0.512'
+    """
+    if c.estimate is not None:
+        return f"{c.estimate:.3g}" + ("" if c.error is None else f" ±{c.error:.0%}")
+    return _bounds_cell(c.estimated_seconds)
+
+
+def _bounds_cell(bounds: tuple[float, float] | None) -> str:
+    """``(0.394, 0.826)`` -> ``"0.394-0.826"``; ``"-"`` without."""
+    return "-" if bounds is None else f"{bounds[0]:.3g}-{bounds[1]:.3g}"
+
+
+def _time_words(c: MeshCandidate) -> str:
+    """``", 512 ms per step (estimate, ±9%)"``, or ``""`` with no point estimate."""
+    if c.estimate is None:
+        return ""
+    return f", {duration(c.estimate)} per step (estimate, {error_words(c.error)})"
+
+
+def _tie_reason(equals: tuple[MeshCandidate, ...]) -> str:
+    """Why the ``equals`` cannot be ranked, in a few words."""
+    if equals[0].estimate is None:
+        return "step-time ranges overlap"
+    error = tie_error(*(c.error for c in equals))
+    if error is None:
+        return "the same estimated step time"
+    return f"step-time estimates within {error_words(error)} of each other"
+
+
+def _chart_times(c: MeshCandidate) -> tuple[float, ...] | None:
+    """The chart's times of a row: its bounds, then its point estimate if any."""
+    if c.estimated_seconds is None:
+        return None
+    point = () if c.estimate is None else (c.estimate,)
+    return (*c.estimated_seconds, *point)
 
 
 def _and(words: list[str]) -> str:

@@ -61,13 +61,24 @@ class MeshCandidate:
             optimizer state as the plan shards them (``None`` when the plan
             could not be applied: a rejected plan with errors has no figure of
             its own, and none of another layout is shown).
-        estimated_seconds: A ``(low, high)`` roofline estimate of one step's
-            time (perfect overlap, none) from the report's
-            :attr:`~StepMemoryReport.roofline`, for a named ``topology``
-            (fitting candidates sort by its low end); else ``None``.
+        estimated_seconds: The roofline's bounds of one step's time, ``(low,
+            high)`` (every term overlapped, none) from the report's
+            :attr:`~StepMemoryReport.roofline`, for a named ``topology``; a
+            bound, not what candidates are ranked by (that is
+            :attr:`estimate`), except where a row has no point estimate; else
+            ``None``.
         collective_bytes_by_axis: Bytes on the wire per device and step over
             each mesh-axis combination (``"fsdp"``, ``"fsdp,tp"``, ``"?"``),
             from the compiled program's collectives; ``None`` when not read.
+        estimate: The point estimate of one step's time in seconds (the
+            roofline's :attr:`~nnx_introspect._roofline.estimate.Roofline.seconds`,
+            from the program's instructions at calibrated rates): what fitting
+            candidates are ranked by; ``None`` where the program's work was not
+            read or there is no topology.
+        error: :attr:`estimate`'s calibrated error bar as a fraction (``0.09``:
+            ±9%), or ``None`` (uncalibrated, or no estimate): two candidates
+            whose estimates lie within it of each other are equal
+            (:func:`~nnx_introspect._ranking.tied`).
 
     Example:
         >>> row = MeshCandidate((("fsdp", 4), ("tp", 2)), "rejected", "indivisible")
@@ -82,6 +93,24 @@ class MeshCandidate:
     plan_bytes: int | None = None
     estimated_seconds: tuple[float, float] | None = None
     collective_bytes_by_axis: dict[str, int] | None = None
+    estimate: float | None = None
+    error: float | None = None
+
+    @property
+    def planned_seconds(self) -> float | None:
+        """The time the row is ranked by: :attr:`estimate`, else the low bound.
+
+        Example:
+            >>> MeshCandidate((("a", 8),), "fits", estimated_seconds=(1.0, 2.0),
+            ...               estimate=1.4).planned_seconds
+            1.4
+            >>> MeshCandidate((("a", 8),), "fits",
+            ...               estimated_seconds=(1.0, 2.0)).planned_seconds
+            1.0
+        """
+        if self.estimate is not None:
+            return self.estimate
+        return None if self.estimated_seconds is None else self.estimated_seconds[0]
 
     @property
     def name(self) -> str:
@@ -140,6 +169,9 @@ class MeshCandidate:
             "peak_bytes": self.peak_bytes,
             "plan_bytes": self.plan_bytes,
             "estimated_seconds": None if estimate is None else list(estimate),
+            "roofline_bounds_seconds": None if estimate is None else list(estimate),
+            "estimate_seconds": self.estimate,
+            "estimate_error": self.error,
             "collective_bytes_by_axis": self.collective_bytes_by_axis,
             "report": None if self.report is None else self.report.json_data(),
         }
@@ -151,12 +183,32 @@ def answered(row: "MeshCandidate") -> bool:
 
 
 def sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
+    """Where ``row`` (the ``index``-th given) sorts: best first.
+
+    Answers first, by their point estimate (:attr:`MeshCandidate.estimate`;
+    where a row has none, the low end of its roofline bounds, then the high
+    end), those with no time after them, each by peak; then those that do not
+    fit, lowest peak first; then the rejected, then the failed, in the order
+    given.
+
+    Example:
+        >>> rows = [
+        ...     MeshCandidate((("a", 8),), "fits", estimated_seconds=(0.1, 0.9),
+        ...                   estimate=0.6),
+        ...     MeshCandidate((("b", 8),), "fits", estimated_seconds=(0.3, 0.4),
+        ...                   estimate=0.35),
+        ... ]
+        >>> [r.name for _, r in sorted(enumerate(rows), key=lambda i: sort_key(*i))]
+        ['b=8', 'a=8']
+    """
     group = _GROUP[row.outcome]
     peak = row.peak_bytes or 0
     if group == 0:
-        estimate = row.estimated_seconds
-        return (group, estimate is None, estimate or (0.0, 0.0), peak, index)
-    return (group, False, (0.0, 0.0), peak if group == 1 else 0, index)
+        planned = row.planned_seconds
+        bounds = row.estimated_seconds
+        high = bounds[1] if row.estimate is None and bounds is not None else 0.0
+        return (group, planned is None, planned or 0.0, high, peak, index)
+    return (group, False, 0.0, 0.0, peak if group == 1 else 0, index)
 
 
 def plural(n: int, noun: str) -> str:

@@ -164,6 +164,8 @@ class Run:
             None
             if wire is None
             else {",".join(axes) or "one device": w for axes, _, w in wire if w},
+            estimate=None if estimate is None else estimate.seconds,
+            error=None if estimate is None else estimate.error,
         )
 
     def _result(self, future: concurrent.futures.Future[Any]) -> Any:

@@ -1,12 +1,15 @@
 """The comparison's utilisation column: what its figure is, and against which peak.
 
 Each compiled row's :class:`~nnx_introspect._roofline.estimate.Roofline` knows
-whether its ceiling is an MFU (the model's FLOPs, ``6·N·tokens``) or a hardware
-FLOPs utilisation (the program's FLOPs, recompute included), and which peak
-bounds compute (``TF32`` for float32 matmuls on a GPU). The header says the
-first (:func:`utilisation_header`), each cell gives the bf16-peak figure too
-where that peak is another (:func:`utilisation_cell`), and the notes name the
-basis and the peaks (:func:`utilisation_notes`).
+whether its utilisation is an MFU (the model's FLOPs, ``6·N·tokens``) or a
+hardware FLOPs utilisation (the program's FLOPs, recompute included), and which
+peak bounds compute (``TF32`` for float32 matmuls on a GPU). The figure is at
+the step's point estimate (:attr:`~nnx_introspect._roofline.estimate.Roofline.mfu`)
+where the row has one; a row without one keeps the roofline's ceiling (at the
+low bound: the most the estimate allows), marked ``≤`` in a column of point
+figures. The header says which (:func:`utilisation_header`), each cell gives
+the bf16-peak figure too where that peak is another (:func:`utilisation_cell`),
+and the notes name the basis and the peaks (:func:`utilisation_notes`).
 """
 
 from collections.abc import Iterator, Sequence
@@ -22,13 +25,19 @@ def _kinds(estimates: Sequence[Roofline | None]) -> list[str]:
     return list(dict.fromkeys(e.utilisation for e in estimates if e is not None))
 
 
+def _points(estimates: Sequence[Roofline | None]) -> bool:
+    """Whether some row has a point estimate: the column gives utilisations at it."""
+    return any(e is not None and e.mfu is not None for e in estimates)
+
+
 def utilisation_header(estimates: Sequence[Roofline | None]) -> str:
     """The column's header: what every row's figure is.
 
-    ``"MFU ceiling (est.)"`` when each is an MFU (or none is known),
-    ``"hardware FLOPs utilisation ceiling (est.)"`` when each counts the
-    program's FLOPs, ``"utilisation ceiling (est.)"`` when they mix (each cell
-    then names its own).
+    ``"MFU (est.)"`` when each is an MFU (or none is known),
+    ``"hardware FLOPs utilisation (est.)"`` when each counts the program's
+    FLOPs, ``"utilisation (est.)"`` when they mix (each cell then names its
+    own); with ``" ceiling"`` after the kind when no row has a point estimate
+    (the figures are then the roofline's ceilings).
 
     Example:
         >>> from nnx_introspect._accelerators.hardware import hardware_for
@@ -41,21 +50,34 @@ def utilisation_header(estimates: Sequence[Roofline | None]) -> str:
         'hardware FLOPs utilisation ceiling (est.)'
         >>> utilisation_header([None])
         'MFU ceiling (est.)'
+        >>> import dataclasses
+        >>> from nnx_introspect._roofline.timing import program_time
+        >>> from nnx_introspect._xla import OpWork, Work
+        >>> work = Work((OpWork("matmul", 1e12, 0.0, 0, None, 1),))
+        >>> timed = dataclasses.replace(
+        ...     est, time=program_time(work, hardware_for("h100-8")))
+        >>> utilisation_header([timed, est])
+        'hardware FLOPs utilisation (est.)'
     """
     kinds = _kinds(estimates)
+    ceiling = "" if _points(estimates) else " ceiling"
     if len(kinds) > 1:
-        return "utilisation ceiling (est.)"
-    return f"{kinds[0] if kinds else 'MFU'} ceiling (est.)"
+        return f"utilisation{ceiling} (est.)"
+    return f"{kinds[0] if kinds else 'MFU'}{ceiling} (est.)"
 
 
-def utilisation_cell(estimate: Roofline | None, mixed: bool = False) -> str:
+def utilisation_cell(
+    estimate: Roofline | None, mixed: bool = False, points: bool = False
+) -> str:
     """One row's figure: ``"43%"``, or ``"81% TF32; 40% bf16"`` at another peak.
 
-    The ceiling at the peak that bounds compute, then, where that is not the
-    dense bf16 peak, at the bf16 peak too (the one MFUs are usually quoted
-    against); ``"; "`` parts, so a narrow table puts them on two lines.
-    ``mixed``: the column mixes kinds, so the cell starts with its own
-    (``"MFU"``, ``"HFU"``). ``"-"`` with no estimate.
+    The utilisation at the step's point estimate where it has one, else the
+    roofline's ceiling (marked ``"≤"`` when ``points``: the column's other
+    figures are at point estimates), at the peak that bounds compute; then,
+    where that is not the dense bf16 peak, at the bf16 peak too (the one MFUs
+    are usually quoted against); ``"; "`` parts, so a narrow table puts them
+    on two lines. ``mixed``: the column mixes kinds, so the cell starts with
+    its own (``"MFU"``, ``"HFU"``). ``"-"`` with no estimate.
 
     Example:
         >>> from nnx_introspect._accelerators.hardware import hardware_for
@@ -67,15 +89,23 @@ def utilisation_cell(estimate: Roofline | None, mixed: bool = False) -> str:
         ... )
         >>> utilisation_cell(f32), utilisation_cell(f32, mixed=True)
         ('100% TF32; 50% bf16', 'HFU 100% TF32; 50% bf16')
+        >>> utilisation_cell(f32, points=True)  # a ceiling among point figures
+        '≤100% TF32; ≤50% bf16'
         >>> utilisation_cell(None)
         '-'
     """
     if estimate is None:
         return "-"
-    cell = f"{estimate.mfu_ceiling:.0%}"
+    at = estimate.mfu
+    bf16 = estimate.mfu_bf16
+    mark = ""
+    if at is None or bf16 is None:
+        at, bf16 = estimate.mfu_ceiling, estimate.mfu_bf16_ceiling
+        mark = "≤" if points else ""
+    cell = f"{mark}{at:.0%}"
     if estimate.bf16_peak_flops_per_second != estimate.peak_flops_per_second:
         name = estimate.peak_name.split(" (")[0]
-        cell += f" {name}; {estimate.mfu_bf16_ceiling:.0%} bf16"
+        cell += f" {name}; {mark}{bf16:.0%} bf16"
     if mixed:
         cell = f"{_SHORT.get(estimate.utilisation, estimate.utilisation)} {cell}"
     return cell
@@ -84,7 +114,8 @@ def utilisation_cell(estimate: Roofline | None, mixed: bool = False) -> str:
 def utilisation_cells(estimates: Sequence[Roofline | None]) -> list[str]:
     """Each row's cell (:func:`utilisation_cell`), kinds named where they mix."""
     mixed = len(_kinds(estimates)) > 1
-    return [utilisation_cell(e, mixed) for e in estimates]
+    points = _points(estimates)
+    return [utilisation_cell(e, mixed, points) for e in estimates]
 
 
 def utilisation_notes(estimates: Sequence[Roofline | None]) -> Iterator[str]:
@@ -107,7 +138,7 @@ def utilisation_notes(estimates: Sequence[Roofline | None]) -> Iterator[str]:
         dense bf16 peak (989.5 TFLOP/s per device), the one MFUs are usually
         quoted against.
     """
-    seen: set[tuple[str, str, str, float, float]] = set()
+    seen: set[tuple[str, str, str, float, float, bool]] = set()
     for e in estimates:
         if e is None:
             continue
@@ -117,6 +148,7 @@ def utilisation_notes(estimates: Sequence[Roofline | None]) -> Iterator[str]:
             e.peak_words,
             e.peak_flops_per_second,
             e.bf16_peak_flops_per_second,
+            e.mfu is not None,
         )
         if key not in seen:
             seen.add(key)
@@ -126,15 +158,22 @@ def utilisation_notes(estimates: Sequence[Roofline | None]) -> Iterator[str]:
 def _note(e: Roofline) -> str:
     """One kind's note: its basis, its peak, and the bf16 peak where that differs."""
     name = e.peak_name.split(" (")[0]
+    point = e.mfu is not None
+    ceiling = "" if point else " ceiling"
+    time = (
+        "the estimated step time" if point else "the low step time"
+    ) + f" x the {name} peak x devices"
     if e.utilisation == "MFU":
-        what = (
-            f"MFU ceiling: the model's FLOPs ({e.mfu_basis}) / (the low step time "
-            f"x the {name} peak x devices), the MFU the estimate allows at best"
+        what = f"MFU{ceiling}: the model's FLOPs ({e.mfu_basis}) / ({time})"
+        what += (
+            ", at the point estimate"
+            if point
+            else ", the MFU the estimate allows at best"
         )
     else:
         what = (
-            "hardware FLOPs utilisation ceiling (HFU), not an MFU: "
-            f"({e.mfu_basis}) / (the low step time x the {name} peak x devices); "
+            f"hardware FLOPs utilisation{ceiling} (HFU), not an MFU: "
+            f"({e.mfu_basis}) / ({time}); "
             "rematerialized and redundant work counts, so it overstates useful "
             "work (an MFU needs the tokens per step: a [B, T] integer token "
             "array in the batch)"
