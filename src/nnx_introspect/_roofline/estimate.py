@@ -234,7 +234,7 @@ class Roofline:
 
     @property
     def mfu(self) -> float | None:
-        """The utilisation at the point estimate (its :attr:`utilisation`), or ``None``."""
+        """The utilisation (:attr:`utilisation`) at the point estimate, or ``None``."""
         if self.time is None or self.time.seconds <= 0:
             return None
         return self.model_flops / (

@@ -17,8 +17,8 @@ from nnx_introspect._accelerators import hardware_for
 from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline.estimate import Roofline, roofline, with_time
 from nnx_introspect._roofline.timing import program_time
-from nnx_introspect._xla import Work, work_from_json
 from nnx_introspect._typing import ArgumentError
+from nnx_introspect._xla import Work, work_from_json
 
 __all__ = ["program_roofline"]
 

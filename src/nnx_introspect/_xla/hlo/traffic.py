@@ -268,7 +268,7 @@ def _moved(
 
 
 NOTHING_MOVED: Final = _NOTHING
-"""Opcodes that move no bytes of their own (for :mod:`~nnx_introspect._xla.hlo.work`)."""
+"""Opcodes that move no bytes of their own (:mod:`~nnx_introspect._xla.hlo.work`)."""
 
 
 def bytes_moved(

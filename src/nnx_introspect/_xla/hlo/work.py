@@ -424,7 +424,13 @@ def program_work(module: Module) -> Work:
     counts: dict[tuple[OpKind, float, float, int, int | None], int] = {}
     for inst, trips in _runs(module, module.entry, 1, unknown):
         if inst is None:
-            key: tuple[OpKind, float, float, int, int | None] = ("loop", 0.0, 0.0, 0, None)
+            key: tuple[OpKind, float, float, int, int | None] = (
+                "loop",
+                0.0,
+                0.0,
+                0,
+                None,
+            )
         else:
             matmul, vector = _flops(module, inst)
             hbm = sum(bytes_moved(module, inst, hbm_bytes_of))
@@ -437,5 +443,7 @@ def program_work(module: Module) -> Work:
         OpWork(kind, matmul, vector, hbm, cycles, count)
         for (kind, matmul, vector, hbm, cycles), count in counts.items()
     )
-    ordered = sorted(ops, key=lambda op: (-op.matmul_flops * op.count, -op.hbm_bytes * op.count))
+    ordered = sorted(
+        ops, key=lambda op: (-op.matmul_flops * op.count, -op.hbm_bytes * op.count)
+    )
     return Work(tuple(ordered), tuple(unknown))
