@@ -60,6 +60,9 @@ class TimeConstants:
         seconds_per_cycle: Seconds per cycle of XLA:TPU's estimate;
             ``None``: the estimate is not used.
         launch_seconds: A fixed cost per instruction run.
+        uncosted_flops_per_second: The rate of the vector work of
+            instructions XLA:TPU's cost model gives up on (kind
+            ``"uncosted"``); ``None``: timed as any other.
         async_share: The share of asynchronous copies' HBM time not hidden by
             the instructions around them.
         error: The error bar: on the half of the chip table the fit never
@@ -79,6 +82,7 @@ class TimeConstants:
     launch_seconds: float
     async_share: float
     error: float | None
+    uncosted_flops_per_second: float | None = None
     programs: int = 0
     held_out: int = 0
     source: str = ""
@@ -154,6 +158,8 @@ class ProgramTime:
         memory_seconds: Time of those bound by HBM bytes.
         cycles_seconds: Time of those bound by XLA:TPU's cycle estimate.
         launch_seconds: The launch costs together.
+        uncosted_seconds: Time of the instructions XLA:TPU could not cost,
+            at their fitted rate.
         async_seconds: The unhidden share of asynchronous copies.
         comm_seconds: Communication, added (never overlapped, uncalibrated).
         launches: Instructions run, loops' trips included.
@@ -170,6 +176,7 @@ class ProgramTime:
     async_seconds: float
     comm_seconds: float
     launches: int
+    uncosted_seconds: float = 0.0
 
     @property
     def calibrated(self) -> bool:
@@ -268,7 +275,13 @@ def program_time(
         peak = hardware.peak_flops_per_second("f32")
     matmul_rate = c.matmul_fraction * peak
     hbm_rate = c.hbm_fraction * hardware.hbm_bytes_per_second
-    terms = {"matmul": 0.0, "vector": 0.0, "memory": 0.0, "cycles": 0.0}
+    terms = {
+        "matmul": 0.0,
+        "vector": 0.0,
+        "memory": 0.0,
+        "cycles": 0.0,
+        "uncosted": 0.0,
+    }
     launch = hidden = 0.0
     for op in work.ops:
         if op.kind == "async":
@@ -287,6 +300,8 @@ def program_time(
             if c.seconds_per_cycle is None or op.cycles is None
             else op.cycles * c.seconds_per_cycle,
         }
+        if op.kind == "uncosted" and c.uncosted_flops_per_second is not None:
+            times["uncosted"] = op.vector_flops / c.uncosted_flops_per_second
         bound = max(times, key=lambda name: times[name])
         terms[bound] += op.count * times[bound]
     unhidden = c.async_share * hidden
@@ -303,6 +318,7 @@ def program_time(
         async_seconds=unhidden,
         comm_seconds=comm_seconds,
         launches=work.launches,
+        uncosted_seconds=terms["uncosted"],
     )
 
 

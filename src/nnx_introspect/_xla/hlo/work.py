@@ -70,11 +70,21 @@ from nnx_introspect._xla.hlo.traffic import (
 
 __all__ = ["OpKind", "OpWork", "Work", "program_work", "work_from_json"]
 
-OpKind = Literal["matmul", "vector", "memory", "async", "collective", "loop"]
+OpKind = Literal[
+    "matmul", "vector", "memory", "async", "collective", "loop", "uncosted"
+]
 """What an instruction mostly is: a matmul (it holds a dot or a convolution),
 vector work (it computes, without a matmul), a memory operation (a copy, a
 slice, an update in place, a gather: it moves bytes and computes nothing), an
-asynchronous copy, a collective, or one trip of a loop's control."""
+asynchronous copy, a collective, one trip of a loop's control, or an
+instruction XLA:TPU's own cost model gives up on (``estimated_cycles`` at
+its largest value: on a v5e chip such a fusion, a reduction emitted as a
+sublane reduce-window over a long sequence's attention scores, ran 10x
+slower than its bytes and FLOPs say)."""
+
+UNCOSTED_CYCLES: Final = 2**62
+"""At or over this many ``estimated_cycles`` (XLA:TPU writes ``INT64_MAX``),
+the compiler could not cost the instruction."""
 
 _COLLECTIVES: Final = frozenset(
     {
@@ -310,12 +320,40 @@ def _convolution_flops(module: Module, inst: Instruction) -> float:
     ):
         return 0.0
     groups = int(inst.attributes.get("feature_group_count", "1") or 1)
-    window = math.prod(
-        size for label, size in zip(rhs_labels, rhs, strict=True) if label.isdigit()
-    )
+    window = _window_taps(inst.attributes.get("window", ""))
+    if window is None:
+        window = math.prod(
+            size for label, size in zip(rhs_labels, rhs, strict=True) if label.isdigit()
+        )
     features = lhs[lhs_labels.index("f")] // max(groups, 1)
     out = parse_shape(inst.shape)[1]
     return 2.0 * math.prod(out) * features * window
+
+
+def _window_taps(window: str) -> int | None:
+    """Kernel taps that meet the input per output element, from ``window={...}``.
+
+    XLA:TPU writes a batched matmul as a convolution whose batch dimensions
+    are spatial ones with ``size=B stride=B-1 lhs_dilate=B``: of a window of
+    ``B`` taps over an input dilated ``B`` times, one meets data. Each
+    dimension counts ``ceil(size / lhs_dilate)`` taps; ``None`` without a
+    window (the kernel's spatial sizes are then the taps).
+
+    Example:
+        >>> _window_taps("{size=64x8 stride=63x7 lhs_dilate=64x8}")
+        1
+        >>> _window_taps("{size=3x3 pad=1_1x1_1}"), _window_taps("")
+        (9, None)
+    """
+    sizes = re.search(r"size=([\dx]+)", window)
+    if sizes is None:
+        return None
+    dims = [int(n) for n in sizes[1].split("x")]
+    dilated = re.search(r"lhs_dilate=([\dx]+)", window)
+    dilation = [int(n) for n in dilated[1].split("x")] if dilated else [1] * len(dims)
+    return math.prod(
+        -(-size // max(d, 1)) for size, d in zip(dims, dilation, strict=False)
+    )
 
 
 def _gemm_call_flops(module: Module, inst: Instruction) -> float:
@@ -384,6 +422,10 @@ def _cycles(inst: Instruction) -> int | None:
     return int(found[1]) if found else None
 
 
+def _uncosted(cycles: int | None) -> bool:
+    return cycles is not None and cycles >= UNCOSTED_CYCLES
+
+
 def _runs(
     module: Module, computation: str, trips: int, unknown: list[str]
 ) -> Iterator[tuple[Instruction | None, int]]:
@@ -435,9 +477,12 @@ def program_work(module: Module) -> Work:
             matmul, vector = _flops(module, inst)
             hbm = sum(bytes_moved(module, inst, hbm_bytes_of))
             kind = _kind(inst, matmul, vector)
-            if kind == "memory" and hbm == 0 and _cycles(inst) is None:
+            cycles = _cycles(inst)
+            if kind == "memory" and hbm == 0 and cycles is None:
                 continue  # a view or bookkeeping: nothing to run
-            key = (kind, matmul, vector, hbm, _cycles(inst))
+            if _uncosted(cycles):
+                kind, cycles = "uncosted", None
+            key = (kind, matmul, vector, hbm, cycles)
         counts[key] = counts.get(key, 0) + trips
     ops = tuple(
         OpWork(kind, matmul, vector, hbm, cycles, count)
