@@ -199,6 +199,47 @@ def tunix_qwen3_0p6b_bf16(rngs: nnx.Rngs) -> Any:
     return Qwen3(config, rngs=rngs)
 
 
+def tunix_llama3_tiny(rngs: nnx.Rngs) -> Any:
+    """tunix's Llama 3 at a tiny size (the smoke cases')."""
+    from tunix.models.llama3.model import Llama3  # type: ignore
+
+    config = dataclasses.replace(
+        _tunix_llama3(2), vocab_size=1024, embed_dim=128, hidden_dim=256
+    )
+    config = dataclasses.replace(config, num_heads=4, head_dim=32, num_kv_heads=2)
+    return Llama3(config, rngs=rngs)
+
+
+def tunix_qwen3_tiny(rngs: nnx.Rngs) -> Any:
+    """tunix's Qwen3 at a tiny size, bfloat16 compute (the smoke cases')."""
+    from tunix.models.qwen3.model import ModelConfig, Qwen3  # type: ignore
+
+    config = dataclasses.replace(
+        ModelConfig.qwen3_0p6b(),
+        num_layers=2,
+        vocab_size=1024,
+        embed_dim=128,
+        hidden_dim=256,
+        num_heads=4,
+        head_dim=32,
+        num_kv_heads=2,
+        dtype=jnp.bfloat16,
+    )
+    return Qwen3(config, rngs=rngs)
+
+
+def llama_tiny_int8(rngs: nnx.Rngs) -> Any:
+    """The examples' ``llama_tiny`` quantized by qwix (the smoke cases')."""
+    import qwix
+
+    from nnx_introspect.examples import llama_tiny
+
+    rules = [qwix.QuantizationRule(module_path=".*", weight_qtype=jnp.int8)]
+    return qwix.quantize_model(
+        llama_tiny(rngs), qwix.PtqProvider(rules), jnp.zeros((2, 8), jnp.int32)
+    )
+
+
 def tunix_cache(model: Any, sequences: int, context: int, dtype: Any) -> Any:
     """tunix's sampler's KV cache (``tunix.generate.sampler._init_cache``), as it is.
 
@@ -398,6 +439,50 @@ SMOKE: dict[str, tuple[str, dict[str, Any]]] = {
             "prompt": 16,
             "completion": 16,
             "critic": M + "llama_tiny_critic",
+        },
+    ),
+    "smoke serve tiny int8 (qwix) 4x256 prompt 64 by 2": (
+        "serve",
+        {
+            "target": M + "llama_tiny_int8",
+            "sequences": 4,
+            "context": 256,
+            "prompt": 64,
+            "prefill_sequences": 2,
+            "weights": None,
+        },
+    ),
+    "smoke serve tunix Llama3 tiny 4x256 prompt 64 by 2": (
+        "serve",
+        {
+            "target": M + "tunix_llama3_tiny",
+            "mesh": TUNIX_MESH,
+            "init_cache": M + "tunix_cache",
+            "sequences": 4,
+            "context": 256,
+            "prompt": 64,
+            "prefill_sequences": 2,
+        },
+    ),
+    "smoke step tunix Llama3 tiny 4x128": (
+        "step",
+        {
+            "target": M + "tunix_llama3_tiny",
+            "mesh": {"fsdp": 1, "tp": 1},
+            "loss": M + "tunix_lm_loss",
+            "batch": (4, 128),
+        },
+    ),
+    "smoke serve tunix Qwen3 tiny 4x256 prompt 64 by 2": (
+        "serve",
+        {
+            "target": M + "tunix_qwen3_tiny",
+            "mesh": TUNIX_MESH,
+            "init_cache": M + "tunix_cache",
+            "sequences": 4,
+            "context": 256,
+            "prompt": 64,
+            "prefill_sequences": 2,
         },
     ),
 }
