@@ -2,6 +2,9 @@
 
 Both take the served weights and the KV cache (donated: its buffers are the
 output cache's) and are compiled as a server's ``jax.jit`` would compile them;
+the prefill passes ``prefill=True`` to a model whose ``__call__`` takes it
+(the examples' ``Llama``: the prompt's tokens score only each other and the
+head runs on the last token, as a serving engine's prefill does);
 XLA's memory and cost analyses are read as for a training step
 (:mod:`~nnx_introspect._serve.compile` compiles what this module lowers).
 The names a breakdown of a program's peak gives its arguments and outputs
@@ -11,6 +14,7 @@ builder gives them.
 
 import contextlib
 import dataclasses
+import inspect
 import math
 import re
 import warnings
@@ -77,6 +81,8 @@ class Inputs:
         kv_cache_bytes: Bytes of one device's share of the cache.
         kv_bytes_per_token: Bytes of one position of one sequence on a device.
         call: ``call(model, tokens, positions, cache) -> (logits, cache)``.
+        prefill: The prefill's call, the same convention
+            (:func:`_prefill_caller`), or ``None`` for ``call``.
     """
 
     graphdef: Any
@@ -86,6 +92,7 @@ class Inputs:
     kv_cache_bytes: int
     kv_bytes_per_token: int
     call: Callable[..., Any]
+    prefill: Callable[..., Any] | None = None
 
 
 def serve_mesh(spec: ServeSpec) -> tuple[Mesh, list[Any] | None]:
@@ -126,6 +133,43 @@ def _caller(spec: ServeSpec, model: Any) -> Callable[..., Any]:
         return model(tokens, positions, cache, mask)
 
     return call
+
+
+def _prefill_caller(spec: ServeSpec, model: Any) -> Callable[..., Any] | None:
+    """The prefill's call: ``model(..., prefill=True)`` if ``__call__`` takes it.
+
+    A model whose ``__call__`` takes a ``prefill`` keyword (the examples'
+    ``Llama``) is told the call is a prefill of prompts into an empty cache
+    (its tokens may read only each other); called with the mask
+    :func:`_caller`'s call builds. ``None`` (the prefill calls the model as
+    decode does) when a ``decode`` is given or the model takes no such
+    keyword. ``__call__`` is read through its wrappers (qwix's), which pass
+    the keyword on.
+
+    Example:
+        >>> from nnx_introspect.examples import llama_tiny
+        >>> from nnx_introspect._serve.spec import ServeSpec
+        >>> spec = ServeSpec(llama_tiny, "tp=1", sequences=2, context=16)
+        >>> _prefill_caller(spec, spec.model) is not None
+        True
+    """
+    params = call_parameters(model) or ()
+    takes = any(
+        p.name == "prefill" and p.kind in _KEYWORD and p.default is not p.empty
+        for p in params
+    )
+    if spec.options.decode is not None or not takes:
+        return None
+
+    def prefill(model: Any, tokens: Any, positions: Any, cache: Any) -> Any:
+        context = _context_of(cache, tokens.shape[0])
+        mask = jnp.arange(context)[None, None, :] <= positions[:, :, None]
+        return model(tokens, positions, cache, mask, prefill=True)
+
+    return prefill
+
+
+_KEYWORD = (inspect.Parameter.KEYWORD_ONLY, inspect.Parameter.POSITIONAL_OR_KEYWORD)
 
 
 def _context_of(cache: Any, rows: int) -> int:
@@ -289,6 +333,7 @@ def serve_inputs(spec: ServeSpec, mesh: Mesh) -> Inputs:
         kv_bytes,
         per_token,
         call,
+        _prefill_caller(spec, model),
     )
 
 
@@ -306,6 +351,7 @@ def _rows(cache: Any, rows: int, admitted: int, slot: Any) -> Any:
 def programs(inputs: Inputs, spec: ServeSpec) -> dict[str, Callable[..., Any]]:
     """The jitted ``prefill`` and ``decode``, each donating the cache."""
     graphdef, call, rows = inputs.graphdef, inputs.call, spec.sequences
+    first = inputs.prefill or call  # the prefill's call
     shardings = jax.tree.map(lambda leaf: leaf.sharding, inputs.cache)
 
     def decode(weights: Any, cache: Any, tokens: Any, positions: Any) -> Any:
@@ -318,9 +364,9 @@ def programs(inputs: Inputs, spec: ServeSpec) -> dict[str, Callable[..., Any]]:
         admitted = tokens.shape[0]
         model = nnx.merge(graphdef, weights)
         if admitted == rows:
-            logits, cache = call(model, tokens, positions, cache)
+            logits, cache = first(model, tokens, positions, cache)
         else:  # the admitted rows, written back in place
-            logits, part = call(
+            logits, part = first(
                 model, tokens, positions, _rows(cache, rows, admitted, slot)
             )
             cache = jax.tree.map(
