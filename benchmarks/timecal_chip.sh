@@ -13,14 +13,14 @@ if [ ! -d /tmp/site/flax ]; then
     --index-url file:///opt/pypi/simple --target /tmp/site \
     flax optax jaxtyping beartype rich orbax-checkpoint > "$out/pip.txt" 2>&1
 fi
-export PYTHONPATH="$PYTHONPATH:/tmp/site:$PWD/src:$PWD:$PWD/.chipdeps"
+export PYTHONPATH="$PYTHONPATH:/tmp/site:$PWD/${SRC:-src}:$PWD:$PWD/.chipdeps"
 export PYTHONUNBUFFERED=1
 python3 -c 'import jax; print(jax.__version__, jax.devices())' >> "$out/log.txt" 2>&1
 began=$(date +%s)
 for pattern in "$@"; do
   left=$(( limit - ($(date +%s) - began) ))
   [ "$left" -le 20 ] && { echo "no time left for $pattern" >> "$out/log.txt"; break; }
-  timeout "$left" python3 benchmarks/timecal.py chip "$out/chip.jsonl" /tmp/hlo \
+  timeout "$left" python3 benchmarks/${SCRIPT:-timecal.py} chip "$out/chip.jsonl" /tmp/hlo \
     --cases "$pattern" >> "$out/log.txt" 2>&1
   echo "[$pattern] exit $? after $(( $(date +%s) - began )) s" >> "$out/log.txt"
 done

@@ -13,7 +13,7 @@
   the calibration half, which picks the variant), and the chosen constants
   as the Python of :data:`nnx_introspect._roofline.timing.CONSTANTS`.
 
-``python benchmarks/timefit.py report TABLE.json``
+``python benchmarks/timefit.py report TABLE.json UNSEEN.json [OUT.json]``
   the accuracy page's tables: per program its measured time, the new
   estimate (the library's own :func:`~nnx_introspect._roofline.timing.program_time`
   with the constants it ships), the old range and its half; per family and
@@ -137,6 +137,13 @@ def table(out: str, sources: list[str]) -> None:
                     twin = twins.get(case, {}).get("programs", {}).get(program)
                     if not twin or not twin.get("hlo"):
                         continue
+                    memory = ("argument_bytes", "output_bytes", "temp_bytes")
+                    if any(twin.get(k) != found.get(k) for k in memory):
+                        print(
+                            f"skipped {case} / {program}: its deviceless twin "
+                            "is not the program the chip ran (memory differs)"
+                        )
+                        continue
                     if "steps" in found and program == "decode":
                         found = found | {
                             "estimate_per_token": [
@@ -157,17 +164,16 @@ def table(out: str, sources: list[str]) -> None:
 # --- the fit ------------------------------------------------------------------
 
 BASE = ("matmul_fraction", "hbm_fraction", "launch_seconds", "uncosted")
-FREE = (*BASE, "vector", "cycles", "async")
+FREE = (*BASE, "vector", "cycles", "async", "floor", "program")
 VARIANTS: dict[str, tuple[str, ...]] = {
     "data sheet (nothing fitted)": (),
-    "matmul + HBM fractions": ("matmul_fraction", "hbm_fraction", "uncosted"),
     "+ launch": BASE,
     "+ launch + vector": (*BASE, "vector"),
-    "+ launch + cycles": (*BASE, "cycles"),
-    "+ launch + vector + cycles": (*BASE, "vector", "cycles"),
-    "+ launch + cycles + async": (*BASE, "cycles", "async"),
-    "all": FREE,
+    "+ launch + cycles + program": (*BASE, "cycles", "program"),
+    "+ launch + cycles + async + program": (*BASE, "cycles", "async", "program"),
 }
+"""Which constants each variant fits (the rest: the data sheet's, or none)."""
+
 START = {
     "matmul_fraction": 0.8,
     "hbm_fraction": 0.8,
@@ -176,6 +182,8 @@ START = {
     "cycles": 1 / 1.5e9,
     "async": 0.2,
     "uncosted": 1e10,
+    "floor": 3e-6,
+    "program": 3e-4,
 }
 
 
@@ -185,12 +193,14 @@ def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeCon
     return TimeConstants(
         version=fixed.get("version", "fit"),
         calibrated=True,
-        matmul_fraction=float(values.get("matmul_fraction", 1.0)),
+        matmul_fraction=min(1.0, float(values.get("matmul_fraction", 1.0))),
         vector_flops_per_second=float(values["vector"]) if "vector" in values else None,
-        hbm_fraction=float(values.get("hbm_fraction", 1.0)),
+        hbm_fraction=min(1.0, float(values.get("hbm_fraction", 1.0))),
         seconds_per_cycle=float(values["cycles"]) if "cycles" in values else None,
         launch_seconds=float(values.get("launch_seconds", 0.0)),
         async_share=min(1.0, float(values.get("async", 0.0))),
+        floor_seconds=float(values.get("floor", 0.0)),
+        program_seconds=float(values.get("program", 0.0)),
         uncosted_flops_per_second=float(values["uncosted"])
         if "uncosted" in values
         else None,
@@ -208,7 +218,11 @@ def estimate(row: dict[str, Any], c: TimeConstants, work: Work | None = None) ->
 
 
 def fit(rows: list[dict[str, Any]], free: tuple[str, ...]) -> TimeConstants:
-    """Least squares of the log ratios over ``rows``, from several starts."""
+    """Least squares of the log ratios over ``rows``, from several starts.
+
+    The fractions of the peak and of HBM's bandwidth are capped at 1: a rate
+    above the data sheet's is no rate the chip has.
+    """
     works = [work_from_json(r["work"]) for r in rows]
     measured = np.array([r["measured"] for r in rows])
 
@@ -328,13 +342,12 @@ def accuracy(rows: list[dict[str, Any]], c: TimeConstants) -> dict[str, Any]:
         row["error"] = row["measured"] / row["estimate"] - 1
         row["old_error"] = _old_error(row)
     groups: dict[str, dict[str, Any]] = {}
-    for half in ("calibration", "held-out", "all"):
+    for half in ("calibration", "held-out", "unseen"):
         for kind in (*KINDS, "all"):
             members = [
                 r
                 for r in rows
-                if (half == "all" or r["half"] == half)
-                and (kind == "all" or r["family"] == kind)
+                if r["half"] == half and (kind == "all" or r["family"] == kind)
             ]
             if not members:
                 continue
@@ -357,9 +370,14 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def report(path: str, out: str | None) -> None:
-    """The accuracy page's tables, from the table and the shipped constants."""
+def report(path: str, unseen: str, out: str | None) -> None:
+    """The accuracy page's tables, from the tables and the shipped constants.
+
+    ``unseen``'s programs (``timecal_unseen.py``) are a half of their own.
+    """
     rows = json.loads(Path(path).read_text())
+    for row in json.loads(Path(unseen).read_text()):
+        rows.append(row | {"half": "unseen"})
     c = CONSTANTS["v5e"]
     found = accuracy(rows, c)
     lines = [
@@ -384,7 +402,11 @@ def report(path: str, out: str | None) -> None:
         "| old range | measured / old range |",
         "|" + " --- |" * 8,
     ]
-    for r in sorted(rows, key=lambda r: (KINDS.index(r["family"]), r["name"])):
+    halves = ("calibration", "held-out", "unseen")
+    for r in sorted(
+        rows,
+        key=lambda r: (halves.index(r["half"]), KINDS.index(r["family"]), r["name"]),
+    ):
         old = r.get("old")
         span = (
             "-"
@@ -409,12 +431,12 @@ def report(path: str, out: str | None) -> None:
     if out:
         slim = [
             {k: r[k] for k in ("name", "family", "half", "measured", "estimate", "old")}
+            | {"work": r["work"], "matmul_dtype": r["matmul_dtype"]}
             for r in found["rows"]
         ]
         Path(out).write_text(
             json.dumps(
-                {"constants": c.version, "groups": found["groups"], "rows": slim},
-                indent=1,
+                {"constants": c.version, "groups": found["groups"], "rows": slim}
             )
         )
 
@@ -426,7 +448,7 @@ def main() -> None:
     elif command == "fit":
         run_fit(sys.argv[2])
     elif command == "report":
-        report(sys.argv[2], sys.argv[3] if len(sys.argv) > 3 else None)
+        report(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
     else:
         raise SystemExit(__doc__)
 

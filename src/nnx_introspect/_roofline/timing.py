@@ -5,9 +5,10 @@
 XLA:TPU's own cycle estimate) into one time with an error bar:
 
 * **within an instruction, its units overlap**: an instruction takes the
-  longest of its matmul FLOPs at the matrix unit's rate, its vector FLOPs at
-  the vector unit's, its HBM bytes at HBM's rate and (XLA:TPU) the compiler's
-  cycle estimate, plus a fixed cost per launch;
+  longest of its matmul FLOPs at the matrix unit's rate (on XLA:TPU, where
+  the compiler states its cycle estimate, that estimate instead), its vector
+  FLOPs at the vector unit's, its HBM bytes at HBM's rate, plus a fixed cost
+  per launch;
 * **instructions run one after another**: a TPU core runs one fusion at a
   time, so the program's time is the sum over its instructions, each as often
   as its loops run it;
@@ -60,6 +61,10 @@ class TimeConstants:
         seconds_per_cycle: Seconds per cycle of XLA:TPU's estimate;
             ``None``: the estimate is not used.
         launch_seconds: A fixed cost per instruction run.
+        program_seconds: A fixed cost per run of the program (its launch,
+            its arguments' and outputs' bookkeeping, the wait for its end).
+        floor_seconds: The least time any instruction run takes (a short
+            instruction's issue and synchronisation), overlapping its work.
         uncosted_flops_per_second: The rate of the vector work of
             instructions XLA:TPU's cost model gives up on (kind
             ``"uncosted"``); ``None``: timed as any other.
@@ -83,6 +88,8 @@ class TimeConstants:
     async_share: float
     error: float | None
     uncosted_flops_per_second: float | None = None
+    floor_seconds: float = 0.0
+    program_seconds: float = 0.0
     programs: int = 0
     held_out: int = 0
     source: str = ""
@@ -114,17 +121,22 @@ DATA_SHEET = TimeConstants(
 CONSTANTS: dict[str, TimeConstants] = {
     "v5e": TimeConstants(
         version="tpu-v5e/1",
-        calibrated=False,
+        calibrated=True,
         matmul_fraction=1.0,
         vector_flops_per_second=None,
         hbm_fraction=1.0,
-        seconds_per_cycle=None,
-        launch_seconds=0.0,
+        seconds_per_cycle=5.002e-10,
+        launch_seconds=1.085e-06,
         async_share=0.0,
-        error=None,
-        programs=0,
-        held_out=0,
-        source="benchmarks/timecal.py fit; docs/accuracy.md",
+        error=0.14,
+        uncosted_flops_per_second=1.058e10,
+        program_seconds=1.415e-03,
+        programs=32,
+        held_out=31,
+        source=(
+            "benchmarks/timefit.py fit benchmarks/timecal-table.json (TPU v5e, "
+            "libtpu 0.0.42.1; docs/accuracy.md)"
+        ),
     ),
 }
 """The calibrated constants by hardware family (``Hardware.family``)."""
@@ -157,7 +169,8 @@ class ProgramTime:
         vector_seconds: Time of those bound by vector work.
         memory_seconds: Time of those bound by HBM bytes.
         cycles_seconds: Time of those bound by XLA:TPU's cycle estimate.
-        launch_seconds: The launch costs together.
+        launch_seconds: The launch costs together (the program's fixed cost
+            included), and what instructions shorter than the floor add up to.
         uncosted_seconds: Time of the instructions XLA:TPU could not cost,
             at their fitted rate.
         async_seconds: The unhidden share of asynchronous copies.
@@ -290,8 +303,11 @@ def program_time(
         launch += op.count * c.launch_seconds
         if op.kind == "loop":
             continue
+        # where XLA:TPU states its cycles, they are its matrix unit's time:
+        # FLOPs at a fraction of the peak only time what it did not cost
+        cycled = c.seconds_per_cycle is not None and op.cycles is not None
         times = {
-            "matmul": op.matmul_flops / matmul_rate,
+            "matmul": 0.0 if cycled else op.matmul_flops / matmul_rate,
             "memory": op.hbm_bytes / hbm_rate,
             "vector": 0.0
             if c.vector_flops_per_second is None
@@ -303,8 +319,11 @@ def program_time(
         if op.kind == "uncosted" and c.uncosted_flops_per_second is not None:
             times["uncosted"] = op.vector_flops / c.uncosted_flops_per_second
         bound = max(times, key=lambda name: times[name])
+        if times[bound] < c.floor_seconds:
+            launch += op.count * (c.floor_seconds - times[bound])
         terms[bound] += op.count * times[bound]
     unhidden = c.async_share * hidden
+    launch += c.program_seconds
     total = sum(terms.values()) + launch + unhidden + comm_seconds
     return ProgramTime(
         seconds=total,

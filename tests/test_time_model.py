@@ -1,0 +1,212 @@
+"""The time model: a program's work read from its HLO, its time by hand arithmetic.
+
+Every expected figure here is written out from the HLO text or the constants,
+never taken from the code under test.
+"""
+
+import dataclasses
+import math
+
+import pytest
+
+from nnx_introspect._accelerators.hardware import hardware_for
+from nnx_introspect._roofline.timing import (
+    CONSTANTS,
+    DATA_SHEET,
+    TimeConstants,
+    constants_for,
+    program_time,
+    same_time,
+)
+from nnx_introspect._xla import OpWork, Work, program_work, work_from_json
+from nnx_introspect._xla.hlo import parse_module
+
+_LOOP = """HloModule jit_f
+
+%body (p: (s32[], bf16[128,256])) -> (s32[], bf16[128,256]) {
+  %p = (s32[], bf16[128,256]{1,0}) parameter(0)
+  %i = s32[] get-tuple-element(%p), index=0
+  %x = bf16[128,256]{1,0} get-tuple-element(%p), index=1
+  %w = bf16[256,256]{1,0:S(1)} constant({...})
+  %d = bf16[128,256]{1,0} dot(%x, %w), lhs_contracting_dims={1}, rhs_contracting_dims={0}, backend_config={"window_config":{"estimated_cycles":"1000"}}
+  %one = s32[] constant(1)
+  %next = s32[] add(%i, %one)
+  ROOT %t = (s32[], bf16[128,256]{1,0}) tuple(%next, %d)
+}
+
+%cond (q: (s32[], bf16[128,256])) -> pred[] {
+  %q = (s32[], bf16[128,256]{1,0}) parameter(0)
+  %j = s32[] get-tuple-element(%q), index=0
+  %n = s32[] constant(6)
+  ROOT %lt = pred[] compare(%j, %n), direction=LT
+}
+
+ENTRY %main (a: bf16[128,256]) -> (s32[], bf16[128,256]) {
+  %a = bf16[128,256]{1,0} parameter(0)
+  %zero = s32[] constant(0)
+  %init = (s32[], bf16[128,256]{1,0}) tuple(%zero, %a)
+  ROOT %loop = (s32[], bf16[128,256]{1,0}) while(%init), condition=%cond, body=%body, backend_config={"known_trip_count":{"n":"6"}}
+}
+"""
+
+
+def test_a_loop_body_runs_once_per_trip_and_on_chip_operands_cross_no_hbm() -> None:
+    work = program_work(parse_module(_LOOP))
+    dots = [op for op in work.ops if op.kind == "matmul"]
+    assert len(dots) == 1
+    dot = dots[0]
+    assert dot.count == 6  # the loop's 6 trips
+    assert dot.matmul_flops == 2 * 128 * 256 * 256
+    # reads x (128x256 bf16) from HBM, the weight lives in S(1); writes d
+    assert dot.hbm_bytes == 128 * 256 * 2 + 128 * 256 * 2
+    assert dot.cycles == 1000
+    # the add of the counter is vector work, once a trip; each trip a launch
+    loops = [op for op in work.ops if op.kind == "loop"]
+    assert [op.count for op in loops] == [6]
+    assert work.matmul_flops == 6 * 2 * 128 * 256 * 256
+
+
+_BATCHED = """HloModule jit_g
+
+%fused (p0: bf16[64,256,8,64], p1: bf16[64,256,8,64]) -> f32[64,8,256,256] {
+  %p0 = bf16[64,256,8,64]{1,3,2,0} parameter(0)
+  %p1 = bf16[64,256,8,64]{1,3,2,0} parameter(1)
+  ROOT %c = f32[64,8,256,256]{2,3,1,0} convolution(%p0, %p1), window={size=64x8 stride=63x7 lhs_dilate=64x8}, dim_labels=0b1f_0o1i->01bf
+}
+
+ENTRY %main (a: bf16[64,256,8,64], b: bf16[64,256,8,64]) -> f32[64,8,256,256] {
+  %a = bf16[64,256,8,64]{1,3,2,0} parameter(0)
+  %b = bf16[64,256,8,64]{1,3,2,0} parameter(1)
+  ROOT %f = f32[64,8,256,256]{2,3,1,0} fusion(%a, %b), kind=kOutput, calls=%fused, backend_config={"window_config":{"estimated_cycles":"9223372036854775807"}}
+}
+"""
+
+
+def test_a_batched_matmul_written_as_a_convolution_counts_one_tap() -> None:
+    (op,) = program_work(parse_module(_BATCHED)).ops
+    # 64 x 8 batches of [256 x 64] @ [64 x 256]: 2 x 64 x 8 x 256 x 256 x 64
+    assert op.matmul_flops == 2 * 64 * 8 * 256 * 256 * 64
+    # XLA:TPU's cost model gave up on it (INT64_MAX cycles): its own kind
+    assert op.kind == "uncosted" and op.cycles is None
+
+
+def test_the_work_round_trips_through_json() -> None:
+    work = program_work(parse_module(_LOOP))
+    assert work_from_json(work.json_data()) == work
+
+
+def _constants(**changes: float | None) -> TimeConstants:
+    return dataclasses.replace(CONSTANTS["v5e"], **changes)  # type: ignore[arg-type]
+
+
+def test_each_instruction_takes_its_longest_term_plus_its_launch() -> None:
+    v5e = hardware_for("v5e-1")
+    peak, hbm = v5e.peak_flops_per_second("bf16"), v5e.hbm_bytes_per_second
+    c = TimeConstants(
+        version="test/1",
+        calibrated=True,
+        matmul_fraction=0.5,
+        vector_flops_per_second=None,
+        hbm_fraction=0.8,
+        seconds_per_cycle=1e-9,
+        launch_seconds=2e-6,
+        async_share=0.25,
+        error=0.1,
+        program_seconds=1e-4,
+    )
+    work = Work(
+        (
+            # matmul-bound: 1e12 FLOPs at half the peak (no cycles stated)
+            OpWork("matmul", 1e12, 0.0, 10**6, None, 3),
+            # HBM-bound: 8e8 B at 0.8 x the bandwidth
+            OpWork("vector", 0.0, 1e3, 8 * 10**8, 100, 2),
+            # cycle-bound: 5e6 cycles at 1 ns
+            OpWork("vector", 0.0, 1e3, 10, 5 * 10**6, 1),
+            # an asynchronous copy: a quarter of its HBM time shows
+            OpWork("async", 0.0, 0.0, 4 * 10**9, None, 1),
+        )
+    )
+    t = program_time(work, v5e, constants=c)
+    matmul = 3 * 1e12 / (0.5 * peak)
+    memory = 2 * 8e8 / (0.8 * hbm)
+    cycles = 5e6 * 1e-9
+    launch = (3 + 2 + 1) * 2e-6 + 1e-4
+    unhidden = 0.25 * 4e9 / (0.8 * hbm)
+    assert t.matmul_seconds == pytest.approx(matmul)
+    assert t.memory_seconds == pytest.approx(memory)
+    assert t.cycles_seconds == pytest.approx(cycles)
+    assert t.launch_seconds == pytest.approx(launch)
+    assert t.async_seconds == pytest.approx(unhidden)
+    assert t.seconds == pytest.approx(matmul + memory + cycles + launch + unhidden)
+    assert t.launches == 7
+
+
+def test_stated_cycles_time_a_matmul_instead_of_its_flops() -> None:
+    v5e = hardware_for("v5e-1")
+    c = _constants(program_seconds=0.0, launch_seconds=0.0)
+    assert c.seconds_per_cycle is not None
+    # 1e12 FLOPs would take 5 ms at the peak; XLA:TPU says 1e6 cycles
+    work = Work((OpWork("matmul", 1e12, 0.0, 0, 10**6, 1),))
+    t = program_time(work, v5e, constants=c)
+    assert t.matmul_seconds == 0.0
+    assert t.cycles_seconds == pytest.approx(1e6 * c.seconds_per_cycle)
+
+
+def test_an_uncosted_instruction_takes_its_fitted_rate() -> None:
+    v5e = hardware_for("v5e-1")
+    c = _constants(uncosted_flops_per_second=1e10, program_seconds=0.0)
+    work = Work((OpWork("uncosted", 0.0, 2e9, 10, None, 4),))
+    t = program_time(work, v5e, constants=c)
+    assert t.uncosted_seconds == pytest.approx(4 * 2e9 / 1e10)
+
+
+def test_a_calibrated_kind_states_its_error_and_an_uncalibrated_one_says_so() -> None:
+    v5e, h100 = hardware_for("v5e-8"), hardware_for("h100-8")
+    assert constants_for(v5e) is CONSTANTS["v5e"]
+    assert constants_for(h100) is DATA_SHEET
+    work = Work((OpWork("matmul", 1e12, 0.0, 0, 1000, 1),))
+    calibrated = program_time(work, v5e)
+    c = CONSTANTS["v5e"]
+    assert c.calibrated and c.error is not None and c.programs >= 20
+    assert calibrated.basis.startswith(f"±{c.error:.0%}, calibrated on TPU v5e")
+    assert f"from {c.programs} programs" in calibrated.basis
+    gpu = program_time(work, h100)
+    assert gpu.error is None and gpu.basis.startswith("uncalibrated")
+    # on the data sheet, 1e12 FLOPs at the H100's dense bf16 peak
+    assert gpu.seconds == pytest.approx(1e12 / h100.peak_flops_per_second("bf16"))
+
+
+def test_collectives_are_added_and_named_uncalibrated() -> None:
+    t = program_time(
+        Work((OpWork("matmul", 1e9, 0.0, 0, 100, 1),)),
+        hardware_for("v5e-8"),
+        comm_seconds=0.01,
+    )
+    assert t.comm_seconds == 0.01
+    assert not t.calibrated
+    assert "collectives are uncalibrated" in t.basis
+
+
+@pytest.mark.parametrize(
+    ("a", "b", "error", "tied"),
+    [
+        (0.100, 0.109, 0.10, True),  # 9 ms apart, 10% of 109 ms is 10.9 ms
+        (0.100, 0.112, 0.10, False),  # 12 ms apart > 11.2 ms
+        (0.100, 0.100, None, True),
+        (0.100, 0.101, None, False),  # uncalibrated: only equal ties
+    ],
+)
+def test_two_estimates_tie_within_the_error_bar(
+    a: float, b: float, error: float | None, tied: bool
+) -> None:
+    assert same_time(a, b, error) is tied
+    assert same_time(b, a, error) is tied
+
+
+def test_the_shipped_constants_are_physical() -> None:
+    c = CONSTANTS["v5e"]
+    assert 0 < c.matmul_fraction <= 1 and 0 < c.hbm_fraction <= 1
+    assert 0 <= c.async_share <= 1
+    assert c.launch_seconds >= 0 and c.program_seconds >= 0
+    assert c.seconds_per_cycle is None or 0 < c.seconds_per_cycle < 1e-8
+    assert math.isfinite(c.error or 0.0)
