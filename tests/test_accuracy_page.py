@@ -1,0 +1,153 @@
+"""docs/accuracy.md's time figures follow from its table and the shipped constants.
+
+``benchmarks/timecal-accuracy.json`` holds every program run on the v5e chip:
+its measured time, its work (read from its optimized HLO), its old range and
+its half. Each estimate is recomputed here from the work with the constants
+the library ships; each figure of the page's summary table and of its
+sentences is recomputed from those estimates by plain arithmetic.
+"""
+
+import json
+import math
+import re
+import statistics
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from nnx_introspect._accelerators.hardware import hardware_for
+from nnx_introspect._roofline.timing import CONSTANTS, program_time
+from nnx_introspect._xla import work_from_json
+
+ROOT = Path(__file__).resolve().parents[1]
+PAGE = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+TABLE = json.loads((ROOT / "benchmarks" / "timecal-accuracy.json").read_text())
+KINDS = ("train", "rl-train", "prefill", "decode", "reference")
+HALVES = ("calibration", "held-out", "unseen")
+
+
+@pytest.fixture(scope="module")
+def rows() -> list[dict[str, Any]]:
+    """Every program, its estimate recomputed with the shipped constants."""
+    v5e, c = hardware_for("v5e-1"), CONSTANTS["v5e"]
+    out = []
+    for row in TABLE["rows"]:
+        work = work_from_json(row["work"])
+        estimate = program_time(work, v5e, dtype=row["matmul_dtype"], constants=c)
+        out.append(row | {"recomputed": estimate.seconds})
+    return out
+
+
+def _error(row: dict[str, Any]) -> float:
+    return float(row["measured"] / row["recomputed"] - 1)
+
+
+def _outside(row: dict[str, Any]) -> float | None:
+    old = row.get("old")
+    if not old or old[0] is None:
+        return None
+    low, high = old
+    m = row["measured"]
+    if low <= m <= high:
+        return 0.0
+    return float(m / low - 1 if m < low else m / high - 1)
+
+
+def test_the_table_was_made_with_the_shipped_constants(
+    rows: list[dict[str, Any]],
+) -> None:
+    assert TABLE["constants"] == CONSTANTS["v5e"].version
+    for row in rows:
+        assert row["recomputed"] == pytest.approx(row["estimate"], rel=1e-9)
+
+
+def test_the_constants_count_the_halves_they_name(rows: list[dict[str, Any]]) -> None:
+    c = CONSTANTS["v5e"]
+    assert sum(r["half"] == "calibration" for r in rows) == c.programs
+    assert sum(r["half"] == "held-out" for r in rows) == c.held_out
+    assert len(rows) >= 40 + 14  # the chip table, and the unseen programs
+
+
+def test_the_error_bar_is_the_held_out_ninetieth_percentile(
+    rows: list[dict[str, Any]],
+) -> None:
+    held = sorted(abs(_error(r)) for r in rows if r["half"] == "held-out")
+    p90 = held[math.ceil(0.9 * len(held)) - 1]
+    assert CONSTANTS["v5e"].error == round(p90, 2)
+    assert f"| error bar (9 in 10 held-out programs within) | ±{p90:.0%} |" in PAGE
+
+
+def _summary_rows() -> dict[tuple[str, str], list[str]]:
+    found = {}
+    for line in PAGE.splitlines():
+        cells = [c.strip() for c in line.strip().strip("|").split("|")]
+        if len(cells) == 8 and cells[1] in HALVES and cells[0] in (*KINDS, "all"):
+            found[(cells[0], cells[1])] = cells[2:]
+    return found
+
+
+def test_every_summary_figure_follows_from_the_table(
+    rows: list[dict[str, Any]],
+) -> None:
+    shown = _summary_rows()
+    expected = 0
+    for half in HALVES:
+        for kind in (*KINDS, "all"):
+            members = [
+                r
+                for r in rows
+                if r["half"] == half and (kind == "all" or r["family"] == kind)
+            ]
+            if not members:
+                continue
+            expected += 1
+            errors = [_error(r) for r in members]
+            olds = [o for o in map(_outside, members) if o is not None]
+            cells = shown[(kind, half)]
+            assert cells[0] == str(len(members))
+            assert cells[1] == f"{statistics.median(abs(e) for e in errors):.1%}"
+            assert cells[2] == f"{max(abs(e) for e in errors):.1%}"
+            assert cells[3] == f"{statistics.mean(errors):+.1%}"
+            assert cells[4] == f"{statistics.median(abs(o) for o in olds):.0%}"
+            assert cells[5] == f"{max(abs(o) for o in olds):.0%}"
+    assert len(shown) == expected
+
+
+def _sentence(start: str) -> str:
+    at = PAGE.index(start)
+    end = PAGE.index("\n- ", at)
+    return " ".join(PAGE[at:end].split())
+
+
+def test_the_sentences_state_the_table(rows: list[dict[str, Any]]) -> None:
+    held = [abs(_error(r)) for r in rows if r["half"] == "held-out"]
+    unseen = [abs(_error(r)) for r in rows if r["half"] == "unseen"]
+    first = _sentence("On the held-out half the median error is")
+    assert f"median error is {statistics.median(held):.1%}" in first
+    p90 = sorted(held)[math.ceil(0.9 * len(held)) - 1]
+    assert f"within {p90:.0%}" in first
+    assert f"{max(held):.0%} is the worst error of the held-out half" in first
+    second = _sentence("On the unseen programs the median error is")
+    assert f"median error is {statistics.median(unseen):.1%}" in second
+    assert f"the worst {max(unseen):.1%}" in second
+    # "No kind ... biased by more than ±10% on average in either half"
+    for half in ("calibration", "held-out"):
+        for kind in KINDS:
+            errors = [
+                _error(r) for r in rows if r["half"] == half and r["family"] == kind
+            ]
+            assert abs(statistics.mean(errors)) <= 0.10, (half, kind)
+
+
+def test_every_program_row_shows_its_measured_and_estimated_time(
+    rows: list[dict[str, Any]],
+) -> None:
+    for row in rows:
+        line = next(
+            (ln for ln in PAGE.splitlines() if ln.startswith(f"| {row['name']} |")),
+            None,
+        )
+        assert line is not None, row["name"]
+        ratio = re.split(r"\s*\|\s*", line.strip("| "))[5]
+        assert ratio == f"{row['measured'] / row['recomputed']:.2f}"
