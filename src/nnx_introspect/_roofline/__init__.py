@@ -4,7 +4,9 @@
 communication terms, a time range and an MFU ceiling), labelled an estimate,
 from XLA's FLOPs, bytes accessed and collectives plus ``_accelerators``'
 hardware figures; ``checks`` checks its inputs; ``program`` estimates a
-compiled program's step on a named topology (what a step report shows).
+compiled program's step on a named topology (what a step report shows);
+``timing`` gives the point estimate a report plans on, from the program's
+instructions at the device kind's calibrated rates.
 """
 
 from nnx_introspect._roofline.estimate import LABEL as LABEL
