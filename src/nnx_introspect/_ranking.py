@@ -11,7 +11,7 @@ The roofline's ``(low, high)`` range stays beside them as a bound, never the
 ranking.
 """
 
-from nnx_introspect._roofline.timing import same_time
+from nnx_introspect._roofline import same_time
 
 __all__ = ["error_words", "tie_error", "tied"]
 

@@ -48,6 +48,7 @@ __all__ = [
     "PROGRAM_BASIS",
     "CommTerm",
     "Roofline",
+    "duration",
     "roofline",
 ]
 
@@ -169,11 +170,9 @@ class Roofline:
         tokens_per_second_high: ``tokens / low_seconds``, or ``None``.
         assumptions: The assumptions, one sentence each, with the figures used.
         time: The point estimate from the program's instructions
-            (:func:`~nnx_introspect._roofline.timing.program_time`): what
-            rankings, MFU and tokens/s use. ``None`` when the program's work
-            was not read; :attr:`low_seconds` and :attr:`high_seconds` are
-            then the only figures, and they are bounds of the roofline, not
-            an estimate to plan on.
+            (:func:`~nnx_introspect._roofline.timing.program_time`), what
+            rankings, MFU and tokens/s use; ``None`` when the program's work
+            was not read (the low and high bounds are then all there is).
 
     Example:
         >>> from nnx_introspect._accelerators.hardware import hardware_for
@@ -366,12 +365,12 @@ class Roofline:
         lines = [self.label]
         if self.time is not None:
             lines.append(f"estimate {self.time.words}")
-        lines.append(f"compute {_duration(self.compute_seconds)}")
-        lines.append(f"memory {_duration(self.memory_seconds)}")
+        lines.append(f"compute {duration(self.compute_seconds)}")
+        lines.append(f"memory {duration(self.memory_seconds)}")
         for term in self.comm:
             lines.append(
                 f"communication over {term.axes} ({term.link}, {term.links} "
-                f"link(s)) {_duration(term.seconds)}"
+                f"link(s)) {duration(term.seconds)}"
             )
         at_bf16 = ""
         if self.bf16_peak_flops_per_second != self.peak_flops_per_second:
@@ -394,8 +393,13 @@ class Roofline:
         return "\n".join(lines)
 
 
-def _duration(seconds: float) -> str:
-    """``1.5e-3`` -> ``"1.50 ms"``."""
+def duration(seconds: float) -> str:
+    """A time in its unit, three figures.
+
+    Example:
+        >>> duration(1.5e-3), duration(2.0), duration(4e-8)
+        ('1.50 ms', '2.00 s', '40.00 ns')
+    """
     for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6)):
         if seconds >= scale:
             return f"{seconds / scale:.2f} {unit}"
@@ -666,7 +670,7 @@ def roofline(
     if model_flops is not None:
         basis = model_flops_basis or "the given model FLOPs"
     label = (
-        f"{LABEL}: {_duration(low)} to {_duration(high)} per step on "
+        f"{LABEL}: {duration(low)} to {duration(high)} per step on "
         f"{hardware.topology} ({bound}-bound at best)"
     )
     return Roofline(
@@ -692,67 +696,4 @@ def roofline(
         assumptions=_assumptions(
             hardware, canonical, peak, mesh_axes, assignment, basis
         ),
-    )
-
-
-def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:
-    """``estimate`` carrying the point estimate ``time``: its label and assumptions.
-
-    The label leads with the point estimate and its basis; the roofline's range
-    follows as bounds.
-
-    Example:
-        >>> from nnx_introspect._accelerators.hardware import hardware_for
-        >>> from nnx_introspect._roofline.timing import program_time
-        >>> from nnx_introspect._xla import OpWork, Work
-        >>> hardware = hardware_for("h100-1")
-        >>> est = roofline(
-        ...     flops=1e12, bytes_accessed=1e9, comm_bytes_by_axis={},
-        ...     mesh_axes=(("data", 1),), hardware=hardware,
-        ... )
-        >>> work = Work((OpWork("matmul", 1e12, 0.0, 10**9, None, 1),))
-        >>> timed = with_time(est, program_time(work, hardware))
-        >>> print(timed.label)  # doctest: +NORMALIZE_WHITESPACE
-        Estimate from the compiled program's cost analysis and data-sheet peaks (a
-        roofline), not a measurement: 1.01 ms (uncalibrated: data-sheet peaks, no
-        chip of this kind measured) per step on h100-1; roofline bounds 1.01 ms
-        to 1.31 ms (compute-bound at best)
-    """
-    label = (
-        f"{LABEL}: {time.words} per step on {estimate.topology}; roofline bounds "
-        f"{_duration(estimate.low_seconds)} to {_duration(estimate.high_seconds)} "
-        f"({estimate.bound}-bound at best)"
-    )
-    c = time.constants
-    if c.calibrated and c.error is not None:
-        rates = (
-            f"The point estimate sums the program's instructions, each the longest "
-            f"of its matmul FLOPs at {c.matmul_fraction:.0%} of the peak, its HBM "
-            f"bytes at {c.hbm_fraction:.0%} of the HBM bandwidth"
-        )
-        if c.vector_flops_per_second is not None:
-            rates += f", its vector work at {c.vector_flops_per_second:.3g} FLOP/s"
-        if c.seconds_per_cycle is not None:
-            rates += (
-                f" and XLA:TPU's cycle estimate at {c.seconds_per_cycle * 1e9:.3g} "
-                "ns a cycle"
-            )
-        rates += (
-            f", plus {c.launch_seconds * 1e6:.3g} us per instruction run "
-            f"(constants {c.version}, fitted on {c.programs} programs run on the "
-            f"chip; on {c.held_out} others, 9 in 10 ran within ±{c.error:.0%})."
-        )
-    else:
-        rates = (
-            "The point estimate sums the program's instructions, each the longest "
-            "of its matmul FLOPs at the dense peak and its HBM bytes at the "
-            "data-sheet bandwidth: uncalibrated, no chip of this kind was measured."
-        )
-    if time.comm_seconds:
-        rates += (
-            " Its communication terms are added, not overlapped: a single chip has "
-            "no links to calibrate them on."
-        )
-    return dataclasses.replace(
-        estimate, label=label, time=time, assumptions=(rates, *estimate.assumptions)
     )

@@ -15,12 +15,12 @@ from typing import Any
 
 from nnx_introspect._accelerators import hardware_for
 from nnx_introspect._render import format_bytes
-from nnx_introspect._roofline.estimate import Roofline, roofline, with_time
-from nnx_introspect._roofline.timing import program_time
+from nnx_introspect._roofline.estimate import LABEL, Roofline, duration, roofline
+from nnx_introspect._roofline.timing import ProgramTime, program_time
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import Work, work_from_json
 
-__all__ = ["program_roofline"]
+__all__ = ["program_roofline", "with_time"]
 
 
 def program_roofline(
@@ -155,3 +155,66 @@ def program_roofline(
     if not notes:
         return estimate
     return dataclasses.replace(estimate, assumptions=(*estimate.assumptions, *notes))
+
+
+def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:
+    """``estimate`` carrying the point estimate ``time``: its label and assumptions.
+
+    The label leads with the point estimate and its basis; the roofline's range
+    follows as bounds.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> from nnx_introspect._roofline.timing import program_time
+        >>> from nnx_introspect._xla import OpWork, Work
+        >>> hardware = hardware_for("h100-1")
+        >>> est = roofline(
+        ...     flops=1e12, bytes_accessed=1e9, comm_bytes_by_axis={},
+        ...     mesh_axes=(("data", 1),), hardware=hardware,
+        ... )
+        >>> work = Work((OpWork("matmul", 1e12, 0.0, 10**9, None, 1),))
+        >>> timed = with_time(est, program_time(work, hardware))
+        >>> print(timed.label)  # doctest: +NORMALIZE_WHITESPACE
+        Estimate from the compiled program's cost analysis and data-sheet peaks (a
+        roofline), not a measurement: 1.01 ms (uncalibrated: data-sheet peaks, no
+        chip of this kind measured) per step on h100-1; roofline bounds 1.01 ms
+        to 1.31 ms (compute-bound at best)
+    """
+    label = (
+        f"{LABEL}: {time.words} per step on {estimate.topology}; roofline bounds "
+        f"{duration(estimate.low_seconds)} to {duration(estimate.high_seconds)} "
+        f"({estimate.bound}-bound at best)"
+    )
+    c = time.constants
+    if c.calibrated and c.error is not None:
+        rates = (
+            f"The point estimate sums the program's instructions, each the longest "
+            f"of its matmul FLOPs at {c.matmul_fraction:.0%} of the peak, its HBM "
+            f"bytes at {c.hbm_fraction:.0%} of the HBM bandwidth"
+        )
+        if c.vector_flops_per_second is not None:
+            rates += f", its vector work at {c.vector_flops_per_second:.3g} FLOP/s"
+        if c.seconds_per_cycle is not None:
+            rates += (
+                f" and XLA:TPU's cycle estimate at {c.seconds_per_cycle * 1e9:.3g} "
+                "ns a cycle"
+            )
+        rates += (
+            f", plus {c.launch_seconds * 1e6:.3g} us per instruction run "
+            f"(constants {c.version}, fitted on {c.programs} programs run on the "
+            f"chip; on {c.held_out} others, 9 in 10 ran within ±{c.error:.0%})."
+        )
+    else:
+        rates = (
+            "The point estimate sums the program's instructions, each the longest "
+            "of its matmul FLOPs at the dense peak and its HBM bytes at the "
+            "data-sheet bandwidth: uncalibrated, no chip of this kind was measured."
+        )
+    if time.comm_seconds:
+        rates += (
+            " Its communication terms are added, not overlapped: a single chip has "
+            "no links to calibrate them on."
+        )
+    return dataclasses.replace(
+        estimate, label=label, time=time, assumptions=(rates, *estimate.assumptions)
+    )

@@ -179,51 +179,9 @@ class ServeMeshComparison(Report):
     def table(self) -> Table:
         """One row per mesh, best first."""
         points = any(_point(r) is not None for r in self.reports)
-        rows = []
-        for i, report in enumerate(self.reports):
-            rate, point, time = _rate(report), _point(report), report.time
-            tie = [j for a, b in self.ties for j in (a, b) if i in (a, b) and j != i]
-            rank = "-" if rate is None else str(i + 1)
-            bounds = (
-                "-"
-                if time is None
-                else (
-                    ("" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f} tok/s; ")
-                    + "-".join(duration(s) for s in time.seconds_per_token)
-                    + " per token; "
-                    + "-".join(duration(s) for s in time.time_to_first_token)
-                    + " first"
-                )
-            )
-            if time is not None and time.decode.time is not None:
-                error = _error(report)
-                cells = (
-                    "-"
-                    if point is None
-                    else f"{point:,.0f}" + ("" if error is None else f" ±{error:.0%}"),
-                    duration(time.seconds_per_token_estimate),
-                    duration(time.time_to_first_token_estimate),
-                )
-            else:
-                cells = (
-                    "-" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f}",
-                    "-"
-                    if time is None
-                    else "-".join(duration(s) for s in time.seconds_per_token),
-                    "-"
-                    if time is None
-                    else "-".join(duration(s) for s in time.time_to_first_token),
-                )
-            rows.append(
-                (
-                    _mesh(report),
-                    rank + (" (tie)" if tie else ""),
-                    *cells,
-                    *((bounds,) if points else ()),
-                    format_bytes(report.peak_bytes),
-                    "yes" if report.ok else "no",
-                )
-            )
+        rows = [
+            _row(report, i, self.ties, points) for i, report in enumerate(self.reports)
+        ]
         how = (
             "Estimates, not measurements: each program's instructions at the "
             "device's rates ("
@@ -270,6 +228,56 @@ class ServeMeshComparison(Report):
                 *(f"Not compiled: {m}: {r}" for m, r in self.rejected),
             ),
         )
+
+
+def _row(
+    report: ServeMemoryReport,
+    i: int,
+    ties: tuple[tuple[int, int], ...],
+    points: bool,
+) -> tuple[str, ...]:
+    """The table's row of the ``i``-th mesh: rank, estimates, bounds, peak."""
+    rate, point, time = _rate(report), _point(report), report.time
+    tie = [j for a, b in ties for j in (a, b) if i in (a, b) and j != i]
+    rank = "-" if rate is None else str(i + 1)
+    bounds = (
+        "-"
+        if time is None
+        else (
+            ("" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f} tok/s; ")
+            + "-".join(duration(s) for s in time.seconds_per_token)
+            + " per token; "
+            + "-".join(duration(s) for s in time.time_to_first_token)
+            + " first"
+        )
+    )
+    if time is not None and time.decode.time is not None:
+        error = _error(report)
+        cells = (
+            "-"
+            if point is None
+            else f"{point:,.0f}" + ("" if error is None else f" ±{error:.0%}"),
+            duration(time.seconds_per_token_estimate),
+            duration(time.time_to_first_token_estimate),
+        )
+    else:
+        cells = (
+            "-" if rate is None else f"{rate[0]:,.0f}-{rate[1]:,.0f}",
+            "-"
+            if time is None
+            else "-".join(duration(s) for s in time.seconds_per_token),
+            "-"
+            if time is None
+            else "-".join(duration(s) for s in time.time_to_first_token),
+        )
+    return (
+        _mesh(report),
+        rank + (" (tie)" if tie else ""),
+        *cells,
+        *((bounds,) if points else ()),
+        format_bytes(report.peak_bytes),
+        "yes" if report.ok else "no",
+    )
 
 
 def _cached(report: ServeMemoryReport) -> bool:
