@@ -45,12 +45,13 @@ def test_a_compile_parses_its_program_once(monkeypatch: pytest.MonkeyPatch) -> N
     assert found is not None and found["rows"], found
     assert len(texts) == 1
     assert hlo_module._PARSED.get() is None  # nothing kept after the compile
-    # without the shared parse, the collectives and the traffic parse it each
+    # without the shared parse, the collectives, the traffic and the work (the
+    # time model's reading) parse it each
     monkeypatch.setattr(analysis, "parsed_once", contextlib.nullcontext)
     again = ni.step_memory_report(
         _mlp, {"data": 4}, x, loss="mean", optimizer="adamw", cache=False
     )
-    assert len(texts) == 3 and texts[1] == texts[2]  # (line numbers: the callers)
+    assert len(texts) == 4 and texts[1] == texts[2] == texts[3]  # one text, 3 readers
     assert again.collectives_data == found
 
 
