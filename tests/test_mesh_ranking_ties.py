@@ -70,7 +70,8 @@ def compare(*rows: MeshCandidate, budget: int | None = BUDGET) -> MeshComparison
     )
 
 
-# which-mesh.md's sweep: two fit, their ranges overlap (0.789 <= 0.826).
+# an earlier which-mesh.md sweep (roofline ranges only, no point estimate): two
+# fit, their ranges overlap (0.789 <= 0.826).
 SWEEP = (
     row("fsdp=128,tp=2", int(55.05 * GIB), (0.789, 1.16)),
     row("fsdp=32,tp=8", int(60.04 * GIB), (0.264, 0.775)),

@@ -21,7 +21,8 @@ from tests.test_fit_chart_labels import _attrs, _collisions, _labels
 
 GIB = 2**30
 BUDGET = int(59.33 * GIB)
-# the 7B example's max_sequences at 8,192 positions (docs/howto/serve.md)
+# a stand-in search shaped as the 7B example's at 8,192 positions (an earlier
+# answer of docs/howto/serve.md's, before the example's engine prefill)
 SEQUENCES = ServeSearch(
     "sequences",
     115,
