@@ -48,10 +48,10 @@ from nnx_introspect._xla.hlo.shapes import (
 )
 
 __all__ = [
-    "NOTHING_MOVED",
     "Traffic",
     "TrafficRow",
     "bytes_moved",
+    "executed",
     "hbm_bytes_of",
     "program_traffic",
     "traffic_json",
@@ -267,10 +267,6 @@ def _moved(
     return read, size(inst.shape)
 
 
-NOTHING_MOVED: Final = _NOTHING
-"""Opcodes that move no bytes of their own (:mod:`~nnx_introspect._xla.hlo.work`)."""
-
-
 def bytes_moved(
     module: Module, inst: Instruction, size: Callable[[str], int] = _bytes
 ) -> tuple[int, int]:
@@ -292,18 +288,26 @@ def hbm_bytes_of(shape: str) -> int:
     return _hbm_bytes(shape)
 
 
-def _walk(
+def executed(
     module: Module, computation: str, trips: int, unknown: list[str]
-) -> Iterator[tuple[Instruction, int]]:
-    """Every instruction of ``computation`` and what it calls, with its trips."""
+) -> Iterator[tuple[Instruction | None, int]]:
+    """Every instruction ``computation`` runs, and what it calls, with its trips.
+
+    A while loop's body counts once per trip (its trips appended to
+    ``unknown`` by name when the program does not state them, then once), a
+    conditional's costliest branch once, a ``call`` as its computation; each
+    loop also yields ``(None, trips)``: its control, once per trip. Views and
+    the second halves of asynchronous pairs (``_NOTHING``) are left out.
+    """
     for inst in module.computations.get(computation, []):
         if inst.opcode == "while":
             count = trip_count(inst, module)
             if count is None:
                 unknown.append(inst.name)
                 count = 1
+            yield None, trips * count
             body = inst.attributes.get("body", "").lstrip("%")
-            yield from _walk(module, body, trips * count, unknown)
+            yield from executed(module, body, trips * count, unknown)
         elif inst.opcode == "conditional":
             branches = called_computations(inst)
             costliest = max(
@@ -314,10 +318,10 @@ def _walk(
                 default=None,
             )
             if costliest is not None:
-                yield from _walk(module, costliest, trips, unknown)
+                yield from executed(module, costliest, trips, unknown)
         elif inst.opcode == "call":
             for called in called_computations(inst):
-                yield from _walk(module, called, trips, unknown)
+                yield from executed(module, called, trips, unknown)
         elif inst.opcode not in _NOTHING:
             yield inst, trips
 
@@ -345,7 +349,9 @@ def program_traffic(module: Module) -> Traffic:
     """
     unknown: list[str] = []
     rows = []
-    for inst, trips in _walk(module, module.entry, 1, unknown):
+    for inst, trips in executed(module, module.entry, 1, unknown):
+        if inst is None:
+            continue  # a loop's control moves nothing
         read, written = _moved(module, inst)
         if read + written == 0:
             continue

@@ -55,18 +55,12 @@ Example:
 import dataclasses
 import math
 import re
-from collections.abc import Iterator
 from typing import Any, Final, Literal
 
 from nnx_introspect._xla.hlo.instructions import Instruction
-from nnx_introspect._xla.hlo.loops import trip_count
 from nnx_introspect._xla.hlo.module import Module, called_computations
 from nnx_introspect._xla.hlo.shapes import arrays, parse_shape, tuple_elements
-from nnx_introspect._xla.hlo.traffic import (
-    NOTHING_MOVED,
-    bytes_moved,
-    hbm_bytes_of,
-)
+from nnx_introspect._xla.hlo.traffic import bytes_moved, executed, hbm_bytes_of
 
 __all__ = ["OpKind", "OpWork", "Work", "program_work", "work_from_json"]
 
@@ -426,37 +420,6 @@ def _uncosted(cycles: int | None) -> bool:
     return cycles is not None and cycles >= UNCOSTED_CYCLES
 
 
-def _runs(
-    module: Module, computation: str, trips: int, unknown: list[str]
-) -> Iterator[tuple[Instruction | None, int]]:
-    """Every instruction run, with its trips; ``(None, trips)`` per loop's trips."""
-    for inst in module.computations.get(computation, []):
-        if inst.opcode == "while":
-            count = trip_count(inst, module)
-            if count is None:
-                unknown.append(inst.name)
-                count = 1
-            yield None, trips * count
-            body = inst.attributes.get("body", "").lstrip("%")
-            yield from _runs(module, body, trips * count, unknown)
-        elif inst.opcode == "conditional":
-            branches = called_computations(inst)
-            costliest = max(
-                branches,
-                key=lambda b: sum(
-                    sum(bytes_moved(module, i)) for i in module.computations.get(b, [])
-                ),
-                default=None,
-            )
-            if costliest is not None:
-                yield from _runs(module, costliest, trips, unknown)
-        elif inst.opcode == "call":
-            for called in called_computations(inst):
-                yield from _runs(module, called, trips, unknown)
-        elif inst.opcode not in NOTHING_MOVED:
-            yield inst, trips
-
-
 def program_work(module: Module) -> Work:
     """The work of ``module`` (one device's optimized program), by instruction.
 
@@ -464,7 +427,7 @@ def program_work(module: Module) -> Work:
     """
     unknown: list[str] = []
     counts: dict[tuple[OpKind, float, float, int, int | None], int] = {}
-    for inst, trips in _runs(module, module.entry, 1, unknown):
+    for inst, trips in executed(module, module.entry, 1, unknown):
         if inst is None:
             key: tuple[OpKind, float, float, int, int | None] = (
                 "loop",
