@@ -38,6 +38,11 @@ from collections.abc import Mapping
 from typing import Any
 
 from nnx_introspect._accelerators import DTYPE_ALIASES, Hardware
+from nnx_introspect._roofline.assumptions import (
+    F32_PRECISION,
+    PROGRAM_BASIS,
+    assumptions,
+)
 from nnx_introspect._roofline.checks import checked_peak
 from nnx_introspect._roofline.links import gpu_in_host, ici_links, torus_assignment
 from nnx_introspect._roofline.timing import ProgramTime
@@ -57,14 +62,6 @@ LABEL = (
     "(a roofline), not a measurement"
 )
 """The words every :class:`Roofline`'s label starts with."""
-
-PROGRAM_BASIS = "the program's FLOPs x devices, recompute included"
-"""The :attr:`Roofline.mfu_basis` of a hardware FLOPs utilisation."""
-
-_F32_PRECISION = {
-    "f32": "the rate of f32 matmuls at JAX's default precision",
-    "f32_highest": "the rate of f32 matmuls at Precision.HIGHEST",
-}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -272,7 +269,7 @@ class Roofline:
         """
         if self.peak_name == self.dtype:
             return self.peak_name
-        return f"{self.peak_name}, {_F32_PRECISION[self.dtype]}"
+        return f"{self.peak_name}, {F32_PRECISION[self.dtype]}"
 
     @property
     def comm_seconds(self) -> float:
@@ -446,98 +443,6 @@ def _comm_term(
     return CommTerm(axes, group, wire_bytes, "ici", links, ici_rate, seconds, spanned)
 
 
-# --- Assumptions -----------------------------------------------------------------
-
-
-def _assumptions(
-    hardware: Hardware,
-    dtype: str,
-    peak: float,
-    mesh_axes: tuple[tuple[str, int], ...],
-    assignment: tuple[tuple[int, ...], ...] | None,
-    mfu_basis: str,
-) -> tuple[str, ...]:
-    """The estimate's assumptions, with the figures it used."""
-    name = hardware.peak_name(dtype)
-    runs = ""
-    if name != dtype:
-        runs = f" ({_F32_PRECISION[dtype]})"
-    texts = [
-        f"Compute time is the program's FLOPs at the dense {name} peak of "
-        f"{peak:.4g} FLOP/s per device ({hardware.device_name}){runs}: every "
-        "FLOP at tensor-core/MXU speed, so work on vector units makes it a "
-        "lower bound.",
-        "Memory time is XLA's bytes accessed at the data-sheet HBM bandwidth of "
-        f"{hardware.hbm_bytes_per_second:.4g} B/s per device; caches and fusion "
-        "count only as XLA's cost model saw them.",
-        "Communication time is each device's wire bytes over the bandwidth of its "
-        "links in one direction; latency, per-message overhead and congestion are "
-        "left out.",
-    ]
-    if hardware.platform == "cuda":
-        texts.append(
-            f"GPUs are numbered host-major, {hardware.gpus_per_host} per host "
-            f"({hardware.hosts} host(s)), and the mesh's axes are row-major over "
-            "them: an axis combination whose every group stays in one host uses "
-            f"NVLink ({hardware.nvlink_bytes_per_second:.4g} B/s per GPU per "
-            "direction), any other the network for all its bytes "
-            f"({hardware.network_bytes_per_second:.4g} B/s per GPU per direction, "
-            f"{hardware.source('network_bytes_per_second')})."
-        )
-    else:
-        texts.append(
-            f"The mesh's axes lie on the {'x'.join(map(str, hardware.torus_dims))} "
-            f"torus (wraparound {hardware.wraparound}) by JAX's make_mesh rule: "
-            "the last axis first, on the most whole torus dims whose sizes "
-            "multiply to its size (the ring orders make_mesh uses inside one "
-            "small tray are not modelled)."
-        )
-        texts.append(
-            "A bidirectional ring along a torus dim uses 2 links' worth of ICI "
-            "bandwidth when the dim wraps around and has more than 2 chips, 1 "
-            "otherwise; an axis or combination spanning several dims uses the "
-            "links of all of them at once (their sum); one link is "
-            f"{hardware.ici_bytes_per_second_per_link:.4g} B/s per direction."
-        )
-        if assignment is None:
-            texts.append(
-                f"The mesh {tuple(s for _, s in mesh_axes)} fits no whole torus "
-                "dims, so make_mesh falls back to plain device order: every "
-                "communication term is counted at 1 link."
-            )
-    texts.append(
-        "Low is perfect overlap: the largest of compute, memory and each "
-        "communication term, each its own resource (optimistic even for terms "
-        "sharing links); high is no overlap: their sum."
-    )
-    texts.append(_mfu_assumption(hardware, name, mfu_basis))
-    return tuple(texts)
-
-
-def _mfu_assumption(hardware: Hardware, name: str, basis: str) -> str:
-    """What the utilisation counts, against which peaks."""
-    if basis == PROGRAM_BASIS:
-        what = (
-            "Hardware FLOPs utilisation = the program's FLOPs x devices "
-            "(rematerialized and redundant work included, so it overstates "
-            "useful work)"
-        )
-    else:
-        what = f"MFU = the model's FLOPs ({basis})"
-    bf16 = ""
-    if name != "bf16":
-        bf16 = (
-            ", given at the dense bf16 peak too "
-            f"({hardware.peak_flops_per_second('bf16'):.4g} FLOP/s per device), "
-            "the one MFUs are usually quoted against"
-        )
-    return (
-        f"{what} / (step time x {name} peak x devices){bf16}; the ceiling uses "
-        "the low time. Peaks and bandwidths are data-sheet figures "
-        "(Hardware.sources); sustained rates are lower."
-    )
-
-
 # --- The estimate ----------------------------------------------------------------
 
 
@@ -693,7 +598,7 @@ def roofline(
         tokens=tokens,
         tokens_per_second_low=None if tokens is None else tokens / high,
         tokens_per_second_high=None if tokens is None else tokens / low,
-        assumptions=_assumptions(
+        assumptions=assumptions(
             hardware, canonical, peak, mesh_axes, assignment, basis
         ),
     )
