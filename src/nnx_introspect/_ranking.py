@@ -13,7 +13,7 @@ ranking.
 
 from nnx_introspect._roofline import same_time
 
-__all__ = ["error_words", "tie_error", "tied"]
+__all__ = ["error_words", "tie_error", "tied", "tied_with"]
 
 
 def tie_error(*errors: float | None) -> float | None:
@@ -54,3 +54,28 @@ def error_words(error: float | None) -> str:
         ('±9%', 'uncalibrated')
     """
     return "uncalibrated" if error is None else f"±{error:.0%}"
+
+
+def tied_with(
+    names: list[str], errors: list[float | None], *, point: bool, sep: str = ", "
+) -> str:
+    """A verdict's words for the candidates tied with the best, or ``""``.
+
+    ``errors`` are the best's and theirs; ``point``: whether the best has a
+    point estimate (else their roofline ranges overlap).
+
+    Example:
+        >>> tied_with(["tp=8"], [0.14, 0.14], point=True)
+        ' (tied with tp=8: their estimates are within ±14%)'
+        >>> tied_with([], [None], point=True)
+        ''
+    """
+    if not names:
+        return ""
+    words = " (tied with " + sep.join(names)
+    if not point:
+        return words + ": their estimates overlap)"
+    error = tie_error(*errors)
+    if error is None:
+        return words + ": the same estimate)"
+    return words + f": their estimates are within {error_words(error)})"

@@ -24,7 +24,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from nnx_introspect._accelerators import resolve_topology
-from nnx_introspect._ranking import error_words, tie_error, tied
+from nnx_introspect._ranking import error_words, tie_error, tied, tied_with
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
@@ -144,21 +144,12 @@ class RLLayoutComparison(Report):
         words = f"fastest that fits: {_name(best)}"
         with_best = [j for i, j in self.ties if i == 0]
         point = best.step_estimate
-        if with_best:
-            words += " (tied with " + "; ".join(
-                _name(self.reports[j]) for j in with_best
-            )
-            if point is None:
-                words += ": their estimates overlap)"
-            else:
-                error = tie_error(
-                    _error(best), *(_error(self.reports[j]) for j in with_best)
-                )
-                words += (
-                    ": the same estimate)"
-                    if error is None
-                    else f": their estimates are within {error_words(error)})"
-                )
+        words += tied_with(
+            [_name(self.reports[j]) for j in with_best],
+            [_error(best), *(_error(self.reports[j]) for j in with_best)],
+            point=point is not None,
+            sep="; ",
+        )
         span = _seconds(best)
         if point is not None:
             words += (

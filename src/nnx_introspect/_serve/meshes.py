@@ -25,7 +25,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from nnx_introspect._accelerators import resolve_topology
-from nnx_introspect._ranking import error_words, tie_error, tied
+from nnx_introspect._ranking import error_words, tied, tied_with
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._serve.api import measure_serve
 from nnx_introspect._serve.programs import _abstract_cache, cache_problems
@@ -134,21 +134,11 @@ class ServeMeshComparison(Report):
         rate, point = _rate(best), _point(best)
         with_best = [j for i, j in self.ties if i == 0]
         words = f"best: {_mesh(best)}"
-        if with_best:
-            words += " (tied with " + ", ".join(
-                _mesh(self.reports[j]) for j in with_best
-            )
-            if point is None:
-                words += ": their estimates overlap)"
-            else:
-                error = tie_error(
-                    _error(best), *(_error(self.reports[j]) for j in with_best)
-                )
-                words += (
-                    ": the same estimate)"
-                    if error is None
-                    else f": their estimates are within {error_words(error)})"
-                )
+        words += tied_with(
+            [_mesh(self.reports[j]) for j in with_best],
+            [_error(best), *(_error(self.reports[j]) for j in with_best)],
+            point=point is not None,
+        )
         if point is not None and rate is not None and best.time is not None:
             low, high = best.time.seconds_per_token
             words += (
