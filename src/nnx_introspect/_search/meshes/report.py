@@ -2,14 +2,12 @@
 
 The rows (:class:`~nnx_introspect._search.meshes.rows.MeshCandidate`), their
 outcomes and order are :mod:`~nnx_introspect._search.meshes.rows`'; here are
-the verdict and the renderers: the table and its notes, JSON, and the HTML
+the verdict and the renderers: the table (its notes are ``notes``), JSON, and the HTML
 page (its chart drawn by ``chart``).
 """
 
 import dataclasses
 import html
-import math
-from collections.abc import Iterator
 from typing import Any
 
 from nnx_introspect._ranking import error_words, tie_error, tied
@@ -24,11 +22,16 @@ from nnx_introspect._render import (
 )
 from nnx_introspect._roofline import Roofline
 from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
-from nnx_introspect._search.meshes.rows import MeshCandidate, answered, plural
+from nnx_introspect._search.meshes.notes import (
+    BOUNDS,
+    and_words,
+    comparison_notes,
+    share,
+)
+from nnx_introspect._search.meshes.rows import MeshCandidate, answered
 from nnx_introspect._search.meshes.utilisation import (
     utilisation_cells,
     utilisation_header,
-    utilisation_notes,
 )
 from nnx_introspect._step import duration
 
@@ -297,7 +300,7 @@ class MeshComparison(Report):
     def _tie_verdict(self, counts: str, by: str, basis: str) -> str:
         """The verdict when several answers are equal within the estimate."""
         equals = self.equals
-        peaks = _and([format_bytes(c.peak_bytes or 0) for c in equals])
+        peaks = and_words([format_bytes(c.peak_bytes or 0) for c in equals])
         budget = self.max_device_bytes
         of = (
             f"per device (no budget to judge against; {counts})"
@@ -305,7 +308,7 @@ class MeshComparison(Report):
             else f"of {format_bytes(budget)} per device ({counts})"
         )
         return (
-            f"No single best mesh: {_and([c.name for c in equals])} are equal "
+            f"No single best mesh: {and_words([c.name for c in equals])} are equal "
             f"within the estimate ({_tie_reason(equals)}), peaks {peaks} "
             f"{of}{by}{basis}"
         )
@@ -315,7 +318,7 @@ class MeshComparison(Report):
         budget = self.max_device_bytes
         estimates = any(c.planned_seconds is not None for c in self.candidates)
         points = any(c.estimate is not None for c in self.candidates)
-        rooflines = self._rooflines()
+        rooflines = self.rooflines()
         columns = ["mesh", "status"]
         if estimates:
             columns += ["step seconds (est.)", utilisation_header(rooflines)]
@@ -342,7 +345,7 @@ class MeshComparison(Report):
             row += [
                 "-" if peak is None else format_bytes(peak),
                 "-" if peak is None else f"{peak:,}",
-                "-" if peak is None or not budget else _share(peak, budget),
+                "-" if peak is None or not budget else share(peak, budget),
                 "-" if c.plan_bytes is None else format_bytes(c.plan_bytes),
             ]
             if wired:
@@ -358,190 +361,16 @@ class MeshComparison(Report):
             title=self.verdict,
             columns=tuple(columns),
             rows=tuple(rows),
-            notes=tuple(self._notes()),
+            notes=tuple(comparison_notes(self)),
             short=short_headers(columns),
             optional=("peak bytes", BOUNDS, "state per device", "of budget"),
         )
 
-    def _rooflines(self) -> list[Roofline | None]:
+    def rooflines(self) -> list[Roofline | None]:
         """Each row's step-time estimate, ``None`` where it has none."""
         return [
             None if c.report is None else c.report.roofline for c in self.candidates
         ]
-
-    def _notes(self) -> Iterator[str]:
-        budget = self.max_device_bytes
-        if budget is None:
-            yield (
-                "No budget: every compiled mesh is ranked by its peak alone. Pass "
-                "`max_device_bytes` (--max-device-bytes) or a `topology`."
-            )
-        else:
-            yield (
-                f"Budget: {format_bytes(budget)} ({budget:,} bytes) per device: "
-                f"{self.budget_basis}."
-            )
-        if self.auto_axes is not None:
-            first = self.auto_axes[0]
-            devices = plural(self.num_devices, "device")
-            yield (
-                f"'auto': every factorisation of {devices} over "
-                f"the axes {', '.join(self.auto_axes)} (data-parallel names such "
-                "as data and fsdp first, the outermost; then the others in the "
-                "order `batch_spec`, the logical rules and the plan's specs name "
-                f"them); the batch splits over each mesh's first axis ({first}) "
-                "unless `batch_spec` says otherwise."
-            )
-        for c in self.candidates:
-            if c.reason is not None:
-                yield f"{c.name}: {c.status}"
-        yield self._order_words()
-        yield from self._estimate_notes()
-        rooflines = self._rooflines()
-        utilisation = utilisation_header(rooflines).removesuffix(" (est.)")
-        if any(c.estimate is not None for c in self.candidates):
-            bases = _and(
-                list(
-                    dict.fromkeys(
-                        e.time.basis
-                        for e in rooflines
-                        if e is not None and e.time is not None
-                    )
-                )
-            )
-            yield (
-                f"Step seconds and {utilisation} are estimates, not measurements: "
-                "each compiled program's instructions at the device's rates, one "
-                f"after another ({bases}), the {utilisation} at that point "
-                "estimate. The rows are ranked by it; two whose estimates lie "
-                "within the error bar of each other are equal (marked tied). "
-                f"'{BOUNDS}': the roofline's range, each program's FLOPs, bytes "
-                "accessed and collective bytes on the target's data-sheet "
-                "figures from perfect overlap to none, a bound, not an estimate "
-                "to plan on (each row's report lists the assumptions)."
-            )
-            yield from utilisation_notes(rooflines)
-        elif any(c.estimated_seconds is not None for c in self.candidates):
-            yield (
-                f"Step seconds and {utilisation} are estimates, not measurements: a "
-                "roofline of each compiled program's FLOPs, bytes accessed and "
-                "collective bytes on the target's data-sheet figures, from perfect "
-                "overlap to none (each row's report lists the assumptions)."
-            )
-            yield from utilisation_notes(rooflines)
-        if any(c.collective_bytes_by_axis for c in self.candidates):
-            yield (
-                "Collectives on the wire: bytes each device sends per step over "
-                "each mesh axis, by the ring algorithm's factors (all-gather and "
-                "reduce-scatter (n-1)/n, all-reduce 2(n-1)/n); '?' marks device "
-                "groups that are not whole mesh axes."
-            )
-        yield (
-            f"{self.compiles} compile(s) of the step ({self.step}; batch "
-            f"{', '.join(self.batch)}) in {self.seconds:.1f} s on {self.executor}."
-        )
-        if any(
-            c.report is not None and c.report.backend == "cpu" for c in self.candidates
-        ):
-            yield (
-                "XLA:CPU compiled these steps: its temporaries can differ from an "
-                "accelerator's many times over (arguments are exact). Pass a TPU "
-                "or GPU `topology` for that compiler's numbers."
-            )
-
-    def _order_words(self) -> str:
-        """The order the rows are in, as :func:`sort_key` sorts them."""
-        answers = [c for c in self.candidates if answered(c)]
-        timed = [c for c in answers if c.planned_seconds is not None]
-        points = [c for c in answers if c.estimate is not None]
-        which = "compiled" if self.max_device_bytes is None else "fit"
-        if not timed:
-            order = f"the meshes that {which} first, lowest peak first"
-        elif points:
-            order = (
-                f"the meshes that {which} first, fastest estimated step time "
-                "first (the point estimate"
-                + (
-                    "; where a row has none, the low end of its roofline bounds"
-                    if len(points) < len(timed)
-                    else ""
-                )
-                + ")"
-            )
-        else:
-            order = (
-                f"the meshes that {which} first, fastest estimated step time "
-                "first (the low end of its range, then the high end)"
-            )
-            if len(timed) < len(answers):
-                order += ", then those with no estimate, lowest peak first"
-        if self.max_device_bytes is not None:
-            order += "; then those that do not fit, lowest peak first"
-        rejected = any(c.outcome == "rejected" for c in self.candidates)
-        return (
-            f"Order: {order}; then those rejected by the planner (nothing "
-            "compiled), then those that failed or timed out, each in the order "
-            "given. 'state per "
-            "device': the plan's parameters, other state and optimizer state"
-            + (
-                " ('-' where the planner rejected the plan itself: it has no "
-                "figure on that mesh)."
-                if rejected and any(c.plan_bytes is None for c in self.candidates)
-                else "."
-            )
-        )
-
-    def _estimate_notes(self) -> Iterator[str]:
-        """What the estimates cannot tell apart, and the room left in the budget."""
-        equals = self.equals
-        if len(equals) > 1 and equals[0].estimate is not None:
-            error = tie_error(*(c.error for c in equals))
-            within = (
-                f"within {error_words(error)} of each other"
-                if error is not None
-                else "the same, uncalibrated"
-            )
-            points = _and([f"{c.name} {c.estimate:.3g} s" for c in equals])
-            yield (
-                f"{_and([c.name for c in equals])} are equal within the estimate "
-                f"({points}: {within}): the estimate cannot rank them, and the "
-                "order among them (marked tied) is the estimates', not a "
-                "ranking. Measure them, or choose by peak or by what else "
-                "matters."
-            )
-        elif len(equals) > 1:
-            ranges = _and(
-                [
-                    f"{c.name} {low:.3g}-{high:.3g} s"
-                    for c in equals
-                    if c.estimated_seconds is not None
-                    for low, high in (c.estimated_seconds,)
-                ]
-            )
-            yield (
-                f"{_and([c.name for c in equals])} are equal within the estimate "
-                f"(ranges overlap: {ranges}): which is faster depends on how much "
-                "communication overlaps compute, which the estimate does not "
-                "know; the order among them (marked tied) is the low end's, not "
-                "a ranking. "
-                "Measure them, or choose by peak or by what else matters."
-            )
-        headroom = self.batch_headroom
-        if headroom is not None and self.max_device_bytes is not None:
-            highest = max(
-                (c for c in self.candidates if c.peak_bytes is not None),
-                key=lambda c: c.peak_bytes or 0,
-            )
-            share = _share(highest.peak_bytes or 0, self.max_device_bytes)
-            yield (
-                "Every compiled mesh uses under 50% of the budget (the most, "
-                f"{highest.name}, {share}): the batch can grow about "
-                f"{_times(headroom)}x on each. An estimate: the budget over the "
-                "highest peak, as if the whole peak grew with the batch (the "
-                "parameters, gradients and optimizer state do not, so the room "
-                "is likely larger). `--max-batch` (`max_batch`) finds it, one "
-                "mesh at a time."
-            )
 
     def json_data(self) -> dict[str, Any]:
         """Exact figures for JSON output; each compiled row has its full report."""
@@ -613,10 +442,6 @@ class MeshComparison(Report):
         return page_html(self.verdict, "".join(parts))
 
 
-BOUNDS = "roofline bounds (s)"
-"""The column of the roofline's ``(low, high)`` range: a bound, not the estimate."""
-
-
 def _seconds_cell(c: MeshCandidate) -> str:
     """The step time a row is ranked by: ``"0.512 ±9%"``, else its bounds.
 
@@ -662,23 +487,3 @@ def _chart_times(c: MeshCandidate) -> tuple[float, ...] | None:
         return None
     point = () if c.estimate is None else (c.estimate,)
     return (*c.estimated_seconds, *point)
-
-
-def _and(words: list[str]) -> str:
-    """``"a"``, ``"a and b"``, ``"a, b and c"``."""
-    if len(words) < 2:
-        return "".join(words)
-    return f"{', '.join(words[:-1])} and {words[-1]}"
-
-
-def _times(ratio: float) -> str:
-    """``ratio`` rounded down: one decimal below 10 (``"2.6"``), else whole."""
-    digits = max(0, 1 - math.floor(math.log10(ratio)))
-    scale = 10**digits
-    return f"{math.floor(ratio * scale) / scale:.{digits}f}"
-
-
-def _share(peak: int, budget: int) -> str:
-    """``peak`` as a share of ``budget``: ``"37%"``, ``"0.11%"`` below 1%."""
-    share = peak / budget
-    return f"{share:.0%}" if share >= 0.01 or share == 0 else f"{share:.2%}"
