@@ -20,6 +20,13 @@ TARGETS = textwrap.dedent(
     def sharded(rngs):
         init = nnx.with_partitioning(nnx.initializers.lecun_normal(), (None, "tp"))
         return nnx.Linear(4, 6, kernel_init=init, rngs=rngs)
+
+    class Stack(nnx.Module):
+        def __init__(self, rngs):
+            self.layers = nnx.List([sharded(rngs) for _ in range(32)])
+
+    def stack32(rngs):
+        return Stack(rngs)
     """
 )
 
@@ -383,3 +390,32 @@ def test_commands_print_nothing_on_stderr_without_jax_platforms() -> None:
     assert result.returncode == 1
     assert result.stderr.count("\n") == 1
     assert result.stderr.startswith("nnx-introspect: mesh plan has ")
+
+
+def test_a_bad_mesh_folds_its_32_layers(
+    targets_dir: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Every layer's kernel (4, 6) puts 6 over tp=4: 32 problems, 64 leaves.
+    args = ["mesh", "mesh_targets_mod:stack32", "--mesh", "tp=4"]
+    code, out, err = run([*args, "--format", "markdown"], capsys)
+    assert code == 1 and "mesh plan has 32 problem(s)" in err
+    rows = [line for line in out.splitlines() if line.startswith("| layers/")]
+    # One row per leaf of a layer, bytes summed over the 32: the kernel cannot
+    # be applied, so each device holds it whole (4 * 6 float32), the bias is
+    # replicated (6 float32).
+    assert rows == [
+        "| layers/*/bias \u00d732 | (6,) | P() | default | (6,) | tp | 768 B | 192 B |",
+        "| layers/*/kernel \u00d732 | (4, 6) | P(None, 'tp') | metadata | - | tp | "
+        "3 KiB | 768 B |",
+    ]
+    assert 32 * 6 * 4 == 768 and 32 * 4 * 6 * 4 == 3 * 1024
+    problems = [line for line in out.splitlines() if "does not divide" in line]
+    assert problems == [
+        "- `layers/*/kernel` \u00d732 with shape (4, 6): dimension 1 (size 6) does not "
+        "divide over tp (product 4). Pad the dimension to a multiple of 4 or choose "
+        "axes whose product divides it."
+    ]
+    assert len(out.splitlines()) < 30  # was 110: 64 rows and 32 notes
+    code, out, _ = run([*args, "--format", "json"], capsys)
+    data = json.loads(out)  # the JSON keeps every leaf and every problem
+    assert len(data["leaves"]) == 64 and len(data["problems"]) == 32

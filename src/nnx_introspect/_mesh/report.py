@@ -8,6 +8,7 @@ import dataclasses
 import html
 from typing import Any
 
+from nnx_introspect._mesh.fold import fold
 from nnx_introspect._mesh.parse import parse_bytes
 from nnx_introspect._mesh.records import CATEGORIES, LeafShard, MeshProblem
 from nnx_introspect._mesh.specs import entry_axes
@@ -51,6 +52,11 @@ class MeshConfigReport(Report):
         max_device_bytes: The per-device budget the plan is judged against
             (``None``: no budget). :attr:`ok` is ``False`` when the plan
             exceeds it, and every rendering states it with the verdict.
+        group_layers: Whether the table (rich, markdown, the HTML page's
+            notes) folds a list of identical layers into one row per leaf
+            (``layers/*/q/kernel x32``) and their identical problems into one
+            note; ``False`` lists every leaf. The JSON, the HTML page's leaf
+            table and every attribute keep every leaf either way.
 
     JSON schema ``nnx-introspect/mesh-config`` version 3: version 2 plus
     ``max_device_bytes`` and ``fits`` (``null`` without a budget) and
@@ -91,6 +97,7 @@ class MeshConfigReport(Report):
     unmatched_rules: tuple[str, ...] = ()
     devices_present: int | None = 1
     max_device_bytes: int | None = None
+    group_layers: bool = True
 
     def _repr_items(self) -> dict[str, Any]:
         items: dict[str, Any] = {
@@ -264,19 +271,32 @@ class MeshConfigReport(Report):
         return self.bytes_per_device <= budget
 
     def table(self) -> Table:
-        """The plan as a :class:`~nnx_introspect.Table`."""
+        """The plan as a :class:`~nnx_introspect.Table`.
+
+        With :attr:`group_layers` (the default), the rows and the problems of
+        a list of identical layers are folded into one each
+        (``layers/*/q/kernel x32``, bytes summed; see
+        :mod:`~nnx_introspect._mesh.fold`), and the notes name the folded rows
+        that waste the most.
+        """
+        if self.group_layers:
+            shown, folded = fold(self.all_leaves, self.problems, self.num_devices)
+            problems = tuple((p.severity, p.message) for p in folded)
+        else:
+            shown = fold(self.all_leaves, (), self.num_devices, group=False)[0]
+            problems = tuple((p.severity, p.message) for p in self.problems)
         rows = tuple(
             (
-                leaf.path,
+                leaf.label,
                 str(leaf.shape),
-                spec_str(leaf.spec),
-                _short_source(leaf.source),
+                leaf.spec,
+                leaf.source,
                 "-" if leaf.shard_shape is None else str(leaf.shard_shape),
                 ", ".join(leaf.replicated_over) or "-",
                 format_bytes(leaf.bytes_per_device),
                 format_bytes(leaf.ideal_bytes),
             )
-            for leaf in self.all_leaves
+            for leaf in shown
         )
         blank = ("",) * 5
         by_cat = self.bytes_by_category
@@ -306,8 +326,8 @@ class MeshConfigReport(Report):
             ),
         )
         notes = tuple(
-            ("Warning: " if p.severity != "error" else "") + p.message
-            for p in self.problems
+            ("Warning: " if severity != "error" else "") + message
+            for severity, message in problems
         )
         if self.rules:
             notes += (
@@ -315,11 +335,16 @@ class MeshConfigReport(Report):
                 + "; ".join(f"rule {i} {p!r}" for i, p in enumerate(self.rules))
                 + ".",
             )
+        wasting = sorted(
+            (leaf for leaf in shown if leaf.waste_bytes > 0),
+            key=lambda leaf: leaf.waste_bytes,
+            reverse=True,
+        )
         notes += tuple(
-            f"Wastes {format_bytes(leaf.waste_bytes)} per device above its ideal "
-            f"share: {leaf.path} (replicated over "
-            f"{', '.join(leaf.replicated_over) or 'no axis'})."
-            for leaf in self.top_waste()
+            f"Wastes {format_bytes(leaf.waste_bytes)} per device above "
+            f"{'their' if leaf.repeats > 1 else 'its'} ideal share: {leaf.label} "
+            f"(replicated over {', '.join(leaf.replicated_over) or 'no axis'})."
+            for leaf in wasting[:5]
         )
         return Table(
             title=f"Mesh plan ({mesh_str(self)}; {self.num_devices} devices)",
@@ -460,17 +485,6 @@ def _leaf_json(leaf: LeafShard) -> dict[str, Any]:
     }
 
 
-def _short_source(source: str) -> str:
-    """The table's compact source: the path column already names the parameter."""
-    if source.startswith("mirrors "):
-        return "mirrors param"
-    if source.startswith("gradient of "):
-        return "as param"
-    if source.startswith("rule "):
-        return " ".join(source.split(" ")[:2])  # the notes list each rule's pattern
-    return source
-
-
 def mesh_str(report: MeshConfigReport) -> str:
     """The mesh's axes as ``name=size`` pairs: ``"fsdp=2, tp=4"``."""
     return ", ".join(
@@ -500,6 +514,7 @@ def report_html(report: MeshConfigReport) -> str:
         budget=budget,
     )
     full = report.table()
+    every = dataclasses.replace(report, group_layers=False).table()
     totals = _render.table_html(
         _render.Table(
             title="Totals per device",
@@ -539,7 +554,7 @@ def report_html(report: MeshConfigReport) -> str:
         + ".</p>"
     )
     detail = _render.table_html(
-        _render.Table(title="Every leaf", columns=full.columns, rows=full.rows)
+        _render.Table(title="Every leaf", columns=every.columns, rows=every.rows)
     )
     body = (
         head
