@@ -593,9 +593,14 @@ def test_source_lines_come_from_the_stack_frames_or_the_metadata() -> None:
             r"element type it knows \('q7'\)",
         ),
         (
-            "  ROOT %rag = f32[64]{0} ragged-all-to-all(%q, %q, %p, %p, %p, %p), "
+            "  ROOT %cb = f32[64]{0} collective-broadcast(%q), channel_id=1, "
+            "replica_groups={}",
+            r"collective-broadcast \(not one of the collectives this code counts",
+        ),
+        (
+            "  ROOT %rag = f32[64]{0} ragged-all-to-all(%q, %q, %p, %p, %p), "
             "channel_id=1, replica_groups={}",
-            r"ragged-all-to-all \(not one of the collectives this code counts",
+            r"a ragged-all-to-all of six operands",
         ),
         (
             "  ROOT %ags = (f32[8]{0}, f32[64]{0}) all-gather-start(%p), "

@@ -3,7 +3,8 @@
 :func:`read_collectives` reads the optimized per-device module XLA compiled
 (``compiled.as_text()``, or :func:`compiled_hlo_text`, which works for XLA:CPU,
 a deviceless XLA:GPU and XLA:TPU compile alike) and lists every all-gather,
-reduce-scatter, all-reduce, all-to-all and collective-permute with its bytes,
+reduce-scatter, all-reduce, all-to-all, ragged all-to-all and
+collective-permute with its bytes,
 the mesh axes its groups span, its source line and how many times one step runs
 it. Nothing is compiled or executed here.
 
@@ -12,9 +13,10 @@ write their programs):
 
 * a synchronous collective (``all-gather``, XLA:CPU's and XLA:TPU's usual form);
 * an asynchronous pair (``all-gather-start`` / ``all-gather-done``, XLA:GPU's
-  form): one row, at the start;
-* an ``async-start`` wrapping a computation that holds the collective: one row,
-  the collective inside;
+  form, its ``all-to-all-start`` and ``ragged-all-to-all-start`` too): one row,
+  at the start;
+* an ``async-start`` wrapping a computation that holds the collective (XLA:TPU's
+  async all-to-all and ragged all-to-all): one row, the collective inside;
 * XLA:TPU's async collective fusion: the same collective appears in three kinds
   of fusion, one whose root is ``custom-call(..., custom_call_target=
   "AsyncCollectiveStart")``, continuations (a ``continuation_config`` in their
@@ -30,10 +32,16 @@ Bytes (``Collective.nbytes``) are per device and execution, and logical:
 elements times the element size, without a backend's tile padding; the
 **result** of an all-gather (the gathered buffer), an all-reduce, an all-to-all
 and a collective-permute, the **operand** (the input) of a reduce-scatter.
+A ragged all-to-all's sizes are run-time values: its bytes are its payload,
+the smaller of its send buffer and its receive buffer (what each device sends
+on average when every row is sent, as a dropless MoE's dispatch and combine
+do), and its receive buffer, which XLA sizes statically for the worst case, is
+``Collective.worst_case_receive_bytes`` (``ragged``).
 Wire bytes are what each device sends by the ring algorithms over groups of
 ``n``: ``(n-1)/n`` of the bytes for an all-gather, a reduce-scatter and an
-all-to-all, ``2(n-1)/n`` for an all-reduce, the bytes for a collective-permute
-(:func:`wire_factor`), kept exact as a :class:`~fractions.Fraction`.
+all-to-all (ragged or not), ``2(n-1)/n`` for an all-reduce, the bytes for a
+collective-permute (:func:`wire_factor`), kept exact as a
+:class:`~fractions.Fraction`.
 
 Replica-group ids are partition ids: positions in the flat mesh, in
 ``mesh.devices.flat`` order (the order ``jax.jit`` hands XLA its devices), so a
@@ -62,7 +70,8 @@ attributes, stack frames, shapes and bytes). The modules: ``errors``
 (:class:`CollectiveFormatError`, the parser's errors turned into it),
 ``loops`` (how many times one step runs each computation: while loops and
 their trip counts), ``sources`` (each array's source), ``irregular`` (the
-``"?"`` groups' span and note), ``groups`` (replica groups in every form, as partition
+``"?"`` groups' span and note), ``ragged`` (what a ragged all-to-all's bytes
+are, and its note), ``groups`` (replica groups in every form, as partition
 ids, then as mesh axes), ``report`` (:class:`Collectives`, its
 :class:`Collective` rows and totals, :func:`wire_factor`) and ``read``
 (:func:`compiled_hlo_text` and :func:`read_collectives`, composing them: each

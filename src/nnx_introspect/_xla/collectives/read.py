@@ -33,7 +33,7 @@ from nnx_introspect._xla.toolchain import jaxlib_version
 
 _UNREAD: Final = frozenset(
     f"{op}{suffix}"
-    for op in ("ragged-all-to-all", "collective-broadcast", "send", "recv")
+    for op in ("collective-broadcast", "send", "recv")
     for suffix in ("", "-start", "-done")
 )
 """Collective opcodes XLA has that this reader does not count: a program holding
@@ -102,17 +102,22 @@ def read_collectives(
 ) -> Collectives:
     r"""Every collective of a compiled SPMD program, its bytes and its mesh axes.
 
-    Reads each all-gather, reduce-scatter, all-reduce, all-to-all and
-    collective-permute once (see the module's docstring for how the backends
-    write them), with:
+    Reads each all-gather, reduce-scatter, all-reduce, all-to-all, ragged
+    all-to-all and collective-permute once (see the module's docstring for how
+    the backends write them), with:
 
     * ``nbytes``: per device and execution, the **result** bytes of an
-      all-gather, all-reduce, all-to-all or collective-permute and the
-      **operand** (input) bytes of a reduce-scatter;
+      all-gather, all-reduce, all-to-all or collective-permute, the
+      **operand** (input) bytes of a reduce-scatter, and for a ragged
+      all-to-all its payload: the smaller of its send buffer (operand 0) and
+      its receive buffer (the result, which XLA sizes statically for the worst
+      case: ``Collective.worst_case_receive_bytes``), what each device sends
+      on average when every row of the send buffer is sent;
     * ``wire_bytes``: the ring algorithms' bytes each device sends,
       ``(n-1)/n * nbytes`` for an all-gather, a reduce-scatter and an
-      all-to-all, ``2(n-1)/n * nbytes`` for an all-reduce and ``nbytes`` for a
-      collective-permute, over groups of ``n`` devices (:func:`wire_factor`);
+      all-to-all (ragged or not), ``2(n-1)/n * nbytes`` for an all-reduce and
+      ``nbytes`` for a collective-permute, over groups of ``n`` devices
+      (:func:`wire_factor`);
     * ``axes``: the mesh axes each group spans, from the replica groups in any
       form XLA prints them (``{{0,1},{2,3}}``, ``[2,4]<=[8]``,
       ``[4,2]<=[2,4]T(1,0)`` or ``mesh['axis_0'=2,'axis_1'=4] {'axis_0'}``,
@@ -141,7 +146,7 @@ def read_collectives(
             program's partitions.
         CollectiveFormatError: a collective (or the module around it) is in a
             form this code does not read, or is one it does not count
-            (``ragged-all-to-all``, ``collective-broadcast``, ``send``/``recv``).
+            (``collective-broadcast``, ``send``/``recv``).
 
     Example:
         >>> text = "\n".join([
@@ -254,6 +259,8 @@ def _collective(
         )
     ]
     counted = operands if kind == "reduce-scatter" else result
+    if kind == "ragged-all-to-all":
+        counted = _ragged_payload(instruction, module, result)
     items = metadata(named.text)
     try:
         stack = source_stack(items, module.frames)
@@ -286,6 +293,36 @@ def _collective(
         loops=count.loops,
         sources=sources,
     )
+
+
+def _ragged_payload(
+    instruction: Instruction,
+    module: Module,
+    result: list[tuple[str, tuple[int, ...], int]],
+) -> list[tuple[str, tuple[int, ...], int]]:
+    """The arrays of a ragged all-to-all's payload: its send or receive buffer.
+
+    ``ragged-all-to-all(input, output, input_offsets, send_sizes,
+    output_offsets, recv_sizes)``: each device sends rows of ``input`` (at most
+    all of them) and receives into a buffer of ``output``'s shape, the result,
+    which XLA sizes statically for the worst case. What is sent is received,
+    so on average over the devices a device sends at most the smaller of the
+    two buffers; routing that sends every row (a dropless MoE's dispatch, and
+    its combine sending them back) reaches it. The sizes are run-time values.
+    """
+    if len(instruction.operands) != 6:
+        raise format_error(
+            "a ragged-all-to-all of six operands (input, output, input_offsets, "
+            "send_sizes, output_offsets, recv_sizes)",
+            instruction.text,
+        )
+    sent = shape_arrays(
+        _operand_shape(instruction.operands[0], module, instruction),
+        instruction.text,
+    )
+    if len(sent) != 1 or len(result) != 1:
+        raise format_error("a ragged-all-to-all of one array", instruction.text)
+    return sent if sent[0][2] <= result[0][2] else result
 
 
 def _heaviest(

@@ -8,6 +8,7 @@ from typing import Any, Final
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.collectives.irregular import note_irregular, span_axes
+from nnx_introspect._xla.collectives.ragged import note_ragged
 from nnx_introspect._xla.hlo import SourceLocation, array_bytes
 from nnx_introspect._xla.hlo import source_json as _source_json
 
@@ -16,6 +17,7 @@ KINDS: Final = (
     "reduce-scatter",
     "all-reduce",
     "all-to-all",
+    "ragged-all-to-all",
     "collective-permute",
 )
 """The collectives :func:`read_collectives` reports."""
@@ -38,6 +40,14 @@ def wire_factor(kind: str, group_size: int) -> Fraction:
     reduce-scatter, then an all-gather) twice that, ``2 (n - 1) / n``; a
     collective-permute sends its buffer once. A group of one sends nothing.
 
+    An all-to-all's device keeps ``1 / n`` of its buffer (its own block) and
+    sends the rest, one block to each other device; a ragged all-to-all's
+    blocks are as large as the routing makes them at run time, and the factor
+    takes them even (each device keeps ``1 / n`` of its payload). These are
+    the bytes each device puts on its links; on a ring or torus a block bound
+    for a device several hops away also crosses the links between them, which
+    the factor does not count.
+
     Args:
         kind: one of :data:`KINDS`.
         group_size: the devices in each group (for a collective-permute, any
@@ -53,6 +63,8 @@ def wire_factor(kind: str, group_size: int) -> Fraction:
     Example:
         >>> wire_factor("all-gather", 8), wire_factor("all-reduce", 8)
         (Fraction(7, 8), Fraction(7, 4))
+        >>> wire_factor("ragged-all-to-all", 8)
+        Fraction(7, 8)
         >>> wire_factor("collective-permute", 2), wire_factor("all-reduce", 1)
         (Fraction(1, 1), Fraction(0, 1))
     """
@@ -89,8 +101,16 @@ class Collective:
             all-gather (the gathered buffer), an all-reduce, an all-to-all and a
             collective-permute, the **operand** (the input, before the scatter)
             for a reduce-scatter; summed over a combined collective's arrays.
-        result_bytes: the result's bytes per device, one execution.
-        operand_bytes: the operands' bytes per device, one execution.
+            For a ragged all-to-all, whose sizes are run-time values, its
+            payload: the smaller of its send buffer (operand 0) and its
+            receive buffer (the result), what each device sends on average
+            when every row of the send buffer is sent (a dropless MoE's
+            dispatch and combine); see :attr:`worst_case_receive_bytes`.
+        result_bytes: the result's bytes per device, one execution (for a
+            ragged all-to-all, its receive buffer).
+        operand_bytes: the operands' bytes per device, one execution (for a
+            ragged all-to-all, all six: the send and receive buffers, the
+            offsets and the sizes).
         dtypes: XLA's element type of each array of ``nbytes`` (``f32``...).
         shapes: the shape of each array of ``nbytes``.
         group_size: devices per group (for a collective-permute, the largest
@@ -146,6 +166,25 @@ class Collective:
     trip_count_known: bool
     loops: tuple[str, ...]
     sources: tuple[SourceLocation | None, ...] = ()
+
+    @property
+    def worst_case_receive_bytes(self) -> int | None:
+        """A ragged all-to-all's receive buffer, per device; ``None`` for the rest.
+
+        XLA sizes it statically (``result_bytes``) for the most rows the
+        program lets one device receive; tunix's MoE dispatch sizes it at
+        ``min(top_k, local experts) x tokens x devices`` rows. How much of it
+        a step fills depends on the routing.
+
+        Example:
+            >>> row = Collective("ragged-all-to-all", "r", "ragged-all-to-all",
+            ...     "sync", "main", 262144, 1048576, 1310848, ("f32",),
+            ...     ((256, 1, 256),), 8, (tuple(range(8)),), ("fsdp",), None, 1,
+            ...     None, None, (), 1, True, ())
+            >>> row.worst_case_receive_bytes, row.wire_bytes
+            (1048576, Fraction(229376, 1))
+        """
+        return self.result_bytes if self.kind == "ragged-all-to-all" else None
 
     @property
     def unsourced_wire_bytes(self) -> Fraction:
@@ -385,10 +424,14 @@ class Collectives(Report):
         notes = [
             "Bytes: the result of an all-gather, all-reduce, all-to-all and "
             "collective-permute, the operand of a reduce-scatter, per device and "
-            "step. Wire: what each device sends by the ring algorithms, (n-1)/n "
-            "of the bytes for an all-gather, reduce-scatter and all-to-all, "
-            "2(n-1)/n for an all-reduce, the whole buffer for a permute.",
+            "step (a ragged all-to-all's payload: see below). Wire: what each "
+            "device sends by the ring algorithms, (n-1)/n of the bytes for an "
+            "all-gather, reduce-scatter and all-to-all, 2(n-1)/n for an "
+            "all-reduce, the whole buffer for a permute.",
         ]
+        ragged = self.ragged_note()
+        if ragged is not None:
+            notes.append(ragged)
         if not self.trip_counts_known:
             notes.append(
                 "A count with '?' is inside a while loop whose trip count XLA "
@@ -398,6 +441,21 @@ class Collectives(Report):
         if irregular is not None:
             notes.append(irregular)
         return notes
+
+    def ragged_note(self) -> str | None:
+        """What the ragged all-to-alls' bytes are; ``None`` without one.
+
+        Example:
+            >>> Collectives("jit_f", (("fsdp", 8),), ()).ragged_note() is None
+            True
+        """
+        return note_ragged(
+            [
+                (row.worst_case_receive_bytes or 0, row.nbytes, row.count)
+                for row in self.rows
+                if row.kind == "ragged-all-to-all"
+            ]
+        )
 
     def irregular_wire_bytes(self) -> tuple[tuple[tuple[str, ...], int], ...]:
         """The wire bytes of the ``("?",)`` rows, per the axes their groups lie in.
@@ -561,6 +619,7 @@ def _row_json(row: Collective) -> dict[str, Any]:
         "trip_count_known": row.trip_count_known,
         "loops": list(row.loops),
         "sources": [_source_json(source) for source in row.sources],
+        "worst_case_receive_bytes": row.worst_case_receive_bytes,
     }
 
 
