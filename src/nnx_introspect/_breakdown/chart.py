@@ -12,7 +12,7 @@ from collections.abc import Sequence
 
 from nnx_introspect._breakdown.report import Breakdown
 from nnx_introspect._breakdown.rows import KINDS
-from nnx_introspect._render import format_bytes, svg, table_html, whole_percent
+from nnx_introspect._render import format_bytes, svg, table_html
 
 __all__ = [
     "advice_html",
@@ -97,20 +97,18 @@ def _zoom(
         + svg.polyline([(px, y(b)) for px, b in line], svg.BLUE, width=1.2)
         + "</svg>",
     ]
-    if budget is not None:
-        parts.append(svg.budget_across(frame, y(budget), budget))
+    taken: list[svg.Box] = []
     if held is not None:
+        words = f"the device holds {format_bytes(held)} (the verdict's peak)"
         parts.append(
             svg.line(
                 frame.left, y(held), frame.plot_right, y(held), "#24292f", dash="2 3"
             )
-            + svg.text(
-                frame.left + 6,
-                y(held) - 5,
-                f"the device holds {format_bytes(held)} (the verdict's peak)",
-                colour="#24292f",
-            )
+            + svg.text(frame.left + 6, y(held) - 5, words, colour="#24292f")
         )
+        taken.append(svg.text_box(frame.left + 6, y(held) - 5, words, 11))
+    # drawn last, over the held line, its label clear of the held line's
+    parts.append(svg.budget_in_band(frame, y, budget, taken=taken))
     parts.append(
         svg.dot(x(time), y(nbytes), svg.RED, title=f"most live: {format_bytes(nbytes)}")
     )
@@ -158,7 +156,7 @@ def curve_svg(
     if not times:
         return ""
     time, nbytes, instruction = peak
-    ticks = svg.byte_axis(max(*live_bytes, budget or 0, held or 0))
+    ticks, cut = svg.budget_axis(max(*live_bytes, held or 0), budget)
     zoom = _zoom_ticks(
         [nbytes] + ([held] if held is not None else []), budget, ticks[-1][0] or 1
     )
@@ -166,7 +164,7 @@ def curve_svg(
     frame = svg.Frame(720, 300 + band, left=90, right=20, top=24, bottom=46 + band)
     x_max = max(points - 1, 1)
     x = frame.x_scale(x_max)
-    y = frame.y_scale(ticks[-1][0] or 1)
+    y = frame.y_scale(ticks[-1][0] or 1, cut=cut)
     step = max(1, round(svg.nice_step(x_max)))
     line = [(x(t), b) for t, b in zip(times, live_bytes, strict=True)]
     parts = [
@@ -185,23 +183,24 @@ def curve_svg(
         ),
         svg.polyline([(px, y(b)) for px, b in line], svg.BLUE, width=1.2),
     ]
-    if budget is not None:
-        parts.append(svg.budget_across(frame, y(budget), budget))
     at_x, at_y = x(time), y(nbytes)
+    most = f"most live: {format_bytes(nbytes)}"
+    label_x, label_y = min(at_x + 6, frame.plot_right - 4), max(at_y - 6, 12)
+    anchor = "start" if at_x < frame.width * 0.7 else "end"
     parts += [
         svg.dot(
             at_x,
             at_y,
             svg.RED,
-            title=f"most live: {format_bytes(nbytes)} at point {time} ({instruction})",
+            title=f"{most} at point {time} ({instruction})",
         ),
-        svg.text(
-            min(at_x + 6, frame.plot_right - 4),
-            max(at_y - 6, 12),
-            f"most live: {format_bytes(nbytes)}",
-            anchor="start" if at_x < frame.width * 0.7 else "end",
-        ),
+        svg.text(label_x, label_y, most, anchor=anchor),
     ]
+    if y.break_at is not None:
+        parts.append(svg.axis_break(frame.left, y.break_at, vertical=True))
+    if budget is not None:
+        taken = [svg.text_box(label_x, label_y, most, 11, anchor)]
+        parts.append(svg.budget_across(frame, y(budget), budget, taken=taken))
     if zoom:
         below = svg.Frame(720, frame.height, 90, 20, 300 + 20, 46)
         parts.append(_zoom(below, zoom, line, x, ((time, nbytes), held, budget)))
@@ -223,7 +222,12 @@ def curve_svg(
         f"own. The verdict's peak is what the device holds{holds}: arguments, "
         "outputs and that temp buffer for the whole step, less what is aliased, "
         "so it can differ from the most live."
-        + (" The band below zooms on the peak and the budget." if zoom else ""),
+        + (" The band below zooms on the peak and the budget." if zoom else "")
+        + (
+            ""
+            if cut is None or budget is None
+            else html.escape(svg.break_words(cut, budget, "bytes live", peak=nbytes))
+        ),
     )
 
 
@@ -249,41 +253,14 @@ def kinds_bar_svg(
     """
     if peak <= 0 or not kinds:
         return ""
-    left, bar_y, bar_h = 20, 24, 26
-    legend_top = bar_y + bar_h + 44
-    frame = svg.Frame(720, legend_top + 18 * len(kinds) + 6, left, 30, bar_y, 0)
-    ticks = svg.byte_axis(max(peak, budget or 0))
-    x = frame.x_scale(ticks[-1][0] or 1)
-    colours = [_COLOURS.get(kind, "#afb8c1") for kind, _ in kinds]
-    axis_y = bar_y + bar_h + 4
-    body = (
-        svg.x_grid(x, ticks, top=bar_y - 4, bottom=axis_y)
-        + svg.stacked_bar(
-            left,
-            bar_y,
-            x(peak) - left,
-            bar_h,
-            [
-                (nbytes, colour, f"{kind}: {format_bytes(nbytes)}")
-                for (kind, nbytes), colour in zip(kinds, colours, strict=True)
-            ],
-        )
-        + (
-            ""
-            if budget is None
-            else svg.budget_up(x(budget), bar_y - 10, axis_y, budget)
-        )
-        + svg.legend(
-            left,
-            legend_top,
-            [
-                (
-                    colour,
-                    f"{kind}: {format_bytes(nbytes)} ({whole_percent(nbytes, peak)}%)",
-                )
-                for (kind, nbytes), colour in zip(kinds, colours, strict=True)
-            ],
-        )
+    frame, body, cut = svg.split_bar(
+        [(kind, nbytes, _COLOURS.get(kind, "#afb8c1")) for kind, nbytes in kinds],
+        budget,
+    )
+    broken = (
+        ""
+        if cut is None or budget is None
+        else html.escape(svg.break_words(cut, budget, "kinds", peak=peak))
     )
     return svg.figure(
         frame,
@@ -292,7 +269,8 @@ def kinds_bar_svg(
         caption="The buffers live at XLA's peak "
         f"({html.escape(format_bytes(peak))}), by kind"
         + ("" if budget is None else ", against the budget (dashed)")
-        + ".",
+        + "."
+        + broken,
     )
 
 

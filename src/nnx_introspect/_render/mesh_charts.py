@@ -23,7 +23,8 @@ def bar_chart_html(
 
     Each row is a label, its actual bytes (blue) over its ideal share (grey)
     on a bytes axis with round ticks, and the figures right of the plot; the
-    budget, if any, is a dashed red line.
+    budget, if any, is a dashed red line, past a break in the axis when it
+    is far above every bar (the legend says so).
 
     Args:
         title: The chart's heading.
@@ -62,7 +63,11 @@ def bar_chart_html(
         )
         for label, actual, ideal in bars
     ]
-    frame, body = svg.bar_rows(rows, budget=budget, value_width=190)
+    top = max([1.0, *(max(actual, ideal) for _, actual, ideal in bars)])
+    ticks, cut = svg.budget_axis(top, budget)
+    frame, body = svg.bar_rows(
+        rows, budget=budget, value_width=190, axis=ticks, cut=cut
+    )
     legend = (
         '<div class="legend"><span class="swatch actual"></span>bytes per device '
         '<span class="swatch ideal"></span>ideal share (global / devices)'
@@ -71,6 +76,10 @@ def bar_chart_html(
         legend += (
             f' <span class="swatch budget-sw"></span>budget {esc(format_bytes(budget))}'
         )
+        if cut is not None:
+            legend += esc(
+                svg.break_words(cut, budget, peak=top, name="the largest bar")
+            )
     return svg.figure(
         frame,
         title,

@@ -2,24 +2,53 @@
 
 Every chart of the library takes plain numbers and builds its figure from the
 pieces here: a :class:`Frame` (the canvas and its plot area), a :class:`Scale`
-(linear from 0, or logarithmic), round ticks (:func:`nice_step`, :func:`round_ticks`,
-:func:`byte_ticks`), grid lines with their labels, the budget as a dashed red
-line, and the marks (:func:`line`, :func:`polyline`, :func:`rect`,
-:func:`dot`, :func:`text`); :func:`bar_rows` lays out horizontal bars, one row
-per label. The charts themselves live beside their reports (the max-batch
-chart in :mod:`~nnx_introspect._render.batch_chart`, the first, whose style
-the others follow).
+(linear from 0, broken before a far budget, or logarithmic), round ticks
+(:func:`nice_step`, :func:`round_ticks`, :func:`byte_ticks`,
+:func:`budget_axis`), grid lines with their labels, the budget as a dashed red
+line whose label stays inside the figure (:func:`budget_across`,
+:func:`budget_up`, :func:`budget_in_band` for a zoom), and the marks of
+:mod:`~nnx_introspect._render.marks` (:func:`line`, :func:`polyline`,
+:func:`rect`, :func:`dot`, :func:`text`, and :func:`text_box`: where a label
+lies); :func:`bar_rows` lays out horizontal bars, one row per label. The
+charts themselves live beside their reports (the max-batch chart in
+:mod:`~nnx_introspect._render.batch_chart`, the first, whose style the others
+follow).
 """
 
 import html
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import NamedTuple
 
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._render.formats import whole_percent
+from nnx_introspect._render.marks import (
+    AXIS,
+    BLUE,
+    GREEN,
+    GREY,
+    GRID,
+    RED,
+    Box,
+    arrow,
+    category_colour,
+    dot,
+    legend,
+    line,
+    numbered_dot,
+    overlap,
+    place,
+    polygon,
+    polyline,
+    rect,
+    ring,
+    stacked_bar,
+    text,
+    text_box,
+)
 from nnx_introspect._render.ticks import (
     Scale,
     Tick,
+    budget_axis,
     byte_axis,
     byte_axis_between,
     byte_ticks,
@@ -30,8 +59,10 @@ from nnx_introspect._render.ticks import (
     peak_axis,
     round_ticks,
     seconds,
+    share_words,
     wants_log,
 )
+from nnx_introspect._text import format_bytes
 
 __all__ = [
     "AXIS",
@@ -39,17 +70,23 @@ __all__ = [
     "GREEN",
     "GREY",
     "GRID",
+    "MIN_BAR",
     "RED",
     "Bar",
     "BarRow",
+    "Box",
     "Frame",
     "Point",
     "Scale",
     "Tick",
     "arrow",
     "axes",
+    "axis_break",
     "bar_rows",
+    "break_words",
     "budget_across",
+    "budget_axis",
+    "budget_in_band",
     "budget_up",
     "byte_axis",
     "byte_axis_between",
@@ -64,32 +101,25 @@ __all__ = [
     "log_ticks",
     "nice_step",
     "numbered_dot",
+    "overlap",
     "peak_axis",
+    "place",
     "polygon",
     "polyline",
     "rect",
+    "ring",
     "round_ticks",
     "seconds",
+    "share_words",
+    "split_bar",
     "stacked_bar",
     "text",
+    "text_box",
     "wants_log",
     "x_grid",
     "x_labels",
     "y_grid",
 ]
-
-GRID = "#d0d7de"
-"""Grid lines."""
-AXIS = "#57606a"
-"""Axis lines and secondary text."""
-BLUE = "#0969da"
-"""A value with nothing to judge it by."""
-GREEN = "#1a7f37"
-"""Fits the budget."""
-RED = "#cf222e"
-"""Does not fit; the budget line."""
-GREY = "#8c959f"
-"""A reference value (an ideal share)."""
 
 Point = tuple[int, int, bool]
 """``(global batch, peak bytes per device, fits)``."""
@@ -127,215 +157,27 @@ class Frame:
         """The plot's horizontal middle, where the x axis's title goes."""
         return (self.left + self.plot_right) / 2
 
-    def x_scale(self, high: float, *, low: float = 0, log: bool = False) -> Scale:
-        """``low`` to ``high`` across the plot, left to right."""
-        return Scale(low, high, self.left, self.plot_right, log)
+    @property
+    def inside(self) -> Box:
+        """The whole canvas as a box: every label must stay within it."""
+        return (0, 0, self.width, self.height)
 
-    def y_scale(self, high: float, *, low: float = 0) -> Scale:
-        """``low`` to ``high`` up the plot, bottom to top."""
-        return Scale(low, high, self.baseline, self.top)
+    def x_scale(
+        self,
+        high: float,
+        *,
+        low: float = 0,
+        log: bool = False,
+        cut: float | None = None,
+    ) -> Scale:
+        """``low`` to ``high`` across the plot, left to right (broken at ``cut``)."""
+        return Scale(low, high, self.left, self.plot_right, log, cut)
 
-
-# --- marks --------------------------------------------------------------------
-
-
-def _n(value: float) -> str:
-    """A coordinate to one decimal, without a trailing ``.0``."""
-    out = f"{value:.1f}"
-    return out[:-2] if out.endswith(".0") else out
-
-
-def _title(title: str | None) -> str:
-    return "" if title is None else f"<title>{html.escape(title, quote=False)}</title>"
-
-
-def line(
-    x1: float,
-    y1: float,
-    x2: float,
-    y2: float,
-    colour: str,
-    *,
-    width: float | None = None,
-    dash: str | None = None,
-    cls: str | None = None,
-) -> str:
-    """A straight line; ``dash`` is an SVG dash array (``"6 4"``).
-
-    Example:
-        >>> line(0, 1.25, 10, 1.25, RED, dash="6 4")
-        '<line x1="0" y1="1.2" x2="10" y2="1.2" stroke="#cf222e" \
-stroke-dasharray="6 4"/>'
-    """
-    return (
-        f'<line x1="{_n(x1)}" y1="{_n(y1)}" x2="{_n(x2)}" y2="{_n(y2)}" '
-        f'stroke="{colour}"'
-        + (f' stroke-width="{width:g}"' if width is not None else "")
-        + (f' stroke-dasharray="{dash}"' if dash else "")
-        + (f' class="{cls}"' if cls else "")
-        + "/>"
-    )
-
-
-def polyline(
-    points: Iterable[tuple[float, float]],
-    colour: str,
-    *,
-    width: float = 1.5,
-    dash: str | None = None,
-) -> str:
-    """A line through ``(x, y)`` pixel points, unfilled; ``dash`` as for :func:`line`.
-
-    Example:
-        >>> polyline([(0, 0), (5, 2.5)], BLUE)
-        '<polyline points="0,0 5,2.5" fill="none" stroke="#0969da" stroke-width="1.5"/>'
-    """
-    joined = " ".join(f"{_n(x)},{_n(y)}" for x, y in points)
-    return (
-        f'<polyline points="{joined}" fill="none" stroke="{colour}" '
-        f'stroke-width="{width:g}"'
-        + (f' stroke-dasharray="{dash}"' if dash else "")
-        + "/>"
-    )
-
-
-def polygon(
-    points: Iterable[tuple[float, float]], colour: str, *, opacity: float = 1
-) -> str:
-    """A filled area bounded by ``(x, y)`` pixel points (a region, shaded).
-
-    Example:
-        >>> polygon([(0, 0), (5, 0), (5, 5)], GREEN, opacity=0.25)
-        '<polygon points="0,0 5,0 5,5" fill="#1a7f37" fill-opacity="0.25"/>'
-    """
-    joined = " ".join(f"{_n(x)},{_n(y)}" for x, y in points)
-    shade = f' fill-opacity="{opacity:g}"' if opacity != 1 else ""
-    return f'<polygon points="{joined}" fill="{colour}"{shade}/>'
-
-
-def rect(
-    x: float,
-    y: float,
-    width: float,
-    height: float,
-    colour: str,
-    *,
-    title: str | None = None,
-) -> str:
-    """A filled rectangle (a bar), with an optional tooltip.
-
-    Example:
-        >>> rect(10, 0, 42.25, 18, GREEN, title="a: 1 KiB")
-        '<rect x="10" y="0" width="42.2" height="18" fill="#1a7f37"><title>a: 1 KiB\
-</title></rect>'
-    """
-    head = (
-        f'<rect x="{_n(x)}" y="{_n(y)}" width="{_n(width)}" height="{_n(height)}" '
-        f'fill="{colour}"'
-    )
-    return f"{head}/>" if title is None else f"{head}>{_title(title)}</rect>"
-
-
-def dot(
-    x: float,
-    y: float,
-    colour: str,
-    *,
-    title: str | None = None,
-    r: float = 4,
-    hollow: bool = False,
-) -> str:
-    """A scatter point: a filled circle (``hollow``: white, ringed), with a tooltip.
-
-    Example:
-        >>> dot(1, 2, RED)
-        '<circle cx="1" cy="2" r="4" fill="#cf222e"></circle>'
-        >>> dot(1, 2, RED, hollow=True)
-        '<circle cx="1" cy="2" r="4" fill="#ffffff" stroke="#cf222e" stroke-width="2">\
-</circle>'
-    """
-    paint = f'"#ffffff" stroke="{colour}" stroke-width="2"' if hollow else f'"{colour}"'
-    return (
-        f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill={paint}>'
-        f"{_title(title)}</circle>"
-    )
-
-
-def ring(x: float, y: float, r: float, colour: str, *, width: float = 2.5) -> str:
-    """An unfilled circle around a point: the one to look at.
-
-    Example:
-        >>> ring(1, 2, 12, GREEN)
-        '<circle cx="1" cy="2" r="12" fill="none" stroke="#1a7f37" stroke-width="2.5"/>'
-    """
-    return (
-        f'<circle cx="{_n(x)}" cy="{_n(y)}" r="{r:g}" fill="none" '
-        f'stroke="{colour}" stroke-width="{width:g}"/>'
-    )
-
-
-def arrow(x: float, y: float, colour: str, *, up: bool = False, size: float = 7) -> str:
-    """An arrowhead at ``(x, y)`` pointing right (or up): a value off the chart.
-
-    Example:
-        >>> arrow(10, 20, RED)
-        '<polygon points="10,16.5 17,20 10,23.5" fill="#cf222e"/>'
-    """
-    half = size / 2
-    if up:
-        points = [(x - half, y), (x, y - size), (x + half, y)]
-    else:
-        points = [(x, y - half), (x + size, y), (x, y + half)]
-    joined = " ".join(f"{_n(a)},{_n(b)}" for a, b in points)
-    return f'<polygon points="{joined}" fill="{colour}"/>'
-
-
-def numbered_dot(
-    x: float, y: float, label: str, colour: str, *, title: str | None = None
-) -> str:
-    """A scatter point drawn as its number: a filled circle, ``label`` inside.
-
-    The circle widens for a label of several numbers (points that coincide).
-
-    Example:
-        >>> numbered_dot(5, 5, "1", RED).count("<circle"), ">1</text>" in \
-numbered_dot(5, 5, "1", RED)
-        (1, True)
-    """
-    r = max(8.0, 3.3 * len(label) + 3)
-    return dot(x, y, colour, title=title, r=r) + (
-        f'<text x="{_n(x)}" y="{_n(y + 3.5)}" font-size="10" text-anchor="middle" '
-        f'font-weight="700" fill="#ffffff">{html.escape(label, quote=False)}</text>'
-    )
-
-
-def text(
-    x: float,
-    y: float,
-    content: str,
-    *,
-    size: int = 11,
-    anchor: str = "start",
-    colour: str | None = None,
-    mono: bool = False,
-    italic: bool = False,
-    bold: bool = False,
-) -> str:
-    """A label; ``anchor`` is ``"start"``, ``"middle"`` or ``"end"``.
-
-    Example:
-        >>> text(5, 10, "a < b", anchor="end")
-        '<text x="5" y="10" font-size="11" text-anchor="end">a &lt; b</text>'
-    """
-    return (
-        f'<text x="{_n(x)}" y="{_n(y)}" font-size="{size}"'
-        + (f' text-anchor="{anchor}"' if anchor != "start" else "")
-        + (f' fill="{colour}"' if colour else "")
-        + (' font-family="ui-monospace,monospace"' if mono else "")
-        + (' font-style="italic"' if italic else "")
-        + (' font-weight="700"' if bold else "")
-        + f">{html.escape(content, quote=False)}</text>"
-    )
+    def y_scale(
+        self, high: float, *, low: float = 0, cut: float | None = None
+    ) -> Scale:
+        """``low`` to ``high`` up the plot, bottom to top (broken at ``cut``)."""
+        return Scale(low, high, self.baseline, self.top, cut=cut)
 
 
 def figure(
@@ -392,11 +234,19 @@ def x_grid(x: Scale, ticks: Sequence[Tick], *, top: float, bottom: float) -> str
 
 
 def x_labels(frame: Frame, x: Scale, ticks: Sequence[Tick], title: str) -> str:
-    """Tick labels under the plot, then the axis's ``title`` centred below them."""
-    return "".join(
+    """Tick labels under the plot, then the axis's ``title`` centred below them.
+
+    No title when ``title`` is empty.
+    """
+    labels = "".join(
         text(x(value), frame.baseline + 16, label, anchor="middle")
         for value, label in ticks
-    ) + text(frame.middle, frame.height - 10, title, size=12, anchor="middle")
+    )
+    if not title:
+        return labels
+    return labels + text(
+        frame.middle, frame.height - 10, title, size=12, anchor="middle"
+    )
 
 
 def axes(frame: Frame) -> str:
@@ -406,71 +256,160 @@ def axes(frame: Frame) -> str:
     ) + line(frame.left, frame.top, frame.left, frame.baseline, AXIS)
 
 
-def budget_across(frame: Frame, at: float, budget: int) -> str:
-    """The budget as a dashed red line across the plot at height ``at``, labelled."""
-    return line(frame.left, at, frame.plot_right, at, RED, width=2, dash="6 4") + text(
-        frame.plot_right,
-        at - 6,
-        f"budget {format_bytes(budget)}",
-        anchor="end",
-        colour=RED,
-    )
+def budget_label(budget: int) -> str:
+    """The words a budget line is labelled with.
+
+    Example:
+        >>> budget_label(16 * 2**30)
+        'budget 16 GiB'
+    """
+    return f"budget {format_bytes(budget)}"
 
 
-def budget_up(at: float, top: float, bottom: float, budget: int) -> str:
-    """The budget as a dashed red line up the plot at ``at``, labelled above it."""
-    return line(at, top, at, bottom, RED, width=2, dash="6 4", cls="budget") + text(
-        at, top - 4, f"budget {format_bytes(budget)}", anchor="middle", colour=RED
-    )
-
-
-def stacked_bar(
-    x: float,
-    y: float,
-    width: float,
-    height: float,
-    segments: Sequence[tuple[float, str, str]],
+def budget_across(
+    frame: Frame, at: float, budget: int, *, taken: Sequence[Box] = ()
 ) -> str:
-    """One bar split into ``(value, colour, tooltip)`` segments, left to right.
+    """The budget as a dashed red line across the plot at height ``at``, labelled.
 
-    The segments share ``width`` in proportion to their values.
-
-    Example:
-        >>> stacked_bar(0, 0, 100, 10, [(3, RED, "a"), (1, BLUE, "b")]).count("<rect")
-        2
-    """
-    total = sum(value for value, _, _ in segments) or 1
-    parts = []
-    for value, colour, title in segments:
-        share = width * value / total
-        parts.append(rect(x, y, share, height, colour, title=title))
-        x += share
-    return "".join(parts)
-
-
-def legend(x: float, y: float, entries: Sequence[tuple[str, str]]) -> str:
-    """A swatch and a label per ``(colour, label)``, one entry per 18-pixel line.
+    The label goes above the line at the plot's right end, else below it, else
+    at its left end, else in the middle (the first spot clear of ``taken``
+    and inside the figure),
+    so it is never cut at an edge. The line is drawn dashed and 2 pixels wide,
+    over what the chart drew before it.
 
     Example:
-        >>> legend(10, 20, [(RED, "a")])
-        '<rect x="10" y="10" width="12" height="12" fill="#cf222e"/><text x="28" \
-y="20" font-size="12">a</text>'
+        >>> frame = Frame(300, 100, left=40, right=10, top=10, bottom=20)
+        >>> 'text-anchor="end"' in budget_across(frame, 50, 2**30)
+        True
     """
-    return "".join(
-        rect(x, y + 18 * i - 10, 12, 12, colour)
-        + text(x + 18, y + 18 * i, label, size=12)
-        for i, (colour, label) in enumerate(entries)
+    label = budget_label(budget)
+    right, left = frame.plot_right, frame.left + 6
+    spots = [
+        (right, at - 6, "end"),
+        (right, at + 15, "end"),
+        (left, at - 6, "start"),
+        (left, at + 15, "start"),
+        (frame.middle, at - 6, "middle"),
+        (frame.middle, at + 15, "middle"),
+    ]
+    x, y, anchor, _ = place(label, 11, spots, taken, frame.inside)
+    return line(frame.left, at, right, at, RED, width=2, dash="6 4") + text(
+        x, y, label, anchor=anchor, colour=RED
     )
 
 
-def category_colour(index: int) -> str:
-    """A light colour per category, hues a golden angle apart so neighbours differ.
+def budget_up(
+    frame: Frame, at: float, budget: int, *, top: float, bottom: float
+) -> str:
+    """The budget as a dashed red line up the plot at ``at``, labelled above it.
+
+    The label is centred on the line, slid left or right as far as it takes
+    to stay inside the figure (a budget at the axis's end would cut it).
 
     Example:
-        >>> category_colour(0), category_colour(1)
-        ('hsl(0,65%,78%)', 'hsl(138,65%,78%)')
+        >>> frame = Frame(300, 100, left=20, right=10, top=20, bottom=20)
+        >>> budget_up(frame, 290, 2**30, top=10, bottom=80).split("<text ")[1][:9]
+        'x="257.1"'
     """
-    return f"hsl({(index * 137.508) % 360:.0f},65%,78%)"
+    label = budget_label(budget)
+    half = (text_box(0, 0, label, 11)[2]) / 2
+    x = min(max(at, half + 2), frame.width - half - 2)
+    return line(at, top, at, bottom, RED, width=2, dash="6 4", cls="budget") + text(
+        x, top - 4, label, anchor="middle", colour=RED
+    )
+
+
+def budget_in_band(
+    frame: Frame, y: Scale, budget: int | None, *, taken: Sequence[Box] = ()
+) -> str:
+    """The budget in a zoom band: its line and label, or where it is when outside.
+
+    Within the band's bytes (``y``'s ``low`` to ``high``): the dashed line
+    and its label (:func:`budget_across`). Above the band: an arrowhead at
+    the band's top right and ``budget ... (above this band)``; below it,
+    likewise at the bottom. Nothing without a budget.
+
+    Example:
+        >>> frame = Frame(300, 100, left=40, right=10, top=10, bottom=20)
+        >>> "above this band" in budget_in_band(frame, frame.y_scale(100), 500)
+        True
+    """
+    if budget is None:
+        return ""
+    if y.low <= budget <= y.high:
+        return budget_across(frame, y(budget), budget, taken=taken)
+    above = budget > y.high
+    words = f"{budget_label(budget)} ({'above' if above else 'below'} this band)"
+    tip = frame.top if above else frame.baseline
+    mark = arrow(
+        frame.plot_right - 4, tip + (8 if above else -8), RED, up=above, down=not above
+    )
+    return mark + (
+        text(
+            frame.plot_right - 12,
+            tip + 12 if above else tip - 6,
+            words,
+            anchor="end",
+            colour=RED,
+        )
+    )
+
+
+def break_words(
+    cut: float,
+    budget: float,
+    what: str = "bars",
+    *,
+    peak: float | None = None,
+    name: str = "the peak",
+) -> str:
+    """A caption's sentence on a broken bytes axis (see :func:`budget_axis`).
+
+    It names how far past the drawn scale the budget is, then where each
+    share of the budget is written (beside each bar), or, given one ``peak``,
+    that peak's share (``name`` says which peak it is).
+
+    Example:
+        >>> words = break_words(40 * 2**20, 16 * 2**30)
+        >>> words.split(";")[0]
+        ' The bytes axis is broken: the bars are drawn to scale up to 40 MiB, the \
+budget (16 GiB, 410x that) stands past the break'
+        >>> break_words(40 * 2**20, 16 * 2**30, "parts", peak=32 * 2**20).split("; ")[1]
+        'the peak is 0.2% of the budget.'
+    """
+    ratio = budget / cut
+    times = f"{ratio:,.0f}" if ratio >= 10 else f"{ratio:.1f}"
+    share = (
+        "each one's share of the budget is written beside it"
+        if peak is None
+        else f"{name} is {share_words(peak, budget)} of the budget"
+    )
+    return (
+        f" The bytes axis is broken: the {what} are drawn to scale up to "
+        f"{format_bytes(cut)}, the budget ({format_bytes(budget)}, {times}x "
+        f"that) stands past the break; {share}."
+    )
+
+
+def axis_break(x: float, y: float, *, vertical: bool = False) -> str:
+    """Two slanted strokes across an axis at ``(x, y)``: the axis is broken here.
+
+    Across a horizontal axis by default; ``vertical`` for a y axis. A white
+    gap between the strokes hides the axis line there.
+
+    Example:
+        >>> axis_break(100, 50).count("<line")
+        3
+    """
+    if vertical:
+        gap = line(x, y - 3, x, y + 3, "#ffffff", width=4)
+        return gap + "".join(
+            line(x - 6, y + d + 3, x + 6, y + d - 3, AXIS, width=1.5) for d in (-3, 3)
+        )
+    gap = line(x - 3, y, x + 3, y, "#ffffff", width=4)
+    return gap + "".join(
+        line(x + d - 3, y + 6, x + d + 3, y - 6, AXIS, width=1.5) for d in (-3, 3)
+    )
 
 
 # --- horizontal bars, one row per label ---------------------------------------
@@ -504,6 +443,59 @@ class BarRow(NamedTuple):
     value: str = ""
 
 
+def split_bar(
+    parts: Sequence[tuple[str, int, str]],
+    budget: int | None = None,
+    *,
+    width: int = 720,
+) -> tuple[Frame, str, float | None]:
+    """One bar of ``(name, bytes, colour)`` parts on a bytes axis, a legend below.
+
+    The parts run left to right in their order, each of more than 0 bytes at
+    least :data:`MIN_BAR` pixels wide; round byte ticks as vertical grid
+    lines; the budget, if any, a dashed line whose label stays inside the
+    figure; below, one legend line per part: its name, bytes and share of the
+    bar. The axis is broken before a budget far above the bar (see
+    :func:`budget_axis`; the caller's caption says so with
+    :func:`break_words`).
+
+    Returns:
+        The frame (for :func:`figure`), the SVG body and the axis's cut
+        (``None``: unbroken).
+
+    Example:
+        >>> frame, body, cut = split_bar([("a", 96, BLUE), ("b", 32, RED)], 256)
+        >>> "a: 96 B (75%)" in body, "budget 256 B" in body, cut
+        (True, True, None)
+    """
+    left, bar_y, bar_h = 20, 24, 26
+    legend_top = bar_y + bar_h + 44
+    frame = Frame(width, legend_top + 18 * len(parts) + 6, left, 30, bar_y, 0)
+    total = sum(nbytes for _, nbytes, _ in parts)
+    ticks, cut = budget_axis(total, budget)
+    x = frame.x_scale(ticks[-1][0] or 1, cut=cut)
+    axis_y = bar_y + bar_h + 4
+    segments = [(n, colour, f"{name}: {format_bytes(n)}") for name, n, colour in parts]
+    labels = [
+        (colour, f"{name}: {format_bytes(n)} ({whole_percent(n, total or 1)}%)")
+        for name, n, colour in parts
+    ]
+    body = x_grid(x, ticks, top=bar_y - 4, bottom=axis_y) + stacked_bar(
+        left, bar_y, x(total) - left, bar_h, segments, minimum=MIN_BAR
+    )
+    if x.break_at is not None:
+        body += line(left, axis_y, frame.plot_right, axis_y, AXIS)
+        body += axis_break(x.break_at, axis_y)
+    if budget is not None:
+        body += budget_up(frame, x(budget), budget, top=bar_y - 10, bottom=axis_y)
+    return frame, body + legend(left, legend_top, labels), cut
+
+
+MIN_BAR = 3.0
+"""The fewest pixels a bar (or a part of one) of more than 0 bytes is drawn
+wide: on any scale, a small value stays visible."""
+
+
 def bar_rows(
     rows: Sequence[BarRow],
     *,
@@ -511,6 +503,7 @@ def bar_rows(
     width: int = 720,
     value_width: int = 0,
     axis: Sequence[Tick] | None = None,
+    cut: float | None = None,
 ) -> tuple[Frame, str]:
     """Horizontal bars on a bytes axis, one row per label.
 
@@ -518,9 +511,12 @@ def bar_rows(
     it as vertical grid lines, and ``budget`` as a dashed vertical line;
     ``value_width`` pixels right of the plot hold each row's value text.
     ``axis`` gives the ticks (the first and last are the axis's ends; a first
-    tick above 0 makes the axis logarithmic, see :func:`peak_axis`); by
-    default round ticks from 0 to the largest value. A bar beyond the axis's
-    end stops there with an arrowhead: it runs off the chart.
+    tick above 0 makes the axis logarithmic, see :func:`peak_axis`) and
+    ``cut`` where that axis is broken (see :func:`budget_axis`); by default
+    round ticks from 0 to the largest value, broken before the budget when
+    the budget is far above every bar. A bar beyond the axis's end stops
+    there with an arrowhead: it runs off the chart. A bar of more than 0
+    bytes is at least :data:`MIN_BAR` pixels wide.
 
     Returns:
         The frame (for :func:`figure`) and the SVG body.
@@ -541,57 +537,62 @@ def bar_rows(
         bottom=40,
     )
     values = [bar.value for row in rows for bar in row.bars]
-    ticks = axis or byte_axis(max([budget or 0, *values, 1]))
+    if axis is None:
+        axis, cut = budget_axis(max([*values, 1]), budget)
+    ticks = axis
     log = is_log_axis(ticks)
     end = ticks[-1][0] or 1
-    x = frame.x_scale(end, low=ticks[0][0], log=log)
+    x = frame.x_scale(end, low=ticks[0][0], log=log, cut=None if log else cut)
     axis_y = frame.baseline + 4
     parts = [x_grid(x, ticks, top=frame.top - 4, bottom=axis_y)]
     for i, row in enumerate(rows):
-        y = frame.top + i * (thick + gap)
+        parts.append(_bar_row(frame, x, end, frame.top + i * (thick + gap), row))
+    parts.append(line(frame.left, frame.top - 4, frame.left, axis_y, AXIS))
+    if x.break_at is not None:
+        parts.append(line(frame.left, axis_y, frame.plot_right, axis_y, AXIS))
+        parts.append(axis_break(x.break_at, axis_y))
+    if budget is not None:
+        parts.append(
+            budget_up(frame, x(budget), budget, top=frame.top - 12, bottom=axis_y)
+        )
+    return frame, "".join(parts)
+
+
+def _bar_row(frame: Frame, x: Scale, end: float, y: float, row: BarRow) -> str:
+    """One row of :func:`bar_rows` at height ``y``: label, note, bars, value."""
+    thick = 18
+    parts = [
+        text(frame.left - 8, y + thick - 5, row.label, size=12, anchor="end", mono=True)
+    ]
+    if row.note:
         parts.append(
             text(
-                frame.left - 8,
+                frame.left + 6,
                 y + thick - 5,
-                row.label,
+                row.note,
                 size=12,
-                anchor="end",
-                mono=True,
+                colour=AXIS,
+                italic=True,
             )
         )
-        if row.note:
-            parts.append(
-                text(
-                    frame.left + 6,
-                    y + thick - 5,
-                    row.note,
-                    size=12,
-                    colour=AXIS,
-                    italic=True,
-                )
-            )
-        at = float(y)
-        for bar in row.bars:
-            height = thick * bar.share
-            mark = rect(
-                frame.left,
-                at,
-                max(x(min(bar.value, end)) - frame.left, 1),
-                height,
-                bar.colour,
-                title=bar.title,
-            )
-            if bar.value > end:  # off the chart: an arrowhead past the axis's end
-                mark += arrow(frame.plot_right, at + height / 2, bar.colour)
-            parts.append(f'<g class="{bar.cls}">{mark}</g>' if bar.cls else mark)
-            at += height
-        if row.value:
-            parts.append(
-                text(
-                    frame.plot_right + 8, y + thick - 5, row.value, size=12, colour=AXIS
-                )
-            )
-    parts.append(line(frame.left, frame.top - 4, frame.left, axis_y, AXIS))
-    if budget is not None:
-        parts.append(budget_up(x(budget), frame.top - 12, axis_y, budget))
-    return frame, "".join(parts)
+    at = float(y)
+    for bar in row.bars:
+        height = thick * bar.share
+        wide = x(min(bar.value, end)) - frame.left
+        mark = rect(
+            frame.left,
+            at,
+            max(wide, MIN_BAR if bar.value > 0 else 1),
+            height,
+            bar.colour,
+            title=bar.title,
+        )
+        if bar.value > end:  # off the chart: an arrowhead past the axis's end
+            mark += arrow(frame.plot_right, at + height / 2, bar.colour)
+        parts.append(f'<g class="{bar.cls}">{mark}</g>' if bar.cls else mark)
+        at += height
+    if row.value:
+        parts.append(
+            text(frame.plot_right + 8, y + thick - 5, row.value, size=12, colour=AXIS)
+        )
+    return "".join(parts)

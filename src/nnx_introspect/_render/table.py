@@ -19,7 +19,9 @@ from rich.padding import Padding
 from rich.table import Table as RichTable
 from rich.text import Text
 
+from nnx_introspect._render.css import CSS as _CSS
 from nnx_introspect._render.narrow import narrower
+from nnx_introspect._render.phase_chart import PhaseBars, phase_chart_svg
 from nnx_introspect._render.widths import cell_lines, fit_widths, narrowest, pack
 from nnx_introspect._text import format_bytes
 
@@ -337,52 +339,6 @@ def to_markdown(table: Table) -> str:
     return "\n".join(lines) + "\n"
 
 
-_CSS = """
-body{font-family:system-ui,-apple-system,Segoe UI,sans-serif;margin:2rem;
-color:#1b1f24}
-table{border-collapse:collapse;font-size:14px}
-th,td{padding:4px 10px;border-bottom:1px solid #d0d7de;text-align:right}
-th:first-child,td:first-child{text-align:left;font-family:ui-monospace,monospace}
-tr.total td{font-weight:600;border-top:2px solid #57606a}
-tr.total.plain td{font-weight:400;border-top:1px solid #d0d7de}
-caption{font-weight:600;font-size:16px;text-align:left;padding-bottom:8px}
-ul.notes{color:#57606a}
-figure.bars{margin:0 0 2rem 0;max-width:960px}
-figcaption,h2{font-weight:600;font-size:16px;margin:0 0 8px 0}
-.bar-row{display:flex;align-items:center;gap:8px;margin:4px 0}
-.bar-label{width:9rem;font-family:ui-monospace,monospace;font-size:13px}
-.bar-track{position:relative;flex:1;height:22px;background:#f6f8fa}
-.bar{position:absolute;left:0}
-.bar.actual{top:0;height:14px;background:#0969da}
-.bar.ideal{top:14px;height:8px;background:#8c959f}
-.budget{position:absolute;top:-3px;height:28px;border-left:2px solid #cf222e}
-.bar-value{width:16rem;font-size:13px;color:#57606a}
-.legend{font-size:13px;color:#57606a;margin-top:6px}
-.swatch{display:inline-block;width:12px;height:12px;margin:0 4px 0 12px}
-.swatch.actual{background:#0969da}.swatch.ideal{background:#8c959f}
-.swatch.budget-sw{background:#cf222e;width:3px}
-details.leaf{margin:6px 0;max-width:960px}
-details.leaf summary{font-family:ui-monospace,monospace;cursor:pointer}
-table.dims{margin:6px 0 6px 1rem}
-table.grid{margin:6px 0 12px 1rem}
-table.grid td{min-width:28px;height:22px;text-align:center;font-size:11px;
-font-family:ui-monospace,monospace;border:1px solid #fff;padding:1px 4px;
-white-space:nowrap}
-table.grid th{font-size:11px;font-weight:400;color:#57606a;padding:1px 4px;
-text-align:center;border:0}
-table.grid caption{font-size:12px;font-weight:400;color:#57606a}
-p.warn{color:#cf222e}
-p.verdict{font-size:18px;font-weight:600;padding:8px 12px;border-radius:6px;
-max-width:960px}
-p.verdict.ok{background:#dafbe1;color:#116329}
-p.verdict.bad{background:#ffebe9;color:#a40e26}
-p.verdict.neutral{background:#f6f8fa;color:#24292f}
-ul.problems{color:#a40e26}ul.warnings{color:#9a6700}
-p.legend{font-size:13px;color:#57606a;max-width:960px}
-details.more{margin:0 0 12px 1.5rem;cursor:pointer}
-"""
-
-
 def table_html(table: Table, *, caption: bool = True) -> str:
     """The ``<table>`` element (and notes) for ``table``, without a page around it.
 
@@ -549,7 +505,10 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
         """The report as a self-contained HTML page, its verdict boxed first.
 
         A report with a ``verdict`` and an ``ok`` opens with the verdict in a
-        coloured box (:meth:`_verdict_tone`); the table follows.
+        coloured box (:meth:`_verdict_tone`); a report with a ``phase_bars()``
+        method (phases of several programs: serving, RL) shows their chart
+        next (:func:`~nnx_introspect._render.phase_chart.phase_chart_svg`);
+        the table follows.
         """
         table = self.table()
         return page_html(table.title, self._body_html(table))
@@ -580,22 +539,47 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
         return "ok"
 
     def _body_html(self, table: Table) -> str:
-        """The verdict's box (if any), then the table.
+        """The verdict's box (if any), the phase chart (if offered), the table.
 
         The verdict, already boxed, is left out of the table's caption and
         lead sentences.
         """
         tone = self._verdict_tone()
+        chart = self._phase_chart_html()
         if tone is None:
-            return self._after_verdict_html() + table_html(table)
+            return self._after_verdict_html() + chart + table_html(table)
         verdict = str(getattr(self, "verdict"))  # noqa: B009  # checked by the tone
         lead = tuple(s for s in table.lead if s != verdict)
         rest = dataclasses.replace(table, lead=lead)
         return (
             verdict_html(verdict, tone)
             + self._after_verdict_html()
+            + chart
             + table_html(rest, caption=table.title != verdict)
         )
+
+    def _phase_chart_html(self) -> str:
+        """The phase chart of a report that offers ``phase_bars()``; else nothing.
+
+        A report of several programs run one after another (serving, an RL
+        step) offers its phases as a
+        :class:`~nnx_introspect._render.phase_chart.PhaseBars` (or ``None``:
+        no chart), and its page shows
+        :func:`~nnx_introspect._render.phase_chart.phase_chart_svg` of them.
+        """
+        offer = getattr(self, "phase_bars", None)
+        if not callable(offer):
+            return ""
+        phases = offer()
+        if phases is None:
+            return ""
+        if not isinstance(phases, PhaseBars):
+            raise TypeError(
+                f"`{type(self).__name__}.phase_bars()` must return PhaseBars or "
+                f"None, got {type(phases).__name__}. Return PhaseBars(bars, budget, "
+                "device)."
+            )
+        return phase_chart_svg(phases.bars, phases.budget, phases.device)
 
     def _after_verdict_html(self) -> str:
         """HTML the reader needs right after the verdict (none by default)."""

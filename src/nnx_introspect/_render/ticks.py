@@ -3,19 +3,23 @@
 Linear axes from 0 carry ticks in 1-2-5 steps (:func:`round_ticks`,
 :func:`byte_axis`); logarithmic ones, for values spanning orders of magnitude,
 carry 1-2-5 or decade ticks (:func:`log_ticks`, :func:`log_byte_axis`).
-:func:`wants_log` says which an axis needs.
+:func:`wants_log` says which an axis needs. A budget far above every value
+is drawn past a break in a linear axis (:func:`budget_axis`): the values keep
+their own scale, so a small model's bars are not slivers.
 """
 
 import math
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-from nnx_introspect._render.table import format_bytes
+from nnx_introspect._text import format_bytes
 
 __all__ = [
+    "BREAK_RATIO",
     "LOG_SPAN",
     "Scale",
     "Tick",
+    "budget_axis",
     "byte_axis",
     "byte_axis_between",
     "byte_ticks",
@@ -26,6 +30,7 @@ __all__ = [
     "peak_axis",
     "round_ticks",
     "seconds",
+    "share_words",
     "wants_log",
 ]
 
@@ -107,10 +112,16 @@ class Scale:
         log: Whether the scale is logarithmic (``low`` must be positive): equal
             ratios get equal distances, whatever the base of the ticks
             (doublings for batches, decades for bytes and seconds).
+        cut: Where a linear axis is broken (see :func:`budget_axis`), or
+            ``None``: ``low`` to ``cut`` fill the first :data:`BREAK_AT` of
+            the axis, ``cut`` to ``high`` its last stretch past the break.
 
     Example:
         >>> Scale(0, 100, 90, 700)(50), Scale(1, 16, 0, 400, log=True)(4)
         (395.0, 200.0)
+        >>> broken = Scale(0, 1000, 0, 100, cut=10)
+        >>> broken(5), broken(10), broken(1000)
+        (40.0, 80.0, 100.0)
     """
 
     low: float
@@ -118,16 +129,40 @@ class Scale:
     start: float
     end: float
     log: bool = False
+    cut: float | None = None
 
     def share(self, value: float) -> float:
         """Where ``value`` lies from ``low`` (0) to ``high`` (1)."""
         if self.log:
             value = max(value, self.low)  # nothing below the axis's start
             return math.log2(value / self.low) / (math.log2(self.high / self.low) or 1)
+        cut = self.cut
+        if cut is not None and self.low < cut < self.high:
+            if value <= cut:
+                return BREAK_AT * (value - self.low) / (cut - self.low)
+            past = (value - cut) / (self.high - cut)
+            return BREAK_AT + BREAK_GAP + (1 - BREAK_AT - BREAK_GAP) * past
         return (value - self.low) / ((self.high - self.low) or 1)
+
+    @property
+    def break_at(self) -> float | None:
+        """The pixel of the break's middle, or ``None`` on an unbroken axis."""
+        if self.cut is None or self.log:
+            return None
+        return self.start + (self.end - self.start) * (BREAK_AT + BREAK_GAP / 2)
 
     def __call__(self, value: float) -> float:
         return self.start + (self.end - self.start) * self.share(value)
+
+
+BREAK_AT = 0.8
+"""The share of a broken axis (:class:`Scale`'s ``cut``) its values fill."""
+BREAK_GAP = 0.1
+"""The share of a broken axis its break takes, between the values and the end."""
+BREAK_RATIO = 8.0
+"""A budget more than this many times every value is drawn past a break
+(:func:`budget_axis`): on an unbroken axis the values would fill less than an
+eighth of it (under 80 pixels of a 640-pixel plot)."""
 
 
 LOG_SPAN = 30.0
@@ -258,3 +293,47 @@ def is_log_axis(ticks: Sequence[Tick]) -> bool:
         (False, True)
     """
     return bool(ticks) and ticks[0][0] > 0
+
+
+def budget_axis(
+    top: float, budget: float | None
+) -> tuple[tuple[Tick, ...], float | None]:
+    """A linear bytes axis for values up to ``top`` against ``budget``, and its cut.
+
+    Linear from 0 to the round tick at or above the larger of the two, and no
+    cut, while the budget is at most :data:`BREAK_RATIO` times ``top``. Past
+    that (a small model against a large device) the axis is broken: round
+    ticks from 0 to at least ``top`` (the cut, where the break is), then the
+    budget alone as the axis's end. The values keep a linear scale of their
+    own, so a bar's parts stay in proportion and no bar is a sliver; the
+    caller says how far the budget is (:func:`share_words`). A logarithmic
+    axis would do neither: it shows no part of a stacked bar in proportion.
+
+    Returns:
+        The ticks (the last is the axis's end) and the cut (``None``: unbroken),
+        for :class:`Scale`'s ``cut``.
+
+    Example:
+        >>> ticks, cut = budget_axis(40 * 2**20, 16 * 2**30)
+        >>> [label for _, label in ticks], cut == 40 * 2**20
+        (['0 MiB', '10 MiB', '20 MiB', '30 MiB', '40 MiB', '16 GiB'], True)
+        >>> budget_axis(3000, 4096)
+        (((0.0, '0 KiB'), (1024.0, '1 KiB'), (2048.0, '2 KiB'), (3072.0, '3 KiB'), \
+(4096.0, '4 KiB')), None)
+    """
+    top = max(top, 1)
+    if budget is None or budget <= BREAK_RATIO * top:
+        return byte_axis(max(top, budget or 0)), None
+    ticks = byte_axis(top)
+    return (*ticks, (float(budget), format_bytes(budget))), ticks[-1][0]
+
+
+def share_words(value: float, budget: float) -> str:
+    """``value`` as a share of ``budget``, to two significant figures past 1%.
+
+    Example:
+        >>> share_words(64, 16384), share_words(1, 3), share_words(5, 4)
+        ('0.39%', '33%', '125%')
+    """
+    share = 100 * value / budget if budget else 0.0
+    return f"{share:.2g}%" if share < 10 else f"{share:.0f}%"

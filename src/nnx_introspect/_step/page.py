@@ -8,7 +8,7 @@ through :mod:`nnx_introspect._render.svg`.
 import html
 from collections.abc import Sequence
 
-from nnx_introspect._render import format_bytes, spec_str, svg, whole_percent
+from nnx_introspect._render import format_bytes, spec_str, svg
 from nnx_introspect._step.report_render import (
     RenderedStep,
     cached_date,
@@ -105,28 +105,9 @@ def peak_bar_svg(parts: Sequence[tuple[str, int]], budget: int | None = None) ->
     peak = sum(nbytes for _, nbytes in parts)
     if peak <= 0:
         return ""
-    left, bar_y, bar_h = 20, 24, 26
-    legend_top = bar_y + bar_h + 44
-    frame = svg.Frame(720, legend_top + 18 * len(parts) + 6, left, 30, bar_y, 0)
-    ticks = svg.byte_axis(max(peak, budget or 0))
-    x = frame.x_scale(ticks[-1][0] or 1)
-    colours = [_COLOURS.get(name, "#afb8c1") for name, _ in parts]
-    axis_y = bar_y + bar_h + 4
-    segments = [
-        (nbytes, colour, f"{name}: {format_bytes(nbytes)}")
-        for (name, nbytes), colour in zip(parts, colours, strict=True)
-    ]
-    labels = [
-        (colour, f"{name}: {format_bytes(nbytes)} ({whole_percent(nbytes, peak)}%)")
-        for (name, nbytes), colour in zip(parts, colours, strict=True)
-    ]
-    top = bar_y - 10
-    mark = "" if budget is None else svg.budget_up(x(budget), top, axis_y, budget)
-    body = (
-        svg.x_grid(x, ticks, top=bar_y - 4, bottom=axis_y)
-        + svg.stacked_bar(left, bar_y, x(peak) - left, bar_h, segments)
-        + mark
-        + svg.legend(left, legend_top, labels)
+    frame, body, cut = svg.split_bar(
+        [(name, nbytes, _COLOURS.get(name, "#afb8c1")) for name, nbytes in parts],
+        budget,
     )
     return svg.figure(
         frame,
@@ -135,5 +116,10 @@ def peak_bar_svg(parts: Sequence[tuple[str, int]], budget: int | None = None) ->
         caption=f"The peak per device ({html.escape(format_bytes(peak))}): "
         "arguments, outputs and temporaries, less the aliased bytes"
         + ("" if budget is None else ", against the budget (dashed)")
-        + ".",
+        + "."
+        + (
+            ""
+            if cut is None or budget is None
+            else html.escape(svg.break_words(cut, budget, "parts", peak=peak))
+        ),
     )

@@ -37,68 +37,17 @@ def _colour(outcome: str) -> str:
     )
 
 
-Box: TypeAlias = tuple[float, float, float, float]
+Box: TypeAlias = svg.Box
 """``(left, top, right, bottom)`` in pixels."""
 
-
-def text_box(
-    x: float,
-    y: float,
-    content: str,
-    size: float,
-    anchor: str = "start",
-    mono: bool = False,
-) -> Box:
-    """Where a label drawn by :func:`svg.text` lies, generously (0.62 em a letter).
-
-    Example:
-        >>> text_box(100, 50, "abcd", 10, anchor="end")
-        (76.0, 40, 100.0, 53.0)
-    """
-    width = len(content) * size * (0.62 if mono else 0.6)
-    left = {"start": x, "middle": x - width / 2, "end": x - width}[anchor]
-    return (round(left, 1), y - size, round(left + width, 1), y + 0.3 * size)
+text_box = svg.text_box
+place = svg.place
 
 
-def overlap(a: Box, b: Box) -> float:
-    """The area two boxes share (0 when apart).
-
-    Example:
-        >>> overlap((0, 0, 10, 10), (5, 5, 20, 20)), overlap((0, 0, 1, 1), (2, 2, 3, 3))
-        (25, 0)
-    """
-    width = min(a[2], b[2]) - max(a[0], b[0])
-    height = min(a[3], b[3]) - max(a[1], b[1])
-    return width * height if width > 0 and height > 0 else 0
-
-
-def place(
-    content: str,
-    size: float,
-    spots: Sequence[tuple[float, float, str]],
-    taken: Sequence[Box],
-    inside: Box,
-) -> tuple[float, float, str, Box]:
-    """Where to write ``content``: ``(x, y, anchor, its box)``.
-
-    The first of ``spots`` whose label overlaps nothing ``taken`` and stays
-    ``inside``; else the one overlapping least.
-    """
-    best: tuple[float, float, float, str, Box] | None = None
-    for x, y, anchor in spots:
-        box = text_box(x, y, content, size, anchor)
-        out = box[0] < inside[0] or box[2] > inside[2] or box[1] < inside[1]
-        cost = sum(overlap(box, t) for t in taken) + (1e6 if out else 0)
-        if cost == 0:
-            return x, y, anchor, box
-        if best is None or cost < best[0]:
-            best = (cost, x, y, anchor, box)
-    assert best is not None
-    return best[1], best[2], best[3], best[4]
-
-
-def _axis_words(ticks: Sequence[svg.Tick], off: int) -> str:
-    """The caption's words on the bytes axis: log, or how many are off it."""
+def _axis_words(ticks: Sequence[svg.Tick], off: int, cut: float | None = None) -> str:
+    """The caption's words on the bytes axis: broken, log, or how many are off it."""
+    if cut is not None:
+        return svg.break_words(cut, ticks[-1][0], "peaks")
     if svg.is_log_axis(ticks):
         return " The bytes axis is logarithmic: the peaks span orders of magnitude."
     if off:
@@ -117,7 +66,9 @@ def peaks_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
     its status written where its bar would be. Each peak is written right of
     the plot; a bar many times the budget runs off the chart (an arrowhead)
     rather than flattening the others (see :func:`~nnx_introspect._render.\
-ticks.peak_axis`).
+ticks.peak_axis`). A budget many times every peak stands past a break in
+    the axis (see :func:`~nnx_introspect._render.ticks.budget_axis`), each
+    peak's share of it written beside it.
 
     Example:
         >>> page = peaks_svg(
@@ -129,7 +80,18 @@ ticks.peak_axis`).
         (1, True)
     """
     peaks = [peak for _, peak, _, _, _ in rows if peak is not None]
-    ticks = svg.peak_axis(peaks, budget)
+    ticks, cut = svg.budget_axis(max(peaks, default=1), budget)
+    if cut is None:
+        ticks = svg.peak_axis(peaks, budget)
+
+    def value(peak: int) -> str:
+        shown = format_bytes(peak)
+        return (
+            shown
+            if cut is None or not budget
+            else (f"{shown} ({svg.share_words(peak, budget)})")
+        )
+
     bars = [
         svg.BarRow(name, note=status)
         if peak is None
@@ -142,11 +104,13 @@ ticks.peak_axis`).
                     f"{name}: {format_bytes(peak)} per device ({status})",
                 ),
             ),
-            value=format_bytes(peak),
+            value=value(peak),
         )
         for name, peak, outcome, status, _ in rows
     ]
-    frame, body = svg.bar_rows(bars, budget=budget, value_width=70, axis=ticks)
+    frame, body = svg.bar_rows(
+        bars, budget=budget, value_width=70 if cut is None else 120, axis=ticks, cut=cut
+    )
     off = sum(1 for peak in peaks if peak > ticks[-1][0])
     return svg.figure(
         frame,
@@ -157,7 +121,7 @@ ticks.peak_axis`).
         "does not"
         + ("" if budget is not None else ", blue: no budget to judge by")
         + "; the dashed line is the budget."
-        + _axis_words(ticks, off),
+        + _axis_words(ticks, off, cut),
     )
 
 
@@ -337,21 +301,7 @@ def _panel(
         cx, cy, anchor, box = place("chosen", 11, spots, taken, inside)
         marks += svg.text(cx, cy, "chosen", anchor=anchor, colour=svg.GREEN, bold=True)
         taken.append(box)
-    if budget is not None and ticks[0][0] <= budget <= top:
-        at = y(budget)
-        label = f"budget {format_bytes(budget)}"
-        right, left = frame.plot_right, frame.left + 6
-        spots = [
-            (right, at - 6, "end"),
-            (right, at + 15, "end"),
-            (left, at - 6, "start"),
-            (left, at + 15, "start"),
-            (frame.middle, at - 6, "middle"),
-            (frame.middle, at + 15, "middle"),
-        ]
-        bx, by, anchor, box = place(label, 11, spots, taken, inside)
-        parts.append(svg.line(frame.left, at, right, at, svg.RED, width=2, dash="6 4"))
-        parts.append(svg.text(bx, by, label, anchor=anchor, colour=svg.RED))
+    parts.append(svg.budget_in_band(frame, y, budget, taken=taken))
     return "".join(parts) + marks
 
 
