@@ -70,7 +70,12 @@ A block is compared with the fresh output after :func:`normalize`: runs of
 whitespace (line wrapping, column padding) and the figures that change from
 run to run whatever the code (how long a compile took: the docs word those
 figures in their prose) do not count. Everything else does, so a report whose
-wording or figures changed is a drifted block.
+wording or figures changed is a drifted block. A block that did not drift is
+left as it is; a drifted one is rewritten with the fresh output, but keeps the
+page's compile times in each sentence that is otherwise the same
+(:func:`page_times`), so that it agrees with the prose around it. The wall
+time of each command is printed: a prose that quotes it is the one thing left
+to edit by hand.
 
 Usage, from the repository's root::
 
@@ -153,6 +158,7 @@ class Block:
     keys: dict[str, str]
     body: tuple[str, ...]  # the lines between the markers, blank padding removed
     python_above: str | None  # the nearest ```python block above, if any
+    nth: int = 0  # how many markers with the same keys come before it in its file
 
     @property
     def name(self) -> str:
@@ -246,7 +252,7 @@ def parse_blocks(path: Path, text: str | None = None) -> list[Block]:
     """Every marked block of the file at ``path`` (or of ``text``)."""
     lines = (path.read_text() if text is None else text).splitlines()
     code = _python_blocks(lines)
-    blocks = []
+    blocks: list[Block] = []
     i = 0
     while i < len(lines):
         if not lines[i].startswith(OPEN):
@@ -272,7 +278,8 @@ def parse_blocks(path: Path, text: str | None = None) -> list[Block]:
             body = body[1:]
         while body and not body[-1].strip():
             body = body[:-1]
-        blocks.append(Block(path, i + 1, keys, body, above[-1] if above else None))
+        nth = sum(b.keys == keys for b in blocks)
+        blocks.append(Block(path, i + 1, keys, body, above[-1] if above else None, nth))
         i = close + 1
     return blocks
 
@@ -529,22 +536,65 @@ def problems(block: Block, result: Result) -> list[str]:
     return found
 
 
+def page_times(old: Sequence[str], fresh: Sequence[str]) -> list[str]:
+    """``fresh`` with the page's compile times where a sentence is otherwise the same.
+
+    The prose around a block states the times of the run it quotes; a block
+    rewritten for another reason keeps them, so the two still agree.
+
+    Example:
+        >>> page_times(["- Compiled in a child process (h100-8), 32.3 s; x.", "a"],
+        ...            ["- Compiled in a child process (h100-8), 176.5 s; x.", "b"])
+        ['- Compiled in a child process (h100-8), 32.3 s; x.', 'b']
+    """
+    known: dict[str, str] = {}
+    for line in old:
+        for pattern in VOLATILE:
+            for match in pattern.finditer(line):
+                known.setdefault(TIME.sub("<time>", match.group(0)), match.group(0))
+
+    def own(match: re.Match[str]) -> str:
+        return known.get(TIME.sub("<time>", match.group(0)), match.group(0))
+
+    out = []
+    for line in fresh:
+        for pattern in VOLATILE:
+            line = pattern.sub(own, line)
+        out.append(line)
+    return out
+
+
 def rewrite(path: Path, blocks: Sequence[Block], results: dict[Block, Result]) -> bool:
-    """Write each of ``blocks`` in ``path`` with its fresh output; whether any did."""
-    lines = path.read_text().splitlines()
+    """Write each of ``blocks`` in ``path`` with its fresh output; whether any did.
+
+    The file is read again first and each block found by its marker (its keys,
+    and which of the markers with those keys it is), so a page edited while the
+    commands ran keeps its edits.
+    """
+    text = path.read_text()
+    lines = text.splitlines()
+    now = parse_blocks(path, text)
     changed = False
-    for block in sorted(blocks, key=lambda b: -b.line):  # bottom up: lines stay put
+    for block in blocks:
         result = results.get(block)
-        if result is None:
+        same = [b for b in now if b.keys == block.keys]
+        if result is None or len(same) <= block.nth:
             continue
+        current = same[block.nth]
+        old, fresh = shown(current), select(current, result)
+        mask = current.keys.get("mask")
+        if normalize(old, mask) == normalize(fresh, mask):
+            continue  # the same output: the page's own times stay with its prose
+        fresh = page_times(old, fresh)
+        new = ["", *formatted(current, fresh, result.code), ""]
         end = next(
-            j for j in range(block.line - 1, len(lines)) if lines[j].strip() == "-->"
+            j for j in range(current.line - 1, len(lines)) if lines[j].strip() == "-->"
         )
         close = next(j for j in range(end, len(lines)) if lines[j].strip() == CLOSE)
-        new = ["", *formatted(block, select(block, result), result.code), ""]
         if lines[end + 1 : close] != new:
             lines[end + 1 : close] = new
             changed = True
+            now = parse_blocks(path, "\n".join(lines))  # the lines below moved
     if changed:
         path.write_text("\n".join(lines) + "\n")
     return changed
@@ -563,7 +613,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser.add_argument("--slow", action="store_true", help="also the slow blocks")
     parser.add_argument("--chip", action="store_true", help="also the chip blocks")
     parser.add_argument("--all", action="store_true", help="every block")
-    parser.add_argument("--only", help="blocks whose file:line or command has this")
+    parser.add_argument(
+        "--only",
+        action="append",
+        help="blocks whose file:line or command has this (repeatable)",
+    )
     parser.add_argument("--check", action="store_true", help="compare, write nothing")
     parser.add_argument("--list", action="store_true", help="list the blocks, run none")
     parser.add_argument("--jobs", type=int, default=1, help="commands run at once")
@@ -574,7 +628,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     blocks = [b for b in collect(paths) if args.list or b.cost in costs]
     if args.only:
         blocks = [
-            b for b in blocks if args.only in b.name or args.only in describe(run_of(b))
+            b
+            for b in blocks
+            if any(o in b.name or o in describe(run_of(b)) for o in args.only)
         ]
     if args.list:
         for block in blocks:

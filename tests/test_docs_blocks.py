@@ -212,3 +212,17 @@ def test_a_marker_without_its_end_is_refused(tmp_path: Path) -> None:
     text = "<!-- output\ncommand: nnx-introspect summary\n-->\n\n> y\n"
     with pytest.raises(regen.MarkerError, match="no '<!-- /output -->'"):
         regen.parse_blocks(tmp_path / "page.md", text)
+
+
+def test_a_page_edited_while_the_commands_ran_keeps_its_edits(tmp_path: Path) -> None:
+    page = tmp_path / "page.md"
+    page.write_text(PAGE + "\n" + PAGE)  # two identical markers
+    first, second = regen.parse_blocks(page)
+    assert (first.nth, second.nth) == (0, 1)
+    page.write_text("A new first paragraph.\n\n" + page.read_text())
+    fresh = _fake("| peak | 50 GiB |\n")
+    assert regen.rewrite(page, [second], {second: fresh})
+    text = page.read_text()
+    assert text.startswith("A new first paragraph.")
+    assert text.count("> | peak | 47.28 GiB |") == 1  # the first block untouched
+    assert text.index("47.28 GiB") < text.index("> | peak | 50 GiB |")
