@@ -80,11 +80,17 @@ to edit by hand.
 Usage, from the repository's root::
 
     python benchmarks/regen_docs.py            # rewrite the cheap blocks
-    python benchmarks/regen_docs.py --slow     # and the slow ones (minutes each)
-    python benchmarks/regen_docs.py --all --jobs 2   # every block, chip included
+    python benchmarks/regen_docs.py --slow --jobs 2   # and the slow ones
     python benchmarks/regen_docs.py --check    # compare only; exit 1 on drift
     python benchmarks/regen_docs.py --list     # every block, its cost and command
-    python benchmarks/regen_docs.py --only serve.md --slow   # a subset
+    python benchmarks/regen_docs.py --slow --only serve.md   # a subset
+    python benchmarks/regen_docs.py --chip     # on the TPU v5e the chip blocks name
+
+The slow blocks are 7B steps compiled for 8 to 256 H100s (deviceless, with the
+``gpu`` extra): about 40 s to 8 min each on an idle 2-core CPU, 17 commands,
+most of an hour in all; ``--jobs 2`` runs two at once (each also starts its
+own child processes). ``--chip`` runs the ``--measure`` blocks, which only the
+chip they were measured on can regenerate.
 
 It prints each command's wall time, for the prose that quotes it.
 ``tests/test_docs_blocks.py`` runs the cheap blocks in the test suite and the
