@@ -47,6 +47,10 @@ def assumptions(
         "Communication time is each device's wire bytes over the bandwidth of its "
         "links in one direction; latency, per-message overhead and congestion are "
         "left out.",
+        "An all-to-all (ragged or not) counts the (n-1)/n of its buffer each "
+        "device sends, timed like a ring's; blocks to devices several hops away "
+        "also load the links between, which is left out, so its time is a lower "
+        "bound.",
     ]
     if hardware.platform == "cuda":
         texts.append(

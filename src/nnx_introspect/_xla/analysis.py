@@ -9,6 +9,7 @@ tests, so a libtpu or jaxlib that words them differently fails loudly.
 import json
 import math
 import re
+import tempfile
 import time
 from typing import Any, NamedTuple
 
@@ -220,7 +221,16 @@ def compile_lowered(
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
         raise RuntimeError("XLA gave no memory analysis for the compiled step.")
-    costs, figures, traffic, work = _read(compiled, backend, mesh, dump_to)
+    text = _text_or_error(compiled, backend, dump_to)
+    if isinstance(text, Exception) and dump_to is None and backend == "tpu":
+        # jaxlib cannot print some libtpu programs (on v5p an MoE's scatter
+        # goes to the SparseCore as a 4-operand async-update jaxlib 0.10.2's
+        # reader refuses): compile again, dumped, and read the compiler's own
+        # text (:func:`_program_text`), rather than lose the collectives,
+        # traffic and time
+        with tempfile.TemporaryDirectory(prefix="nnx-introspect-hlo-") as directory:
+            return compile_lowered(lowered, mesh, start, dump_to=directory, runs=runs)
+    costs, figures, traffic, work = _read(compiled, backend, mesh, text)
     if costs.why is not None:
         warnings = (*warnings, left_out(costs.why))
     wire = figures.pop("collective_wire_bytes")
@@ -251,13 +261,13 @@ def compile_lowered(
 
 
 def _read(
-    compiled: Any, backend: str, mesh: Mesh, dump_to: str | None
+    compiled: Any, backend: str, mesh: Mesh, text: str | Exception
 ) -> tuple["_Costs", dict[str, Any], dict[str, Any] | None, dict[str, Any] | None]:
     """The program's costs, its figures (:func:`_figures`), traffic and work.
 
-    The four read the program's text: they share one parse of it.
+    The four read the program's ``text`` (or the error printing it gave):
+    they share one parse of it.
     """
-    text = _text_or_error(compiled, backend, dump_to)
     with parsed_once():
         costs = _costs(compiled, backend, text if isinstance(text, str) else None)
         return costs, _figures(text, mesh), _traffic(text), _work(text)
