@@ -57,16 +57,19 @@ TARGETS = textwrap.dedent(
 )
 
 # Modules whose import (or attribute lookup) ends the interpreter if let through.
+# Each defines `f` after its exit, so the target is spelt right: the command line
+# reads a module's source for the name before importing it (issue 44).
+_F = "\n\ndef f(rngs):\n    pass\n"
 USER_EXIT_MODULES = {
-    "cli_exit0_on_import": "import sys\nsys.exit(0)\n",
-    "cli_exit3_on_import": "import sys\nsys.exit(3)\n",
+    "cli_exit0_on_import": f"import sys\nsys.exit(0){_F}",
+    "cli_exit3_on_import": f"import sys\nsys.exit(3){_F}",
     "cli_getattr_exits": "import sys\n\ndef __getattr__(name):\n    sys.exit(0)\n",
 }
 
 
 TARGET_MODULES = {
     "cli_targets_mod": TARGETS,
-    "cli_broken_mod": "import does_not_exist_xyz\n",
+    "cli_broken_mod": f"import does_not_exist_xyz{_F}",
     **USER_EXIT_MODULES,
 }
 
@@ -301,8 +304,8 @@ def test_unexpected_exit_from_a_handler_is_a_failure(
 
 @pytest.mark.parametrize(
     ("module", "source", "code"),
-    [("cli_exit0_on_import", "import sys\nsys.exit(0)\n", 2),
-     ("cli_exit3_on_import", "import sys\nsys.exit(3)\n", 2),
+    [("cli_exit0_on_import", f"import sys\nsys.exit(0){_F}", 2),
+     ("cli_exit3_on_import", f"import sys\nsys.exit(3){_F}", 2),
      ("cli_factory_exits", "import sys\n\ndef f(rngs):\n    sys.exit(0)\n", 2)],
 )  # fmt: skip
 def test_user_exit_as_a_real_process(

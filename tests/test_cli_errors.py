@@ -1,8 +1,10 @@
 """The library's bad arguments on the command line: one table from argument to flag.
 
 A library function refuses a value with an ``ArgumentError`` naming its Python
-argument; the command line names the flag from ``cli.errors.FLAGS`` and exits
-with 2, never reading the message's text.
+argument; the command line names the flag from its command's table
+(``cli.errors.COMMAND_FLAGS``, every command's together in ``FLAGS``) and exits
+with 2, never reading the flag from the message's text; the message's Python
+spellings of the command's arguments are rewritten as the flags (issue 44).
 """
 
 import argparse
@@ -12,7 +14,7 @@ import pytest
 import nnx_introspect._search as search_module  # the face the command line calls
 import nnx_introspect._step as step_module
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect.cli.errors import FLAGS, describe, usage_error
+from nnx_introspect.cli.errors import COMMAND_FLAGS, FLAGS, describe, usage_error
 from tests.cli_helpers import run
 
 GIVEN = argparse.Namespace(rules="rules.json", topology="v5e-4")
@@ -24,20 +26,43 @@ BARE = argparse.Namespace(rules=None, topology=None)
 STEP = ["step", "nnx_introspect.examples:two_layer", "--batch", "float32[8,3]"]
 
 
-@pytest.mark.parametrize(("argument", "flag"), FLAGS.items())
-def test_every_argument_of_the_table_names_its_flag(argument: str, flag: str) -> None:
+@pytest.mark.parametrize(
+    ("command", "argument", "flag"),
+    [(c, a, f) for c, table in COMMAND_FLAGS.items() for a, f in table.items()],
+)
+def test_every_argument_of_each_table_names_its_flag(
+    command: str, argument: str, flag: str
+) -> None:
+    args = argparse.Namespace(rules="rules.json", topology="v5e-4", command=command)
     message = f"`{argument}` must be something else, got  3.\n Pass 4."
-    error = usage_error(ArgumentError(argument, message), GIVEN)
+    error = usage_error(ArgumentError(argument, message), args)
     assert (
-        str(error)
-        == f"argument {flag}: `{argument}` must be something else, got 3. Pass 4."
+        str(error) == f"argument {flag}: {flag} must be something else, got 3. Pass 4."
     )
     # an item of the argument (`batch[1]`, `mesh['data']`) names the same flag
-    indexed = usage_error(ArgumentError(f"{argument}[1]", "`x[1]` is bad."), GIVEN)
-    assert str(indexed) == f"argument {flag}: `x[1]` is bad."
+    indexed = usage_error(
+        ArgumentError(f"{argument}[1]", f"`{argument}[1]` is bad."), args
+    )
+    assert str(indexed) == f"argument {flag}: the 2nd {flag} is bad."
+
+
+def test_a_command_rewrites_its_own_arguments_only() -> None:
+    # rl has no --sequences, serve no --batch: those words are left as they are
+    rl = argparse.Namespace(command="rl", rules=None, topology=None)
+    error = ArgumentError("batch", "`batch` 3 with `sequences` 6.")
+    assert (
+        str(usage_error(error, rl)) == "argument --batch: --batch 3 with `sequences` 6."
+    )
+    serve = argparse.Namespace(command="serve", rules=None, topology=None)
+    error = ArgumentError("sequences", "`sequences` 3, `batch` 6.")
+    assert str(usage_error(error, serve)) == (
+        "argument --sequences: --sequences 3, `batch` 6."
+    )
 
 
 def test_the_table_names_flags_only() -> None:
+    flags = {f for table in COMMAND_FLAGS.values() for f in table.values()}
+    assert all(f.startswith("--") or f in ("TARGET", "PATH", "A or B") for f in flags)
     assert all(f.startswith("--") or f == "TARGET" for f in FLAGS.values())
     assert FLAGS["max_device_bytes"] == "--max-device-bytes"
     assert FLAGS["network_bytes_per_second"] == "--network-bandwidth"
@@ -50,14 +75,15 @@ def test_the_table_names_flags_only() -> None:
 
 
 def test_the_message_is_never_read_for_a_flag() -> None:
-    # a plain ValueError naming an argument in backticks names no flag
+    # a plain ValueError naming an argument in backticks names no flag (its
+    # words are the flags' all the same)
     error = usage_error(ValueError("`batch` is wrong"), GIVEN)
-    assert str(error) == "ValueError: `batch` is wrong"
+    assert str(error) == "ValueError: --batch is wrong"
     # an argument the table does not hold keeps the library's ValueError
     error = usage_error(ArgumentError("lo", "`lo` (8) must be at most `hi`."), GIVEN)
     assert str(error) == "ValueError: `lo` (8) must be at most `hi`."
     error = usage_error(TypeError("`loss` must be callable"), GIVEN)
-    assert str(error) == "TypeError: `loss` must be callable"
+    assert str(error) == "TypeError: --loss must be callable"
 
 
 def test_rules_name_the_flag_only_when_it_was_given() -> None:
@@ -65,15 +91,15 @@ def test_rules_name_the_flag_only_when_it_was_given() -> None:
         error = ArgumentError(argument, f"`{argument}[0]` is bad.")
         assert (
             str(usage_error(error, GIVEN))
-            == f"argument --rules: `{argument}[0]` is bad."
+            == "argument --rules: the 1st --rules is bad."
         )
-        assert str(usage_error(error, BARE)) == f"ValueError: `{argument}[0]` is bad."
+        assert str(usage_error(error, BARE)) == "ValueError: the 1st --rules is bad."
 
 
 def test_a_missing_compiler_names_the_topology() -> None:
     own = ImportError("`topology='v5e-4'` compiles with XLA:TPU, which needs libtpu.")
     assert str(usage_error(own, GIVEN)) == (
-        "argument --topology: `topology='v5e-4'` compiles with XLA:TPU, which needs "
+        "argument --topology: --topology v5e-4 compiles with XLA:TPU, which needs "
         "libtpu."
     )
     missing = ModuleNotFoundError("No module named 'jax_plugins'")
@@ -86,8 +112,12 @@ def test_a_missing_compiler_names_the_topology() -> None:
 
 
 def test_an_argument_error_reads_as_the_value_error_it_is() -> None:
+    from nnx_introspect._typing import ArgumentTypeError
+
     assert describe(ArgumentError("x", "`x` is bad.")) == "ValueError: `x` is bad."
+    assert describe(ArgumentTypeError("x", "`x` is bad.")) == "TypeError: `x` is bad."
     assert describe(KeyError("k")) == "KeyError: 'k'"
+    assert describe(ValueError("`measure` 2"), "step") == "ValueError: --measure 2"
 
 
 def _raises(error: BaseException) -> object:
@@ -125,20 +155,22 @@ def test_a_library_argument_error_exits_2_naming_the_flag(
     monkeypatch.setattr(module, name, _raises(error))
     code, out, err = run([*STEP, *argv], capsys)
     assert (code, out) == (2, "")
-    assert (
-        err
-        == f"nnx-introspect: error: argument {flag}: `{argument}[0]` is bad. Fix it.\n"
+    given = "" if flag == "TARGET" else f" the 1st {flag} is bad."
+    assert err == (
+        f"nnx-introspect: error: argument {flag}:{given or ' the 1st TARGET is bad.'}"
+        " Fix it.\n"
     )
 
 
 def test_the_library_own_argument_error_reaches_the_flag(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # `_accelerators` refuses the slice before anything compiles
+    # the command line refuses the slice before JAX starts, in the words the
+    # library's refusal has on the command line
     code, out, err = run([*STEP, "--mesh", "data=8", "--topology", "v5e-3"], capsys)
     assert (code, out) == (2, "")
     assert err == (
-        "nnx-introspect: error: argument --topology: `topology` 'v5e-3': a v5e slice "
+        "nnx-introspect: error: argument --topology: --topology v5e-3: a v5e slice "
         "has one of [1, 2, 4, 8, 16, 32, 64, 128, 256] chips, got 3.\n"
     )
 
@@ -153,5 +185,5 @@ def test_a_plain_value_error_exits_2_with_its_type(
     assert (code, out, err) == (
         2,
         "",
-        "nnx-introspect: error: ValueError: `mesh` odd\n",
+        "nnx-introspect: error: ValueError: --mesh odd\n",
     )

@@ -160,10 +160,11 @@ def test_budget_exit_code(
 def test_budget_message_uses_the_table_units(
     capsys: pytest.CaptureFixture[str],
 ) -> None:
-    # The 7B example on one device: 6,738,415,616 float32 parameters.
+    # The 7B example on one device: 6,738,415,616 float32 parameters (the
+    # one without sharding names: the default names fsdp and tp)
+    argv = ["mesh", "nnx_introspect.examples:llama_7b", "--mesh", "data=1"]
     code, _, err = run(
-        ["mesh", "--mesh", "data=1", "--max-device-bytes", "1GiB", "--format", "json"],
-        capsys,
+        [*argv, "--max-device-bytes", "1GiB", "--format", "json"], capsys
     )
     assert code == 1
     assert 6_738_415_616 * 4 == 26_953_662_464

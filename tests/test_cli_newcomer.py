@@ -166,7 +166,7 @@ LIBRARY = {
     "kv cache choice": (
         "`kv_cache` must be one of bfloat16, float8_e4m3fn, int8, float32, got "
         "'f16'. Pass e.g. kv_cache='bfloat16'.",
-        "`kv_cache` must be one of bfloat16, float8_e4m3fn, int8, float32, got "
+        "--kv-cache must be one of bfloat16, float8_e4m3fn, int8, float32, got "
         "'f16'. Pass e.g. --kv-cache bf16.",
     ),
     "kv cache dtype": (
@@ -180,7 +180,7 @@ LIBRARY = {
     "sequences split": (
         "`sequences` 6 (prefilled 3 at a time) does not split over the 4 "
         "data-parallel devices of the mesh. Pass a multiple of 4.",
-        "`sequences` 6 (--prefill-sequences 3) does not split over the 4 "
+        "--sequences 6 (--prefill-sequences 3) does not split over the 4 "
         "data-parallel devices of the mesh. Pass a multiple of 4.",
     ),
     "prefill more": (

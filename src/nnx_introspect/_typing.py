@@ -7,10 +7,13 @@ cannot express (an integral float, a positive count, a finite array) live here a
 small helpers so every function words its errors the same way.
 """
 
+import functools
 import inspect
 import math
 import numbers
 import re
+import types
+import typing
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 
@@ -18,17 +21,20 @@ import jax
 import numpy as np
 from beartype import beartype
 from flax import nnx
-from jaxtyping import jaxtyped
+from jaxtyping import TypeCheckError, jaxtyped
 
 __all__ = [
     "ArgumentError",
+    "ArgumentTypeError",
     "IntLike",
     "ModulePaths",
     "Target",
+    "as_count",
     "as_int",
     "check_filters",
     "check_finite",
     "check_items",
+    "describe_type",
     "is_traced",
     "short_repr",
     "typechecked",
@@ -68,13 +74,227 @@ class ArgumentError(ValueError):
         return (type(self), (self.argument, str(self)))
 
 
-def typechecked(fn: _F) -> _F:
-    """Runtime-check ``fn``'s annotations with jaxtyping + beartype.
+class ArgumentTypeError(TypeError):
+    """A bad argument's type: one line naming it, and :attr:`argument` holding it.
 
-    The one decorator every public function wears, so that shape variables are
-    checked across arguments (bare ``@beartype`` would skip that).
+    What :data:`typechecked` raises in place of jaxtyping's and beartype's
+    multi-line dumps: ``str(error)`` is one sentence (the argument, what it
+    must be, what it got); the command line maps :attr:`argument` to its
+    flag, as it does an :class:`ArgumentError`'s.
+
+    Example:
+        >>> error = ArgumentTypeError("topology", "`topology` must be ...")
+        >>> error.argument, isinstance(error, TypeError)
+        ('topology', True)
     """
-    return cast(_F, jaxtyped(fn, typechecker=beartype))
+
+    def __init__(self, argument: str, message: str) -> None:
+        super().__init__(message)
+        self.argument = argument
+
+    def __reduce__(self) -> tuple[Any, ...]:  # survives pickling (process pools)
+        return (type(self), (self.argument, str(self)))
+
+
+def typechecked(fn: _F) -> _F:
+    """Runtime-check ``fn``'s annotations with jaxtyping + beartype, in one line.
+
+    The one decorator every public function (or frozen dataclass: its
+    ``__init__``) wears, so that shape variables are checked across arguments
+    (bare ``@beartype`` would skip that). A value of the wrong type raises an
+    :class:`ArgumentTypeError` (a ``TypeError``) of one line naming the
+    argument, what it must be and the value given, never the checkers'
+    many-line dump of every argument.
+
+    Example:
+        >>> @typechecked
+        ... def f(topology: str | None = None, offload: bool = False) -> int:
+        ...     return 1
+        >>> f(topology=8)
+        Traceback (most recent call last):
+        ...
+        nnx_introspect._typing.ArgumentTypeError: `topology` must be a string or \
+None, got 8 of type int.
+        >>> f(offload="yes")
+        Traceback (most recent call last):
+        ...
+        nnx_introspect._typing.ArgumentTypeError: `offload` must be True or False, \
+got 'yes' of type str.
+    """
+    if inspect.isclass(fn):
+        checked_class = jaxtyped(fn, typechecker=beartype)
+        init = checked_class.__init__
+        checked_class.__init__ = _one_line_errors(init, init)  # type: ignore[method-assign]
+        return cast(_F, checked_class)
+    return cast(_F, _one_line_errors(jaxtyped(fn, typechecker=beartype), fn))
+
+
+def _one_line_errors(checked: Callable[..., Any], fn: Callable[..., Any]) -> Any:
+    """``checked`` (``fn`` with its checks), its type errors made one line.
+
+    The checkers' error is caught where it is raised, by the function whose
+    argument it names: an error of a checked function called deeper is
+    already one line when it gets here, and passes through as it is.
+    """
+    signature = inspect.signature(fn)
+
+    @functools.wraps(fn)
+    def wrapper(*args: Any, **kwargs: Any) -> Any:
+        try:
+            return checked(*args, **kwargs)
+        except TypeCheckError as error:
+            raise _one_line(error, fn, signature, args, kwargs) from None
+
+    return wrapper
+
+
+_PARAMETER = re.compile(r"typechecking parameter '(\w+)'")
+
+
+def _one_line(
+    error: Exception,
+    fn: Callable[..., Any],
+    signature: inspect.Signature,
+    args: tuple[Any, ...],
+    kwargs: dict[str, Any],
+) -> TypeError:
+    """The checkers' ``error`` about a call of ``fn`` as one sentence."""
+    found = _PARAMETER.search(str(error))
+    try:
+        bound = signature.bind(*args, **kwargs).arguments
+    except TypeError:
+        bound = {}
+    if found is None or found.group(1) not in bound:  # the return value's
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return TypeError(" ".join(first.split()) or f"{fn.__qualname__}: bad type")
+    name = found.group(1)
+    value = bound[name]
+    try:
+        hints = typing.get_type_hints(fn)
+    except Exception:  # an annotation that does not resolve here
+        hints = {}
+    annotation = hints.get(name, signature.parameters[name].annotation)
+    if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
+        return TypeError(" ".join(str(error).split()[:40]))  # pragma: no cover
+    shapes = _shape_words(str(error))
+    return ArgumentTypeError(
+        name,
+        f"`{name}` must be {describe_type(annotation)}, got {short_repr(value)} "
+        f"of type {type(value).__name__}{shapes}.",
+    )
+
+
+def _shape_words(message: str) -> str:
+    """The axis sizes jaxtyping saw so far, when its message gives them."""
+    found = re.search(r"axis annotation are as follows\.\s*(.+)", message, re.DOTALL)
+    if found is None:
+        return ""
+    sizes = " ".join(found.group(1).split())
+    return f" (the sizes seen so far: {sizes})" if sizes else ""
+
+
+_INT_LIKE_PARTS = frozenset({int, float, np.integer, np.floating, np.ndarray})
+_PLAIN = {
+    type(None): "None",
+    bool: "True or False",
+    int: "an integer",
+    float: "a number",
+    str: "a string",
+    bytes: "bytes",
+    list: "a list",
+    tuple: "a tuple",
+    dict: "a dict",
+}
+_COLLECTIONS = {
+    "Callable": "a callable",
+    "Mapping": "a mapping (such as a dict)",
+    "Sequence": "a sequence (a list or a tuple)",
+    "Iterable": "an iterable",
+    "Collection": "a collection",
+}
+
+
+def describe_type(annotation: Any) -> str:
+    """What a value of ``annotation`` is, in words: ``"a string or None"``.
+
+    An integer-valued scalar (:data:`IntLike`: ``int``, ``float``, NumPy and
+    JAX scalars) is ``"an integer"``.
+
+    Example:
+        >>> describe_type(str | None), describe_type(bool)
+        ('a string or None', 'True or False')
+        >>> describe_type(IntLike | str | None)
+        'an integer (such as 8), a string or None'
+        >>> import optax
+        >>> describe_type(optax.GradientTransformation | str | None)
+        'an optax.GradientTransformation, a string or None'
+    """
+    members = _members(annotation)
+    words: list[str] = []
+    if set(members) >= _INT_LIKE_PARTS:
+        members = [
+            m for m in members if m not in _INT_LIKE_PARTS and m is not jax.Array
+        ]
+        words.append("an integer (such as 8)")
+    none = type(None) in members
+    for member in members:
+        if member is type(None):
+            continue
+        word = _one_type(member)
+        if word not in words:
+            words.append(word)
+    if none:
+        words.append("None")
+    if not words:
+        return "a value of another type"
+    return words[0] if len(words) == 1 else f"{', '.join(words[:-1])} or {words[-1]}"
+
+
+def _members(annotation: Any) -> list[Any]:
+    """The types of a union, in order (one type: itself)."""
+    if typing.get_origin(annotation) in (typing.Union, types.UnionType):
+        out: list[Any] = []
+        for arg in typing.get_args(annotation):
+            out += _members(arg)
+        return out
+    return [annotation]
+
+
+def _one_type(annotation: Any) -> str:
+    """One member of a union in words, with its article."""
+    if annotation in _PLAIN:
+        return _PLAIN[annotation]
+    origin = typing.get_origin(annotation)
+    if origin is typing.Literal:
+        shown = ", ".join(repr(a) for a in typing.get_args(annotation))
+        return f"one of {shown}"
+    base = origin if origin is not None else annotation
+    name = getattr(base, "__name__", None)
+    if name in _COLLECTIONS and getattr(base, "__module__", "") in (
+        "collections.abc",
+        "typing",
+    ):
+        return _COLLECTIONS[name]
+    if base in _PLAIN:
+        return _PLAIN[base]
+    if not isinstance(base, type) or name is None:
+        return f"a {annotation}"
+    if getattr(base, "__module__", "").startswith("jaxtyping"):
+        return f"a {annotation}"  # an array annotation: Float[Array, 'b d']
+    shown = f"{_module_alias(base.__module__)}{base.__qualname__}"
+    vowel = shown[0].lower() in "aeiou" or shown.startswith(("nnx.", "np."))
+    return f"{'an' if vowel else 'a'} {shown}"
+
+
+def _module_alias(module: str) -> str:
+    """``flax.nnx.module`` -> ``nnx.``, ``optax._src.base`` -> ``optax.``..."""
+    if module.startswith("flax.nnx"):
+        return "nnx."
+    if module.startswith("nnx_introspect") or module == "builtins":
+        return ""
+    if module.startswith("numpy"):
+        return "np."
+    return module.split(".")[0] + "."
 
 
 IntLike: TypeAlias = int | float | np.integer | np.floating | np.ndarray | jax.Array
@@ -87,8 +307,14 @@ Target: TypeAlias = nnx.Pytree | nnx.State[Any, Any]
 
 
 def short_repr(value: object, limit: int = 80) -> str:
-    """``repr(value)`` cut to ``limit`` characters, for error messages."""
-    text = repr(value)
+    """``repr(value)`` on one line, cut to ``limit`` characters, for error messages.
+
+    Example:
+        >>> import numpy as np
+        >>> short_repr(np.ones((2, 2)))
+        'array([[1., 1.], [1., 1.]])'
+    """
+    text = " ".join(repr(value).split())
     return text if len(text) <= limit else text[: limit - 3] + "..."
 
 
@@ -160,6 +386,38 @@ def as_int(value: object, name: str, *, minimum: int = 0) -> int:
     if result < minimum:
         raise ArgumentError(name, f"`{name}` must be {need}, got {result}.")
     return result
+
+
+def as_count(value: object, name: str, *, minimum: int = 1) -> int:
+    """A count of things (prompts, sequences, generations): an integer, never a float.
+
+    :func:`as_int`'s checks, and a float refused even when integral: ``2.0``
+    prompts is a value computed as a float by mistake more often than meant,
+    and sizes that are counts take Python or NumPy integers (or 0-d integer
+    arrays).
+
+    Example:
+        >>> as_count(2, "batch"), as_count(np.int64(3), "batch")
+        (2, 3)
+        >>> as_count(2.0, "batch")
+        Traceback (most recent call last):
+        ...
+        nnx_introspect._typing.ArgumentTypeError: `batch` must be an integer (a \
+count), got the float 2.0. Pass 2.
+    """
+    floating = isinstance(value, float | np.floating) or (
+        isinstance(value, np.ndarray | jax.Array)
+        and value.ndim == 0
+        and np.issubdtype(value.dtype, np.floating)
+    )
+    if floating and not is_traced(value):
+        real = float(value)  # type: ignore[arg-type]
+        fix = f" Pass {int(real)}." if real.is_integer() else ""
+        raise ArgumentTypeError(
+            name,
+            f"`{name}` must be an integer (a count), got the float {real!r}.{fix}",
+        )
+    return as_int(value, name, minimum=minimum)
 
 
 def check_finite(x: object, name: str) -> None:

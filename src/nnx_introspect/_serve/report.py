@@ -25,7 +25,8 @@ class ServeProgram:
         memory: XLA's memory analysis, with the training step's peak rule.
         flops: XLA's FLOPs per device, or ``None`` when it gave none.
         warnings: XLA's and this tool's caveats.
-        compile_seconds: Lowering and compiling.
+        compile_seconds: Lowering and compiling (from the cache: the seconds
+            this run took to find it).
         bytes_accessed: XLA's bytes accessed per device, or ``None``.
         wire_bytes: ``(mesh axes, bytes on the wire)`` per device of the
             program's collectives, or ``None`` when they could not be read.
@@ -34,8 +35,9 @@ class ServeProgram:
         breakdown: The buffers live at the program's peak, classified
             (``breakdown=True``), or ``None``.
         breakdown_error: Why a breakdown asked for could not be made.
-        cached: When the program was compiled (ISO 8601), if its readings
-            came from the cache of compile results, else ``None``.
+        cached: When the program was compiled and how long that took (an ISO
+            8601 interval, ``PT31.3S/2026-12-05T07:30:12+00:00``), if its
+            readings came from the cache of compile results, else ``None``.
         compiled_in: Where it was compiled, in words (``"this process"``,
             ``"a child process (h100-8)"``).
         traffic: What the program moves through HBM (read and written
@@ -106,11 +108,16 @@ class ServeProgram:
     def json_data(self) -> dict[str, Any]:
         """The figures as JSON data.
 
-        ``"cached"`` (when it was compiled) only on a program from the cache
-        of compile results: a fresh one's JSON and a cached one's are equal
-        but for it and the timings.
+        ``"cached"`` (when it was compiled) and ``"cached_compile_seconds"``
+        (how long that took) only on a program from the cache of compile
+        results: a fresh one's JSON and a cached one's are equal but for them
+        and the timings.
         """
-        cached = {} if self.cached is None else {"cached": self.cached}
+        cached = {}
+        if self.cached is not None:
+            took, _, when = self.cached.rpartition("/")  # PT31.3S/<when>
+            seconds = float(took[2:-1]) if took.startswith("PT") else None
+            cached = {"cached": when, "cached_compile_seconds": seconds}
         return cached | {
             "name": self.name,
             "sequences": self.sequences,
@@ -152,7 +159,7 @@ class ServeProgram:
             return f"{self.name} {self.compile_seconds:.1f} s"
         return (
             f"{self.name} from the cache (compiled on {cached_date(self.cached)}; "
-            f"{self.compile_seconds:.1f} s to trace and look up)"
+            f"found in {self.compile_seconds:.1f} s this run)"
         )
 
 

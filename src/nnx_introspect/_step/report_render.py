@@ -9,6 +9,7 @@ words. The functions take any object with the report's attributes
 
 import datetime
 import math
+import re
 from collections.abc import Callable
 from typing import Any, Protocol
 
@@ -31,8 +32,10 @@ __all__ = [
     "CPU_CAVEAT",
     "RenderedStep",
     "cached_date",
+    "cached_json",
     "options_text",
     "roofline_note",
+    "split_cached",
     "step_json",
     "step_table",
     "step_verdict",
@@ -235,8 +238,8 @@ def _notes(report: RenderedStep) -> list[str]:
     when = f"{compiled.seconds:.1f} s"
     if compiled.cached is not None:
         when = (
-            f"from the cache (compiled on {cached_date(compiled.cached)}; "
-            f"{when} to trace and look up)"
+            f"from the cache (compiled on {cached_date(compiled.cached)}; found in "
+            f"{when} this run)"
         )
     notes.append(
         f"Compiled in {report.compiled_in}, "
@@ -410,8 +413,10 @@ def _percent(fraction: float) -> str:
 def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[str, Any]:
     """The report's exact figures, in the order of schema v4, as JSON data.
 
-    A report from the cache of compile results adds ``"cached"`` (when it
-    was compiled) after ``"compile_seconds"``.
+    A report from the cache of compile results adds ``"cached"`` (when the
+    program was compiled) and ``"cached_compile_seconds"`` (how long that
+    compile took) after ``"compile_seconds"`` (the seconds this run took to
+    find it).
     """
     compiled = report.compilation
     data = _step_data(report, breakdown)
@@ -420,23 +425,58 @@ def step_json(report: RenderedStep, breakdown: dict[str, Any] | None) -> dict[st
     # present only on a report from the cache: a fresh one's JSON is schema v4's
     at = list(data).index("compile_seconds") + 1
     items = list(data.items())
-    return dict([*items[:at], ("cached", compiled.cached), *items[at:]])
+    return dict([*items[:at], *cached_json(compiled.cached).items(), *items[at:]])
 
 
-def cached_date(iso: str) -> str:
-    """``"2026-12-05T07:30:12+00:00"`` as ``"2026-12-05 07:30 UTC"``.
+def split_cached(cached: str) -> tuple[str, float | None]:
+    """``(when the compile ended, its seconds or None)`` of a report's ``cached``.
+
+    The cache of compile results writes ``cached`` as an ISO 8601 interval of
+    the first compile's duration and its end
+    (:func:`~nnx_introspect._xla.cache.cached_interval`); an entry written
+    before it kept the time alone.
 
     Example:
+        >>> split_cached("PT31.25S/2026-12-05T07:30:12+00:00")
+        ('2026-12-05T07:30:12+00:00', 31.25)
+        >>> split_cached("2026-12-05T07:30:12+00:00")
+        ('2026-12-05T07:30:12+00:00', None)
+    """
+    found = re.fullmatch(r"PT([0-9]+(?:\.[0-9]*)?)S/(.*)", cached)
+    if found is None:
+        return cached, None
+    return found.group(2), float(found.group(1))
+
+
+def cached_json(cached: str) -> dict[str, Any]:
+    """``{"cached": <when>, "cached_compile_seconds": <seconds or null>}``.
+
+    Example:
+        >>> cached_json("PT31.25S/2026-12-05T07:30:12+00:00")
+        {'cached': '2026-12-05T07:30:12+00:00', 'cached_compile_seconds': 31.25}
+    """
+    when, seconds = split_cached(cached)
+    return {"cached": when, "cached_compile_seconds": seconds}
+
+
+def cached_date(cached: str) -> str:
+    """When (and in how long) a program from the cache was compiled, in words.
+
+    Example:
+        >>> cached_date("PT31.25S/2026-12-05T07:30:12+00:00")
+        '2026-12-05 07:30 UTC in 31.2 s'
         >>> cached_date("2026-12-05T07:30:12+00:00")
         '2026-12-05 07:30 UTC'
         >>> cached_date("not a date")
         'not a date'
     """
+    iso, seconds = split_cached(cached)
+    took = "" if seconds is None else f" in {seconds:.1f} s"
     try:
         when = datetime.datetime.fromisoformat(iso).astimezone(datetime.UTC)
     except ValueError:
-        return iso
-    return when.strftime("%Y-%m-%d %H:%M UTC")
+        return iso + took
+    return when.strftime("%Y-%m-%d %H:%M UTC") + took
 
 
 def _step_data(

@@ -22,6 +22,13 @@ there is a miss) and their versions, with the toolchain, the environment and
 this package's source as above. A hit starts no child: nothing is traced, so
 a report read back whole costs what building its request costs.
 
+What a hit says: the readings' ``cached`` holds when the program was compiled
+and how long that compile took, as an ISO 8601 interval of a duration and its
+end (``PT31.3S/2026-12-05T07:30:12+00:00``, :func:`cached_interval`; the
+reports read it with ``_step``'s ``split_cached``), and ``compile_seconds`` the
+time this run spent finding it: a report never gives the first compile's time
+as if it were now.
+
 Where: ``$NNX_INTROSPECT_CACHE_DIR``, else ``$XDG_CACHE_HOME/nnx-introspect``,
 else ``~/.cache/nnx-introspect``. ``NNX_INTROSPECT_CACHE=off`` (or ``0``,
 ``false``, ``no``) turns it off, as ``cache=False`` does. The directory is
@@ -40,6 +47,7 @@ import os
 import pathlib
 import re
 import tempfile
+import time
 from collections.abc import Collection, Mapping
 from typing import Any, NamedTuple
 
@@ -56,6 +64,7 @@ __all__ = [
     "answer_key",
     "cache_directory",
     "cache_enabled",
+    "cached_interval",
     "compile_key",
     "load_answer",
     "load_result",
@@ -235,10 +244,34 @@ def compile_key(
 
 
 class CachedResult(NamedTuple):
-    """A cache hit: the stored readings and when they were compiled (ISO 8601)."""
+    """A cache hit: the stored readings, and when and in how long they were compiled.
+
+    ``compiled_on`` is :func:`cached_interval`'s: the first compile's
+    duration and the time it ended (ISO 8601).
+    """
 
     readings: XlaReadings
     compiled_on: str
+
+
+def cached_interval(compiled_on: str, seconds: float | None) -> str:
+    """``PT31.3S/2026-12-05T07:30:12+00:00``: a compile's duration and its end.
+
+    An ISO 8601 interval (a duration, then the end) for a compile that ended
+    at ``compiled_on`` and took ``seconds``; ``compiled_on`` alone when the
+    time is not known.
+
+    Example:
+        >>> cached_interval("2026-12-05T07:30:12+00:00", 31.25)
+        'PT31.25S/2026-12-05T07:30:12+00:00'
+        >>> cached_interval("2026-12-05T07:30:12+00:00", 1234.5678)
+        'PT1234.568S/2026-12-05T07:30:12+00:00'
+        >>> cached_interval("2026-12-05T07:30:12+00:00", None)
+        '2026-12-05T07:30:12+00:00'
+    """
+    if seconds is None or not 0 <= seconds < float("inf"):
+        return compiled_on
+    return f"PT{round(float(seconds), 3)}S/{compiled_on}"
 
 
 def _entry(key: str) -> pathlib.Path:
@@ -287,7 +320,10 @@ def load_result(key: str) -> CachedResult | None:
         with contextlib.suppress(OSError):
             path.unlink()
         return None
-    return CachedResult(readings, data["compiled_on"])
+    when = readings.cached or cached_interval(
+        data["compiled_on"], readings.compile_seconds
+    )
+    return CachedResult(readings, when)
 
 
 def store_result(
@@ -409,27 +445,40 @@ def _answer_entry(key: str) -> pathlib.Path:
     return cache_directory() / "answers" / f"{key}.json"
 
 
-def _marked(data: Any, when: str) -> Any:
-    """``data`` with every XLA readings' ``cached`` said to be ``when``."""
+def _marked(data: Any, when: str, seconds: float) -> Any:
+    """``data`` with every XLA readings' ``cached`` and ``compile_seconds`` now.
+
+    ``cached`` (when not set already: a compile the child itself found in the
+    cache keeps its own) is the compile that ended at ``when``, with the
+    seconds it took; ``compile_seconds`` is ``seconds``, this look-up's.
+    """
     if isinstance(data, dict):
-        out = {k: _marked(v, when) for k, v in data.items()}
-        if "compiler_log" in out and out.get("cached") is None:
-            out["cached"] = when
+        out = {k: _marked(v, when, seconds) for k, v in data.items()}
+        if "compiler_log" in out:
+            if out.get("cached") is None:
+                took = out.get("compile_seconds")
+                number = took if isinstance(took, int | float) else None
+                out["cached"] = cached_interval(when, number)
+            out["compile_seconds"] = seconds
         return out
     if isinstance(data, list):
-        return [_marked(v, when) for v in data]
+        return [_marked(v, when, seconds) for v in data]
     return data
 
 
 def load_answer(key: str) -> dict[str, Any] | None:
     """The answer kept under ``key`` (its readings marked as cached), or ``None``.
 
+    Each readings' ``cached`` gives the first compile's end and seconds, its
+    ``compile_seconds`` the seconds this look-up took (reading the entry).
     A damaged entry is a miss, and is removed.
     """
+    began = time.perf_counter()
     entry = _read(_answer_entry(key), key, "answer")
     if entry is None:
         return None
-    marked: dict[str, Any] = _marked(entry["answer"], entry["compiled_on"])
+    seconds = time.perf_counter() - began
+    marked: dict[str, Any] = _marked(entry["answer"], entry["compiled_on"], seconds)
     return marked
 
 

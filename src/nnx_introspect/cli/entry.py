@@ -9,6 +9,7 @@ from contextlib import contextmanager
 
 from nnx_introspect._targets import TargetError
 from nnx_introspect.cli.args import PROG
+from nnx_introspect.cli.early import check_early
 from nnx_introspect.cli.errors import UsageError, describe
 from nnx_introspect.cli.parser import Handler, build_parser
 from nnx_introspect.cli.quiet import orbax_leftovers_dropped, start_jax_quietly
@@ -77,9 +78,13 @@ def main(argv: list[str] | None = None) -> int:
     Every failure is one line on stderr (``--debug`` adds the traceback).
     Every subcommand runs JAX on the CPU unless ``JAX_PLATFORMS`` is set, so
     no accelerator plugin logs its start-up failures.
-    A subcommand's ``check`` (set with ``parser.set_defaults(check=...)``)
-    runs before JAX is imported: flags that contradict each other fail in a
-    fraction of a second.
+    What the flags alone show is wrong (a TARGET that names nothing, an
+    unknown ``--topology``, a mesh of another size, a ``--batch`` dtype...:
+    :func:`~nnx_introspect.cli.early.check_early`) and a subcommand's
+    ``check`` (set with ``parser.set_defaults(check=...)``) run before JAX is
+    imported: such mistakes fail in a fraction of a second. The flags given
+    are kept as ``args.given_flags``, so an error from a flag left at its
+    default says that it was the default.
     ``KeyboardInterrupt`` (Ctrl-C) stops the command with code 130; any other
     exception or exit, including ``sys.exit()`` called by the user's code, is a
     failure, never a success.
@@ -96,10 +101,13 @@ def main(argv: list[str] | None = None) -> int:
     handler: Handler = args.handler
     debug = bool(getattr(args, "debug", False))
     check = getattr(args, "check", None)
+    given = sys.argv[1:] if argv is None else argv
+    args.given_flags = frozenset(a.split("=")[0] for a in given if a.startswith("--"))
     try:
+        check_early(args)  # what the flags alone show, before JAX starts
         if check is not None:  # the flags against each other, before JAX starts
             check(args)
-    except UsageError as error:
+    except (TargetError, UsageError) as error:
         return _fail(str(error), error, debug, 2)
     try:
         with contextlib.ExitStack() as stack:
@@ -114,4 +122,4 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt as error:
         return _fail("interrupted", error, debug, 130)
     except BaseException as error:  # SystemExit from a library or a model too
-        return _fail(describe(error), error, debug, 1)
+        return _fail(describe(error, args.command), error, debug, 1)

@@ -6,6 +6,7 @@ from typing import Any
 __all__ = [
     "LORA_HELP",
     "MEASURE_HELP",
+    "TOPOLOGY_HELP",
     "add_lora_arg",
     "add_measure_arg",
     "add_option_args",
@@ -138,7 +139,8 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         metavar="K",
         help="accumulate the gradients over K microbatches (a scan) and update "
         "once: each device's microbatch is a slice of its own rows; K must "
-        "divide the batch, and a microbatch's rows the mesh's data axes",
+        "divide the batch, and a microbatch's rows the mesh's data axes "
+        "(default: 1, the whole batch at once)",
     )
     parser.add_argument(
         "--no-cache",
@@ -181,12 +183,22 @@ def _tokens_arg(text: str) -> int:
 
 
 MEASURE_HELP = (
-    "run the compiled {what} on this machine's devices after compiling it: one "
-    "warm-up and N timed runs (default 5), the state fed back; the report shows "
-    "the measured time, tokens/s, the MFU and the allocator's figures beside "
-    "the estimate. The devices must be this machine's (no --topology, or the "
-    "one they are: on one v5e chip, v5e-1)"
+    "run the compiled {what} on this machine's devices: one warm-up and N "
+    "timed runs (default 5), the state fed back; the report shows the measured "
+    "time, tokens/s, the MFU and the allocator's figures beside the estimate. "
+    "The devices must be this machine's (no --topology, or the one they are: "
+    "on one v5e chip, v5e-1); a warning comes first when the compiled program "
+    "needs more memory than they have, and a run that fails exits with 1"
 )
+"""``--measure``'s help; ``{what}`` reads after "the compiled": ``step``,
+``prefill and decode``, ``program of each phase``."""
+
+TOPOLOGY_HELP = (
+    "compile for this accelerator slice with its compiler, no device needed: a "
+    'TPU slice (v5e-8, v6e-256, v5p-8 = 4 chips; pip install "nnx-introspect[tpu]") '
+    'or NVIDIA GPUs (h100-8, a100-64; pip install "nnx-introspect[gpu]")'
+)
+"""``--topology``'s help where a command says no more: the names and the extras."""
 
 
 def measure_arg(text: str) -> int:

@@ -1,6 +1,10 @@
 """Progress on stderr: a spinner line while a compile, a search or a comparison runs.
 
-:func:`live_status` draws one line (only on a terminal) and clears it at the end;
+:func:`live_status` draws one line on a terminal and clears it at the end; into
+a file or a pipe it writes plain lines instead, once the work has run longer
+than :data:`QUIET_SECONDS` (a quick run writes nothing), then at each step of
+a search and at least every :data:`EVERY_SECONDS`, and a last line with the
+time it took;
 :class:`SearchLine` (``step --max-batch``) and :class:`CompareLine` (``step``
 with several ``--mesh``) are the lines, their text recomputed at each redraw
 with the time elapsed (:func:`_duration`) and, for a comparison, the meshes
@@ -9,7 +13,9 @@ drawn.
 """
 
 import heapq
+import os
 import sys
+import threading
 import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -17,6 +23,15 @@ from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from nnx_introspect._search import MeshCandidate
+
+QUIET_SECONDS = 15.0
+"""Into a file or a pipe: a run shorter than this writes no progress at all."""
+
+EVERY_SECONDS = 30.0
+"""Into a file or a pipe: after the quiet time, a line at least this often."""
+
+PROGRESS_ENV = "NNX_INTROSPECT_PROGRESS"
+"""``off`` (or ``0``, ``false``, ``no``): no progress lines into a file or a pipe."""
 
 
 def _duration(seconds: float) -> str:
@@ -235,23 +250,35 @@ class CompareLine:
 
 @contextmanager
 def live_status(
-    renderable: Any, console: Any = None, redraw_every: float = 0.25
+    renderable: Any,
+    console: Any = None,
+    redraw_every: float = 0.25,
+    *,
+    stream: Any = None,
+    quiet_seconds: float = QUIET_SECONDS,
+    every: float = EVERY_SECONDS,
 ) -> Iterator[Callable[[], None]]:
     """A spinner and ``renderable`` on one line of stderr while the body runs.
 
-    Only when stderr is a terminal (or on the rich ``console`` given): into a
-    file or a pipe, a successful run writes nothing on stderr. The line is
-    redrawn every ``redraw_every`` seconds (a clock in it moves) and cleared at
-    the end. Yields a function that redraws it at once (a no-op off a
-    terminal).
+    On a terminal (or on the rich ``console`` given) the line is redrawn every
+    ``redraw_every`` seconds (a clock in it moves) and cleared at the end.
+    Into a file or a pipe (``stream``, default stderr), plain lines
+    (:func:`plain_lines`); into a stream that is neither (a ``StringIO``,
+    pytest's capture) nothing. Yields a function that redraws the line at once
+    (for a search: a step done).
     """
     if console is None:
-        if not sys.stderr.isatty():
-            yield lambda: None
+        out = sys.stderr if stream is None else stream
+        if not out.isatty():
+            if not _a_file(out) or _progress_off():
+                yield lambda: None
+                return
+            with plain_lines(renderable, out, quiet_seconds, every) as redraw:
+                yield redraw
             return
         from rich.console import Console
 
-        console = Console(file=sys.stderr, force_terminal=True)
+        console = Console(file=out, force_terminal=True)
     from rich.live import Live
     from rich.spinner import Spinner
 
@@ -260,3 +287,80 @@ def live_status(
         line, console=console, refresh_per_second=1 / redraw_every, transient=True
     ) as live:
         yield live.refresh
+
+
+def _a_file(stream: Any) -> bool:
+    """Whether ``stream`` writes to a file or a pipe (it has a file descriptor)."""
+    try:
+        stream.fileno()
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation too
+        return False
+    return True
+
+
+def _progress_off() -> bool:
+    setting = os.environ.get(PROGRESS_ENV, "").strip().lower()
+    return setting in ("off", "0", "false", "no")
+
+
+@contextmanager
+def plain_lines(
+    renderable: Any,
+    stream: Any,
+    quiet_seconds: float = QUIET_SECONDS,
+    every: float = EVERY_SECONDS,
+    clock: Callable[[], float] = time.monotonic,
+) -> Iterator[Callable[[], None]]:
+    """Progress as plain lines on ``stream`` (a file or a pipe), never redrawn.
+
+    Nothing for the first ``quiet_seconds``; then the line's text (its
+    ``text()``, prefixed with the program's name), again at each redraw the
+    body asks for (a search's step, at most one a second) and at least every
+    ``every`` seconds; when the body ends, a last line with the time taken,
+    if any line was written.
+    """
+    from nnx_introspect.cli.args import PROG
+
+    began = clock()
+    lock = threading.Lock()
+    state: dict[str, Any] = {"last": None, "at": began}
+    stop = threading.Event()
+
+    def text() -> str:
+        shown = renderable.text() if hasattr(renderable, "text") else str(renderable)
+        return " ".join(str(shown).split())
+
+    def write(line: str) -> None:
+        with lock:
+            try:
+                stream.write(f"{PROG}: {line}\n")
+                stream.flush()
+            except (OSError, ValueError):  # a closed pipe: no progress
+                stop.set()
+                return
+            state["last"], state["at"] = line, clock()
+
+    def redraw() -> None:
+        now = clock()
+        if now - began < quiet_seconds or now - state["at"] < 1.0:
+            return
+        line = text()
+        if line != state["last"]:
+            write(line)
+
+    def beat() -> None:
+        wait = quiet_seconds
+        while not stop.wait(max(wait, 0.05)):
+            write(text())
+            wait = every
+
+    thread = threading.Thread(target=beat, name="nnx-introspect progress", daemon=True)
+    thread.start()
+    try:
+        yield redraw
+    finally:
+        stop.set()
+        thread.join()
+    if state["last"] is not None:
+        message = getattr(renderable, "message", None) or text()
+        write(f"{message} done ({_duration(clock() - began)})")

@@ -2,20 +2,31 @@
 
 import argparse
 import contextlib
+import math
 import os
 import sys
 from collections.abc import Iterator
 from typing import Any
 
+from nnx_introspect._targets import DEFAULT_TARGET
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.errors import UsageError, usage_error
-from nnx_introspect.cli.options import add_measure_arg
+from nnx_introspect.cli.measuring import (
+    measurable,
+    measure_failed,
+    warn_if_too_big,
+)
+from nnx_introspect.cli.options import TOPOLOGY_HELP, add_measure_arg
 from nnx_introspect.cli.output import emit
-from nnx_introspect.cli.plan_args import mesh_axes
+from nnx_introspect.cli.plan_args import bytes_arg, mesh_axes
 from nnx_introspect.cli.progress import ClockLine, live_status
 
-SERVE_TARGET = "nnx_introspect.examples:llama_7b_sharded"
-"""``serve``'s default TARGET: the 7B example whose weights ``tp`` splits."""
+SERVE_TARGET = DEFAULT_TARGET
+"""``serve``'s default TARGET, every command's: the 7B example whose weights
+``tp`` splits (kept under this name for the modules that import it)."""
+
+MESH_DEFAULT = "tp=8"
+"""``serve``'s ``--mesh`` when none is given."""
 
 
 def _positive(text: str) -> int:
@@ -68,7 +79,7 @@ def add_serve_parser(subparsers: Any) -> None:
         "fits. Exits with 1 when a program does not fit, 2 on bad input.",
     )
     # the 7B example with its sharding annotations: tp splits its weights
-    add_target_args(parser, seed=False, default=SERVE_TARGET)
+    add_target_args(parser, seed=False)
     parser.add_argument(
         "--mesh",
         action="append",
@@ -99,17 +110,20 @@ def add_serve_parser(subparsers: Any) -> None:
     most.add_argument(
         "--max-sequences",
         action="store_true",
-        help="find the most sequences that fit at --context instead: prefill "
-        "and decode compiled at each value tried, with --prompt and "
-        "--prefill-sequences as given",
+        help="find the most sequences that fit at --context instead (not with "
+        "--sequences, which it searches): prefill and decode compiled at each "
+        "value tried, with --prompt and --prefill-sequences as given",
     )
     most.add_argument(
         "--max-context",
         action="store_true",
-        help="find the longest context that fits for --sequences instead, the same way",
+        help="find the longest context that fits for --sequences instead (not "
+        "with --context, which it searches), the same way",
     )
     add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_serve, check=check_serve)
+    parser.set_defaults(
+        handler=_run_serve, check=check_serve, mesh_default=MESH_DEFAULT
+    )
 
 
 def _add_size_args(parser: argparse.ArgumentParser) -> None:
@@ -153,10 +167,11 @@ def _add_target_and_dtype_args(parser: argparse.ArgumentParser) -> None:
         "--topology",
         default=None,
         metavar="NAME",
-        help="compile for this target with no device present: h100-8, v5e-8...",
+        help=f"{TOPOLOGY_HELP}; the default budget is the memory a run gets there",
     )
     parser.add_argument(
         "--max-device-bytes",
+        type=bytes_arg,
         default=None,
         metavar="SIZE",
         help="a budget per device, with its unit: 70GiB (default: the "
@@ -199,8 +214,18 @@ def check_serve(args: argparse.Namespace) -> None:
         raise UsageError("argument --sequences: required (or --max-sequences)")
     if args.context is None and not args.max_context:
         raise UsageError("argument --context: required (or --max-context)")
+    for flag, value, search in (
+        ("--sequences", args.sequences, args.max_sequences and "--max-sequences"),
+        ("--context", args.context, args.max_context and "--max-context"),
+    ):
+        if value is not None and search:
+            raise UsageError(
+                f"argument {flag}: {search} searches {flag} itself, so {flag} "
+                f"{value} would be ignored; leave {flag} out, or drop {search} "
+                f"for the report at {flag} {value}"
+            )
     prompt, context = args.prompt, args.context
-    meshes = args.mesh or ["tp=8"]
+    meshes = args.mesh or [MESH_DEFAULT]
     _check_auto(args, meshes)
     if _compared(args) and (args.max_sequences or args.max_context or args.breakdown):
         raise UsageError(
@@ -299,6 +324,10 @@ def _run_serve(args: argparse.Namespace) -> int:
     if not result.ok:
         sys.stderr.write(f"{PROG}: {result.verdict}.\n")
         return 1
+    if args.measure is not None and measure_failed(
+        [(p.name, p.measured) for p in (result.prefill, result.decode)]
+    ):
+        return 1
     return 0
 
 
@@ -332,7 +361,7 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         serve_memory_report,
     )
 
-    meshes = args.mesh or ["tp=8"]
+    meshes = args.mesh or [MESH_DEFAULT]
     if _compared(args):
         return compare_serving_meshes(
             args.target,
@@ -351,14 +380,16 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         return max_context(
             args.target, mesh, sequences=args.sequences, **sizes, **common
         )
-    return serve_memory_report(
-        args.target,
-        mesh,
-        sequences=args.sequences,
-        context=args.context,
-        prompt=args.prompt,
-        prefill_sequences=args.prefill_sequences,
-        breakdown=args.breakdown,
-        measure=args.measure,
+    one = {
+        "sequences": args.sequences,
+        "context": args.context,
+        **sizes,
+        "breakdown": args.breakdown,
         **common,
-    )
+    }
+    devices = math.prod(size for _, size in mesh_axes(mesh))
+    if args.measure is not None and measurable(devices):  # too big for them?
+        compiled = serve_memory_report(args.target, mesh, **one)
+        peak = max(compiled.prefill.peak_bytes, compiled.decode.peak_bytes)
+        warn_if_too_big(peak, devices, "serving (prefill or decode)")
+    return serve_memory_report(args.target, mesh, measure=args.measure, **one)

@@ -10,6 +10,7 @@ from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_a
 from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
 from nnx_introspect.cli.errors import usage_error
 from nnx_introspect.cli.fit import run_fit
+from nnx_introspect.cli.measuring import measurable, measure_failed, warn_if_too_big
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
 from nnx_introspect.cli.options import add_measure_arg, add_option_args, option_kwargs
 from nnx_introspect.cli.output import emit
@@ -309,9 +310,19 @@ def _compile(
     debug: bool,
     measure: int | None = None,
 ) -> "StepMemoryReport":
-    """One step's report, a spinner on a terminal while it compiles."""
+    """One step's report, a spinner on a terminal while it compiles.
+
+    With ``measure``, the step is compiled first (from the cache, when it was
+    before) and a warning written when its peak is more than the devices
+    hold; then compiled again on them and run.
+    """
     from nnx_introspect._step import step_memory_report
 
+    if measure is not None and measurable(mesh.size):
+        with live_status(ClockLine(message)):
+            compiled = step_memory_report(target, mesh, batch, **common)
+        warn_if_too_big(compiled.peak_bytes, mesh.size, "the step")
+        message = f"Running the step {measure} times on this machine's devices..."
     with live_status(ClockLine(message)):
         return step_memory_report(
             target, mesh, batch, debug=debug, measure=measure, **common
@@ -341,7 +352,7 @@ def _show_step(report: "StepMemoryReport", args: argparse.Namespace) -> int:
         if warning.startswith("No breakdown of the peak"):
             sys.stderr.write(f"{PROG}: warning: {warning}\n")
     emit(report, args.format)
-    if report.ok:  # the report's own verdict: its JSON, markdown and HTML say so
-        return 0
-    sys.stderr.write(f"{PROG}: {report.verdict}.\n")
-    return 1
+    if not report.ok:  # the report's own verdict: its JSON, markdown and HTML say so
+        sys.stderr.write(f"{PROG}: {report.verdict}.\n")
+        return 1
+    return 1 if measure_failed([("the step", report.measured)]) else 0

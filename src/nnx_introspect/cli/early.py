@@ -1,0 +1,163 @@
+"""Mistakes every command can make, refused before JAX or the model loads.
+
+:func:`check_early` runs in :func:`~nnx_introspect.cli.entry.main` right after
+the arguments are parsed, before a subcommand's own ``check`` and before JAX
+starts: a fraction of a second, where the library would find the same mistake
+only after JAX's start-up and the model's build (3 to 13 seconds). Each is the
+one line the library would give, in the flags' words:
+
+- a TARGET (or ``--model``, ``--loss``, ``--critic``, ``--init-cache``,
+  ``--decode``, ``diff``'s A and B) that is not ``package.module:callable``,
+  whose module is nowhere on the import path, or whose module's source does
+  not define the name (with the closest one:
+  :func:`~nnx_introspect._targets.check_target`);
+- a checkpoint PATH (or ``diff`` operand) that does not exist;
+- a ``--topology`` no family holds, and a ``--mesh`` whose devices are not
+  its devices (:mod:`.topology_names`);
+- a ``--batch`` dtype that is no dtype (:mod:`.dtypes`);
+- a ``--max-device-bytes`` without a unit.
+
+Nothing here imports JAX, NumPy or the user's code.
+"""
+
+import argparse
+import math
+import os
+
+from nnx_introspect._targets import DEFAULT_TARGET, TargetError, check_target
+from nnx_introspect.cli.dtypes import check_dtype
+from nnx_introspect.cli.errors import UsageError, default_words, ordinal
+from nnx_introspect.cli.plan_args import bytes_arg, mesh_axes
+from nnx_introspect.cli.topology_names import topology_devices
+
+__all__ = ["check_early"]
+
+_CALLABLE_FLAGS = (
+    ("loss", "--loss"),
+    ("critic", "--critic"),
+    ("init_cache", "--init-cache"),
+    ("decode", "--decode"),
+)
+"""Flags that name a ``package.module:function`` of the user's."""
+
+_MESH_DEFAULT = "tp=8"
+"""``serve``'s and ``rl``'s ``--mesh`` when none is given."""
+
+
+def check_early(args: argparse.Namespace) -> None:
+    """Refuse what the flags alone show is wrong; see the module's docstring.
+
+    Raises:
+        TargetError: A TARGET, ``diff`` operand or checkpoint PATH that names
+            nothing (exit 2, as when the library finds it).
+        UsageError: Naming the flag: a callable flag that names nothing, a
+            ``--topology`` no family holds, a mesh of another size than the
+            topology, a ``--batch`` dtype or a ``--max-device-bytes`` without
+            its unit.
+    """
+    command = getattr(args, "command", None)
+    if command in ("summary", "mesh", "step", "serve", "rl"):
+        check_target(args.target)
+    if command == "checkpoint":
+        _check_checkpoint(args.path, "PATH")
+        if args.model is not None:
+            check_target(args.model, "--model")
+    if command == "diff":
+        for operand, what in ((args.a, "A"), (args.b, "B")):
+            _check_operand(operand, what)
+    for dest, flag in _CALLABLE_FLAGS:
+        value = getattr(args, dest, None)
+        if isinstance(value, str) and ":" in value:
+            try:
+                check_target(value, flag)
+            except TargetError as error:
+                raise UsageError(f"argument {flag}: {error}") from None
+    batch = getattr(args, "batch", None) if command == "step" else None
+    for name, _ in batch or ():
+        try:
+            check_dtype(name)
+        except ValueError as error:
+            raise UsageError(f"argument --batch: {error}") from None
+    budget = getattr(args, "max_device_bytes", None)
+    if isinstance(budget, str):  # a flag read as text (rl's): its unit
+        try:
+            bytes_arg(budget)
+        except argparse.ArgumentTypeError as error:
+            raise UsageError(f"argument --max-device-bytes: {error}") from None
+    topology = getattr(args, "topology", None)
+    if isinstance(topology, str):
+        try:
+            devices = topology_devices(topology)
+        except ValueError as error:
+            raise UsageError(f"argument --topology: {error}") from None
+        _check_mesh_devices(args, command, topology, devices)
+
+
+def _check_checkpoint(path: str, what: str) -> None:
+    """A checkpoint directory that is not there (its contents are the library's)."""
+    if not os.path.exists(os.path.expanduser(path)):
+        raise TargetError(
+            f"{what} {path!r} does not exist. Pass the directory an orbax "
+            "checkpointer saved to (the one holding a _METADATA file)."
+        )
+
+
+def _check_operand(operand: str, what: str) -> None:
+    """``diff``'s A or B: an existing checkpoint directory, or a target."""
+    if os.path.exists(os.path.expanduser(operand)):
+        return
+    if ":" not in operand:
+        raise TargetError(
+            f"{operand!r} is neither an existing checkpoint directory nor a target "
+            f"like 'package.module:callable' (for example {DEFAULT_TARGET})."
+        )
+    check_target(operand, what)
+
+
+def _meshes(args: argparse.Namespace, command: str | None) -> list[str]:
+    """The meshes the command compiles on the whole topology (not ``auto``)."""
+    given = getattr(args, "mesh", None)
+    if command == "serve" and given is None:
+        given = [_MESH_DEFAULT]
+    if command == "rl" and getattr(args, "role_mesh", None):
+        return []  # slices of the topology: the library checks their sum
+    if isinstance(given, str):
+        given = [given]
+    return [m for m in given or () if m.strip().lower() != "auto"]
+
+
+def _check_mesh_devices(
+    args: argparse.Namespace, command: str | None, topology: str, devices: int
+) -> None:
+    """A mesh whose devices are not the topology's: refused, naming both.
+
+    One mesh, as the compile would refuse it (naming ``--topology``); several
+    (``step`` comparing them), each that differs, as the comparison would
+    (naming ``--mesh``).
+    """
+    if command not in ("step", "serve", "rl"):
+        return
+    meshes = _meshes(args, command)
+    counts = [math.prod(size for _, size in mesh_axes(m)) for m in meshes]
+    if len(meshes) > 1:
+        wrong = [
+            f"the {ordinal(i + 1)} --mesh ({m.strip()}) has {n} devices, but "
+            f"--topology {topology} has {devices}"
+            for i, (m, n) in enumerate(zip(meshes, counts, strict=True))
+            if n != devices
+        ]
+        if wrong:
+            raise UsageError(
+                f"argument --mesh: {'; '.join(wrong)}. Give each candidate once, "
+                f"with the same device count as --topology {topology}."
+            )
+        return
+    unit = "chip(s) (one JAX device each)" if topology[:1] == "v" else "GPU(s)"
+    for text, n in zip(meshes, counts, strict=True):
+        if n != devices:
+            raise UsageError(
+                f"argument --topology: --topology {topology} has {devices} {unit} "
+                f"but --mesh {text.strip()} has {n} devices. Make the mesh's axis "
+                "sizes multiply to the device count, or pick another topology"
+                f"{default_words(args, '--mesh').rstrip()}."
+            )
