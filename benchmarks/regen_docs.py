@@ -45,24 +45,26 @@ The keys (a line that starts with a space continues the key above it):
     the command measures on: run on that machine only).
 ``stream``
     ``stdout`` (the default) or ``stderr``.
-``after``, ``from``, ``to``, ``keep``, ``head``
+``after``, ``from``, ``to``, ``keep``, ``spans``, ``head``
     Which lines of the output the block quotes, applied in this order: the
     lines after the first one matching the regular expression ``after``; from
     the first line matching ``from`` to the first one matching ``to`` (both
-    kept); then only the lines matching ``keep`` (with ``gaps: ...``, a
-    ``...`` line where lines were left out); then the first ``head`` lines.
-``width``
-    The terminal width the command's rich output is laid out for (``COLUMNS``;
-    120 by default).
+    kept); then only the lines matching ``keep``, or the ``spans``
+    (``START .. END ;; START .. END``: each from the next line matching START
+    to the first matching END, a sentence that rich wrapped over several
+    lines kept whole; ``START`` alone is one line), with ``gaps: ...`` a
+    ``...`` line where lines were left out; then the first ``head`` lines.
 ``exit``
     The exit code the command must give (``0`` by default).
 ``mask``
     A regular expression whose matches do not count in the comparison (a
     measurement on a chip, which moves from run to run).
 
-Every command runs in a fresh process at the repository's root, with the
-compile cache off (``NNX_INTROSPECT_CACHE=off``: a report compiled now, never
-one read back) and without the test run's ``XLA_FLAGS`` and
+Every command runs in a fresh process at the repository's root, its output
+into pipes (as ``nnx-introspect ... > file`` writes it: rich tables 120
+columns wide, and plain progress lines on stderr, which are never quoted),
+with the compile cache off (``NNX_INTROSPECT_CACHE=off``: a report compiled
+now, never one read back) and without the test run's ``XLA_FLAGS`` and
 ``JAX_PLATFORMS``, as a user's shell runs it. Two blocks naming the same
 command share one run.
 
@@ -128,16 +130,18 @@ KEYS = frozenset(
         "from",
         "to",
         "keep",
+        "spans",
         "gaps",
         "head",
-        "width",
         "exit",
         "echo-exit",
         "mask",
     }
 )
 COSTS = ("cheap", "slow", "chip")
-DEFAULT_WIDTH = 120
+WIDTH = 120
+"""The terminal width a command sees (``COLUMNS``); the command line lays its
+tables out at 120 columns anyway when its output is not a terminal."""
 TIMEOUT_S = 3600
 
 VOLATILE = (
@@ -297,12 +301,17 @@ def _check_keys(keys: dict[str, str], where: str) -> None:
         raise MarkerError(f"{where}: 'cost' must be one of {COSTS}")
     if keys.get("stream", "stdout") not in ("stdout", "stderr"):
         raise MarkerError(f"{where}: 'stream' must be stdout or stderr")
-    for key in ("head", "width", "exit"):
+    for key in ("head", "exit"):
         if key in keys and not keys[key].isdigit():
             raise MarkerError(f"{where}: {key!r} must be a whole number")
     for key in ("after", "from", "to", "keep", "mask"):
         if key in keys:
             re.compile(keys[key])
+    if "keep" in keys and "spans" in keys:
+        raise MarkerError(f"{where}: give one of 'keep' and 'spans'")
+    for span in _spans(keys.get("spans", "")):
+        for pattern in span:
+            re.compile(pattern)
     if "command" in keys:
         words = shlex.split(keys["command"])
         while words and re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
@@ -324,7 +333,7 @@ def collect(paths: Iterable[Path] | None = None) -> list[Block]:
 def run_of(block: Block) -> Run:
     """What ``block``'s marker asks to run."""
     keys = block.keys
-    env: list[tuple[str, str]] = [("COLUMNS", keys.get("width", str(DEFAULT_WIDTH)))]
+    env: list[tuple[str, str]] = [("COLUMNS", str(WIDTH))]
     if "command" in keys:
         words = shlex.split(keys["command"])
         while re.fullmatch(r"[A-Z_][A-Z0-9_]*=.*", words[0]):
@@ -420,11 +429,20 @@ def describe(run: Run) -> str:
 # --- Quoting ------------------------------------------------------------------
 
 
+PROGRESS = re.compile(
+    r"^nnx-introspect: .*\.\.\.(?: done)? \((?:\d+h )?(?:\d+m )?\d+s\)$"
+)
+"""The progress lines the command line writes to a stderr that is not a
+terminal ("...: Compiling the step of ... (1m 15s)"): never quoted."""
+
+
 def select(block: Block, result: Result) -> list[str]:
     """The output lines ``block`` quotes, before they are formatted."""
     keys = block.keys
     text = result.stderr if keys.get("stream") == "stderr" else result.stdout
     lines = [line.rstrip() for line in text.splitlines()]
+    if keys.get("stream") == "stderr":
+        lines = [line for line in lines if not PROGRESS.match(line)]
     if "after" in keys:
         at = _first(lines, keys["after"])
         lines = [] if at is None else lines[at + 1 :]
@@ -444,6 +462,8 @@ def select(block: Block, result: Result) -> list[str]:
                 kept.append(line)
                 last = i
         lines = kept
+    if "spans" in keys:
+        lines = _spanned(lines, _spans(keys["spans"]), keys.get("gaps"))
     if "head" in keys:
         lines = lines[: int(keys["head"])]
     while lines and not lines[0]:
@@ -451,6 +471,36 @@ def select(block: Block, result: Result) -> list[str]:
     while lines and not lines[-1]:
         lines.pop()
     return lines
+
+
+def _spans(text: str) -> list[tuple[str, str]]:
+    """``"A .. B ;; C"`` as ``[("A", "B"), ("C", "C")]``."""
+    out = []
+    for span in text.split(";;"):
+        if span.strip():
+            start, _, end = span.strip().partition(" .. ")
+            out.append((start.strip(), end.strip() or start.strip()))
+    return out
+
+
+def _spanned(
+    lines: Sequence[str], spans: Sequence[tuple[str, str]], gaps: str | None
+) -> list[str]:
+    """The ``spans`` of ``lines``, in order, with ``gaps`` where lines are left out."""
+    kept: list[str] = []
+    last = -1
+    for start, end in spans:
+        i = _first(lines[last + 1 :], start)
+        if i is None:
+            continue  # a span the output lacks: the comparison names it
+        i += last + 1
+        j = _first(lines[i:], end)
+        j = i if j is None else i + j
+        if gaps is not None and kept and i > last + 1:
+            kept.append(gaps)
+        kept += lines[i : j + 1]
+        last = j
+    return kept
 
 
 def _first(lines: Sequence[str], pattern: str) -> int | None:

@@ -226,3 +226,34 @@ def test_a_page_edited_while_the_commands_ran_keeps_its_edits(tmp_path: Path) ->
     assert text.startswith("A new first paragraph.")
     assert text.count("> | peak | 47.28 GiB |") == 1  # the first block untouched
     assert text.index("47.28 GiB") < text.index("> | peak | 50 GiB |")
+
+
+def test_spans_keep_wrapped_sentences_whole_and_progress_is_never_quoted(
+    tmp_path: Path,
+) -> None:
+    text = (
+        "<!-- output\ncommand: nnx-introspect step t:f\n"
+        "spans: ^Fits in .. HBM3\\)$ ;; ^Loss: .. \\.$\ngaps: ...\n-->\n\n"
+        "```text\nold\n```\n\n<!-- /output -->\n"
+    )
+    (block,) = regen.parse_blocks(tmp_path / "page.md", text)
+    out = "Fits in 1 GiB (a\nwrapped) on H100 HBM3)\n| table |\nLoss: lm, a\nwrapped one.\nMore.\n"
+    assert regen.select(block, _fake(out, 0)) == [
+        "Fits in 1 GiB (a",
+        "wrapped) on H100 HBM3)",
+        "...",
+        "Loss: lm, a",
+        "wrapped one.",
+    ]
+    (err,) = regen.parse_blocks(
+        tmp_path / "page.md",
+        "<!-- output\ncommand: nnx-introspect step t:f\nstream: stderr\n-->\n\n"
+        "```text\nold\n```\n\n<!-- /output -->\n",
+    )
+    progress = (
+        "nnx-introspect: Compiling the step of t:f with XLA for h100-8... (1m 15s)\n"
+        "nnx-introspect: Compiling the step of t:f with XLA for h100-8... done (2m 22s)\n"
+        "nnx-introspect: Does not fit: needs 2 GiB.\n"
+    )
+    result = regen.Result(stdout="", stderr=progress, code=1, seconds=1.0)
+    assert regen.select(err, result) == ["nnx-introspect: Does not fit: needs 2 GiB."]
