@@ -22,7 +22,8 @@ def small(rngs: Any) -> Any:
 
 @pytest.fixture(scope="module")
 def found() -> RLBatchSearch:
-    return rl_max_batch(SMALL, "data=2", max_device_bytes=BUDGET, **SIZES)
+    # one probe past the edge (each compile is a whole GRPO step)
+    return rl_max_batch(SMALL, "data=2", max_device_bytes=BUDGET, probes=1, **SIZES)
 
 
 def test_the_answer_fits_and_one_step_more_does_not(found: RLBatchSearch) -> None:
@@ -43,6 +44,10 @@ def test_the_answer_fits_and_one_step_more_does_not(found: RLBatchSearch) -> Non
     points = {b: (peak, fits) for b, peak, _, fits in found.points}
     assert points[found.batch] == (at.peak_bytes, True)
     assert points[found.batch + 1] == (above.peak_bytes, False)
+    # `most` is the answer, `batch` its older name; one probe past the edge
+    assert found.most == found.batch and found.edge_size == found.batch + 1
+    assert len(found.probed) == 1 and found.also_fits == ()
+    assert found.tried[-1].probe and not found.tried[-1].fits
 
 
 def test_the_report_says_the_answer_and_the_edge(found: RLBatchSearch) -> None:

@@ -31,8 +31,10 @@ def test_the_answer_fits_and_one_more_does_not(found: ServeSearch) -> None:
     assert fit[found.value][1] and fit[found.value][0] <= budget
     assert not fit[found.value + 1][1] and fit[found.value + 1][0] > budget
     # the prompt is the whole context (the report's default): the prefill sets
-    # the peak, growing with the context's square; a handful of compiles
-    assert found.compiles <= 10
+    # the peak, growing with the context's square; a handful of compiles, and
+    # three past the edge (none fits)
+    assert found.compiles <= 10 + 3 and len(found.probed) == 3
+    assert found.also_fits == () and found.jumps == ()
     assert set(found.limits) <= {"prefill", "decode"} and len(found.limits) == len(
         found.points
     )
@@ -51,7 +53,12 @@ def test_the_answer_by_a_report_of_its_own(found: ServeSearch) -> None:
         )
 
     # the search's answer is the report's: it fits, one position more does not
-    assert report(found.value).fits() is True
+    at = report(found.value)
+    assert at.fits() is True
+    # its prefill as the report's default makes it (none was given)
+    index = [t for _, t, _, _ in found.points].index(found.value)
+    assert not found.prefill_given
+    assert found.prefills[index] == (at.prefill.sequences, at.prefill.tokens)
     over = report(found.value + 1)
     assert over.fits() is False
     assert over.peak_bytes > (found.budget.bytes or 0)

@@ -6,7 +6,10 @@ value tried being :func:`~nnx_introspect.rl_memory_report`'s whole step at it
 multiples of the smallest batch whose ``batch x generations`` sequences split
 evenly over the mesh's data-parallel axes; the search doubles, then bisects
 (:func:`~nnx_introspect._search.sizes.bisect_sizes`, the batch search's), until a
-compiled value that fits and the next one, compiled, that does not.
+compiled value that fits and the next one, compiled, that does not. The peak is
+not monotone in the batch (XLA compiles a different program at a different
+size), so a few batches past that edge are compiled too, and any that fits is
+named (:mod:`nnx_introspect._size_search`).
 """
 
 import dataclasses
@@ -19,6 +22,19 @@ from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
 from nnx_introspect._search import MAX_COMPILES, bisect_sizes
 from nnx_introspect._serve import TENSOR_PARALLEL_AXES
+from nnx_introspect._size_search import (
+    PROBES,
+    Jump,
+    PeakAt,
+    SearchPoint,
+    SizeSearch,
+    edge_of,
+    explain_jumps,
+    find_jumps,
+    jump_notes,
+    peak_at,
+    probe_sizes,
+)
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
 __all__ = ["RLBatchSearch", "rl_max_batch"]
@@ -28,7 +44,7 @@ _LARGEST = 1 << 20
 
 
 @dataclasses.dataclass(frozen=True)
-class RLBatchSearch(Report):
+class RLBatchSearch(Report, SizeSearch):
     """The most prompts per GRPO step that fit, with the compiled edge.
 
     Attributes:
@@ -40,13 +56,24 @@ class RLBatchSearch(Report):
         completion: Tokens of each completion.
         unit: The batch step: the smallest batch whose sequences split over
             the mesh's data-parallel axes; every value tried is a multiple.
-        batch: The answer: the largest batch tried that fits (0: none does).
+        most: The answer: the largest batch tried below the smallest that does
+            not fit, so every batch tried up to it fits (0: none does). The
+            same name and meaning in every search (``BatchSearch.most``,
+            ``ServeSearch.most``); ``batch`` is its older name.
         points: ``(batch, peak bytes, the phase that sets it, fits)`` of every
-            value compiled, by batch.
+            value compiled, by batch (``tried`` holds the same compiles as
+            :class:`SearchPoint` records, the form every search shares).
         budget: The budget of one device.
-        answer: The report at :attr:`batch` (``None`` when none fits).
-        edge: The report one step above (``None`` when the search stopped at
-            its largest batch).
+        answer: The report at :attr:`most` (``None`` when none fits).
+        edge: The report at the edge, the smallest batch tried above the
+            answer that does not fit (``None`` when the search stopped at its
+            largest batch).
+        tried: Every compile as a :class:`SearchPoint`, by batch: the phase
+            whose peak it is, that program's temporaries, whether it was a
+            probe past the edge.
+        jumps: Every batch tried whose peak is below a smaller batch's
+            (:class:`Jump`); the first that crosses the budget names the
+            instruction at each peak.
 
     Example:
         >>> from nnx_introspect._accelerators.budget import Budget
@@ -57,6 +84,8 @@ class RLBatchSearch(Report):
         (True, 'Most prompts per step that fit: 3 (x 4 generations = 12 \
 completions): peak 90 B per device of a 100 B budget, set by train; 4 does not \
 fit (120 B, set by train)')
+        >>> found.batch == found.most, found.edge_size, found.also_fits
+        (True, 4, ())
     """
 
     SCHEMA = "nnx-introspect/rl-batch-search"
@@ -69,16 +98,29 @@ fit (120 B, set by train)')
     prompt: int
     completion: int
     unit: int
-    batch: int
+    most: int
     points: tuple[tuple[int, int, str, bool], ...]
     budget: Budget
     answer: RLMemoryReport | None = dataclasses.field(default=None, compare=False)
     edge: RLMemoryReport | None = dataclasses.field(default=None, compare=False)
+    tried: tuple[SearchPoint, ...] = ()
+    jumps: tuple[Jump, ...] = ()
+
+    def __post_init__(self) -> None:
+        """A search built from ``points`` alone gets its ``tried`` from them."""
+        if not self.tried and self.points:
+            tried = tuple(SearchPoint(b, p, f, ph) for b, p, ph, f in self.points)
+            object.__setattr__(self, "tried", tried)
+
+    @property
+    def batch(self) -> int:
+        """The answer, :attr:`most`, by its older name (0: none fits)."""
+        return self.most
 
     @property
     def ok(self) -> bool:
         """Whether any batch fits."""
-        return self.batch > 0
+        return self.most > 0
 
     @property
     def compiles(self) -> int:
@@ -87,35 +129,41 @@ fit (120 B, set by train)')
 
     @property
     def verdict(self) -> str:
-        """The answer in one line, with the edge."""
+        """The answer in one line, with the edge and any batch above that fits."""
         budget = format_bytes(self.budget.bytes or 0)
-        by = {b: (peak, phase, fits) for b, peak, phase, fits in self.points}
-        above = min((b for b in by if b > self.batch and not by[b][2]), default=None)
+        by = {p.size: p for p in self.tried}
+        above, also = self.edge_size, self.also_fits
         edge = ""
         if above is not None:
-            peak, phase, _ = by[above]
-            edge = f"; {above} does not fit ({format_bytes(peak)}, set by {phase})"
+            peak, phase = format_bytes(by[above].peak_bytes), by[above].program
+            edge = f"; {above} does not fit ({peak}, set by {phase})"
+        if also:
+            edge += f"; {_named(also)} {'fit' if len(also) > 1 else 'fits'}, above it"
+            edge += ": the peak is not monotone in the batch"
         if not self.ok:
             return (
                 f"No batch fits: even {self.unit} prompts x {self.generations} "
                 f"generations exceed the {budget} budget per device{edge}"
             )
-        peak, phase, _ = by[self.batch]
+        point = by[self.most]
+        head = f"Most prompts per step that fit: {self.most}"
+        if also:
+            head = f"Every batch tried up to {self.most} prompts per step fits"
         return (
-            f"Most prompts per step that fit: {self.batch} (x {self.generations} "
-            f"generations = {self.batch * self.generations} completions): peak "
-            f"{format_bytes(peak)} per device of a {budget} budget, set by "
-            f"{phase}{edge}"
+            f"{head} (x {self.generations} generations = "
+            f"{self.most * self.generations} completions): peak "
+            f"{format_bytes(point.peak_bytes)} per device of a {budget} budget, set "
+            f"by {point.program}{edge}"
         )
 
     def _gap(self) -> tuple[str, ...]:
         """Why the edge is more than one step above the answer, if it is."""
-        above = [b for b, _, _, fits in self.points if b > self.batch and not fits]
-        if not above or min(above) - self.batch <= self.unit:
+        above = self.edge_size
+        if above is None or above - self.most <= self.unit:
             return ()
         return (
             f"The search stopped after {MAX_COMPILES} compiles: the batches "
-            f"between {self.batch} and {min(above)} were not compiled.",
+            f"between {self.most} and {above} were not compiled.",
         )
 
     def table(self) -> Table:
@@ -123,13 +171,14 @@ fit (120 B, set by train)')
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
         rows = tuple(
             (
-                str(b),
-                str(b * self.generations),
-                format_bytes(peak),
-                phase,
-                "fits" if fits else "does NOT fit",
+                str(p.size),
+                str(p.size * self.generations),
+                format_bytes(p.peak_bytes),
+                p.program,
+                "fits" if p.fits else "does NOT fit",
+                self.role(p),
             )
-            for b, peak, phase, fits in self.points
+            for p in self.tried
         )
         notes = (
             "Each row is one GRPO step compiled at that batch: every phase's "
@@ -139,6 +188,8 @@ fit (120 B, set by train)')
             "over the mesh's data-parallel axes.",
             *([f"Budget: {self.budget.basis}."] if self.budget.basis else []),
             *self._gap(),
+            *[n for n in [self.above_note("batch", "batches")] if n],
+            *jump_notes(self.jumps, "batch"),
         )
         where = self.topology or "this process's devices"
         return Table(
@@ -147,11 +198,18 @@ fit (120 B, set by train)')
                 f"({where}): {self.generations} generations, prompt "
                 f"{self.prompt}, completion {self.completion}"
             ),
-            columns=("batch", "completions", "peak per device", "set by", ""),
+            columns=(
+                "batch",
+                "completions",
+                "peak per device",
+                "set by",
+                "",
+                "tried as",
+            ),
             rows=rows,
             notes=notes,
             lead=(self.verdict,),
-            emphasis=(str(self.batch),),
+            emphasis=(str(self.most),),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -164,7 +222,7 @@ fit (120 B, set by train)')
             "prompt": self.prompt,
             "completion": self.completion,
             "unit": self.unit,
-            "batch": self.batch,
+            "batch": self.most,
             "ok": self.ok,
             "verdict": self.verdict,
             "budget_bytes": self.budget.bytes,
@@ -175,7 +233,18 @@ fit (120 B, set by train)')
             ],
             "answer": None if self.answer is None else self.answer.json_data(),
             "edge": None if self.edge is None else self.edge.json_data(),
+            "most": self.most,
+            "edge_size": self.edge_size,
+            "also_fits": list(self.also_fits),
+            "tried": [p.json_data() for p in self.tried],
+            "jumps": [j.json_data() for j in self.jumps],
         }
+
+
+def _named(sizes: tuple[int, ...]) -> str:
+    """``"6"``, ``"6 and 8"``, ``"6, 7 and 8"``."""
+    text = [f"{s:,}" for s in sizes]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + f" and {text[-1]}"
 
 
 def _unit(mesh: Any, generations: int) -> int:
@@ -203,6 +272,7 @@ def rl_max_batch(
     generations: Any,
     prompt: Any,
     completion: Any,
+    probes: Any = PROBES,
     **options: Any,
 ) -> RLBatchSearch:
     """The most prompts per GRPO step that fit, and the compiled edge above.
@@ -210,9 +280,18 @@ def rl_max_batch(
     Takes :func:`~nnx_introspect.rl_memory_report`'s keyword arguments but
     ``batch`` (``reference``, ``lora``, ``optimizer``, ``rollout_weights``,
     ``kv_cache``, ``topology``, ``max_device_bytes``, ...); a budget is
-    needed. Every batch tried is that report's whole step; the answer is a
-    compiled batch that fits, and the next batch the mesh can split, compiled
-    too, does not (unless the search reached its largest batch, 2**20).
+    needed. Every batch tried is that report's whole step; the answer is the
+    largest compiled batch below the smallest that does not fit, and that
+    next batch the mesh can split, compiled too, does not (unless the search
+    reached its largest batch, 2**20).
+
+    The peak is not monotone in the batch (XLA compiles a different program
+    at a different size), so ``probes`` batches past the edge are compiled
+    too (about 5%, 10% and 25% above the answer; 0: none), and any that fits
+    is named (``also_fits``, and in the verdict); when even the smallest
+    batch does not fit, none is. For the first one that
+    fits, it and the edge are compiled again with a breakdown, to name the
+    instruction at each phase's peak (``jumps``).
 
     Example:
         >>> from nnx_introspect import rl_max_batch
@@ -220,9 +299,9 @@ def rl_max_batch(
         >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
         ...                           n_heads=2, d_ff=64))
         >>> found = rl_max_batch(small, "data=2", generations=2, prompt=8,
-        ...                      completion=8, max_device_bytes=650_000)
+        ...                      completion=8, max_device_bytes=650_000, probes=0)
         >>> fits = {b: ok for b, _, _, ok in found.points}
-        >>> fits[found.batch], fits[found.batch + found.unit]
+        >>> fits[found.most], fits[found.most + found.unit]
         (True, False)
         >>> found.answer.peak_bytes <= 650_000 < found.edge.peak_bytes
         True
@@ -233,6 +312,7 @@ def rl_max_batch(
             "`batch` is what rl_max_batch searches for; pass the others only.",
         )
     g = _positive(generations, "generations")
+    count = _positive(probes, "probes", minimum=0)
     if options.get("topology") is None and options.get("max_device_bytes") is None:
         raise ArgumentError(
             "max_device_bytes",
@@ -242,9 +322,10 @@ def rl_max_batch(
         )
     unit = _unit(mesh, g)
     reports: dict[int, RLMemoryReport] = {}
+    points: dict[int, SearchPoint] = {}
 
-    def fits(batch: int) -> bool:
-        report = rl_memory_report(
+    def report_at(batch: int, **more: Any) -> RLMemoryReport:
+        return rl_memory_report(
             actor,
             mesh,
             batch=batch,
@@ -252,16 +333,39 @@ def rl_max_batch(
             prompt=prompt,
             completion=completion,
             **options,
+            **more,
         )
-        reports[batch] = report
-        return bool(report.fits())
 
-    good, bad = bisect_sizes(fits, unit, unit, _LARGEST // unit * unit, unit)
+    def fits(batch: int, probe: bool = False) -> bool:
+        report = reports[batch] = report_at(batch)
+        phase = report.peak_phase.name
+        points[batch] = SearchPoint(
+            batch,
+            report.peak_bytes,
+            bool(report.fits()),
+            phase,
+            _temporaries(report, phase),
+            _cached(report),
+            probe,
+        )
+        return points[batch].fits
+
+    highest = _LARGEST // unit * unit
+    good, bad = bisect_sizes(fits, unit, unit, highest, unit)
+    if good is not None and good + unit == bad:  # the edge found
+        for size in probe_sizes(bad, unit, highest, count):
+            if size not in points:
+                fits(size, probe=True)
+    most, edge = edge_of(points.values())
+
+    def explain(batch: int) -> PeakAt | None:
+        if options.get("breakdown"):
+            found = reports[batch].breakdowns
+        else:  # compiled again, each phase's peak broken down
+            found = report_at(batch, breakdown=True).breakdowns
+        return peak_at(found.get(points[batch].program))
+
     first = next(iter(reports.values()))
-    points = tuple(
-        (b, r.peak_bytes, r.peak_phase.name, bool(r.fits()))
-        for b, r in sorted(reports.items())
-    )
     return RLBatchSearch(
         target=first.target,
         mesh_axes=first.mesh_axes,
@@ -270,16 +374,46 @@ def rl_max_batch(
         prompt=first.prompt,
         completion=first.completion,
         unit=unit,
-        batch=good or 0,
-        points=points,
+        most=most,
+        points=tuple(
+            (b, p.peak_bytes, p.program, p.fits) for b, p in sorted(points.items())
+        ),
         budget=first.budget,
-        answer=None if good is None else reports[good],
-        edge=None if bad is None else reports[bad],
+        answer=reports.get(most),
+        edge=None if edge is None else reports[edge],
+        tried=tuple(points[b] for b in sorted(points)),
+        jumps=explain_jumps(
+            find_jumps(points.values()), explain, every=bool(options.get("breakdown"))
+        ),
     )
 
 
-def _positive(value: Any, name: str) -> int:
+def _temporaries(report: RLMemoryReport, phase: str) -> int | None:
+    """The temporaries of ``phase``'s program (XLA's), or ``None`` where not read."""
+    if phase in ("prefill", "decode"):
+        program = getattr(report.programs.get("rollout"), phase, None)
+    else:
+        program = report.programs.get(phase)
+    memory = getattr(program, "memory", None)
+    temp = getattr(memory, "temp_bytes", None)
+    return temp if isinstance(temp, int) else None
+
+
+def _cached(report: RLMemoryReport) -> bool | None:
+    """Whether every phase's program came from the cache (``None``: not known)."""
+    found: list[Any] = []
+    for name, program in report.programs.items():
+        if name == "rollout":
+            found += [getattr(program, p, None) for p in ("prefill", "decode")]
+        else:
+            found.append(getattr(program, "compilation", None))
+    if not found or any(p is None or not hasattr(p, "cached") for p in found):
+        return None
+    return all(p.cached is not None for p in found)
+
+
+def _positive(value: Any, name: str, minimum: int = 1) -> int:
     try:
-        return as_int(value, name, minimum=1)
+        return as_int(value, name, minimum=minimum)
     except TypeError as error:
         raise ArgumentError(name, str(error)) from None

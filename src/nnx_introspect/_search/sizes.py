@@ -12,9 +12,9 @@ from typing import Any
 import jax
 from jax.sharding import PartitionSpec
 
-from nnx_introspect._accelerators import Budget
+from nnx_introspect._accelerators import step_budget, topology_of_devices
 from nnx_introspect._mesh import entry_axes
-from nnx_introspect._render import batch_str
+from nnx_introspect._render import batch_str, format_bytes
 from nnx_introspect._step import StepSpec
 from nnx_introspect._typing import ArgumentError, as_int
 
@@ -25,6 +25,7 @@ __all__ = [
     "largest_by_arguments",
     "leading_size",
     "leaf_with_b",
+    "present_budget",
     "search_budget",
     "with_batch_size",
 ]
@@ -98,16 +99,53 @@ def bisect_sizes(
     return good, bad
 
 
-def search_budget(budget: Budget) -> tuple[int, str]:
-    """``(bytes, basis)``: the budget and how it was found; required here."""
-    if budget.bytes is None or budget.basis is None:
+def search_budget(spec: StepSpec) -> tuple[int, str]:
+    """``(bytes, basis)``: the budget every point is held to, and how it was found.
+
+    The spec's own (``max_device_bytes``, else its ``topology``'s device);
+    with neither, the present devices' when this process's default backend
+    is a TPU or a GPU (:func:`present_budget`); required on a CPU.
+    """
+    budget = spec.budget
+    if budget.bytes is not None and budget.basis is not None:
+        return budget.bytes, budget.basis
+    present = present_budget() if spec.topology is None else None
+    if present is None:
         raise ArgumentError(
             "max_device_bytes",
             "`max_device_bytes` is required: the per-device budget the step must "
             "fit, such as '16GiB' or 17179869184 (a `topology` such as 'v5e-4' "
-            "gives its device's memory instead).",
+            "gives its device's memory instead, and so do this process's devices "
+            f"on a TPU or GPU; they are {jax.default_backend().upper()}s).",
         )
-    return budget.bytes, budget.basis
+    return present
+
+
+def present_budget() -> tuple[int, str] | None:
+    """The budget of this process's devices, on a TPU or GPU backend; else ``None``.
+
+    The figure a named topology of the same devices gives (``"v5e-1"`` for
+    one TPU v5 lite: the HBM XLA:TPU lets a program use; on a GPU, JAX's
+    allocator's share), else the allocator's own limit (``bytes_limit`` of
+    ``memory_stats()``); the basis says they are the present devices'.
+    """
+    backend = jax.default_backend()
+    if backend not in ("tpu", "gpu"):
+        return None
+    devices = jax.devices()
+    kind = devices[0].device_kind
+    name = topology_of_devices(kind, len(devices))
+    here = f"the present devices' ({len(devices)} x {kind})"
+    if name is not None:
+        budget = step_budget(None, name)
+        if budget.bytes is not None and budget.basis is not None:
+            return budget.bytes, f"{here}: {budget.basis}"
+    stats = devices[0].memory_stats() or {}
+    limit = stats.get("bytes_limit")
+    if not limit:
+        return None
+    words = f"the {format_bytes(int(limit))} their allocator lets this process use"
+    return int(limit), f"{here}: {words} (bytes_limit)"
 
 
 def leading_size(leaves: tuple[jax.ShapeDtypeStruct, ...]) -> int:

@@ -10,12 +10,14 @@ points give it. The predicted frontier, where
 the peak meets the budget, is the curve ``sequences x context = (budget - a) /
 b``.
 
-``a`` is fitted where the search settled: the line through the largest compiled
-point that fits and the smallest one above it that does not meets the budget at
-a ``sequences x context`` between theirs, so the curve passes between the two
-(the compiled answer on its fitting side, one step more on the other) whatever
-the compiles further away say. :func:`frontier_svg` draws it: every compiled
-point, the answer ringed, the region under the curve shaded, the budget named.
+``a`` is fitted where the search settled: the line through the smallest compiled
+point that does not fit (the edge) and the largest one below it that fits (the
+answer) meets the budget at a ``sequences x context`` between theirs, so the
+curve passes between the two (the compiled answer on its fitting side, one step
+more on the other) whatever the compiles further away say: a point past the
+edge that fits (the peak is not monotone) leaves the curve where it is.
+:func:`frontier_svg` draws it: every compiled point, the answer ringed, the
+region under the curve shaded, the budget named.
 """
 
 from typing import NamedTuple
@@ -24,7 +26,7 @@ from nnx_introspect._render import format_bytes, svg
 
 __all__ = ["Frontier", "frontier_svg", "predict_frontier"]
 
-SearchPoint = tuple[int, int, int, bool]
+FrontierPoint = tuple[int, int, int, bool]
 """``(sequences, context, peak bytes per device, fits)``: one point compiled.
 
 The peak is the larger of the two programs' (prefill and decode); the point fits
@@ -54,12 +56,13 @@ class Frontier(NamedTuple):
 
 
 def predict_frontier(
-    points: tuple[SearchPoint, ...], budget: int, bytes_per_position: float | None
+    points: tuple[FrontierPoint, ...], budget: int, bytes_per_position: float | None
 ) -> Frontier | None:
     """The frontier the compiled ``points`` predict, or ``None`` when they cannot.
 
-    Between the largest point that fits and the smallest failing one above it:
-    where the line through them meets the budget. With only failing points
+    Between the smallest point that does not fit and the largest one below it
+    that fits (the search's answer and its edge): where the line through them
+    meets the budget. With only failing points
     (nothing fits), from the smallest one along ``bytes_per_position``;
     ``None`` when that leaves no room (the weights alone exceed the budget).
 
@@ -67,11 +70,13 @@ def predict_frontier(
         >>> points = ((1, 100, 300, True), (10, 100, 2100, False))
         >>> predict_frontier(points, 1100, 2.0)
         Frontier(product=500.0, bytes_per_position=2.0, fixed_bytes=100.0)
+        >>> # a larger point that fits past the edge leaves the curve where it is
+        >>> predict_frontier((*points, (14, 100, 1000, True)), 1100, 2.0).product
+        500.0
     """
+    bad = min(((s * t, peak) for s, t, peak, ok in points if not ok), default=None)
     fit = [(s * t, peak) for s, t, peak, ok in points if ok]
-    good = max(fit, default=None)
-    fail = [(s * t, peak) for s, t, peak, ok in points if not ok]
-    bad = min((p for p in fail if good is None or p[0] > good[0]), default=None)
+    good = max((p for p in fit if bad is None or p[0] < bad[0]), default=None)
     b = bytes_per_position
     if good is not None and bad is not None:
         (x1, y1), (x2, y2) = good, bad
@@ -96,7 +101,7 @@ _WIDTH, _LEFT, _RIGHT, _TOP, _PLOT = 720, 80, 30, 48, 300
 
 
 def _ranges(
-    points: tuple[SearchPoint, ...], searched: str, frontier: Frontier | None
+    points: tuple[FrontierPoint, ...], searched: str, frontier: Frontier | None
 ) -> tuple[tuple[float, ...], tuple[float, ...]]:
     """Round ticks of context (x) and sequences (y), from 0.
 
@@ -144,9 +149,9 @@ def _marks(
     frame: svg.Frame,
     x: svg.Scale,
     y: svg.Scale,
-    points: tuple[SearchPoint, ...],
+    points: tuple[FrontierPoint, ...],
     searched: str,
-    answer: SearchPoint | None,
+    answer: FrontierPoint | None,
 ) -> str:
     """Every compile (filled fits, hollow does not), the answer ringed, labelled.
 
@@ -191,7 +196,7 @@ _Entry = tuple[str, float, str]
 
 
 def _legend_lines(
-    budget: int, frontier: Frontier | None, answer: SearchPoint | None
+    budget: int, frontier: Frontier | None, answer: FrontierPoint | None
 ) -> list[list[_Entry]]:
     """Each line of the legend: its ``(mark, x offset, words)`` entries."""
     lines: list[list[_Entry]] = [
@@ -241,7 +246,7 @@ def _legend(top: float, lines: list[list[_Entry]]) -> str:
 
 
 def frontier_svg(
-    points: tuple[SearchPoint, ...],
+    points: tuple[FrontierPoint, ...],
     budget: int,
     searched: str,
     value: int,
