@@ -420,3 +420,22 @@ def test_a_bad_mesh_folds_its_32_layers(
     code, out, _ = run([*args, "--format", "json"], capsys)
     data = json.loads(out)  # the JSON keeps every leaf and every problem
     assert len(data["leaves"]) == 64 and len(data["problems"]) == 32
+
+
+def test_the_readmes_bad_mesh_prints_one_note_per_distinct_problem(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    # The 7B example on fsdp=3,tp=5: per layer, q, k, v, gate and up split
+    # 4096 over fsdp=3 and 4096 or 11008 over tp=5, o and down the same two the
+    # other way round (14 problems); the embedding and lm_head split 4096 over
+    # fsdp=3 (32000 divides by 5): 32 * 14 + 2 = 450 problems, 16 distinct.
+    code, out, err = run(
+        ["mesh", "nnx_introspect.examples:llama_7b_sharded", "--mesh", "fsdp=3,tp=5"],
+        capsys,
+    )
+    assert code == 1 and "mesh plan has 450 problem(s)" in err
+    assert 32 * 14 + 2 == 450
+    notes = [line for line in out.splitlines() if "does not divide over" in line]
+    assert len(notes) == 16
+    assert sum("\u00d732" in note for note in notes) == 14
+    assert len(out.splitlines()) < 100  # one line per leaf and problem: 1,209
