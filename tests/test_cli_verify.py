@@ -111,7 +111,7 @@ def test_checkpoint_report_and_check(
         (["checkpoint", "nowhere"], "'nowhere' does not exist"),
         (["diff", "nowhere", TWO_LAYER], "'nowhere' is neither an existing checkpoint"),
         (["diff", TWO_LAYER, "no_such_module_xyz:f"], "cannot import module"),
-        (["checkpoint", ".", "--verify"], "no `_METADATA` file"),
+        (["checkpoint", ".", "--verify"], "no _METADATA file"),
     ],
 )
 def test_usage_errors_exit_2(

@@ -17,14 +17,19 @@ if TYPE_CHECKING:
     from nnx_introspect._compare import StateDiff
 
 
-def checkpoint_path(text: str) -> str:
-    """``text`` if it is an orbax checkpoint directory, else a TargetError."""
+def checkpoint_path(text: str, what: str = "PATH") -> str:
+    """``text`` if it is an orbax checkpoint directory, else a TargetError.
+
+    The library's message names its argument ```path```; here it is ``what``,
+    the operand as ``--help`` names it (``PATH``, or ``diff``'s ``A``, ``B``).
+    """
     from nnx_introspect._checkpoint import resolve_checkpoint
 
     try:
         resolve_checkpoint(text)
     except (OSError, ValueError) as error:
-        raise TargetError(" ".join(str(error).split())) from error
+        words = " ".join(str(error).split()).replace("`path`", what)
+        raise TargetError(words.replace("`_METADATA`", "_METADATA")) from error
     return text
 
 
@@ -86,7 +91,7 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
     if args.model is None:
         if args.verify:
             raise UsageError("--verify needs --model TARGET")
-        emit(checkpoint_report(path), args.format)
+        emit(checkpoint_report(path), args.format, "checkpoint")
         return 0
     diff = model_against_checkpoint(
         path,
@@ -96,5 +101,5 @@ def _run_checkpoint(args: argparse.Namespace) -> int:
         rtol=args.rtol,
         atol=args.atol,
     )
-    emit(diff, args.format)
+    emit(diff, args.format, "checkpoint")
     return verdict_code(diff)

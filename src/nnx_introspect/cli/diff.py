@@ -19,10 +19,10 @@ if TYPE_CHECKING:
     from nnx_introspect._compare import StateDiff
 
 
-def _is_checkpoint_operand(text: str) -> bool:
-    """Whether a ``diff`` operand names a checkpoint (an existing path)."""
+def _is_checkpoint_operand(text: str, what: str = "A") -> bool:
+    """Whether a ``diff`` operand (``what``: A or B) names a checkpoint (a path)."""
     if os.path.exists(text):
-        checkpoint_path(text)
+        checkpoint_path(text, what)
         return True
     if ":" not in text:
         raise TargetError(
@@ -75,8 +75,8 @@ def _run_diff(args: argparse.Namespace) -> int:
     seed_b = args.seed if args.seed_b is None else args.seed_b
     values = not args.shapes_only
     rtol, atol = args.rtol, args.atol
-    a_is_ckpt = _is_checkpoint_operand(args.a)
-    b_is_ckpt = _is_checkpoint_operand(args.b)
+    a_is_ckpt = _is_checkpoint_operand(args.a, "A")
+    b_is_ckpt = _is_checkpoint_operand(args.b, "B")
     diff: "StateDiff"
     if a_is_ckpt and b_is_ckpt:
         diff = diff_checkpoints(args.a, args.b, values=values, rtol=rtol, atol=atol)
@@ -96,7 +96,7 @@ def _run_diff(args: argparse.Namespace) -> int:
         diff = compare_states(a, b, rtol=rtol, atol=atol)
     a_label, b_label = _labels(args.a, args.b, a_is_ckpt, b_is_ckpt, args.seed, seed_b)
     diff = _relabelled(diff, a_label, b_label)
-    emit(diff, args.format)
+    emit(diff, args.format, "diff")
     return verdict_code(diff)
 
 

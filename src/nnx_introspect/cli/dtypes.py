@@ -26,7 +26,7 @@ DTYPES = frozenset(
         *("float8_e8m0fnu", "float6_e2m3fn", "float6_e3m2fn", "float4_e2m1fn"),
         *("complex", "complex32", "complex64", "complex128", "complex256"),
         *("csingle", "cdouble", "clongdouble", "c8", "c16", "c32"),
-        *("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "p", "P"),
+        *("b", "B", "h", "H", "i", "I", "l", "L", "q", "Q", "n", "N", "p", "P"),
         *("e", "f", "d", "g", "F", "D", "G"),
     }
 )

@@ -26,7 +26,7 @@ import os
 
 from nnx_introspect._targets import DEFAULT_TARGET, TargetError, check_target
 from nnx_introspect.cli.dtypes import check_dtype
-from nnx_introspect.cli.errors import UsageError, default_words, ordinal
+from nnx_introspect.cli.errors import UsageError, ordinal, with_default
 from nnx_introspect.cli.plan_args import bytes_arg, mesh_axes
 from nnx_introspect.cli.topology_names import topology_devices
 
@@ -155,9 +155,11 @@ def _check_mesh_devices(
     unit = "chip(s) (one JAX device each)" if topology[:1] == "v" else "GPU(s)"
     for text, n in zip(meshes, counts, strict=True):
         if n != devices:
+            message = (
+                f"--topology {topology} has {devices} {unit} but --mesh "
+                f"{text.strip()} has {n} devices. Make the mesh's axis sizes "
+                "multiply to the device count, or pick another topology."
+            )
             raise UsageError(
-                f"argument --topology: --topology {topology} has {devices} {unit} "
-                f"but --mesh {text.strip()} has {n} devices. Make the mesh's axis "
-                "sizes multiply to the device count, or pick another topology"
-                f"{default_words(args, '--mesh').rstrip()}."
+                f"argument --topology: {with_default(message, args, '--mesh')}"
             )

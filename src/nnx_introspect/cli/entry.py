@@ -10,7 +10,12 @@ from contextlib import contextmanager
 from nnx_introspect._targets import TargetError
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.early import check_early
-from nnx_introspect.cli.errors import UsageError, describe
+from nnx_introspect.cli.errors import (
+    UsageError,
+    describe,
+    names_an_argument,
+    usage_error,
+)
 from nnx_introspect.cli.parser import Handler, build_parser
 from nnx_introspect.cli.quiet import orbax_leftovers_dropped, start_jax_quietly
 
@@ -89,6 +94,10 @@ def main(argv: list[str] | None = None) -> int:
     exception or exit, including ``sys.exit()`` called by the user's code, is a
     failure, never a success.
 
+    A library's refusal of a value that reaches here (an ``ArgumentError`` or
+    ``ArgumentTypeError``, from a handler that does not catch it) is a usage
+    error too, naming the flag.
+
     Returns:
         The exit code: 0 on success, 2 for a usage or target error, 1 for a
         difference, a problem or any other failure, 130 when interrupted.
@@ -119,6 +128,10 @@ def main(argv: list[str] | None = None) -> int:
             return handler(args)
     except (TargetError, UsageError) as error:
         return _fail(str(error), error, debug, 2)
+    except (TypeError, ValueError) as error:
+        if not names_an_argument(error):  # not the library's refusal of a value
+            return _fail(describe(error, args.command), error, debug, 1)
+        return _fail(str(usage_error(error, args)), error, debug, 2)
     except KeyboardInterrupt as error:
         return _fail("interrupted", error, debug, 130)
     except BaseException as error:  # SystemExit from a library or a model too

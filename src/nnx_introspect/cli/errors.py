@@ -209,10 +209,12 @@ NOTES: tuple[Spelling, ...] = (
 sets them), an ``int`` budget (a flag's size always has its unit)."""
 
 _ITEM = re.compile(r"`(\w+)\[(\d+)\]`")
+_BARE_ITEM = re.compile(r"(?<![\w`.])(\w+)\[(\d+)\](?![\w`])")
 _KEY = re.compile(r"`(\w+)\[('[^'`]*')\]`")
 _ASSIGNED = re.compile(r"`(\w+)=([^`]*)`")
 _VALUE = re.compile(r"`(\w+)` '([^'\s]*)'")
 _NAME = re.compile(r"`(\w+)`")
+_NAMED_TWICE = re.compile(r"`(\w+)` \((--[a-z][a-z-]*)\)")
 _KEYWORD = re.compile(  # not a mesh's axis: (batch=8), --mesh batch=8
     r"(?<![\w.,=/(-])(?<!mesh )(\w+)=('[^']*'|\"[^\"]*\"|[\w.]+)(?![\w=]|,\w+=)"
 )
@@ -275,6 +277,7 @@ def in_flags(message: str, command: str | None = None) -> str:
         return table.get(match.group(1), match.group(0))
 
     message = _ITEM.sub(item, message)
+    message = _BARE_ITEM.sub(item, message)
     message = _KEY.sub(key, message)
     message = _ASSIGNED.sub(assigned, message)
     message = _VALUE.sub(
@@ -283,6 +286,10 @@ def in_flags(message: str, command: str | None = None) -> str:
             if m.group(1) not in table
             else f"{table[m.group(1)]} {m.group(2)}"
         ),
+        message,
+    )
+    message = _NAMED_TWICE.sub(
+        lambda m: m.group(2) if table.get(m.group(1)) == m.group(2) else m.group(0),
         message,
     )
     message = _NAME.sub(name, message)
@@ -313,6 +320,11 @@ def _argument(error: BaseException) -> str | None:
     return None
 
 
+def names_an_argument(error: BaseException) -> bool:
+    """Whether ``error`` is the library's refusal of an argument it names."""
+    return _argument(error) is not None
+
+
 def _command(args: argparse.Namespace) -> str | None:
     """The subcommand ``args`` were parsed for (``None``: a handler called alone)."""
     command = getattr(args, "command", None)
@@ -333,7 +345,7 @@ def given(args: argparse.Namespace, flag: str) -> bool:
 
 
 def default_words(args: argparse.Namespace, flag: str) -> str:
-    """`` (--mesh tp=8 is the default: no --mesh was given)``, or ``""`` if given.
+    """``--mesh tp=8 is the default (no --mesh was given)``, or ``""`` if given.
 
     The value is the one the command used: ``args``' own, or, where the
     parser keeps ``None`` and the handler fills it in, ``args.<dest>_default``.
@@ -348,7 +360,23 @@ def default_words(args: argparse.Namespace, flag: str) -> str:
         value = getattr(args, f"{dest}_default", None)
     if value is None or isinstance(value, bool):
         return ""
-    return f" ({flag} {value} is the default: no {flag} was given)"
+    return f"{flag} {value} is the default (no {flag} was given)"
+
+
+def with_default(text: str, args: argparse.Namespace, flag: str) -> str:
+    """``text``, then a sentence saying ``flag``'s value was its default, if it was.
+
+    Example:
+        >>> args = argparse.Namespace(mesh="tp=8", given_flags=frozenset())
+        >>> with_default("--mesh tp=8 does not divide 4 heads.", args, "--mesh")
+        '--mesh tp=8 does not divide 4 heads. --mesh tp=8 is the default (no --mesh \
+was given).'
+    """
+    words = default_words(args, flag)
+    if not words:
+        return text
+    stop = "" if text.rstrip().endswith((".", ";", ":")) else ";"
+    return f"{text.rstrip()}{stop} {words}."
 
 
 def usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
@@ -381,7 +409,7 @@ def usage_error(error: BaseException, args: argparse.Namespace) -> UsageError:
         flag = None
     text = in_flags(" ".join(str(error).split()), command)
     if flag is not None:
-        return UsageError(f"argument {flag}: {text}{default_words(args, flag)}")
+        return UsageError(f"argument {flag}: {with_default(text, args, flag)}")
     if isinstance(error, ImportError) and getattr(args, "topology", None) is not None:
         own = type(error) is ImportError and error.name is None
         what = text if own else _typed(error, text)

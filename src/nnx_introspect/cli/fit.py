@@ -4,7 +4,7 @@ import argparse
 import sys
 
 from nnx_introspect.cli.args import PROG
-from nnx_introspect.cli.errors import UsageError, usage_error
+from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import read_rules, step_inputs
 from nnx_introspect.cli.preflight import complete_meshes, loss_note
@@ -90,8 +90,8 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
             )
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
-    emit(search, args.format)
+    emit(search, args.format, "step")
     if search.ok:
         return 0
-    sys.stderr.write(f"{PROG}: {search.verdict}.\n")
+    sys.stderr.write(f"{PROG}: {in_flags(search.verdict, 'step')}.\n")
     return 3 if search.failure is not None else 1

@@ -6,7 +6,7 @@ from typing import Any
 
 from nnx_introspect._targets import build_target
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
-from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.output import emit, in_flags_report
 from nnx_introspect.cli.plan_args import add_plan_args, mesh_and_rules
 
 
@@ -52,11 +52,12 @@ def _run_mesh(args: argparse.Namespace) -> int:
         max_device_bytes=budget,
     )
     if args.format == "table" and not Console(file=sys.stdout).is_terminal:
+        report = in_flags_report(report, "mesh")
         # Plans are wide: into a file or pipe, print the table at its full width.
         width = Console(file=sys.stdout, width=10_000).measure(report).maximum
         Console(file=sys.stdout, width=max(120, width)).print(report)
     else:
-        emit(report, args.format)
+        emit(report, args.format, "mesh")
     if report.ok:
         return 0
     failures = []

@@ -15,7 +15,7 @@ from nnx_introspect.cli.checks import (
     check_compare_flags,
     check_network_used,
 )
-from nnx_introspect.cli.errors import UsageError, usage_error
+from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
 from nnx_introspect.cli.options import option_kwargs
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import read_rules, step_inputs
@@ -117,8 +117,8 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
             )
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
-    emit(comparison, args.format)
+    emit(comparison, args.format, "step")
     if comparison.ok:
         return 0
-    sys.stderr.write(f"{PROG}: {comparison.verdict}.\n")
+    sys.stderr.write(f"{PROG}: {in_flags(comparison.verdict, 'step')}.\n")
     return 1

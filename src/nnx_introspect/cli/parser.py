@@ -4,6 +4,7 @@ import argparse
 import difflib
 import re
 import sys
+import textwrap
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
@@ -20,6 +21,28 @@ from nnx_introspect.cli.summary import add_summary_parser
 Handler = Callable[[argparse.Namespace], int]
 
 
+class _Formatter(argparse.HelpFormatter):
+    """``--help`` wrapped at spaces only.
+
+    ``nnx-introspect[tpu]`` and ``--max-device-bytes`` are never cut at a
+    hyphen, so a line copied from the help works.
+    """
+
+    def _split_lines(self, text: str, width: int) -> list[str]:
+        text = " ".join(text.split())
+        return textwrap.wrap(text, width, break_on_hyphens=False)
+
+    def _fill_text(self, text: str, width: int, indent: str) -> str:
+        text = " ".join(text.split())
+        return textwrap.fill(
+            text,
+            width,
+            initial_indent=indent,
+            subsequent_indent=indent,
+            break_on_hyphens=False,
+        )
+
+
 class _Parser(argparse.ArgumentParser):
     """An ``ArgumentParser`` whose errors are one line: no usage block.
 
@@ -33,6 +56,7 @@ class _Parser(argparse.ArgumentParser):
         # no abbreviations: --sequence is a misspelling (answered with the
         # closest flag), never --sequences
         kwargs.setdefault("allow_abbrev", False)
+        kwargs.setdefault("formatter_class", _Formatter)
         super().__init__(*args, **kwargs)
 
     def parse_known_args(  # type: ignore[override]

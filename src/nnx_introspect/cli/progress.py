@@ -255,15 +255,17 @@ def live_status(
     redraw_every: float = 0.25,
     *,
     stream: Any = None,
-    quiet_seconds: float = QUIET_SECONDS,
-    every: float = EVERY_SECONDS,
+    quiet_seconds: float | None = None,
+    every: float | None = None,
 ) -> Iterator[Callable[[], None]]:
     """A spinner and ``renderable`` on one line of stderr while the body runs.
 
     On a terminal (or on the rich ``console`` given) the line is redrawn every
     ``redraw_every`` seconds (a clock in it moves) and cleared at the end.
     Into a file or a pipe (``stream``, default stderr), plain lines
-    (:func:`plain_lines`); into a stream that is neither (a ``StringIO``,
+    (:func:`plain_lines`, after ``quiet_seconds``, default
+    :data:`QUIET_SECONDS`, then every ``every``, default
+    :data:`EVERY_SECONDS`); into a stream that is neither (a ``StringIO``,
     pytest's capture) nothing. Yields a function that redraws the line at once
     (for a search: a step done).
     """
@@ -273,7 +275,9 @@ def live_status(
             if not _a_file(out) or _progress_off():
                 yield lambda: None
                 return
-            with plain_lines(renderable, out, quiet_seconds, every) as redraw:
+            quiet = QUIET_SECONDS if quiet_seconds is None else quiet_seconds
+            often = EVERY_SECONDS if every is None else every
+            with plain_lines(renderable, out, quiet, often) as redraw:
                 yield redraw
             return
         from rich.console import Console

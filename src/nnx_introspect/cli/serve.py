@@ -10,7 +10,7 @@ from typing import Any
 
 from nnx_introspect._targets import DEFAULT_TARGET
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
-from nnx_introspect.cli.errors import UsageError, usage_error
+from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
 from nnx_introspect.cli.measuring import (
     measurable,
     measure_failed,
@@ -309,20 +309,20 @@ def _run_serve(args: argparse.Namespace) -> int:
             result = _compute(args, common)
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
-    emit(result, args.format)
+    emit(result, args.format, "serve")
     compared = _compared(args)  # a ServeMeshComparison
     if args.breakdown and args.format in ("table", "markdown") and not compared:
         for program in (result.prefill, result.decode):
             if program.breakdown is not None:
                 sys.stdout.write("\n")
-                emit(program.breakdown, args.format)
+                emit(program.breakdown, args.format, "serve")
             elif program.breakdown_error is not None:
                 sys.stderr.write(
                     f"{PROG}: no breakdown of {program.name}: "
-                    f"{program.breakdown_error}\n"
+                    f"{in_flags(program.breakdown_error, 'serve')}\n"
                 )
     if not result.ok:
-        sys.stderr.write(f"{PROG}: {result.verdict}.\n")
+        sys.stderr.write(f"{PROG}: {in_flags(result.verdict, 'serve')}.\n")
         return 1
     if args.measure is not None and measure_failed(
         [(p.name, p.measured) for p in (result.prefill, result.decode)]

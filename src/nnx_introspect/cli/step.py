@@ -8,7 +8,7 @@ from typing import TYPE_CHECKING, Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
-from nnx_introspect.cli.errors import usage_error
+from nnx_introspect.cli.errors import in_flags, usage_error
 from nnx_introspect.cli.fit import run_fit
 from nnx_introspect.cli.measuring import measurable, measure_failed, warn_if_too_big
 from nnx_introspect.cli.meshes import jobs_arg, run_compare
@@ -333,9 +333,9 @@ def _show_search(search: "BatchSearch", args: argparse.Namespace) -> int:
     """Write the search in ``--format``; 1 (and its verdict) when no batch fits."""
     if args.top is not None:
         search = search.with_top(args.top)
-    emit(search, args.format)
+    emit(search, args.format, "step")
     if not search.ok:
-        sys.stderr.write(f"{PROG}: {search.verdict}.\n")
+        sys.stderr.write(f"{PROG}: {in_flags(search.verdict, 'step')}.\n")
         return 1
     return 0
 
@@ -350,9 +350,9 @@ def _show_step(report: "StepMemoryReport", args: argparse.Namespace) -> int:
         report = dataclasses.replace(report, breakdown=shown)
     for warning in report.warnings:
         if warning.startswith("No breakdown of the peak"):
-            sys.stderr.write(f"{PROG}: warning: {warning}\n")
-    emit(report, args.format)
+            sys.stderr.write(f"{PROG}: warning: {in_flags(warning, 'step')}\n")
+    emit(report, args.format, "step")
     if not report.ok:  # the report's own verdict: its JSON, markdown and HTML say so
-        sys.stderr.write(f"{PROG}: {report.verdict}.\n")
+        sys.stderr.write(f"{PROG}: {in_flags(report.verdict, 'step')}.\n")
         return 1
     return 1 if measure_failed([("the step", report.measured)]) else 0

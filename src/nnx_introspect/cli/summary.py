@@ -44,5 +44,6 @@ def _run_summary(args: argparse.Namespace) -> int:
     emit(
         summarize(model, depth=args.depth, group_layers=not args.every_leaf),
         args.format,
+        "summary",
     )
     return 0
