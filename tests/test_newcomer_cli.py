@@ -275,6 +275,7 @@ ENTRY = {  # where each command first hands its flags to the library
 def test_every_argument_of_a_command_reaches_its_flag(
     command: str,
     argument: str,
+    tmp_path: pathlib.Path,
     capsys: pytest.CaptureFixture[str],
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -283,19 +284,14 @@ def test_every_argument_of_a_command_reaches_its_flag(
     kind = ArgumentTypeError if argument == "optimizer" else ArgumentError
     error = kind(argument, f"`{argument}` 3 is wrong; pass `{argument}=4`.")
     monkeypatch.setattr(module, name, _raises(error))
-    code, out, err = run([*argv, "--rules", _rules()] if flag == "--rules" else argv,
-                         capsys)  # fmt: skip
+    if flag == "--rules":  # a rules file given: the rules are the cause
+        (tmp_path / "rules.json").write_text("[]")
+        argv = [*argv, "--rules", str(tmp_path / "rules.json")]
+    code, out, err = run(argv, capsys)
     assert (code, out) == (2, "")
     assert err.startswith(f"{E}argument {flag}: {flag} 3 is wrong; pass ")
     assert "`" not in err and f"{argument}=" not in err
     assert err.count("\n") == 1
-
-
-def _rules() -> str:
-    path = pathlib.Path(__file__).parent / "_newcomer_rules.json"
-    if not path.exists():
-        path.write_text("[]")
-    return str(path)
 
 
 # The audit's messages, each from the library as it words it for Python callers
