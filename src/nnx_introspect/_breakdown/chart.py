@@ -107,6 +107,7 @@ def _zoom(
             + svg.text(frame.left + 6, y(held) - 5, words, colour="#24292f")
         )
         taken.append(svg.text_box(frame.left + 6, y(held) - 5, words, 11))
+        taken.append((frame.left, y(held) - 1, frame.plot_right, y(held) + 1))
     # drawn last, over the held line, its label clear of the held line's
     parts.append(svg.budget_in_band(frame, y, budget, taken=taken))
     parts.append(
@@ -160,7 +161,7 @@ def curve_svg(
     zoom = _zoom_ticks(
         [nbytes] + ([held] if held is not None else []), budget, ticks[-1][0] or 1
     )
-    band = 150 if zoom else 0
+    band = 190 if zoom else 0
     frame = svg.Frame(720, 300 + band, left=90, right=20, top=24, bottom=46 + band)
     x_max = max(points - 1, 1)
     x = frame.x_scale(x_max)
@@ -204,30 +205,47 @@ def curve_svg(
     if zoom:
         below = svg.Frame(720, frame.height, 90, 20, 300 + 20, 46)
         parts.append(_zoom(below, zoom, line, x, ((time, nbytes), held, budget)))
-    sampled = (
-        f" (downsampled to {len(times)} of {points} points, each the most bytes "
-        "live in its span)"
-        if downsampled
-        else ""
+    words = _curve_words(
+        sampled=(len(times), points) if downsampled else None,
+        held=held,
+        zoom=bool(zoom),
+        broken=None
+        if cut is None or budget is None
+        else svg.break_words(cut, budget, "bytes live", peak=nbytes),
     )
-    holds = "" if held is None else f" ({format_bytes(held)})"
     return svg.figure(
         frame,
         "bytes live at each program point of the step",
         "".join(parts),
-        caption="Bytes live at each program point of one device's step, as XLA "
-        f"scheduled it{sampled}; the dot is the most bytes live at one point by "
+        caption=html.escape(words, quote=False),
+    )
+
+
+def _curve_words(
+    *,
+    sampled: tuple[int, int] | None,
+    held: int | None,
+    zoom: bool,
+    broken: str | None,
+) -> str:
+    """The curve's caption: what is drawn, what the device holds, zoom, break."""
+    shown = (
+        ""
+        if sampled is None
+        else f" (downsampled to {sampled[0]} of {sampled[1]} points, each the most "
+        "bytes live in its span)"
+    )
+    holds = "" if held is None else f" ({format_bytes(held)})"
+    return (
+        "Bytes live at each program point of one device's step, as XLA "
+        f"scheduled it{shown}; the dot is the most bytes live at one point by "
         "XLA's live ranges, the dashed line the budget. Arguments and outputs "
         "count while live; XLA's preallocated temp buffer is not a value of its "
         f"own. The verdict's peak is what the device holds{holds}: arguments, "
         "outputs and that temp buffer for the whole step, less what is aliased, "
         "so it can differ from the most live."
         + (" The band below zooms on the peak and the budget." if zoom else "")
-        + (
-            ""
-            if cut is None or budget is None
-            else html.escape(svg.break_words(cut, budget, "bytes live", peak=nbytes))
-        ),
+        + (broken or "")
     )
 
 

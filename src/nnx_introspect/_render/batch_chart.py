@@ -91,6 +91,7 @@ def _near(points: Sequence[Point], budget: int, y: Scale) -> list[Point]:
 
 def _marks(points: Sequence[Point], x: Scale, y: Scale) -> str:
     """The curve through ``points`` and a dot per point (green fits, red not)."""
+    points = sorted(points)
     parts = [polyline([(x(b), y(p)) for b, p, _ in points], BLUE)] if points else []
     for b, peak, fits in points:
         parts.append(

@@ -273,22 +273,31 @@ def stacked_bar(
     """One bar split into ``(value, colour, tooltip)`` segments, left to right.
 
     The segments share ``width`` in proportion to their values; a segment of
-    more than 0 is at least ``minimum`` pixels wide (the bar grows by what
-    that adds), so a small part stays visible.
+    more than 0 is at least ``minimum`` pixels wide, what that adds taken
+    from the larger ones in proportion, so the bar keeps its width and a
+    small part stays visible.
 
     Example:
         >>> stacked_bar(0, 0, 100, 10, [(3, RED, "a"), (1, BLUE, "b")]).count("<rect")
         2
-        >>> 'width="3"' in stacked_bar(0, 0, 100, 10, [(999, RED, "a"), (1, BLUE, \
-"b")], minimum=3)
-        True
+        >>> bar = stacked_bar(0, 0, 100, 10, [(999, RED, "a"), (1, BLUE, "b")], \
+minimum=3)
+        >>> 'width="97"' in bar, 'x="97" y="0" width="3"' in bar
+        (True, True)
     """
     total = sum(value for value, _, _ in segments) or 1
+    shares = [width * value / total for value, _, _ in segments]
+    small = [0 < s < minimum for s in shares]
+    if any(small):
+        left = width - minimum * sum(small)
+        rest = sum(s for s, tiny in zip(shares, small, strict=True) if not tiny) or 1
+        scale = max(left, 0) / rest
+        shares = [
+            minimum if tiny else s * scale
+            for s, tiny in zip(shares, small, strict=True)
+        ]
     parts = []
-    for value, colour, title in segments:
-        share = width * value / total
-        if value > 0:
-            share = max(share, minimum)
+    for (_, colour, title), share in zip(segments, shares, strict=True):
         parts.append(rect(x, y, share, height, colour, title=title))
         x += share
     return "".join(parts)

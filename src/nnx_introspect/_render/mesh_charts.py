@@ -77,9 +77,8 @@ def bar_chart_html(
             f' <span class="swatch budget-sw"></span>budget {esc(format_bytes(budget))}'
         )
         if cut is not None:
-            legend += esc(
-                svg.break_words(cut, budget, peak=top, name="the largest bar")
-            )
+            words = svg.break_words(cut, budget, peak=top, name="the largest bar")
+            legend += "<br>" + esc(words.strip())
     return svg.figure(
         frame,
         title,

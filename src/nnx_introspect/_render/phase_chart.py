@@ -109,11 +109,15 @@ class PhaseBars(NamedTuple):
         budget: One device's budget in bytes, or ``None``.
         device: The device in words (``"TPU v5 lite"``, ``"v5e-4"``); ``""``
             leaves it out.
+        resident: What the grey part is, in the legend's words (serving:
+            ``"weights and KV cache"``; an RL step: ``"the other roles,
+            resident"``).
     """
 
     bars: tuple[PhaseBar, ...]
     budget: int | None = None
     device: str = ""
+    resident: str = "resident across phases"
 
 
 def duration(seconds: float) -> str:
@@ -303,6 +307,20 @@ def _time(frame: Frame, bars: Sequence[PhaseBar]) -> tuple[str, bool]:
     return "".join(parts), x.log
 
 
+def _legend(left: float, y: float, resident: str, budget: int | None) -> str:
+    """The two swatches under the memory rows, side by side (or one per line)."""
+    program = "the phase's own program" + (
+        "" if budget is None else " (red: does not fit)"
+    )
+    second = left + 18 + 12 * 0.62 * len(resident) + 24
+    beside = second + 18 + 12 * 0.62 * len(program) <= _WIDTH - 4
+    return legend(left, y, [(RESIDENT, resident)]) + legend(
+        second if beside else left,
+        y if beside else y + 18,
+        [(BLUE if budget is None else GREEN, program)],
+    )
+
+
 def _time_words(bars: Sequence[PhaseBar]) -> str:
     """The caption's sentence on the time panel: what its marks are."""
     marks = [
@@ -325,7 +343,11 @@ def _time_words(bars: Sequence[PhaseBar]) -> str:
 
 
 def phase_chart_svg(
-    bars: Sequence[PhaseBar], budget: int | None = None, device: str = ""
+    bars: Sequence[PhaseBar],
+    budget: int | None = None,
+    device: str = "",
+    *,
+    resident: str = "resident across phases",
 ) -> str:
     """Each phase's peak per device against the budget, then each phase's time (SVG).
 
@@ -344,6 +366,7 @@ def phase_chart_svg(
         bars: One :class:`PhaseBar` per phase.
         budget: One device's budget in bytes, or ``None``.
         device: The device in words, named in the headings (``""``: none).
+        resident: What the grey part of each bar is, for the legend.
 
     Returns:
         An SVG figure with its caption; empty without bars.
@@ -358,8 +381,8 @@ def phase_chart_svg(
         ...     [PhaseBar("prefill", 30, 70, seconds=0.002, error=0.1),
         ...      PhaseBar("decode", 50, 70, seconds=0.03)],
         ...     budget=100, device="v5e-4")
-        >>> chart.count("<rect"), "120 B (120%)" in chart, "budget 100 B" in chart
-        (6, True, True)
+        >>> chart.count(": program "), "120 B (120%)" in chart, "budget 100 B" in chart
+        (2, True, True)
     """
     bars = tuple(bars)
     _check(bars, budget)
@@ -382,22 +405,7 @@ def phase_chart_svg(
     parts = [
         text(16, 16, f"Memory per device{where}", size=12, bold=True),
         body,
-        legend(
-            left,
-            legend_y,
-            [(RESIDENT, "resident across phases")],
-        ),
-        legend(
-            left + 200,
-            legend_y,
-            [
-                (
-                    BLUE if budget is None else GREEN,
-                    "the phase's own program"
-                    + ("" if budget is None else " (red: does not fit)"),
-                )
-            ],
-        ),
+        _legend(left, legend_y, resident, budget),
     ]
     if timed:
         clock = Frame(_WIDTH, height, left, right, time_top, height - time_top - rows)
@@ -405,8 +413,8 @@ def phase_chart_svg(
         times, log = _time(clock, bars)
         parts += [text(16, time_top - 30, heading, size=12, bold=True), times]
     caption = (
-        "Each phase's peak per device: what stays resident across phases (grey), "
-        "then the phase's own program ("
+        f"Each phase's peak per device: {resident} (grey), then the phase's own "
+        "program ("
         + ("blue" if budget is None else "green fits, red does not")
         + ")"
         + ("" if budget is None else ", against the budget (dashed)")
@@ -419,5 +427,5 @@ def phase_chart_svg(
         memory,
         "each phase's peak per device against the budget, and its time",
         "".join(parts),
-        caption=html.escape(caption),
+        caption=html.escape(caption, quote=False),
     )

@@ -579,7 +579,9 @@ n_state_leaves=2, param_bytes=60, total_bytes=60, abstract=False, depth=None)
                 f"None, got {type(phases).__name__}. Return PhaseBars(bars, budget, "
                 "device)."
             )
-        return phase_chart_svg(phases.bars, phases.budget, phases.device)
+        return phase_chart_svg(
+            phases.bars, phases.budget, phases.device, resident=phases.resident
+        )
 
     def _after_verdict_html(self) -> str:
         """HTML the reader needs right after the verdict (none by default)."""
