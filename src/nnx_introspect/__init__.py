@@ -25,10 +25,13 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
         check_reproducible_init as check_reproducible_init,
     )
     from nnx_introspect._compare import compare_states as compare_states
+    from nnx_introspect._counting import count_active_params as count_active_params
     from nnx_introspect._counting import count_params as count_params
     from nnx_introspect._counting import count_state_leaves as count_state_leaves
     from nnx_introspect._counting import ideal_share as ideal_share
     from nnx_introspect._counting import param_sum as param_sum
+    from nnx_introspect._experts import ExpertGroup as ExpertGroup
+    from nnx_introspect._experts import ExpertLeaf as ExpertLeaf
     from nnx_introspect._fingerprint import LeafFingerprint as LeafFingerprint
     from nnx_introspect._fingerprint import ParamFingerprint as ParamFingerprint
     from nnx_introspect._fingerprint import param_fingerprint as param_fingerprint

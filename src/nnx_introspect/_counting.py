@@ -15,10 +15,12 @@ from flax import nnx
 
 from nnx_introspect import _nnx
 from nnx_introspect._compare import keypath_str, leaf_dtype
+from nnx_introspect._experts import expert_groups, unused_params
 from nnx_introspect._inventory import inventory
 from nnx_introspect._typing import ArgumentError, IntLike, Target, as_int, typechecked
 
 __all__ = [
+    "count_active_params",
     "count_params",
     "count_state_leaves",
     "ideal_share",
@@ -79,6 +81,55 @@ def count_params(target: Target, /, *filters: Any) -> int:
         15
     """
     return sum(record.size for record in inventory(target, filters or (nnx.Param,)))
+
+
+@typechecked
+def count_active_params(target: Target, /) -> int:
+    """Count the parameters one token uses: all but the experts it is not routed to.
+
+    For a mixture of experts, each router sends a token to ``top_k`` of its
+    ``experts``, so the token uses ``top_k / experts`` of the routed experts'
+    parameters and every other parameter (attention, embeddings, norms, the
+    router, shared experts)::
+
+        active = count_params(target) - sum(routed * (1 - top_k / experts))
+
+    the sum over the model's routers. This is the ``N`` of a training step's
+    ``6 N`` FLOPs per token. Routers and their experts are read from the
+    model's structure, not from a forward pass: a module with an integer
+    expert count and top-k attribute (tunix's Qwen3 ``MoELayer``:
+    ``num_experts``, ``experts_per_tok``; the examples' ``MoeBlock``:
+    ``num_experts``, ``top_k``), and under it the parameters with a dimension
+    of that many experts (one named ``"expert"`` in their sharding, else the
+    first of a stacked weight of rank 3 or more) or the members of a list of
+    that many expert modules. A model without experts gives
+    :func:`count_params`'s count. Shapes only: abstract models count alike.
+
+    Args:
+        target: An ``nnx.Module`` or graph node, concrete or abstract. An
+            ``nnx.State`` holds no router: it counts as dense unless a
+            dimension is named as experts, which is refused.
+
+    Returns:
+        The number of parameter elements a token uses, an exact Python ``int``.
+
+    Raises:
+        ValueError: If a router's top-k is not in ``1 .. experts``, or
+            ``target`` is a state with a dimension named as experts.
+
+    Example:
+        >>> from nnx_introspect import abstract_model, count_params
+        >>> from nnx_introspect.examples import llama_tiny, moe_tiny
+        >>> model = abstract_model(moe_tiny)  # 2 layers, top-2 of 8 experts
+        >>> experts = 2 * 3 * 8 * 64 * 32  # layers x (gate, up, down) x E x d x f
+        >>> count_params(model), count_active_params(model)
+        (214336, 140608)
+        >>> count_params(model) - experts * 6 // 8
+        140608
+        >>> count_active_params(abstract_model(llama_tiny))  # dense: all of them
+        10424576
+    """
+    return count_params(target) - unused_params(expert_groups(target))
 
 
 @typechecked

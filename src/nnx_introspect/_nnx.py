@@ -28,6 +28,8 @@ __all__ = [
     "flat_state",
     "flat_state_public",
     "gc_paused",
+    "iter_modules",
+    "iter_modules_public",
     "iter_variable_leaves",
     "keypath_keys",
     "select_state",
@@ -153,6 +155,63 @@ def iter_variable_leaves(leaf: Any) -> Iterator[tuple[Path, Any]]:
         if is_variable and sub[:1] == ("value",):
             sub = sub[1:]
         yield sub, value
+
+
+def iter_modules(target: Any) -> list[tuple[Path, nnx.Module]]:
+    """Every ``nnx.Module`` of ``target``'s graph with its path; shared ones once.
+
+    ``nnx.iter_graph``'s order and paths (the paths ``nnx.state`` gives the
+    modules' variables); :func:`iter_modules_public` where flax lacks it. An
+    ``nnx.State`` (or anything not a graph node) holds no module: ``[]``.
+    """
+    if isinstance(target, nnx.State) or not isinstance(target, nnx.Pytree):
+        return []
+    walk = getattr(nnx, "iter_graph", None)
+    if walk is None:  # pragma: no cover - flax without iter_graph
+        return iter_modules_public(target)
+    return [(tuple(p), n) for p, n in walk(target) if isinstance(n, nnx.Module)]
+
+
+def iter_modules_public(target: Any) -> list[tuple[Path, nnx.Module]]:
+    """The fallback for :func:`iter_modules`: a walk of the modules' attributes.
+
+    Attributes (``vars``) in sorted order, into modules, ``nnx.List`` and
+    ``nnx.Dict`` containers, lists, tuples and dicts; children before their
+    parent, as ``nnx.iter_graph`` yields them.
+    """
+    if isinstance(target, nnx.State) or not isinstance(target, nnx.Pytree):
+        return []
+    seen: set[int] = set()
+    out: list[tuple[Path, nnx.Module]] = []
+
+    def visit(node: Any, path: Path) -> None:
+        if isinstance(node, nnx.Variable) or id(node) in seen:
+            return
+        if isinstance(node, list | tuple):
+            items: list[tuple[Any, Any]] = list(enumerate(node))
+        elif isinstance(node, dict):
+            items = sorted(node.items(), key=lambda kv: str(kv[0]))
+        elif isinstance(node, nnx.Pytree):
+            seen.add(id(node))
+            items = sorted(
+                ((k, v) for k, v in vars(node).items() if not k.startswith("_")),
+                key=lambda kv: str(kv[0]),
+            )
+            if type(node).__name__ in ("List", "Dict"):  # nnx.List / nnx.Dict
+                items = [(_container_key(k), v) for k, v in items]
+        else:
+            return
+        for key, child in items:
+            visit(child, (*path, key))
+        if isinstance(node, nnx.Module):
+            out.append((path, node))
+
+    visit(target, ())
+    return out
+
+
+def _container_key(key: Any) -> Any:
+    return int(key) if isinstance(key, str) and key.isdecimal() else key
 
 
 # --- Abstract builds -------------------------------------------------------------

@@ -10,6 +10,7 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from nnx_introspect._experts import ExpertGroup, expert_groups, unused_params
 from nnx_introspect._inventory import VarRecord, inventory, path_str
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._typing import (
@@ -131,7 +132,10 @@ class ModelSummary(Report):
     ``elements``, ``bytes``). A summary made with ``group_layers=True`` adds
     ``repeats`` to every row (1 for a row that stands for one variable or
     group); a grouped row's ``keys`` hold ``"*"`` for the grouped list index
-    and its ``path`` reads ``layers/*/q/kernel``.
+    and its ``path`` reads ``layers/*/q/kernel``. ``n_active_params`` (``null``
+    when unknown) and ``experts`` (each router's ``path``, ``experts``,
+    ``top_k``, ``params`` and ``active_params``; empty without experts) say
+    what a token uses of a mixture of experts.
 
     Attributes:
         title: What was summarized (the class name of the target).
@@ -145,6 +149,12 @@ class ModelSummary(Report):
         abstract: Whether the leaves were shape-only (nothing allocated).
         depth: The aggregation depth, or ``None`` for one row per variable.
         grouped: Whether identical rows of a list of layers were grouped.
+        n_active_params: Of ``n_params``, those one token uses
+            (:func:`~nnx_introspect.count_active_params`): all of them without
+            experts; ``None`` when unknown (a state whose dimensions are named
+            as experts holds no router to say how many a token uses).
+        experts: The routers of a mixture of experts, each with its routed
+            experts' parameters; ``()`` without experts.
 
     Example:
         >>> import json
@@ -171,11 +181,17 @@ class ModelSummary(Report):
     abstract: bool
     depth: int | None
     grouped: bool = False
+    n_active_params: int | None = None
+    experts: tuple[ExpertGroup, ...] = ()
 
     def _repr_items(self) -> dict[str, Any]:
         items = super()._repr_items()
         if not self.grouped:
             del items["grouped"]
+        if not self.experts:
+            items.pop("experts", None)
+            if self.n_active_params == self.n_params:
+                del items["n_active_params"]
         return items
 
     def table(self) -> Table:
@@ -233,6 +249,7 @@ class ModelSummary(Report):
             "Shared (tied) variables are counted once; sub-byte dtypes at their "
             "packed size.",
         ]
+        notes.extend(self._expert_notes())
         if self.abstract:
             notes.append("Abstract: shapes only, nothing was allocated.")
         state = "abstract" if self.abstract else "concrete"
@@ -244,6 +261,25 @@ class ModelSummary(Report):
             totals=tuple(totals),
             notes=tuple(notes),
         )
+
+    def _expert_notes(self) -> list[str]:
+        if self.n_active_params is None:
+            return [
+                "Parameters a token uses: unknown (a state holds no router to say "
+                "how many of its experts a token goes to)."
+            ]
+        if not self.experts:
+            return []
+        routes = sorted({(g.top_k, g.experts) for g in self.experts})
+        how = "; ".join(f"top-{k} of {e} experts" for k, e in routes)
+        routed = sum(g.params for g in self.experts)
+        share = self.n_active_params / self.n_params if self.n_params else 0.0
+        return [
+            f"Parameters a token uses: {self.n_active_params:,} of "
+            f"{self.n_params:,} ({share:.1%}): {len(self.experts)} router"
+            f"{'s' if len(self.experts) > 1 else ''} ({how}) over "
+            f"{routed:,} routed-expert parameters."
+        ]
 
     def json_data(self) -> dict[str, Any]:
         """The summary's JSON payload (see the class docstring for the schema)."""
@@ -280,6 +316,17 @@ class ModelSummary(Report):
             "n_state_leaves": self.n_state_leaves,
             "param_bytes": self.param_bytes,
             "total_bytes": self.total_bytes,
+            "n_active_params": self.n_active_params,
+            "experts": [
+                {
+                    "path": g.path_str,
+                    "experts": g.experts,
+                    "top_k": g.top_k,
+                    "params": g.params,
+                    "active_params": g.active_params,
+                }
+                for g in self.experts
+            ],
             "rows": [row(r) for r in self.rows],
             "by_kind": [total(t) for t in self.by_kind],
             "by_dtype": [total(t) for t in self.by_dtype],
@@ -417,6 +464,11 @@ def summarize(
     module named in ``stacked``. Works on concrete and abstract models alike
     and reads shapes only: nothing is computed, copied or mutated.
 
+    ``n_active_params`` counts the parameters one token uses
+    (:func:`~nnx_introspect.count_active_params`: a mixture of experts' routed
+    experts at ``top_k / experts``), ``experts`` lists its routers; a dense
+    model's ``n_active_params`` is ``n_params``.
+
     Args:
         target: An ``nnx.Module`` (concrete or abstract), another graph node such
             as an ``nnx.Optimizer``, or an ``nnx.State``.
@@ -457,6 +509,14 @@ def summarize(
         >>> grouped = summarize(Stack(), group_layers=True)
         >>> [(r.path_str, r.repeats, r.shape, r.elements) for r in grouped.rows]
         [('layers/*/bias', 3, (4,), 12), ('layers/*/kernel', 3, (4, 4), 48)]
+
+        A mixture of experts also says what a token uses:
+
+        >>> from nnx_introspect import abstract_model
+        >>> from nnx_introspect.examples import moe_tiny
+        >>> moe = summarize(abstract_model(moe_tiny))
+        >>> moe.n_params, moe.n_active_params, [g.top_k for g in moe.experts]
+        (214336, 140608, [2, 2])
     """
     level = None if depth is None else as_int(depth, "depth", minimum=1)
     if isinstance(stacked, str):
@@ -493,17 +553,26 @@ def summarize(
     if group_layers:
         rows = _group_layers(rows)
     params = [r for r in records if r.is_param]
+    n_params = sum(r.size for r in params)
+    try:
+        groups = expert_groups(target)
+    except ArgumentError:  # a state named as experts, a router out of range
+        groups, active = (), None
+    else:
+        active = n_params - unused_params(groups)
     title = type(target).__name__
     return ModelSummary(
         title=title,
         rows=tuple(rows),
         by_kind=_totals((_kind_name(r), r) for r in records),
         by_dtype=_totals((r.dtype_name, r) for r in records),
-        n_params=sum(r.size for r in params),
+        n_params=n_params,
         n_state_leaves=len(records),
         param_bytes=sum(r.nbytes for r in params),
         total_bytes=sum(r.nbytes for r in records),
         abstract=bool(records) and all(r.is_abstract for r in records),
         depth=level,
         grouped=group_layers,
+        n_active_params=active,
+        experts=groups,
     )

@@ -4,6 +4,7 @@ from typing import Any
 
 import optax
 
+from nnx_introspect._experts import expert_groups
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh.optimizer import (
     optimizer_records,
@@ -24,7 +25,7 @@ from nnx_introspect._mesh.records import MeshProblem
 from nnx_introspect._mesh.report import MeshConfigReport, budget_bytes
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._nnx import devices_present
-from nnx_introspect._typing import IntLike, Target, typechecked
+from nnx_introspect._typing import ArgumentError, IntLike, Target, typechecked
 
 
 @typechecked
@@ -47,7 +48,14 @@ def mesh_config_report(
     logical names are translated by ``logical_rules`` (or the active
     ``nnx.logical_axis_rules`` context) exactly as flax translates them: an
     entry that is a logical name becomes its rule's mesh axes, a tuple entry
-    is kept as written; otherwise the leaf is replicated. Shard shapes come
+    is kept as written; otherwise the leaf is replicated. A dimension of
+    experts annotated ``"expert"`` (stacked expert weights, as the examples'
+    mixture of experts holds them) splits over the mesh's ``expert`` or ``ep``
+    axis, else over ``fsdp`` (which then leaves the rest of that spec), unless
+    ``logical_rules`` map ``"expert"``; a dimension of experts (so annotated,
+    or found under a router, :func:`~nnx_introspect.count_active_params`) that
+    does not divide over its axes is an ``"experts"`` problem naming the
+    sizes that do. Shard shapes come
     from ``NamedSharding(abstract_mesh, spec).shard_shape``. Every problem
     (each indivisible dimension, unknown or repeated axes, rank mismatches,
     anything else JAX refuses) is collected in ``problems``; warnings (a mesh
@@ -119,7 +127,9 @@ def mesh_config_report(
     records = inventory(target)
     opt_records = optimizer_records(records, tx) if tx is not None else ()
 
-    model = plan_model_leaves(planner, records, compiled_rules, logical)
+    model = plan_model_leaves(
+        planner, records, compiled_rules, logical, _expert_dims(target)
+    )
     optimizer_leaves, optimizer_warnings = plan_optimizer_leaves(
         planner, records, opt_records, model.param_plans
     )
@@ -150,6 +160,25 @@ def mesh_config_report(
         devices_present=present,
         max_device_bytes=budget,
     )
+
+
+def _expert_dims(target: Target) -> dict[tuple[Any, ...], tuple[int, int]]:
+    """``path -> (dimension, experts)`` of the routed experts' stacked parameters.
+
+    Read from the model's routers (:func:`~nnx_introspect._experts.
+    expert_groups`); none where they cannot be read (a state, a router the
+    count refuses): the plan then knows only dimensions annotated ``"expert"``.
+    """
+    try:
+        groups = expert_groups(target)
+    except ArgumentError:
+        return {}
+    return {
+        leaf.path: (leaf.dim, group.experts)
+        for group in groups
+        for leaf in group.leaves
+        if leaf.dim is not None
+    }
 
 
 PROBE_AXIS = "__nnx_introspect_probe__"

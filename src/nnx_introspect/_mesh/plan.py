@@ -3,7 +3,7 @@
 import dataclasses
 import math
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from flax.core import spmd as core_spmd
@@ -12,9 +12,11 @@ from jax.sharding import AbstractMesh, NamedSharding, PartitionSpec
 from nnx_introspect._inventory import VarRecord, dtype_nbytes
 from nnx_introspect._mesh.records import LeafShard, MeshProblem
 from nnx_introspect._mesh.specs import (
+    EXPERT_AXIS,
     Entry,
     entry_axes,
     entry_names,
+    expert_mesh_axis,
     spec_of,
 )
 from nnx_introspect._render import spec_str
@@ -239,9 +241,25 @@ class Planner:
         )
 
 
+@dataclasses.dataclass(frozen=True)
+class _MetaSpec:
+    """A variable's spec from its metadata, as flax translates it.
+
+    ``untranslated``: logical names flax leaves inside tuple entries.
+    ``expert_dim``: the dimension annotated :data:`EXPERT_AXIS`, if any.
+    """
+
+    spec: PartitionSpec
+    source: str
+    untranslated: frozenset[str] = frozenset()
+    expert_dim: int | None = None
+
+
 def _metadata_spec(
-    record: VarRecord, logical: tuple[tuple[str, Entry], ...] | None
-) -> tuple[PartitionSpec, str, frozenset[str]] | None:
+    record: VarRecord,
+    logical: tuple[tuple[str, Entry], ...] | None,
+    axes: tuple[str, ...] = (),
+) -> _MetaSpec | None:
     """Flax's own spec for ``record``'s variable, its source, untranslated names.
 
     The untranslated names are logical names flax leaves inside tuple entries.
@@ -250,12 +268,18 @@ def _metadata_spec(
     entry that *is* a logical name to its rule's mesh axes; a tuple entry is
     kept as written, logical names and all. The plan does exactly the same, so
     it never places a variable that flax would refuse.
+
+    An entry :data:`EXPERT_AXIS` the logical rules do not map becomes the mesh
+    axis of ``axes`` that :func:`expert_mesh_axis` names (``None``, replicated,
+    when there is none), and that axis leaves the variable's other entries: a
+    mesh axis splits one dimension, and experts over ``fsdp`` leave an
+    ``("expert", "fsdp", "tp")`` kernel's ``fsdp`` dimension whole.
     """
     sharding = record.sharding
     if sharding is None:
         return None
     if isinstance(sharding, NamedSharding):
-        return sharding.spec, "metadata", frozenset()
+        return _MetaSpec(sharding.spec, "metadata")
     try:
         entries = tuple(sharding)
     except TypeError:
@@ -263,11 +287,22 @@ def _metadata_spec(
     rules = logical if logical is not None else core_spmd.get_logical_axis_rules()
     mapping: dict[str, Any] = dict(rules) if rules else {}
     source = "metadata"
+    expert_dim = next(
+        (d for d, e in enumerate(entries) if isinstance(e, str) and e == EXPERT_AXIS),
+        None,
+    )
     if any(isinstance(e, str) and e in mapping for e in entries):
         entries = tuple(
             mapping[e] if isinstance(e, str) and e in mapping else e for e in entries
         )
         source = "metadata + logical rules"
+    if expert_dim is not None and EXPERT_AXIS not in mapping:
+        axis = expert_mesh_axis(axes)
+        entries = tuple(
+            axis if d == expert_dim else _without(e, axis)
+            for d, e in enumerate(entries)
+        )
+        source += f", experts over {axis or 'no axis (replicated)'}"
     untranslated = frozenset(
         name
         for e in entries
@@ -275,7 +310,53 @@ def _metadata_spec(
         for name in e
         if isinstance(name, str) and name in mapping
     )
-    return spec_of(entries), source, untranslated
+    return _MetaSpec(spec_of(entries), source, untranslated, expert_dim)
+
+
+def _without(entry: Any, axis: str | None) -> Any:
+    """``entry`` without mesh axis ``axis`` (``None`` when nothing is left)."""
+    if axis is None or entry is None:
+        return entry
+    if isinstance(entry, str):
+        return None if entry == axis else entry
+    if isinstance(entry, tuple | list):
+        kept = tuple(a for a in entry if a != axis)
+        return kept if len(kept) > 1 else (kept[0] if kept else None)
+    return entry
+
+
+def experts_problem(
+    path: str, problem: MeshProblem, experts: int, dim: int
+) -> MeshProblem:
+    """``problem`` (a dimension that does not divide) said of experts, with the fix.
+
+    One line naming ``mesh`` (``--mesh``) and the sizes that divide the
+    experts.
+
+    Example:
+        >>> found = MeshProblem("moe/w", "indivisible", "...", dimension=0,
+        ...                     size=8, axes=("ep",), product=3)
+        >>> print(experts_problem("moe/w", found, 8, 0).message)
+        `moe/w`: its 8 experts (dimension 0) do not split over ep=3. Choose \
+`mesh` (--mesh) with ep dividing 8: 1, 2, 4 or 8.
+    """
+    axes = problem.axes
+    over = (
+        f"{axes[0]}={problem.product}"
+        if len(axes) == 1
+        else f"{' x '.join(axes)} = {problem.product}"
+    )
+    sizes = [str(n) for n in range(1, experts + 1) if experts % n == 0]
+    listed = sizes[0] if len(sizes) == 1 else f"{', '.join(sizes[:-1])} or {sizes[-1]}"
+    return dataclasses.replace(
+        problem,
+        kind="experts",
+        message=(
+            f"`{path}`: its {experts} experts (dimension {dim}) do not split over "
+            f"{over}. Choose `mesh` (--mesh) with {' x '.join(axes)} dividing "
+            f"{experts}: {listed}."
+        ),
+    )
 
 
 def _category(record: VarRecord) -> str:
@@ -302,8 +383,16 @@ def plan_model_leaves(
     records: Sequence[VarRecord],
     compiled_rules: Sequence[tuple[str, re.Pattern[str], PartitionSpec]],
     logical: tuple[tuple[str, Entry], ...] | None,
+    experts: Mapping[tuple[Any, ...], tuple[int, int]] | None = None,
 ) -> _ModelPlan:
-    """Each state leaf's spec (rules, then metadata, else replicated) and problems."""
+    """Each state leaf's spec (rules, then metadata, else replicated) and problems.
+
+    ``experts``: ``path -> (dimension, experts)`` of the routed experts'
+    parameters; a dimension of experts that does not divide over its axes is
+    an ``"experts"`` problem (:func:`experts_problem`), as is one annotated
+    :data:`EXPERT_AXIS`.
+    """
+    experts = experts or {}
     problems: list[MeshProblem] = []
     winners = [0] * len(compiled_rules)
     matched = [0] * len(compiled_rules)
@@ -320,13 +409,23 @@ def plan_model_leaves(
                     winners[i] += 1
                     spec, source = rule_spec, f"rule {i} {pattern!r}"
         untranslated: frozenset[str] = frozenset()
+        expert = experts.get(record.path)
         if spec is None:
-            from_meta = _metadata_spec(record, logical)
-            if from_meta is not None:
-                spec, source, untranslated = from_meta
+            meta = _metadata_spec(record, logical, tuple(planner.sizes))
+            if meta is not None:
+                spec, source, untranslated = meta.spec, meta.source, meta.untranslated
+                if expert is None and meta.expert_dim is not None:
+                    expert = (meta.expert_dim, record.shape[meta.expert_dim])
         if spec is None:
             spec = PartitionSpec()
         found = planner.check_spec(path, spec, record.shape, untranslated)
+        if expert is not None:
+            found = [
+                experts_problem(path, p, expert[1], expert[0])
+                if p.kind == "indivisible" and p.dimension == expert[0]
+                else p
+                for p in found
+            ]
         problems.extend(found)
         shard = None if found else planner.shard_shape(spec, record.shape)
         leaf = planner.leaf(

@@ -1,19 +1,48 @@
 """Partition-spec entries: reading their axis names, writing and coercing specs."""
 
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any, TypeAlias
 
 from jax.sharding import PartitionSpec
 
 __all__ = [
+    "EXPERT_AXIS",
+    "EXPERT_MESH_AXES",
     "Entry",
     "as_spec",
     "entry_axes",
     "entry_names",
+    "expert_mesh_axis",
     "spec_of",
 ]
 
 Entry: TypeAlias = str | tuple[str, ...] | None
+
+EXPERT_AXIS = "expert"
+"""The logical name of an expert dimension: the first dimension of stacked expert
+weights (``(experts, d_model, d_ff)``), as the examples' mixture of experts
+annotates it. The plan splits it over :func:`expert_mesh_axis`'s axis unless
+``logical_rules`` map it."""
+
+EXPERT_MESH_AXES = ("expert", "ep", "fsdp")
+"""The mesh axes an :data:`EXPERT_AXIS` dimension splits over, the first the mesh
+has: an expert-parallel axis (``expert``, ``ep``), else ``fsdp`` (experts over
+the data-parallel shards, as tunix's Qwen3 places them)."""
+
+
+def expert_mesh_axis(axis_names: Iterable[str]) -> str | None:
+    """The mesh axis experts split over: the first of :data:`EXPERT_MESH_AXES` named.
+
+    ``None`` when the mesh has none of them: the experts are replicated.
+
+    Example:
+        >>> expert_mesh_axis(("fsdp", "ep", "tp")), expert_mesh_axis(("fsdp", "tp"))
+        ('ep', 'fsdp')
+        >>> expert_mesh_axis(("tp",)) is None
+        True
+    """
+    names = set(axis_names)
+    return next((axis for axis in EXPERT_MESH_AXES if axis in names), None)
 
 
 def entry_axes(entry: Any) -> tuple[str, ...]:
