@@ -171,6 +171,7 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "+ launch + vector": (*BASE, "vector"),
     "+ launch + cycles + program": (*BASE, "cycles", "program"),
     "+ launch + cycles + async + program": (*BASE, "cycles", "async", "program"),
+    "+ launch + cycles + cap + program": (*BASE, "cycles", "cap", "program"),
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
 
@@ -184,6 +185,7 @@ START = {
     "uncosted": 1e10,
     "floor": 3e-6,
     "program": 3e-4,
+    "cap": 2.0,
 }
 
 
@@ -201,6 +203,7 @@ def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeCon
         async_share=min(1.0, float(values.get("async", 0.0))),
         floor_seconds=float(values.get("floor", 0.0)),
         program_seconds=float(values.get("program", 0.0)),
+        cycles_cap=float(values["cap"]) if "cap" in values else None,
         uncosted_flops_per_second=float(values["uncosted"])
         if "uncosted" in values
         else None,
@@ -293,7 +296,7 @@ def run_fit(path: str) -> None:
     print(f"held-out 90th percentile |error|: {p90:.1%}")
     final = dataclasses.replace(
         c,
-        version="tpu-v5e/1",
+        version="tpu-v5e/2",
         error=round(p90, 2),
         programs=len(cal),
         held_out=len(held),

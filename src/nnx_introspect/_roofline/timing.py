@@ -6,9 +6,11 @@ XLA:TPU's own cycle estimate) into one time with an error bar:
 
 * **within an instruction, its units overlap**: an instruction takes the
   longest of its matmul FLOPs at the matrix unit's rate (on XLA:TPU, where
-  the compiler states its cycle estimate, that estimate instead), its vector
-  FLOPs at the vector unit's, its HBM bytes at HBM's rate, plus a fixed cost
-  per launch;
+  the compiler states its cycle estimate, that estimate instead, capped at
+  the instruction's data-sheet roofline: the chip ran attention fusions over
+  prompt-by-prompt scores and int8 matmuls 2-3x faster than XLA:TPU's cycles
+  say, never slower than the roofline), its vector FLOPs at the vector
+  unit's, its HBM bytes at HBM's rate, plus a fixed cost per launch;
 * **instructions run one after another**: a TPU core runs one fusion at a
   time, so the program's time is the sum over its instructions, each as often
   as its loops run it;
@@ -21,9 +23,9 @@ XLA:TPU's own cycle estimate) into one time with an error bar:
 
 The rates are **calibrated per device kind** (:data:`CONSTANTS`): a fraction of
 the data-sheet matmul peak and HBM bandwidth, a vector rate, a factor on the
-compiler's cycles and a cost per launch, fitted on one half of the chip table
-(``benchmarks/timecal.py fit``) and checked on the other half, whose error is
-the error bar. A kind with no chip to calibrate on (every GPU, every TPU but
+compiler's cycles, the cap on them, and a cost per launch, fitted on one half
+of the chip table (``benchmarks/timefit.py fit``) and checked on the other
+half, whose error is the error bar. A kind with no chip to calibrate on (every GPU, every TPU but
 v5e) keeps data-sheet rates and no launch cost, and its estimate says
 "uncalibrated".
 """
@@ -49,7 +51,7 @@ class TimeConstants:
     """The rates a device kind's programs run at: the time model's constants.
 
     Attributes:
-        version: The constants' name and version (``"tpu-v5e/1"``): a report
+        version: The constants' name and version (``"tpu-v5e/2"``): a report
             names it, and a new fit gets a new one.
         calibrated: Whether a chip of this kind was measured to fit them.
         matmul_fraction: The share of the dtype's dense data-sheet peak a
@@ -65,6 +67,10 @@ class TimeConstants:
             its arguments' and outputs' bookkeeping, the wait for its end).
         floor_seconds: The least time any instruction run takes (a short
             instruction's issue and synchronisation), overlapping its work.
+        cycles_cap: XLA:TPU's cycles count at most this many times the
+            instruction's data-sheet roofline (its matmul FLOPs at the peak or
+            its HBM bytes at the data-sheet bandwidth, the longer); ``None``:
+            uncapped.
         uncosted_flops_per_second: The rate of the vector work of
             instructions XLA:TPU's cost model gives up on (kind
             ``"uncosted"``); ``None``: timed as any other.
@@ -90,6 +96,7 @@ class TimeConstants:
     uncosted_flops_per_second: float | None = None
     floor_seconds: float = 0.0
     program_seconds: float = 0.0
+    cycles_cap: float | None = None
     programs: int = 0
     held_out: int = 0
     source: str = ""
@@ -99,7 +106,7 @@ class TimeConstants:
 
         Example:
             >>> CONSTANTS["v5e"].json_data()["version"]
-            'tpu-v5e/1'
+            'tpu-v5e/2'
         """
         return dataclasses.asdict(self)
 
@@ -120,17 +127,18 @@ DATA_SHEET = TimeConstants(
 
 CONSTANTS: dict[str, TimeConstants] = {
     "v5e": TimeConstants(
-        version="tpu-v5e/1",
+        version="tpu-v5e/2",
         calibrated=True,
         matmul_fraction=1.0,
         vector_flops_per_second=None,
-        hbm_fraction=1.0,
-        seconds_per_cycle=5.002e-10,
-        launch_seconds=1.085e-06,
+        hbm_fraction=0.8055,
+        seconds_per_cycle=8.092e-10,
+        launch_seconds=1.444e-06,
         async_share=0.0,
-        error=0.14,
-        uncosted_flops_per_second=1.058e10,
-        program_seconds=1.415e-03,
+        error=0.13,
+        uncosted_flops_per_second=1.062e10,
+        program_seconds=1.271e-03,
+        cycles_cap=1.004,
         programs=32,
         held_out=31,
         source=(
@@ -306,15 +314,24 @@ def program_time(
         # where XLA:TPU states its cycles, they are its matrix unit's time:
         # FLOPs at a fraction of the peak only time what it did not cost
         cycled = c.seconds_per_cycle is not None and op.cycles is not None
+        cycles = (
+            0.0
+            if c.seconds_per_cycle is None or op.cycles is None
+            else op.cycles * c.seconds_per_cycle
+        )
+        if c.cycles_cap is not None and cycles:
+            roof = max(
+                op.matmul_flops / peak, op.hbm_bytes / hardware.hbm_bytes_per_second
+            )
+            if roof > 0:
+                cycles = min(cycles, c.cycles_cap * roof)
         times = {
             "matmul": 0.0 if cycled else op.matmul_flops / matmul_rate,
             "memory": op.hbm_bytes / hbm_rate,
             "vector": 0.0
             if c.vector_flops_per_second is None
             else op.vector_flops / c.vector_flops_per_second,
-            "cycles": 0.0
-            if c.seconds_per_cycle is None or op.cycles is None
-            else op.cycles * c.seconds_per_cycle,
+            "cycles": cycles,
         }
         if op.kind == "uncosted" and c.uncosted_flops_per_second is not None:
             times["uncosted"] = op.vector_flops / c.uncosted_flops_per_second
