@@ -25,9 +25,9 @@ The rates are **calibrated per device kind** (:data:`CONSTANTS`): a fraction of
 the data-sheet matmul peak and HBM bandwidth, a vector rate, a factor on the
 compiler's cycles, the cap on them, and a cost per launch, fitted on one half
 of the chip table (``benchmarks/timefit.py fit``) and checked on the other
-half, whose error is the error bar. A kind with no chip to calibrate on (every GPU, every TPU but
-v5e) keeps data-sheet rates and no launch cost, and its estimate says
-"uncalibrated".
+half, whose error is the error bar. A kind with no chip to calibrate on
+(every GPU, every TPU but v5e) keeps data-sheet rates and no launch cost, and
+its estimate says "uncalibrated".
 """
 
 import dataclasses
