@@ -46,8 +46,10 @@ def test_the_answer_fits_and_one_step_more_does_not(found: RLBatchSearch) -> Non
     assert points[found.batch + 1] == (above.peak_bytes, False)
     # `most` is the answer, `batch` its older name; one probe past the edge
     assert found.most == found.batch and found.edge_size == found.batch + 1
-    assert len(found.probed) == 1 and found.also_fits == ()
-    assert found.tried[-1].probe and not found.tried[-1].fits
+    # past the edge: batches compiled too (the one probe, or one the search
+    # compiled already), none fits
+    assert found.past_edge and found.also_fits == ()
+    assert not any(p.fits for p in found.tried if p.size > found.edge_size)
 
 
 def test_the_report_says_the_answer_and_the_edge(found: RLBatchSearch) -> None:

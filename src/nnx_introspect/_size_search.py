@@ -393,8 +393,8 @@ class SizeSearch:
         >>> tried = tuple(SearchPoint(s, 0, ok) for s, ok in
         ...               ((8, True), (16, False), (24, True), (32, False)))
         >>> found = Found(most=8, tried=tried, jumps=())
-        >>> found.edge_size, found.also_fits, found.probed
-        (16, (24,), ())
+        >>> found.edge_size, found.also_fits, found.probed, found.past_edge
+        (16, (24,), (), (24, 32))
     """
 
     most: int
@@ -422,8 +422,20 @@ class SizeSearch:
 
     @property
     def probed(self) -> tuple[int, ...]:
-        """The sizes compiled past the edge to look above the answer, ascending."""
+        """The sizes compiled past the edge to look above the answer, ascending.
+
+        A probe already compiled while the edge was sought is not compiled
+        again, nor listed here: :attr:`past_edge` lists every size above it.
+        """
         return tuple(sorted(p.size for p in self.tried if p.probe))
+
+    @property
+    def past_edge(self) -> tuple[int, ...]:
+        """Every size tried above the edge, probe or not, ascending."""
+        edge = self.edge_size
+        if edge is None:
+            return ()
+        return tuple(sorted(p.size for p in self.tried if p.size > edge))
 
     def role(self, point: SearchPoint) -> str:
         """Why ``point`` was compiled, in a word for a table's row.
@@ -451,12 +463,12 @@ class SizeSearch:
             Past the edge (16, the smallest batch tried above the answer that \
 does not fit), 2 batches were compiled too: 24 fits although 16 does not.
         """
-        edge, probed = self.edge_size, self.probed
-        if edge is None or not probed:
+        edge, past = self.edge_size, self.past_edge
+        if edge is None or not past:
             return ""
         also = self.also_fits
-        many = len(probed) > 1
-        count = f"{len(probed)} {plural if many else noun}"
+        many = len(past) > 1
+        count = f"{len(past)} {plural if many else noun}"
         text = (
             f"Past the edge ({edge:,}, the smallest {noun} tried above the answer "
             f"that does not fit), {count} {'were' if many else 'was'} compiled "

@@ -6,7 +6,7 @@ size whose batch shards alone fit a budget, and the bisection over sizes.
 
 import dataclasses
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import jax
@@ -121,31 +121,43 @@ def search_budget(spec: StepSpec) -> tuple[int, str]:
     return present
 
 
-def present_budget() -> tuple[int, str] | None:
+def present_budget(
+    backend: str | None = None, devices: Sequence[Any] | None = None
+) -> tuple[int, str] | None:
     """The budget of this process's devices, on a TPU or GPU backend; else ``None``.
 
     The figure a named topology of the same devices gives (``"v5e-1"`` for
     one TPU v5 lite: the HBM XLA:TPU lets a program use; on a GPU, JAX's
     allocator's share), else the allocator's own limit (``bytes_limit`` of
     ``memory_stats()``); the basis says they are the present devices'.
+    ``backend`` and ``devices`` default to JAX's.
+
+    Example:
+        >>> from types import SimpleNamespace
+        >>> v5e = SimpleNamespace(device_kind="TPU v5 lite", memory_stats=dict)
+        >>> found = present_budget("tpu", [v5e] * 4)
+        >>> found[0] == round(15.75 * 2**30), found[1].split(":")[0]
+        (True, "the present devices' (4 x TPU v5 lite, v5e-4)")
+        >>> present_budget("cpu", [v5e]) is None
+        True
     """
-    backend = jax.default_backend()
+    backend = jax.default_backend() if backend is None else backend
     if backend not in ("tpu", "gpu"):
         return None
-    devices = jax.devices()
+    devices = jax.devices() if devices is None else devices
     kind = devices[0].device_kind
     name = topology_of_devices(kind, len(devices))
-    here = f"the present devices' ({len(devices)} x {kind})"
+    here = f"the present devices' ({len(devices)} x {kind}"
     if name is not None:
         budget = step_budget(None, name)
         if budget.bytes is not None and budget.basis is not None:
-            return budget.bytes, f"{here}: {budget.basis}"
+            return budget.bytes, f"{here}, {name}): {budget.basis}"
     stats = devices[0].memory_stats() or {}
     limit = stats.get("bytes_limit")
     if not limit:
         return None
     words = f"the {format_bytes(int(limit))} their allocator lets this process use"
-    return int(limit), f"{here}: {words} (bytes_limit)"
+    return int(limit), f"{here}): {words} (bytes_limit)"
 
 
 def leading_size(leaves: tuple[jax.ShapeDtypeStruct, ...]) -> int:
