@@ -25,10 +25,12 @@ def test_each_phase_is_broken_down_with_its_roles_kinds() -> None:
     # the reference's parameters are its own role; the actor's keep their name
     assert "reference" in kinds["reference"] and "parameter" not in kinds["reference"]
     assert "parameter" in kinds["train"] and "reference" not in kinds["train"]
-    # the rollout's bfloat16 copy is named as one, in both of its programs
+    # colocated, the rollout serves the actor's own parameters: named as them
+    actor = dict(report.roles)["actor parameters"]
     for phase in ("prefill", "decode"):
-        assert "rollout weights" in kinds[phase] and "weights" not in kinds[phase]
-        assert kinds[phase]["rollout weights"] >= dict(report.roles)["rollout weights"]
+        assert "parameter" in kinds[phase] and "weights" not in kinds[phase]
+        assert "rollout weights" not in kinds[phase]
+        assert kinds[phase]["parameter"] >= actor
     # the programs' own breakdowns are untouched
     own = report.programs["reference"].breakdown
     assert "parameter" in {g.label for g in own.by_kind()}

@@ -13,10 +13,10 @@ from nnx_introspect import (
     RLMemoryReport,
     count_params,
     rl_memory_report,
-    step_memory_report,
 )
 from nnx_introspect._rl.layout import as_layout
 from nnx_introspect._rl.loss import grpo_loss
+from nnx_introspect._step import TRAIN_OPTIMIZER_DONATED, StepSpec, measure_step
 from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
 
@@ -59,9 +59,10 @@ def test_the_reshard_is_the_rollouts_weights_on_each_of_its_devices(
     split: RLMemoryReport,
 ) -> None:
     n = count_params(SMALL(nnx.Rngs(0)))
-    # bfloat16 weights, replicated (no annotations) on each of 4 devices
-    assert dict(split.roles)["rollout weights"] == 2 * n
-    assert split.reshard_bytes == 4 * 2 * n
+    # the model's own float32 weights (tunix's RolloutConfig.data_type None),
+    # replicated (no annotations) on each of 4 devices
+    assert dict(split.roles)["rollout weights"] == 4 * n
+    assert split.reshard_bytes == 4 * 4 * n
     data = json.loads(split.to_json())
     assert data["reshard_bytes"] == split.reshard_bytes
     assert "reshard per step" in split.to_markdown()
@@ -79,9 +80,8 @@ def test_the_train_program_is_the_slices_own_step(split: RLMemoryReport) -> None
         jax.ShapeDtypeStruct((s, c), f32),
         jax.ShapeDtypeStruct((s, c), f32),
     )
-    alone = step_memory_report(
-        SMALL, "data=4", batch, loss=grpo_loss, optimizer="adamw", cache=False
-    )
+    spec = StepSpec(SMALL, "data=4", batch, loss=grpo_loss, optimizer="adamw")
+    alone = measure_step(spec, cache=False, program=TRAIN_OPTIMIZER_DONATED)
     train = {p.name: p for p in split.phases}["train"]
     assert train.program_peak_bytes == alone.peak_bytes
     assert split.programs["train"].plan.axis_sizes == (4,)

@@ -17,7 +17,12 @@ from nnx_introspect import (
 )
 from nnx_introspect._rl import programs as rl_programs
 from nnx_introspect._rl.loss import grpo_loss
-from nnx_introspect._step import LOGPROBS, StepSpec, measure_step
+from nnx_introspect._step import (
+    LOGPROBS,
+    TRAIN_OPTIMIZER_DONATED,
+    StepSpec,
+    measure_step,
+)
 from nnx_introspect.examples import LlamaConfig, llama, llama_tiny_sharded
 from tests.cli_helpers import run
 
@@ -50,8 +55,16 @@ def report() -> RLMemoryReport:
 
 def test_each_phase_is_its_programs_own_report(report: RLMemoryReport) -> None:
     """Each program equals the one its own report compiles, by hand here."""
+    # the rollout in the model's own dtypes (tunix's): float32 weights and cache
     rollout = serve_memory_report(
-        SMALL, "data=2", sequences=S, context=P + C, prompt=P, cache=False
+        SMALL,
+        "data=2",
+        sequences=S,
+        context=P + C,
+        prompt=P,
+        weights=None,
+        kv_cache="float32",
+        cache=False,
     )
     phases = {p.name: p for p in report.phases}
     assert phases["prefill"].program_peak_bytes == rollout.prefill.peak_bytes
@@ -72,10 +85,17 @@ def test_each_phase_is_its_programs_own_report(report: RLMemoryReport) -> None:
         jax.ShapeDtypeStruct((S, C), f32),
         jax.ShapeDtypeStruct((S, C), f32),
     )
-    train = step_memory_report(
+    # the step donating only its optimizer's state (tunix's trainer)
+    spec = StepSpec(SMALL, "data=2", batch, loss=grpo_loss, optimizer="adamw")
+    train = measure_step(spec, cache=False, program=TRAIN_OPTIMIZER_DONATED)
+    assert phases["train"].program_peak_bytes == train.peak_bytes
+    everything = step_memory_report(
         SMALL, "data=2", batch, loss=grpo_loss, optimizer="adamw", cache=False
     )
-    assert phases["train"].program_peak_bytes == train.peak_bytes
+    assert (
+        train.alias_bytes
+        == everything.alias_bytes - everything.plan.bytes_by_category["params"]
+    )
 
 
 def test_the_peak_is_the_largest_phases_resident_and_transient(
@@ -86,18 +106,15 @@ def test_the_peak_is_the_largest_phases_resident_and_transient(
     assert roles["actor parameters"] == train["params"]
     assert roles["actor optimizer state"] == train["optimizer state"]
     assert roles["reference parameters"] == train["params"]  # a copy of the actor
-    # bfloat16 rollout weights of float32 parameters: a copy of half the bytes
-    assert roles["rollout weights"] == train["params"] // 2
+    # colocated, the rollout decodes on the actor's own parameters: no copy
+    assert "rollout weights" not in roles
     phases = {p.name: p for p in report.phases}
     decode = phases["decode"]
     assert decode.resident_bytes == (
-        roles["actor parameters"]
-        + roles["actor optimizer state"]
-        + roles["reference parameters"]
+        roles["actor optimizer state"] + roles["reference parameters"]
     )
-    assert phases["train"].resident_bytes == (
-        roles["reference parameters"] + roles["rollout weights"]
-    )
+    assert report.programs["rollout"].decode.weights_bytes == train["params"]
+    assert phases["train"].resident_bytes == roles["reference parameters"]
     assert report.peak_bytes == max(
         p.program_peak_bytes + p.resident_bytes for p in report.phases
     )

@@ -11,7 +11,9 @@ losses), ``report`` (:class:`RLMemoryReport`: the phases of one step, what
 each role keeps resident, the peak), ``api``
 (:func:`~nnx_introspect.rl_memory_report`), ``programs`` (each phase's
 program compiled through the step's and serving's own pipelines),
-``assemble`` (the roles resident and each phase's peak from them), ``search``
+``assemble`` (the roles resident and each phase's peak from them),
+``choices`` (what google-tunix 0.1.7 does where a request may choose
+otherwise, with its lines, and the report's words for each), ``search``
 (:func:`~nnx_introspect.rl_max_batch`: the most prompts per step that fit),
 ``layout`` (each role's devices: one mesh, or slices of their own) and
 ``layouts`` (:func:`~nnx_introspect.compare_rl_layouts`: which layout is

@@ -1,13 +1,21 @@
 """The public :func:`rl_memory_report`: one GRPO step's programs, compiled, added up."""
 
+import math
+from dataclasses import replace
 from typing import Any
 
+import optax
+
+from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._rl.assemble import assemble
-from nnx_introspect._rl.layout import Layout, as_layout
+from nnx_introspect._rl.choices import Chosen, unadapted_modules
+from nnx_introspect._rl.layout import Layout, as_layout, data_parallel
 from nnx_introspect._rl.programs import (
+    DONATIONS,
     critic_reports,
     reference_report,
     role_options,
+    rollout_cache_dtype,
     rollout_report,
     train_report,
 )
@@ -20,7 +28,7 @@ from nnx_introspect._step import (
 )
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
-__all__ = ["rl_memory_report"]
+__all__ = ["check_split", "rl_memory_report"]
 
 
 def _count(value: Any, name: str) -> int:
@@ -40,52 +48,62 @@ def rl_memory_report(
     generations: Any,
     prompt: Any,
     completion: Any,
-    reference: bool = True,
+    reference: Any = True,
     lora: Any = None,
     critic: Any = None,
     optimizer: Any = "adamw",
-    rollout_weights: Any = "bfloat16",
-    kv_cache: Any = "bfloat16",
+    rollout_weights: Any = None,
+    kv_cache: Any = None,
+    donate: Any = "optimizer",
     role_meshes: Any = None,
-    offload: bool = False,
-    breakdown: bool = False,
-    topology: str | None = None,
+    offload: Any = False,
+    breakdown: Any = False,
+    topology: Any = None,
     max_device_bytes: Any = None,
     init_cache: Any = None,
     decode: Any = None,
-    cache: bool = True,
+    cache: Any = True,
     measure: Any = None,
 ) -> RLMemoryReport:
     """Whether one GRPO step fits: its four programs compiled for the target.
 
     The programs of one step, each compiled through the library's own
     pipelines (no device needed for a named ``topology``), on one mesh every
-    role shares (colocated, as tunix's ``RLCluster`` runs them on one mesh):
+    role shares (colocated, as tunix's ``RLCluster`` runs them on one mesh)
+    unless ``role_meshes`` gives a role devices of its own:
 
     * **rollout**: the prefill of ``batch x generations`` prompts of
       ``prompt`` tokens into a KV cache of ``prompt + completion`` positions,
-      and a decode step (:func:`~nnx_introspect.serve_memory_report`, the
-      weights in ``rollout_weights``);
+      and a decode step (:func:`~nnx_introspect.serve_memory_report`), on the
+      actor's own parameters in their dtypes by default;
     * **reference**: the per-token log-probabilities of the ``prompt +
       completion`` tokens under the reference model (forward only; left out
       with ``reference=False``);
     * **train**: the actor's step on the GRPO loss
       (:func:`~nnx_introspect._rl.loss.grpo_loss`, tunix's own) with
-      ``optimizer``.
+      ``optimizer``, donating only the optimizer's state.
 
     Each phase's peak is its program's own plus what the other roles keep
     resident while it runs (the actor's parameters and optimizer state, the
-    reference's parameters, the rollout's copy of the weights when their
-    dtype differs from the actor's); the step's peak is the largest, against
+    reference's parameters, a rollout copy of the weights when
+    ``rollout_weights`` asks for one); the step's peak is the largest, against
     the budget a step gets. The sequences split over the mesh's
     data-parallel axes (every axis but ``tp``), the weights as their
     annotations say.
+
+    The defaults are what google-tunix 0.1.7 does (see
+    :mod:`~nnx_introspect._rl.choices`, which cites its lines): colocated,
+    the rollout *is* the training actor (no copy), its KV cache in the
+    model's dtype; each trainer donates only its optimizer; offloading moves
+    each model's variables and never an optimizer's state. The report's
+    notes say each choice, and which are not tunix's.
 
     Args:
         actor: The policy model: an ``nnx.Module``, a factory or
             ``"package.module:factory"`` (a named topology compiles in child
             processes, which need the name).
-        mesh: The mesh every role runs on: ``"fsdp=4,tp=2"``, a dict.
+        mesh: The mesh every role runs on, but those ``role_meshes`` places:
+            ``"fsdp=4,tp=2"``, a dict.
         batch: Prompts per step.
         generations: Completions per prompt (GRPO's group size).
         prompt: Tokens of each prompt.
@@ -99,6 +117,10 @@ def rl_memory_report(
             backbone is frozen: no gradient, no optimizer state; the reference
             is that backbone (no second copy: tunix's LoRA reference), and
             the rollout decodes on it (the adapters' bytes stay resident).
+            A rank adapts ``nnx.Linear`` modules only: the report's notes
+            name the modules holding weights that get none (tunix's
+            ``Einsum`` attention projections), for which ``"model"`` with
+            the model's own adapters is the way.
         critic: A PPO step's critic instead of GRPO's groups (tunix's
             ``PPOLearner``): a model with a value head (``[B, T, 1]`` a call,
             :func:`~nnx_introspect.examples.llama_critic`), as ``actor`` is
@@ -113,9 +135,22 @@ def rl_memory_report(
             ``lora`` is the actor's alone.
         optimizer: The actor's optimizer (and the critic's): a name
             (``"adamw"``) or an optax transformation.
-        rollout_weights: The rollout's weights dtype (``"bfloat16"``,
-            ``"float32"``, ``None``: the model's own).
-        kv_cache: The rollout's KV cache dtype.
+        rollout_weights: The rollout's weights dtype: ``None`` (the default)
+            serves the actor's own parameters (colocated: no copy, as tunix's
+            rollout is the actor; on devices of its own: the model's dtypes,
+            as tunix's ``RolloutConfig.data_type=None`` loads them);
+            ``"bfloat16"`` or ``"float32"`` a copy cast to that dtype, resident
+            beside the actor's parameters when colocated (not tunix's
+            default, and the report says so).
+        kv_cache: The rollout's KV cache dtype: ``None`` (the default) is the
+            model's own, as tunix's sampler makes it (the model config's
+            ``dtype``, else its first state leaf's); or ``"bfloat16"``,
+            ``"float32"``, ``"float8_e4m3fn"``, ``"int8"``.
+        donate: What each training step donates (its buffers reused for the
+            new state): ``"optimizer"`` (the default) its optimizer's state
+            alone, as tunix's trainer jits it
+            (``nnx.jit(train_step, donate_argnames=("optimizer",))``), the old
+            parameters live beside the new; ``"all"`` the parameters too.
         role_meshes: Roles on devices of their own (tunix's disaggregated
             ``role_to_mesh``): ``{"rollout": "tp=4"}`` runs the rollout on a
             slice of 4 devices and the other roles on ``mesh``'s (roles
@@ -126,15 +161,17 @@ def rl_memory_report(
             (``v5e-4`` of a ``v5e-8``). Each slice's peak is its own phases'
             and residents'; the actor's weights are sent to the rollout's
             slice every step (``reshard_bytes``).
-        offload: Hold the roles a phase does not run on in host memory
-            meanwhile (tunix's ``offload_to_cpu``): each phase's peak is its
-            program's alone, and the bytes moved to and from the host per step
-            are reported (``offload_bytes``), with their time over the host
-            link where the target's data sheet states it (A100, H100, H200).
+        offload: Hold the models a phase does not run on in host memory
+            meanwhile (tunix's ``offload_to_cpu``, which moves each model's
+            variables): each phase's peak is its program's plus the
+            optimizer states, which stay on the device; the bytes moved to
+            and from the host per step are reported (``offload_bytes``), with
+            their time over the host link where the target's data sheet
+            states it (A100, H100, H200).
         breakdown: Also classify every buffer live at each phase's peak
             (:attr:`RLMemoryReport.breakdowns`): by kind (the reference's
-            parameters as ``reference``, the rollout's weights as ``rollout
-            weights``) and by the source line that made it.
+            parameters as ``reference``, a rollout copy of the weights as
+            ``rollout weights``) and by the source line that made it.
         topology: A target such as ``"v5e-8"`` or ``"h100-8"``.
         max_device_bytes: A budget per device (``"16GiB"`` or bytes).
         init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
@@ -153,9 +190,11 @@ def rl_memory_report(
         The :class:`~nnx_introspect._rl.report.RLMemoryReport`.
 
     Raises:
-        ArgumentError: A size not a positive integer (naming it), or any
-            argument its program's own report refuses, before that program
-            compiles.
+        ArgumentError: A size not a positive integer (naming it), a
+            ``topology`` or mesh that is not one, ``batch x generations``
+            sequences that do not split over a mesh's data-parallel axes,
+            or any argument its program's own report refuses, before that
+            program compiles.
 
     Example:
         >>> from nnx_introspect import rl_memory_report
@@ -169,24 +208,34 @@ def rl_memory_report(
         (['prefill', 'decode', 'reference', 'train'], True)
         >>> report.peak_bytes == max(p.peak_bytes for p in report.phases)
         True
+        >>> "rollout weights" in dict(report.roles)  # the rollout is the actor
+        False
     """
     with built_once():  # the actor is built once for every program
         b, g = _count(batch, "batch"), _count(generations, "generations")
         p, c = _count(prompt, "prompt"), _count(completion, "completion")
         flags = {"reference": reference, "cache": cache, "offload": offload}
         _check_flags(flags | {"breakdown": breakdown})
+        _check_choices(donate, optimizer, topology)
         runs = as_measure(measure)
-        if lora is not None:  # checked on the model before any compile
-            lora = as_lora(lora, as_model(actor))
+        # the target and the meshes before any model is built
+        layout = _layout(mesh, role_meshes, topology, reference, critic, runs)
+        check_split(layout, b, g)
         if critic is not None:
             _check_critic(critic, g)
-        layout = _layout(mesh, role_meshes, topology, reference, critic, runs)
+        chosen = Chosen(donate=donate)
+        if lora is not None:  # checked on the model before any compile
+            lora = as_lora(lora, as_model(actor))
+            if isinstance(lora, int):
+                chosen = replace(chosen, unadapted=unadapted_modules(as_model(actor)))
+        own = rollout_cache_dtype(actor)
+        kv = own if kv_cache is None else kv_cache
         sequences, length = b * g, p + c
         notes: list[str] = []
         serving = {
             "max_device_bytes": max_device_bytes,
             "weights": rollout_weights,
-            "kv_cache": kv_cache,
+            "kv_cache": kv,
             "init_cache": init_cache,
             "decode": decode,
             "cache": cache,
@@ -194,9 +243,15 @@ def rl_memory_report(
             "measure": runs,
         }
         rollout = rollout_report(actor, layout, (sequences, p, c), serving, notes)
+        chosen = replace(
+            chosen,
+            rollout_weights=rollout.weights,
+            kv_cache=rollout.kv_cache,
+            own_kv_cache=own,
+        )
 
         shared = {k: serving[k] for k in ("max_device_bytes", "cache", "breakdown")}
-        shared["measure"] = runs
+        shared |= {"measure": runs, "donate": donate}
 
         def common(role: str, model: Any = actor) -> tuple[Any, dict[str, Any]]:
             found = (layout, rollout, notes)
@@ -223,7 +278,12 @@ def rl_memory_report(
                 critic,
             )
         return assemble(
-            parts, layout, (b, g, p, c), tuple(notes), lora, offload, valued
+            parts,
+            layout,
+            (b, g, p, c),
+            tuple(notes),
+            (lora, offload, chosen),
+            valued,
         )
 
 
@@ -268,3 +328,52 @@ def _check_flags(flags: dict[str, Any]) -> None:
     for name, value in flags.items():
         if not isinstance(value, bool):
             raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
+
+
+def _check_choices(donate: Any, optimizer: Any, topology: Any) -> None:
+    """``donate``, the optimizer's kind and the topology, before any model."""
+    if donate not in DONATIONS:
+        raise ArgumentError(
+            "donate",
+            f"`donate` must be one of {', '.join(map(repr, DONATIONS))}, got "
+            f"{donate!r}: 'optimizer' donates the optimizer's state alone (tunix's "
+            "trainer), 'all' the parameters too.",
+        )
+    named = isinstance(optimizer, str)
+    if not named and not isinstance(optimizer, optax.GradientTransformation):
+        raise ArgumentError(
+            "optimizer",
+            f"`optimizer` must be a name such as 'adamw' or an optax "
+            f"transformation, got {optimizer!r}.",
+        )
+    if topology is not None:
+        if not isinstance(topology, str):
+            raise ArgumentError(
+                "topology",
+                f"`topology` must be a name such as 'v5e-8' or 'h100-8', or None, "
+                f"got {topology!r}.",
+            )
+        resolve_topology(topology)  # an unknown one is refused here
+
+
+def check_split(layout: Layout, batch: int, generations: int) -> None:
+    """``batch x generations`` sequences split over every slice's data axes.
+
+    Each phase runs on all the step's sequences, split over its slice's
+    data-parallel axes (every axis but ``tp``'s).
+
+    Raises:
+        ArgumentError: Naming ``batch``, with the smallest batch that splits.
+    """
+    sequences = batch * generations
+    for _, where in layout.slices:
+        data = data_parallel(where.mesh)
+        if sequences % data:
+            unit = data // math.gcd(data, generations)
+            raise ArgumentError(
+                "batch",
+                f"`batch` {batch} x `generations` {generations} = {sequences} "
+                f"sequences do not split over the {data} data-parallel devices "
+                f"of the mesh {where.label} (every axis but tp's splits the "
+                f"sequences). Pass a `batch` that is a multiple of {unit}.",
+            )

@@ -10,6 +10,7 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators import hardware_for, host_link
+from nnx_introspect._rl.choices import Chosen, choice_notes
 from nnx_introspect._rl.layout import Layout
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect._step import as_model, duration, importable_name
@@ -31,7 +32,7 @@ def _range(estimate: Any, times: int = 1) -> tuple[float, float] | None:
 def _lora_note(copy: bool, reference: bool) -> str:
     """What LoRA changes in the roles, as the report says it."""
     rollout = (
-        "the rollout decodes on its own copy of the backbone in rollout_weights"
+        "the rollout decodes on its own copy of the backbone"
         if copy
         else "the rollout decodes on the backbone"
     )
@@ -60,6 +61,10 @@ _CACHE = "KV cache (during the rollout)"
 _CRITIC = "critic parameters"
 _CRITIC_STATE = "critic optimizer state"
 
+_ON_DEVICE = frozenset({_OPTIMIZER, _CRITIC_STATE})
+"""What offloading leaves on the device: tunix's ``offload_to_cpu`` moves each
+model's variables (``nnx.variables(model)``), never a trainer's optimizer."""
+
 
 _Role = tuple[str, int, str]
 """``(role, bytes per device, the role whose slice holds it)``."""
@@ -79,8 +84,9 @@ def _roles(
     actor = plan.get("params", 0)
     adapters = _lora_bytes(train) if lora is not None else 0
     weights = rollout.decode.weights_bytes
-    # the rollout's own weights: another dtype, or devices of its own
-    copy = weights != actor - adapters or not layout.shared("actor", "rollout")
+    # the rollout's own weights: cast to another dtype, or on devices of its own
+    cast = rollout.weights is not None and weights != actor - adapters
+    copy = cast or not layout.shared("actor", "rollout")
     roles: list[_Role] = (
         [(_BACKBONE, actor - adapters, "actor"), (_ADAPTERS, adapters, "actor")]
         if lora is not None
@@ -92,7 +98,8 @@ def _roles(
     if ref is not None and not shared:
         params = ref.plan.bytes_by_category.get("params", 0)
         roles.append((_REFERENCE, params, "reference"))
-    roles.append((_COPY, weights if copy else 0, "rollout"))
+    if copy:  # colocated in the actor's dtypes, the rollout is the actor
+        roles.append((_COPY, weights, "rollout"))
     roles.append((_CACHE, rollout.decode.kv_cache_bytes, "rollout"))
     if valued is not None:
         critic = valued[1].plan.bytes_by_category
@@ -128,16 +135,21 @@ def assemble(
     layout: Layout,
     sizes: tuple[int, int, int, int],
     notes: tuple[str, ...],
-    lora: Any = None,
-    offload: bool = False,
+    options: tuple[Any, bool, Chosen] = (None, False, Chosen()),
     valued: Any = None,
 ) -> RLMemoryReport:
-    """The report: the roles resident, each phase's peak, from the programs."""
+    """The report: the roles resident, each phase's peak, from the programs.
+
+    ``options`` are the request's ``lora``, ``offload`` and its other choices
+    (:class:`~nnx_introspect._rl.choices.Chosen`).
+    """
     rollout, train, ref = parts
+    lora, offload, chosen = options
     b, g, p, c = sizes
     roles, args = _roles(parts, layout, lora, valued)
+    copy = any(r == _COPY for r, _, _ in roles)
+    notes = (*notes, *choice_notes(chosen, layout.colocated, copy, lora))
     if lora is not None:
-        copy = dict((r, n) for r, n, _ in roles)[_COPY] > 0
         notes = (*notes, _lora_note(copy, ref is not None))
 
     def phase(
@@ -146,7 +158,8 @@ def assemble(
         oom: bool,
         seconds: Any,
         point: tuple[float, float | None, str] | None,
-        measured: Any = None,
+        measured: Any,
+        compiled: tuple[float, str | None, str],
     ) -> RLPhase:
         role = _phase_role(name)
         own = args[name] if name in args else args[role]
@@ -157,10 +170,10 @@ def assemble(
         )
         mesh = "" if layout.colocated else layout.named(role)
         runs = 1 if name != "decode" else c  # a decode run is one of c steps
-        if offload:  # the idle roles wait in host memory
-            resident, host = (), resident
-        else:
-            host = ()
+        host: tuple[tuple[str, int], ...] = ()
+        if offload:  # the idle models wait in host memory, optimizers stay
+            host = tuple((r, n) for r, n in resident if r not in _ON_DEVICE)
+            resident = tuple((r, n) for r, n in resident if r in _ON_DEVICE)
         return RLPhase(
             name,
             program,
@@ -174,6 +187,9 @@ def assemble(
             estimate=None if point is None else point[0] * runs,
             error=None if point is None else point[1],
             basis="" if point is None else point[2],
+            compile_seconds=compiled[0],
+            cached=compiled[1],
+            compiled_in=compiled[2],
         )
 
     phases = [phase(*found) for found in _phase_programs(parts, valued, c)]
@@ -196,8 +212,20 @@ def assemble(
         lora=lora,
         critic=None if valued is None else _name(valued[2]),
         layout=layout.words(),
+        compiler=rollout.compiler,
+        backend=rollout.backend,
+        warnings=_warnings(rollout, [train, ref, *(valued or ())[:2]]),
         **transfers,
     )
+
+
+def _warnings(rollout: Any, steps: list[Any]) -> tuple[str, ...]:
+    """The programs' warnings, each once, in the order the phases run."""
+    found = [*rollout.prefill.warnings, *rollout.decode.warnings]
+    for report in steps:
+        if report is not None:
+            found.extend(report.warnings)
+    return tuple(dict.fromkeys(found))
 
 
 _UNITS = {"reference": "forward (log-probabilities)", "values": "forward (values)"}
@@ -213,11 +241,12 @@ def _point(estimate: Any) -> tuple[float, float | None, str] | None:
 
 def _phase_programs(
     parts: tuple[Any, Any, Any], valued: Any, completion: int
-) -> list[tuple[str, int, bool, Any, Any, Any]]:
+) -> list[tuple[str, int, bool, Any, Any, Any, tuple[float, str | None, str]]]:
     """Each phase's program in the order they run.
 
-    ``(name, peak bytes, refused, estimated seconds, measured run)``; the
-    decode's estimate is every step of a completion.
+    ``(name, peak bytes, refused, estimated seconds, point estimate, measured
+    run, how it compiled)``; the decode's estimate is every step of a
+    completion; how it compiled is ``(seconds, cached, where)``.
     """
     rollout, train, ref = parts
     time = rollout.time
@@ -244,6 +273,7 @@ def _phase_programs(
         ),
     ]
     runs = [prefill.measured, step.measured]
+    compiled = [(x.compile_seconds, x.cached, x.compiled_in) for x in (prefill, step)]
     reports = [("reference", ref)] if ref is not None else []
     if valued is not None:
         reports.append(("values", valued[0]))
@@ -264,7 +294,11 @@ def _phase_programs(
         if measured is not None and name in _UNITS:  # a forward program's run
             measured = dataclasses.replace(measured, unit=_UNITS[name])
         runs.append(measured)
-    return [(*found, run) for found, run in zip(out, runs, strict=True)]
+        how = report.compilation
+        compiled.append((how.seconds, how.cached, report.compiled_in))
+    return [
+        (*found, run, how) for found, run, how in zip(out, runs, compiled, strict=True)
+    ]
 
 
 def _transfers(
@@ -292,9 +326,11 @@ def _transfers(
         seconds, how = host_time(layout.topology, moved)
         out |= {"offload_bytes": moved, "offload_seconds": seconds}
         notes.append(
-            f"Offloaded: the roles idle in a phase wait in host memory (tunix's "
-            f"offload_to_cpu), each moved out and back in around its idle phases: "
-            f"{moved:,} bytes per device per step over the host link{how}."
+            "Offloaded as tunix's offload_to_cpu does: each model's variables "
+            "(nnx.variables(model); rl/rl_cluster.py, _put_model_on_memory_kind) "
+            "wait in host memory while it is idle, moved out and back in around "
+            f"its idle phases: {moved:,} bytes per device per step over the host "
+            f"link{how}. Each trainer's optimizer state stays on the device."
         )
     return out, tuple(notes)
 

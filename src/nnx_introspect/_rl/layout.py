@@ -16,9 +16,10 @@ from typing import Any
 
 from nnx_introspect._accelerators import resolve_topology, slice_of
 from nnx_introspect._mesh import as_abstract_mesh
+from nnx_introspect._serve import TENSOR_PARALLEL_AXES
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["ROLES", "Layout", "RoleSlice", "as_layout", "spoken"]
+__all__ = ["ROLES", "Layout", "RoleSlice", "as_layout", "data_parallel", "spoken"]
 
 ROLES = ("actor", "rollout", "reference")
 """The roles ``role_meshes`` may place: the actor (its training step), the
@@ -108,6 +109,21 @@ class Layout:
             devices = f"{s.devices} device{'s' if s.devices != 1 else ''}"
             parts.append(f"{spoken(roles)} on {s.label} ({devices})")
         return "disaggregated: " + "; ".join(parts)
+
+
+def data_parallel(mesh: Any) -> int:
+    """The devices ``mesh``'s data-parallel axes span: every axis but ``tp``'s.
+
+    Example:
+        >>> data_parallel("fsdp=4,tp=2"), data_parallel({"tp": 8})
+        (4, 1)
+    """
+    abstract = as_abstract_mesh(mesh)
+    return math.prod(
+        int(n)
+        for a, n in zip(abstract.axis_names, abstract.axis_sizes, strict=True)
+        if a not in TENSOR_PARALLEL_AXES
+    )
 
 
 def _slice(mesh: Any, topology: str | None, name: str) -> RoleSlice:

@@ -9,10 +9,12 @@ values as forward program kinds of the step's pipeline (``LOGPROBS``,
 
 import contextlib
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, Literal
 
 import jax
 import jax.numpy as jnp
+import numpy as np
+from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 
 from nnx_introspect._mesh import as_abstract_mesh
@@ -20,26 +22,54 @@ from nnx_introspect._rl.layout import Layout
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._rl.ppo import ppo_loss, value_loss
 from nnx_introspect._search import named_axes
-from nnx_introspect._serve import TENSOR_PARALLEL_AXES, serve_memory_report
+from nnx_introspect._serve import (
+    TENSOR_PARALLEL_AXES,
+    ServeOptions,
+    serve_memory_report,
+)
 from nnx_introspect._step import (
     LOGPROBS,
+    TRAIN,
+    TRAIN_OPTIMIZER_DONATED,
     VALUES,
+    ProgramKind,
     StepSpec,
+    as_model,
+    as_step_spec,
     devices_measured,
     measure_step,
-    step_memory_report,
 )
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [
+    "DONATIONS",
+    "Donate",
     "batch_spec",
     "completed",
     "critic_reports",
     "reference_report",
     "role_options",
+    "rollout_cache_dtype",
     "rollout_report",
     "train_report",
 ]
+
+Donate = Literal["optimizer", "all"]
+"""What a training step donates: the optimizer's state alone, or all its state."""
+
+DONATIONS: dict[str, ProgramKind] = {
+    "optimizer": TRAIN_OPTIMIZER_DONATED,
+    "all": TRAIN,
+}
+"""Each ``donate`` value and the program kind it compiles.
+
+``"optimizer"`` is tunix's trainer (google-tunix 0.1.7, ``sft/peft_trainer.py``,
+``jit_train_and_eval_step``: ``nnx.jit(train_step,
+donate_argnames=("optimizer",))``, the actor's and the critic's alike, as
+``rl/trainer.py``'s ``Trainer`` is a ``PeftTrainer``): the old parameters stay
+live beside the new ones. ``"all"`` donates the parameters too (a loop that
+passes its whole state in and gets it back).
+"""
 
 
 def role_options(
@@ -115,7 +145,9 @@ def critic_reports(
 
     The values as :data:`~nnx_introspect._step.VALUES` computes them (forward
     only), the step on tunix's PPO value loss: prompt and completion ids,
-    the completion mask, the returns and the old values.
+    the completion mask, the returns and the old values; donating what
+    ``common["donate"]`` says (tunix's critic trainer is a ``PeftTrainer``
+    too).
     """
     sequences, p, c = sizes
     values = _forward(critic, mesh_axes, common, (sequences, p + c), VALUES)
@@ -125,16 +157,31 @@ def critic_reports(
         *(jax.ShapeDtypeStruct((sequences, c), jnp.float32) for _ in range(3)),
     )
     options = {k: v for k, v in common.items() if k != "lora"}
-    step = step_memory_report(
-        critic,
-        mesh_axes,
-        batch,
-        loss=value_loss,
-        optimizer=optimizer,
-        tokens_per_step=sequences * (p + c),
-        **options,
-    )
+    step = _step(critic, mesh_axes, batch, value_loss, optimizer, sizes, options)
     return values, step
+
+
+def _step(
+    model: Any,
+    mesh_axes: dict[str, int],
+    batch: tuple[Any, ...],
+    loss: Any,
+    optimizer: Any,
+    sizes: tuple[int, int, int],
+    common: dict[str, Any],
+) -> Any:
+    """A training step on ``loss``, donating what ``common["donate"]`` says."""
+    sequences, p, c = sizes
+    skip = ("cache", "measure", "donate")
+    options = {k: v for k, v in common.items() if k not in skip}
+    options |= {"loss": loss, "optimizer": optimizer}
+    options["tokens_per_step"] = sequences * (p + c)
+    spec = as_step_spec(model, mesh_axes, batch, options)
+    runs = common["measure"]
+    if runs is not None:  # on this process's devices, their target named
+        spec = devices_measured(spec, runs)
+    kind = DONATIONS[common["donate"]]
+    return measure_step(spec, cache=common["cache"], runs=runs, program=kind)
 
 
 def rollout_report(
@@ -159,6 +206,43 @@ def rollout_report(
         )
     notes += rollout.notes
     return rollout
+
+
+def rollout_cache_dtype(actor: Any) -> str:
+    """The KV cache dtype tunix's sampler gives the rollout: the model's own.
+
+    google-tunix 0.1.7's ``generate/sampler.py`` (``Sampler.dtype``, passed to
+    the model's ``init_cache``): the model config's ``dtype`` where the model
+    has a ``config`` with one (``None`` is JAX's default float, float32, as
+    ``jnp.zeros(..., dtype=None)`` makes it), else the dtype of the first
+    leaf of the model's state.
+
+    Raises:
+        ArgumentError: Naming ``kv_cache`` when that dtype is not one a
+            serving report's KV cache takes.
+
+    Example:
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> rollout_cache_dtype(llama(LlamaConfig(vocab=64, d_model=32,
+        ...                                       n_layers=1, n_heads=2, d_ff=64)))
+        'float32'
+    """
+    model = as_model(actor)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "dtype"):
+        dtype = np.dtype(config.dtype or jnp.float32)
+    else:
+        leaves = jax.tree.leaves(nnx.state(model))
+        dtype = np.dtype(leaves[0].dtype if leaves else jnp.float32)
+    try:
+        ServeOptions(kv_cache=dtype.name)
+    except ArgumentError as error:
+        raise ArgumentError(
+            "kv_cache",
+            f"`kv_cache` None is the model's own dtype, as tunix's sampler takes "
+            f"it ({dtype.name}), which a KV cache here cannot be: {error}",
+        ) from None
+    return str(dtype.name)
 
 
 def completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
@@ -200,7 +284,8 @@ def train_report(
     Its batch as :func:`grpo_loss` takes it: prompt ids, completion ids, mask,
     advantages, reference and old log-probabilities; as :func:`ppo_loss` does:
     prompt ids, completion ids, mask, per-token advantages, old
-    log-probabilities.
+    log-probabilities. It donates what ``common["donate"]`` says
+    (:data:`DONATIONS`).
     """
     sequences, p, c = sizes
 
@@ -216,15 +301,8 @@ def train_report(
         if ppo
         else (ids(p), ids(c), tokens, floats(sequences), tokens, tokens)
     )
-    return step_memory_report(
-        actor,
-        mesh_axes,
-        batch,
-        loss=ppo_loss if ppo else grpo_loss,
-        optimizer=optimizer,
-        tokens_per_step=sequences * (p + c),
-        **common,
-    )
+    loss = ppo_loss if ppo else grpo_loss
+    return _step(actor, mesh_axes, batch, loss, optimizer, sizes, common)
 
 
 def reference_report(
@@ -246,7 +324,7 @@ def _forward(
 ) -> Any:
     """A forward program of the step pipeline (``LOGPROBS``, ``VALUES``)."""
     sequences, length = sizes
-    skip = ("cache", "lora", "measure")
+    skip = ("cache", "lora", "measure", "donate")
     options = {k: v for k, v in common.items() if k not in skip}
     tokens = jax.ShapeDtypeStruct((sequences, length), jnp.int32)
     spec = StepSpec(model, mesh_axes, tokens, loss=None, **options)

@@ -7,7 +7,8 @@ log-probabilities, and the actor's **training** step. Each is compiled for
 the target through the step's and serving's own pipelines; this module only
 adds them up. Each role keeps bytes resident across the step (the actor's
 parameters and optimizer state, the reference's parameters, a rollout copy of
-the weights in another dtype); a phase's peak is its program's own peak
+the weights when one was asked for; colocated, tunix's rollout is the actor
+itself); a phase's peak is its program's own peak
 (which counts the program's arguments: the roles it runs on) plus what the
 other roles keep resident meanwhile. The step's peak is the largest phase's.
 A PPO step (a critic) adds two: the critic's **values** and its **critic
@@ -19,7 +20,7 @@ from typing import Any
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import Report, Table, format_bytes
-from nnx_introspect._step import duration
+from nnx_introspect._step import cached_date, duration
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
 
@@ -57,11 +58,19 @@ class RLPhase:
         error: That estimate's calibrated error bar (``0.09``: ±9%), or
             ``None`` (uncalibrated, or no estimate).
         basis: The estimate's basis in words (``""`` without one).
+        compile_seconds: The time its program took to lower and compile (or,
+            from the cache, to trace and look up) in this report.
+        cached: When its program was compiled (ISO 8601), if its readings
+            came from the cache of compile results, else ``None``.
+        compiled_in: Where its program compiled, in words (``"this
+            process"``, ``"a child process (h100-8)"``; ``""``: not known).
 
     Example:
         >>> phase = RLPhase("train", 100, (("reference parameters", 40),))
         >>> phase.peak_bytes
         140
+        >>> RLPhase("train", 100, compile_seconds=2.5).compiled_text()
+        'train 2.5 s'
     """
 
     name: str
@@ -76,6 +85,19 @@ class RLPhase:
     estimate: float | None = None
     error: float | None = None
     basis: str = ""
+    compile_seconds: float = 0.0
+    cached: str | None = None
+    compiled_in: str = ""
+
+    def compiled_text(self) -> str:
+        """How its program compiled, in words, as a serving program's says it."""
+        took = f"{self.compile_seconds:.1f} s"
+        if self.cached is None:
+            return f"{self.name} {took}"
+        return (
+            f"{self.name} from the cache (compiled on {cached_date(self.cached)}; "
+            f"{took} to trace and look up)"
+        )
 
     @property
     def estimate_per_run(self) -> float | None:
@@ -133,7 +155,8 @@ class RLMemoryReport(Report):
             term) are computed.
         roles: ``(role, bytes)`` per device of each role's resident state:
             the actor's parameters and optimizer state, the reference's
-            parameters, the rollout's copy of the weights, the KV cache.
+            parameters, the rollout's copy of the weights (only when it has
+            one: another dtype, or devices of its own), the KV cache.
         phases: One :class:`RLPhase` per phase, in order.
         budget: The budget of one device, as a training step's.
         notes: What the request was completed with (a mesh axis the model
@@ -156,6 +179,12 @@ class RLMemoryReport(Report):
             ``"train"``, and with a critic ``"values"`` and ``"critic
             train"``: step reports).
         critic: The critic's name in a PPO step (``None``: GRPO).
+        compiler: The compiler and its version that compiled the programs
+            (``"XLA:GPU (jaxlib 0.10.2, ...)"``), or ``None``.
+        backend: The compiler's platform (``"cpu"``, ``"gpu"``, ``"tpu"``), or
+            ``None``.
+        warnings: The programs' warnings, each once (XLA:GPU compiled
+            without a GPU, so without autotuning...).
 
     Example:
         >>> from nnx_introspect._accelerators.budget import Budget
@@ -190,6 +219,9 @@ class RLMemoryReport(Report):
     offload_bytes: int = 0
     offload_seconds: tuple[float, float] | None = None
     critic: str | None = None
+    compiler: str | None = None
+    backend: str | None = None
+    warnings: tuple[str, ...] = ()
 
     @property
     def algorithm(self) -> str:
@@ -201,9 +233,10 @@ class RLMemoryReport(Report):
         """Each phase's buffers at its peak (``breakdown=True``), by phase name.
 
         The programs' own breakdowns, their kinds named by role: the
-        reference's parameters ``reference``, the rollout's weights ``rollout
-        weights``. Phases without one (not asked for, or the compiler refused
-        the program) are left out.
+        reference's parameters ``reference``, the rollout's served weights
+        ``rollout weights`` when they are a copy of their own, else the
+        actor's ``parameter``. Phases without one (not asked for, or the
+        compiler refused the program) are left out.
         """
         rollout = self.programs.get("rollout")
         found = {
@@ -217,7 +250,10 @@ class RLMemoryReport(Report):
             ),
         }
         renamed = {"reference": {"parameter": "reference"}}
-        renamed |= {p: {"weights": "rollout weights"} for p in ("prefill", "decode")}
+        # the served weights: a rollout copy, or the actor's own parameters
+        copy = any(role == "rollout weights" for role, _ in self.roles)
+        served = "rollout weights" if copy else "parameter"
+        renamed |= {p: {"weights": served} for p in ("prefill", "decode")}
         return {
             name: _relabelled(b, renamed.get(name, {}))
             for name, b in found.items()
@@ -328,7 +364,7 @@ class RLMemoryReport(Report):
 
     def _title(self) -> str:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
-        where = self.topology or "this process's devices"
+        where = self.topology or self.backend or "this process's devices"
         on = f" on {mesh}" if self.layout == "colocated" else ""
         critic = "" if self.critic is None else f" with the critic {self.critic}"
         return (
@@ -412,6 +448,7 @@ class RLMemoryReport(Report):
             *([f"Budget: {self.budget.basis}."] if self.budget.basis else []),
             *self.notes,
             *self._breakdown_notes(),
+            *self._compiled_notes(),
         ]
         point = self.step_estimate
         if point is not None:
@@ -462,6 +499,24 @@ class RLMemoryReport(Report):
             lead=(self.verdict,),
             emphasis=(f"peak ({_named(self.peak_phase)})", "budget per device"),
         )
+
+    def _compiled_notes(self) -> list[str]:
+        """By what, where and in how long each program compiled; the warnings."""
+        places: dict[str, list[str]] = {}
+        for p in self.phases:
+            places.setdefault(p.compiled_in, []).append(p.compiled_text())
+        by = "" if self.compiler is None else f" by {self.compiler}"
+        if len(places) == 1:
+            place, texts = next(iter(places.items()))
+            where = f" in {place}" if place else ""
+            line = f"Compiled{where}{by}: {', '.join(texts)}."
+        else:
+            parts = "; ".join(
+                f"{', '.join(texts)} in {place or 'an unknown place'}"
+                for place, texts in places.items()
+            )
+            line = f"Compiled{by}: {parts}."
+        return [line, *(f"Warning: {w}" for w in self.warnings)]
 
     def _measured_notes(self) -> list[str]:
         """The measured step against the estimate, and each program's runs."""
@@ -532,6 +587,9 @@ class RLMemoryReport(Report):
                     if p.measured is None
                     else p.measured.json_data() | {"versus_estimate": p.versus()},
                     "measured_seconds": p.measured_seconds,
+                    "compile_seconds": round(p.compile_seconds, 3),
+                    "compiled_in": p.compiled_in or None,
+                    **({} if p.cached is None else {"cached": p.cached}),
                 }
                 for p in self.phases
             ],
@@ -541,6 +599,10 @@ class RLMemoryReport(Report):
             "budget_basis": self.budget.basis,
             "fits": self.fits(),
             "verdict": self.verdict,
+            "compiler": self.compiler,
+            "backend": self.backend,
+            "compile_seconds": round(sum(p.compile_seconds for p in self.phases), 3),
+            "warnings": list(self.warnings),
             "notes": list(self.notes),
             "step_seconds": None
             if self.step_seconds is None

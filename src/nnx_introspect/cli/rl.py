@@ -5,9 +5,10 @@ import sys
 from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
-from nnx_introspect.cli.errors import usage_error
+from nnx_introspect.cli.errors import UsageError, usage_error
 from nnx_introspect.cli.options import add_lora_arg, add_measure_arg
 from nnx_introspect.cli.output import emit
+from nnx_introspect.cli.plan_args import OPTIMIZERS
 from nnx_introspect.cli.progress import ClockLine, live_status
 from nnx_introspect.cli.serve import (
     KV_CACHE_CHOICES,
@@ -17,7 +18,7 @@ from nnx_introspect.cli.serve import (
     mesh_arg,
 )
 
-__all__ = ["add_rl_parser"]
+__all__ = ["add_rl_parser", "check_rl"]
 
 
 def _positive(text: str) -> int:
@@ -71,11 +72,15 @@ def add_rl_parser(subparsers: Any) -> None:
     parser = subparsers.add_parser(
         "rl",
         help="compile one GRPO step's programs and report the peak per device",
-        description="Compile the programs of one GRPO step of TARGET for "
-        "--topology (no device needed) or this process's devices, every role on "
-        "one mesh (colocated): the rollout's prefill and decode of --batch x "
+        description="Compile the programs of one GRPO step of TARGET (with "
+        "--critic, PPO's) for --topology (no device needed) or this process's "
+        "devices, every role on --mesh (colocated) but those --role-mesh gives "
+        "devices of their own: the rollout's prefill and decode of --batch x "
         "--generations completions, the reference model's per-token "
         "log-probabilities, the actor's training step on tunix's GRPO loss. "
+        "The defaults are google-tunix 0.1.7's: colocated, the rollout is the "
+        "actor itself in its own dtypes (no copy), the trainer donates only its "
+        "optimizer, --offload moves the models and never an optimizer's state. "
         "Each phase's peak is its program's own plus what the other roles keep "
         "resident; the step's is the largest. Exits with 1 when it does not "
         "fit, 2 on bad input.",
@@ -114,9 +119,9 @@ def add_rl_parser(subparsers: Any) -> None:
     )
     _add_role_args(parser)
     _add_rollout_args(parser)
-    add_measure_arg(parser, "each phase's program")
+    add_measure_arg(parser, "program of each phase")
     add_output_args(parser, (*FORMATS, "html"))
-    parser.set_defaults(handler=_run_rl)
+    parser.set_defaults(handler=_run_rl, check=check_rl)
 
 
 def _add_role_args(parser: argparse.ArgumentParser) -> None:
@@ -135,9 +140,10 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument(
         "--offload",
         action="store_true",
-        help="hold the roles a phase does not run on in host memory meanwhile "
-        "(tunix's offload_to_cpu): each phase's peak is its program's alone; the "
-        "bytes moved to and from the host per step are reported",
+        help="hold the models a phase does not run on in host memory meanwhile "
+        "(tunix's offload_to_cpu, which moves each model's variables): each "
+        "phase's peak is its program's plus the optimizer states, which stay on "
+        "the device; the bytes moved to and from the host per step are reported",
     )
     add_lora_arg(
         parser,
@@ -151,13 +157,24 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
         metavar="PKG.MOD:FN",
         help="a PPO step instead of GRPO: this critic (a model with a value head, "
         "[batch, sequence, 1] a call) computes values and trains on tunix's "
-        "value loss beside the actor, on the actor's devices; --generations 1",
+        "value loss beside the actor, on the actor's devices unless --role-mesh "
+        "critic=MESH gives it its own; needs --generations 1",
     )
     parser.add_argument(
         "--optimizer",
         default="adamw",
+        choices=OPTIMIZERS,
         metavar="NAME",
-        help="the actor's optimizer (default adamw)",
+        help=f"the actor's optimizer (and the critic's): {', '.join(OPTIMIZERS)} "
+        "(default adamw)",
+    )
+    parser.add_argument(
+        "--donate",
+        default="optimizer",
+        choices=("optimizer", "all"),
+        help="what each training step donates: optimizer (default: its "
+        "optimizer's state alone, as tunix's trainer jits it, the old parameters "
+        "live beside the new) or all (the parameters too)",
     )
     parser.add_argument(
         "--topology",
@@ -184,17 +201,23 @@ def _add_rollout_args(parser: argparse.ArgumentParser) -> None:
     """The rollout's flags: its dtypes and its calling convention."""
     parser.add_argument(
         "--rollout-weights",
-        default="bfloat16",
-        type=dtype_arg(WEIGHT_CHOICES, "bf16, f32, model"),
+        default="model",
+        type=dtype_arg(WEIGHT_CHOICES, "model, bf16, f32"),
         metavar="DTYPE",
-        help="dtype of the rollout's weights: bf16 (default), f32, or model",
+        help="dtype of the rollout's weights: model (default: the actor's own "
+        "parameters, no copy when colocated, as tunix's rollout is the actor), "
+        "or bf16 or f32 (a copy cast to it, resident beside the actor's when "
+        "colocated: not tunix's default)",
     )
     parser.add_argument(
         "--kv-cache",
-        default="bfloat16",
-        type=dtype_arg(KV_CACHE_CHOICES, "bf16, f32, fp8, int8"),
+        default="model",
+        type=dtype_arg(
+            KV_CACHE_CHOICES | {"model": "model"}, "model, bf16, f32, fp8, int8"
+        ),
         metavar="DTYPE",
-        help="dtype of the rollout's KV cache: bf16 (default), f32, fp8, int8",
+        help="dtype of the rollout's KV cache: model (default: the model's own, "
+        "as tunix's sampler makes it), bf16, f32, fp8, int8",
     )
     parser.add_argument(
         "--init-cache",
@@ -231,16 +254,30 @@ def _mistake(args: argparse.Namespace) -> str | None:
             "with --mesh auto, --max-batch or --role-mesh (measure the answer "
             "alone, every role on one mesh)"
         )
+    if args.critic is not None and args.generations != 1:
+        return (
+            f"argument --generations: a PPO step (--critic) samples one "
+            f"completion a prompt (tunix's PPOLearner), got --generations "
+            f"{args.generations}; pass --generations 1, or no --critic for GRPO"
+        )
     return None
+
+
+def check_rl(args: argparse.Namespace) -> None:
+    """Every check of ``rl``'s flags that needs no JAX, before it starts.
+
+    Raises:
+        UsageError: For flags no run takes together (:func:`_mistake`).
+    """
+    mistake = _mistake(args)
+    if mistake is not None:
+        raise UsageError(mistake)
 
 
 def _run_rl(args: argparse.Namespace) -> int:
     from nnx_introspect import compare_rl_layouts, rl_max_batch, rl_memory_report
 
-    mistake = _mistake(args)
-    if mistake is not None:
-        sys.stderr.write(f"{PROG} rl: error: {mistake}\n")
-        return 2
+    check_rl(args)  # main checked it before JAX; again for direct callers
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     auto = args.mesh.strip().lower() == "auto"
     what = (
@@ -276,10 +313,9 @@ def _run_rl(args: argparse.Namespace) -> int:
                 offload=args.offload,
                 breakdown=args.breakdown,
                 optimizer=args.optimizer,
-                rollout_weights=None
-                if args.rollout_weights == "model"
-                else args.rollout_weights,
-                kv_cache=args.kv_cache,
+                rollout_weights=_dtype(args.rollout_weights),
+                kv_cache=_dtype(args.kv_cache),
+                donate=args.donate,
                 topology=args.topology,
                 max_device_bytes=args.max_device_bytes,
                 init_cache=args.init_cache,
@@ -293,3 +329,8 @@ def _run_rl(args: argparse.Namespace) -> int:
         return 0
     sys.stderr.write(f"{PROG}: {report.verdict}.\n")
     return 1
+
+
+def _dtype(name: str) -> str | None:
+    """A dtype flag's value as the library takes it: ``None`` for ``model``."""
+    return None if name == "model" else name
