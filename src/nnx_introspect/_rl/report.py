@@ -59,9 +59,11 @@ class RLPhase:
             ``None`` (uncalibrated, or no estimate).
         basis: The estimate's basis in words (``""`` without one).
         compile_seconds: The time its program took to lower and compile (or,
-            from the cache, to trace and look up) in this report.
-        cached: When its program was compiled (ISO 8601), if its readings
-            came from the cache of compile results, else ``None``.
+            from the cache, to be traced and found) in this report.
+        cached: When its program was compiled, and in how long, if its
+            readings came from the cache of compile results (an ISO 8601
+            interval, ``"PT31.25S/2026-12-05T07:30:12+00:00"``, as the cache
+            writes it), else ``None``.
         compiled_in: Where its program compiled, in words (``"this
             process"``, ``"a child process (h100-8)"``; ``""``: not known).
 
@@ -96,7 +98,7 @@ class RLPhase:
             return f"{self.name} {took}"
         return (
             f"{self.name} from the cache (compiled on {cached_date(self.cached)}; "
-            f"{took} to trace and look up)"
+            f"found in {took} this run)"
         )
 
     @property
