@@ -32,9 +32,17 @@ def test_the_answer_fits_and_one_more_does_not(found: ServeSearch) -> None:
     assert not fit[found.value + 1][1] and fit[found.value + 1][0] > budget
     # the prompt is the whole context (the report's default): the prefill sets
     # the peak, growing with the context's square; a handful of compiles, and
-    # three past the edge (none fits)
-    assert found.compiles <= 10 + 3 and len(found.probed) == 3
+    # three past the edge (new, or compiled already): none fits
+    assert found.compiles <= 10 + 3 and len(found.past_edge) >= 3
     assert found.also_fits == () and found.jumps == ()
+    # the edge's program and what lifts it, named
+    assert (
+        found.verdict.startswith(f"Most context that fit: {found.value}, within ")
+        and f"; {found.value + 1} does not: prefill's peak" in found.verdict
+    )
+    assert "`prefill_sequences` (--prefill-sequences) or `prompt` (--prompt)" in (
+        found.verdict
+    )
     assert set(found.limits) <= {"prefill", "decode"} and len(found.limits) == len(
         found.points
     )
