@@ -1,5 +1,6 @@
 import dataclasses
 from collections.abc import Callable
+from typing import Any
 
 import jax.numpy as jnp
 import pytest
@@ -60,6 +61,22 @@ def test_partitioned_llama_carries_annotations() -> None:
     assert "out_sharding" not in scale.get_metadata()
 
 
+def test_partitioned_moe_carries_expert_annotations() -> None:
+    model = abstract_model(ex.moe_tiny_sharded)
+    layer: Any = model.layers[1]
+    moe = layer.moe
+    assert moe.w_gate.get_metadata()["out_sharding"] == ("expert", "fsdp", "tp")
+    assert moe.w_up.get_metadata()["out_sharding"] == ("expert", "fsdp", "tp")
+    assert moe.w_down.get_metadata()["out_sharding"] == ("expert", "tp", "fsdp")
+    assert moe.router.kernel.get_metadata()["out_sharding"] == ("fsdp", None)
+    assert moe.shared.down.kernel.get_metadata()["out_sharding"] == ("tp", "fsdp")
+    assert (moe.num_experts, moe.top_k, moe.dispatch) == (8, 2, "dropless")
+    capacity: Any = abstract_model(ex.moe_tiny_capacity).layers[0]
+    assert capacity.moe.dispatch == "capacity"
+    plain: Any = abstract_model(ex.moe_tiny).layers[0]
+    assert "out_sharding" not in plain.moe.w_gate.get_metadata()
+
+
 def test_bn_dropout_mlp_kinds() -> None:
     model = ex.bn_dropout_mlp(nnx.Rngs(0))
     assert count_params(model) == (3 * 5 + 5) + (5 + 5) + (5 * 2 + 2)
@@ -79,7 +96,15 @@ def test_tied_embedding_counts_table_once() -> None:
 
 @pytest.mark.parametrize(
     "factory",
-    [ex.two_layer, ex.bn_dropout_mlp, ex.tied_embedding, ex.llama_tiny],
+    [
+        ex.two_layer,
+        ex.bn_dropout_mlp,
+        ex.tied_embedding,
+        ex.llama_tiny,
+        ex.moe_tiny,
+        ex.moe_tiny_capacity,
+        ex.moe_tiny_sharded,
+    ],
 )
 def test_factories_return_modules(factory: Callable[[nnx.Rngs], nnx.Module]) -> None:
     assert isinstance(abstract_model(factory), nnx.Module)

@@ -7,6 +7,7 @@ of the capacity are checked against arithmetic that shares none of their code.
 
 import dataclasses
 import math
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -75,7 +76,9 @@ def inputs() -> jax.Array:
 
 
 @pytest.mark.parametrize("dispatch", ["dropless", "capacity"])
-def test_dispatch_equals_a_per_token_loop(dispatch: str, inputs: jax.Array) -> None:
+def test_dispatch_equals_a_per_token_loop(
+    dispatch: ex.Dispatch, inputs: jax.Array
+) -> None:
     # capacity_factor 2 = experts / top_k: every expert can take every token
     cfg = dataclasses.replace(CFG, dispatch=dispatch, capacity_factor=2.0)
     assert cfg.capacity(7) == 7
@@ -108,16 +111,19 @@ def test_both_dispatches_agree_inside_the_model() -> None:
 
 
 @pytest.mark.parametrize("dispatch", ["dropless", "capacity"])
-def test_training_step_compiles_with_gradients_for_every_expert(dispatch: str) -> None:
+def test_training_step_compiles_with_gradients_for_every_expert(
+    dispatch: ex.Dispatch,
+) -> None:
     cfg = dataclasses.replace(CFG, dispatch=dispatch)
     model = ex.moe(cfg)(nnx.Rngs(0))
     tokens = jax.random.randint(jax.random.key(2), (4, 16), 0, cfg.vocab)
 
-    def loss(model: nnx.Module, tokens: jax.Array) -> jax.Array:
-        logits = model(tokens)[:, :-1]  # type: ignore[operator]
-        return optax.softmax_cross_entropy_with_integer_labels(
+    def loss(model: ex.MoeLlama, tokens: jax.Array) -> jax.Array:
+        logits = model(tokens)[:, :-1]
+        value: jax.Array = optax.softmax_cross_entropy_with_integer_labels(
             logits, tokens[:, 1:]
         ).mean()
+        return value
 
     value, grads = nnx.jit(nnx.value_and_grad(loss))(model, tokens)
     assert np.isfinite(float(value))
@@ -204,7 +210,7 @@ def test_capacity_shards_experts_over_the_expert_axis() -> None:
     ],
 )
 def test_bad_config_is_one_line_naming_the_field(
-    change: dict[str, object], argument: str, match: str
+    change: dict[str, Any], argument: str, match: str
 ) -> None:
     with pytest.raises(ArgumentError, match=match) as caught:
         dataclasses.replace(CFG, **change)

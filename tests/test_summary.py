@@ -203,8 +203,10 @@ def test_json_schema() -> None:
     assert set(data) == {
         "schema", "version", "title", "abstract", "depth", "n_params",
         "n_state_leaves", "param_bytes", "total_bytes", "rows", "by_kind", "by_dtype",
+        "n_active_params", "experts",
     }  # fmt: skip
     assert data["n_params"] == 42 and data["depth"] == 1 and data["abstract"] is False
+    assert data["n_active_params"] == 42 and data["experts"] == []  # no experts
     row_keys = {
         "path",
         "keys",
@@ -326,5 +328,5 @@ def test_stacked_items_are_all_checked_with_their_index() -> None:
             summarize(model, stacked=("l1", 3))  # type: ignore[arg-type]
         with pytest.raises(TypeError, match=r"^`stacked\[0\]` .* got None"):
             summarize(model, stacked=[None, "l1"])  # type: ignore[list-item]
-    with pytest.raises(TypeError, match="parameter 'stacked'"):
+    with pytest.raises(TypeError, match=r"^`stacked` must be a sequence"):
         summarize(model, stacked={"l1"})  # type: ignore[arg-type]
