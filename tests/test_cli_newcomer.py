@@ -220,6 +220,12 @@ LIBRARY = {
         "--mesh auto gives 600 candidates (4096 devices over the axes a, b, c), more "
         "than 512. List the meshes to compare, or name fewer axes.",
     ),
+    "different counts": (
+        "`meshes` must all have the same number of devices (candidates for one "
+        "machine), got 8 (meshes[0]); 4 (meshes[1]).",
+        "the meshes must all have the same number of devices (candidates for one "
+        "machine), got 8 (the 1st --mesh); 4 (the 2nd --mesh).",
+    ),
     "cpu devices": (
         "`meshes` have 128 devices: more than the 64 virtual CPU devices a compile "
         "may use. Compare smaller meshes, or name a TPU or GPU `topology`.",

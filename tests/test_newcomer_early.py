@@ -136,6 +136,42 @@ CASES: dict[str, tuple[list[str], str]] = {
         "--context 16 would be ignored; leave --context out, or drop --max-context "
         "for the report at --context 16\n",
     ),
+    "measure on more devices than the process has": (
+        ["step", TWO, "--mesh", "data=16", "--batch", "float32[16,3]", "--measure"],
+        E + "argument --measure: --measure 5 runs the step on this process's "
+        "devices, but --mesh data=16 needs 16 and this process has 8 (cpu). "
+        "Measure on a machine with the mesh's devices, or leave --measure out.\n",
+    ),
+    "measure for a topology": (
+        [*SERVE, "--mesh", "tp=1", "--measure", "2", "--topology", "v5e-1"],
+        E + "argument --measure: --measure 2 runs the programs on this process's "
+        "devices, 8 x 'cpu', which are not --topology v5e-1. Run it where the "
+        "topology's devices are, pass no --topology to measure on these, or leave "
+        "--measure out.\n",
+    ),
+    "network for a TPU": (
+        [*STEP, "--topology", "v5e-8", "--network-bandwidth", "50GB"],
+        E + "argument --network-bandwidth: --network-bandwidth is the network "
+        "between GPU hosts, but --topology is v5e-8. Pass a GPU --topology such as "
+        "h100-256, or leave --network-bandwidth out.\n",
+    ),
+    "network for one host": (
+        [*STEP, "--topology", "h100-8", "--network-bandwidth", "400Gbps"],
+        E + "argument --network-bandwidth: --topology h100-8 is one host of 8 GPUs, "
+        "which talk over NVLink only: no byte crosses the network, so the "
+        "bandwidth would change nothing; leave --network-bandwidth out, or name a "
+        "topology of several hosts (such as h100-16, two hosts of 8)\n",
+    ),
+    "sequences over the data-parallel devices": (
+        ["serve", TINY, "--mesh", "data=4,tp=2", "--sequences", "6", "--context", "16"],
+        E + "argument --sequences: --sequences 6 does not split over the 4 "
+        "data-parallel devices of the mesh. Pass a multiple of 4.\n",
+    ),
+    "prefilled more than served": (
+        [*SERVE, "--mesh", "tp=2", "--prefill-sequences", "4"],
+        E + "argument --prefill-sequences: --prefill-sequences 4 is more than "
+        "--sequences 2. Pass at most 2.\n",
+    ),
 }
 
 

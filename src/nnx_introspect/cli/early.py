@@ -15,7 +15,14 @@ one line the library would give, in the flags' words:
 - a ``--topology`` no family holds, and a ``--mesh`` whose devices are not
   its devices (:mod:`.topology_names`);
 - a ``--batch`` dtype that is no dtype (:mod:`.dtypes`);
-- a ``--max-device-bytes`` without a unit.
+- a ``--max-device-bytes`` without a unit;
+- ``--network-bandwidth`` for a TPU ``--topology`` or one host of GPUs;
+- ``--measure`` on a mesh larger than this process's CPU devices, or for a
+  ``--topology`` while JAX runs on the CPU (:func:`.checks._cpu_devices`
+  predicts them as JAX will count them);
+- ``serve``'s ``--sequences`` (or ``--prefill-sequences``) that do not split
+  over the mesh's data-parallel axes (every axis but ``tp``, ``tensor``,
+  ``model``).
 
 Nothing here imports JAX, NumPy or the user's code.
 """
@@ -25,6 +32,7 @@ import math
 import os
 
 from nnx_introspect._targets import DEFAULT_TARGET, TargetError, check_target
+from nnx_introspect.cli.checks import _cpu_devices
 from nnx_introspect.cli.dtypes import check_dtype
 from nnx_introspect.cli.errors import UsageError, ordinal, with_default
 from nnx_introspect.cli.plan_args import bytes_arg, mesh_axes
@@ -91,6 +99,10 @@ def check_early(args: argparse.Namespace) -> None:
         except ValueError as error:
             raise UsageError(f"argument --topology: {error}") from None
         _check_mesh_devices(args, command, topology, devices)
+        _check_network(args, topology, devices)
+    _check_measure(args, command)
+    if command == "serve":
+        _check_sequences_split(args)
 
 
 def _check_checkpoint(path: str, what: str) -> None:
@@ -163,3 +175,90 @@ def _check_mesh_devices(
             raise UsageError(
                 f"argument --topology: {with_default(message, args, '--mesh')}"
             )
+
+
+def _check_network(args: argparse.Namespace, topology: str, devices: int) -> None:
+    """``--network-bandwidth`` where no byte crosses a network between hosts."""
+    if getattr(args, "network_bandwidth", None) is None:
+        return
+    if topology[:1] == "v":  # a TPU slice
+        raise UsageError(
+            "argument --network-bandwidth: --network-bandwidth is the network "
+            f"between GPU hosts, but --topology is {topology}. Pass a GPU --topology "
+            "such as h100-256, or leave --network-bandwidth out."
+        )
+    if devices <= 8:  # one host's GPUs talk over NVLink only
+        raise UsageError(
+            f"argument --network-bandwidth: --topology {topology} is one host of "
+            f"{devices} GPUs, which talk over NVLink only: no byte crosses the "
+            "network, so the bandwidth would change nothing; leave "
+            "--network-bandwidth out, or name a topology of several hosts (such "
+            "as h100-16, two hosts of 8)"
+        )
+
+
+_MEASURED = {"step": "the step", "serve": "the programs", "rl": "the step"}
+
+
+def _check_measure(args: argparse.Namespace, command: str | None) -> None:
+    """``--measure`` where this process's CPU devices cannot run the program.
+
+    Only when JAX will run on the CPU alone (its devices are then known
+    before it starts); an accelerator's are counted by the library.
+    """
+    runs = getattr(args, "measure", None)
+    present = _cpu_devices(os.environ)
+    if runs is None or present is None or command not in _MEASURED:
+        return
+    what = _MEASURED[command]
+    topology = getattr(args, "topology", None)
+    if topology is not None:
+        raise UsageError(
+            f"argument --measure: --measure {runs} runs {what} on this process's "
+            f"devices, {present} x 'cpu', which are not --topology {topology}. Run "
+            "it where the topology's devices are, pass no --topology to measure on "
+            "these, or leave --measure out."
+        )
+    for text in _meshes(args, command):
+        needed = math.prod(size for _, size in mesh_axes(text))
+        if needed > present:
+            message = (
+                f"--measure {runs} runs {what} on this process's devices, but "
+                f"--mesh {text.strip()} needs {needed} and this process has "
+                f"{present} (cpu). Measure on a machine with the mesh's devices, "
+                "or leave --measure out."
+            )
+            raise UsageError(
+                f"argument --measure: {with_default(message, args, '--mesh')}"
+            )
+
+
+_TENSOR_PARALLEL = ("tp", "tensor", "model")
+"""``serve``'s axes that split the KV heads (the library's
+``TENSOR_PARALLEL_AXES``); every other axis splits the sequences."""
+
+
+def _check_sequences_split(args: argparse.Namespace) -> None:
+    """``serve``'s sequences over one mesh's data-parallel devices (no search)."""
+    meshes = _meshes(args, "serve")
+    sequences = getattr(args, "sequences", None)
+    if len(meshes) != 1 or len(args.mesh or ()) > 1 or sequences is None:
+        return
+    if args.max_sequences or args.max_context:
+        return
+    prefill = args.prefill_sequences or sequences
+    if prefill > sequences:
+        raise UsageError(
+            f"argument --prefill-sequences: --prefill-sequences {prefill} is more "
+            f"than --sequences {sequences}. Pass at most {sequences}."
+        )
+    dp = math.prod(s for a, s in mesh_axes(meshes[0]) if a not in _TENSOR_PARALLEL)
+    if sequences % dp or prefill % dp:
+        admitted = "" if prefill == sequences else f" (--prefill-sequences {prefill})"
+        message = (
+            f"--sequences {sequences}{admitted} does not split over the {dp} "
+            f"data-parallel devices of the mesh. Pass a multiple of {dp}."
+        )
+        raise UsageError(
+            f"argument --sequences: {with_default(message, args, '--mesh')}"
+        )

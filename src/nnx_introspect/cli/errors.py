@@ -141,6 +141,7 @@ Spelling = tuple[re.Pattern[str], str | Callable[[re.Match[str]], str]]
 
 SPELLINGS: tuple[Spelling, ...] = (
     (re.compile(r"`meshes` have (\d+) devices"), r"the meshes have \1 devices"),
+    (re.compile(r"`meshes` must all have"), "the meshes must all have"),
     (
         re.compile(r"neither `rules`, `logical_rules` nor `batch_spec` names one"),
         "no --rules name one",
