@@ -217,12 +217,13 @@ def expert_groups(target: Any) -> tuple[ExpertGroup, ...]:
         >>> [(g.path_str, g.experts, g.top_k, len(g.leaves)) for g in groups]
         [('layers/0/moe', 8, 2, 3), ('layers/1/moe', 8, 2, 3)]
     """
-    records = inventory(target, (nnx.Param,))
     modules = _nnx.iter_modules(target)
     routers = _routers(modules)
     if not routers:
-        _refuse_named_state(target, records)
+        if isinstance(target, nnx.State):
+            _refuse_named_state(inventory(target, (nnx.Param,)))
         return ()
+    records = inventory(target, (nnx.Param,))
     # the innermost router first: a parameter belongs to the deepest one above it
     routers.sort(key=lambda r: -len(r[0]))
     lists = _expert_lists(modules, routers)
@@ -258,9 +259,7 @@ def _expert_lists(
     return out
 
 
-def _refuse_named_state(target: Any, records: Sequence[VarRecord]) -> None:
-    if not isinstance(target, nnx.State):
-        return
+def _refuse_named_state(records: Sequence[VarRecord]) -> None:
     for record in records:
         if any(isinstance(n, str) and n in EXPERT_NAMES for n in _names(record)):
             raise ArgumentError(
