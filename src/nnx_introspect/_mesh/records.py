@@ -83,7 +83,8 @@ class MeshProblem:
         kind: A short code: ``"indivisible"``, ``"unknown-axis"``,
             ``"duplicate-axis"``, ``"rank"``, ``"invalid-spec"`` (an entry or
             spec JAX refuses for another reason), ``"mesh-too-large"``,
-            ``"unmatched-rule"``, ``"optimizer-metadata"``.
+            ``"unmatched-rule"``, ``"optimizer-metadata"``, ``"experts"`` (a
+            mesh axis that does not divide a model's routed experts).
         message: A full sentence saying what is wrong and how to fix it.
         severity: ``"error"`` (the plan cannot be applied) or ``"warning"``.
         dimension: For ``"indivisible"``: the array dimension that does not divide.

@@ -118,8 +118,8 @@ _OWN: Final = os.path.dirname(
 """This library's package directory (``.../nnx_introspect``)."""
 
 
-_MODEL_CODE: Final = frozenset({"_llama.py"})
-"""Private modules that hold model code (the examples' Llama), not the step's."""
+_MODEL_CODE: Final = frozenset({"_llama.py", "_moe.py"})
+"""Private modules that hold model code (the examples' Llama and MoE)."""
 
 
 @functools.cache
