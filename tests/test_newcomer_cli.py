@@ -61,7 +61,7 @@ def test_a_failed_measured_step_exits_1_after_a_warning(
         "nnx_introspect._xla.analysis.run_compiled", _failing_run(seen, capsys)
     )
     monkeypatch.setattr(
-        "nnx_introspect._step.measured.room_to_run", lambda n: (100, "100 B here")
+        "nnx_introspect.cli.measuring.room_to_run", lambda n: (100, "100 B here")
     )
     argv = ["step", TWO, "--mesh", "data=1", "--batch", "float32[8,3]"]
     code, out, err = run([*argv, "--measure", "2", "--format", "json"], capsys)
@@ -108,7 +108,7 @@ def test_a_failed_measured_serving_run_exits_1(
 
 
 def test_the_room_to_run_is_the_hosts_available_memory() -> None:
-    from nnx_introspect._step.measured import room_to_run
+    from nnx_introspect.cli.measuring import room_to_run
 
     meminfo = pathlib.Path("/proc/meminfo")
     if not meminfo.exists():

@@ -10,7 +10,6 @@ step giving one token to each sequence, a prefill ending at the first token).
 """
 
 import dataclasses
-import os
 import statistics
 from collections.abc import Mapping
 from typing import Any
@@ -29,7 +28,6 @@ __all__ = [
     "measured_rows",
     "measured_topology",
     "measured_with",
-    "room_to_run",
     "versus_json",
 ]
 
@@ -405,60 +403,3 @@ def measured_topology(
             "measure on these, or leave `measure` out.",
         )
     return here
-
-
-def room_to_run(num_devices: int) -> tuple[int, str] | None:
-    """The bytes a program may use on each of this process's first ``num_devices``.
-
-    What a measured run has, before it runs: on an accelerator the first
-    device's ``bytes_limit`` less its ``bytes_in_use`` (the allocator's
-    figures); on the CPU, the host's available memory (Linux's
-    ``MemAvailable``, else the free pages) shared by the CPU devices. Returns
-    ``(bytes per device, where they come from in words)``, or ``None`` when
-    the backend does not say.
-
-    Example:
-        >>> room = room_to_run(1)
-        >>> room is None or (room[0] > 0 and "available" in room[1])
-        True
-    """
-    devices = jax.devices()[: max(num_devices, 1)]
-    first = devices[0]
-    if first.platform == "cpu":
-        available = _host_available_bytes()
-        if available is None:
-            return None
-        shared = f", shared by {num_devices} CPU devices" if num_devices > 1 else ""
-        words = f"this host's {format_bytes(available)} of available memory{shared}"
-        return available // max(num_devices, 1), words
-    try:
-        stats = first.memory_stats() or {}
-    except Exception:  # a backend without statistics
-        return None
-    limit = stats.get("bytes_limit")
-    if limit is None:
-        return None
-    free = int(limit) - int(stats.get("bytes_in_use", 0))
-    words = (
-        f"{format_bytes(free)} available on each {first.device_kind} (its "
-        "allocator's bytes_limit less bytes_in_use)"
-    )
-    return free, words
-
-
-def _host_available_bytes() -> int | None:
-    """The host's available memory, or ``None`` when it does not say.
-
-    ``MemAvailable`` of ``/proc/meminfo`` (Linux), else the free pages.
-    """
-    try:
-        with open("/proc/meminfo", encoding="ascii") as meminfo:
-            for line in meminfo:
-                if line.startswith("MemAvailable:"):
-                    return int(line.split()[1]) * 1024
-    except (OSError, ValueError, IndexError):
-        pass
-    try:
-        return os.sysconf("SC_AVPHYS_PAGES") * os.sysconf("SC_PAGE_SIZE")
-    except (OSError, ValueError, AttributeError):
-        return None
