@@ -5,7 +5,7 @@ not divide them gives as many identical problems: over a thousand lines for
 a 7B Llama with an optimizer. The plan's table folds the rows (and the
 problems) that differ only in one list index into one, marked ``x32``, with
 the rule :func:`~nnx_introspect.summarize` uses (``group_layers=True``; its
-``_group_layers`` does the folding here too, on stand-in rows): a run is
+``group_layers`` does the folding here too, on stand-in rows): a run is
 folded only when it covers every index the model has at that position, so a
 layer placed differently keeps its own rows. Folding is display only: the
 report's leaves, problems, totals and JSON keep every leaf.
@@ -19,7 +19,7 @@ from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh.records import LeafShard, MeshProblem
 from nnx_introspect._render import spec_str
 from nnx_introspect._summary import SummaryRow
-from nnx_introspect._summary import _group_layers as group_layers
+from nnx_introspect._summary import group_layers
 
 __all__ = ["FoldedLeaf", "FoldedProblem", "fold", "short_source"]
 
