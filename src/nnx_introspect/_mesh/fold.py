@@ -18,8 +18,7 @@ from typing import NamedTuple
 from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh.records import LeafShard, MeshProblem
 from nnx_introspect._render import spec_str
-from nnx_introspect._summary import SummaryRow
-from nnx_introspect._summary import group_layers
+from nnx_introspect._summary import SummaryRow, group_layers
 
 __all__ = ["FoldedLeaf", "FoldedProblem", "fold", "short_source"]
 
