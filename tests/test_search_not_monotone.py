@@ -26,12 +26,21 @@ import jax
 import jax.numpy as jnp
 import pytest
 from flax import nnx
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from nnx_introspect import max_batch, max_sequences, serve_memory_report
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._rl import search as rl_search
+from nnx_introspect._search.sizes import MAX_COMPILES, bisect_sizes
 from nnx_introspect._serve import search as serve_search
-from nnx_introspect._size_search import PeakAt, SearchPoint
+from nnx_introspect._size_search import (
+    PeakAt,
+    SearchPoint,
+    edge_of,
+    find_jumps,
+    probe_sizes,
+)
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.examples import LlamaConfig, llama
 
@@ -312,3 +321,64 @@ def test_the_old_names_are_aliases_of_most() -> None:
     # a record is a NamedTuple: its fields by name, the same in every search
     assert dataclasses.fields(type(serve))[1].name == "most"
     assert json.loads(serve.to_json())["value"] == 7
+
+
+# --- the engine, on any fits: hypothesis ---------------------------------------------
+
+
+@settings(deadline=None, max_examples=200)
+@given(
+    fits=st.lists(st.booleans(), min_size=1, max_size=64),
+    start=st.integers(1, 64),
+    dp=st.sampled_from([1, 2, 8]),
+)
+def test_bisection_ends_on_an_edge_every_size_below_fits(
+    fits: list[bool], start: int, dp: int
+) -> None:
+    high = len(fits) * dp
+    tried: dict[int, bool] = {}
+
+    def check(size: int) -> bool:
+        tried[size] = fits[size // dp - 1]
+        return tried[size]
+
+    first = min(start * dp, high)
+    good, bad = bisect_sizes(check, first, dp, high, dp)
+    points = [SearchPoint(s, 0, ok) for s, ok in tried.items()]
+    most, edge = edge_of(points)
+    assert (most or None, edge) == (good, bad)
+    assert all(ok for s, ok in tried.items() if edge is None or s < edge)
+    if good is not None:
+        assert tried[good]
+    if bad is not None:
+        assert not tried[bad]
+    if len(tried) < MAX_COMPILES and good is not None and bad is not None:
+        assert bad == good + dp  # converged: the next size compiled
+
+
+@given(
+    edge=st.integers(1, 10**6),
+    step=st.sampled_from([1, 2, 8, 64]),
+    count=st.integers(0, 5),
+    room=st.integers(0, 10**6),
+)
+def test_probes_are_past_the_edge_a_step_apart(
+    edge: int, step: int, count: int, room: int
+) -> None:
+    edge *= step
+    high = edge + room * step
+    sizes = probe_sizes(edge, step, high, count)
+    assert len(sizes) <= count
+    assert all(s % step == 0 and edge < s <= high for s in sizes)
+    assert all(b - a >= step for a, b in zip((edge, *sizes), sizes, strict=False))
+
+
+@given(st.lists(st.integers(0, 100), min_size=1, max_size=30))
+def test_every_peak_below_a_smaller_sizes_is_a_jump(peaks: list[int]) -> None:
+    points = [SearchPoint(i + 1, p, True) for i, p in enumerate(peaks)]
+    jumps = find_jumps(points)
+    falls = [i + 1 for i, p in enumerate(peaks) if i and p < max(peaks[:i])]
+    assert [j.higher.size for j in jumps] == falls
+    for j in jumps:  # paired with the highest peak before it
+        assert j.lower.peak_bytes == max(peaks[: j.higher.size - 1])
+        assert j.lower.size < j.higher.size and j.higher.peak_bytes < j.lower.peak_bytes

@@ -186,11 +186,12 @@ class ServeSearch(Report, SizeSearch):
         """``"; 8 does not: ..."``: the edge, the program over the budget, the lift."""
         edge = self.edge_size
         at = next((p for p in self.tried if p.size == edge), None)
-        if at is None or self.also_fits:
-            return "" if at is None else f"; at {at.size:,} {_lift(self, at)}"
-        return f"; {at.size:,} does not" + (
-            f": {_lift(self, at)}" if at.program else ""
-        )
+        if at is None:
+            return ""
+        lift = _lift(self, at)
+        if self.also_fits:  # the verdict has said the edge does not fit
+            return f"; at {at.size:,} {lift}" if lift else ""
+        return f"; {at.size:,} does not" + (f": {lift}" if lift else "")
 
     @property
     def frontier(self) -> Frontier | None:
