@@ -369,8 +369,9 @@ def jump_notes(
     ordered = sorted(jumps, key=lambda j: not j.crosses)
     notes = [
         f"The peak is not monotone in the {noun} (XLA compiles a different program "
-        f"at a different size): {len(jumps)} size(s) tried need less than a "
-        "smaller one."
+        f"at a different size): {len(jumps)} "
+        f"{'sizes tried need' if len(jumps) > 1 else 'size tried needs'} less than "
+        "a smaller one."
     ]
     named = (label or noun).capitalize()
     notes += [j.words(named) + "." for j in ordered[:shown]]

@@ -298,7 +298,7 @@ class BatchSearch(Report, SizeSearch):
             words = answer_words("global batch", self.most, self.edge_size, also)
             return (
                 f"{words[0].upper()}{words[1:]}: the peak is not monotone in the "
-                f"batch ({where} at {self.most}), by {self.compiler}{basis}"
+                f"batch (at {self.most}: {where}), by {self.compiler}{basis}"
             )
         answer = "Largest" if self.converged else "At least (search stopped early)"
         return (
