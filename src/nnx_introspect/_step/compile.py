@@ -17,6 +17,12 @@ It replaces the functions on the ``jax`` module, so code that looks them up
 there at call time (``jax.devices()``) sees the target; code that bound them at
 import time (``from jax import devices``) does not, and a lookup for an
 explicit backend (``jax.devices("cpu")``) still gets that backend.
+
+Traced as on its target, a model may reach a kernel the target cannot run (a
+TPU Pallas kernel on a GPU target): :func:`devices_seen_as` turns JAX's
+lowering error into one line that names the kernel and the way to the model's
+path without it (:func:`~nnx_introspect._step.kernels.kernel_refusal`), for
+every program lowered in it: the training step's, serving's and RL's.
 """
 
 import contextlib
@@ -42,6 +48,7 @@ from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import batch_str
 from nnx_introspect._step.inputs import Request
+from nnx_introspect._step.kernels import kernel_refusal
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
 from nnx_introspect._step.program import Program, ProgramKind
 from nnx_introspect._step.train import TRAIN
@@ -153,13 +160,17 @@ def compile_request(
     start = time.perf_counter()
     fallback: str | None = None
     try:
-        lowered, seen, names = _lower(request, mesh, plan, trace_devices, program)
+        lowered, seen, names = _lower(
+            request, mesh, plan, (trace_devices, topology), program
+        )
     except (_ModelError, _LossError, _OptimizerError) as error:
         auto = _auto_mesh(mesh)
         if auto is None:
             _raise_as_argument_error(request, error)
         try:
-            lowered, seen, names = _lower(request, auto, plan, trace_devices, program)
+            lowered, seen, names = _lower(
+                request, auto, plan, (trace_devices, topology), program
+            )
         except (_ModelError, _LossError, _OptimizerError) as auto_error:
             _raise_as_argument_error(request, auto_error)
         fallback = (
@@ -380,18 +391,20 @@ def _lower(
     request: Request,
     mesh: Mesh,
     plan: MeshConfigReport,
-    trace_devices: Sequence[Any] | None = None,
+    target: tuple[Sequence[Any] | None, str | None] = (None, None),
     program: ProgramKind = TRAIN,
 ) -> tuple[Any, str, ProgramNames]:
     """``request``'s ``program`` lowered on ``mesh``, the platform seen, names.
 
-    Raises the private errors of a failed trace.
+    ``target`` is ``(the devices the model is traced as seeing, the
+    topology's name)``. Raises the private errors of a failed trace.
     """
+    trace_devices, topology = target
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     built = program.build(request, mesh, specs)
     with (
         _mesh_contexts(mesh, request.logical_rules),
-        devices_seen_as(trace_devices) as seen,
+        devices_seen_as(trace_devices, topology=topology) as seen,
     ):
         lowered = built.jitted.lower(*built.args)
     return lowered, seen, _names(built, lowered)
@@ -449,12 +462,18 @@ def _answers(devices: Sequence[Any]) -> dict[str, Callable[..., Any]]:
 
 
 @contextlib.contextmanager
-def devices_seen_as(devices: Sequence[Any] | None) -> Iterator[str]:
+def devices_seen_as(
+    devices: Sequence[Any] | None, *, topology: str | None = None
+) -> Iterator[str]:
     """JAX's device lookups answer with ``devices`` in the block.
 
     Yields the platform the traced code sees (``"gpu"``, ``"tpu"``, or the
     process's own with ``devices=None``, when nothing is replaced). The
     original functions are put back when the block ends, also on an error.
+    A Pallas kernel the block's lowering refuses (JAX's "Cannot lower
+    pallas_call on platform") is raised as the one line of
+    :func:`~nnx_introspect._step.kernels.kernel_refusal`, naming
+    ``topology`` (the target's name; default: its devices' kind).
 
     Example:
         >>> import jax
@@ -466,16 +485,32 @@ def devices_seen_as(devices: Sequence[Any] | None) -> Iterator[str]:
         >>> jax.devices()[0].platform, jax.default_backend()
         ('cpu', 'cpu')
     """
-    if devices is None:
-        yield jax.default_backend()
-        return
-    if not devices:
+    if devices is not None and not devices:
         raise ValueError("`devices` must hold at least one device.")
-    saved = {name: getattr(jax, name) for name in _NAMES}
+    if topology is None and devices:
+        topology = f"({getattr(devices[0], 'device_kind', devices[0].platform)})"
+    seen = jax.default_backend() if devices is None else str(devices[0].platform)
+    with _kernels_said(topology, seen):
+        if devices is None:
+            yield jax.default_backend()
+            return
+        saved = {name: getattr(jax, name) for name in _NAMES}
+        try:
+            for name, function in _answers(devices).items():
+                setattr(jax, name, function)
+            yield str(devices[0].platform)
+        finally:
+            for name, function in saved.items():
+                setattr(jax, name, function)
+
+
+@contextlib.contextmanager
+def _kernels_said(topology: str | None, seen: str) -> Iterator[None]:
+    """A Pallas kernel's refusal raised in the block, said as one line."""
     try:
-        for name, function in _answers(devices).items():
-            setattr(jax, name, function)
-        yield str(devices[0].platform)
-    finally:
-        for name, function in saved.items():
-            setattr(jax, name, function)
+        yield
+    except Exception as error:
+        refusal = kernel_refusal(error, topology, seen)
+        if refusal is None:
+            raise
+        raise refusal from error

@@ -7,16 +7,21 @@ makes a new one, e.g. with another ``network_bytes_per_second``): the
 the named topology, with the model FLOPs its MFU counts: ``6·N·tokens`` for a
 training step (``2·N·tokens`` forward only) whenever the batch carries integer
 token ids (a ``[batch, sequence]`` integer leaf), whatever the loss is called;
-otherwise the program's FLOPs, labelled a hardware FLOPs utilisation.
+otherwise the program's FLOPs, labelled a hardware FLOPs utilisation. For a
+mixture of experts ``N`` is the parameters a token uses (:func:`active_params`:
+``6·N_active·tokens``, each router's ``top_k`` of its experts), and the basis
+names both counts.
 """
 
 import math
+from typing import Any
 
+from nnx_introspect._experts import expert_groups, unused_params
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._roofline import Roofline, program_roofline
 from nnx_introspect._step.step_records import StepKind, StepMemory, StepProgram
 
-__all__ = ["batch_tokens", "step_roofline"]
+__all__ = ["active_params", "batch_tokens", "model_flops_basis", "step_roofline"]
 
 
 def step_roofline(
@@ -30,6 +35,7 @@ def step_roofline(
     batch: tuple[str, ...],
     network_bytes_per_second: int | None = None,
     tokens_per_step: int | None = None,
+    active_params: int | None = None,
 ) -> Roofline | None:
     """The step-time estimate on a named ``topology``, or ``None``.
 
@@ -44,6 +50,10 @@ def step_roofline(
     ids it is a hardware FLOPs utilisation: the program's FLOPs, recompute
     included. ``tokens_per_step`` gives the tokens where the batch's leaves
     do not (packed or float inputs); it wins over the batch's.
+    ``active_params`` (:func:`active_params`) is a mixture of experts' ``N``:
+    the parameters a token uses, of the plan's ``n_params``; the basis then
+    reads ``"6·N_active·tokens, N_active = 1,316,352 of 2,496,000
+    parameters, attention not counted"``.
 
     Example:
         >>> from flax import nnx
@@ -79,8 +89,9 @@ def step_roofline(
     model_flops = basis = None
     if tokens is not None:
         per_token = 2 if step == "forward" else 6
-        model_flops = float(per_token * plan.n_params * tokens)
-        basis = f"{per_token}·N·tokens, attention not counted"
+        model_flops, basis = model_flops_basis(
+            per_token, plan.n_params, tokens, active_params
+        )
     return program_roofline(
         topology,
         flops=program.flops,
@@ -97,6 +108,60 @@ def step_roofline(
         else program.collectives.irregular_wire_bytes(),
         work=program.work,
     )
+
+
+def model_flops_basis(
+    per_token: int, n_params: int, tokens: int, active: int | None = None
+) -> tuple[float, str]:
+    """``(per_token x N x tokens, its basis in words)``: the FLOPs an MFU counts.
+
+    ``N`` is ``active`` (a mixture of experts' parameters a token uses) when
+    it is given and below ``n_params``, else ``n_params``; the words say which.
+
+    Example:
+        >>> model_flops_basis(6, 2_496_000, 1024, 1_316_352)
+        (8087666688.0, '6·N_active·tokens, N_active = 1,316,352 of 2,496,000 \
+parameters, attention not counted')
+        >>> model_flops_basis(2, 100, 8)
+        (1600.0, '2·N·tokens, attention not counted')
+    """
+    if active is not None and active < n_params:
+        return (
+            float(per_token * active * tokens),
+            f"{per_token}·N_active·tokens, N_active = {active:,} of {n_params:,} "
+            "parameters, attention not counted",
+        )
+    return float(per_token * n_params * tokens), (
+        f"{per_token}·N·tokens, attention not counted"
+    )
+
+
+def active_params(model: Any, plan: MeshConfigReport) -> int | None:
+    """The plan's parameters one token uses, for a mixture of experts; else ``None``.
+
+    ``plan.n_params`` less the routed experts' parameters a token is not
+    sent to (:func:`~nnx_introspect._experts.expert_groups`: each router
+    sends a token to ``top_k`` of its ``experts``), read from ``model``'s
+    structure; ``None`` for a model without routed experts, or one whose
+    routers cannot be read (a state, a ``top_k`` out of range: the plan's
+    ``N`` is then all there is).
+
+    Example:
+        >>> from nnx_introspect import abstract_model, mesh_config_report
+        >>> from nnx_introspect.examples import moe_tiny, two_layer
+        >>> moe = abstract_model(moe_tiny)
+        >>> active_params(moe, mesh_config_report(moe, "data=1"))
+        140608
+        >>> dense = abstract_model(two_layer)
+        >>> active_params(dense, mesh_config_report(dense, "data=1")) is None
+        True
+    """
+    try:
+        groups = expert_groups(model)
+    except ValueError:
+        return None
+    unused = unused_params(groups)
+    return plan.n_params - unused if unused else None
 
 
 def batch_tokens(batch: tuple[str, ...]) -> int | None:
