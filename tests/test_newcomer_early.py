@@ -7,7 +7,6 @@ run), and once in a fresh process that never imports JAX. Each message names
 the flag, and a misspelt target gets the closest name.
 """
 
-import json
 import os
 import pathlib
 import subprocess
@@ -17,10 +16,12 @@ from typing import Any
 import pytest
 
 from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._targets import TargetError, check_target, resolve_factory
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli.dtypes import DTYPES
 from nnx_introspect.cli.errors import in_flags
 from nnx_introspect.cli.topology_names import topology_devices
+from nnx_introspect.examples import two_layer
 from tests.cli_helpers import run
 
 TWO = "nnx_introspect.examples:two_layer"
@@ -40,31 +41,31 @@ CASES: dict[str, tuple[list[str], str]] = {
     ),
     "target misspelt": (
         ["summary", "nnx_introspect.examples:lama_7b"],
-        E + "module 'nnx_introspect.examples' has no attribute 'lama_7b' (target "
+        E + "module 'nnx_introspect.examples' has no attribute 'lama_7b' (TARGET "
         "'nnx_introspect.examples:lama_7b') (did you mean "
         "'nnx_introspect.examples:llama_7b'?).\n",
     ),
     "module misspelt": (
         ["step", "nnx_introspect.example:two_layer", *STEP[2:]],
-        E + "cannot import module 'nnx_introspect.example' of target "
+        E + "cannot import module 'nnx_introspect.example' of TARGET "
         "'nnx_introspect.example:two_layer': ModuleNotFoundError: No module named "
         "'nnx_introspect.example' (did you mean 'nnx_introspect.examples'?)\n",
     ),
     "no such package": (
         ["serve", "no_such_pkg_xyz.models:llama", *SERVE[2:]],
-        E + "cannot import module 'no_such_pkg_xyz.models' of target "
+        E + "cannot import module 'no_such_pkg_xyz.models' of TARGET "
         "'no_such_pkg_xyz.models:llama': ModuleNotFoundError: No module named "
         "'no_such_pkg_xyz'\n",
     ),
     "rl target misspelt": (
         ["rl", "nnx_introspect.examples:llama_tin", *RL[2:]],
-        E + "module 'nnx_introspect.examples' has no attribute 'llama_tin' (target "
+        E + "module 'nnx_introspect.examples' has no attribute 'llama_tin' (TARGET "
         "'nnx_introspect.examples:llama_tin') (did you mean "
         "'nnx_introspect.examples:llama_tiny'?).\n",
     ),
     "loss misspelt": (
         [*STEP, "--loss", "json:lods"],
-        E + "argument --loss: module 'json' has no attribute 'lods' (target "
+        E + "argument --loss: module 'json' has no attribute 'lods' (--loss "
         "'json:lods') (did you mean 'json:loads'?).\n",
     ),
     "checkpoint path": (
@@ -221,21 +222,24 @@ def test_a_right_target_passes_the_check(
 
 
 def test_a_module_whose_names_its_source_cannot_tell_is_imported(
-    tmp_path: pathlib.Path,
-    capsys: pytest.CaptureFixture[str],
-    monkeypatch: pytest.MonkeyPatch,
+    tmp_path: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    # a module __getattr__ may define any name: left to the import
+    # a module __getattr__ may define any name: left to the import, which finds it
     (tmp_path / "lazy_names_mod.py").write_text(
         "from nnx_introspect.examples import two_layer\n\n"
         "def __getattr__(name):\n    return two_layer\n"
     )
+    (tmp_path / "star_names_mod.py").write_text(
+        "from nnx_introspect.examples import *  # noqa\n"
+    )
     monkeypatch.chdir(tmp_path)
-    code, out, err = run(["summary", "lazy_names_mod:anything", "--format", "json"],
-                         capsys)  # fmt: skip
-    assert code == 0, err
-    _, two, _ = run(["summary", TWO, "--format", "json"], capsys)
-    assert json.loads(out)["n_params"] == json.loads(two)["n_params"] > 0
+    for spec in ("lazy_names_mod:anything", "star_names_mod:two_layer"):
+        check_target(spec)  # not refused
+        assert resolve_factory(spec) is two_layer
+    with pytest.raises(TargetError, match="has no attribute 'two_layr'"):
+        resolve_factory("star_names_mod:two_layr")  # the import's own answer
+    for name in ("lazy_names_mod", "star_names_mod"):
+        sys.modules.pop(name, None)
 
 
 # --- the JAX-free tables hold the library's -------------------------------------

@@ -147,10 +147,13 @@ def check_target(spec: str, what: str = "TARGET") -> None:
     tell (a ``from x import *``, a module ``__getattr__``), or one that is not
     source (an extension, a zip), is left to :func:`resolve_factory`.
 
+    ``what`` names ``spec`` in the messages as the command line does
+    (``TARGET``, ``--loss``...).
+
     Raises:
         TargetError: Naming what is wrong and, when one is close, the name
-            meant: ``module 'pkg.models' has no attribute 'lama_7b' (did you
-            mean 'pkg.models:llama_7b'?)``.
+            meant: ``module 'pkg.models' has no attribute 'lama_7b' (TARGET
+            'pkg.models:lama_7b') (did you mean 'pkg.models:llama_7b'?)``.
 
     Example:
         >>> check_target("nnx_introspect.examples:llama_tiny")
@@ -158,7 +161,7 @@ def check_target(spec: str, what: str = "TARGET") -> None:
         Traceback (most recent call last):
         ...
         nnx_introspect._targets.TargetError: module 'nnx_introspect.examples' \
-has no attribute 'lama_tiny' (target 'nnx_introspect.examples:lama_tiny') (did \
+has no attribute 'lama_tiny' (TARGET 'nnx_introspect.examples:lama_tiny') (did \
 you mean 'nnx_introspect.examples:llama_tiny'?).
     """
     module_name, attr_path = _parts(spec, what)
@@ -167,7 +170,7 @@ you mean 'nnx_introspect.examples:llama_tiny'?).
     if added:
         sys.path.insert(0, cwd)
     try:
-        source = _module_source(spec, module_name)
+        source = _module_source(spec, module_name, what)
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
@@ -180,12 +183,14 @@ you mean 'nnx_introspect.examples:llama_tiny'?).
         return
     public = sorted(n for n in names if not n.startswith("_"))
     raise TargetError(
-        f"module {module_name!r} has no attribute {first!r} (target {spec!r})"
+        f"module {module_name!r} has no attribute {first!r} ({what} {spec!r})"
         f"{_closest(spec, first, public)}."
     )
 
 
-def _module_source(spec: str, module_name: str) -> tuple[str, list[str]] | None:
+def _module_source(
+    spec: str, module_name: str, what: str = "TARGET"
+) -> tuple[str, list[str]] | None:
     """The module's source file and its package folders, or ``None`` if not known.
 
     Raises:
@@ -200,7 +205,7 @@ def _module_source(spec: str, module_name: str) -> tuple[str, list[str]] | None:
         return None  # the import will say what is wrong
     if found is None:
         raise TargetError(
-            f"cannot import module {module_name!r} of target {spec!r}: "
+            f"cannot import module {module_name!r} of {what} {spec!r}: "
             f"ModuleNotFoundError: No module named {parts[0]!r}"
         )
     origin = found.origin if found.has_location else None
@@ -219,7 +224,7 @@ def _module_source(spec: str, module_name: str) -> tuple[str, list[str]] | None:
                 else ""
             )
             raise TargetError(
-                f"cannot import module {module_name!r} of target {spec!r}: "
+                f"cannot import module {module_name!r} of {what} {spec!r}: "
                 f"ModuleNotFoundError: No module named {name!r}{hint}"
             )
         origin, folders = located

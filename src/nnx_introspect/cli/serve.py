@@ -214,16 +214,6 @@ def check_serve(args: argparse.Namespace) -> None:
         raise UsageError("argument --sequences: required (or --max-sequences)")
     if args.context is None and not args.max_context:
         raise UsageError("argument --context: required (or --max-context)")
-    for flag, value, search in (
-        ("--sequences", args.sequences, args.max_sequences and "--max-sequences"),
-        ("--context", args.context, args.max_context and "--max-context"),
-    ):
-        if value is not None and search:
-            raise UsageError(
-                f"argument {flag}: {search} searches {flag} itself, so {flag} "
-                f"{value} would be ignored; leave {flag} out, or drop {search} "
-                f"for the report at {flag} {value}"
-            )
     prompt, context = args.prompt, args.context
     meshes = args.mesh or [MESH_DEFAULT]
     _check_auto(args, meshes)
@@ -257,6 +247,16 @@ def check_serve(args: argparse.Namespace) -> None:
             f"argument --prompt: {prompt} is longer than --context {context}; "
             "the cache holds the prompt"
         )
+    for flag, value, search in (
+        ("--sequences", args.sequences, args.max_sequences and "--max-sequences"),
+        ("--context", args.context, args.max_context and "--max-context"),
+    ):
+        if value is not None and search:
+            raise UsageError(
+                f"argument {flag}: {search} searches {flag} itself, so {flag} "
+                f"{value} would be ignored; leave {flag} out, or drop {search} "
+                f"for the report at {flag} {value}"
+            )
 
 
 def _auto(mesh: str) -> bool:
