@@ -6,18 +6,59 @@ table, apart from the table and the verdict they explain.
 
 import math
 from collections.abc import Iterator
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from nnx_introspect._ranking import error_words, tie_error
 from nnx_introspect._render import format_bytes
-from nnx_introspect._search.meshes.rows import answered, plural
+from nnx_introspect._roofline import Roofline
+from nnx_introspect._search.meshes.rows import MeshCandidate, answered, plural
 from nnx_introspect._search.meshes.utilisation import (
     utilisation_header,
     utilisation_notes,
 )
 
-if TYPE_CHECKING:
-    from nnx_introspect._search.meshes.report import MeshComparison
+
+class MeshComparison(Protocol):
+    """What the notes read of a comparison (:class:`~.report.MeshComparison`)."""
+
+    @property
+    def candidates(self) -> tuple[MeshCandidate, ...]: ...
+
+    @property
+    def num_devices(self) -> int: ...
+
+    @property
+    def max_device_bytes(self) -> int | None: ...
+
+    @property
+    def budget_basis(self) -> str | None: ...
+
+    @property
+    def auto_axes(self) -> tuple[str, ...] | None: ...
+
+    @property
+    def batch(self) -> tuple[str, ...]: ...
+
+    @property
+    def step(self) -> str: ...
+
+    @property
+    def compiles(self) -> int: ...
+
+    @property
+    def seconds(self) -> float: ...
+
+    @property
+    def executor(self) -> str: ...
+
+    @property
+    def equals(self) -> tuple[MeshCandidate, ...]: ...
+
+    @property
+    def batch_headroom(self) -> float | None: ...
+
+    def rooflines(self) -> list[Roofline | None]: ...
+
 
 BOUNDS = "roofline bounds (s)"
 """The column of the roofline's ``(low, high)`` range: a bound, not the estimate."""
