@@ -119,7 +119,7 @@ fit (120 B, set by train)')
 
     @property
     def ok(self) -> bool:
-        """Whether any batch fits."""
+        """Whether the answer is a batch that fits (``most > 0``)."""
         return self.most > 0
 
     @property
