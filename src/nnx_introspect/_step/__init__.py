@@ -71,6 +71,7 @@ from nnx_introspect._step.measured import as_measure as as_measure
 from nnx_introspect._step.measured import duration as duration
 from nnx_introspect._step.measured import measured_topology as measured_topology
 from nnx_introspect._step.options import as_remat as as_remat
+from nnx_introspect._step.program import ProgramKind as ProgramKind
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
 from nnx_introspect._step.report_render import cached_date as cached_date
 from nnx_introspect._step.spec import StepOptions as StepOptions
@@ -89,6 +90,10 @@ from nnx_introspect._step.step_records import (
     memory_from_readings as memory_from_readings,
 )
 from nnx_introspect._step.step_records import step_kind as step_kind
+from nnx_introspect._step.train import TRAIN as TRAIN
+from nnx_introspect._step.train import (
+    TRAIN_OPTIMIZER_DONATED as TRAIN_OPTIMIZER_DONATED,
+)
 from nnx_introspect._step.values import VALUES as VALUES
 from nnx_introspect._step.values import token_values as token_values
 from nnx_introspect._xla import libtpu_version as libtpu_version
@@ -99,9 +104,12 @@ __all__ = [
     "LOSSES",
     "MAX_CHILD_DEVICES",
     "TPU_FAMILIES",
+    "TRAIN",
+    "TRAIN_OPTIMIZER_DONATED",
     "VALUES",
     "Measured",
     "Place",
+    "ProgramKind",
     "ProgramNames",
     "StepBudget",
     "StepCompilation",

@@ -6,13 +6,18 @@ plugs in: its own file, and one line in :data:`PROGRAM_KINDS` here.
 
 from nnx_introspect._step.logprobs import LOGPROBS
 from nnx_introspect._step.program import ProgramKind
-from nnx_introspect._step.train import TRAIN
+from nnx_introspect._step.train import TRAIN, TRAIN_OPTIMIZER_DONATED
 from nnx_introspect._step.values import VALUES
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["PROGRAM_KINDS", "program_kind"]
 
-PROGRAM_KINDS: tuple[ProgramKind, ...] = (TRAIN, LOGPROBS, VALUES)
+PROGRAM_KINDS: tuple[ProgramKind, ...] = (
+    TRAIN,
+    TRAIN_OPTIMIZER_DONATED,
+    LOGPROBS,
+    VALUES,
+)
 """Every program kind that compiles (in this process or in a child)."""
 
 

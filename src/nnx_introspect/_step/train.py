@@ -40,7 +40,7 @@ from nnx_introspect._step.program import (
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["TRAIN", "build", "differentiable"]
+__all__ = ["TRAIN", "TRAIN_OPTIMIZER_DONATED", "build", "differentiable"]
 
 
 def _optimizer_state(
@@ -203,12 +203,15 @@ def _train(
     tx: optax.GradientTransformation,
     state: tuple[Any, Any, Any, jax.ShapeDtypeStruct],
     request: Request,
+    donated: tuple[int, ...] = (0, 1, 2, 3),
 ) -> Any:
     """The jitted full step: gradients, the optimizer's update, the new state.
 
     What ``nnx.Optimizer(model, tx, wrt=<floating params>).update`` does, on
     pure arrays: no optimizer object (and so no sharding metadata or mesh
-    needed to build one), the plan's optimizer leaves; the old state donated.
+    needed to build one), the plan's optimizer leaves; the old state donated
+    (``donated``: the positions of the parameters, the other state, the
+    optimizer's state and its step).
     """
     params, rest, opt_state, step = state
     grad_step = _accumulated(graphdef, objective, request, step.sharding.mesh)
@@ -245,9 +248,7 @@ def _train(
         _shardings(opt_state),
         step.sharding,
     )
-    return jax.jit(
-        train, out_shardings=out, donate_argnums=(0, 1, 2, 3), keep_unused=True
-    )
+    return jax.jit(train, out_shardings=out, donate_argnums=donated, keep_unused=True)
 
 
 def _update(
@@ -297,11 +298,19 @@ def _optimizer_group(opt_state: Any) -> ArgumentGroup:
     return ArgumentGroup("optimizer state", (*paths, "optimizer/step"))
 
 
-def build(request: Request, mesh: Mesh, specs: Mapping[str, PartitionSpec]) -> Program:
+def build(
+    request: Request,
+    mesh: Mesh,
+    specs: Mapping[str, PartitionSpec],
+    *,
+    donate_model: bool = True,
+) -> Program:
     """The program a step of ``request`` is: forward, with backward, with update.
 
     ``specs`` is the plan's spec of every leaf by path (the optimizer's state
     takes its own); the model is rematerialised as ``request.remat`` says.
+    A full step donates the model's state and the optimizer's, or with
+    ``donate_model=False`` the optimizer's alone.
     """
     model = rematerialised(request.model, request.remat)
     graphdef, params, rest = sharded_model_state(model, specs, mesh)
@@ -321,7 +330,12 @@ def build(request: Request, mesh: Mesh, specs: Mapping[str, PartitionSpec]) -> P
         return Program(jitted, (params, rest, batch), groups, outputs, differentiated)
     opt_state, step = _optimizer_state(tx, params, specs, mesh)
     jitted = _train(
-        graphdef, _objective(loss), tx, (params, rest, opt_state, step), request
+        graphdef,
+        _objective(loss),
+        tx,
+        (params, rest, opt_state, step),
+        request,
+        (0, 1, 2, 3) if donate_model else (2, 3),
     )
     outputs = (
         "loss",
@@ -345,3 +359,19 @@ TRAIN = ProgramKind(
     "optimizer, the update",
 )
 """The training step, as ``"train"`` names it in a child's request."""
+
+
+def _build_optimizer_donated(
+    request: Request, mesh: Mesh, specs: Mapping[str, PartitionSpec]
+) -> Program:
+    return build(request, mesh, specs, donate_model=False)
+
+
+TRAIN_OPTIMIZER_DONATED = ProgramKind(
+    "train-optimizer-donated",
+    _build_optimizer_donated,
+    "the training step with only the optimizer's state donated, the model's "
+    "kept (google-tunix's trainer: nnx.jit(train_step, "
+    'donate_argnames=("optimizer",)))',
+)
+"""The training step donating only the optimizer's state, as tunix's trainer does."""
