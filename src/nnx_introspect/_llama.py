@@ -19,16 +19,22 @@ from jaxtyping import Array, Float, Int
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [
+    "BATCH_AXES",
     "LLAMA3_8B",
     "LLAMA_7B",
     "LLAMA_7B_F32",
     "LLAMA_TINY",
+    "MODEL_AXES",
     "KVCache",
     "Llama",
     "LlamaConfig",
     "LlamaLayer",
+    "attend",
+    "constrain",
     "llama",
     "llama_critic",
+    "rope",
+    "write_kv",
 ]
 
 KVCache = dict[str, Any]
@@ -162,15 +168,15 @@ def _meta(cfg: LlamaConfig, names: tuple[str | None, ...]) -> dict[str, Any]:
     return {"out_sharding": names} if cfg.partitioned else {}
 
 
-_BATCH_AXES = ("data", "fsdp")
+BATCH_AXES = ("data", "fsdp")
 """The mesh axes an activation's batch dimension is split over, outermost first
 (MaxText's ``activation_batch`` order); an axis the mesh lacks is left out."""
 
-_MODEL_AXES = ("tp",)
+MODEL_AXES = ("tp",)
 """The mesh axes the heads, the MLP's hidden units and the vocabulary are split over
 (the ``"tp"`` of the kernels' annotations)."""
 
-_RESIDUAL = (_BATCH_AXES, _MODEL_AXES, ())
+_RESIDUAL = (BATCH_AXES, MODEL_AXES, ())
 """``(batch, seq, d_model)``: the batch split, and the sequence over ``tp``.
 
 Megatron's sequence parallelism (Korthikanti et al. 2022): between the blocks
@@ -182,14 +188,14 @@ residual over ``tp`` too (tunix's ``act_btd`` splits its width, MaxText's
 needs the fewest temporaries in XLA:GPU's compile of the 7B's training step
 (``benchmarks/bench_activations.py``)."""
 
-_HEADS = (_BATCH_AXES, (), _MODEL_AXES, ())
+_HEADS = (BATCH_AXES, (), MODEL_AXES, ())
 """``(batch, seq, heads, head_dim)``: column-parallel q, k, v and attention's output."""
 
-_HIDDEN = (_BATCH_AXES, (), _MODEL_AXES)
+_HIDDEN = (BATCH_AXES, (), MODEL_AXES)
 """``(batch, seq, d_ff or vocab)``: the MLP's hidden units and the logits."""
 
 
-def _constrain(x: Array, *dims: tuple[str, ...]) -> Array:
+def constrain(x: Array, *dims: tuple[str, ...]) -> Array:
     """``x`` with dimension ``i`` split over the mesh axes named in ``dims[i]``.
 
     A ``jax.lax.with_sharding_constraint`` on the current mesh (the one
@@ -213,12 +219,12 @@ def _constrain(x: Array, *dims: tuple[str, ...]) -> Array:
     Example:
         >>> import jax, jax.numpy as jnp
         >>> x = jnp.ones((8, 4))
-        >>> _constrain(x, ("data", "fsdp"), ()) is x  # no mesh: unchanged
+        >>> constrain(x, ("data", "fsdp"), ()) is x  # no mesh: unchanged
         True
         >>> mesh = jax.make_mesh((2, 4), ("fsdp", "tp"),
         ...                      axis_types=(jax.sharding.AxisType.Auto,) * 2)
         >>> with jax.set_mesh(mesh):
-        ...     y = jax.jit(lambda x: _constrain(x, ("data", "fsdp"), ("tp",)))(x)
+        ...     y = jax.jit(lambda x: constrain(x, ("data", "fsdp"), ("tp",)))(x)
         >>> tuple(y.sharding.spec)
         ('fsdp', 'tp')
     """
@@ -252,7 +258,7 @@ def _constrain(x: Array, *dims: tuple[str, ...]) -> Array:
     return y
 
 
-def _rope(
+def rope(
     x: Float[Array, "b s h d"], positions: Int[Array, "b s"] | None = None
 ) -> Float[Array, "b s h d"]:
     half = x.shape[-1] // 2
@@ -329,13 +335,13 @@ class LlamaLayer(nnx.Module):
         q = self._shard(self.q(h).reshape(b, s, self.n_heads, hd), _HEADS)
         k = self._shard(self.k(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
         v = self._shard(self.v(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
-        q, k = _rope(q, positions), _rope(k, positions)
+        q, k = rope(q, positions), rope(k, positions)
         if cache is None:
             causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
             att = jax.nn.dot_product_attention(q, k, v, mask=causal)
         else:
             cache = {
-                name: self._shard(_write(cache[name], new, index), _HEADS)
+                name: self._shard(write_kv(cache[name], new, index), _HEADS)
                 for name, new in (("k", k), ("v", v))
             }
             if own:  # this call's keys and values only, as the cache holds them
@@ -348,7 +354,7 @@ class LlamaLayer(nnx.Module):
             else:
                 k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
                 if s == 1:  # a decode step
-                    att = _attend(q, k, v, mask)
+                    att = attend(q, k, v, mask)
                 else:  # a prompt: measured faster on a v5e chip (213 ms vs 95 ms)
                     att = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
         att = self._shard(att, _HEADS)
@@ -361,7 +367,7 @@ class LlamaLayer(nnx.Module):
         return out if cache is None else (out, cache)
 
     def _shard(self, x: Array, dims: tuple[tuple[str, ...], ...]) -> Array:
-        return _constrain(x, *dims) if self.shard_activations else x
+        return constrain(x, *dims) if self.shard_activations else x
 
 
 class Llama(nnx.Module):
@@ -478,7 +484,7 @@ class Llama(nnx.Module):
             )
         x = self.embed(tokens)
         if self.shard_activations:
-            x = _constrain(x, *_RESIDUAL)
+            x = constrain(x, *_RESIDUAL)
         if cache is not None:
             x, cache = self._decode(
                 x, tokens, positions, cache, attention_mask, own=prefill
@@ -492,7 +498,7 @@ class Llama(nnx.Module):
                     x = layer(x) if positions is None else layer(x, positions)
         y: jax.Array = self.lm_head(self.norm(x))
         if self.shard_activations:  # one value a token is not split over tp
-            y = _constrain(y, *((*_HIDDEN[:2], ()) if self.value_head else _HIDDEN))
+            y = constrain(y, *((*_HIDDEN[:2], ()) if self.value_head else _HIDDEN))
         return y if cache is None else (y, cache)
 
     def _decode(
@@ -546,7 +552,7 @@ class Llama(nnx.Module):
         return cache
 
 
-def _write(cache: Array, new: Array, index: Array) -> Array:
+def write_kv(cache: Array, new: Array, index: Array) -> Array:
     """``cache`` with ``new`` (``[b, s, ...]``) at the slots ``index .. index+s-1``.
 
     One ``dynamic_update_slice`` for every sequence at once: XLA updates the
@@ -566,7 +572,7 @@ _LOWEST = float(np.finfo(np.float32).min)
 """A masked score: float32's lowest, as ``dot_product_attention`` masks."""
 
 
-def _attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
+def attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
     """A decode step's attention over the cache's keys and values under ``mask``.
 
     Grouped-query attention written as two einsums over the cache's own layout

@@ -33,15 +33,15 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from nnx_introspect._llama import (
-    _BATCH_AXES,
-    _MODEL_AXES,
+    BATCH_AXES,
+    MODEL_AXES,
     Llama,
-    _attend,
-    _constrain,
-    _rope,
-    _write,
+    attend,
+    constrain,
+    rope,
+    write_kv,
 )
-from nnx_introspect._mesh.specs import EXPERT_AXIS, expert_mesh_axis
+from nnx_introspect._mesh import EXPERT_AXIS, expert_mesh_axis
 from nnx_introspect._typing import ArgumentError, as_int
 
 __all__ = [
@@ -264,16 +264,16 @@ Qwen3's own count is 12,288 more: its per-head q and k norms, which this
 Llama-style attention lacks."""
 
 
-_MOE_BATCH = (*_BATCH_AXES, "expert", "ep")
+_MOE_BATCH = (*BATCH_AXES, "expert", "ep")
 """The mesh axes an activation's batch splits over: the Llama's, then an expert
 axis, whose devices take rows of their own outside the experts (MaxText's
 ``activation_batch`` holds its ``expert`` axis too); dispatch moves the rows to
 their experts over it (an all-to-all)."""
 
-_RESIDUAL = (_MOE_BATCH, _MODEL_AXES, ())
+_RESIDUAL = (_MOE_BATCH, MODEL_AXES, ())
 """``(batch, seq, d_model)``, as the Llama's residual stream: sequence over ``tp``."""
 
-_HEADS = (_MOE_BATCH, (), _MODEL_AXES, ())
+_HEADS = (_MOE_BATCH, (), MODEL_AXES, ())
 """``(batch, seq, heads, head_dim)``, as the Llama's attention."""
 
 
@@ -412,7 +412,7 @@ class MoeBlock(nnx.Module):
         inputs = self._shard(jnp.einsum("bsec,bsd->becd", dispatch, x), ())
         hidden = jax.nn.silu(jnp.einsum("becd,edf->becf", inputs, gate))
         hidden = hidden * jnp.einsum("becd,edf->becf", inputs, up)
-        hidden = self._shard(hidden, _MODEL_AXES)
+        hidden = self._shard(hidden, MODEL_AXES)
         out = self._shard(jnp.einsum("becf,efd->becd", hidden, down), ())
         y: Array = jnp.einsum("bsec,becd->bsd", combine, out)
         return y
@@ -430,7 +430,7 @@ class MoeBlock(nnx.Module):
         if axis is None:
             return x
         batch = tuple(a for a in _MOE_BATCH if a != axis)
-        return _constrain(x, batch, (axis,), (), last)
+        return constrain(x, batch, (axis,), (), last)
 
 
 class _GatedMlp(nnx.Module):
@@ -506,13 +506,13 @@ class MoeLayer(nnx.Module):
         q = self._shard(self.q(h).reshape(b, s, self.n_heads, hd), _HEADS)
         k = self._shard(self.k(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
         v = self._shard(self.v(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
-        q, k = _rope(q, positions), _rope(k, positions)
+        q, k = rope(q, positions), rope(k, positions)
         if cache is None:
             causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
             att = jax.nn.dot_product_attention(q, k, v, mask=causal)
         else:
             cache = {
-                name: self._shard(_write(cache[name], new, index), _HEADS)
+                name: self._shard(write_kv(cache[name], new, index), _HEADS)
                 for name, new in (("k", k), ("v", v))
             }
             if own:  # this call's keys and values only, as the cache holds them
@@ -525,7 +525,7 @@ class MoeLayer(nnx.Module):
             else:
                 k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
                 if s == 1:
-                    att = _attend(q, k, v, mask)
+                    att = attend(q, k, v, mask)
                 else:
                     att = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
         att = self._shard(att, _HEADS)
@@ -533,7 +533,7 @@ class MoeLayer(nnx.Module):
         return self._shard(x + self.o(flat), _RESIDUAL), cache
 
     def _shard(self, x: Array, dims: tuple[tuple[str, ...], ...]) -> Array:
-        return _constrain(x, *dims) if self.shard_activations else x
+        return constrain(x, *dims) if self.shard_activations else x
 
 
 class MoeLlama(Llama):

@@ -27,6 +27,7 @@ __all__ = [
     "KindTotal",
     "ModelSummary",
     "SummaryRow",
+    "fold_layers",
     "summarize",
 ]
 
@@ -400,7 +401,7 @@ def _is_index(key: Any) -> bool:
     return isinstance(key, int) and not isinstance(key, bool)
 
 
-def group_layers(rows: list[SummaryRow]) -> list[SummaryRow]:
+def fold_layers(rows: list[SummaryRow]) -> list[SummaryRow]:
     """Fold rows that differ only in one list index into one ``"*"`` row.
 
     A run is folded only when it covers every index the model has at that
@@ -551,7 +552,7 @@ def summarize(
     if level is not None:
         rows = _aggregate(rows, level)
     if group_layers:
-        rows = group_layers(rows)
+        rows = fold_layers(rows)
     params = [r for r in records if r.is_param]
     n_params = sum(r.size for r in params)
     try:

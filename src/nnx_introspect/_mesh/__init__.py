@@ -37,10 +37,13 @@ from nnx_introspect._mesh.records import LeafShard as LeafShard
 from nnx_introspect._mesh.records import MeshProblem as MeshProblem
 from nnx_introspect._mesh.report import MeshConfigReport as MeshConfigReport
 from nnx_introspect._mesh.report import mesh_str as mesh_str
+from nnx_introspect._mesh.specs import EXPERT_AXIS as EXPERT_AXIS
 from nnx_introspect._mesh.specs import entry_axes as entry_axes
+from nnx_introspect._mesh.specs import expert_mesh_axis as expert_mesh_axis
 
 __all__ = [
     "CATEGORIES",
+    "EXPERT_AXIS",
     "MAX_MESH_DEVICES",
     "OPTIMIZER_NAMES",
     "LeafShard",
@@ -53,6 +56,7 @@ __all__ = [
     "as_logical_rules",
     "check_rules",
     "entry_axes",
+    "expert_mesh_axis",
     "load_rules_file",
     "mesh_config_report",
     "mesh_str",

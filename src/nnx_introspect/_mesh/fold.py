@@ -5,7 +5,7 @@ not divide them gives as many identical problems: over a thousand lines for
 a 7B Llama with an optimizer. The plan's table folds the rows (and the
 problems) that differ only in one list index into one, marked ``x32``, with
 the rule :func:`~nnx_introspect.summarize` uses (``group_layers=True``; its
-``group_layers`` does the folding here too, on stand-in rows): a run is
+``fold_layers`` does the folding here too, on stand-in rows): a run is
 folded only when it covers every index the model has at that position, so a
 layer placed differently keeps its own rows. Folding is display only: the
 report's leaves, problems, totals and JSON keep every leaf.
@@ -18,7 +18,7 @@ from typing import NamedTuple
 from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh.records import LeafShard, MeshProblem
 from nnx_introspect._render import spec_str
-from nnx_introspect._summary import SummaryRow, group_layers
+from nnx_introspect._summary import SummaryRow, fold_layers
 
 __all__ = ["FoldedLeaf", "FoldedProblem", "fold", "short_source"]
 
@@ -186,7 +186,7 @@ def fold(
     keys = {kind: key for key, kind in kinds.items()}
     rows: list[FoldedLeaf] = []
     notes: list[FoldedProblem] = []
-    for row in group_layers(stand_ins) if group else stand_ins:
+    for row in fold_layers(stand_ins) if group else stand_ins:
         key = keys[row.kind]
         if isinstance(key, _LeafKey):
             rows.append(
