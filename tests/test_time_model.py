@@ -90,6 +90,47 @@ def test_a_batched_matmul_written_as_a_convolution_counts_one_tap() -> None:
     assert op.kind == "uncosted" and op.cycles is None
 
 
+# jax.lax.ragged_dot of x bf16[4096,512] by 16 groups of w bf16[512,1024], as
+# XLA:TPU (libtpu 0.0.52) writes it for v5e: one convolution over every group
+_RAGGED = """HloModule jit_f
+
+%fused (p0: bf16[16,4096,512], p1: bf16[16,512,1024]) -> bf16[16,4096,1024] {
+  %p0 = bf16[16,4096,512]{2,1,0} parameter(0)
+  %p1 = bf16[16,512,1024]{2,1,0} parameter(1)
+  ROOT %c = bf16[16,4096,1024]{2,1,0} convolution(%p0, %p1), window={size=16 stride=15 lhs_dilate=16}, dim_labels=0bf_0io->0bf, metadata={op_name="jit(f)/ragged_dot_general" stack_frame_id=2}
+}
+
+ENTRY %main (a: bf16[16,4096,512], b: bf16[16,512,1024]) -> bf16[16,4096,1024] {
+  %a = bf16[16,4096,512]{2,1,0} parameter(0)
+  %b = bf16[16,512,1024]{2,1,0} parameter(1)
+  ROOT %f = bf16[16,4096,1024]{2,1,0} fusion(%a, %b), kind=kOutput, calls=%fused, backend_config={"window_config":{"estimated_cycles":"1000"}}
+}
+"""
+
+
+def test_a_ragged_dot_counts_each_row_in_its_one_group() -> None:
+    (op,) = program_work(parse_module(_RAGGED)).ops
+    # 4,096 rows, each multiplied by its own group's [512 x 1024] only: the
+    # dense convolution's figure (XLA's cost analysis: 6.87e10) over 16 groups
+    assert op.matmul_flops == 2 * 4096 * 512 * 1024
+    plain = _RAGGED.replace("ragged_dot_general", "conv_general_dilated")
+    (dense,) = program_work(parse_module(plain)).ops
+    assert dense.matmul_flops == 16 * op.matmul_flops
+
+
+def test_the_cycles_count_at_most_the_instructions_roofline() -> None:
+    v5e = hardware_for("v5e-1")
+    c = _constants(program_seconds=0.0, launch_seconds=0.0, hbm_fraction=1.0)
+    assert c.seconds_per_cycle is not None and c.cycles_cap is not None
+    flops = 1e9  # 5.1 us at the bf16 peak; XLA:TPU says 1e6 cycles (~0.8 ms)
+    work = Work((OpWork("matmul", flops, 0.0, 0, 10**6, 1),))
+    t = program_time(work, v5e, constants=c)
+    roof = flops / v5e.peak_flops_per_second("bf16")
+    assert t.cycles_seconds == pytest.approx(c.cycles_cap * roof)
+    uncapped = program_time(work, v5e, constants=_constants(cycles_cap=None))
+    assert uncapped.cycles_seconds == pytest.approx(1e6 * c.seconds_per_cycle)
+
+
 def test_the_work_round_trips_through_json() -> None:
     work = program_work(parse_module(_LOOP))
     assert work_from_json(work.json_data()) == work

@@ -57,7 +57,7 @@ import math
 import re
 from typing import Any, Final, Literal
 
-from nnx_introspect._xla.hlo.instructions import Instruction
+from nnx_introspect._xla.hlo.instructions import Instruction, metadata
 from nnx_introspect._xla.hlo.module import Module, called_computations
 from nnx_introspect._xla.hlo.shapes import arrays, parse_shape, tuple_elements
 from nnx_introspect._xla.hlo.traffic import bytes_moved, executed, hbm_bytes_of
@@ -321,7 +321,45 @@ def _convolution_flops(module: Module, inst: Instruction) -> float:
         )
     features = lhs[lhs_labels.index("f")] // max(groups, 1)
     out = parse_shape(inst.shape)[1]
-    return 2.0 * math.prod(out) * features * window
+    return 2.0 * math.prod(out) * features * window / _ragged_groups(inst)
+
+
+def _ragged_groups(inst: Instruction) -> int:
+    """The groups a ``jax.lax.ragged_dot`` convolution's output spans, else 1.
+
+    XLA:TPU writes a ragged dot (an MoE's grouped matmul) as a convolution
+    over every group, its output ``[groups, rows, n]`` then masked: each row
+    belongs to one group, and the chip did the work of one (a 16-expert
+    step ran in the time of its rows' one group, not sixteen), so its FLOPs
+    are the dense figure over the groups, ``size`` of the window's dilated
+    dimension.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo.instructions import instruction
+        >>> inst = instruction(
+        ...     "%c = bf16[16,4096,1024]{2,1,0} convolution(%a, %b),"
+        ...     " window={size=16 stride=15 lhs_dilate=16}, dim_labels=0bf_0io->0bf,"
+        ...     ' metadata={op_name="jit(f)/ragged_dot_general"}'
+        ... )
+        >>> _ragged_groups(inst)
+        16
+    """
+    if "ragged_dot" not in metadata(inst.text).get("op_name", ""):
+        return 1
+    window = inst.attributes.get("window", "")
+    sizes = re.search(r"size=([\dx]+)", window)
+    dilated = re.search(r"lhs_dilate=([\dx]+)", window)
+    if sizes is None or dilated is None:
+        return 1
+    return math.prod(
+        size
+        for size, d in zip(
+            (int(n) for n in sizes[1].split("x")),
+            (int(n) for n in dilated[1].split("x")),
+            strict=False,
+        )
+        if size == d > 1
+    )
 
 
 def _window_taps(window: str) -> int | None:
