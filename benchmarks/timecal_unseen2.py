@@ -133,9 +133,33 @@ UNSEEN2: dict[str, tuple[str, dict[str, Any]]] = {
 }
 
 
+E = "nnx_introspect.examples:"
+
+
+def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
+    """``moe_400m`` dispatching by a capacity factor (one-hot einsums)."""
+    import dataclasses
+
+    from nnx_introspect.examples import MOE_400M, MoeLlama
+
+    return MoeLlama(dataclasses.replace(MOE_400M, dispatch="capacity"), rngs=rngs)
+
+
+MOE: dict[str, tuple[str, dict[str, Any]]] = {
+    # the examples' ~400M mixture of experts (16 experts of 1,024, top-2, a
+    # shared expert, 6 layers): issue 43's chip rows, never in any fit
+    "moe step 400m dropless 8x1024": _step(E + "moe_400m", (8, 1024)),
+    "moe step 400m capacity 8x1024": _step(U + "moe_400m_capacity", (8, 1024)),
+    "moe serve 400m dropless 16x2048 prompt 256 by 4": _serve(
+        E + "moe_400m", sequences=16, context=2048, prompt=256, prefill_sequences=4
+    ),
+}
+
+
 if __name__ == "__main__":
     timecal.CASES.clear()
     timecal.CASES.update(UNSEEN2)
+    timecal.CASES.update(MOE)
     timecal.GROUP_OF.clear()
     sys.argv[0] = "timecal.py"
     timecal.main()
