@@ -3,9 +3,8 @@
 Each phase's memory (resident, then the program's own) against the budget and
 its time, from plain numbers; a report that offers ``phase_bars()`` gets it on
 its HTML page. The serving report is a real compile of a tiny Llama; the RL
-report is built from its phases' figures (no compile). ``serve_phase_bars``
-and ``rl_phase_bars`` are the methods the reports are to carry, monkeypatched
-on here until they do.
+report is built from its phases' figures (no compile). Both reports' own
+``phase_bars()`` methods draw the charts tested here.
 """
 
 import dataclasses
@@ -57,65 +56,6 @@ def _rects(page: str) -> list[tuple[float, float, str, str]]:
                 )
             )
     return out
-
-
-# --- the methods the serving and RL reports are to carry --------------------------
-
-
-def serve_phase_bars(self: ServeMemoryReport) -> PhaseBars:
-    """Prefill and decode: the weights and KV cache resident, the rest each program's."""
-    bars = []
-    for program in (self.prefill, self.decode):
-        timed = None
-        if self.time is not None:
-            timed = self.time.prefill if program is self.prefill else self.time.decode
-        resident = min(
-            program.weights_bytes + program.kv_cache_bytes, program.peak_bytes
-        )
-        measured = program.measured
-        bars.append(
-            PhaseBar(
-                "prefill" if program is self.prefill else "decode (one token)",
-                program.peak_bytes - resident,
-                resident,
-                seconds=None if timed is None else timed.planned_seconds,
-                error=None if timed is None or timed.time is None else timed.time.error,
-                refused=program.memory.out_of_memory,
-                measured=None
-                if measured is None
-                or measured.error is not None
-                or not measured.seconds
-                else float(measured.median),
-            )
-        )
-    return PhaseBars(
-        tuple(bars),
-        self.budget.bytes,
-        self.topology or self.backend,
-        resident="weights and KV cache",
-    )
-
-
-def rl_phase_bars(self: RLMemoryReport) -> PhaseBars:
-    """Each phase: its program's peak, what the other roles keep resident, its time."""
-    bars = tuple(
-        PhaseBar(
-            f"{p.name} on {p.mesh}" if p.mesh else p.name,
-            p.program_peak_bytes,
-            p.resident_bytes,
-            seconds=p.estimate,
-            error=p.error,
-            refused=p.out_of_memory,
-            measured=p.measured_seconds,
-        )
-        for p in self.phases
-    )
-    return PhaseBars(
-        bars,
-        self.budget.bytes,
-        self.topology or "this process's devices",
-        resident="the other roles, resident",
-    )
 
 
 # --- the chart from plain numbers ----------------------------------------------------
@@ -276,12 +216,8 @@ def served() -> ServeMemoryReport:
 
 
 def test_the_serving_page_charts_prefill_and_decode(
-    served: ServeMemoryReport, monkeypatch: pytest.MonkeyPatch
+    served: ServeMemoryReport,
 ) -> None:
-    assert "<svg" not in served.to_html()  # no chart until the report offers one
-    monkeypatch.setattr(
-        ServeMemoryReport, "phase_bars", serve_phase_bars, raising=False
-    )
     page = served.to_html()
     assert page.index('class="verdict') < page.index("<svg") < page.index("<table>")
     texts = _texts(page)
@@ -332,9 +268,8 @@ def _rl_report(**changes: Any) -> RLMemoryReport:
     return RLMemoryReport(**fields)
 
 
-def test_the_rl_page_charts_every_phase(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_the_rl_page_charts_every_phase() -> None:
     report = _rl_report()
-    monkeypatch.setattr(RLMemoryReport, "phase_bars", rl_phase_bars, raising=False)
     page = report.to_html()
     assert page.index('class="verdict ok"') < page.index("<svg") < page.index("<table>")
     texts = _texts(page)

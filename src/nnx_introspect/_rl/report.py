@@ -19,7 +19,7 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators import Budget
-from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
 from nnx_introspect._step import cached_date, duration
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
@@ -363,6 +363,35 @@ class RLMemoryReport(Report):
         word = "fits" if fits else "does NOT fit"
         budget = format_bytes(self.budget.bytes or 0)
         return f"{word}: peak {peak} per device of a {budget} budget, set by {phase}"
+
+    def phase_bars(self) -> PhaseBars:
+        """Every phase for the HTML page's chart: its peak per device and time.
+
+        What the other roles keep resident while a phase runs, then its
+        program's own peak; its estimate (every run: the decode's whole
+        completion) and its measured run, when the report has them.
+
+        Returns:
+            The chart's :class:`~nnx_introspect._render.PhaseBars`.
+        """
+        bars = tuple(
+            PhaseBar(
+                _named(p),
+                p.program_peak_bytes,
+                p.resident_bytes,
+                seconds=p.estimate,
+                error=p.error,
+                refused=p.out_of_memory,
+                measured=p.measured_seconds,
+            )
+            for p in self.phases
+        )
+        return PhaseBars(
+            bars,
+            self.budget.bytes,
+            self.topology or self.backend or "this process's devices",
+            resident="the other roles, resident",
+        )
 
     def _title(self) -> str:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)

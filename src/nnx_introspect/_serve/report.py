@@ -5,7 +5,7 @@ from typing import Any
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._breakdown import Breakdown
-from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
 from nnx_introspect._step import Measured, StepMemory, cached_date
 
@@ -396,6 +396,52 @@ class ServeMemoryReport(Report):
                 span(t.tokens_per_second_per_replica, True),
             ),
         ]
+
+    def phase_bars(self) -> PhaseBars:
+        """Prefill and decode for the HTML page's chart: each one's peak per device.
+
+        The weights and KV cache are what stays resident; the rest of each
+        peak is the program's own. Each carries its estimated time (the
+        prefill's to the first token, the decode's per token) and its
+        measured run, when the report has them.
+
+        Returns:
+            The chart's :class:`~nnx_introspect._render.PhaseBars`.
+        """
+        bars = []
+        for program in (self.prefill, self.decode):
+            timed = None
+            if self.time is not None:
+                timed = (
+                    self.time.prefill if program is self.prefill else self.time.decode
+                )
+            resident = min(
+                program.weights_bytes + program.kv_cache_bytes, program.peak_bytes
+            )
+            measured = program.measured
+            bars.append(
+                PhaseBar(
+                    "prefill" if program is self.prefill else "decode (one token)",
+                    program.peak_bytes - resident,
+                    resident,
+                    seconds=None if timed is None else timed.planned_seconds,
+                    error=None
+                    if timed is None or timed.time is None
+                    else timed.time.error,
+                    refused=program.memory.out_of_memory,
+                    measured=None
+                    if measured is None
+                    or measured.error is not None
+                    or not measured.seconds
+                    else float(measured.median),
+                )
+            )
+        return PhaseBars(
+            tuple(bars),
+            self.budget.bytes,
+            self.topology or self.backend,
+            resident="weights and KV cache",
+        )
 
     def _title(self) -> str:
         mesh = ",".join(f"{a}={s}" for a, s in self.mesh_axes)
