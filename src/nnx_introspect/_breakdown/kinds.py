@@ -40,6 +40,16 @@ first, then the value's role (what it is for), by its opcode last.
    shape stays a temporary; an activation that happens to share a
    parameter's shape and dtype would be counted here too (none does in the
    library's examples).
+4b. ``expert dispatch``, ``expert combine``: in a mixture of experts, a value
+   (not a gradient) made by a step that moves tokens to their experts or
+   back: the dispatch's gathers, all-to-alls (ragged or not) and one-hot
+   einsums, the combine's and the weighted sum of the experts' outputs, and
+   the backward pass's values of the same steps. Which steps those are is not
+   in XLA's program: the step finds them in the traced program (from the
+   experts' matmuls, :mod:`~nnx_introspect._step.expert_roles`) and names
+   each by its user frames; a buffer takes the role of the innermost of its
+   frames that names a step. Decided before rules 5 to 7: a dispatch buffer
+   kept for the backward pass, or an all-to-all's, is an ``expert dispatch``.
 5. ``activation kept for backward``: a buffer made by the forward pass and still
    live once the backward pass has begun, whatever its opcode (a forward
    all-gather's result kept for the backward pass is an activation, not a
@@ -72,7 +82,7 @@ say so (``gradients layers/0/...``).
 
 from typing import Final
 
-__all__ = ["ARGUMENT_KINDS", "KINDS"]
+__all__ = ["ARGUMENT_KINDS", "EXPERT_KINDS", "KINDS"]
 
 ARGUMENT_KINDS: Final = (
     "parameter",
@@ -100,9 +110,14 @@ KINDS: Final = (
     "empty buffer",
     "temporary",
 )
-"""Every kind a buffer live at the peak can have. ``KV cache`` is the donated
+"""Every kind a buffer live at the peak can have (and a mixture of experts'
+:data:`EXPERT_KINDS`). ``KV cache`` is the donated
 cache's own buffers only (as the program took them, or updated in place); a
 copy XLA made of a cache leaf (another layout, a cast) is a ``KV cache copy``,
 named by what it copies, its op and the model's line that made it. An RL
 step's phases name two more: the reference model's parameters (``reference``)
 and the rollout's copy of the weights (``rollout weights``)."""
+
+EXPERT_KINDS: Final = ("expert dispatch", "expert combine")
+"""A mixture of experts' two more kinds (rule 4b): the values that move tokens
+to their experts, and their outputs back to the tokens."""

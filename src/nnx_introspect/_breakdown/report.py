@@ -37,10 +37,12 @@ from typing import Any
 
 from nnx_introspect._breakdown.rows import (
     ARGUMENT_KINDS,
+    EXPERT_KINDS,
     KINDS,
     TIMES,
     ArgumentLeaf,
     BreakdownRow,
+    ExpertSteps,
     argument_leaves,
     backward_has_begun,
     classify_buffer,
@@ -56,10 +58,12 @@ from nnx_introspect._xla import source_json as _source_json
 
 __all__ = [
     "ARGUMENT_KINDS",
+    "EXPERT_KINDS",
     "KINDS",
     "ArgumentLeaf",
     "Breakdown",
     "BreakdownRow",
+    "ExpertSteps",
     "Group",
     "argument_leaves",
     "buffer_count",
@@ -121,6 +125,10 @@ class Breakdown(Report):
             program has none or it was not read.
         optimizer_start: the first program point of the optimizer update,
             ``None`` when none or not read.
+        expert_notes: For a mixture of experts, what sizes its dispatch and
+            combine buffers (the experts' capacity, or the dropless inputs
+            and the worst case XLA sizes a ragged all-to-all's receive buffer
+            for), one sentence each; notes under :meth:`table`.
 
     Example:
         >>> row = BreakdownRow("batch", "batch[0]", 96, (8, 3), "f32", "x", \
@@ -147,6 +155,7 @@ class Breakdown(Report):
     debug: bool = False
     backward_start: int | None = None
     optimizer_start: int | None = None
+    expert_notes: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         if not isinstance(self.debug, bool):
@@ -343,6 +352,7 @@ class Breakdown(Report):
                 " layer): Type is one buffer's, Bytes their sum."
             )
         notes += _layout_notes(shown)
+        notes += self.expert_notes
         moment, listed = self.xla_peak_time, self.xla_peak_bytes
         if self.debug and moment is not None and listed is not None and listed != peak:
             notes.append(
@@ -385,6 +395,7 @@ class Breakdown(Report):
             "backward_start": self.backward_start,
             "optimizer_start": self.optimizer_start,
             "gap": {"bytes": self.gap_bytes, "reason": self.gap_reason},
+            "expert_notes": list(self.expert_notes),
             "rows": [row_json(row) for row in self.rows],
             "curve": _curve_json(self.curve),
             "groups": {
@@ -418,6 +429,7 @@ class Breakdown(Report):
             rows=tuple(row_from_json(row) for row in data["rows"]),
             backward_start=data.get("backward_start"),
             optimizer_start=data.get("optimizer_start"),
+            expert_notes=tuple(str(n) for n in data.get("expert_notes", ())),
             curve=None
             if curve is None
             else LiveCurve(
@@ -438,6 +450,7 @@ def classify(
     held_bytes: int,
     outputs: Sequence[str] = (),
     gradient_types: Collection[tuple[str, tuple[int, ...]]] = (),
+    experts: ExpertSteps | None = None,
 ) -> Breakdown:
     """Each buffer live at XLA's peak with its kind and its path or source.
 
@@ -456,6 +469,10 @@ def classify(
         gradient_types: ``(XLA element type, per-device shape)`` of each
             differentiated parameter (``("f32", (512, 4096))``): a backward
             value of one of them is a ``gradient``.
+        experts: a mixture of experts' dispatch and combine steps by their
+            user frames (:data:`~nnx_introspect._breakdown.rows.ExpertSteps`,
+            from the traced program): the values they make are ``expert
+            dispatch`` and ``expert combine``.
 
     Returns:
         The classified :class:`Breakdown`; its rows add up to XLA's live-range
@@ -501,6 +518,7 @@ def classify(
             backward_begun,
             gradients,
             peak.peak_time,
+            experts,
         )
         for buffer in peak.buffers
     )

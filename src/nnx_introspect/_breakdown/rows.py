@@ -10,11 +10,11 @@ The kinds and the order they are decided in: :mod:`~nnx_introspect._breakdown.ki
 
 import os
 import re
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any, Final
 
-from nnx_introspect._breakdown.kinds import ARGUMENT_KINDS, KINDS
+from nnx_introspect._breakdown.kinds import ARGUMENT_KINDS, EXPERT_KINDS, KINDS
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla import COLLECTIVES as _COLLECTIVES
 from nnx_introspect._xla import REDUCING as _REDUCING
@@ -30,13 +30,16 @@ from nnx_introspect._xla import source_json as _source_json
 
 __all__ = [
     "ARGUMENT_KINDS",
+    "EXPERT_KINDS",
     "KINDS",
     "TIMES",
     "ArgumentLeaf",
     "BreakdownRow",
+    "ExpertSteps",
     "argument_leaves",
     "backward_has_begun",
     "classify_buffer",
+    "expert_kind",
     "layout_links",
     "row_from_json",
     "row_json",
@@ -50,6 +53,12 @@ TIMES: Final = "\N{MULTIPLICATION SIGN}"
 """Written before a count of buffers alike: ``layers/*/w \N{MULTIPLICATION SIGN}4``."""
 _FORWARD: Final = "jvp("
 _BACKWARD: Final = "transpose("
+
+ExpertSteps = Mapping[tuple[tuple[str, int], ...], str | None]
+"""A mixture of experts' steps by their user frames (``(file, line)``,
+innermost first): ``"expert dispatch"``, ``"expert combine"``, or ``None`` for
+another step of the forward pass (see :mod:`~nnx_introspect._breakdown.kinds`,
+rule 4b)."""
 
 
 @dataclass(frozen=True)
@@ -206,6 +215,7 @@ def classify_buffer(
     backward_begun: bool,
     gradients: frozenset[tuple[str, tuple[int, ...]]] = frozenset(),
     peak_time: int | None = None,
+    experts: ExpertSteps | None = None,
 ) -> BreakdownRow:
     """One buffer live at the peak as a row: its kind by the module's rules.
 
@@ -218,6 +228,9 @@ def classify_buffer(
             differentiated parameter.
         peak_time: the peak's program point: an asynchronous collective
             started by it and done after it is in flight (``None``: none is).
+        experts: a mixture of experts' steps by their user frames
+            (:data:`ExpertSteps`): a value made by a dispatch or combine step
+            is of that kind, unless it is a gradient.
 
     Returns:
         The buffer's :class:`BreakdownRow`, labelled by its argument's path,
@@ -238,6 +251,8 @@ def classify_buffer(
     elif _in_flight(buffer, peak_time):
         kind = "collective in flight"
         label = _in_flight_label(buffer, arguments, source)
+        if "all-to-all" in buffer.opcode:
+            kind = expert_kind(user_frames(buffer.stack), experts) or kind
     elif buffer.parameter is not None:
         leaf = arguments[buffer.parameter]
         kind, path, label = leaf.kind, leaf.path, leaf.path
@@ -262,6 +277,8 @@ def classify_buffer(
         kind, label = traced
     else:
         kind = _role(buffer, backward_begun, gradients)
+        if kind != "gradient":
+            kind = expert_kind(user_frames(buffer.stack), experts) or kind
         label = where(source) if source else buffer.op_name or buffer.instruction
     return BreakdownRow(
         kind=kind,
@@ -280,6 +297,40 @@ def classify_buffer(
         aliases=buffer.aliases,
         stack=user_frames(buffer.stack),
     )
+
+
+def expert_kind(
+    stack: Sequence[SourceLocation], experts: ExpertSteps | None
+) -> str | None:
+    """The role of the step that made a value, by its user frames, or ``None``.
+
+    ``stack`` is the value's user frames, innermost first. Its innermost
+    frames that name a step of ``experts`` decide: a value made inside a
+    call that the traced program takes as one step (``jnp.take``) is named
+    by the call's frames. A step of another role (``None``) ends the search,
+    so an outer frame never names a value of an inner step.
+
+    Example:
+        >>> inner = SourceLocation("/m/moe.py", 30, "permute")
+        >>> call = SourceLocation("/m/moe.py", 12, "MoE.__call__")
+        >>> steps = {(("/m/moe.py", 12),): "expert dispatch",
+        ...          (("/m/moe.py", 14),): None}
+        >>> expert_kind((inner, call), steps)
+        'expert dispatch'
+        >>> expert_kind((SourceLocation("/m/moe.py", 14, "f"), call), steps) is None
+        True
+    """
+    if not experts:
+        return None
+    frames = [(frame.file, frame.line) for frame in stack]
+    depths = sorted({len(key) for key in experts}, reverse=True)
+    for start in range(len(frames)):
+        for depth in depths:
+            key = tuple(frames[start : start + depth])
+            if len(key) == depth and key in experts:
+                found = experts[key]
+                return found if found in EXPERT_KINDS else None
+    return None
 
 
 def _cache_output(buffer: PeakBuffer, outputs: Sequence[str]) -> str | None:

@@ -43,14 +43,23 @@ from jax.sharding import AxisType, Mesh
 
 from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._breakdown import ArgumentLeaf, classify
+from nnx_introspect._experts import expert_groups
 from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import batch_str
+from nnx_introspect._step.expert_roles import (
+    ExpertInput,
+    ExpertRoles,
+    Key,
+    expert_notes,
+    expert_roles,
+)
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.kernels import kernel_refusal
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
 from nnx_introspect._step.program import Program, ProgramKind
+from nnx_introspect._step.step_records import collectives_from_json
 from nnx_introspect._step.train import TRAIN
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
@@ -235,6 +244,8 @@ def compile_or_recall(
                 "outputs": list(names.outputs),
                 "gradient_types": sorted(repr(t) for t in names.gradient_types),
             }
+            if names.experts:  # and a mixture of experts' steps by line
+                extra["experts"] = [repr(step) for step in names.experts]
         text = without_callers(lowered.as_text(debug_info=True), _callers())
         key = compile_key(text, mesh, topology=described, extra=extra)
         hit = None if runs is not None else load_result(key)
@@ -297,9 +308,14 @@ def _compile_with_breakdown(
                 held_bytes=held,
                 outputs=names.outputs,
                 gradient_types=names.gradient_types,
+                experts=dict(names.experts),
             )
         except (DumpFormatError, ValueError) as error:
             return dataclasses.replace(readings, breakdown_error=error_line(error))
+        if names.experts:
+            collectives = collectives_from_json(readings.collectives)
+            notes = expert_notes(found.rows, names.expert_inputs, collectives)
+            found = dataclasses.replace(found, expert_notes=notes)
         return dataclasses.replace(readings, breakdown=found.json_data())
     finally:
         shutil.rmtree(directory, ignore_errors=True)
@@ -340,12 +356,18 @@ class ProgramNames:
     ``arguments`` name and classify each entry parameter, ``outputs`` name
     each flattened output, ``gradient_types`` are the ``(XLA type, shard
     shape)`` pairs that mark a backward value as a gradient (empty for a
-    program without one).
+    program without one). For a mixture of experts, ``experts`` are its
+    forward steps by their user frames, each with its role (``"expert
+    dispatch"``, ``"expert combine"`` or ``None``), and ``expert_inputs``
+    what its experts' matmuls take
+    (:func:`~nnx_introspect._step.expert_roles.expert_roles`).
     """
 
     arguments: tuple[ArgumentLeaf, ...]
     outputs: tuple[str, ...]
     gradient_types: frozenset[tuple[str, tuple[int, ...]]]
+    experts: tuple[tuple[Key, str | None], ...] = ()
+    expert_inputs: tuple[ExpertInput, ...] = ()
 
 
 _XLA_TYPES = {
@@ -371,8 +393,18 @@ def _output_names(outputs: Sequence[str], lowered: Any) -> tuple[str, ...]:
     return tuple(names)
 
 
-def _names(program: Program, lowered: Any) -> ProgramNames:
-    """Each entry parameter's path and kind (its group's role), each output's name."""
+def _names(
+    program: Program, lowered: Any, jaxpr: Any = None, groups: Any = ()
+) -> ProgramNames:
+    """Each entry parameter's path and kind (its group's role), each output's name.
+
+    With a mixture of experts' ``groups``, its steps' roles too, read from the
+    traced program's ``jaxpr``.
+    """
+    arguments = program.argument_leaves()
+    roles = ExpertRoles()
+    if jaxpr is not None and groups:
+        roles = expert_roles(jaxpr, [a.path for a in arguments], groups)
     gradient_types = frozenset(
         (
             _XLA_TYPES.get(jnp.dtype(leaf.dtype).name, jnp.dtype(leaf.dtype).name),
@@ -381,9 +413,11 @@ def _names(program: Program, lowered: Any) -> ProgramNames:
         for leaf in jax.tree.leaves(program.differentiated)
     )
     return ProgramNames(
-        program.argument_leaves(),
+        arguments,
         _output_names(program.outputs, lowered),
         gradient_types,
+        roles.steps,
+        roles.inputs,
     )
 
 
@@ -402,12 +436,22 @@ def _lower(
     trace_devices, topology = target
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     built = program.build(request, mesh, specs)
+    groups = _expert_groups(request.model) if request.breakdown else ()
     with (
         _mesh_contexts(mesh, request.logical_rules),
         devices_seen_as(trace_devices, topology=topology) as seen,
     ):
-        lowered = built.jitted.lower(*built.args)
-    return lowered, seen, _names(built, lowered)
+        traced = built.jitted.trace(*built.args)
+        lowered = traced.lower()
+    return lowered, seen, _names(built, lowered, traced.jaxpr, groups)
+
+
+def _expert_groups(model: Any) -> Any:
+    """The model's routers and experts; none where they cannot be read."""
+    try:
+        return expert_groups(model)
+    except ValueError:
+        return ()
 
 
 _NAMES = (
