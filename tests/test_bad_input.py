@@ -792,7 +792,13 @@ def _serve(w: World, **kwargs: Any) -> Any:
 
 
 SERVE_BAD: dict[str, dict[str, Any]] = {
-    "sequences": {"zero": 0, "negative": -2, "nan": math.nan, "str": "many"},
+    "sequences": {
+        "zero": 0,
+        "negative": -2,
+        "nan": math.nan,
+        "str": "many",
+        "float": 2.0,
+    },
     "context": {"zero": 0, "nan": math.nan, "shorter-than-prompt": 3},
     "prompt": {"negative": -1, "longer-than-context": 9},
     "prefill_sequences": {"zero": 0, "more-than-sequences": 3},
@@ -874,7 +880,7 @@ def _rl(w: World, **kwargs: Any) -> Any:
 
 
 RL_BAD: dict[str, dict[str, Any]] = {
-    "batch": {"zero": 0, "nan": math.nan, "str": "many"},
+    "batch": {"zero": 0, "nan": math.nan, "str": "many", "float": 2.0},
     "generations": {"zero": 0, "non-integral": 1.5},
     "prompt": {"negative": -1},
     "completion": {"zero": 0},

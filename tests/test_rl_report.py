@@ -163,6 +163,24 @@ def test_bad_sizes_are_refused_before_any_compile(
     assert error.value.argument == argument
 
 
+@pytest.mark.parametrize("argument", ["batch", "generations", "prompt", "completion"])
+def test_a_float_size_is_refused_even_when_whole(
+    argument: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    def compiled(*args: Any, **kwargs: Any) -> Any:
+        raise AssertionError("a program was compiled for a refused size")
+
+    monkeypatch.setattr(rl_programs, "serve_memory_report", compiled)
+    sizes: dict[str, Any] = {"batch": B, "generations": G, "prompt": P, "completion": C}
+    with pytest.raises(
+        ArgumentError,
+        match=rf"^`{argument}` must be an integer \(a count\), got the float "
+        r"2\.0\. Pass 2\.$",
+    ) as error:
+        rl_memory_report(SMALL, "data=2", **(sizes | {argument: 2.0}))
+    assert error.value.argument == argument
+
+
 def test_the_rollouts_argument_errors_name_this_functions_arguments() -> None:
     sizes: dict[str, Any] = {"batch": B, "generations": G, "prompt": P, "completion": C}
     with pytest.raises(ArgumentError, match="`rollout_weights`") as error:

@@ -5,6 +5,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import numpy as np
 import pytest
 from flax import nnx
 
@@ -36,8 +37,23 @@ def test_counts_must_be_positive_integers(name: str, value: Any) -> None:
 
 
 def test_good_counts_pass() -> None:
-    spec = ServeSpec(TINY, "tp=2", sequences=2.0, context=16, prompt=16)
+    spec = ServeSpec(TINY, "tp=2", sequences=np.int64(2), context=16, prompt=16)
     assert (spec.sequences, spec.context, spec.prompt) == (2, 16, 16)
+    assert type(spec.sequences) is int
+
+
+@pytest.mark.parametrize(
+    "name", ["sequences", "context", "prompt", "prefill_sequences"]
+)
+def test_a_float_count_is_refused_even_when_whole(name: str) -> None:
+    given = {"sequences": 2, "context": 16} | {name: 2.0}
+    with pytest.raises(
+        ArgumentError,
+        match=rf"^`{name}` must be an integer \(a count\), got the float 2\.0\. "
+        r"Pass 2\.$",
+    ) as error:
+        ServeSpec(TINY, "tp=2", **given)
+    assert error.value.argument == name
 
 
 def test_prompt_longer_than_context() -> None:

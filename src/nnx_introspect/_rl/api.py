@@ -26,14 +26,19 @@ from nnx_introspect._step import (
     as_model,
     built_once,
 )
-from nnx_introspect._typing import ArgumentError, as_int, typechecked
+from nnx_introspect._typing import ArgumentError, as_count, typechecked
 
 __all__ = ["check_split", "rl_memory_report"]
 
 
 def _count(value: Any, name: str) -> int:
+    """A positive count of ``name`` (prompts, tokens): an integer, never a float.
+
+    ``batch=2.0`` is refused (:func:`~nnx_introspect._typing.as_count`); so is
+    a string, both as one line naming the argument (an ``ArgumentError``).
+    """
     try:
-        return as_int(value, name, minimum=1)
+        return as_count(value, name, minimum=1)
     except TypeError as error:
         raise ArgumentError(name, str(error)) from None
 

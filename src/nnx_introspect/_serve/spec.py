@@ -19,7 +19,7 @@ from nnx_introspect._counting import count_params
 from nnx_introspect._mesh import as_abstract_mesh, parse_bytes
 from nnx_introspect._step import as_model
 from nnx_introspect._targets import TargetError, resolve_factory
-from nnx_introspect._typing import ArgumentError, as_int
+from nnx_introspect._typing import ArgumentError, as_count
 from nnx_introspect._xla import check_compiler
 
 __all__ = [
@@ -128,10 +128,13 @@ class ServeOptions:
 
 
 def _count(value: Any, name: str, minimum: int = 1) -> int:
-    if isinstance(value, float) and math.isnan(value):
-        raise ArgumentError(name, f"`{name}` must be a positive integer, got nan.")
+    """A count of ``name`` (sequences, positions): an integer, never a float.
+
+    ``sequences=2.0`` is refused (:func:`~nnx_introspect._typing.as_count`),
+    as one line naming the argument.
+    """
     with blame(name):
-        return as_int(value, name, minimum=minimum)
+        return as_count(value, name, minimum=minimum)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -43,6 +43,7 @@ FLAGS: dict[str, str] = {
     "role_meshes": "--role-mesh",
     "layouts": "--mesh",
     "offload": "--offload",
+    "donate": "--donate",
     "tokens_per_step": "--tokens-per-step",
     "depth": "--depth",
     "seed": "--seed",
@@ -84,7 +85,8 @@ _SERVE = (
 _RL = (
     "target factory topology mesh mesh_axes layouts role_meshes max_device_bytes "
     "batch generations prompt completion reference rollout_weights kv_cache "
-    "init_cache decode critic offload optimizer lora measure breakdown cache debug"
+    "init_cache decode critic offload optimizer donate lora measure breakdown cache "
+    "debug"
 )
 
 

@@ -5,8 +5,9 @@ import sys
 from typing import Any
 
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
-from nnx_introspect.cli.errors import UsageError, usage_error
-from nnx_introspect.cli.options import add_lora_arg, add_measure_arg
+from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
+from nnx_introspect.cli.measuring import measure_failed
+from nnx_introspect.cli.options import TOPOLOGY_HELP, add_lora_arg, add_measure_arg
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import OPTIMIZERS
 from nnx_introspect.cli.progress import ClockLine, live_status
@@ -180,7 +181,7 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
         "--topology",
         default=None,
         metavar="NAME",
-        help="compile for this target with no device present: v5e-8, h100-8...",
+        help=TOPOLOGY_HELP,
     )
     parser.add_argument(
         "--max-device-bytes",
@@ -324,11 +325,15 @@ def _run_rl(args: argparse.Namespace) -> int:
             )
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
-    emit(report, args.format)
-    if report.ok:
-        return 0
-    sys.stderr.write(f"{PROG}: {report.verdict}.\n")
-    return 1
+    emit(report, args.format, "rl")
+    if not report.ok:
+        sys.stderr.write(f"{PROG}: {in_flags(report.verdict, 'rl')}.\n")
+        return 1
+    if args.measure is not None and measure_failed(
+        [(p.name, p.measured) for p in report.phases]
+    ):
+        return 1
+    return 0
 
 
 def _dtype(name: str) -> str | None:
