@@ -93,7 +93,11 @@ def compare_meshes(
     over the mesh axes the step's sharding names, each size at least 1: the
     axes of ``batch_spec``, then the mesh axes of ``logical_rules``, then
     those of the plan's specs (``rules`` and the model's metadata), each in
-    the order it first appears. With ``batch_spec=None`` the batch splits over
+    the order it first appears. A mixture of experts whose expert weights
+    carry the logical axis ``"expert"`` adds an expert-parallel axis ``ep``
+    after the data-parallel ones (``fsdp, ep, tp``): its experts split over
+    it, and a candidate whose ``ep`` does not divide them is rejected by the
+    planner, with the sizes that do. With ``batch_spec=None`` the batch splits over
     each mesh's first axis, so name the data-parallel axis first (in
     ``batch_spec`` or the logical rules) when the model's specs name another
     one first.
@@ -197,7 +201,7 @@ def compare_meshes(
 ('data=2,model=4', 'fits'), ('data=1,model=8', 'rejected')]
         >>> print(comparison.candidates[-1].status)  # 4 hidden units over 8
         rejected by the planner: `l1/kernel` with shape (3, 4): dimension 1 (size
-        4) does not divide over model (product 8). ... (and 1 more)
+        4) does not divide over model (product 8). ... (and 1 more problem)
         >>> from nnx_introspect import StepSpec
         >>> spec = StepSpec(  # the step as a spec; its mesh is each candidate's
         ...     "nnx_introspect.examples:two_layer", "data=8", x,

@@ -4,9 +4,19 @@
 one error); :func:`pick_auto_axes` and :func:`auto_meshes` enumerate
 ``meshes="auto"``; :func:`plan_check` plans one candidate in this process, and
 what the planner rejects is never compiled.
+
+A mixture of experts whose expert weights carry the logical axis ``"expert"``
+(the examples' :func:`~nnx_introspect.examples.moe_tiny_sharded`) gets an
+expert-parallel axis among ``"auto"``'s: ``ep``, after the data-parallel axes
+and before the rest (``fsdp, ep, tp``), since the planner splits such a
+dimension over ``ep`` when the mesh has one. Every factorisation over those
+axes is a candidate, ranked by the time model like any other; one whose ``ep``
+(or ``fsdp``, where the experts split over it) does not divide the experts is
+rejected by the planner, with the sizes that do.
 """
 
 import math
+import re
 from collections.abc import Iterator
 from typing import Any
 
@@ -16,6 +26,7 @@ from nnx_introspect._mesh import (
     as_abstract_mesh,
     as_logical_rules,
     entry_axes,
+    mesh_config_report,
     planned_axes,
 )
 from nnx_introspect._render import format_bytes
@@ -23,7 +34,7 @@ from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
 from nnx_introspect._step import StepSpec, as_model, plan_problems
 from nnx_introspect._typing import ArgumentError
 
-__all__ = ["MAX_AUTO_MESHES", "named_axes"]
+__all__ = ["EXPERT_PARALLEL_AXIS", "MAX_AUTO_MESHES", "named_axes"]
 
 MAX_AUTO_MESHES = 512
 """The most candidates ``meshes="auto"`` may enumerate (before planning)."""
@@ -31,6 +42,9 @@ MAX_AUTO_MESHES = 512
 
 PROBE_AXIS = "__nnx_introspect_probe__"
 """The one axis of the mesh ``meshes="auto"`` plans on to read the model's axes."""
+
+EXPERT_PARALLEL_AXIS = "ep"
+"""The expert-parallel axis ``meshes="auto"`` adds for a model with an expert axis."""
 
 
 def listed_meshes(
@@ -114,9 +128,12 @@ def pick_auto_axes(
     The first axis is the outermost (its devices are the farthest apart: on
     GPUs, across hosts) and the batch splits over it by default, so tensor
     parallelism (``tp``) stays innermost, within a host, as trainers lay it out.
+    A model with an expert axis gets ``ep`` after the data-parallel axes
+    (:func:`_expert_parallel`): ``fsdp, ep, tp``.
     """
     order = list(_step_axes(model, rules, logical_rules, batch_spec))
-    if not order:
+    expert = _expert_parallel(model, rules, logical_rules, order)
+    if not order and expert is None:
         raise ArgumentError(
             "meshes",
             "`meshes='auto'` found no mesh axis: the model's variables carry no "
@@ -124,14 +141,42 @@ def pick_auto_axes(
             "`batch_spec` names one. List the meshes, or pass `rules` that shard "
             "the parameters.",
         )
-    return tuple(
-        sorted(
-            order,
-            key=lambda a: (
-                (0, _DATA_AXES.index(a)) if a in _DATA_AXES else (1, order.index(a))
-            ),
-        )
+    ranked = sorted(
+        order,
+        key=lambda a: (
+            (0, _DATA_AXES.index(a)) if a in _DATA_AXES else (1, order.index(a))
+        ),
     )
+    if expert is not None:  # after the data-parallel axes, before the rest
+        at = sum(1 for a in ranked if a in _DATA_AXES)
+        ranked.insert(at, expert)
+    return tuple(ranked)
+
+
+def _expert_parallel(
+    model: Any, rules: Any, logical_rules: Any, axes: list[str]
+) -> str | None:
+    """:data:`EXPERT_PARALLEL_AXIS` when the plan would split experts over it.
+
+    ``None`` when ``axes`` already hold an expert-parallel axis (``expert``
+    or ``ep``), or nothing of the model names :data:`~nnx_introspect._mesh.
+    EXPERT_AXIS` (or the logical rules map it elsewhere): the planner, asked
+    on a probe mesh with an ``ep`` axis, puts no dimension on it.
+
+    Example:
+        >>> from nnx_introspect import abstract_model
+        >>> from nnx_introspect.examples import llama_tiny_sharded, moe_tiny_sharded
+        >>> _expert_parallel(abstract_model(moe_tiny_sharded), None, None, [])
+        'ep'
+        >>> _expert_parallel(abstract_model(llama_tiny_sharded), None, None, []) is None
+        True
+    """
+    if any(a in ("expert", EXPERT_PARALLEL_AXIS) for a in axes):
+        return None
+    probe = {PROBE_AXIS: 1, EXPERT_PARALLEL_AXIS: 1}
+    plan = mesh_config_report(model, probe, rules=rules, logical_rules=logical_rules)
+    named = {axis for leaf in plan.leaves for e in leaf.spec for axis in entry_axes(e)}
+    return EXPERT_PARALLEL_AXIS if EXPERT_PARALLEL_AXIS in named else None
 
 
 def named_axes(
@@ -140,6 +185,7 @@ def named_axes(
     rules: Any = None,
     logical_rules: Any = None,
     batch_spec: Any = None,
+    experts: bool = False,
 ) -> tuple[str, ...]:
     """The mesh axes a step's sharding names, in the order they first appear.
 
@@ -147,12 +193,16 @@ def named_axes(
     to the front): ``batch_spec``'s axes, the mesh axes of ``logical_rules``,
     then those of the plan's specs (``rules`` and the model's metadata) on a
     one-axis probe mesh; nothing compiles. Empty when nothing names an axis.
+    With ``experts``, also the expert-parallel axis ``ep`` where the planner
+    would split the model's experts over it (a mesh may name it, and need
+    not: without it they split over ``fsdp``).
 
     Args:
         target: The model as :class:`~nnx_introspect.StepSpec` takes it.
         rules: See :class:`~nnx_introspect.StepSpec`.
         logical_rules: See :class:`~nnx_introspect.StepSpec`.
         batch_spec: See :class:`~nnx_introspect.StepSpec`.
+        experts: Add ``ep`` for a mixture of experts with an expert axis.
 
     Returns:
         The axis names, each once.
@@ -162,8 +212,16 @@ def named_axes(
         >>> target = "nnx_introspect.examples:two_layer"
         >>> named_axes(target), named_axes(target, rules=[("kernel", P(None, "tp"))])
         ((), ('tp',))
+        >>> moe = "nnx_introspect.examples:moe_tiny_sharded"
+        >>> named_axes(moe), named_axes(moe, experts=True)
+        (('tp', 'fsdp'), ('tp', 'fsdp', 'ep'))
     """
-    return _step_axes(as_model(target), rules, logical_rules, batch_spec)
+    model = as_model(target)
+    found = _step_axes(model, rules, logical_rules, batch_spec)
+    if not experts:
+        return found
+    expert = _expert_parallel(model, rules, logical_rules, list(found))
+    return found if expert is None else (*found, expert)
 
 
 def _step_axes(
@@ -244,8 +302,7 @@ def plan_check(spec: StepSpec, budget: int | None) -> tuple[str | None, int | No
     plan, problems = plan_problems(spec)
     state = sum(leaf.bytes_per_device for leaf in plan.leaves + plan.optimizer_leaves)
     if problems:
-        more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
-        return f"{problems[0]}{more}", None if plan.errors else state
+        return _one_line(problems), None if plan.errors else state
     if budget is not None and state > budget:
         return (
             f"the parameters, other state and optimizer state alone need "
@@ -253,3 +310,29 @@ def plan_check(spec: StepSpec, budget: int | None) -> tuple[str | None, int | No
             f"{format_bytes(budget)}"
         ), state
     return None, state
+
+
+_LEAF = re.compile(r"^`[^`]*`")
+
+
+def _one_line(problems: list[str]) -> str:
+    """The first problem, and how many more: those alike but for the leaf first.
+
+    Example:
+        >>> print(_one_line([
+        ...     "`a/w`: its 8 experts do not split over ep=16.",
+        ...     "`b/w`: its 8 experts do not split over ep=16.",
+        ...     "`batch`: 3 rows over data=2.",
+        ... ]))
+        `a/w`: its 8 experts do not split over ep=16. (and 1 more leaf alike, 1 more \
+problem)
+    """
+    first, rest = problems[0], problems[1:]
+    alike = sum(1 for p in rest if _LEAF.sub("", p) == _LEAF.sub("", first))
+    other = len(rest) - alike
+    more = []
+    if alike:
+        more.append(f"{alike} more lea{'f' if alike == 1 else 'ves'} alike")
+    if other:
+        more.append(f"{other} more problem{'s' * (other != 1)}")
+    return f"{first} (and {', '.join(more)})" if more else first
