@@ -173,12 +173,12 @@ def test_custom_loss_rules_and_several_batches(
 @pytest.mark.parametrize(
     ("extra", "match"),
     [
-        (["--batch", "float32[8,5]"], "`batch` (float32[8,4], float32[8,5])"),
-        (["--loss", "lm"], "`loss='lm'` needs `batch[0]`"),
+        (["--batch", "float32[8,5]"], "--batch (float32[8,4], float32[8,5])"),
+        (["--loss", "lm"], "--loss lm needs the 1st --batch"),
         (["--loss", "bogus"], "argument --loss: must be 'mean', 'lm', 'none'"),
         (["--loss", "step_cli_targets:nothing"], "has no attribute 'nothing'"),
-        (["--topology", "v5e-3"], "`topology` 'v5e-3'"),
-        (["--topology", "v5e-4"], "`topology` 'v5e-4' has 4 chip(s)"),
+        (["--topology", "v5e-3"], "--topology v5e-3"),
+        (["--topology", "v5e-4"], "--topology v5e-4 has 4 chip(s)"),
         (["--rules", "missing.json"], "the rules file 'missing.json' does not exist"),
     ],
 )
