@@ -183,6 +183,7 @@ BAD_TARGETS: dict[str, Any] = {
     "str": "model",
     "none": None,
     "array": np.ones((2, 3)),
+    "big-array": np.ones((40, 40)),  # numpy's repr of it runs over lines
 }
 
 

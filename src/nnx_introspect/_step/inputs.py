@@ -185,8 +185,9 @@ def as_model(target: Any) -> Any:
                 "nnx.Module."
             )
         return model
-    raise TypeError(  # pragma: no cover - beartype rejects these first
-        f"`target` must be an nnx.Module, a factory or a string, got {target!r}."
+    raise TypeError(  # an array, a number: what no annotation refused first
+        f"`target` must be an nnx.Module, a factory or a string, got "
+        f"{short_repr(target)}."
     )
 
 
