@@ -47,6 +47,7 @@ from nnx_introspect import (
     check_reproducible_init,
     checkpoint_report,
     compare_states,
+    count_active_params,
     count_params,
     count_state_leaves,
     fresh_init_forward,
@@ -250,6 +251,23 @@ FILTERED: list[tuple[str, Callable[..., Any]]] = [
 for _name, _fn in FILTERED:
     target_cases(_name, "target", lambda w, t, fn=_fn: fn(t))
     filter_cases(_name, _fn)
+target_cases("count_active_params", "target", lambda w, t: count_active_params(t))
+
+
+class _TooManyPicks(nnx.Module):
+    """A router sending each token to 5 of its 4 experts."""
+
+    def __init__(self) -> None:
+        self.num_experts, self.top_k = 4, 5
+        self.w = nnx.Param(np.ones((4, 3, 2), np.float32))
+
+
+case(
+    "count_active_params",
+    "target",
+    "top-k-over-experts",
+    lambda w: count_active_params(_TooManyPicks()),
+)
 int_cases("ideal_share", "total", lambda w, v: ideal_share(v, 2))
 int_cases("ideal_share", "num_shards", lambda w, v: ideal_share(10, v), positive=True)
 
