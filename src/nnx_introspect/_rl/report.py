@@ -20,7 +20,7 @@ from typing import Any
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
-from nnx_introspect._step import cached_date, duration
+from nnx_introspect._step import compiled_words, duration
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
 
@@ -93,13 +93,7 @@ class RLPhase:
 
     def compiled_text(self) -> str:
         """How its program compiled, in words, as a serving program's says it."""
-        took = f"{self.compile_seconds:.1f} s"
-        if self.cached is None:
-            return f"{self.name} {took}"
-        return (
-            f"{self.name} from the cache (compiled on {cached_date(self.cached)}; "
-            f"found in {took} this run)"
-        )
+        return compiled_words(self.compile_seconds, self.cached, self.name)
 
     @property
     def estimate_per_run(self) -> float | None:

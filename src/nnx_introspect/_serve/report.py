@@ -7,7 +7,7 @@ from nnx_introspect._accelerators import Budget
 from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
-from nnx_introspect._step import Measured, StepMemory, cached_date
+from nnx_introspect._step import Measured, StepMemory, compiled_words
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
 
@@ -155,12 +155,7 @@ class ServeProgram:
             >>> program.compiled_text()
             'decode 2.5 s'
         """
-        if self.cached is None:
-            return f"{self.name} {self.compile_seconds:.1f} s"
-        return (
-            f"{self.name} from the cache (compiled on {cached_date(self.cached)}; "
-            f"found in {self.compile_seconds:.1f} s this run)"
-        )
+        return compiled_words(self.compile_seconds, self.cached, self.name)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -74,6 +74,7 @@ from nnx_introspect._step.options import as_remat as as_remat
 from nnx_introspect._step.program import ProgramKind as ProgramKind
 from nnx_introspect._step.report import StepMemoryReport as StepMemoryReport
 from nnx_introspect._step.report_render import cached_date as cached_date
+from nnx_introspect._step.report_render import compiled_words as compiled_words
 from nnx_introspect._step.spec import StepOptions as StepOptions
 from nnx_introspect._step.spec import StepSpec as StepSpec
 from nnx_introspect._step.spec import as_step_spec as as_step_spec
@@ -130,6 +131,7 @@ __all__ = [
     "child_why",
     "compile_or_recall",
     "compiled_where",
+    "compiled_words",
     "devices_measured",
     "devices_seen_as",
     "duration",

@@ -33,6 +33,7 @@ __all__ = [
     "RenderedStep",
     "cached_date",
     "cached_json",
+    "compiled_words",
     "options_text",
     "roofline_note",
     "split_cached",
@@ -235,12 +236,7 @@ def _notes(report: RenderedStep) -> list[str]:
     notes = []
     if memory.compiler_message is not None:
         notes.append(f"The compiler's words: {memory.compiler_message}")
-    when = f"{compiled.seconds:.1f} s"
-    if compiled.cached is not None:
-        when = (
-            f"from the cache (compiled on {cached_date(compiled.cached)}; found in "
-            f"{when} this run)"
-        )
+    when = compiled_words(compiled.seconds, compiled.cached)
     notes.append(
         f"Compiled in {report.compiled_in}, "
         f"{when}; step: {report.step}; batch: "
@@ -299,6 +295,9 @@ def _program_notes(report: RenderedStep) -> list[str]:
     )
     if irregular is not None:
         notes.append(irregular)
+    ragged = None if program.collectives is None else program.collectives.ragged_note()
+    if ragged is not None:  # the receive buffer XLA sizes for the worst case
+        notes.append(ragged)
     if report.roofline is not None:
         notes.append(roofline_note(report.roofline))
     if report.measured is not None:
@@ -457,6 +456,31 @@ def cached_json(cached: str) -> dict[str, Any]:
     """
     when, seconds = split_cached(cached)
     return {"cached": when, "cached_compile_seconds": seconds}
+
+
+def compiled_words(seconds: float, cached: str | None, name: str = "") -> str:
+    """How a program compiled, in words: its seconds, or when the cache had it.
+
+    The one wording of a step's, a serving program's and an RL phase's
+    compile: ``seconds`` is what this run took (to lower and compile, or, from
+    the cache of compile results, to trace and find the program), ``cached``
+    the cache's interval (:func:`cached_date`) or ``None``; ``name`` the
+    program's, put first.
+
+    Example:
+        >>> compiled_words(2.5, None, "decode")
+        'decode 2.5 s'
+        >>> print(compiled_words(4.31, "PT31.25S/2026-12-05T07:30:12+00:00"))
+        from the cache (compiled on 2026-12-05 07:30 UTC in 31.2 s; found in 4.3 s \
+this run)
+    """
+    took = f"{seconds:.1f} s"
+    if cached is not None:
+        took = (
+            f"from the cache (compiled on {cached_date(cached)}; found in {took} "
+            "this run)"
+        )
+    return f"{name} {took}" if name else took
 
 
 def cached_date(cached: str) -> str:
