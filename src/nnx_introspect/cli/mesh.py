@@ -1,6 +1,7 @@
 """The ``mesh`` subcommand: per-device memory of a model over a proposed mesh."""
 
 import argparse
+import dataclasses
 import sys
 from typing import Any
 
@@ -27,6 +28,13 @@ def add_mesh_parser(subparsers: Any) -> None:
         budget_help="per-device budget with its unit, such as 16GiB, 16GB or 4096B; "
         "exceeding it exits with 1",
     )
+    parser.add_argument(
+        "--every-leaf",
+        action="store_true",
+        help="list every leaf in the table; by default the rows and problems "
+        "of a list of identical layers fold into one each (layers/*/q/kernel "
+        "x32, bytes summed); the JSON always lists every leaf",
+    )
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_mesh)
 
@@ -51,6 +59,7 @@ def _run_mesh(args: argparse.Namespace) -> int:
         optimizer=args.optimizer,
         max_device_bytes=budget,
     )
+    report = dataclasses.replace(report, group_layers=not args.every_leaf)
     if args.format == "table" and not Console(file=sys.stdout).is_terminal:
         report = in_flags_report(report, "mesh")
         # Plans are wide: into a file or pipe, print the table at its full width.
