@@ -16,7 +16,7 @@ from jax.sharding import PartitionSpec as P
 from nnx_introspect import abstract_model, step_memory_report
 from nnx_introspect._breakdown.report import classify
 from nnx_introspect._breakdown.rows import ArgumentLeaf
-from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers
+from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers, SourceLocation
 from nnx_introspect._xla.toolchain import cuda_plugin_version
 
 D, H, B, T = 256, 1024, 8, 64
@@ -119,6 +119,7 @@ def _buffer(
     *,
     index: tuple[int, ...] = (),
     parameter: int | None = None,
+    stack: tuple[SourceLocation, ...] = (),
 ) -> PeakBuffer:
     nbytes = 4
     for d in shape:
@@ -131,8 +132,8 @@ def _buffer(
         shape_index=index,
         opcode=opcode,
         op_name=op_name,
-        source=None,
-        stack=(),
+        source=stack[0] if stack else None,
+        stack=stack,
         parameter=parameter,
         parameter_index=() if parameter is not None else None,
         output_index=None,
@@ -202,3 +203,55 @@ def test_hand_made_peak_kinds_by_role() -> None:
     forward = PeakBuffers("gpu", "jit_train", 1, "x", 0, buffers[2:3] + buffers[5:7])
     early = classify(forward, [], held_bytes=0, gradient_types=[("f32", (128, 256))])
     assert [row.kind for row in early.rows] == ["collective buffer"] * 3
+
+
+def test_hand_made_expert_kinds_by_their_steps_frames() -> None:
+    """Rule 4b: a buffer takes the role of the innermost frames naming a step."""
+    moe = "/m/moe.py"
+
+    def at(*lines: int) -> tuple[SourceLocation, ...]:
+        return tuple(SourceLocation(moe, line, "f") for line in lines)
+
+    steps = {
+        ((moe, 12), (moe, 40)): "expert dispatch",  # the sort, called from 40
+        ((moe, 30), (moe, 40)): "expert combine",
+        ((moe, 20), (moe, 40)): None,  # the experts' matmul
+    }
+    buffers = (
+        # made at the dispatch's line
+        _buffer("gather.1", "fusion", "jit(train)/jvp()/gather", (64, 64),
+                stack=at(12, 40)),
+        # made inside a call the traced program took as one step (line 12)
+        _buffer("gather.2", "fusion", "jit(train)/jvp()/gather", (64, 64),
+                stack=at(99, 12, 40)),
+        # the backward pass of the combine's step: its line
+        _buffer("scatter.3", "fusion", "jit(train)/transpose(jvp())/scatter-add",
+                (64, 64), stack=at(30, 40)),
+        # the experts' own activation: another step, never its caller's role
+        _buffer("dot.4", "fusion", "jit(train)/jvp()/ragged_dot_general", (64, 32),
+                stack=at(20, 40)),
+        # a gradient stays a gradient, whatever line made it
+        _buffer("fusion.5", "fusion", "jit(train)/transpose(jvp())/dot_general",
+                (128, 256), stack=at(30, 40)),
+    )  # fmt: skip
+    peak = PeakBuffers(
+        "tpu", "jit_train", 9, "fusion.5", sum(b.nbytes for b in buffers), buffers
+    )
+    found = classify(
+        peak,
+        [],
+        held_bytes=peak.peak_bytes,
+        gradient_types=[("f32", (128, 256))],
+        experts=steps,
+    )
+    kinds = {row.instruction: row.kind for row in found.rows}
+    assert kinds == {
+        "gather.1": "expert dispatch",
+        "gather.2": "expert dispatch",
+        "scatter.3": "expert combine",
+        "dot.4": "activation kept for backward",
+        "fusion.5": "gradient",
+    }
+    # without the steps, the same buffers keep the kinds of rules 4 to 7
+    plain = classify(peak, [], held_bytes=peak.peak_bytes, gradient_types=[])
+    assert not {row.kind for row in plain.rows} & {"expert dispatch", "expert combine"}

@@ -169,6 +169,8 @@ class _Node:
     outputs: list[int]
     key: Key
     backward: bool
+    batch_dims: tuple[tuple[int, ...], ...] = ()
+    """A ``dot_general``'s batch dimensions of each operand."""
 
 
 @dataclasses.dataclass
@@ -239,7 +241,12 @@ def _read(graph: _Graph, jaxpr: Jaxpr, env: dict[Any, int], backward: bool) -> N
             env[var] = number
             graph.shapes[number] = {_shape(var.aval)}
         index = len(graph.nodes)
-        graph.nodes.append(_Node(eqn.primitive.name, ins, outs, _key(eqn), back))
+        numbers = eqn.params.get("dimension_numbers")
+        batch: tuple[tuple[int, ...], ...] = ()
+        if eqn.primitive.name == "dot_general" and numbers is not None:
+            batch = tuple(tuple(int(d) for d in dims) for dims in numbers[1])
+        node = _Node(eqn.primitive.name, ins, outs, _key(eqn), back, batch)
+        graph.nodes.append(node)
         for number in ins:
             if number is not None:
                 graph.consumers.setdefault(number, []).append(index)
@@ -399,25 +406,31 @@ def _how(primitive: str) -> str:
     return "grouped matmul" if primitive.startswith("ragged_dot") else "matmul"
 
 
-def _inputs(roles: _Roles, experts: Sequence[int]) -> tuple[ExpertInput, ...]:
+def _capacity(node: _Node, operand: int, shape: tuple[int, ...]) -> int | None:
+    """The capacity of a matmul's token operand laid out ``[..., experts, C, ...]``.
+
+    The operand's batch dimension that runs over the experts (the matmul's
+    batch dimension paired with the weights' expert dimension) is followed by
+    its capacity; a grouped matmul's rows have none.
+    """
+    if len(node.batch_dims) != 2:
+        return None
+    dims = node.batch_dims[operand]
+    if not dims:
+        return None
+    after = dims[-1] + 1
+    return shape[after] if after < len(shape) - 1 else None
+
+
+def _inputs(roles: _Roles) -> tuple[ExpertInput, ...]:
     graph = roles.graph
     out: dict[ExpertInput, None] = {}
     for index in roles.matmuls:
         node = graph.nodes[index]
         for x in roles.token_operands(index):
-            shape = _shape(graph.avals[x])
-            capacity = next(
-                (
-                    shape[i + 1]
-                    for i, d in enumerate(shape[:-2])
-                    if d in experts and shape[i + 1] > 1
-                ),
-                None,
-            )
-            found = ExpertInput(
-                _how(node.primitive), _type_str(graph.avals[x]), capacity
-            )
-            out[found] = None
+            aval = graph.avals[x]
+            capacity = _capacity(node, node.inputs.index(x), _shape(aval))
+            out[ExpertInput(_how(node.primitive), _type_str(aval), capacity)] = None
     return tuple(out)
 
 
@@ -500,7 +513,7 @@ def expert_roles(
         for out in graph.nodes[index].outputs:
             if not roles.feeds_a_matmul(out):
                 roles.forward(out)
-    return ExpertRoles(_steps(graph, roles.kind), _inputs(roles, counts))
+    return ExpertRoles(_steps(graph, roles.kind), _inputs(roles))
 
 
 def _steps(

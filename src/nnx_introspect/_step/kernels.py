@@ -125,22 +125,24 @@ def _traced_at(error: BaseException) -> list[types.FrameType]:
 
 
 def _kernel(params: dict[str, Any], traced: list[types.FrameType]) -> str | None:
-    """The kernel: its ``pallas_call`` name, else the function that called it.
+    """The kernel: its ``pallas_call`` name, else its function and module.
 
-    Else the kernel function's name and module, as JAX's debug info gives them.
+    The function that called ``pallas_call`` where the traceback reaches it
+    (Megablox's ``gmm``, in the kernel's own file), else the kernel body's
+    (JAX's debug info: ``kernel at .../megablox/gmm.py:417``).
     """
     name = params.get("name")
     if isinstance(name, str) and name:
         return f"`{name}`"
-    if traced:
-        frame = traced[-1]
-        return f"`{frame.f_code.co_name}` of {_module_of(frame.f_code.co_filename)}"
     info = getattr(params.get("jaxpr"), "debug_info", None)
-    where = getattr(info, "func_src_info", None)  # "kernel at /path/gmm.py:417"
+    where = getattr(info, "func_src_info", None)
     if not isinstance(where, str) or " at " not in where:
         return None
     function, _, location = where.partition(" at ")
-    return f"`{function}` of {_module_of(location.rsplit(':', 1)[0])}"
+    path = location.rsplit(":", 1)[0]
+    if traced and traced[-1].f_code.co_filename == path:
+        function = traced[-1].f_code.co_name
+    return f"`{function}` of {_module_of(path)}"
 
 
 def _caller(traced: list[types.FrameType]) -> str | None:
