@@ -1,8 +1,12 @@
 """One GRPO step of tunix's Llama-3.2-1B on ``v5e-8`` and ``h100-8`` (issue 36).
 
 The issue's shape: batch 8 x 4 generations, prompt 256, completion 768, AdamW,
-a bfloat16 rollout, every role on one mesh (``fsdp=1,tp=8``: tunix names both
-axes). For each target this script
+every role on one mesh (``fsdp=1,tp=8``: tunix names both axes), with the
+report's defaults, which are tunix 0.1.7's (issue 44): colocated, the rollout
+is the actor itself (no copy), decoding on the model's own parameters into a
+KV cache of the model's dtype (a Llama3 built without a dtype: float32), and
+the training step donates only its optimizer's state (the old parameters live
+beside the new). For each target this script
 
 1. runs :func:`nnx_introspect.rl_memory_report` with a fresh cache directory
    (every program compiled) and times it, against the sum of its programs' own
