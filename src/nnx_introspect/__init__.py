@@ -67,6 +67,9 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._serve import max_context as max_context
     from nnx_introspect._serve import max_sequences as max_sequences
     from nnx_introspect._serve import serve_memory_report as serve_memory_report
+    from nnx_introspect._size_search import Jump as Jump
+    from nnx_introspect._size_search import PeakAt as PeakAt
+    from nnx_introspect._size_search import SearchPoint as SearchPoint
     from nnx_introspect._step import StepBudget as StepBudget
     from nnx_introspect._step import StepCompilation as StepCompilation
     from nnx_introspect._step import StepMemory as StepMemory

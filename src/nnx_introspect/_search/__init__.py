@@ -1,10 +1,12 @@
 """Many compiles of one step: the largest batch that fits and the mesh comparison.
 
 ``batch`` holds :func:`max_batch` (a search over the global batch, every point
-kept; ``sizes`` the sizes it tries) and ``meshes`` :func:`compare_meshes` (one
-compile per candidate mesh, fanned out over a ``concurrent.futures.Executor``,
-ranked). Each compile is one :class:`~nnx_introspect.StepSpec`, varied with
-``dataclasses.replace``, measured by ``_step``.
+kept; ``batch_search`` its result, :class:`BatchSearch`; ``sizes`` the sizes it
+tries; the edge, probes and jumps all searches share are ``_size_search``'s)
+and ``meshes`` :func:`compare_meshes` (one compile per candidate mesh, fanned
+out over a ``concurrent.futures.Executor``, ranked). Each compile is one
+:class:`~nnx_introspect.StepSpec`, varied with ``dataclasses.replace``,
+measured by ``_step``.
 """
 
 from nnx_introspect._search.batch import BatchSearch as BatchSearch
