@@ -14,6 +14,7 @@ step names).
 """
 
 import argparse
+import glob
 import math
 import os
 import re
@@ -107,11 +108,17 @@ def check_one_step(args: argparse.Namespace) -> None:
             "argument --top: shows the largest buffers of the breakdown; add "
             "--breakdown"
         )
-    if args.max_batch and args.max_device_bytes is None and args.topology is None:
+    if (
+        args.max_batch
+        and args.max_device_bytes is None
+        and args.topology is None
+        and not has_accelerator()
+    ):
         raise UsageError(
             "argument --max-batch: needs --max-device-bytes SIZE, the per-device "
             "budget the step must fit (for example --max-device-bytes 16GiB), or "
-            "a --topology whose memory gives the budget"
+            "a --topology whose memory gives the budget (on a machine with a TPU "
+            "or GPU, the present devices' memory is the budget)"
         )
     if args.network_bandwidth is not None and args.max_batch:
         raise UsageError(
@@ -217,3 +224,17 @@ def check_network_used(args: argparse.Namespace) -> None:
             "--network-bandwidth out, or name a topology of several hosts (such "
             "as h100-16, two hosts of 8)"
         )
+
+
+_DEVICE_FILES = ("/dev/accel*", "/dev/vfio/[0-9]*", "/dev/nvidia[0-9]*")
+"""Device files a TPU (``accel``, ``vfio``) or an NVIDIA GPU shows on Linux."""
+
+
+def has_accelerator() -> bool:
+    """Whether this machine shows a TPU or GPU device file (JAX not imported).
+
+    ``--max-batch`` with no budget then holds the step to the present devices'
+    memory (``max_batch`` reads it); on a machine with neither it is refused
+    at once, before JAX starts.
+    """
+    return any(glob.glob(pattern) for pattern in _DEVICE_FILES)
