@@ -8,7 +8,7 @@ import dataclasses
 import html
 from typing import Any
 
-from nnx_introspect._mesh.fold import fold
+from nnx_introspect._mesh.fold import FoldedLeaf, fold
 from nnx_introspect._mesh.parse import parse_bytes
 from nnx_introspect._mesh.records import CATEGORIES, LeafShard, MeshProblem
 from nnx_introspect._mesh.specs import entry_axes
@@ -279,12 +279,7 @@ class MeshConfigReport(Report):
         :mod:`~nnx_introspect._mesh.fold`), and the notes name the folded rows
         that waste the most.
         """
-        if self.group_layers:
-            shown, folded = fold(self.all_leaves, self.problems, self.num_devices)
-            problems = tuple((p.severity, p.message) for p in folded)
-        else:
-            shown = fold(self.all_leaves, (), self.num_devices, group=False)[0]
-            problems = tuple((p.severity, p.message) for p in self.problems)
+        shown, problems = self._shown()
         rows = tuple(
             (
                 leaf.label,
@@ -297,54 +292,6 @@ class MeshConfigReport(Report):
                 format_bytes(leaf.ideal_bytes),
             )
             for leaf in shown
-        )
-        blank = ("",) * 5
-        by_cat = self.bytes_by_category
-        global_cat = self.global_bytes_by_category
-        totals = tuple(
-            (
-                cat,
-                *blank,
-                format_bytes(by_cat[cat]),
-                format_bytes(global_cat[cat] / self.num_devices),
-            )
-            for cat in CATEGORIES
-            if global_cat[cat] or cat in ("params", "other state")
-        )
-        totals += (
-            (
-                "total per device",
-                *blank,
-                format_bytes(self.bytes_per_device),
-                format_bytes(self.ideal_bytes_per_device),
-            ),
-            (
-                "replication overhead",
-                *blank,
-                format_bytes(self.replication_overhead),
-                "",
-            ),
-        )
-        notes = tuple(
-            ("Warning: " if severity != "error" else "") + message
-            for severity, message in problems
-        )
-        if self.rules:
-            notes += (
-                "Rules: "
-                + "; ".join(f"rule {i} {p!r}" for i, p in enumerate(self.rules))
-                + ".",
-            )
-        wasting = sorted(
-            (leaf for leaf in shown if leaf.waste_bytes > 0),
-            key=lambda leaf: leaf.waste_bytes,
-            reverse=True,
-        )
-        notes += tuple(
-            f"Wastes {format_bytes(leaf.waste_bytes)} per device above "
-            f"{'their' if leaf.repeats > 1 else 'its'} ideal share: {leaf.label} "
-            f"(replicated over {', '.join(leaf.replicated_over) or 'no axis'})."
-            for leaf in wasting[:5]
         )
         return Table(
             title=f"Mesh plan ({mesh_str(self)}; {self.num_devices} devices)",
@@ -360,8 +307,71 @@ class MeshConfigReport(Report):
                 "ideal/device",
             ),
             rows=rows,
-            totals=totals,
-            notes=notes,
+            totals=self._totals(),
+            notes=self._notes(shown, problems),
+        )
+
+    def _shown(self) -> tuple[tuple[FoldedLeaf, ...], tuple[tuple[str, str], ...]]:
+        """The table's leaves and ``(severity, message)`` problems, folded or not."""
+        if self.group_layers:
+            shown, folded = fold(self.all_leaves, self.problems, self.num_devices)
+            return shown, tuple((p.severity, p.message) for p in folded)
+        shown = fold(self.all_leaves, (), self.num_devices, group=False)[0]
+        return shown, tuple((p.severity, p.message) for p in self.problems)
+
+    def _totals(self) -> tuple[tuple[str, ...], ...]:
+        """The totals rows: each category's bytes, the total, the overhead."""
+        blank = ("",) * 5
+        by_cat = self.bytes_by_category
+        global_cat = self.global_bytes_by_category
+        totals = tuple(
+            (
+                cat,
+                *blank,
+                format_bytes(by_cat[cat]),
+                format_bytes(global_cat[cat] / self.num_devices),
+            )
+            for cat in CATEGORIES
+            if global_cat[cat] or cat in ("params", "other state")
+        )
+        total = (
+            "total per device",
+            *blank,
+            format_bytes(self.bytes_per_device),
+            format_bytes(self.ideal_bytes_per_device),
+        )
+        overhead = (
+            "replication overhead",
+            *blank,
+            format_bytes(self.replication_overhead),
+            "",
+        )
+        return (*totals, total, overhead)
+
+    def _notes(
+        self, shown: tuple[FoldedLeaf, ...], problems: tuple[tuple[str, str], ...]
+    ) -> tuple[str, ...]:
+        """The problems, the rules, and the (folded) rows that waste the most."""
+        notes = tuple(
+            ("Warning: " if severity != "error" else "") + message
+            for severity, message in problems
+        )
+        if self.rules:
+            notes += (
+                "Rules: "
+                + "; ".join(f"rule {i} {p!r}" for i, p in enumerate(self.rules))
+                + ".",
+            )
+        wasting = sorted(
+            (leaf for leaf in shown if leaf.waste_bytes > 0),
+            key=lambda leaf: leaf.waste_bytes,
+            reverse=True,
+        )
+        return notes + tuple(
+            f"Wastes {format_bytes(leaf.waste_bytes)} per device above "
+            f"{'their' if leaf.repeats > 1 else 'its'} ideal share: {leaf.label} "
+            f"(replicated over {', '.join(leaf.replicated_over) or 'no axis'})."
+            for leaf in wasting[:5]
         )
 
     def headline(self) -> tuple[str, ...]:
