@@ -228,14 +228,10 @@ def rl_memory_report(
         check_split(layout, b, g)
         if critic is not None:
             _check_critic(critic, g)
-        chosen = Chosen(donate=donate)
-        if lora is not None:  # checked on the model before any compile
-            lora = as_lora(lora, as_model(actor))
-            if isinstance(lora, int):
-                chosen = replace(chosen, unadapted=unadapted_modules(as_model(actor)))
+        lora, chosen = _lora_choice(actor, lora, Chosen(donate=donate))
         own = rollout_cache_dtype(actor)
         kv = own if kv_cache is None else kv_cache
-        sequences, length = b * g, p + c
+        sequences = b * g
         notes: list[str] = []
         serving = {
             "max_device_bytes": max_device_bytes,
@@ -257,39 +253,81 @@ def rl_memory_report(
 
         shared = {k: serving[k] for k in ("max_device_bytes", "cache", "breakdown")}
         shared |= {"measure": runs, "donate": donate}
-
-        def common(role: str, model: Any = actor) -> tuple[Any, dict[str, Any]]:
-            found = (layout, rollout, notes)
-            return role_options(found, role, (actor, model), shared)
-
-        axes, options = common("actor")
-        train = train_report(
-            actor,
-            axes,
+        train, ref, valued = _learner_reports(
+            (actor, critic),
+            (layout, rollout, notes),
             (sequences, p, c),
             optimizer,
-            options | {"lora": lora},
-            ppo=critic is not None,
+            shared,
+            lora=lora,
+            reference=reference,
         )
-        ref = None
-        if reference:
-            ref = reference_report(actor, *common("reference"), (sequences, length))
-        parts = (rollout, train, ref)
-        valued = None
-        if critic is not None:  # on its slice (the actor's, unless placed)
-            axes, options = common("critic", critic)
-            valued = (
-                *critic_reports(critic, axes, (sequences, p, c), optimizer, options),
-                critic,
-            )
         return assemble(
-            parts,
+            (rollout, train, ref),
             layout,
             (b, g, p, c),
             tuple(notes),
             (lora, offload, chosen),
             valued,
         )
+
+
+def _lora_choice(actor: Any, lora: Any, chosen: Chosen) -> tuple[Any, Chosen]:
+    """``lora`` checked on the model before any compile, and the choices it adds.
+
+    A rank adapts ``nnx.Linear`` modules only: the modules holding weights
+    that get none are noted (:func:`~nnx_introspect._rl.choices.unadapted_modules`).
+    """
+    if lora is None:
+        return None, chosen
+    lora = as_lora(lora, as_model(actor))
+    if isinstance(lora, int):
+        chosen = replace(chosen, unadapted=unadapted_modules(as_model(actor)))
+    return lora, chosen
+
+
+def _learner_reports(
+    models: tuple[Any, Any],
+    found: tuple[Layout, Any, list[str]],
+    sizes: tuple[int, int, int],
+    optimizer: Any,
+    shared: dict[str, Any],
+    *,
+    lora: Any,
+    reference: bool,
+) -> tuple[Any, Any, Any]:
+    """The programs that learn from the rollout, after it: train, reference, critic.
+
+    ``models`` are the actor and the critic (or ``None``), ``found`` the
+    layout, the rollout's report and the notes so far, ``sizes`` the
+    sequences, prompt and completion. Each compiles on its role's slice
+    (:func:`~nnx_introspect._rl.programs.role_options`). Returns the actor's
+    training report, the reference's (``None`` without one) and the critic's
+    ``(values, train, critic)`` (``None`` for GRPO).
+    """
+    actor, critic = models
+    sequences, p, c = sizes
+
+    def common(role: str, model: Any = actor) -> tuple[Any, dict[str, Any]]:
+        return role_options(found, role, (actor, model), shared)
+
+    axes, options = common("actor")
+    train = train_report(
+        actor,
+        axes,
+        sizes,
+        optimizer,
+        options | {"lora": lora},
+        ppo=critic is not None,
+    )
+    ref = None
+    if reference:
+        ref = reference_report(actor, *common("reference"), (sequences, p + c))
+    valued = None
+    if critic is not None:  # on its slice (the actor's, unless placed)
+        axes, options = common("critic", critic)
+        valued = (*critic_reports(critic, axes, sizes, optimizer, options), critic)
+    return train, ref, valued
 
 
 def _layout(

@@ -152,47 +152,10 @@ def assemble(
     if lora is not None:
         notes = (*notes, _lora_note(copy, ref is not None))
 
-    def phase(
-        name: str,
-        program: Any,
-        oom: bool,
-        seconds: Any,
-        point: tuple[float, float | None, str] | None,
-        measured: Any,
-        compiled: tuple[float, str | None, str],
-    ) -> RLPhase:
-        role = _phase_role(name)
-        own = args[name] if name in args else args[role]
-        resident = tuple(
-            (r, n)
-            for r, n, home in roles
-            if n and r != _CACHE and r not in own and layout.shared(home, role)
-        )
-        mesh = "" if layout.colocated else layout.named(role)
-        runs = 1 if name != "decode" else c  # a decode run is one of c steps
-        host: tuple[tuple[str, int], ...] = ()
-        if offload:  # the idle models wait in host memory, optimizers stay
-            host = tuple((r, n) for r, n in resident if r not in _ON_DEVICE)
-            resident = tuple((r, n) for r, n in resident if r in _ON_DEVICE)
-        return RLPhase(
-            name,
-            program,
-            resident,
-            oom,
-            seconds,
-            mesh,
-            host,
-            measured,
-            runs,
-            estimate=None if point is None else point[0] * runs,
-            error=None if point is None else point[1],
-            basis="" if point is None else point[2],
-            compile_seconds=compiled[0],
-            cached=compiled[1],
-            compiled_in=compiled[2],
-        )
-
-    phases = [phase(*found) for found in _phase_programs(parts, valued, c)]
+    phases = [
+        _phase(found, (roles, args), layout, offload, c)
+        for found in _phase_programs(parts, valued, c)
+    ]
     transfers, more = _transfers(rollout, phases, roles, layout, offload)
     return RLMemoryReport(
         target=rollout.target,
@@ -216,6 +179,54 @@ def assemble(
         backend=rollout.backend,
         warnings=_warnings(rollout, [train, ref, *(valued or ())[:2]]),
         **transfers,
+    )
+
+
+def _phase(
+    found: tuple[Any, ...],
+    held: tuple[list[_Role], dict[str, set[str]]],
+    layout: Layout,
+    offload: bool,
+    completion: int,
+) -> RLPhase:
+    """One phase: its program's figures and what the other roles keep resident.
+
+    ``found`` is one of :func:`_phase_programs`' tuples; ``held`` the roles
+    resident (:func:`_roles`) and each program's own arguments among them, by
+    phase or role. With ``offload``, the idle models wait in host memory
+    meanwhile and the optimizers stay on the device.
+    """
+    name, program, oom, seconds, point, measured, compiled = found
+    roles, args = held
+    role = _phase_role(name)
+    own = args[name] if name in args else args[role]
+    resident = tuple(
+        (r, n)
+        for r, n, home in roles
+        if n and r != _CACHE and r not in own and layout.shared(home, role)
+    )
+    mesh = "" if layout.colocated else layout.named(role)
+    runs = 1 if name != "decode" else completion  # a decode run is one step
+    host: tuple[tuple[str, int], ...] = ()
+    if offload:  # the idle models wait in host memory, optimizers stay
+        host = tuple((r, n) for r, n in resident if r not in _ON_DEVICE)
+        resident = tuple((r, n) for r, n in resident if r in _ON_DEVICE)
+    return RLPhase(
+        name,
+        program,
+        resident,
+        oom,
+        seconds,
+        mesh,
+        host,
+        measured,
+        runs,
+        estimate=None if point is None else point[0] * runs,
+        error=None if point is None else point[1],
+        basis="" if point is None else point[2],
+        compile_seconds=compiled[0],
+        cached=compiled[1],
+        compiled_in=compiled[2],
     )
 
 
