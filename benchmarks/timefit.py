@@ -345,7 +345,7 @@ def accuracy(rows: list[dict[str, Any]], c: TimeConstants) -> dict[str, Any]:
         row["error"] = row["measured"] / row["estimate"] - 1
         row["old_error"] = _old_error(row)
     groups: dict[str, dict[str, Any]] = {}
-    for half in ("calibration", "held-out", "unseen"):
+    for half in ("calibration", "held-out", "unseen", "later"):
         for kind in (*KINDS, "all"):
             members = [
                 r
@@ -373,14 +373,19 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def report(path: str, unseen: str, out: str | None) -> None:
+def report(path: str, unseen: str, out: str | None, later: str | None = None) -> None:
     """The accuracy page's tables, from the tables and the shipped constants.
 
-    ``unseen``'s programs (``timecal_unseen.py``) are a half of their own.
+    ``unseen``'s programs (``timecal_unseen.py``) are a half of their own, and
+    ``later``'s (``timecal_unseen2.py``: run after the constants were fixed)
+    another, ``"later"``.
     """
     rows = json.loads(Path(path).read_text())
     for row in json.loads(Path(unseen).read_text()):
         rows.append(row | {"half": "unseen"})
+    if later is not None:
+        for row in json.loads(Path(later).read_text()):
+            rows.append(row | {"half": "later"})
     c = CONSTANTS["v5e"]
     found = accuracy(rows, c)
     lines = [
@@ -405,7 +410,7 @@ def report(path: str, unseen: str, out: str | None) -> None:
         "| old range | measured / old range |",
         "|" + " --- |" * 8,
     ]
-    halves = ("calibration", "held-out", "unseen")
+    halves = ("calibration", "held-out", "unseen", "later")
     for r in sorted(
         rows,
         key=lambda r: (halves.index(r["half"]), KINDS.index(r["family"]), r["name"]),
@@ -451,7 +456,12 @@ def main() -> None:
     elif command == "fit":
         run_fit(sys.argv[2])
     elif command == "report":
-        report(sys.argv[2], sys.argv[3], sys.argv[4] if len(sys.argv) > 4 else None)
+        report(
+            sys.argv[2],
+            sys.argv[3],
+            sys.argv[4] if len(sys.argv) > 4 else None,
+            sys.argv[5] if len(sys.argv) > 5 else None,
+        )
     else:
         raise SystemExit(__doc__)
 

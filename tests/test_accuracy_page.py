@@ -24,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
 TABLE = json.loads((ROOT / "benchmarks" / "timecal-accuracy.json").read_text())
 KINDS = ("train", "rl-train", "prefill", "decode", "reference")
-HALVES = ("calibration", "held-out", "unseen")
+HALVES = ("calibration", "held-out", "unseen", "later")
 
 
 @pytest.fixture(scope="module")
@@ -131,6 +131,10 @@ def test_the_sentences_state_the_table(rows: list[dict[str, Any]]) -> None:
     second = _sentence("On the unseen programs the median error is")
     assert f"median error is {statistics.median(unseen):.1%}" in second
     assert f"the worst {max(unseen):.1%}" in second
+    later = [abs(_error(r)) for r in rows if r["half"] == "later"]
+    third = _sentence("On the later programs, run after")
+    assert f"median error is {statistics.median(later):.1%}" in third
+    assert f"the worst {max(later):.1%}" in third
     # "No kind ... biased by more than ±10% on average in either half"
     for half in ("calibration", "held-out"):
         for kind in KINDS:
