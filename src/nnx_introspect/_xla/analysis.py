@@ -199,24 +199,7 @@ def compile_lowered(
         "remat": tuple(remat_statements(log[0])),
     }
     if isinstance(compiled, Exception):
-        refusal: Exception = compiled
-        oom = read_oom(str(refusal))
-        if oom is None:
-            raise refusal
-        return XlaReadings(
-            **said,
-            compile_seconds=time.perf_counter() - start,
-            # XLA:TPU's "HLO temporaries" figure holds the arguments too (a
-            # prefill of 1 x 256 tokens into a 16.8 GB cache "requires 15.95G"
-            # on a v5e, its temporaries 0.2 GB): the reports take the
-            # temporaries as required less arguments
-            temp_bytes=None,
-            out_of_memory=True,
-            compiler_message=" ".join(str(refusal).split()),
-            compiler_required_bytes=oom["required"],
-            compiler_available_bytes=oom["available"],
-            warnings=warnings,
-        )
+        return _refused(compiled, said, start, warnings)
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
     if memory is None:  # pragma: no cover - every XLA backend we know gives one
@@ -257,6 +240,29 @@ def compile_lowered(
         work=work,
         measured=measured,
         **figures,
+    )
+
+
+def _refused(
+    refusal: Exception, said: dict[str, Any], start: float, warnings: tuple[str, ...]
+) -> XlaReadings:
+    """The readings of a compile the compiler refused for memory; else it raises."""
+    oom = read_oom(str(refusal))
+    if oom is None:
+        raise refusal
+    return XlaReadings(
+        **said,
+        compile_seconds=time.perf_counter() - start,
+        # XLA:TPU's "HLO temporaries" figure holds the arguments too (a
+        # prefill of 1 x 256 tokens into a 16.8 GB cache "requires 15.95G"
+        # on a v5e, its temporaries 0.2 GB): the reports take the
+        # temporaries as required less arguments
+        temp_bytes=None,
+        out_of_memory=True,
+        compiler_message=" ".join(str(refusal).split()),
+        compiler_required_bytes=oom["required"],
+        compiler_available_bytes=oom["available"],
+        warnings=warnings,
     )
 
 
