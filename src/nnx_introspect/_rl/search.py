@@ -306,6 +306,20 @@ def rl_max_batch(
         >>> found.answer.peak_bytes <= 650_000 < found.edge.peak_bytes
         True
     """
+    g, count = _checked(generations, probes, options)
+    trials = _Trials(actor, mesh, g, prompt, completion, options)
+    unit = _unit(mesh, g)
+    highest = _LARGEST // unit * unit
+    good, bad = bisect_sizes(trials.fits, unit, unit, highest, unit)
+    if good is not None and good + unit == bad:  # the edge found
+        for size in probe_sizes(bad, unit, highest, count):
+            if size not in trials.points:
+                trials.fits(size, probe=True)
+    return _result(trials, unit)
+
+
+def _checked(generations: Any, probes: Any, options: dict[str, Any]) -> tuple[int, int]:
+    """``(generations, probes)`` checked, and the options a search can take."""
     if "batch" in options:
         raise ArgumentError(
             "batch",
@@ -320,26 +334,40 @@ def rl_max_batch(
             "fit, such as '16GiB' (a `topology` such as 'v5e-8' gives its "
             "device's memory instead).",
         )
-    unit = _unit(mesh, g)
-    reports: dict[int, RLMemoryReport] = {}
-    points: dict[int, SearchPoint] = {}
+    return g, count
 
-    def report_at(batch: int, **more: Any) -> RLMemoryReport:
+
+@dataclasses.dataclass
+class _Trials:
+    """The batches of one search compiled so far, each the report's whole step."""
+
+    actor: Any
+    mesh: Any
+    generations: int
+    prompt: Any
+    completion: Any
+    options: dict[str, Any]
+    reports: dict[int, RLMemoryReport] = dataclasses.field(default_factory=dict)
+    points: dict[int, SearchPoint] = dataclasses.field(default_factory=dict)
+
+    def report_at(self, batch: int, **more: Any) -> RLMemoryReport:
+        """:func:`~nnx_introspect.rl_memory_report` at ``batch``."""
         return rl_memory_report(
-            actor,
-            mesh,
+            self.actor,
+            self.mesh,
             batch=batch,
-            generations=g,
-            prompt=prompt,
-            completion=completion,
-            **options,
+            generations=self.generations,
+            prompt=self.prompt,
+            completion=self.completion,
+            **self.options,
             **more,
         )
 
-    def fits(batch: int, probe: bool = False) -> bool:
-        report = reports[batch] = report_at(batch)
+    def fits(self, batch: int, probe: bool = False) -> bool:
+        """Whether every phase fits at ``batch``, its report and point kept."""
+        report = self.reports[batch] = self.report_at(batch)
         phase = report.peak_phase.name
-        points[batch] = SearchPoint(
+        self.points[batch] = SearchPoint(
             batch,
             report.peak_bytes,
             bool(report.fits()),
@@ -348,29 +376,28 @@ def rl_max_batch(
             _cached(report),
             probe,
         )
-        return points[batch].fits
+        return self.points[batch].fits
 
-    highest = _LARGEST // unit * unit
-    good, bad = bisect_sizes(fits, unit, unit, highest, unit)
-    if good is not None and good + unit == bad:  # the edge found
-        for size in probe_sizes(bad, unit, highest, count):
-            if size not in points:
-                fits(size, probe=True)
-    most, edge = edge_of(points.values())
-
-    def explain(batch: int) -> PeakAt | None:
-        if options.get("breakdown"):
-            found = reports[batch].breakdowns
+    def explain(self, batch: int) -> PeakAt | None:
+        """Where the phase that sets ``batch``'s peak peaks."""
+        if self.options.get("breakdown"):
+            found = self.reports[batch].breakdowns
         else:  # compiled again, each phase's peak broken down
-            found = report_at(batch, breakdown=True).breakdowns
-        return peak_at(found.get(points[batch].program))
+            found = self.report_at(batch, breakdown=True).breakdowns
+        return peak_at(found.get(self.points[batch].program))
 
+
+def _result(trials: _Trials, unit: int) -> RLBatchSearch:
+    """The search's record: every compile, the answer, the edge, the jumps."""
+    points, reports = trials.points, trials.reports
+    most, edge = edge_of(points.values())
     first = next(iter(reports.values()))
+    every = bool(trials.options.get("breakdown"))
     return RLBatchSearch(
         target=first.target,
         mesh_axes=first.mesh_axes,
         topology=first.topology,
-        generations=g,
+        generations=trials.generations,
         prompt=first.prompt,
         completion=first.completion,
         unit=unit,
@@ -382,9 +409,7 @@ def rl_max_batch(
         answer=reports.get(most),
         edge=None if edge is None else reports[edge],
         tried=tuple(points[b] for b in sorted(points)),
-        jumps=explain_jumps(
-            find_jumps(points.values()), explain, every=bool(options.get("breakdown"))
-        ),
+        jumps=explain_jumps(find_jumps(points.values()), trials.explain, every=every),
     )
 
 

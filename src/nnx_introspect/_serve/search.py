@@ -450,49 +450,80 @@ def search_serve(
             "or `max_device_bytes`.",
         )
     step = spec.data_parallel if searched == "sequences" else 1
-    points: dict[int, SearchPoint] = {}
-    order: list[tuple[int, int, int, bool]] = []
-    prefills: list[tuple[int, int]] = []
-    limits: list[str] = []
-    hits: list[bool] = []
-    per_token = [0]
+    trials = _Trials(spec, searched, cache)
+    good, bad = _find_edge(trials, budget, step)
+    for size in probe_sizes(bad, step, None, probes if good else 0):
+        trials.fits(size, probe=True)  # past the edge, where the peak may fall
+    return _result(trials, good, step)
 
-    def trial(n: int) -> ServeSpec:
-        return spec.replace(**{searched: n, **_within(spec, searched, n)})
 
-    def fits(n: int, probe: bool = False) -> bool:
-        if n not in points:
-            at = trial(n)
-            found = _peak(at, cache)
-            per_token[0] = found.per_token
-            points[n] = SearchPoint(
+@dataclasses.dataclass
+class _Trials:
+    """The values of one search compiled so far, each as the report's request."""
+
+    spec: ServeSpec
+    searched: str
+    cache: bool
+    points: dict[int, SearchPoint] = dataclasses.field(default_factory=dict)
+    order: list[tuple[int, int, int, bool]] = dataclasses.field(default_factory=list)
+    prefills: list[tuple[int, int]] = dataclasses.field(default_factory=list)
+    limits: list[str] = dataclasses.field(default_factory=list)
+    hits: list[bool] = dataclasses.field(default_factory=list)
+    per_token: int = 0
+
+    def at(self, n: int) -> ServeSpec:
+        """The request at ``searched = n``, the other sizes as the report takes them."""
+        return self.spec.replace(
+            **{self.searched: n, **_within(self.spec, self.searched, n)}
+        )
+
+    def fits(self, n: int, probe: bool = False) -> bool:
+        """Whether both programs fit at ``n``: compiled once, then remembered."""
+        if n not in self.points:
+            at = self.at(n)
+            found = _peak(at, self.cache)
+            self.per_token = found.per_token
+            self.points[n] = SearchPoint(
                 n, found.peak, found.fits, found.limit, found.temp, found.cached, probe
             )
-            order.append((at.sequences, at.context, found.peak, found.fits))
-            prefills.append((at.prefill_sequences, at.prompt))
-            limits.append(found.limit)
-            hits.append(found.cached)
-        return points[n].fits
+            self.order.append((at.sequences, at.context, found.peak, found.fits))
+            self.prefills.append((at.prefill_sequences, at.prompt))
+            self.limits.append(found.limit)
+            self.hits.append(found.cached)
+        return self.points[n].fits
 
-    fits(step)
+    def explain(self, n: int) -> PeakAt | None:
+        """Where the program that sets ``n``'s peak peaks, compiled again."""
+        return _peak_at(self.at(n), self.points[n].program, self.cache)
+
+
+def _find_edge(trials: _Trials, budget: int, step: int) -> tuple[int, int]:
+    """``(answer, edge)``: compiled until a value fits and one a step above does not.
+
+    Two compiles give the line of memory against the value; each next compile
+    is where the curve through the points nearest the budget meets it.
+    """
+    trials.fits(step)
     # the second point where the cache alone would meet the budget: one more
     # step adds a sequence's positions (or a position of each sequence) a device
+    spec = trials.spec
     fixed = (
         spec.context
-        if searched == "sequences"
+        if trials.searched == "sequences"
         else max(1, spec.sequences // spec.data_parallel)
     )
-    grows = max(1, per_token[0] * fixed)
-    first = points[step].peak_bytes
-    fits(max(2 * step, (step + (budget - first) // grows) // step * step))
+    grows = max(1, trials.per_token * fixed)
+    first = trials.points[step].peak_bytes
+    trials.fits(max(2 * step, (step + (budget - first) // grows) // step * step))
+    points = trials.points
     while True:
         # the edge: the smallest value that does not fit, the largest fit below
         good, bad = edge_of(points.values())
         if bad is not None and bad - good <= step:
-            break
+            return good, bad
         if good > _MOST:
             raise RuntimeError(
-                f"both programs fit with {good} {searched}: no limit found."
+                f"both programs fit with {good} {trials.searched}: no limit found."
             )
         # the line through the two points nearest the budget, on each side
         near = sorted(points, key=lambda n: abs(points[n].peak_bytes - budget))[:3]
@@ -503,26 +534,25 @@ def search_serve(
             quarter = max(step, (bad - good) // 4 // step * step)
             guess = min(max(guess, good + quarter), bad - quarter)
             guess = min(max(guess, good + step), bad - step)
-        fits(guess)  # the next line, through it, confirms the other side
-    for size in probe_sizes(bad, step, None, probes if good else 0):
-        fits(size, probe=True)  # past the edge, where the peak may fall
+        trials.fits(guess)  # the next line, through it, confirms the other side
 
-    def explain(n: int) -> PeakAt | None:
-        return _peak_at(trial(n), points[n].program, cache)
 
+def _result(trials: _Trials, good: int, step: int) -> ServeSearch:
+    """The search's record: every compile, the answer and the jumps explained."""
+    spec, points = trials.spec, trials.points
     return ServeSearch(
-        searched,
+        trials.searched,
         good,
         step,
-        tuple(order),
+        tuple(trials.order),
         spec.budget,
-        per_token[0] or None,
+        trials.per_token or None,
         spec.data_parallel,
-        tuple(limits),
-        tuple(hits),
+        tuple(trials.limits),
+        tuple(trials.hits),
         tried=tuple(points[n] for n in sorted(points)),
-        jumps=explain_jumps(find_jumps(points.values()), explain),
-        prefills=tuple(prefills),
+        jumps=explain_jumps(find_jumps(points.values()), trials.explain),
+        prefills=tuple(trials.prefills),
         prefill_given=spec.given_prefill_sequences is not None,
     )
 
