@@ -156,11 +156,6 @@ class ExpertRoles:
     steps: tuple[tuple[Key, str | None], ...] = ()
     inputs: tuple[ExpertInput, ...] = ()
 
-    @property
-    def by_key(self) -> dict[Key, str | None]:
-        """:attr:`steps` as a mapping, the breakdown's ``experts``."""
-        return dict(self.steps)
-
 
 @dataclasses.dataclass
 class _Node:
@@ -225,7 +220,8 @@ def _read(graph: _Graph, jaxpr: Jaxpr, env: dict[Any, int], backward: bool) -> N
         ins = [env.get(v) if isinstance(v, Var) else None for v in eqn.invars]
         back = backward or "transpose(" in str(eqn.source_info.name_stack)
         inner = _inner(eqn)
-        if inner is not None and any(i in graph.weights for i in ins):
+        tainted = any(i in graph.weights or i in graph.router for i in ins)
+        if inner is not None and tainted:
             scope: dict[Any, int] = {}
             for var, number in zip(inner.invars, ins, strict=True):
                 scope[var] = graph.value(var.aval) if number is None else number
@@ -277,9 +273,8 @@ def _integer(aval: Any) -> bool:
 class _Roles:
     """The walks of the module docstring over one graph."""
 
-    def __init__(self, graph: _Graph, experts: Sequence[int]) -> None:
+    def __init__(self, graph: _Graph) -> None:
         self.graph = graph
-        self.experts = set(experts)
         self.kind: dict[int, str] = {}
         self.matmuls = [
             i
@@ -289,6 +284,9 @@ class _Roles:
             and any(x in graph.weights for x in n.inputs)
         ]
         self.tokens = self._tokens()
+        self.token_shapes = {
+            shape for t in self.tokens for shape in graph.shapes.get(t, ())
+        }
 
     def _tokens(self) -> set[int]:
         """The router's inputs and what only lays them out anew."""
@@ -311,8 +309,7 @@ class _Roles:
         return found
 
     def _token_shape(self, value: int) -> bool:
-        shapes = {s for t in self.tokens for s in self.graph.shapes.get(t, ())}
-        return bool(self.graph.shapes.get(value, set()) & shapes)
+        return bool(self.graph.shapes.get(value, set()) & self.token_shapes)
 
     def back(self, value: int | None, kind: str) -> None:
         """Label the steps that make ``value``, back to the tokens."""
@@ -502,8 +499,7 @@ def expert_roles(
     graph.weights = {env[inner.invars[i]] for i in weights}
     graph.router = {env[inner.invars[i]] for i in router}
     _read(graph, inner, dict(env), False)
-    counts = [g.experts for g in groups]
-    roles = _Roles(graph, counts)
+    roles = _Roles(graph)
     if not roles.matmuls or not roles.tokens:
         return ExpertRoles()
     for index in roles.matmuls:
