@@ -1078,6 +1078,43 @@ for _cls, _get in REPORTS.items():
             lambda w, g=_get, v=_value: g(w).to_json(indent=v),
         )
 
+# The searches' shared readings (`SizeSearch`): a point not tried, a name not given.
+SEARCHES = {
+    "BatchSearch": REPORTS["BatchSearch"],
+    "RLBatchSearch": REPORTS["RLBatchSearch"],
+    "ServeSearch": REPORTS["ServeSearch"],
+}
+BAD_POINTS: dict[str, Any] = {
+    "str": "8",
+    "int": 8,
+    "none": None,
+    "plain-tuple": (1, 90, True),
+    "not-tried": nnx_introspect.SearchPoint(10**9, 0, True),
+}
+for _cls, _get in SEARCHES.items():
+    for _what, _value in BAD_POINTS.items():
+        case(f"{_cls}.role", "point", _what, lambda w, g=_get, v=_value: g(w).role(v))
+    for _arg in ("noun", "plural"):
+        for _what, _value in {"int": 3, "none": None, "empty": " "}.items():
+            case(
+                f"{_cls}.above_note",
+                _arg,
+                _what,
+                lambda w, g=_get, a=_arg, v=_value: g(w).above_note(
+                    **{"noun": "batch", "plural": "batches", a: v}
+                ),
+            )
+for _what, _value in {"int": 3, "none": None, "empty": " "}.items():
+    case(
+        "Jump.words",
+        "noun",
+        _what,
+        lambda w, v=_value: nnx_introspect.Jump(
+            nnx_introspect.SearchPoint(16, 9, False),
+            nnx_introspect.SearchPoint(24, 8, True),
+        ).words(v),
+    )
+
 # --- the exercise entrypoints ------------------------------------------------------
 ENTRYPOINTS: dict[str, tuple[Callable[..., Any], dict[str, Any]]] = {
     "mesh_init_simulate": (

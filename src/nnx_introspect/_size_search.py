@@ -34,6 +34,7 @@ from collections.abc import Callable, Iterable, Sequence
 from typing import Any, NamedTuple, Protocol
 
 from nnx_introspect._text import format_bytes
+from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
     "GROWTH",
@@ -190,8 +191,14 @@ with 300 B of temporaries against 600 B
         """Whether the larger size fits where the smaller does not."""
         return self.higher.fits and not self.lower.fits
 
+    @typechecked
     def words(self, noun: str) -> str:
-        """The jump in one sentence: the peaks, the temporaries, the instructions."""
+        """The jump in one sentence: the peaks, the temporaries, the instructions.
+
+        Args:
+            noun: What the sizes are called, first in the sentence (``"batch"``).
+        """
+        _check_noun("noun", noun, "batch")
         low, high = self.lower, self.higher
         program = f" ({high.program})" if high.program else ""
         text = (
@@ -224,6 +231,16 @@ with 300 B of temporaries against 600 B
                 None if self.higher_peak is None else self.higher_peak._asdict()
             ),
         }
+
+
+def _check_noun(name: str, value: str, such_as: str) -> None:
+    """Refuse a blank name for the size searched, naming the argument."""
+    if not value.strip():
+        raise ArgumentError(
+            name,
+            f"`{name}` must name the size searched, such as {such_as!r}; "
+            f"got {value!r}.",
+        )
 
 
 def edge_of(points: Iterable[SearchPoint]) -> tuple[int, int | None]:
@@ -438,20 +455,45 @@ class SizeSearch:
             return ()
         return tuple(sorted(p.size for p in self.tried if p.size > edge))
 
+    @typechecked
     def role(self, point: SearchPoint) -> str:
         """Why ``point`` was compiled, in a word for a table's row.
 
         ``"answer"``, ``"edge"`` (the smallest size above the answer that does
         not fit), ``"probe"`` (past the edge), else ``"search"``.
+
+        Args:
+            point: One of the points this search tried (:attr:`tried`).
+
+        Example:
+            >>> from types import SimpleNamespace
+            >>> class Found(SimpleNamespace, SizeSearch): pass
+            >>> tried = (SearchPoint(8, 0, True), SearchPoint(16, 0, False),
+            ...          SearchPoint(24, 0, False, probe=True))
+            >>> found = Found(most=8, tried=tried, jumps=())
+            >>> [found.role(p) for p in tried]
+            ['answer', 'edge', 'probe']
         """
+        if point not in self.tried:
+            sizes = ", ".join(f"{p.size:,}" for p in self.tried) or "none"
+            raise ArgumentError(
+                "point",
+                f"`point` must be one of the points this search tried (sizes "
+                f"{sizes}: its `tried`); got one of size {point.size!r}.",
+            )
         if point.size == self.most and point.fits:
             return "answer"
         if point.size == self.edge_size:
             return "edge"
         return "probe" if point.probe else "search"
 
+    @typechecked
     def above_note(self, noun: str, plural: str) -> str:
         """What the compiles past the edge found, in one sentence (``""``: none).
+
+        Args:
+            noun: What one size is called (``"batch"``).
+            plural: Its plural (``"batches"``).
 
         Example:
             >>> from types import SimpleNamespace
@@ -464,6 +506,8 @@ class SizeSearch:
             Past the edge (16, the smallest batch tried above the answer that \
 does not fit), 2 batches were compiled too: 24 fits although 16 does not.
         """
+        _check_noun("noun", noun, "batch")
+        _check_noun("plural", plural, "batches")
         edge, past = self.edge_size, self.past_edge
         if edge is None or not past:
             return ""
