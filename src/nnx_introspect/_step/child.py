@@ -21,6 +21,7 @@ import functools
 import json
 import math
 import os
+import re
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -58,6 +59,7 @@ __all__ = [
     "Place",
     "answer",
     "child_request",
+    "child_timeout",
     "child_why",
     "compiled_where",
     "place_for",
@@ -71,7 +73,14 @@ MAX_CHILD_DEVICES = 2048
 """The most virtual CPU devices a child compile may use (see the benchmarks)."""
 
 CHILD_TIMEOUT_SECONDS = 900.0
-"""How long a child compile may take before it is stopped."""
+"""How long a child compile may take before it is stopped, unless the
+environment's ``NNX_INTROSPECT_CHILD_TIMEOUT`` gives another number of seconds
+(:func:`child_timeout`): a 30B mixture of experts' XLA:TPU compile on a busy
+2-core machine takes longer."""
+
+_FATAL = re.compile(r"Check failed|Error|error:|^[FE]\d{4} ")
+"""A line of a crashed child's stderr that says what went wrong (XLA's fatal
+``F1206 ... Check failed: ...``, Python's ``ValueError: ...``)."""
 
 
 def child_request(
@@ -414,19 +423,27 @@ def run_child_json(
             capture_output=True,
             text=True,
             env=_child_env(n, topology),
-            timeout=CHILD_TIMEOUT_SECONDS,
+            timeout=child_timeout(),
             check=False,
         )
     except subprocess.TimeoutExpired:
+        fix = (
+            "Try a smaller mesh or a TPU or GPU `topology`."
+            if topology is None
+            else "Set NNX_INTROSPECT_CHILD_TIMEOUT=SECONDS to wait longer (a large "
+            "model's compile on a busy machine can take that long), or compile "
+            "fewer layers."
+        )
         raise RuntimeError(
-            f"The child compile on {where} took more than "
-            f"{CHILD_TIMEOUT_SECONDS:.0f} s and was stopped. Try a smaller mesh or "
-            "a TPU or GPU `topology`."
+            f"The child compile on {where} took more than {child_timeout():.0f} s "
+            f"and was stopped. {fix}"
         ) from None
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        tail = done.stderr.strip().splitlines()[-1:] or ["no output"]
+        lines = done.stderr.strip().splitlines()
+        said = [line.strip() for line in lines if _FATAL.search(line)]
+        tail = said[-1:] or lines[-1:] or ["no output"]
         raise RuntimeError(
             f"The child compile on {where} failed (exit code "
             f"{done.returncode}): {tail[0][:500]}"
@@ -438,6 +455,36 @@ def run_child_json(
     if key is not None:
         store_answer(key, answer["result"])
     return answer["result"], done.stderr
+
+
+def child_timeout() -> float:
+    """Seconds a child compile may take: ``NNX_INTROSPECT_CHILD_TIMEOUT`` or 900.
+
+    Raises:
+        ValueError: If the variable is set to something other than a positive
+            number of seconds.
+
+    Example:
+        >>> import os
+        >>> os.environ["NNX_INTROSPECT_CHILD_TIMEOUT"] = "3600"
+        >>> child_timeout()
+        3600.0
+        >>> del os.environ["NNX_INTROSPECT_CHILD_TIMEOUT"]
+    """
+    text = os.environ.get("NNX_INTROSPECT_CHILD_TIMEOUT", "").strip()
+    if not text:
+        return CHILD_TIMEOUT_SECONDS
+    try:
+        seconds = float(text)
+    except ValueError:
+        seconds = math.nan
+    if not (math.isfinite(seconds) and seconds > 0):
+        raise ValueError(
+            f"NNX_INTROSPECT_CHILD_TIMEOUT must be a positive number of seconds "
+            f"(how long a child compile may take), got {text!r}. Unset it for "
+            f"the default, {CHILD_TIMEOUT_SECONDS:.0f} s."
+        )
+    return seconds
 
 
 def run_child(payload: dict[str, Any], n: int) -> XlaReadings:

@@ -136,7 +136,8 @@ def compare_meshes(
             a candidate still without a result is a ``"timed out"`` row (a
             candidate queued behind others that hang may time out unstarted).
             Default: no limit (a child compile stops itself after
-            ``CHILD_TIMEOUT_SECONDS``, 900 s).
+            ``CHILD_TIMEOUT_SECONDS``, 900 s, or the seconds the environment's
+            ``NNX_INTROSPECT_CHILD_TIMEOUT`` gives).
         max_workers: The default pool's size (``--jobs``); only without an
             ``executor``.
         progress: Called with ``(done, total, row)``: ``(0, total, None)``
