@@ -78,9 +78,14 @@ environment's ``NNX_INTROSPECT_CHILD_TIMEOUT`` gives another number of seconds
 (:func:`child_timeout`): a 30B mixture of experts' XLA:TPU compile on a busy
 2-core machine takes longer."""
 
-_FATAL = re.compile(r"Check failed|Error|error:|^[FE]\d{4} ")
-"""A line of a crashed child's stderr that says what went wrong (XLA's fatal
-``F1206 ... Check failed: ...``, Python's ``ValueError: ...``)."""
+_SAID = (
+    re.compile(r"^[\w.]*(Error|Exception): "),
+    re.compile(r"Check failed|RET_CHECK|^[FE]\d{4} "),
+)
+"""Lines of a crashed child's stderr that say what went wrong, the best kind
+first: the exception Python raised (``jax.errors.JaxRuntimeError: INTERNAL:
+RET_CHECK failure ... Ragged all-to-all is currently not supported in limited
+ICI routing settings``), XLA's fatal check (``F1206 ... Check failed: ...``)."""
 
 
 def child_request(
@@ -441,9 +446,7 @@ def run_child_json(
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        lines = done.stderr.strip().splitlines()
-        said = [line.strip() for line in lines if _FATAL.search(line)]
-        tail = said[-1:] or lines[-1:] or ["no output"]
+        tail = _said(done.stderr)
         raise RuntimeError(
             f"The child compile on {where} failed (exit code "
             f"{done.returncode}): {tail[0][:500]}"
@@ -455,6 +458,23 @@ def run_child_json(
     if key is not None:
         store_answer(key, answer["result"])
     return answer["result"], done.stderr
+
+
+def _said(stderr: str) -> list[str]:
+    """What a crashed child's stderr says went wrong: one line (see ``_SAID``).
+
+    Example:
+        >>> _said(chr(10).join(["Traceback...", "ValueError: bad", "  <frozen>"]))
+        ['ValueError: bad']
+        >>> _said("")
+        ['no output']
+    """
+    lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    for kind in _SAID:
+        found = [line for line in lines if kind.search(line)]
+        if found:
+            return found[-1:]
+    return lines[-1:] or ["no output"]
 
 
 def child_timeout() -> float:
