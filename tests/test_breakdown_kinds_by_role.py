@@ -242,7 +242,7 @@ def test_hand_made_expert_kinds_by_their_steps_frames() -> None:
         [],
         held_bytes=peak.peak_bytes,
         gradient_types=[("f32", (128, 256))],
-        experts=steps,
+        experts=steps,  # type: ignore[arg-type]
     )
     kinds = {row.instruction: row.kind for row in found.rows}
     assert kinds == {

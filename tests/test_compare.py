@@ -191,7 +191,7 @@ def test_bad_tolerances(
 
 
 def test_bad_operand_is_a_type_error() -> None:
-    with pytest.raises(TypeError, match="^`a` must be "):
+    with pytest.raises(TypeError, match=r"^`a` must be "):
         compare_states([jnp.ones(1)], {"x": jnp.ones(1)})  # type: ignore[arg-type]
 
 

@@ -122,7 +122,7 @@ def test_tunix_qwen3_moe_active_parameters() -> None:
 
     import flax
 
-    from tests.test_all_to_all_tunix import TINY, qwen3
+    from tests.test_all_to_all_tunix import TINY, qwen3  # type: ignore[attr-defined]
 
     config = dataclasses.replace(TINY, vocab_size=1024)
 

@@ -28,7 +28,7 @@ X = jax.ShapeDtypeStruct((8, 3), jnp.float32)
     ("call", "message"),
     [
         (
-            lambda: step_memory_report(two_layer, "data=1", X, topology=8),
+            lambda: step_memory_report(two_layer, "data=1", X, topology=8),  # type: ignore[arg-type]
             "`topology` must be a string or None, got 8 of type int.",
         ),
         (
@@ -37,15 +37,15 @@ X = jax.ShapeDtypeStruct((8, 3), jnp.float32)
             "None, got 3 of type int.",
         ),
         (
-            lambda: StepSpec(two_layer, "data=1", X, breakdown="yes"),
+            lambda: StepSpec(two_layer, "data=1", X, breakdown="yes"),  # type: ignore[arg-type]
             "`breakdown` must be True or False, got 'yes' of type str.",
         ),
         (
-            lambda: step_memory_report(two_layer, "data=1", X, cache="no"),
+            lambda: step_memory_report(two_layer, "data=1", X, cache="no"),  # type: ignore[arg-type]
             "`cache` must be True or False, got 'no' of type str.",
         ),
         (
-            lambda: mesh_config_report(two_layer, "data=1"),  # a factory, not a model
+            lambda: mesh_config_report(two_layer, "data=1"),  # type: ignore[arg-type]  # a factory
             "`target` must be an nnx.Pytree or an nnx.State, got <function two_layer",
         ),
     ],
@@ -61,7 +61,7 @@ def test_a_wrong_type_is_one_line_naming_the_argument(call: Any, message: str) -
 
 def test_the_argument_is_carried_and_survives_pickling() -> None:
     with pytest.raises(ArgumentTypeError) as raised:
-        step_memory_report(two_layer, "data=1", X, topology=8)
+        step_memory_report(two_layer, "data=1", X, topology=8)  # type: ignore[arg-type]
     assert raised.value.argument == "topology"
     again = pickle.loads(pickle.dumps(raised.value))
     assert (again.argument, str(again)) == ("topology", str(raised.value))
@@ -69,7 +69,7 @@ def test_the_argument_is_carried_and_survives_pickling() -> None:
 
 def test_the_command_line_names_the_flag() -> None:
     with pytest.raises(ArgumentTypeError) as raised:
-        step_memory_report(two_layer, "data=1", X, topology=8)
+        step_memory_report(two_layer, "data=1", X, topology=8)  # type: ignore[arg-type]
     args = argparse.Namespace(topology="8", rules=None, command="step")
     assert str(usage_error(raised.value, args)).startswith(
         "argument --topology: --topology must be a string or None"

@@ -111,7 +111,7 @@ def test_max_batch_names_the_larger_batch_that_fits() -> None:
     )
     # the jump's temporaries are XLA's: the wide sort's, then none
     jump = next(j for j in found.jumps if j.crosses)
-    assert jump.higher.temp_bytes < jump.lower.temp_bytes
+    assert jump.higher.temp_bytes < jump.lower.temp_bytes  # type: ignore[operator]
     direct = step_memory_report(
         Jumpy, "data=8", jax.ShapeDtypeStruct((jump.higher.size, 16), jnp.float32),
         loss=None,
@@ -161,7 +161,11 @@ def test_max_sequences_names_the_larger_count_that_fits(
 
     def report(sequences: int) -> Any:
         return serve_memory_report(
-            TINY, "tp=2", sequences=sequences, max_device_bytes=SERVE_BUDGET, **SERVE
+            TINY,
+            "tp=2",
+            sequences=sequences,
+            max_device_bytes=SERVE_BUDGET,
+            **SERVE,  # type: ignore[arg-type]
         )
 
     assert found.most and found.value == found.most
@@ -231,7 +235,7 @@ def test_the_serving_search_on_the_h100_figures(
     jump = next(j for j in found.jumps if j.crosses)
     assert (jump.lower.size, jump.higher.size) == (1259, 1320)
     assert asked == [(1259, "decode"), (1320, "decode")]
-    assert jump.lower.temp_bytes - jump.higher.temp_bytes == BIG - SMALL
+    assert jump.lower.temp_bytes - jump.higher.temp_bytes == BIG - SMALL  # type: ignore[operator]
     assert "at 1,259 decode peaks at `fusion.21`" in str(found)
     # the frontier passes between the answer and its edge, not past the probes
     frontier = found.frontier
@@ -288,7 +292,7 @@ def test_the_rl_search_through_its_compile_seam(
     # 6 and 7 fit (125 and 135 - 25), 5 does not
     assert (found.most, found.edge_size, found.also_fits) == (3, 4, (6,))
     assert found.batch == found.most and found.answer is not None
-    assert found.answer.peak_bytes == 120 and found.edge.peak_bytes == 130
+    assert found.answer.peak_bytes == 120 and found.edge.peak_bytes == 130  # type: ignore[union-attr]
     assert found.verdict.startswith(
         "Every batch tried up to 3 prompts per step fits (x 2 generations = 6 "
         "completions): peak 120 B per device of a 125 B budget, set by train; 4 "

@@ -52,7 +52,7 @@ def test_a_float_count_is_refused_even_when_whole(name: str) -> None:
         match=rf"^`{name}` must be an integer \(a count\), got the float 2\.0\. "
         r"Pass 2\.$",
     ) as error:
-        ServeSpec(TINY, "tp=2", **given)
+        ServeSpec(TINY, "tp=2", **given)  # type: ignore[arg-type]
     assert error.value.argument == name
 
 

@@ -38,7 +38,7 @@ def _notes(collectives: object) -> list[str]:
     report = types.SimpleNamespace(
         program=program, num_devices=8, roofline=None, measured=None
     )
-    return _program_notes(report)  # type: ignore[arg-type]
+    return _program_notes(report)
 
 
 def test_the_ragged_note_names_the_worst_case_buffer() -> None:

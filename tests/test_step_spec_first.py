@@ -59,5 +59,7 @@ def test_a_spec_with_a_mesh_or_an_unknown_option_is_refused() -> None:
         TypeError, match=r"max_batch\(\) got an unexpected keyword argument 'los'"
     ):
         max_batch(spec, los="lm")  # type: ignore[call-arg]
-    with pytest.raises(TypeError, match=r"^`loss` must be "):  # the spec's own type check
+    with pytest.raises(
+        TypeError, match=r"^`loss` must be "
+    ):  # the spec's own type check
         step_memory_report(linear, "data=8", X, loss=3)  # type: ignore[arg-type]
