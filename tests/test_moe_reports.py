@@ -344,3 +344,26 @@ def test_a_mesh_that_does_not_divide_the_experts_is_one_line() -> None:
         optimizer="adamw",
     )
     assert plan_check(fine, None)[0] is None
+
+
+# Append to tests/test_moe_reports.py once h43-mfu-wiring.diff is applied
+# (it fails before: StepMemoryReport has no active_params).
+
+
+def test_the_step_report_counts_the_active_parameters() -> None:
+    """The report's own estimate: 6·N_active·tokens, named as such."""
+    b, t = 8, 32
+    report = step_memory_report(
+        "nnx_introspect.examples:moe_tiny",
+        "data=8",
+        jax.ShapeDtypeStruct((b, t), jnp.int32),
+        loss="lm",
+        optimizer="adamw",
+        topology="v5e-8",
+    )
+    assert report.active_params == N_ACTIVE
+    assert report.roofline is not None
+    assert report.roofline.model_flops == 6 * N_ACTIVE * b * t
+    assert report.roofline.mfu_basis.startswith(
+        "6·N_active·tokens, N_active = 140,608 of 214,336 parameters"
+    )

@@ -11,7 +11,7 @@ import re
 from collections.abc import Sequence
 
 from nnx_introspect._breakdown.report import Breakdown
-from nnx_introspect._breakdown.rows import KINDS
+from nnx_introspect._breakdown.rows import EXPERT_KINDS, KINDS
 from nnx_introspect._render import format_bytes, svg, table_html
 
 __all__ = [
@@ -44,6 +44,8 @@ _COLOURS = dict(
         ),
         strict=True,
     )
+) | dict(
+    zip(EXPERT_KINDS, ("#bc4c00", "#8a4600"), strict=True)  # dispatch, combine
 )
 
 

@@ -18,7 +18,7 @@ from nnx_introspect._render import batch_str, format_bytes
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.measured import Measured
 from nnx_introspect._step.report import StepMemoryReport
-from nnx_introspect._step.step_estimate import batch_tokens
+from nnx_introspect._step.step_estimate import active_params, batch_tokens
 from nnx_introspect._step.step_records import (
     StepBudget,
     StepCompilation,
@@ -110,6 +110,7 @@ def assemble_report(
         lora=request.lora,
         target=request.target_name,
         tokens_per_step=request.tokens_per_step,
+        active_params=active_params(request.model, plan),
         measured=None
         if readings.measured is None
         else Measured.from_run(

@@ -186,6 +186,10 @@ class StepMemoryReport(Report):
             one (shown on the HTML page).
         tokens_per_step: The tokens per step given for the MFU
             (``tokens_per_step=``), or ``None``: the batch's.
+        active_params: For a mixture of experts, the plan's parameters one
+            token uses (each router's ``top_k`` of its experts: the ``N`` of
+            the MFU's ``6·N_active·tokens``); ``None`` for a model without
+            routed experts.
         measured: The step run on this process's devices (``measure=``):
             times, tokens per second, MFU and the allocator's figures, or
             ``None``.
@@ -244,6 +248,7 @@ class StepMemoryReport(Report):
     target: str | None = None
     tokens_per_step: int | None = None
     measured: Measured | None = None
+    active_params: int | None = None
     roofline: Roofline | None = dataclasses.field(
         init=False, default=None, compare=False
     )
@@ -260,6 +265,7 @@ class StepMemoryReport(Report):
             batch=self.batch,
             network_bytes_per_second=self.network_bytes_per_second,
             tokens_per_step=self.tokens_per_step,
+            active_params=self.active_params,
         )
         object.__setattr__(self, "roofline", estimate)
         if self.measured is not None and estimate is not None:

@@ -94,9 +94,14 @@ def complete_meshes(
     try:
         named = named_axes(args.target, rules=rules, logical_rules=logical)
         own = named_axes(args.target) if rules or logical else named
+        # a mixture of experts may name `ep` (its experts split over it), and
+        # need not: checked as named, never added to a mesh that leaves it out
+        usable = named_axes(
+            args.target, rules=rules, logical_rules=logical, experts=True
+        )
     except (TypeError, ValueError, ImportError) as error:
         raise usage_error(error, args) from error
-    check_axes_named(meshes, named)
+    check_axes_named(meshes, usable)
     # Only the model's own axes: one only --rules names is the rules' mistake.
     named = tuple(axis for axis in named if axis in own)
     completed = []
