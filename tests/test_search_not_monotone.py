@@ -52,19 +52,34 @@ def _named_above(found: Any) -> list[int]:
     return sorted(p.size for p in found.tried if p.size > found.most and p.fits)
 
 
+WIDTHS = ("60", "80", "200")
+"""Terminal widths the text is read at: ``str(report)`` wraps at the terminal's
+(``COLUMNS``), so a phrase may break across lines at one and not another."""
+
+
+def _texts(found: Any) -> list[str]:
+    """``str(found)`` at each of :data:`WIDTHS`, its line breaks read as spaces."""
+    texts = []
+    with pytest.MonkeyPatch.context() as patch:
+        for width in WIDTHS:
+            patch.setenv("COLUMNS", width)
+            texts.append(" ".join(str(found).split()))
+    return texts
+
+
 def _check_named(found: Any) -> None:
     """Each fitting size above the answer is in ``also_fits``, the verdict, the table."""
     above = _named_above(found)
     assert above and list(found.also_fits) == above
     assert all(f"{s:,}" in found.verdict for s in above)
     assert "not monotone" in found.verdict
-    text = str(found)
-    assert all(f"{s:,}" in text for s in above)
     data = json.loads(found.to_json())
     assert data["most"] == found.most and data["also_fits"] == above
     crossing = [j for j in found.jumps if j.crosses]
     assert crossing and all(j.lower_peak and j.higher_peak for j in crossing[:1])
-    assert f"peaks at `{crossing[0].lower_peak.instruction}`" in text
+    for text in _texts(found):
+        assert all(f"{s:,}" in text for s in above)
+        assert f"peaks at `{crossing[0].lower_peak.instruction}`" in text
 
 
 # --- max_batch: a layer whose wide path is skipped at multiples of 40 ---------------
@@ -236,7 +251,7 @@ def test_the_serving_search_on_the_h100_figures(
     assert (jump.lower.size, jump.higher.size) == (1259, 1320)
     assert asked == [(1259, "decode"), (1320, "decode")]
     assert jump.lower.temp_bytes - jump.higher.temp_bytes == BIG - SMALL  # type: ignore[operator]
-    assert "at 1,259 decode peaks at `fusion.21`" in str(found)
+    assert all("at 1,259 decode peaks at `fusion.21`" in t for t in _texts(found))
     # the frontier passes between the answer and its edge, not past the probes
     frontier = found.frontier
     assert frontier is not None and 1258 * 8192 <= frontier.product < 1259 * 8192
@@ -269,12 +284,6 @@ def _rl_report(batch: int, **more: Any) -> Any:
     )
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="known bug at the stop of 2026-12-06: rl_max_batch's verdict names "
-    "a jump that does not cross the budget (7 under 5) instead of explaining the "
-    "crossing one (6 under 5) with its peak instruction",
-)
 def test_the_rl_search_through_its_compile_seam(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
@@ -289,7 +298,7 @@ def test_the_rl_search_through_its_compile_seam(
         "m", "data=2", generations=2, prompt=8, completion=8, max_device_bytes=125
     )
     # 1, 2 fit (100, 110 B); 4 does not (130); 3 fits (120); the probes 5, 6, 7:
-    # 6 and 7 fit (125 and 135 - 25), 5 does not
+    # 6 fits (150 - 25 = 125), 5 and 7 do not (140, 160 - 25 = 135)
     assert (found.most, found.edge_size, found.also_fits) == (3, 4, (6,))
     assert found.batch == found.most and found.answer is not None
     assert found.answer.peak_bytes == 120 and found.edge.peak_bytes == 130  # type: ignore[union-attr]
@@ -301,9 +310,25 @@ def test_the_rl_search_through_its_compile_seam(
     )
     assert found.probed == (5, 6, 7)
     _check_named(found)
-    # the crossing jump (5 over, 6 under) compiled again with breakdowns
+    # two jumps: 6 under 5 crosses the budget, 7 under 5 does not (7 is over it)
+    pairs = [(j.lower.size, j.higher.size, j.crosses) for j in found.jumps]
+    assert pairs == [(5, 6, True), (5, 7, False)]
+    # the crossing jump alone compiled again with breakdowns, and explained
     assert calls[-2:] == [(5, True), (6, True)]
     assert [b for b, again in calls if not again] == [1, 2, 4, 3, 5, 6, 7]
+    crossing, other = found.jumps
+    assert crossing.lower_peak == PeakAt("fusion.5", "loss.py:7", 70)
+    assert crossing.higher_peak == PeakAt("fusion.6", "loss.py:7", 62)
+    assert other.lower_peak is None and other.higher_peak is None
+    for text in _texts(found):  # the crossing jump's note first, with both peaks
+        assert (
+            "Batch 6 needs less than 5: its peak (train) is 125 B against 140 B, "
+            "with 62 B of temporaries against 70 B; XLA compiled another program: "
+            "at 5 train peaks at `fusion.5` (largest temporary loss.py:7, 70 B), at "
+            "6 at `fusion.6` (largest temporary loss.py:7, 62 B). Batch 7 needs less "
+            "than 5: its peak (train) is 135 B against 140 B, with 67 B of "
+            "temporaries against 70 B."
+        ) in text
 
 
 # --- one record and one name across the searches ----------------------------------

@@ -50,6 +50,7 @@ __all__ = [
     "jump_notes",
     "peak_at",
     "probe_sizes",
+    "sizes_words",
 ]
 
 PROBES = 3
@@ -359,13 +360,20 @@ def answer_words(
         if edge is not None:
             text += f", {edge:,} does not"
     if also:
-        sizes = [f"{s:,}" for s in also]
-        named = sizes[0] if len(sizes) == 1 else ", ".join(sizes[:-1])
-        if len(sizes) > 1:
-            named += f" and {sizes[-1]}"
-        verb = "fit" if len(sizes) > 1 else "fits"
+        named, verb = sizes_words(also), "fit" if len(also) > 1 else "fits"
         text += f"; {named} {verb}" if answer == 0 else f"; {named} also {verb}"
     return text
+
+
+def sizes_words(sizes: Sequence[int]) -> str:
+    """Sizes in words: ``"6"``, ``"6 and 8"``, ``"1,320, 1,383 and 1,572"``.
+
+    Example:
+        >>> sizes_words([6]), sizes_words([6, 8]), sizes_words([1320, 1383, 1572])
+        ('6', '6 and 8', '1,320, 1,383 and 1,572')
+    """
+    text = [f"{s:,}" for s in sizes]
+    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + f" and {text[-1]}"
 
 
 def jump_notes(

@@ -34,6 +34,7 @@ from nnx_introspect._size_search import (
     jump_notes,
     peak_at,
     probe_sizes,
+    sizes_words,
 )
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
@@ -138,8 +139,9 @@ fit (120 B, set by train)')
             peak, phase = format_bytes(by[above].peak_bytes), by[above].program
             edge = f"; {above} does not fit ({peak}, set by {phase})"
         if also:
-            edge += f"; {_named(also)} {'fit' if len(also) > 1 else 'fits'}, above it"
-            edge += ": the peak is not monotone in the batch"
+            verb = "fit" if len(also) > 1 else "fits"
+            edge += f"; {sizes_words(also)} {verb}, above it: the peak is not "
+            edge += "monotone in the batch"
         if not self.ok:
             return (
                 f"No batch fits: even {self.unit} prompts x {self.generations} "
@@ -239,12 +241,6 @@ fit (120 B, set by train)')
             "tried": [p.json_data() for p in self.tried],
             "jumps": [j.json_data() for j in self.jumps],
         }
-
-
-def _named(sizes: tuple[int, ...]) -> str:
-    """``"6"``, ``"6 and 8"``, ``"6, 7 and 8"``."""
-    text = [f"{s:,}" for s in sizes]
-    return text[0] if len(text) == 1 else ", ".join(text[:-1]) + f" and {text[-1]}"
 
 
 def _unit(mesh: Any, generations: int) -> int:
