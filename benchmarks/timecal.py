@@ -728,8 +728,20 @@ def run_case(
             }[kind]
         else:
             run = {"step": _step, "serve": _serve, "rl": _rl}[kind]
-        report = run(args, topology, measure)
+        if os.environ.get("TIMECAL_PROFILE") and topology is None:
+            import tempfile
+
+            from benchmarks import timecal_profile
+
+            trace_dir = tempfile.mkdtemp(prefix="timecal-trace-")
+            with jax.profiler.trace(trace_dir):
+                report = run(args, topology, measure)
+            profile: dict[str, Any] | None = timecal_profile.summarize(trace_dir)
+        else:
+            report, profile = run(args, topology, measure), None
         out = calibrate._figures(report)
+        if profile is not None:
+            out["profile"] = profile
         try:
             for row, seconds in _compile_seconds(report).items():
                 out["programs"][row]["compile_seconds"] = seconds

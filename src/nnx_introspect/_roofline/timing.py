@@ -51,7 +51,7 @@ class TimeConstants:
     """The rates a device kind's programs run at: the time model's constants.
 
     Attributes:
-        version: The constants' name and version (``"tpu-v5e/2"``): a report
+        version: The constants' name and version (``"tpu-v5e/3"``): a report
             names it, and a new fit gets a new one.
         calibrated: Whether a chip of this kind was measured to fit them.
         matmul_fraction: The share of the dtype's dense data-sheet peak a
@@ -76,6 +76,9 @@ class TimeConstants:
             ``"uncosted"``); ``None``: timed as any other.
         async_share: The share of asynchronous copies' HBM time not hidden by
             the instructions around them.
+        update_fraction: The share of the data-sheet HBM bandwidth at which
+            an unfused in-place update (kind ``"update"``) moves the tiles it
+            touches.
         error: The error bar: on the half of the chip table the fit never
             saw, 9 in 10 programs ran within this fraction of their estimate;
             ``None`` when uncalibrated.
@@ -97,6 +100,7 @@ class TimeConstants:
     floor_seconds: float = 0.0
     program_seconds: float = 0.0
     cycles_cap: float | None = None
+    update_fraction: float = 1.0
     programs: int = 0
     held_out: int = 0
     source: str = ""
@@ -106,7 +110,7 @@ class TimeConstants:
 
         Example:
             >>> CONSTANTS["v5e"].json_data()["version"]
-            'tpu-v5e/2'
+            'tpu-v5e/3'
         """
         return dataclasses.asdict(self)
 
@@ -127,23 +131,25 @@ DATA_SHEET = TimeConstants(
 
 CONSTANTS: dict[str, TimeConstants] = {
     "v5e": TimeConstants(
-        version="tpu-v5e/2",
+        version="tpu-v5e/3",
         calibrated=True,
         matmul_fraction=1.0,
         vector_flops_per_second=None,
-        hbm_fraction=0.8055,
-        seconds_per_cycle=8.092e-10,
-        launch_seconds=1.444e-06,
+        hbm_fraction=0.823,
+        seconds_per_cycle=5.842e-10,
+        launch_seconds=1.25e-06,
         async_share=0.0,
-        error=0.13,
-        uncosted_flops_per_second=1.062e10,
-        program_seconds=1.271e-03,
-        cycles_cap=1.004,
-        programs=32,
-        held_out=31,
+        error=0.15,
+        uncosted_flops_per_second=9.866e09,
+        program_seconds=1.239e-03,
+        cycles_cap=1.215,
+        update_fraction=0.2897,
+        programs=51,
+        held_out=49,
         source=(
-            "benchmarks/timefit.py fit benchmarks/timecal-table.json (TPU v5e, "
-            "libtpu 0.0.42.1; docs/accuracy.md)"
+            "benchmarks/timefit.py fit benchmarks/timecal-table.json "
+            "benchmarks/timecal-unseen.json benchmarks/timecal-unseen2.json "
+            "(TPU v5e, libtpu 0.0.42.1; docs/accuracy.md)"
         ),
     ),
 }
@@ -311,6 +317,11 @@ def program_time(
         launch += op.count * c.launch_seconds
         if op.kind == "loop":
             continue
+        if op.kind == "update":
+            # whole tiles read and written, at the updates' own rate
+            update = op.hbm_bytes / (c.update_fraction * hardware.hbm_bytes_per_second)
+            terms["memory"] += op.count * update
+            continue
         # where XLA:TPU states its cycles, they are its matrix unit's time:
         # FLOPs at a fraction of the peak only time what it did not cost
         cycled = c.seconds_per_cycle is not None and op.cycles is not None
@@ -321,7 +332,8 @@ def program_time(
         )
         if c.cycles_cap is not None and cycles:
             roof = max(
-                op.matmul_flops / peak, op.hbm_bytes / hardware.hbm_bytes_per_second
+                op.matmul_flops / peak,
+                op.hbm_bytes / hardware.hbm_bytes_per_second,
             )
             if roof > 0:
                 cycles = min(cycles, c.cycles_cap * roof)

@@ -53,6 +53,7 @@ __all__ = [
     "bytes_moved",
     "executed",
     "hbm_bytes_of",
+    "moves_nothing",
     "program_traffic",
     "traffic_json",
 ]
@@ -153,7 +154,9 @@ _NOTHING: Final = frozenset(
 """Opcodes that move no bytes of their own: views, bookkeeping, and the second
 halves of asynchronous pairs (their first half is counted)."""
 
-_NO_OP_CALLS: Final = frozenset({"ConcatBitcast", "AllocateBuffer", "Sharding"})
+_NO_OP_CALLS: Final = frozenset(
+    {"ConcatBitcast", "AllocateBuffer", "Sharding", "AssumeGatherIndicesInBound"}
+)
 """Custom calls that name existing bytes or reserve a buffer, moving none."""
 
 _IN_PLACE: Final = frozenset({"dynamic-update-slice", "scatter"})
@@ -251,6 +254,7 @@ def _moved(
         if target in _NO_OP_CALLS:
             return 0, 0
     update = _in_place_update(module, inst)
+    updated = _tuple_updates(module, inst) if update is None else {}
     reads: list[int | None] = [None] * len(inst.operands)
     if op == "fusion":
         reads = _fused_reads(module, inst)
@@ -258,13 +262,59 @@ def _moved(
     for number, name in enumerate(inst.operands):
         if update is not None and update is inst and number == 0:
             continue  # the buffer updated in place
+        if number in {parameter for parameter, _ in updated.values()}:
+            continue  # a buffer one of the fusion's outputs updates in place
         whole = size(_shape_of(module, name))
         part = reads[number]
         read += whole if part is None else min(part, whole)
     if update is not None:
         written = _update_bytes(module, update) if size(inst.shape) else 0
         return read, written
+    if updated:
+        written = 0
+        for at, element in enumerate(tuple_elements(inst.shape)):
+            found = updated.get(at)
+            if found is None:
+                written += size(element)
+            elif size(element):
+                written += _update_bytes(module, found[1])
+        return read, written
     return read, size(inst.shape)
+
+
+def _tuple_updates(
+    module: Module, inst: Instruction
+) -> dict[int, tuple[int, Instruction]]:
+    """A multi-output fusion's outputs that update a parameter's buffer in place.
+
+    ``{output index: (parameter number, the update)}``: XLA:TPU fuses a
+    serving step's writes of the new keys and values into one fusion whose
+    root is a tuple of ``dynamic-update-slice`` s, each aliasing its buffer
+    (a v5e chip ran one in the time of its update's bytes, not the cache's).
+    """
+    if inst.opcode != "fusion":
+        return {}
+    called = called_computations(inst)
+    root = module.root(called[0]) if called else None
+    if root is None or root.opcode != "tuple":
+        return {}
+    out = {}
+    for at, name in enumerate(root.operands):
+        element = module.instructions.get(name)
+        while (
+            element is not None
+            and element.opcode in ("bitcast", "reshape")
+            and element.operands
+        ):
+            element = module.instructions.get(element.operands[0])
+        if element is None or element.opcode not in _IN_PLACE or not element.operands:
+            continue
+        buffer = module.instructions.get(element.operands[0])
+        if buffer is not None and buffer.opcode == "parameter":
+            number = buffer.text.split("parameter(")[-1].split(")")[0]
+            if number.isdigit():
+                out[at] = (int(number), element)
+    return out
 
 
 def bytes_moved(
@@ -276,6 +326,23 @@ def bytes_moved(
     for those in HBM), by the rules of this module's text.
     """
     return _moved(module, inst, size)
+
+
+def moves_nothing(inst: Instruction) -> bool:
+    """Whether ``inst`` is a custom call that names existing bytes, running nothing.
+
+    XLA:TPU's ``ConcatBitcast`` (a concatenation laid out in place) and the
+    like appear in the program but run no work: a v5e chip's profile shows
+    them taking no time.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo.instructions import instruction
+        >>> moves_nothing(instruction(
+        ...     '%c = f32[4]{0} custom-call(%a), custom_call_target="ConcatBitcast"'))
+        True
+    """
+    target = inst.attributes.get("custom_call_target", "").strip('"')
+    return inst.opcode == "custom-call" and target in _NO_OP_CALLS
 
 
 def hbm_bytes_of(shape: str) -> int:
