@@ -22,7 +22,9 @@ def summarize(trace_dir: str) -> dict[str, Any]:
     """Per device plane: modules and instructions, with runs and total ns."""
     from jax.profiler import ProfileData
 
-    files = sorted(glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True))
+    files = sorted(
+        glob.glob(os.path.join(trace_dir, "**", "*.xplane.pb"), recursive=True)
+    )
     out: dict[str, Any] = {"files": files, "planes": {}}
     for path in files:
         data = ProfileData.from_file(path)

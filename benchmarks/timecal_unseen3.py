@@ -69,10 +69,18 @@ UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
         U + "llama_d896_l8", (16, 512), microbatches=2
     ),
     "unseen3 serve d512 L8 MHA 64x2048 prompt 128 by 16": _serve(
-        U + "llama_d512_l8", sequences=64, context=2048, prompt=128, prefill_sequences=16
+        U + "llama_d512_l8",
+        sequences=64,
+        context=2048,
+        prompt=128,
+        prefill_sequences=16,
     ),
     "unseen3 serve d1280 L4 GQA5 24x4096 prompt 512 by 4": _serve(
-        U + "llama_d1280_l4", sequences=24, context=4096, prompt=512, prefill_sequences=4
+        U + "llama_d1280_l4",
+        sequences=24,
+        context=4096,
+        prompt=512,
+        prefill_sequences=4,
     ),
     "unseen3 serve d896 L8 GQA7 96x1024 prompt 64 by 24": _serve(
         U + "llama_d896_l8", sequences=96, context=1024, prompt=64, prefill_sequences=24

@@ -6,18 +6,22 @@
   program's work (:func:`nnx_introspect._xla.program_work` of its optimized
   HLO) into one table, each row with its family and its half.
 
-``python benchmarks/timefit.py fit TABLE.json``
-  fits every variant of the model (which constants are free) on the
-  calibration half (least squares of ``log(estimate / measured)``), prints
-  each variant's error on both halves (and in 4-fold cross-validation inside
-  the calibration half, which picks the variant), and the chosen constants
-  as the Python of :data:`nnx_introspect._roofline.timing.CONSTANTS`.
+``python benchmarks/timefit.py fit TABLE.json...``
+  pools the tables' programs and splits them in two halves (each family's
+  programs, sorted by name, alternate), fits every variant of the model
+  (which constants are free) on the calibration half (least squares of
+  ``log(estimate / measured)``), prints each variant's error on both halves
+  (and in 4-fold cross-validation inside the calibration half, which picks
+  the variant), and the chosen constants as the Python of
+  :data:`nnx_introspect._roofline.timing.CONSTANTS`.
 
-``python benchmarks/timefit.py report TABLE.json UNSEEN.json [OUT.json]``
+``python benchmarks/timefit.py report OUT.json TABLE.json... [--blind=BLIND.json]``
   the accuracy page's tables: per program its measured time, the new
   estimate (the library's own :func:`~nnx_introspect._roofline.timing.program_time`
-  with the constants it ships), the old range and its half; per family and
-  half the median, worst and mean signed error, the old roofline's beside.
+  with the constants it ships), the old range and its half (the blind
+  programs, run after the constants were fixed, are a half of their own);
+  per family and half the median, worst and mean signed error, the old
+  roofline's beside.
 
 Run from the repository root as ``PYTHONPATH=src:. python benchmarks/timefit.py``.
 """
@@ -172,6 +176,13 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "+ launch + cycles + program": (*BASE, "cycles", "program"),
     "+ launch + cycles + async + program": (*BASE, "cycles", "async", "program"),
     "+ launch + cycles + cap + program": (*BASE, "cycles", "cap", "program"),
+    "+ launch + cycles + cap + program + update": (
+        *BASE,
+        "cycles",
+        "cap",
+        "program",
+        "update",
+    ),
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
 
@@ -186,6 +197,7 @@ START = {
     "floor": 3e-6,
     "program": 3e-4,
     "cap": 2.0,
+    "update": 0.3,
 }
 
 
@@ -204,6 +216,7 @@ def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeCon
         floor_seconds=float(values.get("floor", 0.0)),
         program_seconds=float(values.get("program", 0.0)),
         cycles_cap=float(values["cap"]) if "cap" in values else None,
+        update_fraction=min(1.0, float(values.get("update", 1.0))),
         uncosted_flops_per_second=float(values["uncosted"])
         if "uncosted" in values
         else None,
@@ -270,8 +283,23 @@ def cross_validated(rows: list[dict[str, Any]], free: tuple[str, ...]) -> list[f
     return out
 
 
-def run_fit(path: str) -> None:
-    rows = json.loads(Path(path).read_text())
+def pooled(paths: list[str]) -> list[dict[str, Any]]:
+    """Every program of the tables at ``paths``, split in two halves.
+
+    Each family's programs, sorted by name, alternate between the calibration
+    half and the held-out half (:func:`_split`), whichever table they came
+    from; each row keeps its table's name as its ``set``.
+    """
+    rows: list[dict[str, Any]] = []
+    for path in paths:
+        for row in json.loads(Path(path).read_text()):
+            rows.append(row | {"set": Path(path).stem.removeprefix("timecal-")})
+    _split(rows)
+    return rows
+
+
+def run_fit(paths: list[str]) -> None:
+    rows = pooled(paths)
     cal = [r for r in rows if r["half"] == "calibration"]
     held = [r for r in rows if r["half"] == "held-out"]
     print(f"{len(rows)} programs: {len(cal)} calibration, {len(held)} held out")
@@ -296,11 +324,11 @@ def run_fit(path: str) -> None:
     print(f"held-out 90th percentile |error|: {p90:.1%}")
     final = dataclasses.replace(
         c,
-        version="tpu-v5e/2",
+        version="tpu-v5e/3",
         error=round(p90, 2),
         programs=len(cal),
         held_out=len(held),
-        source="benchmarks/timefit.py fit benchmarks/timecal-table.json",
+        source="benchmarks/timefit.py fit " + " ".join(paths),
     )
     print(repr(final))
 
@@ -345,7 +373,7 @@ def accuracy(rows: list[dict[str, Any]], c: TimeConstants) -> dict[str, Any]:
         row["error"] = row["measured"] / row["estimate"] - 1
         row["old_error"] = _old_error(row)
     groups: dict[str, dict[str, Any]] = {}
-    for half in ("calibration", "held-out", "unseen", "later"):
+    for half in HALVES:
         for kind in (*KINDS, "all"):
             members = [
                 r
@@ -373,19 +401,21 @@ def _percent(value: float | None) -> str:
     return "-" if value is None else f"{value:.0%}"
 
 
-def report(path: str, unseen: str, out: str | None, later: str | None = None) -> None:
+HALVES = ("calibration", "held-out", "blind")
+"""The calibration half, the held-out half, and the programs run after the
+constants were fixed (``timecal_unseen3.py``), never looked at before."""
+
+
+def report(out: str, paths: list[str], blind: str | None = None) -> None:
     """The accuracy page's tables, from the tables and the shipped constants.
 
-    ``unseen``'s programs (``timecal_unseen.py``) are a half of their own, and
-    ``later``'s (``timecal_unseen2.py``: run after the constants were fixed)
-    another, ``"later"``.
+    The programs of ``paths`` are split as the fit split them
+    (:func:`pooled`); ``blind``'s are a half of their own, ``"blind"``.
     """
-    rows = json.loads(Path(path).read_text())
-    for row in json.loads(Path(unseen).read_text()):
-        rows.append(row | {"half": "unseen"})
-    if later is not None:
-        for row in json.loads(Path(later).read_text()):
-            rows.append(row | {"half": "later"})
+    rows = pooled(paths)
+    if blind is not None:
+        for row in json.loads(Path(blind).read_text()):
+            rows.append(row | {"half": "blind", "set": "unseen3"})
     c = CONSTANTS["v5e"]
     found = accuracy(rows, c)
     lines = [
@@ -410,10 +440,9 @@ def report(path: str, unseen: str, out: str | None, later: str | None = None) ->
         "| old range | measured / old range |",
         "|" + " --- |" * 8,
     ]
-    halves = ("calibration", "held-out", "unseen", "later")
     for r in sorted(
         rows,
-        key=lambda r: (halves.index(r["half"]), KINDS.index(r["family"]), r["name"]),
+        key=lambda r: (HALVES.index(r["half"]), KINDS.index(r["family"]), r["name"]),
     ):
         old = r.get("old")
         span = (
@@ -438,7 +467,18 @@ def report(path: str, unseen: str, out: str | None, later: str | None = None) ->
     print("\n".join(lines))
     if out:
         slim = [
-            {k: r[k] for k in ("name", "family", "half", "measured", "estimate", "old")}
+            {
+                k: r[k]
+                for k in (
+                    "name",
+                    "family",
+                    "half",
+                    "set",
+                    "measured",
+                    "estimate",
+                    "old",
+                )
+            }
             | {"work": r["work"], "matmul_dtype": r["matmul_dtype"]}
             for r in found["rows"]
         ]
@@ -454,14 +494,13 @@ def main() -> None:
     if command == "table":
         table(sys.argv[2], sys.argv[3:])
     elif command == "fit":
-        run_fit(sys.argv[2])
+        run_fit(sys.argv[2:])
     elif command == "report":
-        report(
-            sys.argv[2],
-            sys.argv[3],
-            sys.argv[4] if len(sys.argv) > 4 else None,
-            sys.argv[5] if len(sys.argv) > 5 else None,
-        )
+        blind = [
+            a.removeprefix("--blind=") for a in sys.argv if a.startswith("--blind=")
+        ]
+        paths = [a for a in sys.argv[3:] if not a.startswith("--blind=")]
+        report(sys.argv[2], paths, blind[0] if blind else None)
     else:
         raise SystemExit(__doc__)
 

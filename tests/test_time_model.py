@@ -251,3 +251,132 @@ def test_the_shipped_constants_are_physical() -> None:
     assert c.launch_seconds >= 0 and c.program_seconds >= 0
     assert c.seconds_per_cycle is None or 0 < c.seconds_per_cycle < 1e-8
     assert math.isfinite(c.error or 0.0)
+
+
+# A decode step's write of one position into a cache whose sequence is its
+# minor-most dimension, as XLA:TPU laid out the example's d384 cache
+# (bf16[128,1024,6,64]{1,3,2,0:T(8,128)(2,1)}); on the chip it took 144 us.
+_UPDATE = """HloModule jit_decode
+
+ENTRY %main (c: bf16[128,1024,6,64], u: bf16[128,1,6,64], i: s32[]) -> bf16[128,1024,6,64] {
+  %c = bf16[128,1024,6,64]{1,3,2,0:T(8,128)(2,1)} parameter(0)
+  %u = bf16[128,1,6,64]{1,3,2,0:T(8,128)(2,1)} parameter(1)
+  %i = s32[] parameter(2)
+  %z = s32[] constant(0)
+  ROOT %d = bf16[128,1024,6,64]{1,3,2,0:T(8,128)(2,1)} dynamic-update-slice(%c, %u, %z, %i, %z, %z)
+}
+"""
+
+
+def test_an_unfused_update_moves_the_whole_tiles_it_touches() -> None:
+    work = program_work(parse_module(_UPDATE))
+    (op,) = work.ops
+    assert op.kind == "update"
+    # each of the 128 x 6 x (64 / 16) rows of 16 x 128 tiles has one tile
+    # touched at the new position: 3,072 tiles of 4,096 B, read and written
+    assert op.hbm_bytes == 2 * (128 * 6 * (64 // 16)) * (16 * 128 * 2)
+    c = CONSTANTS["v5e"]
+    v5e = hardware_for("v5e-1")
+    t = program_time(work, v5e, constants=c)
+    rate = c.update_fraction * v5e.hbm_bytes_per_second
+    assert t.memory_seconds == pytest.approx(op.hbm_bytes / rate)
+    # the same update laid out with the head dimension minor-most touches
+    # 128 x 6 tiles (one per sequence and head, its 128 lanes whole)
+    minor = _UPDATE.replace("{1,3,2,0:T(8,128)(2,1)}", "{3,1,2,0:T(8,128)(2,1)}")
+    (op,) = program_work(parse_module(minor)).ops
+    assert op.hbm_bytes == 2 * 128 * 6 * (16 * 128 * 2)
+
+
+_TWO_UPDATES = """HloModule jit_prefill
+
+%fused (p0: bf16[32,1024,8,128], p1: bf16[8,256,8,128], p2: s32[], p3: bf16[8,1024,8,128]) -> (bf16[32,1024,8,128], bf16[8,1024,8,128]) {
+  %p0 = bf16[32,1024,8,128]{3,2,1,0} parameter(0)
+  %p1 = bf16[8,256,8,128]{3,2,1,0} parameter(1)
+  %p2 = s32[] parameter(2)
+  %p3 = bf16[8,1024,8,128]{3,2,1,0} parameter(3)
+  %z = s32[] constant(0)
+  %a = bf16[32,1024,8,128]{3,2,1,0} dynamic-update-slice(%p0, %p1, %p2, %z, %z, %z)
+  %b = bf16[8,1024,8,128]{3,2,1,0} dynamic-update-slice(%p3, %p1, %z, %z, %z, %z)
+  ROOT %t = (bf16[32,1024,8,128]{3,2,1,0}, bf16[8,1024,8,128]{3,2,1,0}) tuple(%a, %b)
+}
+
+ENTRY %main (c: bf16[32,1024,8,128], u: bf16[8,256,8,128], i: s32[], s: bf16[8,1024,8,128]) -> (bf16[32,1024,8,128], bf16[8,1024,8,128]) {
+  %c = bf16[32,1024,8,128]{3,2,1,0} parameter(0)
+  %u = bf16[8,256,8,128]{3,2,1,0} parameter(1)
+  %i = s32[] parameter(2)
+  %s = bf16[8,1024,8,128]{3,2,1,0} parameter(3)
+  ROOT %f = (bf16[32,1024,8,128]{3,2,1,0}, bf16[8,1024,8,128]{3,2,1,0}) fusion(%c, %u, %i, %s), kind=kLoop, calls=%fused
+}
+"""
+
+
+def test_a_fusion_writing_two_caches_in_place_moves_its_updates_only() -> None:
+    (op,) = program_work(parse_module(_TWO_UPDATES)).ops
+    update = 8 * 256 * 8 * 128 * 2  # 4 MiB of new keys
+    # reads the update and the index; writes the update into each cache
+    assert op.hbm_bytes == update + 4 + 2 * update
+
+
+def test_a_concat_bitcast_runs_nothing() -> None:
+    text = """HloModule jit_h
+
+ENTRY %main (a: f32[4,128]) -> f32[8,128] {
+  %a = f32[4,128]{1,0} parameter(0)
+  ROOT %c = f32[8,128]{1,0} custom-call(%a, %a), custom_call_target="ConcatBitcast", backend_config={"window_config":{"estimated_cycles":"1826"}}
+}
+"""
+    assert program_work(parse_module(text)).ops == ()
+
+
+# The weight gradient of a ragged dot (16 groups of 16,384 rows) as XLA:TPU
+# wrote it for the example MoE's step: no ragged_dot name, its operands
+# selected into their groups by a mask.
+_MASKED = """HloModule jit_train
+
+%sel_a (a: bf16[16384,1024], m: pred[16,16384]) -> bf16[16,16384,1024] {
+  %a = bf16[16384,1024]{1,0} parameter(0)
+  %m = pred[16,16384]{1,0} parameter(1)
+  %mb = pred[16,16384,1024]{2,1,0} broadcast(%m), dimensions={0,1}
+  %ab = bf16[16,16384,1024]{2,1,0} broadcast(%a), dimensions={1,2}
+  %z = bf16[] constant(0)
+  %zb = bf16[16,16384,1024]{2,1,0} broadcast(%z), dimensions={}
+  ROOT %s = bf16[16,16384,1024]{2,1,0} select(%mb, %ab, %zb)
+}
+
+%sel_b (b: bf16[16384,1024], n: pred[16,16384]) -> bf16[16,16384,1024] {
+  %b = bf16[16384,1024]{1,0} parameter(0)
+  %n = pred[16,16384]{1,0} parameter(1)
+  %nb = pred[16,16384,1024]{2,1,0} broadcast(%n), dimensions={0,1}
+  %bb = bf16[16,16384,1024]{2,1,0} broadcast(%b), dimensions={1,2}
+  %y = bf16[] constant(0)
+  %yb = bf16[16,16384,1024]{2,1,0} broadcast(%y), dimensions={}
+  ROOT %t = bf16[16,16384,1024]{2,1,0} select(%nb, %bb, %yb)
+}
+
+%grad (x: bf16[16384,1024], w: bf16[16384,1024], m: pred[16,16384]) -> bf16[16,1024,1024] {
+  %x = bf16[16384,1024]{1,0} parameter(0)
+  %w = bf16[16384,1024]{1,0} parameter(1)
+  %m = pred[16,16384]{1,0} parameter(2)
+  %fa = bf16[16,16384,1024]{2,1,0} fusion(%x, %m), kind=kLoop, calls=%sel_a
+  %fb = bf16[16,16384,1024]{2,1,0} fusion(%w, %m), kind=kLoop, calls=%sel_b
+  ROOT %c = bf16[16,1024,1024]{2,1,0} convolution(%fa, %fb), window={size=16 stride=15 lhs_dilate=16}, dim_labels=0fb_0io->0bf
+}
+
+ENTRY %main (x: bf16[16384,1024], w: bf16[16384,1024], m: pred[16,16384]) -> bf16[16,1024,1024] {
+  %x = bf16[16384,1024]{1,0} parameter(0)
+  %w = bf16[16384,1024]{1,0} parameter(1)
+  %m = pred[16,16384]{1,0} parameter(2)
+  ROOT %g = bf16[16,1024,1024]{2,1,0} fusion(%x, %w, %m), kind=kOutput, calls=%grad
+}
+"""
+
+
+def test_a_masked_grouped_weight_gradient_counts_each_row_once() -> None:
+    (op,) = program_work(parse_module(_MASKED)).ops
+    # 16,384 rows, each in one group: 2 x 16,384 x 1,024 x 1,024 FLOPs, not
+    # the dense figure over all 16 groups
+    assert op.matmul_flops == 2 * 16384 * 1024 * 1024
+    plain = _MASKED.replace("select(%mb, %ab, %zb)", "add(%ab, %zb)")
+    plain = plain.replace("select(%nb, %bb, %yb)", "add(%bb, %yb)")
+    (dense,) = program_work(parse_module(plain)).ops
+    assert dense.matmul_flops == 16 * op.matmul_flops

@@ -211,8 +211,12 @@ def memory_space(shape: str) -> int:
     return int(space[1]) if space else 0
 
 
+_TILED: Final = re.compile(r"\{([\d,]*):T\((\d+),(\d+)\)(?:\((\d+),(\d+)\))?[^}]*\}")
+"""A tiled layout: minor-to-major order, the first tile, an optional second."""
+
+
 def touched_tile_bytes(shape: str, update: tuple[int, ...]) -> int | None:
-    """Bytes of the whole tiles of ``shape`` that an update of ``update``'s extent touches.
+    """Bytes of the whole tiles of ``shape`` an update of extent ``update`` touches.
 
     XLA:TPU stores an array in tiles (``T(8,128)``: 8 x 128 elements of the
     two minor-most dimensions of its layout; a second tile ``(2,1)`` packs
@@ -228,22 +232,31 @@ def touched_tile_bytes(shape: str, update: tuple[int, ...]) -> int | None:
         the sequence minor-most touches ``128 x 1 x 6 x 4`` tiles of 16 x 128
         bfloat16 (4 KiB): 12.6 MB, where its own elements are 98 KB.
 
-        >>> touched_tile_bytes("bf16[128,1024,6,64]{1,3,2,0:T(8,128)(2,1)}", (128, 1, 6, 64))
+        >>> cache = "bf16[128,1024,6,64]{1,3,2,0:T(8,128)(2,1)}"
+        >>> touched_tile_bytes(cache, (128, 1, 6, 64))
         12582912
-        >>> touched_tile_bytes("bf16[16,4096,1,128]{3,1,2,0:T(8,128)(2,1)}", (16, 1, 1, 128))
+        >>> mqa = "bf16[16,4096,1,128]{3,1,2,0:T(8,128)(2,1)}"
+        >>> touched_tile_bytes(mqa, (16, 1, 1, 128))
         65536
         >>> touched_tile_bytes("f32[8,16]{1,0}", (1, 16)) is None
         True
     """
     array = _ARRAY.match(COMMENT.sub("", shape).strip())
     layout = array[3] if array else None
-    found = re.fullmatch(r"\{([\d,]*):T\((\d+),(\d+)\)(?:\((\d+),(\d+)\))?[^}]*\}", layout or "")
+    found = re.fullmatch(
+        r"\{([\d,]*):T\((\d+),(\d+)\)(?:\((\d+),(\d+)\))?[^}]*\}", layout or ""
+    )
     if array is None or found is None:
         return None
     dtype, dims = parse_shape(array[0])
     bits = element_bits(dtype)
     order = [int(d) for d in found[1].split(",") if d]
-    if bits is None or len(dims) != len(update) or len(order) != len(dims) or len(dims) < 2:
+    if (
+        bits is None
+        or len(dims) != len(update)
+        or len(order) != len(dims)
+        or len(dims) < 2
+    ):
         return None
     rows, lanes = int(found[2]), int(found[3])
     if found[4] is not None:  # the second tile packs narrow elements into words

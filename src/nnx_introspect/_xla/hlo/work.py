@@ -360,7 +360,9 @@ def _masked(module: Module | None, inst: Instruction) -> bool:
             for i in module.computations.get(called, [])
         ]
         if not any(
-            i.opcode == "select" and i.operands and _shape(module, i.operands[0]).startswith("pred")
+            i.opcode == "select"
+            and i.operands
+            and _shape(module, i.operands[0]).startswith("pred")
             for i in body
         ):
             return False
