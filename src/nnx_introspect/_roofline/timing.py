@@ -224,15 +224,32 @@ class ProgramTime:
         return f"{_duration(self.seconds)} ({self.basis})"
 
     @property
-    def basis(self) -> str:
-        """How far to trust it: the error bar and what it was calibrated on."""
+    def constants_basis(self) -> str:
+        """The error bar and what it was calibrated on, collectives left out.
+
+        Example:
+            >>> from nnx_introspect._accelerators.hardware import hardware_for
+            >>> from nnx_introspect._xla import OpWork, Work
+            >>> work = Work((OpWork("matmul", 1e9, 0.0, 0, None, 1),))
+            >>> t = program_time(work, hardware_for("v5e-8"), comm_seconds=1e-3)
+            >>> t.constants_basis
+            '±15%, calibrated on TPU v5e from 51 programs, constants tpu-v5e/3'
+        """
         c = self.constants
         if not c.calibrated or c.error is None:
             return "uncalibrated: data-sheet peaks, no chip of this kind measured"
-        text = (
+        return (
             f"±{c.error:.0%}, calibrated on TPU {c.version.split('/')[0][4:]} "
             f"from {c.programs} programs, constants {c.version}"
         )
+
+    @property
+    def basis(self) -> str:
+        """How far to trust it: the error bar and what it was calibrated on."""
+        c = self.constants
+        text = self.constants_basis
+        if not c.calibrated or c.error is None:
+            return text
         if self.comm_seconds:
             text += (
                 f"; its {_duration(self.comm_seconds)} of collectives are "

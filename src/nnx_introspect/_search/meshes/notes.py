@@ -95,15 +95,13 @@ def comparison_notes(self: "MeshComparison") -> Iterator[str]:
     rooflines = self.rooflines()
     utilisation = utilisation_header(rooflines).removesuffix(" (est.)")
     if any(c.estimate is not None for c in self.candidates):
-        bases = and_words(
-            list(
-                dict.fromkeys(
-                    e.time.basis
-                    for e in rooflines
-                    if e is not None and e.time is not None
-                )
+        times = [e.time for e in rooflines if e is not None and e.time is not None]
+        bases = and_words(list(dict.fromkeys(t.constants_basis for t in times)))
+        if any(t.comm_seconds and t.constants.calibrated for t in times):
+            bases += (
+                "; each mesh's collectives are added uncalibrated (data-sheet "
+                "links, not overlapped)"
             )
-        )
         yield (
             f"Step seconds and {utilisation} are estimates, not measurements: "
             "each compiled program's instructions at the device's rates, one "
