@@ -230,7 +230,9 @@ def test_the_serving_search_on_the_h100_figures(
 
     monkeypatch.setattr(serve_search, "_peak", peak)
     monkeypatch.setattr(serve_search, "_peak_at", peak_at)
-    found = max_sequences(
+    # the search of the module patched (with --doctest-modules, pytest may
+    # import src's copy of the module apart from the package's)
+    found = serve_search.max_sequences(
         "nnx_introspect.examples:llama_tiny",
         "tp=8",
         context=8192,
