@@ -34,7 +34,7 @@ import dataclasses
 from typing import Any
 
 from nnx_introspect._accelerators import Hardware
-from nnx_introspect._xla import Work
+from nnx_introspect._xla import OpWork, Work
 
 __all__ = [
     "CONSTANTS",
@@ -278,6 +278,19 @@ def _duration(seconds: float) -> str:
     return f"{seconds / 1e-9:.3g} ns"
 
 
+def _cycles_seconds(
+    op: OpWork, c: TimeConstants, peak: float, hbm_bytes_per_second: float
+) -> float:
+    """XLA:TPU's cycles of ``op`` in seconds, capped at its roofline's multiple."""
+    if c.seconds_per_cycle is None or op.cycles is None:
+        return 0.0
+    cycles = op.cycles * c.seconds_per_cycle
+    roof = max(op.matmul_flops / peak, op.hbm_bytes / hbm_bytes_per_second)
+    if c.cycles_cap is not None and cycles and roof > 0:
+        cycles = min(cycles, c.cycles_cap * roof)
+    return cycles
+
+
 def program_time(
     work: Work,
     hardware: Hardware,
@@ -342,18 +355,7 @@ def program_time(
         # where XLA:TPU states its cycles, they are its matrix unit's time:
         # FLOPs at a fraction of the peak only time what it did not cost
         cycled = c.seconds_per_cycle is not None and op.cycles is not None
-        cycles = (
-            0.0
-            if c.seconds_per_cycle is None or op.cycles is None
-            else op.cycles * c.seconds_per_cycle
-        )
-        if c.cycles_cap is not None and cycles:
-            roof = max(
-                op.matmul_flops / peak,
-                op.hbm_bytes / hardware.hbm_bytes_per_second,
-            )
-            if roof > 0:
-                cycles = min(cycles, c.cycles_cap * roof)
+        cycles = _cycles_seconds(op, c, peak, hardware.hbm_bytes_per_second)
         times = {
             "matmul": 0.0 if cycled else op.matmul_flops / matmul_rate,
             "memory": op.hbm_bytes / hbm_rate,
