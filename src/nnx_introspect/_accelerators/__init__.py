@@ -15,6 +15,7 @@ from nnx_introspect._accelerators.budget import (
 from nnx_introspect._accelerators.budget import Budget as Budget
 from nnx_introspect._accelerators.budget import step_budget as step_budget
 from nnx_introspect._accelerators.hardware import DTYPE_ALIASES as DTYPE_ALIASES
+from nnx_introspect._accelerators.hardware import NETWORK_OVERRIDE as NETWORK_OVERRIDE
 from nnx_introspect._accelerators.hardware import Hardware as Hardware
 from nnx_introspect._accelerators.hardware import hardware_for as hardware_for
 from nnx_introspect._accelerators.hardware import host_link as host_link

@@ -45,6 +45,7 @@ __all__ = [
     "DTYPES",
     "DTYPE_ALIASES",
     "HOST_LINKS",
+    "NETWORK_OVERRIDE",
     "Hardware",
     "hardware_for",
     "host_link",
@@ -165,12 +166,17 @@ def _gpu_peaks(
     return tuple(peaks)
 
 
+NETWORK_OVERRIDE = "(override with `network_bytes_per_second`)"
+"""How a step report's network rate is overridden; a serving report has no such
+argument and leaves it out of its notes."""
+
+
 def _nic(gbit: int, system: str) -> _Figure:
     """A per-GPU NIC of ``gbit`` Gb/s per direction, as bytes/s."""
     return _Figure(
         gbit * _GIGA // 8,
         f"{system}: one {gbit} Gb/s NIC per GPU, {gbit}/8 GB/s per direction "
-        "(override with `network_bytes_per_second`)",
+        + NETWORK_OVERRIDE,
     )
 
 

@@ -24,6 +24,7 @@ import dataclasses
 import math
 from typing import Any
 
+from nnx_introspect._accelerators import NETWORK_OVERRIDE
 from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline import LABEL, Roofline, program_roofline
 from nnx_introspect._step import duration
@@ -202,7 +203,12 @@ class ServeTime:
                     + ".",
                 )
             ),
-            *(a for a in d.assumptions if not a.startswith(_NOT_SHOWN)),
+            *(
+                # serving takes no network rate: no word on how to override it
+                a.replace(f" {NETWORK_OVERRIDE}", "")
+                for a in d.assumptions
+                if not a.startswith(_NOT_SHOWN)
+            ),
         )
 
     def json_data(self) -> dict[str, Any]:
