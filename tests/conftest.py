@@ -120,3 +120,13 @@ def targets_dir(
         monkeypatch.delitem(sys.modules, name, raising=False)
     monkeypatch.chdir(tmp_path)
     return tmp_path
+
+
+@pytest.fixture(scope="module")
+def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A compile-cache directory of the test module's own (empty at its start).
+
+    For ``tests.shared_compiles.cache_in``: a command-line test reads back the
+    programs an API test of its module compiled into it.
+    """
+    return tmp_path_factory.mktemp("compile-cache")

@@ -160,18 +160,28 @@ needs_libtpu = pytest.mark.skipif(
 )
 
 
-@needs_libtpu
-def test_dispatch_and_combine_kinds_on_v5e_over_an_expert_axis() -> None:
-    b, t = 8, 128
-    report = step_memory_report(
+B_V5E, T_V5E = 8, 128
+
+
+@pytest.fixture(scope="module")
+def on_v5e() -> Any:
+    """``moe_tiny_sharded``'s step on ``v5e-8`` over an expert axis, broken down:
+    the kinds' test and the active parameters' read the one compile."""
+    return step_memory_report(
         "nnx_introspect.examples:moe_tiny_sharded",
         "fsdp=2,ep=4,tp=1",
-        jax.ShapeDtypeStruct((b, t), jnp.int32),
+        jax.ShapeDtypeStruct((B_V5E, T_V5E), jnp.int32),
         loss="lm",
         optimizer="adamw",
         topology="v5e-8",
         breakdown=True,
     )
+
+
+@needs_libtpu
+def test_dispatch_and_combine_kinds_on_v5e_over_an_expert_axis(on_v5e: Any) -> None:
+    b, t = B_V5E, T_V5E
+    report = on_v5e
     found = report.breakdown
     assert found is not None
     dispatch = _line("rows = x.reshape(b * s, d)[order // k]")
@@ -346,21 +356,15 @@ def test_a_mesh_that_does_not_divide_the_experts_is_one_line() -> None:
     assert plan_check(fine, None)[0] is None
 
 
-# Append to tests/test_moe_reports.py once h43-mfu-wiring.diff is applied
-# (it fails before: StepMemoryReport has no active_params).
+@needs_libtpu
+def test_the_step_report_counts_the_active_parameters(on_v5e: Any) -> None:
+    """The report's own estimate: 6·N_active·tokens, named as such.
 
-
-def test_the_step_report_counts_the_active_parameters() -> None:
-    """The report's own estimate: 6·N_active·tokens, named as such."""
-    b, t = 8, 32
-    report = step_memory_report(
-        "nnx_introspect.examples:moe_tiny",
-        "data=8",
-        jax.ShapeDtypeStruct((b, t), jnp.int32),
-        loss="lm",
-        optimizer="adamw",
-        topology="v5e-8",
-    )
+    ``moe_tiny_sharded`` has ``moe_tiny``'s parameters (counted by hand above).
+    """
+    assert count_params(abstract_model(moe_tiny_sharded)) == N
+    b, t = B_V5E, T_V5E
+    report = on_v5e
     assert report.active_params == N_ACTIVE
     assert report.roofline is not None
     assert report.roofline.model_flops == 6 * N_ACTIVE * b * t

@@ -23,8 +23,9 @@ from nnx_introspect._step import (
     StepSpec,
     measure_step,
 )
-from nnx_introspect.examples import LlamaConfig, llama, llama_tiny_sharded
+from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
+from tests.llama_tiny_layers import llama_small_sharded
 
 CFG = LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=64)
 SMALL = llama(CFG)
@@ -190,9 +191,10 @@ def test_the_rollouts_argument_errors_name_this_functions_arguments() -> None:
 
 
 def test_a_mesh_leaving_out_an_axis_the_actor_names_gets_it_at_size_1() -> None:
-    # llama_tiny_sharded names tp and fsdp; the mesh gives tp only.
+    # llama_tiny_sharded's annotations (on 2 layers of width 32) name tp and
+    # fsdp; the mesh gives tp only.
     done = rl_memory_report(
-        llama_tiny_sharded,
+        llama_small_sharded,
         "tp=2",
         batch=1,
         generations=2,

@@ -16,11 +16,12 @@ import pytest
 from nnx_introspect import ServeSearch, max_sequences, serve_memory_report
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._serve.frontier import predict_frontier
-from nnx_introspect.examples import llama_tiny
+from tests.llama_tiny_layers import llama_tiny_2_layers
 from tests.test_fit_chart_labels import _attrs, _collisions, _labels
 
 GIB = 2**30
 BUDGET = int(59.33 * GIB)
+BUDGET_2L = 30_000_000
 # a stand-in search shaped as the 7B example's at 8,192 positions (an earlier
 # answer of docs/howto/serve.md's, before the example's engine prefill)
 SEQUENCES = ServeSearch(
@@ -186,11 +187,15 @@ def test_without_a_frontier_the_chart_says_so() -> None:
 
 @pytest.fixture(scope="module")
 def found() -> ServeSearch:
-    return max_sequences(llama_tiny, "tp=2", context=64, max_device_bytes=80_000_000)
+    # 2 of llama_tiny's 8 layers (tests/llama_tiny_layers.py): the same search
+    # (8 compiles of both programs to an answer of 9 sequences) in half the time
+    return max_sequences(
+        llama_tiny_2_layers, "tp=2", context=64, max_device_bytes=BUDGET_2L
+    )
 
 
 def test_a_search_keeps_what_its_frontier_needs(found: ServeSearch) -> None:
-    report = serve_memory_report(llama_tiny, "tp=2", sequences=2, context=64)
+    report = serve_memory_report(llama_tiny_2_layers, "tp=2", sequences=2, context=64)
     assert found.kv_bytes_per_token == report.kv_bytes_per_token
     assert found.data_parallel == 1
     fit = {s: ok for s, _, _, ok in found.points}

@@ -1,6 +1,7 @@
 """The examples' Llama: grouped-query attention, the KV-cache decode path, the 8B."""
 
 import dataclasses
+import functools
 from typing import Any
 
 import jax
@@ -22,6 +23,38 @@ from nnx_introspect.examples import (
 
 CFG = dataclasses.replace(LLAMA_TINY, vocab=97, d_model=32, n_layers=2, d_ff=48)
 GQA = dataclasses.replace(CFG, n_kv_heads=2)
+
+
+@functools.cache
+def _model(cfg: LlamaConfig) -> Llama:
+    """One model a configuration, shared by the tests (none changes its state)."""
+    return Llama(cfg, rngs=nnx.Rngs(0))
+
+
+def _forward(
+    model: Llama,
+    tokens: jax.Array,
+    positions: Any,
+    cache: Any,
+    mask: Any,
+    prefill: bool,
+) -> Any:
+    return model(tokens, positions, cache, mask, prefill=prefill)
+
+
+_jitted: Any = nnx.jit(_forward, static_argnames="prefill")
+
+
+def _call(
+    model: Llama,
+    tokens: jax.Array,
+    positions: Any = None,
+    cache: Any = None,
+    mask: Any = None,
+    prefill: bool = False,
+) -> Any:
+    """``model(...)`` compiled whole: one XLA compile a shape, not one an op."""
+    return _jitted(model, tokens, positions, cache, mask, prefill=prefill)
 
 
 def _params(vocab: int, d: int, layers: int, heads: int, kv: int, ff: int) -> int:
@@ -61,17 +94,17 @@ def test_kv_heads_must_divide_heads(kv: int) -> None:
 
 @pytest.mark.parametrize("cfg", [CFG, GQA], ids=["mha", "gqa"])
 def test_decode_with_cache_equals_the_full_forward(cfg: LlamaConfig) -> None:
-    model = Llama(cfg, rngs=nnx.Rngs(0))
+    model = _model(cfg)
     b, s, context = 3, 7, 12
     tokens = jax.random.randint(jax.random.key(1), (b, s), 0, cfg.vocab)
-    full = model(tokens)
+    full = _call(model, tokens)
     cache = model.init_cache(b, context, jnp.float32)
     # prefill all but the last token, then decode the last one
-    logits, cache = model(tokens[:, :-1], None, cache, None)
+    logits, cache = _call(model, tokens[:, :-1], None, cache, None)
     np.testing.assert_allclose(logits, full[:, :-1], rtol=2e-5, atol=2e-5)
     pos = jnp.full((b, 1), s - 1, jnp.int32)
     mask = jnp.arange(context)[None, None, :] <= pos[:, :, None]
-    last, cache = model(tokens[:, -1:], pos, cache, mask)
+    last, cache = _call(model, tokens[:, -1:], pos, cache, mask)
     np.testing.assert_allclose(last[:, 0], full[:, -1], rtol=2e-5, atol=2e-5)
     # the positions past the last token stay empty
     assert not jnp.any(cache["layer_1"]["k"][:, s:])
@@ -80,14 +113,14 @@ def test_decode_with_cache_equals_the_full_forward(cfg: LlamaConfig) -> None:
 
 def test_decode_with_a_wrong_mask_differs() -> None:
     """The mask is honoured: reading an unwritten position changes the logits."""
-    model = Llama(GQA, rngs=nnx.Rngs(0))
+    model = _model(GQA)
     tokens = jnp.arange(10).reshape(2, 5) % GQA.vocab
     cache = model.init_cache(2, 8, jnp.float32)
-    _, cache = model(tokens[:, :-1], None, cache, None)
+    _, cache = _call(model, tokens[:, :-1], None, cache, None)
     pos = jnp.full((2, 1), 4, jnp.int32)
-    good, _ = model(tokens[:, -1:], pos, cache, None)
+    good, _ = _call(model, tokens[:, -1:], pos, cache, None)
     everything = jnp.ones((2, 1, 8), bool)
-    bad, _ = model(tokens[:, -1:], pos, cache, everything)
+    bad, _ = _call(model, tokens[:, -1:], pos, cache, everything)
     assert not np.allclose(good, bad, atol=1e-4)
 
 
@@ -102,17 +135,17 @@ def test_init_cache_layout() -> None:
 
 def test_a_call_writes_at_the_shared_index_and_advances_it() -> None:
     """Every sequence's new keys land at the cache's index, which moves on by s."""
-    model = Llama(GQA, rngs=nnx.Rngs(0))
+    model = _model(GQA)
     cache = model.init_cache(2, 8, jnp.float32)
     tokens = jnp.arange(6).reshape(2, 3) % GQA.vocab
-    _, cache = model(tokens, None, cache, None)
+    _, cache = _call(model, tokens, None, cache, None)
     assert int(cache["index"]) == 3
     written = cache["layer_0"]["k"]
     assert jnp.all(jnp.any(written[:, :3] != 0, axis=(-1, -2)))
     assert not jnp.any(written[:, 3:])
     # the next token goes to slot 3 of both sequences, whatever its positions
     pos = jnp.array([[3], [5]], jnp.int32)  # the second sequence left-padded by 2
-    _, cache = model(tokens[:, :1], pos, cache, None)
+    _, cache = _call(model, tokens[:, :1], pos, cache, None)
     assert int(cache["index"]) == 4
     assert jnp.all(jnp.any(cache["layer_0"]["k"][:, 3] != 0, axis=(-1, -2)))
     assert not jnp.any(cache["layer_0"]["k"][:, 4:])
@@ -182,7 +215,7 @@ def test_prefill_is_the_cached_forward_on_an_empty_cache(
     cfg: LlamaConfig, kv_dtype: jnp.dtype, tol: float, padded: bool
 ) -> None:
     """prefill=True gives the whole-cache forward's last logits and cache."""
-    model = Llama(cfg, rngs=nnx.Rngs(0))
+    model = _model(cfg)
     b, s, context = 3, 7, 12
     tokens = jax.random.randint(jax.random.key(2), (b, s), 0, cfg.vocab)
     positions = jnp.broadcast_to(jnp.arange(s), (b, s))
@@ -217,15 +250,15 @@ def test_prefill_is_the_cached_forward_on_an_empty_cache(
 
 
 def test_prefill_then_decode_equals_the_full_forward() -> None:
-    model = Llama(GQA, rngs=nnx.Rngs(0))
+    model = _model(GQA)
     b, s, context = 2, 6, 10
     tokens = jax.random.randint(jax.random.key(3), (b, s), 0, GQA.vocab)
-    full = model(tokens)
+    full = _call(model, tokens)
     empty = model.init_cache(b, context, jnp.float32)
-    last, cache = model(tokens[:, :-1], None, empty, prefill=True)
+    last, cache = _call(model, tokens[:, :-1], None, empty, prefill=True)
     np.testing.assert_allclose(last[:, 0], full[:, -2], rtol=2e-5, atol=2e-5)
     pos = jnp.full((b, 1), s - 1, jnp.int32)
-    step, _ = model(tokens[:, -1:], pos, cache, None)
+    step, _ = _call(model, tokens[:, -1:], pos, cache, None)
     np.testing.assert_allclose(step[:, 0], full[:, -1], rtol=2e-5, atol=2e-5)
 
 
@@ -285,7 +318,7 @@ def _whole_cache(model: Any, tokens: Any, positions: Any, cache: Any) -> Any:
 
 
 def test_prefill_needs_a_cache() -> None:
-    model = Llama(GQA, rngs=nnx.Rngs(0))
+    model = _model(GQA)
     with pytest.raises(ArgumentError, match="pass `cache`") as e:
         model(jnp.zeros((1, 3), jnp.int32), prefill=True)
     assert e.value.argument == "prefill"

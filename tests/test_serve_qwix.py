@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from nnx_introspect import serve_memory_report
-from nnx_introspect.examples import llama_tiny
+from tests.llama_tiny_layers import llama_small
 
 qwix = pytest.importorskip("qwix")
 
@@ -30,7 +30,9 @@ KW: dict[str, Any] = {"sequences": 2, "context": 32, "prompt": 8}
 
 @pytest.fixture(scope="module")
 def quantized() -> Any:
-    model = llama_tiny(nnx.Rngs(0))
+    # a 2-layer Llama of width 32 (tests/llama_tiny_layers.py): the counts are
+    # per leaf, the same for any size
+    model = llama_small(nnx.Rngs(0))
     rules = [qwix.QuantizationRule(module_path=".*", weight_qtype=jnp.int8)]
     return qwix.quantize_model(
         model, qwix.PtqProvider(rules), jnp.zeros((2, 8), jnp.int32)
@@ -54,7 +56,7 @@ def test_int8_weights_are_counted_packed(quantized: Any) -> None:
         quantized, "tp=1", weights=None, max_device_bytes="1GiB", **KW
     )
     plain = serve_memory_report(
-        llama_tiny, "tp=1", weights=None, max_device_bytes="1GiB", **KW
+        llama_small, "tp=1", weights=None, max_device_bytes="1GiB", **KW
     )
     assert report.decode.weights_bytes == _bytes(quantized)
     assert report.decode.weights_bytes < 0.5 * plain.decode.weights_bytes

@@ -8,12 +8,14 @@ for ``h100-2`` with no GPU. Where tunix is installed, its own Llama is tried too
 """
 
 import json
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from nnx_introspect import ArgumentError, max_sequences, serve_memory_report
 from tests.cli_helpers import run
+from tests.shared_compiles import cache_in
 from tests.tunix_shaped import GEMMA_LIKE
 
 CACHE = "tests.tunix_shaped:init_cache"
@@ -70,11 +72,20 @@ def test_a_kv_dtype_mismatch_names_kv_cache_and_the_models_dtype() -> None:
     assert _report("qwen_like", kv_cache="float32").fits()
 
 
+@pytest.fixture(scope="module")
+def completed(module_cache: Path) -> Any:
+    """The report on tp=2, its compile kept in this module's own cache: the
+    command line's test asks for the same programs and reads them back."""
+    with cache_in(module_cache):
+        return _report("llama_like", mesh="tp=2")
+
+
 def test_a_mesh_lacking_an_axis_the_model_constrains_gets_it_at_size_one(
-    broken_down: Any,
+    broken_down: Any, completed: Any
 ) -> None:
     """Item 3: tp=2 for a model whose activations name fsdp: compiled on fsdp=1."""
-    report = _report("llama_like", mesh="tp=2")
+    report = completed
+    assert report.decode.cached is None  # compiled for this test, not read back
     assert report.mesh_axes == (("tp", 2), ("fsdp", 1))
     (note,) = [n for n in report.notes if "leaves out fsdp" in n]
     assert "compiled on tp=2,fsdp=1" in note
@@ -83,32 +94,38 @@ def test_a_mesh_lacking_an_axis_the_model_constrains_gets_it_at_size_one(
     assert note in report.to_markdown()
 
 
-def test_the_cli_completes_the_mesh_too(capsys: pytest.CaptureFixture[str]) -> None:
-    code, out, err = run(
-        [
-            "serve",
-            "tests.tunix_shaped:llama_like",
-            "--mesh",
-            "tp=2",
-            "--sequences",
-            "4",
-            "--context",
-            "64",
-            "--prompt",
-            "16",
-            "--topology",
-            "h100-2",
-            "--init-cache",
-            CACHE,
-            "--format",
-            "json",
-        ],
-        capsys,
-    )
+def test_the_cli_completes_the_mesh_too(
+    completed: Any, module_cache: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    with cache_in(module_cache):
+        code, out, err = run(
+            [
+                "serve",
+                "tests.tunix_shaped:llama_like",
+                "--mesh",
+                "tp=2",
+                "--sequences",
+                "4",
+                "--context",
+                "64",
+                "--prompt",
+                "16",
+                "--topology",
+                "h100-2",
+                "--init-cache",
+                CACHE,
+                "--format",
+                "json",
+            ],
+            capsys,
+        )
     assert code == 0, err
     data = json.loads(out)
     assert data["mesh"] == [["tp", 2], ["fsdp", 1]]
     assert any("leaves out fsdp" in n for n in data["notes"])
+    # the command line sent the API's request: both programs read back from it
+    assert "cached" in data["prefill"] and "cached" in data["decode"]
+    assert data["decode"]["peak_bytes"] == completed.decode.peak_bytes
 
 
 def test_the_searchs_answer_is_the_reports() -> None:

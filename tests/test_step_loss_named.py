@@ -16,7 +16,9 @@ def linear(rngs: nnx.Rngs) -> nnx.Linear:
 
 def test_every_report_names_its_loss() -> None:
     tokens = jax.ShapeDtypeStruct((8, 16), jnp.int32)
-    target = "nnx_introspect.examples:llama_tiny"
+    # a 2-layer Llama of width 32 (tests/llama_tiny_layers.py): what is held is
+    # the notes, the same for any model taking token ids
+    target = "tests.llama_tiny_layers:llama_small"
     mean = step_memory_report(target, "data=8", tokens)
     (line,) = [n for n in mean.table().notes if n.startswith("Loss:")]
     assert "not a training loss" in line and 'loss="lm" (--loss lm)' in line

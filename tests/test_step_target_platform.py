@@ -23,6 +23,7 @@ from nnx_introspect import step_memory_report
 from nnx_introspect._step.compile import devices_seen_as
 from nnx_introspect._xla import toolchain
 from tests.platform_models import HIDDEN, WIDTH, cpu_shy_mlp
+from tests.shared_compiles import cache_in
 
 ROOT = Path(__file__).resolve().parent.parent
 TARGET = "tests.platform_models:cpu_shy_mlp"
@@ -78,11 +79,19 @@ def hand_compiled_grad_step(devices: list[Any], constrain: bool) -> Any:
         return jitted.lower((up, down), x).compile().memory_analysis()
 
 
+@pytest.fixture(scope="module")
+def on_gpu(module_cache: Path) -> Any:
+    """The step for ``h100-8``, its compile kept in this module's own cache: the
+    command line's test asks for the same program and reads it back."""
+    with cache_in(module_cache):
+        return _report("h100-8", loss="mean")
+
+
 @needs_plugin
-def test_gpu_target_traces_the_model_as_on_a_gpu() -> None:
+def test_gpu_target_traces_the_model_as_on_a_gpu(on_gpu: Any) -> None:
     from tests.test_step_gpu import h100_devices
 
-    on_gpu = _report("h100-8", loss="mean")
+    assert on_gpu.compilation.cached is None  # compiled here, not read back
     as_cpu = _report("h100-8", loss="mean", trace_as_target=False)
     assert on_gpu.traced_platform == "gpu" and as_cpu.traced_platform == "cpu"
     # two constraints in the forward, two transposed in the backward
@@ -138,7 +147,7 @@ def test_device_lookups_are_restored_after_an_error() -> None:
 
 @needs_plugin
 def test_cli_traces_as_the_target_unless_told_and_debug_shows_the_log(
-    capsys: pytest.CaptureFixture[str],
+    on_gpu: Any, module_cache: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     import json
 
@@ -146,11 +155,15 @@ def test_cli_traces_as_the_target_unless_told_and_debug_shows_the_log(
 
     argv = ["step", TARGET, "--mesh", "fsdp=2,tp=4", "--batch", "float32[64,256]"]
     argv += ["--topology", "h100-8", "--format", "json"]
-    assert main(argv) == 0
+    with cache_in(module_cache):
+        assert main(argv) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
     assert (data["traced_platform"], data["sharding_constraints"]) == ("gpu", 4)
     assert err == ""
+    # the command line sent the API's request (the mean loss): read back from it
+    assert "cached" in data and data["temp_bytes"] == on_gpu.temp_bytes
+    # asked anew (the cache off again), traced as CPU code, with the child's log
     assert main([*argv, "--trace-as-cpu", "--debug"]) == 0
     out, err = capsys.readouterr()
     data = json.loads(out)
