@@ -58,7 +58,7 @@ def test_a_cached_step_starts_no_child(
 def test_a_cached_serving_request_starts_no_child(
     cache_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
-    target = "nnx_introspect.examples:llama_tiny"
+    target = "tests.llama_tiny_layers:llama_small"  # 2 layers of width 32
     options: dict[str, Any] = {"sequences": 16, "context": 32, "prompt": 16}
     first = serve_memory_report(target, "data=16", **options)
     monkeypatch.setattr(subprocess, "run", _no_child)

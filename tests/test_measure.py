@@ -133,7 +133,7 @@ def test_cli_measure_flag_and_its_conflicts(capsys: pytest.CaptureFixture[str]) 
     code, out, err = run(
         [
             "step",
-            "nnx_introspect.examples:llama_tiny",
+            "tests.llama_tiny_layers:llama_small",  # 2 layers of width 32
             "--mesh",
             "data=1",
             "--batch",

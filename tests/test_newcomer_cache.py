@@ -80,7 +80,7 @@ def test_a_cached_serving_answer_says_both(
     cache_dir: pathlib.Path, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     options: dict[str, Any] = {"sequences": 16, "context": 32, "prompt": 16}
-    target = "nnx_introspect.examples:llama_tiny"
+    target = "tests.llama_tiny_layers:llama_small"  # 2 layers of width 32
     first = serve_memory_report(target, "data=16", **options)
     monkeypatch.setattr(subprocess, "run", _no_child)
     again = serve_memory_report(target, "data=16", **options)

@@ -37,6 +37,8 @@ from tests.cli_helpers import run
 
 TWO = "nnx_introspect.examples:two_layer"
 TINY = "nnx_introspect.examples:llama_tiny"
+SMALL = "tests.llama_tiny_layers:llama_small"
+"""2 layers of width 32: where a serving test compiles, and the size is not held."""
 STEP = ["step", TWO, "--mesh", "data=8", "--batch", "float32[8,3]"]
 E = "nnx-introspect: error: "
 
@@ -96,7 +98,7 @@ def test_a_failed_measured_serving_run_exits_1(
     monkeypatch.setattr(
         "nnx_introspect._xla.analysis.run_compiled", _failing_run(seen, capsys)
     )
-    argv = ["serve", TINY, "--mesh", "tp=1", "--sequences", "2", "--context", "16"]
+    argv = ["serve", SMALL, "--mesh", "tp=1", "--sequences", "2", "--context", "16"]
     code, _, err = run([*argv, "--measure", "1", "--format", "json"], capsys)
     assert code == 1 and seen == ["", ""]  # room for it: no warning
     assert err == (
@@ -170,15 +172,15 @@ def test_a_search_into_a_file_says_what_it_does(
     monkeypatch.setattr(progress, "QUIET_SECONDS", 0.0)
     monkeypatch.setattr(progress, "EVERY_SECONDS", 0.5)
     path = tmp_path / "stderr.txt"
-    argv = ["serve", TINY, "--mesh", "tp=1", "--context", "16", "--max-sequences"]
-    argv += ["--max-device-bytes", "4MiB", "--format", "json"]
+    argv = ["serve", SMALL, "--mesh", "tp=1", "--context", "16", "--max-sequences"]
+    argv += ["--max-device-bytes", "64KiB", "--format", "json"]
     with path.open("w") as stream:
         monkeypatch.setattr(sys, "stderr", stream)
         code = nnx_introspect.cli.main(argv)
         monkeypatch.undo()
     lines = path.read_text().splitlines()
-    searching = f"nnx-introspect: Searching prefill and decode of {TINY} with XLA..."
-    assert code == 1  # no sequence fits 4 MiB: said last
+    searching = f"nnx-introspect: Searching prefill and decode of {SMALL} with XLA..."
+    assert code == 1  # no sequence fits 64 KiB: said last
     assert lines[0].startswith(f"{searching} (0s)")
     assert any(x.startswith(f"{searching} done (") for x in lines)
 

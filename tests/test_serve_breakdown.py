@@ -85,7 +85,7 @@ def test_in_json_and_none_unless_asked(report: ServeMemoryReport) -> None:
 
 
 def test_cli_breakdown(capsys: pytest.CaptureFixture[str]) -> None:
-    target = "nnx_introspect.examples:llama_tiny"
+    target = "tests.llama_tiny_layers:llama_small"  # 2 layers of width 32
     argv = ["serve", target, "--mesh", "tp=4", "--sequences", "2", "--context", "8"]
     assert main([*argv, "--breakdown", "--format", "markdown"]) == 0
     out = capsys.readouterr().out

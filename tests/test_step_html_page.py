@@ -1,6 +1,7 @@
 """The step report's HTML page: what was compiled, the peak and budget in bold, a bar.
 
-One small CPU step of the tiny sharded Llama (8 virtual devices, fsdp=2,tp=4),
+One small CPU step of a Llama with llama_tiny_sharded's annotations on 2 layers
+of width 32 (``tests/llama_tiny_layers.py``; 8 virtual devices, fsdp=2,tp=4),
 with and without a budget.
 """
 
@@ -13,7 +14,7 @@ import pytest
 
 from nnx_introspect import StepMemoryReport, step_memory_report
 
-_TARGET = "nnx_introspect.examples:llama_tiny_sharded"
+_TARGET = "tests.llama_tiny_layers:llama_small_sharded"
 
 _SCHEMA_V4_KEYS = [
     "schema", "version", "ok", "fits", "max_device_bytes", "device_memory_bytes",
