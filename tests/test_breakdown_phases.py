@@ -1,4 +1,5 @@
-"""The step's phases read off XLA:CPU's schedule of the tiny Llama's training step.
+"""The step's phases read off XLA:CPU's schedule of the tiny Llama's training step
+(``llama_tiny_sharded`` on 2 of its 8 layers, ``tests/llama_tiny_layers.py``).
 
 The backward pass must begin at the first backward op that needs the logits
 (found here by walking the program from the head's matmul, by its output's
@@ -21,7 +22,8 @@ from nnx_introspect._step import compile as step_compile
 from nnx_introspect._xla import dump
 from nnx_introspect._xla.hlo import metadata, source_stack
 from nnx_introspect._xla.hlo.frames import in_package
-from nnx_introspect.examples import LLAMA_TINY, llama_tiny_sharded
+from nnx_introspect.examples import LLAMA_TINY
+from tests.llama_tiny_layers import llama_tiny_2_layers_sharded
 
 MESH = "fsdp=4,tp=2"
 
@@ -41,7 +43,7 @@ def compiled() -> Iterator[tuple[Any, dict[int, str], Any]]:
     setattr(step_compile, "read_peak", reading)  # noqa: B010
     try:
         report = step_memory_report(
-            abstract_model(llama_tiny_sharded),
+            abstract_model(llama_tiny_2_layers_sharded),
             MESH,
             jax.ShapeDtypeStruct((8, 64), jnp.int32),
             loss="lm",
@@ -115,7 +117,7 @@ def test_the_gradients_sentence_names_the_phase(compiled: Any) -> None:
     report, _, _ = compiled
     breakdown = report.breakdown
     plan = mesh_config_report(
-        abstract_model(llama_tiny_sharded), MESH, optimizer="adamw"
+        abstract_model(llama_tiny_2_layers_sharded), MESH, optimizer="adamw"
     )
     facts = what_to_change(breakdown, plan, fits=False)
     said = [f for f in facts if f.startswith("gradient buffers hold")]

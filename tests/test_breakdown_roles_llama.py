@@ -1,9 +1,9 @@
 """Issue 24, item 2: kinds by role, operands followed through copies and collectives.
 
-On ``llama_tiny_sharded`` (``fsdp=4,tp=2``, XLA:CPU) the weights gathered over
-``fsdp`` and their transposed copies live at the peak are parameters, not
-collective buffers or temporaries; a combined reduce-scatter of backward
-partial sums is a gradient.
+On ``llama_tiny_sharded`` (2 of its 8 layers, ``tests/llama_tiny_layers.py``;
+``fsdp=4,tp=2``, XLA:CPU) the weights gathered over ``fsdp`` and their
+transposed copies live at the peak are parameters, not collective buffers or
+temporaries; a combined reduce-scatter of backward partial sums is a gradient.
 """
 
 from typing import Any
@@ -17,13 +17,13 @@ from nnx_introspect import abstract_model, step_memory_report
 from nnx_introspect._breakdown.report import classify
 from nnx_introspect._xla.dump import PeakBuffer, PeakBuffers
 from nnx_introspect._xla.hlo.lineage import Origin
-from nnx_introspect.examples import llama_tiny_sharded
+from tests.llama_tiny_layers import llama_tiny_2_layers_sharded
 
 
 @pytest.fixture(scope="module")
 def breakdown() -> Any:
     report = step_memory_report(
-        abstract_model(llama_tiny_sharded),
+        abstract_model(llama_tiny_2_layers_sharded),
         "fsdp=4,tp=2",
         jax.ShapeDtypeStruct((8, 64), jnp.int32),
         loss="lm",
@@ -35,7 +35,7 @@ def breakdown() -> Any:
 
 
 def _parameter_paths() -> set[str]:
-    model = abstract_model(llama_tiny_sharded)
+    model = abstract_model(llama_tiny_2_layers_sharded)
     state = nnx.state(model, nnx.Param)
     return {"/".join(map(str, path)) for path, _ in nnx.to_flat_state(state)}
 
