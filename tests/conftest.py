@@ -12,7 +12,33 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from _pytest.doctest import DoctestItem
 from flax import nnx
+
+SLOW_DOCTESTS = frozenset(
+    {
+        "nnx_introspect._serve.meshes.ServeMeshComparison",
+        "nnx_introspect._serve.meshes.compare_serving_meshes",
+        "nnx_introspect._serve.search.max_context",
+        "nnx_introspect._serve.search.max_sequences",
+        "nnx_introspect._rl.search.rl_max_batch",
+        "nnx_introspect._rl.layouts.compare_rl_layouts",
+    }
+)
+"""Docstring examples marked ``slow``: each runs a whole search or comparison
+(a tenth of the test run's compile time between them), and each function is
+held by tests of its own in every run: ``tests/test_serve_meshes.py`` and
+``test_serve_meshes_auto.py``, ``test_serve_search.py``,
+``test_serve_frontier.py``, ``test_rl_search.py``, ``test_rl_layouts.py``."""
+
+
+@pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """Mark :data:`SLOW_DOCTESTS` ``slow`` (a docstring cannot carry a mark)."""
+    for item in items:
+        if isinstance(item, DoctestItem) and item.name in SLOW_DOCTESTS:
+            item.add_marker(pytest.mark.slow)
+
 
 # google-tunix (an optional test dependency) sets flax's global
 # `flax_always_shard_variable` to False when its models are imported

@@ -61,8 +61,13 @@ def remat_by_name_on_cpu() -> ni.StepMemoryReport:
 
 
 # XLA:CPU here, and XLA:TPU in a topology child: the remat is applied where the
-# step is traced, the same for every target (XLA:GPU's child takes the same path)
-@pytest.mark.parametrize("topology", [None, "v5e-8"])
+# step is traced, the same for every target (XLA:GPU's child takes the same
+# path). The child's case is slow: two XLA:TPU compiles for what the CPU case
+# holds, the option reaching the child as its JSON
+# (test_options_travel_to_a_child_compile)
+@pytest.mark.parametrize(
+    "topology", [None, pytest.param("v5e-8", marks=pytest.mark.slow)]
+)
 def test_remat_by_class_name_equals_the_models_own_switch(
     topology: Any, request: pytest.FixtureRequest
 ) -> None:
