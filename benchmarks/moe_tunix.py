@@ -35,7 +35,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-import optax
+from benchmarks import timecal
 from flax import nnx
 
 LAYERS = int(os.environ.get("MOE_TUNIX_LAYERS", "48"))
@@ -58,16 +58,8 @@ def qwen3_30b_a3b(rngs: nnx.Rngs) -> Any:
         flax.config.update("flax_always_shard_variable", before)
 
 
-def lm_loss(model: Any, batch: tuple[Any, ...]) -> Any:
-    """Next-token cross-entropy in tunix's calling convention."""
-    tokens = batch[0]
-    b, t = tokens.shape
-    positions = jnp.broadcast_to(jnp.arange(t), (b, t))
-    mask = jnp.broadcast_to(jnp.tril(jnp.ones((t, t), dtype=bool)), (b, t, t))
-    logits, _ = model(tokens, positions, None, mask)
-    return optax.softmax_cross_entropy_with_integer_labels(
-        logits[:, :-1].astype(jnp.float32), tokens[:, 1:]
-    ).mean()
+lm_loss = timecal.tunix_lm_loss
+"""Next-token cross-entropy in tunix's calling convention (timecal's one copy)."""
 
 
 def tunix_cache(model: Any, sequences: int, context: int, dtype: Any) -> Any:
