@@ -228,3 +228,48 @@ def test_a_child_compile_reads_the_cache_too(cache_dir: pathlib.Path) -> None:
     assert without_time(again.json_data()) == without_time(first.json_data())
     off = step_memory_report(target, "data=16", x, optimizer="adamw", cache=False)
     assert off.compilation.cached is None  # the child was told
+
+
+def _report_from_depth(depth: int) -> Any:
+    """The same report asked for ``depth`` frames further down the stack."""
+    if depth:
+        return _report_from_depth(depth - 1)
+    return step_memory_report(linear, "data=8", X, optimizer="adamw")
+
+
+def test_a_deeper_caller_reads_the_same_compile(cache_dir: pathlib.Path) -> None:
+    # a command line and a script ask for a step from stacks of other depths;
+    # the frames above the step are not the program's, so not the key's
+    first = _report_from_depth(0)
+    assert first.compilation.cached is None
+    again = _report_from_depth(3)
+    assert again.compilation.cached is not None
+    assert len(entries(cache_dir)) == 1
+    assert again.peak_bytes == first.peak_bytes
+    # the program's own lines are still the key's: another model is a miss
+    other = step_memory_report(wider, "data=8", X, optimizer="adamw")
+    assert other.compilation.cached is None
+    assert len(entries(cache_dir)) == 2
+
+
+def test_the_key_text_names_no_caller_frames() -> None:
+    from nnx_introspect._xla.cache import without_callers
+
+    def f(x: jax.Array) -> jax.Array:
+        return jnp.sin(x) * 2
+
+    def lower(depth: int) -> tuple[str, set[tuple[str, int]]]:
+        if depth:
+            return lower(depth - 1)
+        jax.clear_caches()  # a fresh trace, with this stack's locations
+        text = jax.jit(f).lower(jnp.ones(3)).as_text(debug_info=True)
+        import traceback
+
+        stack = {(s.filename, s.lineno or 0) for s in traceback.extract_stack()}
+        return text, stack
+
+    shallow, deep = lower(0), lower(4)
+    assert shallow[0] != deep[0]  # the raw text names the deeper stack
+    assert without_callers(*shallow) == without_callers(*deep)
+    # f's own lines stay: a changed program is another text
+    assert f"{__file__}" in without_callers(*shallow)

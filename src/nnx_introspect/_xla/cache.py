@@ -149,48 +149,83 @@ def _devices(mesh: Any) -> list[Any]:
     return out
 
 
-_FILE_LOC = re.compile(r'^(#loc\d+) = loc\("(.*)":(\d+):\d+[^\n]*$', re.MULTILINE)
-_NAME_LOC = re.compile(r'^(#loc\d+) = loc\("[^"\n]*"\((#loc\d+)\)\)$', re.MULTILINE)
+_LOC_DEFINITION = re.compile(r"^(#loc\d*) = loc\((.*)\)$", re.MULTILINE)
+_LOC_REFERENCE = re.compile(r"#loc\d*(?!\w)")
+_FILE_LOC = re.compile(r'^"(.*)":(\d+):\d+')
+_FRAME_LOC = re.compile(r'^"[^"\n]*"\((#loc\d*)\)$')
+_CALLSITE = re.compile(r"^callsite\((#loc\d*) at (#loc\d*)\)$")
+_CALLER = "caller"
 
 
 def without_callers(program_text: str, callers: Collection[tuple[str, int]]) -> str:
-    r"""``program_text`` with the locations of its lowering's callers blanked.
+    r"""``program_text`` with the frames of its lowering's callers left out.
 
     A program lowered with its source locations names every frame above the
     traced function too: the script line that asked for the report, and its
-    function. Those frames (``callers``: ``(file, line)`` of the stack that
-    lowered the program) are not the program's, so they are left out of the
-    key: the same step asked for from another line is the same compile.
+    function, each in a location of its own and each a link of the call-site
+    chains (``callsite(inner at outer)``). Those frames (``callers``:
+    ``(file, line)`` of the stack that lowered the program) are not the
+    program's, so they are left out of the key: a caller's frame is
+    ``caller``, a call site at a caller is its inner frame alone, and the
+    locations are numbered anew as the program first names them (each after
+    the locations it names).
+    The same step asked for from another line, or from a deeper stack (a
+    command line's, a test's), is the same text, so the same compile.
 
     Example:
         >>> text = (
+        ...     "op loc(#loc5)\n"
         ...     '#loc1 = loc("/m.py":4:2 to :9)\n'
         ...     '#loc2 = loc("/run.py":17:0 to :30)\n'
-        ...     '#loc3 = loc("main"(#loc2))'
+        ...     '#loc3 = loc("main"(#loc2))\n'
+        ...     '#loc4 = loc("f"(#loc1))\n'
+        ...     "#loc5 = loc(callsite(#loc4 at #loc3))"
         ... )
         >>> print(without_callers(text, {("/run.py", 17)}))
+        op loc(#loc2)
         #loc1 = loc("/m.py":4:2 to :9)
-        #loc2 = loc(caller)
-        #loc3 = loc(caller)
+        #loc2 = loc("f"(#loc1))
     """
     if not callers:
         return program_text
-    outer: set[str] = set()
+    definitions = {m[1]: m[2] for m in _LOC_DEFINITION.finditer(program_text)}
+    body = _LOC_DEFINITION.sub("", program_text).rstrip("\n")
+    resolved: dict[str, str] = {}  # an old alias -> its new one, or ``caller``
+    renamed: dict[str, str] = {}  # a new definition's text -> its new alias
+    lines: list[str] = []
 
-    def file_loc(match: re.Match[str]) -> str:
-        if (match.group(2), int(match.group(3))) not in callers:
-            return match.group(0)
-        outer.add(match.group(1))
-        return f"{match.group(1)} = loc(caller)"
+    def resolve(alias: str) -> str:
+        if alias in resolved:
+            return resolved[alias]
+        if alias not in definitions:
+            return alias  # not defined here (``#loc`` itself, say): kept as named
+        resolved[alias] = alias  # a cycle (none in MLIR's text) ends here
+        text = definitions[alias]
+        frame = _FRAME_LOC.match(text)  # a function's name at its line
+        call = _CALLSITE.match(text)
+        if _is_caller_file(text, callers) or (
+            frame and _is_caller_file(definitions.get(frame[1], ""), callers)
+        ):
+            new = _CALLER
+        elif call and resolve(call[2]) == _CALLER:
+            new = resolve(call[1])
+        else:
+            named = _LOC_REFERENCE.sub(lambda m: resolve(m[0]), text)
+            if named not in renamed:
+                renamed[named] = f"#loc{len(renamed) + 1}"
+                lines.append(f"{renamed[named]} = loc({named})")
+            new = renamed[named]
+        resolved[alias] = new
+        return new
 
-    text = _FILE_LOC.sub(file_loc, program_text)
+    body = _LOC_REFERENCE.sub(lambda m: resolve(m[0]), body)
+    return "\n".join([body, *lines])
 
-    def name_loc(match: re.Match[str]) -> str:
-        if match.group(2) not in outer:
-            return match.group(0)
-        return f"{match.group(1)} = loc(caller)"
 
-    return _NAME_LOC.sub(name_loc, text)
+def _is_caller_file(text: str, callers: Collection[tuple[str, int]]) -> bool:
+    """Whether the location ``text`` is a file's line among ``callers``."""
+    file = _FILE_LOC.match(text)
+    return file is not None and (file[1], int(file[2])) in callers
 
 
 def compile_key(
