@@ -186,6 +186,16 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "cap",
         "update",
     ),
+    "+ on-chip cycles (tpu-v5e/4)": (
+        "hbm_fraction",
+        "cycles",
+        "launch_seconds",
+        "program",
+        "uncosted",
+        "cap",
+        "update",
+        "onchip",
+    ),
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
 
@@ -202,12 +212,14 @@ START = {
     "program": 1.271e-3,
     "cap": 1.004,
     "update": 0.2,
+    "onchip": 0.2,
 }
 
 
 def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeConstants:
     """The constants with ``free`` taken from ``exp(theta)``."""
-    values = dict(zip(free, np.exp(theta), strict=True))
+    # clipped: a constant no program of a fold constrains may drift, never to 0
+    values = dict(zip(free, np.exp(np.clip(theta, -600.0, 600.0)), strict=True))
     return TimeConstants(
         version=fixed.get("version", "fit"),
         calibrated=True,
@@ -221,6 +233,7 @@ def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeCon
         program_seconds=float(values.get("program", 0.0)),
         cycles_cap=float(values["cap"]) if "cap" in values else None,
         update_fraction=min(1.0, float(values.get("update", 1.0))),
+        onchip_cycles_fraction=min(1.0, float(values.get("onchip", 1.0))),
         uncosted_flops_per_second=float(values["uncosted"])
         if "uncosted" in values
         else None,

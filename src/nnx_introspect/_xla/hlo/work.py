@@ -7,7 +7,9 @@ have the same totals). :func:`program_work` lists, for every instruction the
 program runs (each fusion as one), what it asks of each unit of the chip:
 
 * ``matmul_flops``: the FLOPs of its dots and convolutions (``2 x output
-  elements x contracted size``), the matrix unit's work (a GPU's tensor cores);
+  elements x contracted size``; a grouped matmul, ``ragged_dot`` or XLA:TPU's
+  Mosaic kernel of it, each row through its one group), the matrix unit's
+  work (a GPU's tensor cores);
 * ``vector_flops``: one per output element of each arithmetic or
   transcendental operation it fuses (one per input element of a reduction),
   the vector unit's work;
@@ -84,7 +86,8 @@ nothing), an unfused ``dynamic-update-slice`` in place (``"update"``: it
 moves the whole tiles it touches, read and written, at a rate of its own:
 on a v5e chip a decode step's one-position update of a cache whose sequence
 is its minor-most dimension took 144 us for 98 KB of elements, the time of
-its 12.6 MB of touched tiles at a fifth of HBM's bandwidth), an
+its 12.6 MB of touched tiles at a fifth of HBM's bandwidth; a scatter
+XLA:TPU gives no cycles, twice its updates' bytes at the same rate), an
 asynchronous copy, a collective, one trip of a loop's control, or an
 instruction XLA:TPU's own cost model gives up on (``estimated_cycles`` at
 its largest value: on a v5e chip such a fusion, a reduction emitted as a
@@ -451,6 +454,61 @@ def _gemm_call_flops(module: Module, inst: Instruction) -> float:
     return 2.0 * math.prod(out) * lhs[int(found[1])]
 
 
+def _ragged_kernel_flops(module: Module, inst: Instruction) -> float:
+    """A grouped-matmul kernel's FLOPs (XLA:TPU's Mosaic ``ragged_dot``).
+
+    XLA:TPU emits ``jax.lax.ragged_dot`` as a ``tpu_custom_call`` whose
+    frontend attributes name its ``ragged_dot_tiling``: each of the output's
+    ``M`` rows is one row of the ``[M, K]`` left operand through its group's
+    ``[K, N]`` matrix, ``2 x M x N x K`` FLOPs (``2 x output elements x K``).
+    Zero for any other custom call, or where no operand is the ``[M, K]`` rows.
+    """
+    if "ragged_dot_tiling" not in inst.attributes.get("frontend_attributes", ""):
+        return 0.0
+    if inst.shape.startswith("("):
+        return 0.0
+    out = parse_shape(inst.shape)[1]
+    if len(out) != 2:
+        return 0.0
+    rows = [
+        dims
+        for dims in (_dims_of(module, name) for name in inst.operands)
+        if dims is not None and len(dims) == 2 and dims[0] == out[0]
+    ]
+    return 2.0 * math.prod(out) * rows[0][1] if rows else 0.0
+
+
+def _scattered(module: Module, inst: Instruction) -> int | None:
+    """Bytes a scatter reads and writes: twice its updates' (``None``: no scatter).
+
+    A ``scatter`` (or a fusion of one) that XLA:TPU gives no cycle estimate
+    updates its rows one index at a time; on a v5e chip an MoE step's
+    dispatch scatters (16,384 rows of 2 KiB) ran 4-5x slower than their HBM
+    bytes say, and an embedding gradient's on-chip scatter-add took 77 us
+    that HBM bytes (none) do not see. Each updated row is read and written:
+    twice the updates' bytes, at the in-place update rate (kind ``"update"``).
+    """
+    found = _scatter_in(module, inst, 0)
+    if found is None or len(found.operands) < 3:
+        return None
+    updates = found.operands[len(found.operands) // 2 + 1 :] or found.operands[2:]
+    total = sum(size for name in updates for _, _, size in arrays(_shape(module, name)))
+    return 2 * total if total else None
+
+
+def _scatter_in(module: Module, inst: Instruction, seen: int) -> Instruction | None:
+    if inst.opcode == "scatter":
+        return inst
+    if inst.opcode != "fusion" or seen >= 4:
+        return None
+    for called in called_computations(inst):
+        for inner in module.computations.get(called, []):
+            found = _scatter_in(module, inner, seen + 1)
+            if found is not None:
+                return found
+    return None
+
+
 def _flops(module: Module, inst: Instruction, seen: int = 0) -> tuple[float, float]:
     """``(matmul, vector)`` FLOPs of one run of ``inst`` (a fusion: its body's)."""
     op = inst.opcode
@@ -459,7 +517,7 @@ def _flops(module: Module, inst: Instruction, seen: int = 0) -> tuple[float, flo
     if op == "convolution":
         return _convolution_flops(module, inst), 0.0
     if op == "custom-call":
-        return _gemm_call_flops(module, inst), 0.0
+        return _gemm_call_flops(module, inst) or _ragged_kernel_flops(module, inst), 0.0
     if op in ("fusion", "call") and seen < 16:
         matmul = vector = 0.0
         for called in called_computations(inst):
@@ -546,6 +604,10 @@ def program_work(module: Module) -> Work:
             touched = _touched(module, inst)
             if touched is not None:
                 kind, hbm = "update", touched
+            elif cycles is None and kind in ("memory", "vector"):
+                scattered = _scattered(module, inst)
+                if scattered is not None:
+                    kind, hbm = "update", max(hbm, scattered)
             if kind == "memory" and hbm == 0 and cycles is None:
                 continue  # a view or bookkeeping: nothing to run
             if _uncosted(cycles):
