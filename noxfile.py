@@ -83,28 +83,23 @@ def docs(session: nox.Session) -> None:
     """Build the Sphinx HTML docs with ``-W`` and run their doctests."""
     session.install("-e", ".", *nox.project.dependency_groups(PYPROJECT, "docs"))
     # -q: warnings and errors only (myst logs its whole parser config at each
-    # start, the doctest builder a line per document).
-    session.run(
-        "sphinx-build",
-        "-q",
-        "-W",
-        "--keep-going",
-        "-b",
-        "html",
-        "docs",
-        "docs/_build/html",
-        *session.posargs,
-        env=DEVICES,
-    )
-    session.run(
-        "sphinx-build",
-        "-q",
-        "-W",
-        "--keep-going",
-        "-b",
-        "doctest",
-        "docs",
-        "docs/_build/doctest",
-        *session.posargs,
-        env=DEVICES,
-    )
+    # start, the doctest builder a line per document). One doctree directory
+    # for both builders: the doctest build reads the pages the HTML build parsed
+    # (autodoc's imports, myst's parse) instead of reading them all again.
+    doctrees = "docs/_build/doctrees"
+    for builder, parallel in (("html", ["-j", "auto"]), ("doctest", [])):
+        session.run(
+            "sphinx-build",
+            "-q",
+            "-W",
+            "--keep-going",
+            *parallel,
+            "-d",
+            doctrees,
+            "-b",
+            builder,
+            "docs",
+            f"docs/_build/{builder}",
+            *session.posargs,
+            env=DEVICES,
+        )
