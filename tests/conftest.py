@@ -17,8 +17,6 @@ from flax import nnx
 
 SLOW_DOCTESTS = frozenset(
     {
-        "nnx_introspect._serve.meshes.ServeMeshComparison",
-        "nnx_introspect._serve.meshes.compare_serving_meshes",
         "nnx_introspect._serve.search.max_context",
         "nnx_introspect._serve.search.max_sequences",
         "nnx_introspect._rl.search.rl_max_batch",
@@ -27,9 +25,10 @@ SLOW_DOCTESTS = frozenset(
 )
 """Docstring examples marked ``slow``: each runs a whole search or comparison
 (a tenth of the test run's compile time between them), and each function is
-held by tests of its own in every run: ``tests/test_serve_meshes.py`` and
-``test_serve_meshes_auto.py``, ``test_serve_search.py``,
-``test_serve_frontier.py``, ``test_rl_search.py``, ``test_rl_layouts.py``."""
+held by tests of its own in every run: ``tests/test_serve_search.py``,
+``test_serve_frontier.py``, ``test_rl_search.py``, ``test_rl_layouts.py``.
+(``_serve/meshes.py``'s examples compare a one-layer Llama's meshes: about ten
+seconds between them, so they run every time.)"""
 
 
 @pytest.hookimpl(tryfirst=True)  # before ``-m`` selects by the marks

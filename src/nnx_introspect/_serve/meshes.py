@@ -98,10 +98,11 @@ class ServeMeshComparison(Report):
 
     Example:
         >>> from concurrent.futures import ThreadPoolExecutor
-        >>> from nnx_introspect.examples import llama_tiny
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> one_layer = llama(LlamaConfig(256, 64, n_layers=1, n_heads=4, d_ff=128))
         >>> with ThreadPoolExecutor(1) as pool:
         ...     found = compare_serving_meshes(
-        ...         llama_tiny, ["tp=4", "data=2,tp=2"], sequences=8, context=64,
+        ...         one_layer, ["tp=4", "data=2,tp=2"], sequences=8, context=64,
         ...         topology="h100-4", executor=pool)
         >>> len(found.reports), found.table().columns[0]
         (2, 'mesh')
@@ -512,9 +513,10 @@ def compare_serving_meshes(
             :func:`~nnx_introspect.serve_memory_report` refuses.
 
     Example:
-        >>> from nnx_introspect.examples import llama_tiny
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> one_layer = llama(LlamaConfig(256, 64, n_layers=1, n_heads=4, d_ff=128))
         >>> found = compare_serving_meshes(
-        ...     llama_tiny, ["tp=4", "data=2,tp=2"], sequences=8, context=64,
+        ...     one_layer, ["tp=4", "data=2,tp=2"], sequences=8, context=64,
         ...     topology="h100-4")
         >>> sorted(r.mesh_axes for r in found.reports)
         [(('data', 2), ('tp', 2)), (('tp', 4),)]
@@ -522,7 +524,7 @@ def compare_serving_meshes(
         Every ``tp`` of two devices, the rest data-parallel:
 
         >>> found = compare_serving_meshes(
-        ...     llama_tiny, "auto", sequences=2, context=32, topology="h100-2")
+        ...     one_layer, "auto", sequences=2, context=32, topology="h100-2")
         >>> sorted(",".join(f"{a}={n}" for a, n in r.mesh_axes)
         ...        for r in found.reports), found.rejected
         (['data=2,tp=1', 'tp=2'], ())
