@@ -4,6 +4,7 @@ Devices are configured in the repository's root ``conftest.py``, before JAX star
 """
 
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -155,3 +156,21 @@ def module_cache(tmp_path_factory: pytest.TempPathFactory) -> Path:
     programs an API test of its module compiled into it.
     """
     return tmp_path_factory.mktemp("compile-cache")
+
+
+@pytest.fixture(scope="module")
+def one_compile_per_program(module_cache: Path) -> Iterator[None]:
+    """The compile cache on, in the module's own directory, for all its tests.
+
+    For a module whose tests ask again for programs its other tests (or a
+    search's fixture) compiled: a search's answer and the report a user asks
+    for at that size are one program, compiled once. A hit is the same key:
+    the same program text (callers' frames aside), devices and options, so the
+    readings held against each other are still the compiler's for that text.
+    A module takes it with
+    ``pytestmark = pytest.mark.usefixtures("one_compile_per_program")``.
+    """
+    from tests.shared_compiles import cache_in
+
+    with cache_in(module_cache):
+        yield

@@ -14,6 +14,10 @@ SMALL = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=64))
 SIZES: dict[str, Any] = {"generations": 2, "prompt": 8, "completion": 8}
 BUDGET = 650_000  # between the step at 1 prompt and at 2: 2 steps compiled
 
+# the reports at the answer and past it, and the searches at 1 KiB, ask for
+# steps the search compiled: each is compiled once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 
 def small(rngs: Any) -> Any:
     """The small Llama by name, for the command line."""
@@ -29,7 +33,8 @@ def found() -> RLBatchSearch:
 def test_the_answer_fits_and_one_step_more_does_not(found: RLBatchSearch) -> None:
     assert found.unit == 1  # 2 generations split over data=2 at any batch
     assert found.batch >= 1
-    # each side compiled anew, as a user would ask for it
+    # each side as a user would ask for it (the search's own program: the
+    # same key, so the module's cache reads the search's compile back)
     at = rl_memory_report(
         SMALL, "data=2", batch=found.batch, max_device_bytes=BUDGET, **SIZES
     )
