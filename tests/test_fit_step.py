@@ -16,6 +16,10 @@ import pytest
 
 import nnx_introspect as ni
 
+# programs asked for again (a report of a search's answer, a command line's
+# of an API call's): the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 TINY = "nnx_introspect.examples:llama_tiny_sharded"
 # the searches compile 2 of its 8 layers: the same ladders and verdicts at about
 # half of each compile (the step as given peaks at about 188 MiB)

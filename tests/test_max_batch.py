@@ -18,6 +18,10 @@ from jax.sharding import PartitionSpec as P
 from nnx_introspect._search.batch import MAX_COMPILES, BatchSearch, max_batch
 from nnx_introspect._step import step_memory_report
 
+# programs asked for again (a report of a search's answer, a command line's
+# of an API call's): the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 
 def mlp(rngs: nnx.Rngs) -> nnx.Sequential:
     return nnx.Sequential(

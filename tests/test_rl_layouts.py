@@ -18,6 +18,10 @@ from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
 
+# programs asked for again (a report of a search's answer, a command line's
+# of an API call's): the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 SMALL = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=64))
 KW: dict[str, Any] = {
     "batch": 2,

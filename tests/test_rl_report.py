@@ -27,6 +27,10 @@ from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
 from tests.llama_tiny_layers import llama_small_sharded
 
+# programs asked for again (a report of a search's answer, a command line's
+# of an API call's): the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 CFG = LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=2, d_ff=64)
 SMALL = llama(CFG)
 

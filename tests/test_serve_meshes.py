@@ -20,17 +20,26 @@ from nnx_introspect._serve.timing import ServeTime
 from nnx_introspect.cli import main
 from nnx_introspect.examples import LlamaConfig, llama
 
+# programs asked for again (a report of a search's answer, a command line's
+# of an API call's): the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 CFG = LlamaConfig(vocab=256, d_model=128, n_layers=2, n_heads=8, d_ff=256, n_kv_heads=4)
 TINY = llama(CFG)
 MESHES = ["data=4", "tp=4", "data=2,tp=2"]
 S, T = 8, 64
 
 
+def tiny(rngs: Any) -> Any:
+    """The module's model by name, for the command line."""
+    return TINY(rngs)
+
+
 @pytest.fixture(scope="module")
 def found() -> ServeMeshComparison:
     with concurrent.futures.ThreadPoolExecutor(1) as pool:
         return compare_serving_meshes(
-            TINY,
+            "tests.test_serve_meshes:tiny",  # by name, as the command line asks
             MESHES,
             sequences=S,
             context=T,
@@ -119,8 +128,9 @@ def test_bad_input_names_the_argument(
 
 
 def test_cli_compares_repeated_meshes(capsys: pytest.CaptureFixture[str]) -> None:
-    target = "tests.llama_tiny_layers:llama_small"  # llama_tiny's shape, 2 layers
-    argv = ["serve", target, "--sequences", "8", "--context", "64"]
+    # the module's model and sizes: the programs `found` compiled, read back
+    target = "tests.test_serve_meshes:tiny"
+    argv = ["serve", target, "--sequences", "8", "--context", "64", "--prompt", "16"]
     meshes = ["--mesh", "tp=4", "--mesh", "data=2,tp=2"]
     assert main([*argv, *meshes, "--topology", "h100-4", "--format", "markdown"]) == 0
     out = capsys.readouterr().out

@@ -14,6 +14,10 @@ from nnx_introspect.examples import LlamaConfig, llama
 TINY = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2, n_heads=4, d_ff=48))
 MESH = {"data": 2, "tp": 2}
 
+# the reports at the answer and one position past it are programs the search
+# compiled (the same keys): the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 
 @pytest.fixture(scope="module")
 def found() -> ServeSearch:
