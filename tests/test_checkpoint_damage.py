@@ -454,23 +454,34 @@ def _files(p: pathlib.Path) -> list[str]:
     return sorted(str(f.relative_to(p)) for f in p.rglob("*") if f.is_file())
 
 
-@pytest.mark.parametrize("how", ["delete", "truncate"])
-def test_no_false_green_when_any_file_is_damaged(
-    saved: dict[str, pathlib.Path], tmp_path: pathlib.Path, how: str
-) -> None:
-    model = build()
+HOWS = ("delete", "truncate")
+
+
+@pytest.fixture(scope="module")
+def damaged(
+    saved: dict[str, pathlib.Path], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, dict[str, tuple[pathlib.Path, bool]]]:
+    """Per damage (each of :data:`HOWS`), per file: the checkpoint with that one
+    file damaged, and whether orbax's own restore gives the model back.
+
+    Both damages are judged by orbax in one child process (an interpreter that
+    imports JAX and orbax once).
+    """
     rels = _files(saved["nnx-state"])
-    assert "manifest.ocdbt" in rels and "array_metadatas/process_0" in rels
-    paths = {}
-    for i, rel in enumerate(rels):
-        path = fresh(saved, "nnx-state", tmp_path / str(i))
-        if how == "delete":
-            (path / rel).unlink()
-        else:
-            _truncate(path / rel)
-        paths[rel] = path
+    paths: dict[str, dict[str, pathlib.Path]] = {}
+    for how in HOWS:
+        root = tmp_path_factory.mktemp(how)
+        paths[how] = {}
+        for i, rel in enumerate(rels):
+            path = fresh(saved, "nnx-state", root / str(i))
+            if how == "delete":
+                (path / rel).unlink()
+            else:
+                _truncate(path / rel)
+            paths[how][rel] = path
+    every = [str(path) for by_rel in paths.values() for path in by_rel.values()]
     result = subprocess.run(
-        [sys.executable, "-c", ORACLE, *map(str, paths.values())],
+        [sys.executable, "-c", ORACLE, *every],
         capture_output=True,
         text=True,
         cwd=pathlib.Path(__file__).parents[1],
@@ -479,6 +490,24 @@ def test_no_false_green_when_any_file_is_damaged(
         check=True,
     )
     orbax_ok = json.loads(result.stdout.splitlines()[-1])
+    return {
+        how: {rel: (path, orbax_ok[str(path)]) for rel, path in by_rel.items()}
+        for how, by_rel in paths.items()
+    }
+
+
+@pytest.mark.parametrize("how", HOWS)
+def test_no_false_green_when_any_file_is_damaged(
+    saved: dict[str, pathlib.Path],
+    damaged: dict[str, dict[str, tuple[pathlib.Path, bool]]],
+    how: str,
+) -> None:
+    model = build()
+    rels = _files(saved["nnx-state"])
+    assert "manifest.ocdbt" in rels and "array_metadatas/process_0" in rels
+    assert sorted(damaged[how]) == rels
+    paths = {rel: path for rel, (path, _) in damaged[how].items()}
+    orbax_ok = {str(path): ok for path, ok in damaged[how].values()}
     verdicts = {}
     for rel, path in paths.items():
         try:
