@@ -66,8 +66,9 @@ def test_the_constants_count_the_halves_they_name(rows: list[dict[str, Any]]) ->
     c = CONSTANTS["v5e"]
     assert sum(r["half"] == "calibration" for r in rows) == c.programs
     assert sum(r["half"] == "held-out" for r in rows) == c.held_out
-    # the 100 programs pooled into the two halves, and the 19 blind ones
-    assert len(rows) >= 100 + 19
+    # the 119 programs pooled into the two halves, and the 22 blind ones
+    assert sum(r["half"] == "blind" for r in rows) == 22
+    assert len(rows) == 119 + 22
 
 
 def test_the_error_bar_is_the_held_out_ninetieth_percentile(
@@ -132,7 +133,9 @@ def test_the_sentences_state_the_table(rows: list[dict[str, Any]]) -> None:
     second = _sentence("On the blind programs the median error is")
     assert f"median error is {statistics.median(blind):.1%}" in second
     assert f"the worst {max(blind):.1%}" in second
-    # "the mean signed error is within ±10% in both halves but one: ..."
+    # "the mean signed error is within ±10% in both halves but one: the RL
+    # training phases run 11.0% (calibration) and 12.1% (held-out) slower
+    # than estimated on average, and 15.9% on the blind set"
     third = _sentence("By kind, the mean signed error is within")
     biased = []
     for half in ("calibration", "held-out"):
@@ -142,9 +145,14 @@ def test_the_sentences_state_the_table(rows: list[dict[str, Any]]) -> None:
             ]
             if abs(statistics.mean(errors)) > 0.10:
                 biased.append((half, kind, statistics.mean(errors)))
-    assert [(h, k) for h, k, _ in biased] == [("held-out", "rl-train")]
-    assert "in both halves but one" in third
-    assert f"run {biased[0][2]:.1%} slower than estimated" in third
+    assert {k for _, k, _ in biased} == {"rl-train"}
+    assert "in both halves but one" in third and "RL training phases" in third
+    for half, _, mean in biased:
+        assert mean > 0 and f"{mean:.1%} ({half})" in third
+    blind = [
+        _error(r) for r in rows if r["half"] == "blind" and r["family"] == "rl-train"
+    ]
+    assert f"{statistics.mean(blind):.1%} on the blind set" in third
 
 
 def test_every_program_row_shows_its_measured_and_estimated_time(
