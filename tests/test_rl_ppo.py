@@ -33,6 +33,10 @@ ACTOR = llama(CFG)
 CRITIC = llama_critic(CFG)
 B, P, C = 4, 8, 8
 
+# the command line asks for the report's programs again, and the critic on
+# devices of its own for the actor's: the module's cache compiles each once
+pytestmark = pytest.mark.usefixtures("one_compile_per_program")
+
 
 def actor(rngs: Any) -> Any:
     """The actor by name, for the command line."""
@@ -55,7 +59,6 @@ def report() -> RLMemoryReport:
         completion=C,
         critic=CRITIC,
         max_device_bytes="64MiB",
-        cache=False,
     )
 
 
