@@ -180,7 +180,7 @@ class _Graph:
     router: set[int] = dataclasses.field(default_factory=set)
     shapes: dict[int, set[tuple[int, ...]]] = dataclasses.field(default_factory=dict)
 
-    def value(self, aval: Any) -> int:
+    def new_value(self, aval: Any) -> int:
         number = len(self.avals)
         self.avals[number] = aval
         return number
@@ -215,7 +215,7 @@ def _inner(eqn: Any) -> Jaxpr | None:
 def _read(graph: _Graph, jaxpr: Jaxpr, env: dict[Any, int], backward: bool) -> None:
     """Add ``jaxpr``'s steps to ``graph``; ``env`` numbers its inputs."""
     for var in jaxpr.constvars:
-        env[var] = graph.value(var.aval)
+        env[var] = graph.new_value(var.aval)
     for eqn in jaxpr.eqns:
         ins = [env.get(v) if isinstance(v, Var) else None for v in eqn.invars]
         back = backward or "transpose(" in str(eqn.source_info.name_stack)
@@ -224,15 +224,15 @@ def _read(graph: _Graph, jaxpr: Jaxpr, env: dict[Any, int], backward: bool) -> N
         if inner is not None and tainted:
             scope: dict[Any, int] = {}
             for var, number in zip(inner.invars, ins, strict=True):
-                scope[var] = graph.value(var.aval) if number is None else number
+                scope[var] = graph.new_value(var.aval) if number is None else number
                 graph.shapes.setdefault(scope[var], set()).add(_shape(var.aval))
             _read(graph, inner, scope, back)
             for var, out in zip(eqn.outvars, inner.outvars, strict=True):
                 found = scope.get(out) if isinstance(out, Var) else None
-                env[var] = graph.value(var.aval) if found is None else found
+                env[var] = graph.new_value(var.aval) if found is None else found
                 graph.shapes.setdefault(env[var], set()).add(_shape(var.aval))
             continue
-        outs = [graph.value(v.aval) for v in eqn.outvars]
+        outs = [graph.new_value(v.aval) for v in eqn.outvars]
         for var, number in zip(eqn.outvars, outs, strict=True):
             env[var] = number
             graph.shapes[number] = {_shape(var.aval)}
@@ -492,7 +492,7 @@ def expert_roles(
     if len(inner.invars) != len(paths):
         return ExpertRoles()
     graph = _Graph()
-    env = {var: graph.value(var.aval) for var in inner.invars}
+    env = {var: graph.new_value(var.aval) for var in inner.invars}
     for var, number in env.items():
         graph.shapes[number] = {_shape(var.aval)}
     weights, router = _groups_params(groups, paths, [v.aval for v in inner.invars])
