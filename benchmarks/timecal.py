@@ -293,6 +293,26 @@ TUNIX_MESH = "fsdp=1,tp=1"  # tunix's annotations name both axes
 # serve_memory_report's sizes}; "rl" {target, rl_memory_report's sizes, [critic]}
 
 
+def step(target: str, batch: tuple[int, int], **options: Any) -> Any:
+    """A ``"step"`` case of any target (the unseen sets' cases)."""
+    return ("step", {"target": target, "batch": batch, **options})
+
+
+def serve(target: str, **sizes: Any) -> Any:
+    """A ``"serve"`` case of any target (the unseen sets' cases)."""
+    return ("serve", {"target": target, **sizes})
+
+
+def llama_factory(configs: dict[str, LlamaConfig], name: str, **changes: Any) -> Any:
+    """A model factory named ``name``: the example Llama of ``configs[name]``."""
+
+    def build(rngs: nnx.Rngs) -> Llama:
+        return Llama(dataclasses.replace(configs[name], **changes), rngs=rngs)
+
+    build.__name__ = build.__qualname__ = name
+    return build
+
+
 def _serve_case(target: str, **sizes: Any) -> tuple[str, dict[str, Any]]:
     return ("serve", {"target": M + target, **sizes})
 

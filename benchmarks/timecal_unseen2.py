@@ -18,7 +18,7 @@ import jax.numpy as jnp
 from benchmarks import timecal
 from flax import nnx
 
-from nnx_introspect._llama import Llama, LlamaConfig
+from nnx_introspect._llama import LlamaConfig
 
 U = "benchmarks.timecal_unseen2:"
 M = timecal.M
@@ -33,17 +33,9 @@ CONFIGS: dict[str, LlamaConfig] = {
 }
 
 
-def _make(name: str) -> Any:
-    def build(rngs: nnx.Rngs) -> Llama:
-        return Llama(CONFIGS[name], rngs=rngs)
-
-    build.__name__ = build.__qualname__ = name
-    return build
-
-
-llama_d384_l12 = _make("llama_d384_l12")
-llama_d1152_l6 = _make("llama_d1152_l6")
-llama_d1024_l8_mqa = _make("llama_d1024_l8_mqa")
+llama_d384_l12 = timecal.llama_factory(CONFIGS, "llama_d384_l12")
+llama_d1152_l6 = timecal.llama_factory(CONFIGS, "llama_d1152_l6")
+llama_d1024_l8_mqa = timecal.llama_factory(CONFIGS, "llama_d1024_l8_mqa")
 
 
 def llama_d1152_l6_int8(rngs: nnx.Rngs) -> Any:
@@ -56,45 +48,37 @@ def llama_d1152_l6_int8(rngs: nnx.Rngs) -> Any:
     )
 
 
-def _step(target: str, batch: tuple[int, int], **options: Any) -> Any:
-    return ("step", {"target": target, "batch": batch, **options})
-
-
-def _serve(target: str, **sizes: Any) -> Any:
-    return ("serve", {"target": target, **sizes})
-
-
 UNSEEN2: dict[str, tuple[str, dict[str, Any]]] = {
-    "unseen2 step d384 L12 MHA 32x512": _step(U + "llama_d384_l12", (32, 512)),
-    "unseen2 step d1152 L6 GQA3 8x1024": _step(U + "llama_d1152_l6", (8, 1024)),
-    "unseen2 step d1024 L8 MQA 4x2048 remat nothing_saveable": _step(
+    "unseen2 step d384 L12 MHA 32x512": timecal.step(U + "llama_d384_l12", (32, 512)),
+    "unseen2 step d1152 L6 GQA3 8x1024": timecal.step(U + "llama_d1152_l6", (8, 1024)),
+    "unseen2 step d1024 L8 MQA 4x2048 remat nothing_saveable": timecal.step(
         U + "llama_d1024_l8_mqa", (4, 2048), remat="nothing_saveable"
     ),
-    "unseen2 step d384 L12 MHA 64x512 4 microbatches": _step(
+    "unseen2 step d384 L12 MHA 64x512 4 microbatches": timecal.step(
         U + "llama_d384_l12", (64, 512), microbatches=4
     ),
-    "unseen2 serve d1152 L6 GQA3 48x2048 prompt 256 by 8": _serve(
+    "unseen2 serve d1152 L6 GQA3 48x2048 prompt 256 by 8": timecal.serve(
         U + "llama_d1152_l6",
         sequences=48,
         context=2048,
         prompt=256,
         prefill_sequences=8,
     ),
-    "unseen2 serve d384 L12 MHA 128x1024 prompt 64 by 32": _serve(
+    "unseen2 serve d384 L12 MHA 128x1024 prompt 64 by 32": timecal.serve(
         U + "llama_d384_l12",
         sequences=128,
         context=1024,
         prompt=64,
         prefill_sequences=32,
     ),
-    "unseen2 serve d1024 L8 MQA 16x4096 prompt 1024 by 2": _serve(
+    "unseen2 serve d1024 L8 MQA 16x4096 prompt 1024 by 2": timecal.serve(
         U + "llama_d1024_l8_mqa",
         sequences=16,
         context=4096,
         prompt=1024,
         prefill_sequences=2,
     ),
-    "unseen2 serve d1152 L6 int8 (qwix) 32x1024 prompt 256 by 8": _serve(
+    "unseen2 serve d1152 L6 int8 (qwix) 32x1024 prompt 256 by 8": timecal.serve(
         U + "llama_d1152_l6_int8",
         sequences=32,
         context=1024,
@@ -112,7 +96,7 @@ UNSEEN2: dict[str, tuple[str, dict[str, Any]]] = {
             "completion": 64,
         },
     ),
-    "unseen2 serve tunix Llama-3.2-1B 8x4096 prompt 512 by 2": _serve(
+    "unseen2 serve tunix Llama-3.2-1B 8x4096 prompt 512 by 2": timecal.serve(
         M + "tunix_llama3_1b",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
@@ -121,7 +105,7 @@ UNSEEN2: dict[str, tuple[str, dict[str, Any]]] = {
         prompt=512,
         prefill_sequences=2,
     ),
-    "unseen2 serve tunix Qwen3-0.6B bf16 32x1024 prompt 256 by 8": _serve(
+    "unseen2 serve tunix Qwen3-0.6B bf16 32x1024 prompt 256 by 8": timecal.serve(
         M + "tunix_qwen3_0p6b_bf16",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
@@ -148,9 +132,9 @@ def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
 MOE: dict[str, tuple[str, dict[str, Any]]] = {
     # the examples' ~400M mixture of experts (16 experts of 1,024, top-2, a
     # shared expert, 6 layers): issue 43's chip rows, never in any fit
-    "moe step 400m dropless 8x1024": _step(E + "moe_400m", (8, 1024)),
-    "moe step 400m capacity 8x1024": _step(U + "moe_400m_capacity", (8, 1024)),
-    "moe serve 400m dropless 16x2048 prompt 256 by 4": _serve(
+    "moe step 400m dropless 8x1024": timecal.step(E + "moe_400m", (8, 1024)),
+    "moe step 400m capacity 8x1024": timecal.step(U + "moe_400m_capacity", (8, 1024)),
+    "moe serve 400m dropless 16x2048 prompt 256 by 4": timecal.serve(
         E + "moe_400m", sequences=16, context=2048, prompt=256, prefill_sequences=4
     ),
 }

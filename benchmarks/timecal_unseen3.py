@@ -16,7 +16,7 @@ from typing import Any
 from benchmarks import timecal
 from flax import nnx
 
-from nnx_introspect._llama import Llama, LlamaConfig
+from nnx_introspect._llama import LlamaConfig
 
 U = "benchmarks.timecal_unseen3:"
 M = timecal.M
@@ -32,17 +32,9 @@ CONFIGS: dict[str, LlamaConfig] = {
 }
 
 
-def _make(name: str) -> Any:
-    def build(rngs: nnx.Rngs) -> Llama:
-        return Llama(CONFIGS[name], rngs=rngs)
-
-    build.__name__ = build.__qualname__ = name
-    return build
-
-
-llama_d512_l8 = _make("llama_d512_l8")
-llama_d896_l8 = _make("llama_d896_l8")
-llama_d1280_l4 = _make("llama_d1280_l4")
+llama_d512_l8 = timecal.llama_factory(CONFIGS, "llama_d512_l8")
+llama_d896_l8 = timecal.llama_factory(CONFIGS, "llama_d896_l8")
+llama_d1280_l4 = timecal.llama_factory(CONFIGS, "llama_d1280_l4")
 
 
 def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
@@ -54,35 +46,27 @@ def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
     return MoeLlama(dataclasses.replace(MOE_400M, dispatch="capacity"), rngs=rngs)
 
 
-def _step(target: str, batch: tuple[int, int], **options: Any) -> Any:
-    return ("step", {"target": target, "batch": batch, **options})
-
-
-def _serve(target: str, **sizes: Any) -> Any:
-    return ("serve", {"target": target, **sizes})
-
-
 UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
-    "unseen3 step d512 L8 MHA 16x1024": _step(U + "llama_d512_l8", (16, 1024)),
-    "unseen3 step d1280 L4 GQA5 4x2048": _step(U + "llama_d1280_l4", (4, 2048)),
-    "unseen3 step d896 L8 GQA7 16x512 2 microbatches": _step(
+    "unseen3 step d512 L8 MHA 16x1024": timecal.step(U + "llama_d512_l8", (16, 1024)),
+    "unseen3 step d1280 L4 GQA5 4x2048": timecal.step(U + "llama_d1280_l4", (4, 2048)),
+    "unseen3 step d896 L8 GQA7 16x512 2 microbatches": timecal.step(
         U + "llama_d896_l8", (16, 512), microbatches=2
     ),
-    "unseen3 serve d512 L8 MHA 64x2048 prompt 128 by 16": _serve(
+    "unseen3 serve d512 L8 MHA 64x2048 prompt 128 by 16": timecal.serve(
         U + "llama_d512_l8",
         sequences=64,
         context=2048,
         prompt=128,
         prefill_sequences=16,
     ),
-    "unseen3 serve d1280 L4 GQA5 24x4096 prompt 512 by 4": _serve(
+    "unseen3 serve d1280 L4 GQA5 24x4096 prompt 512 by 4": timecal.serve(
         U + "llama_d1280_l4",
         sequences=24,
         context=4096,
         prompt=512,
         prefill_sequences=4,
     ),
-    "unseen3 serve d896 L8 GQA7 96x1024 prompt 64 by 24": _serve(
+    "unseen3 serve d896 L8 GQA7 96x1024 prompt 64 by 24": timecal.serve(
         U + "llama_d896_l8", sequences=96, context=1024, prompt=64, prefill_sequences=24
     ),
     "unseen3 rl d512 L8 GRPO 2x4 128+128": (
@@ -95,7 +79,7 @@ UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
             "completion": 128,
         },
     ),
-    "unseen3 serve tunix Llama-3.2-1B 16x1024 prompt 256 by 4": _serve(
+    "unseen3 serve tunix Llama-3.2-1B 16x1024 prompt 256 by 4": timecal.serve(
         M + "tunix_llama3_1b",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
@@ -104,7 +88,7 @@ UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
         prompt=256,
         prefill_sequences=4,
     ),
-    "unseen3 serve tunix Qwen3-0.6B bf16 8x2048 prompt 1024 by 2": _serve(
+    "unseen3 serve tunix Qwen3-0.6B bf16 8x2048 prompt 1024 by 2": timecal.serve(
         M + "tunix_qwen3_0p6b_bf16",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
@@ -113,7 +97,7 @@ UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
         prompt=1024,
         prefill_sequences=2,
     ),
-    "unseen3 serve moe 400m capacity 8x4096 prompt 512 by 2": _serve(
+    "unseen3 serve moe 400m capacity 8x4096 prompt 512 by 2": timecal.serve(
         U + "moe_400m_capacity",
         sequences=8,
         context=4096,

@@ -10,14 +10,12 @@ has, the example mixture of experts trained dropless at a new shape, and
 google-tunix's Llama-3.2-1B and Qwen3-0.6B at new shapes.
 """
 
-import dataclasses
 import sys
 from typing import Any
 
 from benchmarks import timecal
-from flax import nnx
 
-from nnx_introspect._llama import Llama, LlamaConfig
+from nnx_introspect._llama import LlamaConfig
 
 U = "benchmarks.timecal_unseen4:"
 M = timecal.M
@@ -33,45 +31,33 @@ CONFIGS: dict[str, LlamaConfig] = {
 }
 
 
-def _make(name: str, **changes: Any) -> Any:
-    def build(rngs: nnx.Rngs) -> Llama:
-        return Llama(dataclasses.replace(CONFIGS[name], **changes), rngs=rngs)
-
-    build.__name__ = build.__qualname__ = name
-    return build
-
-
-llama_d640_l10 = _make("llama_d640_l10")
-llama_d1024_l6 = _make("llama_d1024_l6")
-llama_d1408_l3 = _make("llama_d1408_l3")
-llama_d640_l10_critic = _make("llama_d640_l10", value_head=True)
-
-
-def _step(target: str, batch: tuple[int, int], **options: Any) -> Any:
-    return ("step", {"target": target, "batch": batch, **options})
-
-
-def _serve(target: str, **sizes: Any) -> Any:
-    return ("serve", {"target": target, **sizes})
+llama_d640_l10 = timecal.llama_factory(CONFIGS, "llama_d640_l10")
+llama_d1024_l6 = timecal.llama_factory(CONFIGS, "llama_d1024_l6")
+llama_d1408_l3 = timecal.llama_factory(CONFIGS, "llama_d1408_l3")
+llama_d640_l10_critic = timecal.llama_factory(
+    CONFIGS, "llama_d640_l10", value_head=True
+)
 
 
 UNSEEN4: dict[str, tuple[str, dict[str, Any]]] = {
-    "unseen4 step d640 L10 GQA5 16x1024": _step(U + "llama_d640_l10", (16, 1024)),
-    "unseen4 step d1024 L6 GQA4 8x2048 remat dots_saveable": _step(
+    "unseen4 step d640 L10 GQA5 16x1024": timecal.step(
+        U + "llama_d640_l10", (16, 1024)
+    ),
+    "unseen4 step d1024 L6 GQA4 8x2048 remat dots_saveable": timecal.step(
         U + "llama_d1024_l6", (8, 2048), remat={"LlamaLayer": "dots_saveable"}
     ),
-    "unseen4 step d1408 L3 MQA v48k 32x512 4 microbatches": _step(
+    "unseen4 step d1408 L3 MQA v48k 32x512 4 microbatches": timecal.step(
         U + "llama_d1408_l3", (32, 512), microbatches=4
     ),
-    "unseen4 step moe 400m dropless 4x2048": _step(E + "moe_400m", (4, 2048)),
-    "unseen4 serve d640 L10 GQA5 48x2048 prompt 256 by 8": _serve(
+    "unseen4 step moe 400m dropless 4x2048": timecal.step(E + "moe_400m", (4, 2048)),
+    "unseen4 serve d640 L10 GQA5 48x2048 prompt 256 by 8": timecal.serve(
         U + "llama_d640_l10",
         sequences=48,
         context=2048,
         prompt=256,
         prefill_sequences=8,
     ),
-    "unseen4 serve d1024 L6 GQA4 12x8192 prompt 2048 by 2": _serve(
+    "unseen4 serve d1024 L6 GQA4 12x8192 prompt 2048 by 2": timecal.serve(
         U + "llama_d1024_l6",
         sequences=12,
         context=8192,
@@ -100,7 +86,7 @@ UNSEEN4: dict[str, tuple[str, dict[str, Any]]] = {
             "lora": 8,
         },
     ),
-    "unseen4 serve tunix Llama-3.2-1B 32x1024 prompt 128 by 8": _serve(
+    "unseen4 serve tunix Llama-3.2-1B 32x1024 prompt 128 by 8": timecal.serve(
         M + "tunix_llama3_1b",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
@@ -109,7 +95,7 @@ UNSEEN4: dict[str, tuple[str, dict[str, Any]]] = {
         prompt=128,
         prefill_sequences=8,
     ),
-    "unseen4 serve tunix Qwen3-0.6B bf16 16x1024 prompt 512 by 4": _serve(
+    "unseen4 serve tunix Qwen3-0.6B bf16 16x1024 prompt 512 by 4": timecal.serve(
         M + "tunix_qwen3_0p6b_bf16",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",

@@ -11,14 +11,12 @@ experts served dropless at a new shape, and google-tunix's Llama-3.2-1B and
 Qwen3-0.6B at new shapes.
 """
 
-import dataclasses
 import sys
 from typing import Any
 
 from benchmarks import timecal
-from flax import nnx
 
-from nnx_introspect._llama import Llama, LlamaConfig
+from nnx_introspect._llama import LlamaConfig
 
 U = "benchmarks.timecal_unseen5:"
 M = timecal.M
@@ -34,49 +32,35 @@ CONFIGS: dict[str, LlamaConfig] = {
 }
 
 
-def _make(name: str, **changes: Any) -> Any:
-    def build(rngs: nnx.Rngs) -> Llama:
-        return Llama(dataclasses.replace(CONFIGS[name], **changes), rngs=rngs)
-
-    build.__name__ = build.__qualname__ = name
-    return build
-
-
-llama_d512_l12 = _make("llama_d512_l12")
-llama_d768_l6 = _make("llama_d768_l6")
-llama_d1152_l4 = _make("llama_d1152_l4")
-llama_d512_l12_critic = _make("llama_d512_l12", value_head=True)
-
-
-def _step(target: str, batch: tuple[int, int], **options: Any) -> Any:
-    return ("step", {"target": target, "batch": batch, **options})
-
-
-def _serve(target: str, **sizes: Any) -> Any:
-    return ("serve", {"target": target, **sizes})
+llama_d512_l12 = timecal.llama_factory(CONFIGS, "llama_d512_l12")
+llama_d768_l6 = timecal.llama_factory(CONFIGS, "llama_d768_l6")
+llama_d1152_l4 = timecal.llama_factory(CONFIGS, "llama_d1152_l4")
+llama_d512_l12_critic = timecal.llama_factory(
+    CONFIGS, "llama_d512_l12", value_head=True
+)
 
 
 UNSEEN5: dict[str, tuple[str, dict[str, Any]]] = {
-    "unseen5 step d768 L6 GQA3 12x1024": _step(U + "llama_d768_l6", (12, 1024)),
-    "unseen5 step d1152 L4 MHA 8x2048 2 microbatches": _step(
+    "unseen5 step d768 L6 GQA3 12x1024": timecal.step(U + "llama_d768_l6", (12, 1024)),
+    "unseen5 step d1152 L4 MHA 8x2048 2 microbatches": timecal.step(
         U + "llama_d1152_l4", (8, 2048), microbatches=2
     ),
-    "unseen5 step d512 L12 MHA 24x512": _step(U + "llama_d512_l12", (24, 512)),
-    "unseen5 serve d768 L6 GQA3 32x4096 prompt 512 by 4": _serve(
+    "unseen5 step d512 L12 MHA 24x512": timecal.step(U + "llama_d512_l12", (24, 512)),
+    "unseen5 serve d768 L6 GQA3 32x4096 prompt 512 by 4": timecal.serve(
         U + "llama_d768_l6",
         sequences=32,
         context=4096,
         prompt=512,
         prefill_sequences=4,
     ),
-    "unseen5 serve d1152 L4 MHA 8x2048 prompt 1024 by 2": _serve(
+    "unseen5 serve d1152 L4 MHA 8x2048 prompt 1024 by 2": timecal.serve(
         U + "llama_d1152_l4",
         sequences=8,
         context=2048,
         prompt=1024,
         prefill_sequences=2,
     ),
-    "unseen5 serve moe 400m dropless 8x4096 prompt 1024 by 2": _serve(
+    "unseen5 serve moe 400m dropless 8x4096 prompt 1024 by 2": timecal.serve(
         E + "moe_400m",
         sequences=8,
         context=4096,
@@ -115,7 +99,7 @@ UNSEEN5: dict[str, tuple[str, dict[str, Any]]] = {
             "lora": 4,
         },
     ),
-    "unseen5 serve tunix Llama-3.2-1B 24x2048 prompt 256 by 6": _serve(
+    "unseen5 serve tunix Llama-3.2-1B 24x2048 prompt 256 by 6": timecal.serve(
         M + "tunix_llama3_1b",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
@@ -124,7 +108,7 @@ UNSEEN5: dict[str, tuple[str, dict[str, Any]]] = {
         prompt=256,
         prefill_sequences=6,
     ),
-    "unseen5 serve tunix Qwen3-0.6B bf16 24x2048 prompt 256 by 6": _serve(
+    "unseen5 serve tunix Qwen3-0.6B bf16 24x2048 prompt 256 by 6": timecal.serve(
         M + "tunix_qwen3_0p6b_bf16",
         mesh=timecal.TUNIX_MESH,
         init_cache=M + "tunix_cache",
