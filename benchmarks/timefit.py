@@ -170,7 +170,16 @@ def table(out: str, sources: list[str]) -> None:
 # --- the fit ------------------------------------------------------------------
 
 BASE = ("matmul_fraction", "hbm_fraction", "launch_seconds", "uncosted")
-FREE = (*BASE, "vector", "cycles", "async", "floor", "program")
+UPDATE = (
+    "hbm_fraction",
+    "cycles",
+    "launch_seconds",
+    "program",
+    "uncosted",
+    "cap",
+    "update",
+)
+"""``tpu-v5e/3``'s free constants; the later variants add to them."""
 VARIANTS: dict[str, tuple[str, ...]] = {
     "data sheet (nothing fitted)": (),
     "+ launch": BASE,
@@ -178,36 +187,9 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "+ launch + cycles + program": (*BASE, "cycles", "program"),
     "+ launch + cycles + async + program": (*BASE, "cycles", "async", "program"),
     "+ launch + cycles + cap + program": (*BASE, "cycles", "cap", "program"),
-    "+ an update rate (tpu-v5e/3)": (
-        "hbm_fraction",
-        "cycles",
-        "launch_seconds",
-        "program",
-        "uncosted",
-        "cap",
-        "update",
-    ),
-    "+ on-chip cycles": (
-        "hbm_fraction",
-        "cycles",
-        "launch_seconds",
-        "program",
-        "uncosted",
-        "cap",
-        "update",
-        "onchip",
-    ),
-    "+ a cost per argument and result buffer": (
-        "hbm_fraction",
-        "cycles",
-        "launch_seconds",
-        "program",
-        "uncosted",
-        "cap",
-        "update",
-        "onchip",
-        "buffer",
-    ),
+    "+ an update rate (tpu-v5e/3)": UPDATE,
+    "+ on-chip cycles": (*UPDATE, "onchip"),
+    "+ a cost per argument and result buffer": (*UPDATE, "onchip", "buffer"),
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
 
