@@ -87,7 +87,8 @@ moves the whole tiles it touches, read and written, at a rate of its own:
 on a v5e chip a decode step's one-position update of a cache whose sequence
 is its minor-most dimension took 144 us for 98 KB of elements, the time of
 its 12.6 MB of touched tiles at a fifth of HBM's bandwidth; a scatter
-XLA:TPU gives no cycles, twice its updates' bytes at the same rate), an
+XLA:TPU gives no cycles, per index the larger of its row and 512 B, read and
+written, at the same rate), an
 asynchronous copy, a collective, one trip of a loop's control, or an
 instruction XLA:TPU's own cost model gives up on (``estimated_cycles`` at
 its largest value: on a v5e chip such a fusion, a reduction emitted as a
@@ -362,11 +363,7 @@ def _masked(module: Module | None, inst: Instruction) -> bool:
         found = module.instructions.get(name)
         if found is None or found.opcode != "fusion":
             return False
-        body = [
-            i
-            for called in called_computations(found)
-            for i in module.computations.get(called, [])
-        ]
+        body = _body(module, found)
         if not any(
             i.opcode == "select"
             and i.operands
@@ -515,17 +512,22 @@ def _scattered(module: Module, inst: Instruction) -> int | None:
     return 2 * touched if touched else None
 
 
+def _body(module: Module, inst: Instruction) -> list[Instruction]:
+    """The instructions of the computations ``inst`` calls (a fusion's body)."""
+    return [
+        inner
+        for called in called_computations(inst)
+        for inner in module.computations.get(called, [])
+    ]
+
+
 def _scatter_in(module: Module, inst: Instruction, seen: int) -> Instruction | None:
     if inst.opcode == "scatter":
         return inst
     if inst.opcode != "fusion" or seen >= 4:
         return None
-    for called in called_computations(inst):
-        for inner in module.computations.get(called, []):
-            found = _scatter_in(module, inner, seen + 1)
-            if found is not None:
-                return found
-    return None
+    found = (_scatter_in(module, inner, seen + 1) for inner in _body(module, inst))
+    return next((f for f in found if f is not None), None)
 
 
 def _flops(module: Module, inst: Instruction, seen: int = 0) -> tuple[float, float]:
@@ -539,11 +541,10 @@ def _flops(module: Module, inst: Instruction, seen: int = 0) -> tuple[float, flo
         return _gemm_call_flops(module, inst) or _ragged_kernel_flops(module, inst), 0.0
     if op in ("fusion", "call") and seen < 16:
         matmul = vector = 0.0
-        for called in called_computations(inst):
-            for inner in module.computations.get(called, []):
-                m, v = _flops(module, inner, seen + 1)
-                matmul += m
-                vector += v
+        for inner in _body(module, inst):
+            m, v = _flops(module, inner, seen + 1)
+            matmul += m
+            vector += v
         return matmul, vector
     if op in _REDUCTIONS:
         operands = inst.operands[: max(1, len(inst.operands) // 2)]
