@@ -266,11 +266,23 @@ def test_topology_names_are_the_librarys(name: str) -> None:
 
 def test_every_dtype_name_is_one_jax_reads() -> None:
     import jax.numpy as jnp
+    import ml_dtypes
     import numpy as np
 
+    from nnx_introspect._step.inputs import parse_batch
+
     for name in DTYPES:
-        dtype = jnp.dtype(name)
-        assert dtype.kind in "biufcV" or "float" in dtype.name, name
+        try:
+            dtype = jnp.dtype(name)
+        except TypeError:
+            # a narrow type of a newer ml_dtypes than the installed one (0.6.0
+            # has no float8_e5m3fnu): the batch's own parse names it, in one line
+            assert not hasattr(ml_dtypes, name), name
+            with pytest.raises(ArgumentError, match=f"{name!r} is not a dtype"):
+                parse_batch(name, (4, 128))
+            continue
+        # ml_dtypes' complex32 is of kind "c" from 0.7.0, "W" before
+        assert dtype.kind in "biufcVW" or "float" in dtype.name, name
     # and every number type JAX has is among them
     for name in ("bfloat16", "float8_e4m3fn", "int4", "uint4", "float16", "bool"):
         assert name in DTYPES
