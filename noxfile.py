@@ -30,6 +30,13 @@ if PYTHON is not None and PYTHON not in SUPPORTED:
 DEVICES = {
     "XLA_FLAGS": "--xla_force_host_platform_device_count=8",
     "JAX_PLATFORMS": "cpu",
+    # Python writes and reads the package's bytecode even where the machine sets
+    # PYTHONDONTWRITEBYTECODE (this project's CI image does): the package is
+    # installed editable, so each of the ~200 processes a test run starts (child
+    # compiles, CLI runs, pytest's workers) would compile its modules and the
+    # tests' assertion rewrites again (14% of tests/test_cli.py's and
+    # tests/test_serve_child.py's time). An empty value is "not set".
+    "PYTHONDONTWRITEBYTECODE": "",
 }
 
 
