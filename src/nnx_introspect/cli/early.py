@@ -15,7 +15,6 @@ one line the library would give, in the flags' words:
 - a ``--topology`` no family holds, and a ``--mesh`` whose devices are not
   its devices (:mod:`.topology_names`);
 - a ``--batch`` dtype that is no dtype (:mod:`.dtypes`);
-- a ``--max-device-bytes`` without a unit;
 - ``--network-bandwidth`` for a TPU ``--topology`` or one host of GPUs;
 - ``--measure`` on a mesh larger than this process's CPU devices, or for a
   ``--topology`` while JAX runs on the CPU (:func:`.checks._cpu_devices`
@@ -35,7 +34,7 @@ from nnx_introspect._targets import DEFAULT_TARGET, TargetError, check_target
 from nnx_introspect.cli.checks import _cpu_devices
 from nnx_introspect.cli.dtypes import check_dtype
 from nnx_introspect.cli.errors import UsageError, ordinal, with_default
-from nnx_introspect.cli.plan_args import bytes_arg, mesh_axes
+from nnx_introspect.cli.plan_args import mesh_axes
 from nnx_introspect.cli.topology_names import topology_devices
 
 __all__ = ["check_early"]
@@ -60,8 +59,9 @@ def check_early(args: argparse.Namespace) -> None:
             nothing (exit 2, as when the library finds it).
         UsageError: Naming the flag: a callable flag that names nothing, a
             ``--topology`` no family holds, a mesh of another size than the
-            topology, a ``--batch`` dtype or a ``--max-device-bytes`` without
-            its unit.
+            topology or a ``--batch`` dtype (a ``--max-device-bytes`` without
+            its unit is argparse's: every command reads it with
+            :func:`.plan_args.bytes_arg`).
     """
     command = getattr(args, "command", None)
     if command in ("summary", "mesh", "step", "serve", "rl"):
@@ -86,12 +86,6 @@ def check_early(args: argparse.Namespace) -> None:
             check_dtype(name)
         except ValueError as error:
             raise UsageError(f"argument --batch: {error}") from None
-    budget = getattr(args, "max_device_bytes", None)
-    if isinstance(budget, str):  # a flag read as text (rl's): its unit
-        try:
-            bytes_arg(budget)
-        except argparse.ArgumentTypeError as error:
-            raise UsageError(f"argument --max-device-bytes: {error}") from None
     topology = getattr(args, "topology", None)
     if isinstance(topology, str):
         try:

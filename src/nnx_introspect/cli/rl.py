@@ -9,7 +9,7 @@ from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
 from nnx_introspect.cli.measuring import measure_failed
 from nnx_introspect.cli.options import TOPOLOGY_HELP, add_lora_arg, add_measure_arg
 from nnx_introspect.cli.output import emit
-from nnx_introspect.cli.plan_args import OPTIMIZERS
+from nnx_introspect.cli.plan_args import OPTIMIZERS, bytes_arg
 from nnx_introspect.cli.progress import ClockLine, live_status
 from nnx_introspect.cli.serve import (
     KV_CACHE_CHOICES,
@@ -185,6 +185,7 @@ def _add_role_args(parser: argparse.ArgumentParser) -> None:
     )
     parser.add_argument(
         "--max-device-bytes",
+        type=bytes_arg,
         default=None,
         metavar="SIZE",
         help="a budget per device, with its unit: 16GiB (default: the "
