@@ -202,3 +202,24 @@ def test_check_finite_sees_nan_in_every_float_dtype(dtype: str) -> None:
     with pytest.raises(ValueError, match="`x` must be finite"):
         check_finite(x, "x")
     check_finite(jnp.ones(2, dtype=dtype), "x")
+
+
+def test_a_check_that_names_no_parameter_is_named_by_its_argument() -> None:
+    """jaxtyping names the failed parameter by checking each again with
+    beartype, which samples one item of a container: on a good sample it names
+    none (issue 44's CI saw "Type-check error whilst checking the parameters of
+    ...roofline." alone). The one-line error then finds the argument itself."""
+    import inspect
+
+    from jaxtyping import TypeCheckError
+
+    from nnx_introspect._typing import ArgumentTypeError, _one_line
+
+    def plan(name: str, mesh_axes: tuple[tuple[str, int], ...]) -> int:
+        return 0
+
+    bad = (("data", 4), ("tp", "2"))
+    error = TypeCheckError("Type-check error whilst checking the parameters of plan.")
+    found = _one_line(error, plan, inspect.signature(plan), ("x", bad), {})
+    assert isinstance(found, ArgumentTypeError) and found.argument == "mesh_axes"
+    assert str(found).startswith("`mesh_axes` must be a tuple")

@@ -7,6 +7,7 @@ cannot express (an integral float, a positive count, a finite array) live here a
 small helpers so every function words its errors the same way.
 """
 
+import collections.abc
 import functools
 import inspect
 import math
@@ -20,6 +21,7 @@ from typing import TYPE_CHECKING, Any, TypeAlias, TypeVar, cast
 import jax
 import numpy as np
 from beartype import beartype
+from beartype.door import is_bearable
 from flax import nnx
 from jaxtyping import TypeCheckError, jaxtyped
 
@@ -164,15 +166,15 @@ def _one_line(
         bound = signature.bind(*args, **kwargs).arguments
     except TypeError:
         bound = {}
-    if found is None or found.group(1) not in bound:  # the return value's
-        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
-        return TypeError(" ".join(first.split()) or f"{fn.__qualname__}: bad type")
-    name = found.group(1)
-    value = bound[name]
     try:
         hints = typing.get_type_hints(fn)
     except Exception:  # an annotation that does not resolve here
         hints = {}
+    name = found.group(1) if found is not None else _failing(bound, hints)
+    if name is None or name not in bound:  # the return value's
+        first = str(error).strip().splitlines()[0] if str(error).strip() else ""
+        return TypeError(" ".join(first.split()) or f"{fn.__qualname__}: bad type")
+    value = bound[name]
     annotation = hints.get(name, signature.parameters[name].annotation)
     if signature.parameters[name].kind is inspect.Parameter.VAR_KEYWORD:
         return TypeError(" ".join(str(error).split()[:40]))  # pragma: no cover
@@ -182,6 +184,65 @@ def _one_line(
         f"`{name}` must be {describe_type(annotation)}, got {short_repr(value)} "
         f"of type {type(value).__name__}{shapes}.",
     )
+
+
+def _failing(bound: dict[str, Any], hints: dict[str, Any]) -> str | None:
+    """The first argument in ``bound`` that is not of its type in ``hints``.
+
+    Every item of a container is checked (:func:`_every_item`): beartype
+    checks one, at random, so jaxtyping, asking it again which parameter a
+    failed check was about, may sample a good item and name none.
+    """
+    for name, value in bound.items():
+        hint = hints.get(name)
+        if hint is None:
+            continue
+        try:
+            if not _every_item(value, hint):
+                return name
+        except Exception:  # a hint beartype cannot check alone (a shape variable)
+            continue
+    return None
+
+
+_SEQUENCES = (list, set, frozenset, collections.abc.Sequence, collections.abc.Set)
+_CONTAINERS = (list, tuple, set, frozenset)
+
+
+def _every_item(value: Any, hint: Any) -> bool:
+    """Whether ``value`` is of ``hint``, every item of its containers checked.
+
+    Example:
+        >>> _every_item((("data", 4), ("tp", "2")), tuple[tuple[str, int], ...])
+        False
+        >>> _every_item({"a": [1, 2]}, dict[str, list[int]] | None)
+        True
+    """
+    if not is_bearable(value, hint):
+        return False
+    origin, args = typing.get_origin(hint), typing.get_args(hint)
+    if origin in (typing.Union, types.UnionType):
+        return any(_every_item(value, a) for a in args if is_bearable(value, a))
+    if origin is tuple and args and isinstance(value, tuple):
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(_every_item(v, args[0]) for v in value)
+        return all(_every_item(v, a) for v, a in zip(value, args, strict=False))
+    if (
+        origin in _SEQUENCES
+        and args
+        and isinstance(value, list | tuple | set | frozenset)
+    ):
+        return all(_every_item(v, args[0]) for v in value)
+    if (
+        origin in (dict, collections.abc.Mapping)
+        and len(args) == 2
+        and isinstance(value, collections.abc.Mapping)
+    ):
+        return all(
+            _every_item(k, args[0]) and _every_item(v, args[1])
+            for k, v in value.items()
+        )
+    return True
 
 
 def _shape_words(message: str) -> str:
