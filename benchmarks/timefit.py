@@ -361,7 +361,7 @@ def run_fit(paths: list[str]) -> None:
     print(f"held-out 90th percentile |error|: {p90:.1%}")
     final = dataclasses.replace(
         c,
-        version="tpu-v5e/5",
+        version="tpu-v5e/6",
         error=round(p90, 2),
         programs=len(cal),
         held_out=len(held),

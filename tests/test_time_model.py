@@ -90,6 +90,65 @@ def test_a_batched_matmul_written_as_a_convolution_counts_one_tap() -> None:
     assert op.kind == "uncosted" and op.cycles is None
 
 
+# google-tunix Qwen3's query projection BTD,DNH->BTNH as XLA:TPU (libtpu
+# 0.0.42.1) wrote it for v5e: the heads a spatial dimension over an input of
+# one, padded 15 each side, so each output meets one of its 16 taps
+_HEADS = """HloModule jit_prefill
+
+%fused (p0: bf16[8,256,1024,1], p1: bf16[1024,16,128,1]) -> bf16[8,256,16,128] {
+  %p0 = bf16[8,256,1024,1]{3,2,1,0} parameter(0)
+  %p1 = bf16[1024,16,128,1]{3,2,1,0} parameter(1)
+  ROOT %c = bf16[8,256,16,128]{1,3,2,0} convolution(%p0, %p1), window={size=1x16 pad=0_0x15_15 rhs_reversal=0x1}, dim_labels=0bf1_i1o0->0b1f
+}
+
+ENTRY %main (a: bf16[8,256,1024,1], b: bf16[1024,16,128,1]) -> bf16[8,256,16,128] {
+  %a = bf16[8,256,1024,1]{3,2,1,0} parameter(0)
+  %b = bf16[1024,16,128,1]{3,2,1,0} parameter(1)
+  ROOT %f = bf16[8,256,16,128]{1,3,2,0} fusion(%a, %b), kind=kOutput, calls=%fused, backend_config={"window_config":{"estimated_cycles":"1000"}}
+}
+"""
+
+
+def test_a_projection_into_heads_counts_the_taps_that_meet_data() -> None:
+    (op,) = program_work(parse_module(_HEADS)).ops
+    # 8 x 256 tokens of 1,024 into 16 heads of 128: 2 x B x T x D x N x H,
+    # not 16 times that (the padded taps do no work)
+    assert op.matmul_flops == 2 * 8 * 256 * 1024 * 16 * 128
+
+
+@pytest.mark.parametrize(
+    ("lhs", "rhs", "strides", "padding", "lhs_dilation", "rhs_dilation"),
+    [
+        ((8, 64, 1, 16), (32, 64, 1, 16), (1, 1), ((0, 0), (15, 15)), (1, 1), (1, 1)),
+        ((2, 16, 10, 10), (8, 16, 3, 3), (1, 1), ((1, 1), (1, 1)), (1, 1), (1, 1)),
+        ((2, 16, 8, 5), (8, 16, 8, 2), (7, 1), ((0, 0), (1, 1)), (8, 1), (1, 1)),
+        ((1, 4, 9, 7), (4, 4, 3, 2), (2, 3), ((2, 1), (0, 3)), (2, 1), (1, 2)),
+    ],
+)
+def test_a_convolutions_flops_equal_xlas_cost_analysis(
+    lhs: tuple[int, ...],
+    rhs: tuple[int, ...],
+    strides: tuple[int, int],
+    padding: tuple[tuple[int, int], tuple[int, int]],
+    lhs_dilation: tuple[int, int],
+    rhs_dilation: tuple[int, int],
+) -> None:
+    import jax
+    import jax.numpy as jnp
+
+    def conv(a: jax.Array, b: jax.Array) -> jax.Array:
+        return jax.lax.conv_general_dilated(
+            a, b, strides, padding, lhs_dilation, rhs_dilation
+        )
+
+    a, b = jnp.ones(lhs, jnp.float32), jnp.ones(rhs, jnp.float32)
+    compiled = jax.jit(conv).lower(a, b).compile()
+    (text,) = [compiled.as_text()]
+    assert "convolution(" in text  # the CPU backend keeps it one instruction
+    cost = compiled.cost_analysis()
+    assert program_work(parse_module(text)).matmul_flops == cost["flops"]
+
+
 # jax.lax.ragged_dot of x bf16[4096,512] by 16 groups of w bf16[512,1024], as
 # XLA:TPU (libtpu 0.0.52) writes it for v5e: one convolution over every group
 _RAGGED = """HloModule jit_f
