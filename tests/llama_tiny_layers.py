@@ -19,6 +19,8 @@ LAYERS = 2
 TINY_2_LAYERS = dataclasses.replace(
     ex.LLAMA_TINY, n_layers=LAYERS, partitioned=True, shard_activations=True
 )
+TINY_1_LAYER = dataclasses.replace(TINY_2_LAYERS, n_layers=1)
+"""``llama_tiny_sharded`` with 1 layer: for a test whose claim needs no repeated layer."""
 TINY_2_LAYERS_8000 = dataclasses.replace(ex.LLAMA_TINY, n_layers=LAYERS)
 """``llama_tiny`` (no sharding annotations, vocabulary 8000) with 2 layers."""
 TINY_2_LAYERS_PLAIN = dataclasses.replace(ex.LLAMA_TINY, vocab=512, n_layers=LAYERS)
@@ -41,6 +43,11 @@ SMALL_PLAIN = dataclasses.replace(SMALL, partitioned=False, shard_activations=Fa
 def llama_tiny_2_layers_sharded(rngs: nnx.Rngs) -> ex.Llama:
     """:func:`~nnx_introspect.examples.llama_tiny_sharded` with 2 layers."""
     return ex.Llama(TINY_2_LAYERS, rngs=rngs)
+
+
+def llama_tiny_1_layer_sharded(rngs: nnx.Rngs) -> ex.Llama:
+    """:func:`~nnx_introspect.examples.llama_tiny_sharded` with 1 layer."""
+    return ex.Llama(TINY_1_LAYER, rngs=rngs)
 
 
 def llama_tiny_2_layers(rngs: nnx.Rngs) -> ex.Llama:
