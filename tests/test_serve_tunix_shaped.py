@@ -128,10 +128,14 @@ def test_the_cli_completes_the_mesh_too(
     assert data["decode"]["peak_bytes"] == completed.decode.peak_bytes
 
 
-def test_the_searchs_answer_is_the_reports() -> None:
+def test_the_searchs_answer_is_the_reports(tmp_path: Path) -> None:
     """Item 4: max_sequences with prompt and prefill_sequences, both programs.
 
     On this process's CPU devices (the search's logic is the same anywhere).
+    The compile cache is on, in this test's own directory: the reports at the
+    answer and a step past it are programs the search compiled, read back
+    when the report asks for the same program (the same key), compiled anew
+    when the search's request differs from the report's.
     """
     common: dict[str, Any] = {
         "context": T,
@@ -140,16 +144,17 @@ def test_the_searchs_answer_is_the_reports() -> None:
         "init_cache": CACHE,
         "max_device_bytes": 1_000_000,
     }
-    found = max_sequences("tests.tunix_shaped:llama_like", "fsdp=1,tp=2", **common)
+    with cache_in(tmp_path):
+        found = max_sequences("tests.tunix_shaped:llama_like", "fsdp=1,tp=2", **common)
 
-    def fits(n: int) -> bool | None:
-        return serve_memory_report(
-            "tests.tunix_shaped:llama_like", "fsdp=1,tp=2", sequences=n, **common
-        ).fits()
+        def fits(n: int) -> bool | None:
+            return serve_memory_report(
+                "tests.tunix_shaped:llama_like", "fsdp=1,tp=2", sequences=n, **common
+            ).fits()
 
-    step = found.step
-    assert found.value > 0 and fits(found.value) is True
-    assert fits(found.value + step) is False
+        step = found.step
+        assert found.value > 0 and fits(found.value) is True
+        assert fits(found.value + step) is False
 
 
 def test_sliding_window_layers_are_named_with_a_bounded_cache() -> None:
