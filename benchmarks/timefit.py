@@ -16,6 +16,14 @@
   to the least biased by kind), and the chosen constants as the Python of
   :data:`nnx_introspect._roofline.timing.CONSTANTS`.
 
+``python benchmarks/timefit.py pins OUT.json PROFILE.jsonl.gz:HLO_DIR``
+  the device's rates measured instruction by instruction in the chip's
+  profile (``timecal.py chip`` with ``TIMECAL_PROFILE=1``): seconds per cycle
+  of XLA:TPU's estimate, the on-chip vector fusions' seconds per cycle, the
+  on-chip copies' bytes per second and the Mosaic grouped-matmul kernels'
+  share of the dense peak. The variant "device rates from the profile" takes
+  them as they are and fits the rest.
+
 ``python benchmarks/timefit.py report OUT.json TABLE.json... [--blind=BLIND.json]``
   the accuracy page's tables: per program its measured time, the new
   estimate (the library's own :func:`~nnx_introspect._roofline.timing.program_time`
@@ -47,6 +55,7 @@ from nnx_introspect._roofline.timing import (
     program_time,
 )
 from nnx_introspect._xla import Work, program_work, work_from_json
+from nnx_introspect._xla.hlo.work import instruction_work
 from nnx_introspect._xla.analysis import matmul_dtype
 from nnx_introspect._xla.hlo import parse_module
 
@@ -190,8 +199,25 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "+ an update rate (tpu-v5e/3)": UPDATE,
     "+ on-chip cycles": (*UPDATE, "onchip"),
     "+ a cost per argument and result buffer": (*UPDATE, "onchip", "buffer"),
+    "+ on-chip copies at a rate of their own": (*UPDATE, "onchip", "buffer", "copy"),
+    "device rates from the profile, the rest fitted (tpu-v5e/6)": (
+        "hbm_fraction",
+        "launch_seconds",
+        "program",
+        "uncosted",
+        "cap",
+        "update",
+        "buffer",
+    ),
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
+
+PROFILED = frozenset({"device rates from the profile, the rest fitted (tpu-v5e/6)"})
+"""The variants whose device rates are :func:`pins`'s, measured per instruction."""
+
+PINS = Path(__file__).with_name("timecal-pins.json")
+"""The rates :func:`pins` measured (``timefit.py pins``), read by the variants
+of :data:`PROFILED`."""
 
 START = {
     # the previous constants (tpu-v5e/2) where they exist: the fit starts there
@@ -208,13 +234,20 @@ START = {
     "update": 0.2,
     "onchip": 0.2,
     "buffer": 2.85e-6,
+    "copy": 7.7e11,
 }
 
 
-def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeConstants:
-    """The constants with ``free`` taken from ``exp(theta)``."""
+def constants(
+    free: tuple[str, ...],
+    theta: np.ndarray,
+    pinned: dict[str, float] | None = None,
+    **fixed: Any,
+) -> TimeConstants:
+    """The constants with ``free`` taken from ``exp(theta)``, ``pinned`` as given."""
     # clipped: a constant no program of a fold constrains may drift, never to 0
     values = dict(zip(free, np.exp(np.clip(theta, -600.0, 600.0)), strict=True))
+    values |= pinned or {}
     return TimeConstants(
         version=fixed.get("version", "fit"),
         calibrated=True,
@@ -230,6 +263,7 @@ def constants(free: tuple[str, ...], theta: np.ndarray, **fixed: Any) -> TimeCon
         update_fraction=min(1.0, float(values.get("update", 1.0))),
         onchip_cycles_fraction=min(1.0, float(values.get("onchip", 1.0))),
         buffer_seconds=float(values.get("buffer", 0.0)),
+        onchip_bytes_per_second=float(values["copy"]) if "copy" in values else None,
         uncosted_flops_per_second=float(values["uncosted"])
         if "uncosted" in values
         else None,
@@ -246,7 +280,11 @@ def estimate(row: dict[str, Any], c: TimeConstants, work: Work | None = None) ->
     return program_time(work, HARDWARE, dtype=row["matmul_dtype"], constants=c).seconds
 
 
-def fit(rows: list[dict[str, Any]], free: tuple[str, ...]) -> TimeConstants:
+def fit(
+    rows: list[dict[str, Any]],
+    free: tuple[str, ...],
+    pinned: dict[str, float] | None = None,
+) -> TimeConstants:
     """Least squares of the log ratios over ``rows``, from several starts.
 
     The fractions of the peak and of HBM's bandwidth are capped at 1: a rate
@@ -256,12 +294,12 @@ def fit(rows: list[dict[str, Any]], free: tuple[str, ...]) -> TimeConstants:
     measured = np.array([r["measured"] for r in rows])
 
     def loss(theta: np.ndarray) -> float:
-        c = constants(free, theta)
+        c = constants(free, theta, pinned)
         est = np.array([estimate(r, c, w) for r, w in zip(rows, works, strict=True)])
         return float(np.mean(np.log(est / measured) ** 2))
 
     if not free:
-        return constants(free, np.array([]))
+        return constants(free, np.array([]), pinned)
     best = None
     for scale in (1.0, 0.7, 1.4):
         start = np.log([START[name] * scale for name in free])
@@ -269,7 +307,7 @@ def fit(rows: list[dict[str, Any]], free: tuple[str, ...]) -> TimeConstants:
         found = minimize(loss, start, method="Nelder-Mead", options=options)
         if best is None or found.fun < best.fun:
             best = found
-    return constants(free, best.x)
+    return constants(free, best.x, pinned)
 
 
 def errors(rows: list[dict[str, Any]], c: TimeConstants) -> list[float]:
@@ -287,13 +325,17 @@ def summary(errs: list[float]) -> str:
     )
 
 
-def cross_validated(rows: list[dict[str, Any]], free: tuple[str, ...]) -> list[float]:
+def cross_validated(
+    rows: list[dict[str, Any]],
+    free: tuple[str, ...],
+    pinned: dict[str, float] | None = None,
+) -> list[float]:
     """4-fold cross-validation errors inside ``rows``."""
     out: list[float] = []
     for k in range(4):
         train = [r for i, r in enumerate(rows) if i % 4 != k]
         test = [r for i, r in enumerate(rows) if i % 4 == k]
-        out += errors(test, fit(train, free))
+        out += errors(test, fit(train, free, pinned))
     return out
 
 
@@ -327,7 +369,20 @@ def worst_bias(rows: list[dict[str, Any]], errs: list[float]) -> float:
 
 TIE = 0.005
 """Variants whose cross-validated median errors are within half a point of
-the smallest are tied; the tie goes to the least biased by kind."""
+the smallest are tied; the tie goes to the one that fits the fewest
+constants (the sixth round's rule), then to the least biased by kind."""
+
+
+def _pinned(name: str) -> dict[str, float] | None:
+    if name not in PROFILED:
+        return None
+    rates = json.loads(PINS.read_text())["rates"]
+    return {
+        "cycles": rates["seconds_per_cycle"],
+        "onchip": rates["onchip_seconds_per_cycle"] / rates["seconds_per_cycle"],
+        "copy": rates["onchip_bytes_per_second"],
+        "matmul_fraction": rates["kernel_matmul_fraction"],
+    }
 
 
 def run_fit(paths: list[str]) -> None:
@@ -336,12 +391,13 @@ def run_fit(paths: list[str]) -> None:
     held = [r for r in rows if r["half"] == "held-out"]
     print(f"{len(rows)} programs: {len(cal)} calibration, {len(held)} held out")
     scored: list[tuple[float, float, str, tuple[str, ...]]] = []
+    pins = {name: _pinned(name) for name in VARIANTS}
     only = os.environ.get("TIMEFIT_ONLY")  # a variant's name: that one alone
     for name, free in VARIANTS.items():
         if only and only != name:
             continue
-        c = fit(cal, free)
-        cv = cross_validated(cal, free) if free else errors(cal, c)
+        c = fit(cal, free, pins[name])
+        cv = cross_validated(cal, free, pins[name]) if free else errors(cal, c)
         cv_median = statistics.median(abs(e) for e in cv)
         bias = worst_bias(_cv_order(cal) if free else cal, cv)
         print(f"\n{name}: {free}")
@@ -352,9 +408,9 @@ def run_fit(paths: list[str]) -> None:
         scored.append((cv_median, bias, name, free))
     best = min(s[0] for s in scored)
     _, _, name, free = min(
-        (s for s in scored if s[0] <= best + TIE), key=lambda s: s[1]
+        (s for s in scored if s[0] <= best + TIE), key=lambda s: (len(s[3]), s[1])
     )
-    c = fit(cal, free)
+    c = fit(cal, free, pins[name])
     held_errors = sorted(abs(e) for e in errors(held, c))
     p90 = held_errors[min(len(held_errors) - 1, math.ceil(0.9 * len(held_errors)) - 1)]
     print(f"\nchosen by cross-validation: {name}")
@@ -362,12 +418,97 @@ def run_fit(paths: list[str]) -> None:
     final = dataclasses.replace(
         c,
         version="tpu-v5e/6",
-        error=round(p90, 2),
+        error=math.ceil(p90 * 100) / 100,  # the bar holds 9 in 10, never fewer
         programs=len(cal),
         held_out=len(held),
         source="benchmarks/timefit.py fit " + " ".join(paths),
     )
     print(repr(final))
+
+
+CLOCK_CAP = 1.25
+"""An instruction whose cycles at the data-sheet clock are within this many
+times its roofline is cycle-bound: its time is its cycles' (``tpu-v5e/5``'s
+fitted cap, 1.247)."""
+
+
+def pins(out: str, source: str) -> None:
+    """The device's rates, from the chip's time of every instruction.
+
+    ``source`` is ``PROFILE.jsonl.gz:HLO_DIR``: ``timecal.py chip`` records
+    run with ``TIMECAL_PROFILE=1`` (each program's instructions, their runs and
+    device time) and the HLO they captured. Each instruction's work is
+    :func:`~nnx_introspect._xla.hlo.work.instruction_work`'s, so the rates
+    follow the library's rules:
+
+    * seconds per cycle: the device time over XLA:TPU's cycles of the matmul
+      instructions whose cycles, at the data-sheet clock (the bf16 peak over
+      four 128 x 128 matrix units, 1.5 GHz), are within :data:`CLOCK_CAP` of
+      their roofline;
+    * on-chip vector fusions (cycles, no matmul, no HBM bytes): their device
+      time over their cycles;
+    * on-chip copies (``chip_bytes``): their result's bytes over their time;
+    * the grouped-matmul kernels (matmul FLOPs, no cycles stated): their
+      FLOPs at the dense peak over their time, a share of the peak.
+    """
+    profile, hlo_dir = source.split(":")
+    peak = HARDWARE.peak_flops_per_second("bf16")
+    clock = 1.0 / (peak / (4 * 128 * 128 * 2))
+    sums = {k: [0.0, 0.0, 0] for k in ("cycles", "onchip", "copy", "kernel")}
+    for line in gzip.open(profile, "rt"):
+        record = json.loads(line)
+        plane = record.get("profile", {}).get("planes", {}).get("/device:TPU:0")
+        if not plane:
+            continue
+        for captured in record["hlo_captured"]:
+            key = next(
+                (k for k in plane["modules"] if k.startswith(captured["module"] + "(")),
+                None,
+            )
+            if key is None:
+                continue
+            runs = plane["modules"][key][0]
+            timed: dict[str, float] = {}
+            for text, (_, nanoseconds) in plane["ops"].get(key, {}).items():
+                name = text.split(" = ")[0].lstrip("%").strip()
+                timed[name] = timed.get(name, 0.0) + nanoseconds * 1e-9 / runs
+            module = parse_module(_read_hlo(Path(hlo_dir) / captured["file"]))
+            for inst, op in instruction_work(module):
+                if inst is None or inst.name not in timed:
+                    continue
+                seconds, roof = timed[inst.name], max(
+                    op.matmul_flops / peak, op.hbm_bytes / HARDWARE.hbm_bytes_per_second
+                )
+                if op.kind == "matmul" and op.cycles is not None:
+                    if op.cycles * clock <= CLOCK_CAP * roof:
+                        k, unit = "cycles", op.cycles * op.count
+                    else:
+                        continue
+                elif op.kind == "matmul":
+                    k, unit = "kernel", op.matmul_flops / peak * op.count
+                elif op.kind == "vector" and op.cycles is not None and roof == 0:
+                    k, unit = "onchip", op.cycles * op.count
+                elif op.chip_bytes:
+                    k, unit = "copy", op.chip_bytes * op.count
+                else:
+                    continue
+                sums[k][0] += seconds
+                sums[k][1] += unit
+                sums[k][2] += 1
+    rates = {
+        "seconds_per_cycle": sums["cycles"][0] / sums["cycles"][1],
+        "onchip_seconds_per_cycle": sums["onchip"][0] / sums["onchip"][1],
+        "onchip_bytes_per_second": sums["copy"][1] / sums["copy"][0],
+        "kernel_matmul_fraction": sums["kernel"][1] / sums["kernel"][0],
+    }
+    found = {
+        "source": f"benchmarks/timefit.py pins {Path(out).name} {source}",
+        "rates": rates,
+        "instructions": {k: v[2] for k, v in sums.items()},
+        "device_seconds": {k: v[0] for k, v in sums.items()},
+    }
+    Path(out).write_text(json.dumps(found, indent=1) + "\n")
+    print(json.dumps(found, indent=1))
 
 
 def _constants_text(c: TimeConstants) -> str:
@@ -535,6 +676,8 @@ def main() -> None:
         table(sys.argv[2], sys.argv[3:])
     elif command == "fit":
         run_fit(sys.argv[2:])
+    elif command == "pins":
+        pins(sys.argv[2], sys.argv[3])
     elif command == "report":
         blind = [
             a.removeprefix("--blind=") for a in sys.argv if a.startswith("--blind=")

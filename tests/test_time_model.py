@@ -580,3 +580,44 @@ def test_each_array_taken_or_returned_costs_its_buffer_time() -> None:
     t = program_time(work, v5e, constants=c)
     assert t.seconds - without.seconds == pytest.approx(3 * 3e-6)
     assert t.launch_seconds - without.launch_seconds == pytest.approx(3 * 3e-6)
+
+
+# a transpose between two on-chip buffers, as XLA:TPU emits them in a
+# prefill: no HBM bytes, and XLA:TPU's cycles say a tenth of its time
+_ONCHIP_COPY = """HloModule jit_f
+
+ENTRY %main (a: bf16[1024,8,128]) -> bf16[1024,8,128] {
+  %a = bf16[1024,8,128]{2,1,0:T(8,128)(2,1)S(1)} parameter(0)
+  ROOT %c = bf16[1024,8,128]{0,2,1:T(8,128)(2,1)S(1)} copy(%a), backend_config={"window_config":{"estimated_cycles":"1200"}}
+}
+"""
+
+
+def test_an_on_chip_copy_writes_its_result_at_the_on_chip_rate() -> None:
+    (op,) = program_work(parse_module(_ONCHIP_COPY)).ops
+    assert (op.kind, op.hbm_bytes, op.cycles) == ("memory", 0, 1200)
+    assert op.chip_bytes == 1024 * 8 * 128 * 2  # its result, tiles exactly filled
+    v5e = hardware_for("v5e-1")
+    rate = 7e11
+    c = _constants(program_seconds=0.0, launch_seconds=0.0, buffer_seconds=0.0)
+    timed = program_time(
+        Work((op,)), v5e, constants=dataclasses.replace(c, onchip_bytes_per_second=rate)
+    )
+    assert timed.memory_seconds == pytest.approx(op.chip_bytes / rate)
+    # without the rate, only its cycles (at the on-chip fraction) time it
+    plain = program_time(
+        Work((op,)), v5e, constants=dataclasses.replace(c, onchip_bytes_per_second=None)
+    )
+    assert plain.memory_seconds == 0.0
+    assert c.seconds_per_cycle is not None
+    assert plain.cycles_seconds == pytest.approx(
+        1200 * c.seconds_per_cycle * c.onchip_cycles_fraction
+    )
+
+
+def test_a_table_written_before_chip_bytes_reads_back_without_them() -> None:
+    old = {"ops": [["memory", 0.0, 0.0, 0, 1200, 3]], "buffers": 2}
+    (op,) = work_from_json(old).ops
+    assert (op.count, op.chip_bytes) == (3, 0)
+    new = program_work(parse_module(_ONCHIP_COPY))
+    assert work_from_json(new.json_data()) == new

@@ -51,7 +51,7 @@ class TimeConstants:
     """The rates a device kind's programs run at: the time model's constants.
 
     Attributes:
-        version: The constants' name and version (``"tpu-v5e/5"``): a report
+        version: The constants' name and version (``"tpu-v5e/6"``): a report
             names it, and a new fit gets a new one.
         calibrated: Whether a chip of this kind was measured to fit them.
         matmul_fraction: The share of the dtype's dense data-sheet peak a
@@ -85,6 +85,11 @@ class TimeConstants:
             bound: its roofline is zero) count at this fraction of
             ``seconds_per_cycle``; the chip's profile ran such fusions 6x
             faster than XLA:TPU's cycles say.
+        onchip_bytes_per_second: The rate at which a memory instruction
+            wholly in on-chip memory (a copy or transpose between on-chip
+            buffers: :attr:`~nnx_introspect._xla.hlo.work.OpWork.chip_bytes`)
+            writes its result, where that takes longer than its cycles say;
+            ``None``: timed by its cycles alone.
         buffer_seconds: A fixed cost per run for each array the program
             takes or returns (:attr:`~nnx_introspect._xla.hlo.work.Work.buffers`):
             the chip's profile put each run's host time beyond the device's
@@ -113,6 +118,7 @@ class TimeConstants:
     update_fraction: float = 1.0
     onchip_cycles_fraction: float = 1.0
     buffer_seconds: float = 0.0
+    onchip_bytes_per_second: float | None = None
     programs: int = 0
     held_out: int = 0
     source: str = ""
@@ -122,7 +128,7 @@ class TimeConstants:
 
         Example:
             >>> CONSTANTS["v5e"].json_data()["version"]
-            'tpu-v5e/5'
+            'tpu-v5e/6'
         """
         return dataclasses.asdict(self)
 
@@ -143,28 +149,31 @@ DATA_SHEET = TimeConstants(
 
 CONSTANTS: dict[str, TimeConstants] = {
     "v5e": TimeConstants(
-        version="tpu-v5e/5",
+        version="tpu-v5e/6",
         calibrated=True,
-        matmul_fraction=1.0,
+        matmul_fraction=0.8428,
         vector_flops_per_second=None,
-        hbm_fraction=1.0,
-        seconds_per_cycle=6.062e-10,
-        launch_seconds=8.640e-07,
+        hbm_fraction=0.8081,
+        seconds_per_cycle=6.649e-10,
+        launch_seconds=5.429e-07,
         async_share=0.0,
-        error=0.13,
-        uncosted_flops_per_second=9.867e09,
-        program_seconds=1.098e-03,
-        cycles_cap=1.247,
-        update_fraction=0.2540,
-        onchip_cycles_fraction=0.3618,
-        buffer_seconds=2.203e-06,
-        programs=71,
-        held_out=70,
+        error=0.12,
+        uncosted_flops_per_second=9.888e09,
+        program_seconds=1.062e-03,
+        cycles_cap=1.237,
+        update_fraction=0.2259,
+        onchip_cycles_fraction=0.11755,
+        buffer_seconds=2.960e-06,
+        onchip_bytes_per_second=5.072e11,
+        programs=85,
+        held_out=83,
         source=(
             "benchmarks/timefit.py fit benchmarks/timecal-table.json "
             "benchmarks/timecal-unseen.json benchmarks/timecal-unseen2.json "
             "benchmarks/timecal-unseen3.json benchmarks/timecal-unseen4.json "
-            "(TPU v5e, libtpu 0.0.42.1; docs/accuracy.md)"
+            "benchmarks/timecal-unseen5.json, its device rates from "
+            "benchmarks/timecal-pins.json (TPU v5e, libtpu 0.0.42.1; "
+            "docs/accuracy.md)"
         ),
     ),
 }
@@ -248,7 +257,7 @@ class ProgramTime:
             >>> work = Work((OpWork("matmul", 1e9, 0.0, 0, None, 1),))
             >>> t = program_time(work, hardware_for("v5e-8"), comm_seconds=1e-3)
             >>> t.constants_basis
-            '±13%, calibrated on TPU v5e from 71 programs, constants tpu-v5e/5'
+            '±12%, calibrated on TPU v5e from 85 programs, constants tpu-v5e/6'
         """
         c = self.constants
         if not c.calibrated or c.error is None:
@@ -378,9 +387,12 @@ def program_time(
         # FLOPs at a fraction of the peak only time what it did not cost
         cycled = c.seconds_per_cycle is not None and op.cycles is not None
         cycles = _cycles_seconds(op, c, peak, hardware.hbm_bytes_per_second)
+        memory = op.hbm_bytes / hbm_rate
+        if op.chip_bytes and c.onchip_bytes_per_second is not None:
+            memory = max(memory, op.chip_bytes / c.onchip_bytes_per_second)
         times = {
             "matmul": 0.0 if cycled else op.matmul_flops / matmul_rate,
-            "memory": op.hbm_bytes / hbm_rate,
+            "memory": memory,
             "vector": 0.0
             if c.vector_flops_per_second is None
             else op.vector_flops / c.vector_flops_per_second,
