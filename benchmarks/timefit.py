@@ -55,9 +55,9 @@ from nnx_introspect._roofline.timing import (
     program_time,
 )
 from nnx_introspect._xla import Work, program_work, work_from_json
-from nnx_introspect._xla.hlo.work import instruction_work
 from nnx_introspect._xla.analysis import matmul_dtype
 from nnx_introspect._xla.hlo import parse_module
+from nnx_introspect._xla.hlo.work import instruction_work
 
 HARDWARE = hardware_for("v5e-1")
 
@@ -455,8 +455,9 @@ def pins(out: str, source: str) -> None:
     peak = HARDWARE.peak_flops_per_second("bf16")
     clock = 1.0 / (peak / (4 * 128 * 128 * 2))
     sums = {k: [0.0, 0.0, 0] for k in ("cycles", "onchip", "copy", "kernel")}
-    for line in gzip.open(profile, "rt"):
-        record = json.loads(line)
+    with gzip.open(profile, "rt") as f:
+        records = [json.loads(line) for line in f]
+    for record in records:
         plane = record.get("profile", {}).get("planes", {}).get("/device:TPU:0")
         if not plane:
             continue
@@ -476,12 +477,16 @@ def pins(out: str, source: str) -> None:
             for inst, op in instruction_work(module):
                 if inst is None or inst.name not in timed:
                     continue
-                seconds, roof = timed[inst.name], max(
-                    op.matmul_flops / peak, op.hbm_bytes / HARDWARE.hbm_bytes_per_second
+                seconds, roof = (
+                    timed[inst.name],
+                    max(
+                        op.matmul_flops / peak,
+                        op.hbm_bytes / HARDWARE.hbm_bytes_per_second,
+                    ),
                 )
                 if op.kind == "matmul" and op.cycles is not None:
                     if op.cycles * clock <= CLOCK_CAP * roof:
-                        k, unit = "cycles", op.cycles * op.count
+                        k, unit = "cycles", float(op.cycles * op.count)
                     else:
                         continue
                 elif op.kind == "matmul":

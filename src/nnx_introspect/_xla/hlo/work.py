@@ -524,7 +524,9 @@ def _window_taps(
     strides = _window_ints(window, "stride", len(dims), 1)
     rhs = _window_ints(window, "rhs_dilate", len(dims), 1)
     pads = re.search(r"pad=([\d_x-]+)", window)
-    lows = [int(p.split("_")[0]) for p in pads[1].split("x")] if pads else [0] * len(dims)
+    lows = (
+        [int(p.split("_")[0]) for p in pads[1].split("x")] if pads else [0] * len(dims)
+    )
     if (
         dilation is None
         or strides is None
