@@ -55,7 +55,8 @@ class TimeConstants:
             names it, and a new fit gets a new one.
         calibrated: Whether a chip of this kind was measured to fit them.
         matmul_fraction: The share of the dtype's dense data-sheet peak a
-            matmul instruction runs at.
+            matmul instruction runs at where XLA:TPU states no cycles for it
+            (the Mosaic grouped-matmul kernels: 0.84 on a v5e chip).
         vector_flops_per_second: The vector unit's rate, in the vector FLOPs
             :mod:`~nnx_introspect._xla.hlo.work` counts; ``None``: not timed.
         hbm_fraction: The share of the data-sheet HBM bandwidth an
@@ -83,8 +84,8 @@ class TimeConstants:
             no matmul and moves no HBM bytes (a vector fusion whose operands
             and results all stay in on-chip memory, which the cap cannot
             bound: its roofline is zero) count at this fraction of
-            ``seconds_per_cycle``; the chip's profile ran such fusions 6x
-            faster than XLA:TPU's cycles say.
+            ``seconds_per_cycle``; the chip's profile ran such fusions at
+            78 ps per cycle, 0.12 of a cycle at the chip's clock.
         onchip_bytes_per_second: The rate at which a memory instruction
             wholly in on-chip memory (a copy or transpose between on-chip
             buffers: :attr:`~nnx_introspect._xla.hlo.work.OpWork.chip_bytes`)
