@@ -55,8 +55,9 @@ class TimeConstants:
             names it, and a new fit gets a new one.
         calibrated: Whether a chip of this kind was measured to fit them.
         matmul_fraction: The share of the dtype's dense data-sheet peak a
-            matmul instruction runs at where XLA:TPU states no cycles for it
-            (the Mosaic grouped-matmul kernels: 0.84 on a v5e chip).
+            matmul instruction runs at where the compiler states no cycles
+            for it (every one on a GPU; on a TPU, the Mosaic grouped-matmul
+            kernels: 0.84 on a v5e chip).
         vector_flops_per_second: The vector unit's rate, in the vector FLOPs
             :mod:`~nnx_introspect._xla.hlo.work` counts; ``None``: not timed.
         hbm_fraction: The share of the data-sheet HBM bandwidth an
