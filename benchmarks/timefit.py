@@ -209,11 +209,33 @@ VARIANTS: dict[str, tuple[str, ...]] = {
         "update",
         "buffer",
     ),
+    "+ the asynchronous copies' waits from the profile (tpu-v5e/7)": (
+        "hbm_fraction",
+        "launch_seconds",
+        "program",
+        "uncosted",
+        "cap",
+        "update",
+        "buffer",
+    ),
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
 
-PROFILED = frozenset({"device rates from the profile, the rest fitted (tpu-v5e/6)"})
+PROFILED = frozenset(
+    {
+        "device rates from the profile, the rest fitted (tpu-v5e/6)",
+        "+ the asynchronous copies' waits from the profile (tpu-v5e/7)",
+    }
+)
 """The variants whose device rates are :func:`pins`'s, measured per instruction."""
+
+ASYNC_PINNED = frozenset(
+    {"+ the asynchronous copies' waits from the profile (tpu-v5e/7)"}
+)
+"""The variants of :data:`PROFILED` that also take the copies' waits from it."""
+
+ASYNC_DONE = frozenset({"copy-done", "slice-done", "copy-to-host-done"})
+"""The halves of asynchronous copies a program waits at (``-start``'s pair)."""
 
 PINS = Path(__file__).with_name("timecal-pins.json")
 """The rates :func:`pins` measured (``timefit.py pins``), read by the variants
@@ -382,7 +404,7 @@ def _pinned(name: str) -> dict[str, float] | None:
         "onchip": rates["onchip_seconds_per_cycle"] / rates["seconds_per_cycle"],
         "copy": rates["onchip_bytes_per_second"],
         "matmul_fraction": rates["kernel_matmul_fraction"],
-    }
+    } | ({"async": rates["async_share"]} if name in ASYNC_PINNED else {})
 
 
 def run_fit(paths: list[str]) -> None:
@@ -417,7 +439,7 @@ def run_fit(paths: list[str]) -> None:
     print(f"held-out 90th percentile |error|: {p90:.1%}")
     final = dataclasses.replace(
         c,
-        version="tpu-v5e/6",
+        version="tpu-v5e/7",
         error=math.ceil(p90 * 100) / 100,  # the bar holds 9 in 10, never fewer
         programs=len(cal),
         held_out=len(held),
@@ -449,12 +471,15 @@ def pins(out: str, source: str) -> None:
       time over their cycles;
     * on-chip copies (``chip_bytes``): their result's bytes over their time;
     * the grouped-matmul kernels (matmul FLOPs, no cycles stated): their
-      FLOPs at the dense peak over their time, a share of the peak.
+      FLOPs at the dense peak over their time, a share of the peak;
+    * the asynchronous copies' waits: the time of their ``-done`` halves
+      (the program stalled on them) over their bytes at the data-sheet
+      bandwidth, the share of their HBM time the program does not hide.
     """
     profile, hlo_dir = source.split(":")
     peak = HARDWARE.peak_flops_per_second("bf16")
     clock = 1.0 / (peak / (4 * 128 * 128 * 2))
-    sums = {k: [0.0, 0.0, 0] for k in ("cycles", "onchip", "copy", "kernel")}
+    sums = {k: [0.0, 0.0, 0] for k in ("cycles", "onchip", "copy", "kernel", "async")}
     with gzip.open(profile, "rt") as f:
         records = [json.loads(line) for line in f]
     for record in records:
@@ -474,7 +499,18 @@ def pins(out: str, source: str) -> None:
                 name = text.split(" = ")[0].lstrip("%").strip()
                 timed[name] = timed.get(name, 0.0) + nanoseconds * 1e-9 / runs
             module = parse_module(_read_hlo(Path(hlo_dir) / captured["file"]))
+            # the waits for asynchronous copies: their ``-done`` halves' time
+            sums["async"][0] += sum(
+                seconds
+                for name, seconds in timed.items()
+                if name.split(".")[0] in ASYNC_DONE
+            )
             for inst, op in instruction_work(module):
+                if inst is not None and op.kind == "async":
+                    sums["async"][1] += (
+                        op.hbm_bytes * op.count / HARDWARE.hbm_bytes_per_second
+                    )
+                    sums["async"][2] += 1
                 if inst is None or inst.name not in timed:
                     continue
                 seconds, roof = (
@@ -505,6 +541,7 @@ def pins(out: str, source: str) -> None:
         "onchip_seconds_per_cycle": sums["onchip"][0] / sums["onchip"][1],
         "onchip_bytes_per_second": sums["copy"][1] / sums["copy"][0],
         "kernel_matmul_fraction": sums["kernel"][1] / sums["kernel"][0],
+        "async_share": sums["async"][0] / sums["async"][1],
     }
     found = {
         "source": f"benchmarks/timefit.py pins {Path(out).name} {source}",

@@ -20,6 +20,7 @@ from nnx_introspect._roofline.timing import (
 )
 from nnx_introspect._xla import OpWork, Work, program_work, work_from_json
 from nnx_introspect._xla.hlo import parse_module
+from nnx_introspect._xla.hlo.work import instruction_work
 
 _LOOP = """HloModule jit_f
 
@@ -223,7 +224,7 @@ def test_each_instruction_takes_its_longest_term_plus_its_launch() -> None:
             OpWork("vector", 0.0, 1e3, 8 * 10**8, 100, 2),
             # cycle-bound: 5e6 cycles at 1 ns
             OpWork("vector", 0.0, 1e3, 10, 5 * 10**6, 1),
-            # an asynchronous copy: a quarter of its HBM time shows
+            # an asynchronous copy: a quarter of its data-sheet HBM time shows
             OpWork("async", 0.0, 0.0, 4 * 10**9, None, 1),
         )
     )
@@ -232,7 +233,7 @@ def test_each_instruction_takes_its_longest_term_plus_its_launch() -> None:
     memory = 2 * 8e8 / (0.8 * hbm)
     cycles = 5e6 * 1e-9
     launch = (3 + 2 + 1) * 2e-6 + 1e-4
-    unhidden = 0.25 * 4e9 / (0.8 * hbm)
+    unhidden = 0.25 * 4e9 / hbm  # the wait's share of the data sheet's time
     assert t.matmul_seconds == pytest.approx(matmul)
     assert t.memory_seconds == pytest.approx(memory)
     assert t.cycles_seconds == pytest.approx(cycles)
@@ -613,6 +614,35 @@ def test_an_on_chip_copy_writes_its_result_at_the_on_chip_rate() -> None:
     assert c.seconds_per_cycle is not None
     assert plain.cycles_seconds == pytest.approx(
         1200 * c.seconds_per_cycle * c.onchip_cycles_fraction
+    )
+
+
+# the relayout XLA:TPU emits after a mixture of experts' dispatch gather:
+# on-chip buffers both, a new tiling, and no cycles stated (a v5e chip ran
+# it in 90 us); a tuple of no bytes beside it
+_ONCHIP_RELAYOUT = """HloModule jit_f
+
+ENTRY %main (a: bf16[16384,1024]) -> bf16[8,1024,2,1024] {
+  %a = bf16[16384,1024]{1,0:T(8,128)(2,1)S(1)} parameter(0)
+  %t = () tuple()
+  ROOT %r = bf16[8,1024,2,1024]{3,2,1,0:T(2,128)(2,1)S(1)} reshape(%a)
+}
+"""
+
+
+def test_an_on_chip_relayout_without_cycles_is_timed_not_dropped() -> None:
+    found = [
+        (inst.name, op) for inst, op in instruction_work(parse_module(_ONCHIP_RELAYOUT))
+    ]
+    assert [name for name, _ in found] == ["r"]  # the empty tuple runs nothing
+    ((_, op),) = found
+    assert (op.kind, op.hbm_bytes, op.cycles) == ("memory", 0, None)
+    assert op.chip_bytes == 16384 * 1024 * 2
+    c = _constants(program_seconds=0.0, launch_seconds=0.0, buffer_seconds=0.0)
+    assert c.onchip_bytes_per_second is not None
+    timed = program_time(Work((op,)), hardware_for("v5e-1"), constants=c)
+    assert timed.memory_seconds == pytest.approx(
+        16384 * 1024 * 2 / c.onchip_bytes_per_second
     )
 
 

@@ -51,7 +51,7 @@ class TimeConstants:
     """The rates a device kind's programs run at: the time model's constants.
 
     Attributes:
-        version: The constants' name and version (``"tpu-v5e/6"``): a report
+        version: The constants' name and version (``"tpu-v5e/7"``): a report
             names it, and a new fit gets a new one.
         calibrated: Whether a chip of this kind was measured to fit them.
         matmul_fraction: The share of the dtype's dense data-sheet peak a
@@ -76,8 +76,9 @@ class TimeConstants:
         uncosted_flops_per_second: The rate of the vector work of
             instructions XLA:TPU's cost model gives up on (kind
             ``"uncosted"``); ``None``: timed as any other.
-        async_share: The share of asynchronous copies' HBM time not hidden by
-            the instructions around them.
+        async_share: The share of asynchronous copies' HBM time (their bytes
+            at the data-sheet bandwidth) not hidden by the instructions
+            around them: the time the program waits for them.
         update_fraction: The share of the data-sheet HBM bandwidth at which
             an unfused in-place update (kind ``"update"``) moves the tiles it
             touches.
@@ -130,7 +131,7 @@ class TimeConstants:
 
         Example:
             >>> CONSTANTS["v5e"].json_data()["version"]
-            'tpu-v5e/6'
+            'tpu-v5e/7'
         """
         return dataclasses.asdict(self)
 
@@ -151,29 +152,30 @@ DATA_SHEET = TimeConstants(
 
 CONSTANTS: dict[str, TimeConstants] = {
     "v5e": TimeConstants(
-        version="tpu-v5e/6",
+        version="tpu-v5e/7",
         calibrated=True,
         matmul_fraction=0.8428,
         vector_flops_per_second=None,
-        hbm_fraction=0.8081,
+        hbm_fraction=0.8312,
         seconds_per_cycle=6.649e-10,
-        launch_seconds=5.429e-07,
-        async_share=0.0,
-        error=0.12,
-        uncosted_flops_per_second=9.888e09,
-        program_seconds=1.062e-03,
-        cycles_cap=1.237,
-        update_fraction=0.2259,
+        launch_seconds=8.999e-07,
+        async_share=0.8597,
+        error=0.10,
+        uncosted_flops_per_second=9.860e09,
+        program_seconds=9.264e-04,
+        cycles_cap=1.203,
+        update_fraction=0.2008,
         onchip_cycles_fraction=0.11755,
-        buffer_seconds=2.960e-06,
-        onchip_bytes_per_second=5.072e11,
-        programs=85,
-        held_out=83,
+        buffer_seconds=2.145e-06,
+        onchip_bytes_per_second=4.566e11,
+        programs=99,
+        held_out=97,
         source=(
             "benchmarks/timefit.py fit benchmarks/timecal-table.json "
             "benchmarks/timecal-unseen.json benchmarks/timecal-unseen2.json "
             "benchmarks/timecal-unseen3.json benchmarks/timecal-unseen4.json "
-            "benchmarks/timecal-unseen5.json, its device rates from "
+            "benchmarks/timecal-unseen5.json benchmarks/timecal-unseen6.json, "
+            "its device rates and the asynchronous copies' waits from "
             "benchmarks/timecal-pins.json (TPU v5e, libtpu 0.0.42.1; "
             "docs/accuracy.md)"
         ),
@@ -259,7 +261,7 @@ class ProgramTime:
             >>> work = Work((OpWork("matmul", 1e9, 0.0, 0, None, 1),))
             >>> t = program_time(work, hardware_for("v5e-8"), comm_seconds=1e-3)
             >>> t.constants_basis
-            '±12%, calibrated on TPU v5e from 85 programs, constants tpu-v5e/6'
+            '±10%, calibrated on TPU v5e from 99 programs, constants tpu-v5e/7'
         """
         c = self.constants
         if not c.calibrated or c.error is None:
@@ -375,7 +377,7 @@ def program_time(
     launch = hidden = 0.0
     for op in work.ops:
         if op.kind == "async":
-            hidden += op.count * op.hbm_bytes / hbm_rate
+            hidden += op.count * op.hbm_bytes / hardware.hbm_bytes_per_second
             continue
         launch += op.count * c.launch_seconds
         if op.kind == "loop":

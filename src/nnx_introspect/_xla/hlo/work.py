@@ -641,13 +641,16 @@ def instruction_work(
             scattered = _scattered(module, inst)
             if scattered is not None:
                 kind, hbm = "update", max(hbm, scattered)
-        if kind == "memory" and hbm == 0 and cycles is None:
-            continue  # a view or bookkeeping: nothing to run
-        if _uncosted(cycles):
-            kind, cycles = "uncosted", None
         chip = 0
         if kind == "memory" and hbm == 0:
+            # wholly on chip: a relayout, gather or sort between on-chip
+            # buffers runs (a v5e profile timed every one), a tuple of no
+            # bytes is bookkeeping
             chip = sum(size for _, _, size in arrays(inst.shape))
+            if chip == 0 and cycles is None:
+                continue
+        if _uncosted(cycles):
+            kind, cycles = "uncosted", None
         yield inst, OpWork(kind, matmul, vector, hbm, cycles, trips, chip)
 
 
