@@ -169,3 +169,19 @@ def test_every_program_row_shows_its_measured_and_estimated_time(
         assert line is not None, row["name"]
         ratio = re.split(r"\s*\|\s*", line.strip("| "))[5]
         assert ratio == f"{row['measured'] / row['recomputed']:.2f}"
+
+
+def test_the_measured_constants_are_the_profile_s_pins() -> None:
+    # benchmarks/timecal-pins.json: `timefit.py pins` over the chip's profile
+    pins = json.loads((ROOT / "benchmarks" / "timecal-pins.json").read_text())["rates"]
+    c = CONSTANTS["v5e"]
+    assert c.seconds_per_cycle == pytest.approx(pins["seconds_per_cycle"], rel=1e-3)
+    assert c.onchip_cycles_fraction * c.seconds_per_cycle == pytest.approx(
+        pins["onchip_seconds_per_cycle"], rel=1e-3
+    )
+    assert c.onchip_bytes_per_second == pytest.approx(
+        pins["onchip_bytes_per_second"], rel=1e-3
+    )
+    assert c.matmul_fraction == pytest.approx(pins["kernel_matmul_fraction"], rel=1e-3)
+    assert c.async_share == pytest.approx(pins["async_share"], rel=1e-3)
+    assert f"| {c.async_share:.2f} |" in PAGE
