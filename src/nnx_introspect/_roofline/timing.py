@@ -14,18 +14,23 @@ XLA:TPU's own cycle estimate) into one time with an error bar:
 * **instructions run one after another**: a TPU core runs one fusion at a
   time, so the program's time is the sum over its instructions, each as often
   as its loops run it;
-* **asynchronous copies** (XLA:TPU's prefetches into on-chip memory) overlap
-  the instructions around them: a fitted share of their HBM time is added;
+* **asynchronous copies** (XLA:TPU's prefetches into on-chip memory and
+  evictions from it) overlap the instructions around them: the program
+  waits for a share of their bytes' time at the data-sheet bandwidth (on a
+  v5e chip measured in its profile, the time of the copies' ``-done``
+  halves);
 * **collectives** are added at their links' data-sheet bandwidth, one after
   another, never overlapped: a single chip has no links to calibrate them on,
   so a mesh's communication is an uncalibrated, pessimistic term, and the
   words of every estimate with collectives say so.
 
 The rates are **calibrated per device kind** (:data:`CONSTANTS`): a fraction of
-the data-sheet matmul peak and HBM bandwidth, a vector rate, a factor on the
-compiler's cycles, the cap on them, and a cost per launch, fitted on one half
-of the chip table (``benchmarks/timefit.py fit``) and checked on the other
-half, whose error is the error bar. A kind with no chip to calibrate on
+the data-sheet matmul peak and HBM bandwidth, the seconds per cycle of the
+compiler's estimate, the cap on them, on-chip rates and a cost per launch,
+some measured instruction by instruction in the chip's profile
+(``benchmarks/timefit.py pins``), the rest fitted on one half of the chip
+table (``benchmarks/timefit.py fit``) and checked on the other half, whose
+error is the error bar. A kind with no chip to calibrate on
 (every GPU, every TPU but v5e) keeps data-sheet rates and no launch cost, and
 its estimate says "uncalibrated".
 """
