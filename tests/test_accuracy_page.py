@@ -175,6 +175,7 @@ def test_the_measured_constants_are_the_profile_s_pins() -> None:
     # benchmarks/timecal-pins.json: `timefit.py pins` over the chip's profile
     pins = json.loads((ROOT / "benchmarks" / "timecal-pins.json").read_text())["rates"]
     c = CONSTANTS["v5e"]
+    assert c.seconds_per_cycle is not None
     assert c.seconds_per_cycle == pytest.approx(pins["seconds_per_cycle"], rel=1e-3)
     assert c.onchip_cycles_fraction * c.seconds_per_cycle == pytest.approx(
         pins["onchip_seconds_per_cycle"], rel=1e-3
