@@ -94,10 +94,12 @@ class TimeConstants:
             ``seconds_per_cycle``; the chip's profile ran such fusions at
             78 ps per cycle, 0.12 of a cycle at the chip's clock.
         onchip_bytes_per_second: The rate at which a memory instruction
-            wholly in on-chip memory (a copy or transpose between on-chip
-            buffers: :attr:`~nnx_introspect._xla.hlo.work.OpWork.chip_bytes`)
-            writes its result, where that takes longer than its cycles say;
-            ``None``: timed by its cycles alone.
+            wholly in on-chip memory (a copy, transpose, relayout, gather or
+            sort between on-chip buffers:
+            :attr:`~nnx_introspect._xla.hlo.work.OpWork.chip_bytes`) writes
+            its result, where that takes longer than its cycles say (those
+            with no cycles stated: always); ``None``: timed by its cycles
+            alone.
         buffer_seconds: A fixed cost per run for each array the program
             takes or returns (:attr:`~nnx_introspect._xla.hlo.work.Work.buffers`):
             the chip's profile put each run's host time beyond the device's
