@@ -14,7 +14,7 @@ import sys
 from typing import Any
 
 from benchmarks import timecal
-from flax import nnx
+from benchmarks.timecal_unseen3 import moe_400m_capacity
 
 from nnx_introspect._llama import LlamaConfig
 
@@ -32,14 +32,7 @@ CONFIGS: dict[str, LlamaConfig] = {
 llama_d768_l10 = timecal.llama_factory(CONFIGS, "llama_d768_l10")
 llama_d1536_l4 = timecal.llama_factory(CONFIGS, "llama_d1536_l4")
 
-
-def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
-    """``moe_400m`` dispatching by a capacity factor (one-hot einsums)."""
-    import dataclasses
-
-    from nnx_introspect.examples import MOE_400M, MoeLlama
-
-    return MoeLlama(dataclasses.replace(MOE_400M, dispatch="capacity"), rngs=rngs)
+__all__ = ["llama_d768_l10", "llama_d1536_l4", "moe_400m_capacity"]
 
 
 UNSEEN7: dict[str, tuple[str, dict[str, Any]]] = {

@@ -189,6 +189,16 @@ UPDATE = (
     "update",
 )
 """``tpu-v5e/3``'s free constants; the later variants add to them."""
+PROFILED_FREE = (
+    "hbm_fraction",
+    "launch_seconds",
+    "program",
+    "uncosted",
+    "cap",
+    "update",
+    "buffer",
+)
+"""What the variants whose device rates the profile measures still fit."""
 VARIANTS: dict[str, tuple[str, ...]] = {
     "data sheet (nothing fitted)": (),
     "+ launch": BASE,
@@ -200,24 +210,8 @@ VARIANTS: dict[str, tuple[str, ...]] = {
     "+ on-chip cycles": (*UPDATE, "onchip"),
     "+ a cost per argument and result buffer": (*UPDATE, "onchip", "buffer"),
     "+ on-chip copies at a rate of their own": (*UPDATE, "onchip", "buffer", "copy"),
-    "device rates from the profile, the rest fitted (tpu-v5e/6)": (
-        "hbm_fraction",
-        "launch_seconds",
-        "program",
-        "uncosted",
-        "cap",
-        "update",
-        "buffer",
-    ),
-    "+ the asynchronous copies' waits from the profile (tpu-v5e/7)": (
-        "hbm_fraction",
-        "launch_seconds",
-        "program",
-        "uncosted",
-        "cap",
-        "update",
-        "buffer",
-    ),
+    "device rates from the profile, the rest fitted (tpu-v5e/6)": PROFILED_FREE,
+    "+ the asynchronous copies' waits from the profile (tpu-v5e/7)": PROFILED_FREE,
 }
 """Which constants each variant fits (the rest: the data sheet's, or none)."""
 
