@@ -4,8 +4,10 @@ It lives at the repository root so that the doctests of ``src`` see the same
 devices as ``tests/``.
 """
 
+import atexit
 import gc
 import os
+import shutil
 import tempfile
 
 import pytest
@@ -26,6 +28,10 @@ if "xla_force_host_platform_device_count" not in os.environ.get("XLA_FLAGS", "")
 os.environ["NNX_INTROSPECT_CACHE"] = "off"
 os.environ["NNX_INTROSPECT_CACHE_DIR"] = tempfile.mkdtemp(
     prefix="nnx-introspect-test-cache-"
+)
+# removed when this process ends (each xdist worker makes and removes its own)
+atexit.register(
+    shutil.rmtree, os.environ["NNX_INTROSPECT_CACHE_DIR"], ignore_errors=True
 )
 
 # The CUDA plugin (the gpu extra) writes "Could not find cuda drivers" lines

@@ -9,8 +9,10 @@ compile runs in a child process whose log is kept off the caller's stderr), so
 the snippet's stderr must be empty.
 """
 
+import atexit
 import os
 import re
+import shutil
 import subprocess
 import sys
 import tempfile
@@ -35,6 +37,7 @@ TARGET = "nnx_introspect.examples:llama_tiny_sharded"
 SMALL = "tests.llama_tiny_layers:llama_small_sharded"
 
 _CACHE = tempfile.mkdtemp(prefix="nnx-introspect-quiet-cache-")
+atexit.register(shutil.rmtree, _CACHE, ignore_errors=True)
 """One cache of compile results for this module's snippets: the snippet's
 second run (JAX imported first) reads the first's compile when this worker ran
 it, and compiles otherwise; what these tests hold is stderr, not the compile."""

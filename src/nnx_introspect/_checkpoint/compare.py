@@ -99,7 +99,7 @@ def check_checkpoint(path: PathLike, target: Comparable, /) -> StateDiff:
             UTF-8, or is damaged (the message names the damaged file).
 
     Example:
-        >>> import tempfile, pathlib
+        >>> import pathlib, shutil, tempfile
         >>> import orbax.checkpoint as ocp
         >>> from flax import nnx
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
@@ -109,5 +109,6 @@ def check_checkpoint(path: PathLike, target: Comparable, /) -> StateDiff:
         >>> diff = check_checkpoint(path, abstract)
         >>> [(e.path, e.problem, e.a, e.b) for e in diff.entries]
         [('bias', 'shape', '(4,)', '(3,)'), ('kernel', 'shape', '(2, 4)', '(2, 3)')]
+        >>> shutil.rmtree(path.parent)  # the example's checkpoint
     """
     return check_metadata(path, records_of(target, "target"))[3]

@@ -25,7 +25,7 @@ class CheckpointLeaf:
             model=8"``, ``"single device cpu:0"``), or ``"-"`` if not recorded.
 
     Example:
-        >>> import tempfile, pathlib
+        >>> import pathlib, shutil, tempfile
         >>> import orbax.checkpoint as ocp
         >>> from flax import nnx
         >>> from nnx_introspect import checkpoint_report
@@ -35,6 +35,7 @@ class CheckpointLeaf:
         >>> leaf = checkpoint_report(path).leaves[1]
         >>> leaf.path, leaf.shape, leaf.dtype, leaf.nbytes
         ('kernel', (4, 3), 'float32', 48)
+        >>> shutil.rmtree(path.parent)  # the example's checkpoint
     """
 
     path: str
@@ -55,7 +56,7 @@ class CheckpointReport(Report):
         leaves: One :class:`CheckpointLeaf` per stored array, in tree order.
 
     Example:
-        >>> import tempfile, pathlib
+        >>> import pathlib, shutil, tempfile
         >>> import orbax.checkpoint as ocp
         >>> from flax import nnx
         >>> from nnx_introspect import checkpoint_report
@@ -65,6 +66,7 @@ class CheckpointReport(Report):
         >>> report = checkpoint_report(path)
         >>> report.layout, [leaf.path for leaf in report.leaves]
         ('nnx-state', ['bias', 'kernel'])
+        >>> shutil.rmtree(path.parent)  # the example's checkpoint
     """
 
     SCHEMA = "nnx-introspect/checkpoint"
@@ -161,7 +163,7 @@ def checkpoint_report(path: PathLike, /) -> CheckpointReport:
             checkpoint that really holds no array gives a report with no leaves.
 
     Example:
-        >>> import tempfile, pathlib
+        >>> import pathlib, shutil, tempfile
         >>> import orbax.checkpoint as ocp
         >>> from flax import nnx
         >>> path = pathlib.Path(tempfile.mkdtemp()) / "ckpt"
@@ -170,6 +172,7 @@ def checkpoint_report(path: PathLike, /) -> CheckpointReport:
         >>> report = checkpoint_report(path)
         >>> report.layout, [(leaf.path, leaf.shape) for leaf in report.leaves]
         ('nnx-state', [('bias', (3,)), ('kernel', (2, 3))])
+        >>> shutil.rmtree(path.parent)  # the example's checkpoint
     """
     ckpt = read_checkpoint(path)
     return CheckpointReport(

@@ -65,7 +65,7 @@ def verify_restore(
             negative or not finite.
 
     Example:
-        >>> import tempfile, pathlib
+        >>> import pathlib, shutil, tempfile
         >>> import orbax.checkpoint as ocp
         >>> from flax import nnx
         >>> model = nnx.Linear(2, 3, rngs=nnx.Rngs(0))
@@ -77,6 +77,7 @@ def verify_restore(
         >>> diff = verify_restore(path, nnx.Linear(2, 3, rngs=nnx.Rngs(1)))
         >>> [(e.path, e.problem, e.n_different) for e in diff.entries]
         [('kernel', 'value', 6)]
+        >>> shutil.rmtree(path.parent)  # the example's checkpoint
     """
     import orbax.checkpoint as ocp  # deferred: orbax is slow to import
 
