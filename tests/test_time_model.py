@@ -18,7 +18,7 @@ from nnx_introspect._roofline.timing import (
     program_time,
     same_time,
 )
-from nnx_introspect._xla import OpWork, Work, program_work, work_from_json
+from nnx_introspect._xla import OpWork, Work, analysis, program_work, work_from_json
 from nnx_introspect._xla.hlo import parse_module
 from nnx_introspect._xla.hlo.work import instruction_work
 
@@ -547,6 +547,22 @@ def test_a_scatter_reads_and_writes_at_least_a_row_of_lanes_per_index() -> None:
     assert op.kind == "update"
     # 16,384 indices, each a row of 128 lanes of 4 B read and written
     assert op.hbm_bytes == 2 * 16384 * 128 * 4
+
+
+def test_a_scatter_of_another_backend_has_no_tpu_row_per_index() -> None:
+    # the row of lanes is a TPU's: with no floor (XLA:GPU's and XLA:CPU's
+    # programs) the count reads and writes its 16,384 int32 updates, twice
+    (op,) = program_work(parse_module(_COUNT), scatter_row_bytes=0).ops
+    assert op.kind == "update"
+    assert op.hbm_bytes == 2 * 16384 * 4
+    # the compile's reader gives the floor to XLA:TPU's programs only
+    by_backend = {b: analysis._work(_COUNT, b) for b in ("tpu", "gpu", "cpu")}
+    hbm = {b: work["ops"][0][3] for b, work in by_backend.items() if work}
+    assert hbm == {
+        "tpu": 2 * 16384 * 128 * 4,
+        "gpu": 2 * 16384 * 4,
+        "cpu": 2 * 16384 * 4,
+    }
 
 
 def test_cycles_of_an_instruction_with_no_roofline_count_at_their_fraction() -> None:

@@ -28,7 +28,7 @@ from nnx_introspect._xla.hlo import (
     tuple_elements,
 )
 from nnx_introspect._xla.hlo.traffic import program_traffic, traffic_json
-from nnx_introspect._xla.hlo.work import program_work
+from nnx_introspect._xla.hlo.work import SCATTER_ROW_BYTES, program_work
 from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
@@ -276,7 +276,7 @@ def _read(
     """
     with parsed_once():
         costs = _costs(compiled, backend, text if isinstance(text, str) else None)
-        return costs, _figures(text, mesh), _traffic(text), _work(text)
+        return costs, _figures(text, mesh), _traffic(text), _work(text, backend)
 
 
 def _traffic(text: str | Exception) -> dict[str, Any] | None:
@@ -289,12 +289,17 @@ def _traffic(text: str | Exception) -> dict[str, Any] | None:
         return None
 
 
-def _work(text: str | Exception) -> dict[str, Any] | None:
-    """The program's work by instruction, as JSON data; ``None`` unparsed."""
+def _work(text: str | Exception, backend: str) -> dict[str, Any] | None:
+    """The program's work by instruction, as JSON data; ``None`` unparsed.
+
+    A scatter's least bytes per index (:data:`SCATTER_ROW_BYTES`) is a TPU's
+    row: a program of another backend is read without it.
+    """
     if isinstance(text, Exception):
         return None
     try:
-        return program_work(parse_module(text)).json_data()
+        row = SCATTER_ROW_BYTES if backend == "tpu" else 0
+        return program_work(parse_module(text), scatter_row_bytes=row).json_data()
     except HloTextError:
         return None
 

@@ -484,14 +484,15 @@ def _ragged_kernel_flops(module: Module, inst: Instruction) -> float:
 
 
 SCATTER_ROW_BYTES: Final = 512
-"""The least a scatter reads and writes per index: one row of 128 lanes of
-32-bit words. On a v5e chip an MoE's count of tokens per expert (16,384
-indices, each adding one int32 into 16 counters) took 144 us: the time of
-16,384 x 512 B read and written at the in-place update rate, not of its
-64 KB of updates."""
+"""The least a scatter reads and writes per index on a TPU: one row of 128
+lanes of 32-bit words. On a v5e chip an MoE's count of tokens per expert
+(16,384 indices, each adding one int32 into 16 counters) took 144 us: the
+time of 16,384 x 512 B read and written at the in-place update rate, not of
+its 64 KB of updates. A TPU's row, measured on a TPU: other programs (XLA:GPU,
+XLA:CPU) are read with no such floor (``scatter_row_bytes=0``)."""
 
 
-def _scattered(module: Module, inst: Instruction) -> int | None:
+def _scattered(module: Module, inst: Instruction, row_bytes: int) -> int | None:
     """Bytes a scatter reads and writes per its indices (``None``: no scatter).
 
     A ``scatter`` (or a fusion of one) that XLA:TPU gives no cycle estimate
@@ -499,8 +500,9 @@ def _scattered(module: Module, inst: Instruction) -> int | None:
     dispatch gradients (16,384 rows of 2 KiB) ran 4-5x slower than their HBM
     bytes say, and an embedding gradient's on-chip scatter-add took 233 us
     that HBM bytes (none) do not see. Each index's row is read and written:
-    twice the larger of the updates' bytes and :data:`SCATTER_ROW_BYTES` per
-    index, at the in-place update rate (kind ``"update"``).
+    twice the larger of the updates' bytes and ``row_bytes`` per index
+    (:data:`SCATTER_ROW_BYTES` on a TPU), at the in-place update rate (kind
+    ``"update"``).
     """
     found = _scatter_in(module, inst, 0)
     if found is None or len(found.operands) < 3:
@@ -511,7 +513,7 @@ def _scattered(module: Module, inst: Instruction) -> int | None:
     indices = _dims_of(module, found.operands[arrays_in]) or ()
     vector_dim = int(found.attributes.get("index_vector_dim", len(indices)))
     rows = math.prod(d for i, d in enumerate(indices) if i != vector_dim)
-    touched = max(total, rows * SCATTER_ROW_BYTES)
+    touched = max(total, rows * row_bytes)
     return 2 * touched if touched else None
 
 
@@ -602,14 +604,19 @@ def _touched(module: Module, inst: Instruction) -> int | None:
 
 
 def instruction_work(
-    module: Module, unknown: list[str] | None = None
+    module: Module,
+    unknown: list[str] | None = None,
+    *,
+    scatter_row_bytes: int = SCATTER_ROW_BYTES,
 ) -> Iterator[tuple[Instruction | None, OpWork]]:
     r"""Each instruction ``module`` runs, with its work (``count``: its trips).
 
     ``None`` stands for one loop's trips (kind ``"loop"``); instructions that
     run nothing (views, bookkeeping, custom calls naming bytes that exist) are
     left out. Loops whose trips the program does not state are appended to
-    ``unknown``. :func:`program_work` adds these up.
+    ``unknown``. A scatter reads and writes at least ``scatter_row_bytes``
+    per index (:data:`SCATTER_ROW_BYTES`, a TPU's row; ``0`` for a program
+    of another backend). :func:`program_work` adds these up.
 
     Example:
         >>> from nnx_introspect._xla.hlo import parse_module
@@ -638,7 +645,7 @@ def instruction_work(
         if touched is not None:
             kind, hbm = "update", touched
         elif cycles is None and kind in ("memory", "vector"):
-            scattered = _scattered(module, inst)
+            scattered = _scattered(module, inst, scatter_row_bytes)
             if scattered is not None:
                 kind, hbm = "update", max(hbm, scattered)
         chip = 0
@@ -654,14 +661,15 @@ def instruction_work(
         yield inst, OpWork(kind, matmul, vector, hbm, cycles, trips, chip)
 
 
-def program_work(module: Module) -> Work:
+def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) -> Work:
     """The work of ``module`` (one device's optimized program), by instruction.
 
-    See the module's text for what each figure counts.
+    See the module's text for what each figure counts;
+    ``scatter_row_bytes`` as in :func:`instruction_work`.
     """
     unknown: list[str] = []
     counts: dict[OpWork, int] = {}
-    for _, op in instruction_work(module, unknown):
+    for _, op in instruction_work(module, unknown, scatter_row_bytes=scatter_row_bytes):
         key = dataclasses.replace(op, count=0)
         counts[key] = counts.get(key, 0) + op.count
     ops = tuple(dataclasses.replace(op, count=count) for op, count in counts.items())
