@@ -29,10 +29,6 @@ os.environ["NNX_INTROSPECT_CACHE"] = "off"
 os.environ["NNX_INTROSPECT_CACHE_DIR"] = tempfile.mkdtemp(
     prefix="nnx-introspect-test-cache-"
 )
-# removed when this process ends (each xdist worker makes and removes its own)
-atexit.register(
-    shutil.rmtree, os.environ["NNX_INTROSPECT_CACHE_DIR"], ignore_errors=True
-)
 
 # The CUDA plugin (the gpu extra) writes "Could not find cuda drivers" lines
 # from C++ to file descriptor 2 when JAX is first imported on a machine without
@@ -42,6 +38,12 @@ from nnx_introspect._xla.native_log import native_stderr_filtered
 
 with native_stderr_filtered():
     import jax  # noqa: F401
+
+# the compile cache's directory above, removed when this process ends (each
+# xdist worker makes and removes its own)
+atexit.register(
+    shutil.rmtree, os.environ["NNX_INTROSPECT_CACHE_DIR"], ignore_errors=True
+)
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
