@@ -5,7 +5,7 @@ dimensions (``size=B stride=B-1 lhs_dilate=B``: of ``B`` taps one meets data)
 or heads (``size=N pad=N-1_N-1`` over an input of one); a tap on padding or on
 a hole of the input's dilation does no work. :func:`window_taps` counts the
 taps that do, as XLA's own cost analysis does, for
-:mod:`~nnx_introspect._xla.hlo.work`'s FLOPs of a convolution.
+the FLOPs of a convolution in :mod:`~nnx_introspect._xla.hlo.flops`.
 """
 
 import math
