@@ -11,19 +11,25 @@ reduction). :mod:`~nnx_introspect._xla.hlo.work` reads them into a program's
 work, beside its bytes and XLA:TPU's cycles.
 
 Example:
+    A row sum: one vector FLOP per element it reads (128), not per element
+    it writes (8).
+
     >>> from nnx_introspect._xla.hlo import parse_module
     >>> module = parse_module("\n".join([
-    ...     "HloModule jit_f",
-    ...     "ENTRY %main (a: f32[8,16], b: f32[16,4]) -> f32[8,4] {",
+    ...     "HloModule jit_rows",
+    ...     "%add (x: f32[], y: f32[]) -> f32[] {",
+    ...     "  %x = f32[] parameter(0)",
+    ...     "  %y = f32[] parameter(1)",
+    ...     "  ROOT %s = f32[] add(%x, %y)",
+    ...     "}",
+    ...     "ENTRY %main (a: f32[8,16]) -> f32[8] {",
     ...     "  %a = f32[8,16]{1,0} parameter(0)",
-    ...     "  %b = f32[16,4]{1,0} parameter(1)",
-    ...     "  %d = f32[8,4]{1,0} dot(%a, %b), lhs_contracting_dims={1},"
-    ...     " rhs_contracting_dims={0}",
-    ...     "  ROOT %e = f32[8,4]{1,0} exponential(%d)",
+    ...     "  %z = f32[] constant(0)",
+    ...     "  ROOT %r = f32[8]{0} reduce(%a, %z), dimensions={1}, to_apply=%add",
     ...     "}",
     ... ]))
-    >>> [instruction_flops(module, module.instructions[n]) for n in ("d", "e")]
-    [(1024.0, 0.0), (0.0, 32.0)]
+    >>> instruction_flops(module, module.instructions["r"])
+    (0.0, 128.0)
 """
 
 import math
