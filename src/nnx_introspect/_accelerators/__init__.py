@@ -22,6 +22,7 @@ from nnx_introspect._accelerators.hardware import host_link as host_link
 from nnx_introspect._accelerators.topology import GPU_FAMILIES as GPU_FAMILIES
 from nnx_introspect._accelerators.topology import TPU_FAMILIES as TPU_FAMILIES
 from nnx_introspect._accelerators.topology import Topology as Topology
+from nnx_introspect._accelerators.topology import dcn_split as dcn_split
 from nnx_introspect._accelerators.topology import parse_topology as parse_topology
 from nnx_introspect._accelerators.topology import resolve_topology as resolve_topology
 from nnx_introspect._accelerators.topology import slice_of as slice_of

@@ -14,6 +14,7 @@ figure), and XLA:TPU itself refuses, at compile time, a program over it.
 import dataclasses
 import math
 import os
+import re
 from collections.abc import Mapping
 
 from nnx_introspect._accelerators.topology import resolve_topology
@@ -118,6 +119,11 @@ def gpu_fraction(environ: Mapping[str, str] | None = None) -> tuple[float, str]:
     return fraction, f"{name}={text}"
 
 
+def _family_spelling(topology: str) -> str:
+    """The family as ``topology`` spells it: ``v5e`` of ``v5e-4`` and ``2xv5e-256``."""
+    return re.sub(r"^\s*[0-9]+x", "", topology.rsplit("-", 1)[0])
+
+
 def step_budget(
     max_device_bytes: int | None,
     topology: str | None,
@@ -156,7 +162,7 @@ def step_budget(
         available = topo.available_bytes or memory
         basis = (
             f"the {format_bytes(available)} of HBM XLA:TPU lets a program use on a "
-            f"{topology.rsplit('-', 1)[0]} chip; the rest of its "
+            f"{_family_spelling(topology)} chip; the rest of its "
             f"{format_bytes(memory)} is the TPU runtime's"
         )
         return Budget(available, basis, memory)

@@ -100,6 +100,8 @@ class _Chip:
     """GPU: one GPU's NVLink bandwidth within a host, one direction, bytes/s."""
     network: _Figure | None = None
     """GPU: the default network bandwidth per GPU between hosts, one direction."""
+    dcn: _Figure | None = None
+    """TPU: the data-center network's bandwidth per chip between slices."""
 
 
 # The names of the peaks where the dtype alone would mislead (see the module's text).
@@ -204,6 +206,12 @@ _CHIPS: dict[str, _Chip] = {
             f"{_V5E}: bidirectional ICI bandwidth per chip 400 GBps over 4 ICI "
             "ports: 100 GB/s per link both ways, 50 GB/s one way",
         ),
+        dcn=_Figure(
+            3_125_000_000,
+            f"{_V5E}: data center network bandwidth per Pod 6.4 Tbps over its 256 "
+            "chips = 25 Gbps = 3.125 GB/s per chip (the same as its per-host NIC "
+            "configuration, 2 x 100 Gbps over 8 chips)",
+        ),
     ),
     "v5p": _Chip(
         "TPU v5p chip (2 TensorCores as one megacore device)",
@@ -213,6 +221,10 @@ _CHIPS: dict[str, _Chip] = {
             100 * _GIGA,
             f"{_V5P}: bidirectional ICI bandwidth per chip 1200 GBps over the 6 "
             "links of a 3D torus: 200 GB/s per link both ways, 100 GB/s one way",
+        ),
+        dcn=_Figure(
+            6_250_000_000,
+            f"{_V5P}: data center network (DCN) bandwidth per chip 50 Gbps = 6.25 GB/s",
         ),
     ),
     "v6e": _Chip(
@@ -315,6 +327,11 @@ class Hardware:
         nvlink_bytes_per_second: One GPU's NVLink, one direction.
         network_bytes_per_second: One GPU's network share between hosts, one
             direction: the NVIDIA reference system's figure unless overridden.
+        slices: TPU slices joined by the data-center network (``2xv5e-256``:
+            2); 1 for one slice and on GPUs.
+        dcn_bytes_per_second: One TPU chip's share of the data-center network
+            between slices (the data sheet's figure per chip, which it does not
+            split by direction), or ``None`` where the data sheet gives none.
         sources: ``(figure, source)`` pairs: where each figure comes from and
             what arithmetic made it; figures are named as the fields are, peaks
             as ``"peak_flops.<dtype>"``.
@@ -340,6 +357,8 @@ class Hardware:
     nvlink_bytes_per_second: int | None = None
     network_bytes_per_second: int | None = None
     sources: tuple[tuple[str, str], ...] = ()
+    slices: int = 1
+    dcn_bytes_per_second: int | None = None
 
     @typechecked
     def peak_flops_per_second(self, dtype: str = "bf16") -> float:
@@ -448,6 +467,8 @@ class Hardware:
             "gpus_per_host": self.gpus_per_host,
             "nvlink_bytes_per_second": self.nvlink_bytes_per_second,
             "network_bytes_per_second": self.network_bytes_per_second,
+            "slices": self.slices,
+            "dcn_bytes_per_second": self.dcn_bytes_per_second,
             "sources": dict(self.sources),
         }
 
@@ -457,7 +478,7 @@ def _family(topology: str) -> str:
     match = TOPOLOGY_RE.fullmatch(topology.strip().lower())
     if match is None:  # pragma: no cover - resolve_topology refused it first
         raise AssertionError(topology)
-    return FAMILY_BY_SPELLING[match.group(1)].name
+    return FAMILY_BY_SPELLING[match.group(2)].name
 
 
 def _torus(
@@ -512,6 +533,9 @@ def hardware_for(
         >>> tpu = hardware_for("v5p-8")
         >>> tpu.devices, tpu.torus_dims, tpu.wraparound
         (4, (2, 2, 1), (False, False, False))
+        >>> pods = hardware_for("2xv5e-256")
+        >>> pods.devices, pods.slices, pods.torus_dims, pods.dcn_bytes_per_second
+        (512, 2, (16, 16), 3125000000)
     """
     topo = resolve_topology(topology)
     family = _family(topology)
@@ -555,12 +579,16 @@ def hardware_for(
             )
         )
         sources.append(("wraparound", f"the compiler's wrap option: {wrap}"))
+        if chip.dcn is not None:
+            sources.append(("dcn_bytes_per_second", chip.dcn.source))
         return Hardware(
             **common,
             torus_dims=dims,
             wraparound=wrap,
             ici_bytes_per_second_per_link=int(chip.ici_link.value),
             sources=tuple(sources),
+            slices=topo.slices,
+            dcn_bytes_per_second=None if chip.dcn is None else int(chip.dcn.value),
         )
     if chip.nvlink is None or chip.network is None:  # pragma: no cover
         raise AssertionError(f"GPU family {family} has no link figures")

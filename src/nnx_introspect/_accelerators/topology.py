@@ -23,6 +23,7 @@ __all__ = [
     "TOPOLOGY_RE",
     "TPU_FAMILIES",
     "Topology",
+    "dcn_split",
     "parse_topology",
     "resolve_topology",
     "slice_of",
@@ -51,6 +52,9 @@ class Topology:
     available_bytes: int | None = None
     """On a TPU: the HBM XLA:TPU lets one chip's program use (see
     :attr:`_Family.hbm_available_bytes`)."""
+    slices: int = 1
+    """TPU slices joined by the data-center network (``2xv5e-256``: 2), each
+    of ``devices // slices`` devices; the compiler's ``num_slices``."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -383,8 +387,13 @@ FAMILY_BY_SPELLING = {
 }
 
 TOPOLOGY_RE = re.compile(
-    f"({'|'.join(re.escape(s) for s in FAMILY_BY_SPELLING)})-([0-9]+)"
+    f"(?:([0-9]+)x)?({'|'.join(re.escape(s) for s in FAMILY_BY_SPELLING)})-([0-9]+)"
 )
+"""A target name: ``[<slices>x]<family>-<devices>`` (``v5e-256``, ``2xv5e-256``)."""
+
+_MAX_SLICES = 64
+"""The most slices a multi-slice target may name (MaxText's published tables
+go to 32 slices of ``v5e-256``)."""
 
 TPU_FAMILIES = tuple(f.name for f in _FAMILIES if f.platform == "tpu")
 """The TPU families ``topology`` names: ``v5e-4``, ``v5p-8``, ``v6e-256``..."""
@@ -406,7 +415,10 @@ def parse_topology(topology: str, /) -> tuple[str, int]:
     and axlearn name them. ``v5litepod-N`` is accepted for ``v5e-N``.
     ``a100-N``, ``h100-N``, ``h200-N`` and ``b200-N`` count NVIDIA GPUs: one
     host of 1, 2, 4 or 8, or ``N / 8`` hosts of 8 (the CUDA plugin's
-    ``"1x<hosts>x<gpus per host>"``).
+    ``"1x<hosts>x<gpus per host>"``). ``<S>x<slice>`` names ``S`` TPU
+    slices joined by the data-center network (``2xv5e-256``: 512 chips), as
+    MaxText's ``compile_topology_num_slices`` does; the compiler topology is
+    one slice's.
 
     Args:
         topology: The name, such as ``"v5e-256"`` or ``"h100-64"``.
@@ -422,6 +434,8 @@ def parse_topology(topology: str, /) -> tuple[str, int]:
         (('v5e:2x2', 4), ('v5:2x2x1', 4), ('v4:2x2x2', 8))
         >>> parse_topology("h100-8"), parse_topology("h100-2048")
         (('1x1x8', 8), ('1x256x8', 2048))
+        >>> parse_topology("2xv5e-256")
+        ('v5e:16x16', 512)
     """
     topo = resolve_topology(topology)
     return topo.compiler_topology, topo.devices
@@ -435,21 +449,93 @@ def resolve_topology(topology: str) -> Topology:
         raise ArgumentError(
             "topology",
             f"`topology` must name a Cloud TPU slice of the families "
-            f"{list(TPU_FAMILIES)} such as {examples}, or NVIDIA GPUs of the "
-            f"families {list(GPU_FAMILIES)} such as 'h100-8' or 'a100-64', got "
-            f"{shown!r}.",
+            f"{list(TPU_FAMILIES)} such as {examples}, several slices such as "
+            f"'2xv5e-256', or NVIDIA GPUs of the families {list(GPU_FAMILIES)} "
+            f"such as 'h100-8' or 'a100-64', got {shown!r}.",
         )
-    family = FAMILY_BY_SPELLING[match.group(1)]
-    digits = match.group(2).lstrip("0") or "0"
+    family = FAMILY_BY_SPELLING[match.group(2)]
+    digits = match.group(3).lstrip("0") or "0"
     if len(digits) > _MAX_COUNT_DIGITS:
         raise ArgumentError(
             "topology",
-            f"`topology` {match.group(1)}-N: the device count N has {len(digits)} "
+            f"`topology` {match.group(2)}-N: the device count N has {len(digits)} "
             f"digits; no {family.name} target has more than "
             f"{10**_MAX_COUNT_DIGITS - 1} devices. Pass a count such as "
             f"'{family.name}-8'.",
         )
-    return family.slice_rule(family, topology, int(digits))
+    if match.group(1) is None:
+        return family.slice_rule(family, topology, int(digits))
+    one = f"{family.name}-{int(digits)}"
+    return _slices(family, topology, one, match.group(1))
+
+
+def _slices(family: _Family, topology: str, one: str, count: str) -> Topology:
+    """``count`` slices ``one`` joined by the data-center network."""
+    slices = int(count.lstrip("0") or "0") if len(count) <= 3 else _MAX_SLICES + 1
+    if family.platform != "tpu":
+        raise ArgumentError(
+            "topology",
+            f"`topology` {topology!r}: several slices joined by the data-center "
+            f"network are a TPU target; name {family.name} GPUs as one "
+            f"'{family.name}-N' (N = {family.name} GPUs in all, 8 a host).",
+        )
+    if not 1 <= slices <= _MAX_SLICES:
+        raise ArgumentError(
+            "topology",
+            f"`topology` {topology!r}: the number of slices must be 1 to "
+            f"{_MAX_SLICES}, got {count!r}. Pass e.g. '2x{one}'.",
+        )
+    single = family.slice_rule(family, one, int(one.rsplit("-", 1)[1]))
+    options = dict(single.options) | {"num_slices": slices}
+    return dataclasses.replace(
+        single,
+        name=topology,
+        devices=single.devices * slices,
+        options=tuple(options.items()),
+        slices=slices,
+    )
+
+
+def dcn_split(
+    topology: Topology, mesh_axes: tuple[tuple[str, int], ...]
+) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """How a mesh lies over a multi-slice target: ``(ici shape, dcn shape)``.
+
+    As MaxText's ``dcn_*_parallelism`` does, the outer (leading) axes cross the
+    slices: each axis, from the first, takes the largest share of the slices
+    still to place that divides it (its DCN factor), and the rest of it runs
+    within a slice (its ICI factor). ``data=2,fsdp=256`` on ``2xv5e-256``: the
+    ``data`` groups cross the data-center network, ``fsdp`` stays on ICI. One
+    slice: every axis is ICI.
+
+    Raises:
+        ArgumentError: If the axes cannot hold the slices (naming ``mesh``).
+
+    Example:
+        >>> two = resolve_topology("2xv5e-256")
+        >>> dcn_split(two, (("data", 2), ("fsdp", 256)))
+        ((1, 256), (2, 1))
+        >>> dcn_split(resolve_topology("4xv5e-4"), (("data", 8), ("tp", 2)))
+        ((2, 2), (4, 1))
+    """
+    left = topology.slices
+    ici: list[int] = []
+    dcn: list[int] = []
+    for _, size in mesh_axes:
+        share = math.gcd(size, left)
+        dcn.append(share)
+        ici.append(size // share)
+        left //= share
+    if left != 1:
+        raise ArgumentError(
+            "mesh",
+            f"`mesh` {dict(mesh_axes)} cannot lie over the {topology.slices} slices "
+            f"of {topology.name!r}: the slices go to the leading axes (each takes "
+            "the share of the slices that divides it), and these axes leave "
+            f"{left} unplaced. Lead with an axis over the slices, e.g. "
+            f"'data={topology.slices},...'.",
+        )
+    return tuple(ici), tuple(dcn)
 
 
 def topology_of_devices(device_kind: str, count: int) -> str | None:
@@ -506,4 +592,4 @@ def resolve_family(topology: str) -> _Family:
     resolve_topology(topology)
     match = TOPOLOGY_RE.fullmatch(topology.strip().lower())
     assert match is not None  # resolve_topology refused any other name
-    return FAMILY_BY_SPELLING[match.group(1)]
+    return FAMILY_BY_SPELLING[match.group(2)]

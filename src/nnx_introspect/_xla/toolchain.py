@@ -12,11 +12,12 @@ import importlib.util
 import math
 import os
 from collections.abc import Iterator
+from typing import Any
 
 import numpy as np
 from jax.sharding import Mesh
 
-from nnx_introspect._accelerators import Topology, resolve_topology
+from nnx_introspect._accelerators import Topology, dcn_split, resolve_topology
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError
 
@@ -171,6 +172,8 @@ def topology_mesh(
         ) from None
     names = tuple(a for a, _ in mesh_axes)
     sizes = tuple(s for _, s in mesh_axes)
+    if topo.slices > 1:
+        return _slices_mesh(topo, desc, mesh_axes)
     try:
         mesh = topologies.make_mesh(desc, sizes, names)
     except Exception as error:  # shapes the physical layout cannot follow
@@ -181,6 +184,30 @@ def topology_mesh(
         )
         return Mesh(np.array(desc.devices).reshape(sizes), names), order
     return mesh, "physical (topologies.make_mesh)"
+
+
+def _slices_mesh(
+    topo: Topology, desc: Any, mesh_axes: tuple[tuple[str, int], ...]
+) -> tuple[Mesh, str]:
+    """A multi-slice target's mesh: leading axes over slices, the rest on ICI.
+
+    ``mesh_utils.create_hybrid_device_mesh`` (MaxText's way) lays the ICI
+    shape within each slice and the DCN shape across them
+    (:func:`~nnx_introspect._accelerators.dcn_split`).
+    """
+    from jax.experimental import mesh_utils
+
+    ici, dcn = dcn_split(topo, mesh_axes)
+    names = tuple(a for a, _ in mesh_axes)
+    devices = mesh_utils.create_hybrid_device_mesh(
+        ici, dcn, devices=desc.devices, allow_split_physical_axes=True
+    )
+    crossing = ", ".join(f"{a}={d}" for a, d in zip(names, dcn, strict=True) if d > 1)
+    order = (
+        f"{topo.slices} slices over the data-center network ({crossing}), each "
+        "axis's rest within a slice (mesh_utils.create_hybrid_device_mesh)"
+    )
+    return Mesh(devices, names), order
 
 
 def tpu_mesh(topology: str, mesh_axes: tuple[tuple[str, int], ...]) -> Mesh:
