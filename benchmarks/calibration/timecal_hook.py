@@ -1,17 +1,17 @@
 """Each compiled program's optimized HLO text, kept on disk: ``timecal.py``'s hook.
 
-:func:`install` wraps ``nnx_introspect._xla.analysis._program_text``, which
-``compile_lowered`` calls once per compiled program (its ``_read``: a
-training step, a serving prefill or decode, every phase of an RL step); the
-wrapper returns the text unchanged and, when ``TIMECAL_HLO_DIR`` and
-``TIMECAL_HLO_SLUG`` are set, writes it gzip-compressed to
-``<dir>/<slug>__<index>__<module>.hlo.gz`` and appends a line to
-``<dir>/<slug>.manifest.jsonl``: the index (the order of compilation in the
-case, across processes), the HLO module's name, the file, the compiled
-program's memory analysis (to match the file to its report row), the text's
-sha256 and the process id. A file lock makes the index safe across the child
-processes a deviceless compile runs in; ``benchmarks/timecal_site/
-sitecustomize.py`` installs the hook in those children.
+:func:`install` names :func:`keep_text` as the library's program-text hook
+(the environment's ``NNX_INTROSPECT_PROGRAM_TEXT_HOOK``, read by
+``nnx_introspect._xla.text_hook`` each time a compile's program text is read:
+a training step, a serving prefill or decode, every phase of an RL step). The
+child processes a deviceless compile runs in inherit the environment, so they
+call it too. When ``TIMECAL_HLO_DIR`` and ``TIMECAL_HLO_SLUG`` are set, it
+writes the text gzip-compressed to ``<dir>/<slug>__<index>__<module>.hlo.gz``
+and appends a line to ``<dir>/<slug>.manifest.jsonl``: the index (the order of
+compilation in the case, across processes), the HLO module's name, the file,
+the compiled program's memory analysis (to match the file to its report row),
+the text's sha256 and the process id. A file lock makes the index safe across
+the child processes.
 
 Only the standard library is imported here at import time.
 """
@@ -33,24 +33,21 @@ _MODULE = re.compile(r"HloModule\s+([^\s,]+)")
 MEMORY = ("argument_bytes", "output_bytes", "temp_bytes", "alias_bytes")
 
 
+HOOK_VARIABLE = "NNX_INTROSPECT_PROGRAM_TEXT_HOOK"
+HOOK = "benchmarks.calibration.timecal_hook:keep_text"
+
+
 def install() -> None:
-    """Wrap ``_program_text`` in this process (once)."""
-    from nnx_introspect._xla import analysis
+    """Name :func:`keep_text` as the program-text hook, here and in the children."""
+    os.environ[HOOK_VARIABLE] = HOOK
 
-    original = analysis._program_text
-    if getattr(original, "_timecal", False):
-        return
 
-    def captured(compiled: Any, backend: str, dump_to: str | None) -> str:
-        text = original(compiled, backend, dump_to)
-        try:
-            save(text, compiled)
-        except Exception as error:  # never break the compile for the hook
-            print(f"timecal_hook: not saved: {error!r}", file=sys.stderr)
-        return text
-
-    captured._timecal = True  # type: ignore[attr-defined]
-    analysis._program_text = captured
+def keep_text(text: str, compiled: Any) -> None:
+    """The hook: :func:`save` the text; a failure is a line on stderr, not an error."""
+    try:
+        save(text, compiled)
+    except Exception as error:  # never break the compile for the hook
+        print(f"timecal_hook: not saved: {error!r}", file=sys.stderr)
 
 
 def module_name(text: str) -> str:

@@ -1,6 +1,6 @@
 """A fourth set of programs the time model never saw (round 4): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen4.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen4``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/4`` were fitted and run on the chip after: widths 640,
@@ -10,14 +10,13 @@ has, the example mixture of experts trained dropless at a new shape, and
 google-tunix's Llama-3.2-1B and Qwen3-0.6B at new shapes.
 """
 
-import sys
 from typing import Any
 
-from benchmarks import timecal
+from benchmarks.calibration import timecal
 
-from nnx_introspect._llama import LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen4:"
+U = "benchmarks.calibration.sets.unseen4:"
 M = timecal.M
 E = "nnx_introspect.examples:"
 
@@ -39,7 +38,7 @@ llama_d640_l10_critic = timecal.llama_factory(
 )
 
 
-UNSEEN4: dict[str, tuple[str, dict[str, Any]]] = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "unseen4 step d640 L10 GQA5 16x1024": timecal.step(
         U + "llama_d640_l10", (16, 1024)
     ),
@@ -106,10 +105,3 @@ UNSEEN4: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN4)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()

@@ -1,6 +1,6 @@
 """A third set of programs the time model never saw (round 3): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen3.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen3``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down, and the
 constants ``tpu-v5e/3`` fixed, before any of them ran: widths 512, 896 and
@@ -10,15 +10,13 @@ other set has, an RL step, google-tunix's Llama-3.2-1B and Qwen3-0.6B at new
 shapes, and the example mixture of experts served by capacity.
 """
 
-import sys
 from typing import Any
 
-from benchmarks import timecal
-from flax import nnx
+from benchmarks.calibration import timecal
 
-from nnx_introspect._llama import LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen3:"
+U = "benchmarks.calibration.sets.unseen3:"
 M = timecal.M
 E = "nnx_introspect.examples:"
 
@@ -37,16 +35,7 @@ llama_d896_l8 = timecal.llama_factory(CONFIGS, "llama_d896_l8")
 llama_d1280_l4 = timecal.llama_factory(CONFIGS, "llama_d1280_l4")
 
 
-def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
-    """``moe_400m`` dispatching by a capacity factor (one-hot einsums)."""
-    import dataclasses
-
-    from nnx_introspect.examples import MOE_400M, MoeLlama
-
-    return MoeLlama(dataclasses.replace(MOE_400M, dispatch="capacity"), rngs=rngs)
-
-
-UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "unseen3 step d512 L8 MHA 16x1024": timecal.step(U + "llama_d512_l8", (16, 1024)),
     "unseen3 step d1280 L4 GQA5 4x2048": timecal.step(U + "llama_d1280_l4", (4, 2048)),
     "unseen3 step d896 L8 GQA7 16x512 2 microbatches": timecal.step(
@@ -98,7 +87,7 @@ UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
         prefill_sequences=2,
     ),
     "unseen3 serve moe 400m capacity 8x4096 prompt 512 by 2": timecal.serve(
-        U + "moe_400m_capacity",
+        M + "moe_400m_capacity",
         sequences=8,
         context=4096,
         prompt=512,
@@ -106,10 +95,3 @@ UNSEEN3: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN3)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()

@@ -1,6 +1,6 @@
 """A second set of programs the time model's fit never saw (round 2).
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen2.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen2``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were chosen after the
 constants ``tpu-v5e/2`` were fitted (its cycles cap was found by looking at
@@ -11,16 +11,15 @@ prompt splits, a qwix int8 model of another width, an RL step, and
 google-tunix's Llama-3.2-1B and Qwen3-0.6B at shapes the table does not have.
 """
 
-import sys
 from typing import Any
 
 import jax.numpy as jnp
-from benchmarks import timecal
+from benchmarks.calibration import timecal
 from flax import nnx
 
-from nnx_introspect._llama import LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen2:"
+U = "benchmarks.calibration.sets.unseen2:"
 M = timecal.M
 
 CONFIGS: dict[str, LlamaConfig] = {
@@ -120,30 +119,15 @@ UNSEEN2: dict[str, tuple[str, dict[str, Any]]] = {
 E = "nnx_introspect.examples:"
 
 
-def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
-    """``moe_400m`` dispatching by a capacity factor (one-hot einsums)."""
-    import dataclasses
-
-    from nnx_introspect.examples import MOE_400M, MoeLlama
-
-    return MoeLlama(dataclasses.replace(MOE_400M, dispatch="capacity"), rngs=rngs)
-
-
 MOE: dict[str, tuple[str, dict[str, Any]]] = {
     # the examples' ~400M mixture of experts (16 experts of 1,024, top-2, a
     # shared expert, 6 layers): issue 43's chip rows, never in any fit
     "moe step 400m dropless 8x1024": timecal.step(E + "moe_400m", (8, 1024)),
-    "moe step 400m capacity 8x1024": timecal.step(U + "moe_400m_capacity", (8, 1024)),
+    "moe step 400m capacity 8x1024": timecal.step(M + "moe_400m_capacity", (8, 1024)),
     "moe serve 400m dropless 16x2048 prompt 256 by 4": timecal.serve(
         E + "moe_400m", sequences=16, context=2048, prompt=256, prefill_sequences=4
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN2)
-    timecal.CASES.update(MOE)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()
+CASES: dict[str, tuple[str, dict[str, Any]]] = {**UNSEEN2, **MOE}
+"""The set: the second unseen programs, then the mixture of experts' rows."""

@@ -1,6 +1,6 @@
 """A sixth set of programs the time model never saw (round 6): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen6.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen6``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/6`` were fitted and run on the chip after: widths
@@ -11,14 +11,13 @@ experts trained and served dropless at new shapes, and google-tunix's
 Llama-3.2-1B and Qwen3-0.6B at new shapes.
 """
 
-import sys
 from typing import Any
 
-from benchmarks import timecal
+from benchmarks.calibration import timecal
 
-from nnx_introspect._llama import LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen6:"
+U = "benchmarks.calibration.sets.unseen6:"
 M = timecal.M
 E = "nnx_introspect.examples:"
 
@@ -38,7 +37,7 @@ llama_d1280_l3 = timecal.llama_factory(CONFIGS, "llama_d1280_l3")
 llama_d640_l8_critic = timecal.llama_factory(CONFIGS, "llama_d640_l8", value_head=True)
 
 
-UNSEEN6: dict[str, tuple[str, dict[str, Any]]] = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "unseen6 step d640 L8 GQA5 20x1024": timecal.step(U + "llama_d640_l8", (20, 1024)),
     "unseen6 step d896 L6 MHA 6x4096 2 microbatches": timecal.step(
         U + "llama_d896_l6", (6, 4096), microbatches=2
@@ -118,10 +117,3 @@ UNSEEN6: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN6)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()

@@ -1,6 +1,6 @@
 """Programs the time model's fit never saw: other shapes, tried as a user would.
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured): models of widths, depths, head
 ratios, vocabularies and sequence lengths none of the calibration table's
@@ -9,15 +9,13 @@ after its fix) at the shape whose old prefill ran 1.59 s. ``timefit.py``
 holds the shipped constants' estimates against them.
 """
 
-import sys
 from typing import Any
 
-from benchmarks import timecal
-from flax import nnx
+from benchmarks.calibration import timecal
 
-from nnx_introspect._llama import Llama, LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen:"
+U = "benchmarks.calibration.sets.unseen:"
 
 UNSEEN_CONFIGS: dict[str, LlamaConfig] = {
     # width 640, 6 layers, GQA 10/5 (2:1), a 50,304-token vocabulary
@@ -29,49 +27,33 @@ UNSEEN_CONFIGS: dict[str, LlamaConfig] = {
 }
 
 
-def _make(name: str) -> Any:
-    def build(rngs: nnx.Rngs) -> Llama:
-        return Llama(UNSEEN_CONFIGS[name], rngs=rngs)
-
-    build.__name__ = build.__qualname__ = name
-    return build
+llama_d640_l6 = timecal.llama_factory(UNSEEN_CONFIGS, "llama_d640_l6")
+llama_d896_l10 = timecal.llama_factory(UNSEEN_CONFIGS, "llama_d896_l10")
+llama_d1280_l3 = timecal.llama_factory(UNSEEN_CONFIGS, "llama_d1280_l3")
 
 
-llama_d640_l6 = _make("llama_d640_l6")
-llama_d896_l10 = _make("llama_d896_l10")
-llama_d1280_l3 = _make("llama_d1280_l3")
-
-
-def _step(target: str, batch: tuple[int, int], **options: Any) -> Any:
-    return ("step", {"target": U + target, "batch": batch, **options})
-
-
-def _serve(target: str, **sizes: Any) -> Any:
-    return ("serve", {"target": target, **sizes})
-
-
-UNSEEN: dict[str, tuple[str, dict[str, Any]]] = {
-    "unseen step d640 L6 GQA2 v50k 16x512": _step("llama_d640_l6", (16, 512)),
-    "unseen step d896 L10 GQA7 4x2048": _step("llama_d896_l10", (4, 2048)),
-    "unseen step d1280 L3 MHA 2x4096": _step("llama_d1280_l3", (2, 4096)),
-    "unseen step d896 L10 GQA7 8x1024 2 microbatches": _step(
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
+    "unseen step d640 L6 GQA2 v50k 16x512": timecal.step(U + "llama_d640_l6", (16, 512)),
+    "unseen step d896 L10 GQA7 4x2048": timecal.step(U + "llama_d896_l10", (4, 2048)),
+    "unseen step d1280 L3 MHA 2x4096": timecal.step(U + "llama_d1280_l3", (2, 4096)),
+    "unseen step d896 L10 GQA7 8x1024 2 microbatches": timecal.step(U + 
         "llama_d896_l10", (8, 1024), microbatches=2
     ),
-    "unseen serve d896 L10 GQA7 64x1024 prompt 128 by 16": _serve(
+    "unseen serve d896 L10 GQA7 64x1024 prompt 128 by 16": timecal.serve(
         U + "llama_d896_l10",
         sequences=64,
         context=1024,
         prompt=128,
         prefill_sequences=16,
     ),
-    "unseen serve d640 L6 GQA2 8x4096 one prompt of 2048": _serve(
+    "unseen serve d640 L6 GQA2 8x4096 one prompt of 2048": timecal.serve(
         U + "llama_d640_l6",
         sequences=8,
         context=4096,
         prompt=2048,
         prefill_sequences=1,
     ),
-    "unseen serve d1024 L16 32x8192 prompt 256 by 8 (engine prefill)": _serve(
+    "unseen serve d1024 L16 32x8192 prompt 256 by 8 (engine prefill)": timecal.serve(
         timecal.M + "llama_d1024_l16",
         sequences=32,
         context=8192,
@@ -90,10 +72,3 @@ UNSEEN: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()

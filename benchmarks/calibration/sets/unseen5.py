@@ -1,6 +1,6 @@
 """A fifth set of programs the time model never saw (round 5): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen5.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen5``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/5`` were fitted and run on the chip after: widths
@@ -11,14 +11,13 @@ experts served dropless at a new shape, and google-tunix's Llama-3.2-1B and
 Qwen3-0.6B at new shapes.
 """
 
-import sys
 from typing import Any
 
-from benchmarks import timecal
+from benchmarks.calibration import timecal
 
-from nnx_introspect._llama import LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen5:"
+U = "benchmarks.calibration.sets.unseen5:"
 M = timecal.M
 E = "nnx_introspect.examples:"
 
@@ -40,7 +39,7 @@ llama_d512_l12_critic = timecal.llama_factory(
 )
 
 
-UNSEEN5: dict[str, tuple[str, dict[str, Any]]] = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "unseen5 step d768 L6 GQA3 12x1024": timecal.step(U + "llama_d768_l6", (12, 1024)),
     "unseen5 step d1152 L4 MHA 8x2048 2 microbatches": timecal.step(
         U + "llama_d1152_l4", (8, 2048), microbatches=2
@@ -119,10 +118,3 @@ UNSEEN5: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN5)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()

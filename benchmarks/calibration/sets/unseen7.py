@@ -1,6 +1,6 @@
 """A seventh set of programs the time model never saw (round 7): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/timecal_unseen7.py chip OUT.jsonl HLO_DIR``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen7``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/7`` were fitted and run on the chip after: the
@@ -10,15 +10,13 @@ both ways, at shapes no other set has (issue 43's check), beside widths
 and serving at a cache size and prompt split no other set has.
 """
 
-import sys
 from typing import Any
 
-from benchmarks import timecal
-from benchmarks.timecal_unseen3 import moe_400m_capacity
+from benchmarks.calibration import timecal
 
-from nnx_introspect._llama import LlamaConfig
+from nnx_introspect.examples import LlamaConfig
 
-U = "benchmarks.timecal_unseen7:"
+U = "benchmarks.calibration.sets.unseen7:"
 E = "nnx_introspect.examples:"
 
 CONFIGS: dict[str, LlamaConfig] = {
@@ -32,14 +30,11 @@ CONFIGS: dict[str, LlamaConfig] = {
 llama_d768_l10 = timecal.llama_factory(CONFIGS, "llama_d768_l10")
 llama_d1536_l4 = timecal.llama_factory(CONFIGS, "llama_d1536_l4")
 
-__all__ = ["llama_d768_l10", "llama_d1536_l4", "moe_400m_capacity"]
-
-
-UNSEEN7: dict[str, tuple[str, dict[str, Any]]] = {
+CASES: dict[str, tuple[str, dict[str, Any]]] = {
     "unseen7 step moe 400m dropless 2x2048": timecal.step(E + "moe_400m", (2, 2048)),
     "unseen7 step moe 400m dropless 10x768": timecal.step(E + "moe_400m", (10, 768)),
     "unseen7 step moe 400m capacity 6x1024": timecal.step(
-        U + "moe_400m_capacity", (6, 1024)
+        timecal.M + "moe_400m_capacity", (6, 1024)
     ),
     "unseen7 serve moe 400m dropless 10x3072 prompt 768 by 2": timecal.serve(
         E + "moe_400m",
@@ -49,7 +44,7 @@ UNSEEN7: dict[str, tuple[str, dict[str, Any]]] = {
         prefill_sequences=2,
     ),
     "unseen7 serve moe 400m capacity 24x1024 prompt 192 by 6": timecal.serve(
-        U + "moe_400m_capacity",
+        timecal.M + "moe_400m_capacity",
         sequences=24,
         context=1024,
         prompt=192,
@@ -78,10 +73,3 @@ UNSEEN7: dict[str, tuple[str, dict[str, Any]]] = {
     ),
 }
 
-
-if __name__ == "__main__":
-    timecal.CASES.clear()
-    timecal.CASES.update(UNSEEN7)
-    timecal.GROUP_OF.clear()
-    sys.argv[0] = "timecal.py"
-    timecal.main()

@@ -2,16 +2,16 @@
 
 The time model reads per-instruction FLOPs and bytes from each compiled
 program's optimized HLO text and is calibrated on a real TPU v5e chip. This
-script runs cases (calibrate.py's 13 with ``--old``, or :data:`CASES`, this
-file's own) through the library's reports, as ``benchmarks/calibrate.py``
-does, and for every program row ("step", "prefill", "decode", the RL phases)
+script runs cases (calibrate.py's 13 with ``--old``, :data:`CASES`, this
+file's own, or with ``--set NAME`` a blind set of ``sets/NAME.py``) through
+the library's reports, as ``benchmarks/calibration/calibrate.py`` does, and for every program row ("step", "prefill", "decode", the RL phases)
 keeps
 
 * the program's optimized HLO text, gzip-compressed, in
-  ``HLO_DIR/<case-slug>__<index>__<module>.hlo.gz`` (``timecal_hook.py``:
-  the hook on ``nnx_introspect._xla.analysis._program_text``, installed in this
-  process and, through ``timecal_site/sitecustomize.py``, in the child
-  processes a deviceless compile runs in); the row's ``hlo`` names its file,
+  ``HLO_DIR/<case-slug>__<index>__<module>.hlo.gz`` (``timecal_hook.py``,
+  named as the library's program-text hook, ``NNX_INTROSPECT_PROGRAM_TEXT_HOOK``,
+  in this process's environment, which the child processes a deviceless
+  compile runs in inherit); the row's ``hlo`` names its file,
   matched by the HLO module's name (``jit_train``, ``jit_prefill``,
   ``jit_decode``, ``jit_program`` for a forward) and the compile's memory
   analysis, in the order of compilation;
@@ -22,11 +22,11 @@ keeps
 
 Modes (from the repository root)::
 
-    PYTHONPATH=src:.:.chipdeps python benchmarks/timecal.py chip OUT.jsonl HLO_DIR \
-        [--old] [--group N | --cases SUBSTRING]
-    PYTHONPATH=src:.:.chipdeps python benchmarks/timecal.py predict OUT.jsonl HLO_DIR \
-        [--old] [--group N | --cases SUBSTRING]
-    python benchmarks/timecal.py list
+    PYTHONPATH=src:.:.chipdeps python benchmarks/calibration/timecal.py chip \
+        OUT.jsonl HLO_DIR [--old | --set NAME] [--group N | --cases SUBSTRING]
+    PYTHONPATH=src:.:.chipdeps python benchmarks/calibration/timecal.py predict \
+        OUT.jsonl HLO_DIR [--old | --set NAME] [--group N | --cases SUBSTRING]
+    python benchmarks/calibration/timecal.py list [--old | --set NAME]
 
 ``chip``: every program compiled on the present device (``topology=None``)
 and run through ``measure=5`` (one warm-up, 5 timed runs), ``cache=False``.
@@ -35,8 +35,10 @@ is appended to OUT as one JSON line when it is done, so a killed run keeps
 what it finished; ``--skip-done`` leaves out the cases OUT already holds.
 With ``--old``, ``CAL_EDGES='[6, 161]'`` adds calibrate.py's search edges.
 ``TIMECAL_CASES`` (a substring) and ``TIMECAL_GROUP`` do what the flags do.
+``--set unseen3`` runs the third blind set (``sets/unseen3.py``: its cases
+and the model factories they name); a set's cases have no group.
 
-``python benchmarks/timecal.py compare A.jsonl B.jsonl``: per program of the
+``python benchmarks/calibration/timecal.py compare A.jsonl B.jsonl``: per program of the
 cases both files hold (a calibrate.py or a timecal.py file), whether XLA's
 memory analysis (arguments, outputs, temporaries, aliased bytes) is equal.
 
@@ -61,16 +63,16 @@ import time
 from typing import Any
 
 _HERE = os.path.dirname(os.path.abspath(__file__))
-_ROOT = os.path.dirname(_HERE)
+_ROOT = os.path.dirname(os.path.dirname(_HERE))
 if _ROOT not in sys.path:  # run as a script: `benchmarks` importable
     sys.path.insert(0, _ROOT)
 
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
-from benchmarks import calibrate, timecal_hook  # noqa: E402
+from benchmarks.calibration import calibrate, timecal_hook  # noqa: E402
 from flax import nnx  # noqa: E402
 
-from nnx_introspect._llama import Llama, LlamaConfig  # noqa: E402
+from nnx_introspect.examples import Llama, LlamaConfig  # noqa: E402
 
 # --------------------------------------------------------------------------
 # models: the example Llama at several widths, depths and GQA ratios
@@ -133,7 +135,7 @@ def llama_d768_l8_critic(rngs: nnx.Rngs) -> Llama:
 
 def llama_tiny_critic(rngs: nnx.Rngs) -> Llama:
     """The examples' ``llama_tiny`` with a value head (the smoke PPO's critic)."""
-    from nnx_introspect._llama import LLAMA_TINY
+    from nnx_introspect.examples import LLAMA_TINY
 
     return Llama(dataclasses.replace(LLAMA_TINY, value_head=True), rngs=rngs)
 
@@ -238,6 +240,13 @@ def tunix_qwen3_tiny(rngs: nnx.Rngs) -> Any:
     return Qwen3(config, rngs=rngs)
 
 
+def moe_400m_capacity(rngs: nnx.Rngs) -> Any:
+    """``moe_400m`` dispatching by a capacity factor (one-hot einsums)."""
+    from nnx_introspect.examples import MOE_400M, MoeLlama
+
+    return MoeLlama(dataclasses.replace(MOE_400M, dispatch="capacity"), rngs=rngs)
+
+
 def llama_tiny_int8(rngs: nnx.Rngs) -> Any:
     """The examples' ``llama_tiny`` quantized by qwix (the smoke cases')."""
     import qwix
@@ -285,7 +294,7 @@ def tunix_lm_loss(model: Any, batch: tuple[Any, ...]) -> Any:
 # --------------------------------------------------------------------------
 # the cases
 
-M = "benchmarks.timecal:"
+M = "benchmarks.calibration.timecal:"
 TUNIX_MESH = "fsdp=1,tp=1"  # tunix's annotations name both axes
 
 # name -> (kind, arguments): "step" {target, batch, [mesh, loss, remat,
@@ -751,7 +760,7 @@ def run_case(
         if os.environ.get("TIMECAL_PROFILE") and topology is None:
             import tempfile
 
-            from benchmarks import timecal_profile
+            from benchmarks.calibration import timecal_profile
 
             trace_dir = tempfile.mkdtemp(prefix="timecal-trace-")
             with jax.profiler.trace(trace_dir):
@@ -833,21 +842,45 @@ def selected(
     group: int | None,
     smoke: bool = False,
     refused: bool = False,
+    case_set: str | None = None,
 ) -> dict[str, tuple[str, dict[str, Any]]]:
     """The cases to run, in their order."""
     cases = old_cases() if old else dict(SMOKE if smoke else CASES)
     if refused:
         cases = dict(REFUSED)
+    if case_set is not None:
+        cases = set_cases(case_set)
+    groups = {} if case_set is not None else GROUP_OF  # a set's cases have none
     out = {}
     for name, case in cases.items():
         if cases_filter and cases_filter not in name:
             continue
-        if group is not None and not old and GROUP_OF.get(name) != group:
+        if group is not None and not old and groups.get(name) != group:
             continue
         if old and "(max_" in name and os.environ.get("CAL_EDGES") is None:
             continue
         out[name] = case
     return out
+
+
+SETS = tuple(
+    sorted(
+        name.removesuffix(".py")
+        for name in os.listdir(os.path.join(_HERE, "sets"))
+        if name.endswith(".py") and not name.startswith("_")
+    )
+)
+"""The blind sets ``--set`` names: ``sets/unseen.py`` ... ``sets/unseen7.py``."""
+
+
+def set_cases(name: str) -> dict[str, tuple[str, dict[str, Any]]]:
+    """The cases of the blind set ``sets/<name>.py``, in their order."""
+    import importlib
+
+    if name not in SETS:
+        raise SystemExit(f"no case set {name!r}: one of {', '.join(SETS)}")
+    module = importlib.import_module(f"benchmarks.calibration.sets.{name}")
+    return dict(module.CASES)
 
 
 def _done(path: str) -> set[str]:
@@ -857,12 +890,11 @@ def _done(path: str) -> set[str]:
         return {json.loads(line)["case"] for line in f if line.strip()}
 
 
-def _child_site() -> None:
-    """Put ``timecal_site`` on the children's path (their hook's sitecustomize)."""
-    site = os.path.join(_HERE, "timecal_site")
+def _child_path() -> None:
+    """Put the repository root on the children's path (they import the hook)."""
     paths = [p for p in os.environ.get("PYTHONPATH", "").split(os.pathsep) if p]
-    if site not in paths:
-        os.environ["PYTHONPATH"] = os.pathsep.join([site, _ROOT, *paths])
+    if _ROOT not in paths:
+        os.environ["PYTHONPATH"] = os.pathsep.join([_ROOT, *paths])
 
 
 def run_all(
@@ -875,7 +907,7 @@ def run_all(
 ) -> None:
     """Each case in turn (one process: the chip opened once), a line each."""
     timecal_hook.install()
-    _child_site()
+    _child_path()
     topology = "v5e-1" if mode == "predict" else None
     measure = calibrate.RUNS if mode == "chip" else None
     done = _done(out) if skip_done else set()
@@ -945,8 +977,13 @@ def main() -> None:
     parser.add_argument("--skip-done", action="store_true")
     parser.add_argument("--smoke", action="store_true", help="the tiny cases")
     parser.add_argument("--refused", action="store_true", help="REFUSED's cases")
+    parser.add_argument(
+        "--set", dest="case_set", choices=SETS, help="a blind set: sets/NAME.py's cases"
+    )
     args = parser.parse_args()
-    cases = selected(args.old, args.cases, args.group, args.smoke, args.refused)
+    cases = selected(
+        args.old, args.cases, args.group, args.smoke, args.refused, args.case_set
+    )
     if args.mode == "list":
         for name, (kind, _) in cases.items():
             rows = {
