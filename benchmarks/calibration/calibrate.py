@@ -2,7 +2,7 @@
 
 Three steps, each a subcommand:
 
-``python benchmarks/calibrate.py chip OUT.jsonl`` (on a machine with one v5e
+``python benchmarks/calibration/calibrate.py chip OUT.jsonl`` (on a machine with one v5e
 chip): each case in turn (one process: the chip opened once), through the library's own
 ``measure=`` (``step_memory_report`` / ``serve_memory_report``): the program
 compiled on the chip (its memory analysis), one warm-up and 5 timed runs, the
@@ -15,19 +15,20 @@ table's rows are its phases, each phase's peak its program's plus what the
 other roles keep resident, the decode's time one step's median times the
 completion.
 
-``python benchmarks/calibrate.py predict OUT.jsonl`` (anywhere, no TPU): the
+``python benchmarks/calibration/calibrate.py predict OUT.jsonl`` (anywhere, no TPU): the
 same programs compiled deviceless for ``topology="v5e-1"`` with the libtpu
 installed here (run it once with the chip image's libtpu 0.0.42.1 and once
 with the ``tpu`` extra's).
 
-``python benchmarks/calibrate.py table CHIP.jsonl SAME.jsonl OTHER.jsonl``:
+``python benchmarks/calibration/calibrate.py table CHIP.jsonl SAME.jsonl OTHER.jsonl``:
 the markdown table of ``benchmarks/README.md``: per program whether the
 deviceless compile with the chip's libtpu (SAME) equals the chip's to the
 byte, how far the other libtpu's (OTHER) temporaries drift, the report's peak
 and verdict, what the chip did, the estimate and the measured time.
 
-Run as ``PYTHONPATH=src:. python benchmarks/calibrate.py ...`` from the
-repository root (the cases name their model ``benchmarks.calibrate:llama_336m``).
+Run as ``PYTHONPATH=src:. python benchmarks/calibration/calibrate.py ...`` from
+the repository root (the cases name their model
+``benchmarks.calibration.calibrate:llama_336m``).
 """
 
 import dataclasses
@@ -40,7 +41,7 @@ from typing import Any
 import jax.numpy as jnp
 from flax import nnx
 
-from nnx_introspect._llama import Llama, LlamaConfig
+from nnx_introspect.examples import Llama, LlamaConfig
 
 LLAMA_336M = LlamaConfig(
     vocab=32000,
@@ -69,7 +70,7 @@ def llama_336m_critic(rngs: nnx.Rngs) -> Llama:
     return Llama(dataclasses.replace(LLAMA_336M, value_head=True), rngs=rngs)
 
 
-TARGET = "benchmarks.calibrate:llama_336m"
+TARGET = "benchmarks.calibration.calibrate:llama_336m"
 TINY = "nnx_introspect.examples:llama_tiny"
 
 # name -> (kind, arguments); "step": (target, batch, options); "serve": kwargs
@@ -107,7 +108,7 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
             "generations": 1,
             "prompt": 256,
             "completion": 256,
-            "critic": "benchmarks.calibrate:llama_336m_critic",
+            "critic": "benchmarks.calibration.calibrate:llama_336m_critic",
         },
     ),
 }

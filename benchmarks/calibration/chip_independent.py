@@ -1,6 +1,6 @@
 """An independent timing of one calibration program: ``measure=``'s own check.
 
-``PYTHONPATH=src:. python benchmarks/chip_independent.py OUT.json`` on the
+``PYTHONPATH=src:. python benchmarks/calibration/chip_independent.py OUT.json`` on the
 machine with one v5e chip: the 336M calibration Llama's decode step (32
 sequences, a 2,048-slot bf16 cache), lowered as ``serve_memory_report``
 lowers it and compiled once; then, twice over, the library's runner
@@ -17,7 +17,7 @@ from typing import Any
 
 import jax
 import numpy as np
-from benchmarks.calibrate import llama_336m
+from benchmarks.calibration.calibrate import llama_336m
 
 from nnx_introspect._serve.programs import (
     lower_program,

@@ -4,8 +4,8 @@ The time model reads per-instruction FLOPs and bytes from each compiled
 program's optimized HLO text and is calibrated on a real TPU v5e chip. This
 script runs cases (calibrate.py's 13 with ``--old``, :data:`CASES`, this
 file's own, or with ``--set NAME`` a blind set of ``sets/NAME.py``) through
-the library's reports, as ``benchmarks/calibration/calibrate.py`` does, and for every program row ("step", "prefill", "decode", the RL phases)
-keeps
+the library's reports, as ``benchmarks/calibration/calibrate.py`` does, and
+for every program row ("step", "prefill", "decode", the RL phases) keeps
 
 * the program's optimized HLO text, gzip-compressed, in
   ``HLO_DIR/<case-slug>__<index>__<module>.hlo.gz`` (``timecal_hook.py``,

@@ -4,7 +4,8 @@
 # machine's own package index into /tmp/site (once per machine), then run the
 # cases matching each argument, one process (the chip opened once), stopping
 # cleanly before LIMIT seconds. Results: $OUT/chip.jsonl, $OUT/hlo.tar and
-# $OUT/log.txt. Usage: benchmarks/timecal_chip.sh LIMIT SUBSTRING...
+# $OUT/log.txt. Usage: [SET=unseen3] benchmarks/calibration/timecal_chip.sh LIMIT
+# SUBSTRING... (SET: a blind set of benchmarks/calibration/sets/, timecal.py --set)
 set -u
 limit=$1; shift
 out=${OUT:-/tmp/timecal-out}; mkdir -p "$out" /tmp/hlo
@@ -20,8 +21,8 @@ began=$(date +%s)
 for pattern in "$@"; do
   left=$(( limit - ($(date +%s) - began) ))
   [ "$left" -le 20 ] && { echo "no time left for $pattern" >> "$out/log.txt"; break; }
-  timeout "$left" python3 benchmarks/${SCRIPT:-timecal.py} chip "$out/chip.jsonl" /tmp/hlo \
-    --cases "$pattern" >> "$out/log.txt" 2>&1
+  timeout "$left" python3 benchmarks/calibration/timecal.py chip "$out/chip.jsonl" /tmp/hlo \
+    ${SET:+--set "$SET"} --cases "$pattern" >> "$out/log.txt" 2>&1
   echo "[$pattern] exit $? after $(( $(date +%s) - began )) s" >> "$out/log.txt"
 done
 tar -cf "$out/hlo.tar" -C /tmp hlo

@@ -1,12 +1,12 @@
 """Fit the time model's constants on half of the chip table; check them on the other.
 
-``python benchmarks/timefit.py table OUT.json CHIP.jsonl:HLO_DIR ...``
+``python benchmarks/calibration/timefit.py table OUT.json CHIP.jsonl:HLO_DIR ...``
   joins the chip's measured programs (``timecal.py chip`` records, or the old
   ``calibrate.py`` records with the HLO of their deviceless twin) with each
   program's work (:func:`nnx_introspect._xla.program_work` of its optimized
   HLO) into one table, each row with its family and its half.
 
-``python benchmarks/timefit.py fit TABLE.json...``
+``python benchmarks/calibration/timefit.py fit TABLE.json...``
   pools the tables' programs and splits them in two halves (each family's
   programs, sorted by name, alternate), fits every variant of the model
   (which constants are free) on the calibration half (least squares of
@@ -16,7 +16,7 @@
   to the least biased by kind), and the chosen constants as the Python of
   :data:`nnx_introspect._roofline.timing.CONSTANTS`.
 
-``python benchmarks/timefit.py pins OUT.json PROFILE.jsonl.gz:HLO_DIR``
+``python benchmarks/calibration/timefit.py pins OUT.json PROFILE.jsonl.gz:HLO_DIR``
   the device's rates measured instruction by instruction in the chip's
   profile (``timecal.py chip`` with ``TIMECAL_PROFILE=1``): seconds per cycle
   of XLA:TPU's estimate, the on-chip vector fusions' seconds per cycle, the
@@ -24,7 +24,8 @@
   share of the dense peak. The variant "device rates from the profile" takes
   them as they are and fits the rest.
 
-``python benchmarks/timefit.py report OUT.json TABLE.json... [--blind=BLIND.json]``
+``python benchmarks/calibration/timefit.py report OUT.json TABLE.json...
+[--blind=BLIND.json]``
   the accuracy page's tables: per program its measured time, the new
   estimate (the library's own :func:`~nnx_introspect._roofline.timing.program_time`
   with the constants it ships), the old range and its half (the blind
@@ -32,7 +33,8 @@
   per family and half the median, worst and mean signed error, the old
   roofline's beside.
 
-Run from the repository root as ``PYTHONPATH=src:. python benchmarks/timefit.py``.
+Run from the repository root as
+``PYTHONPATH=src:. python benchmarks/calibration/timefit.py``.
 """
 
 import dataclasses
@@ -231,7 +233,7 @@ ASYNC_PINNED = frozenset(
 ASYNC_DONE = frozenset({"copy-done", "slice-done", "copy-to-host-done"})
 """The halves of asynchronous copies a program waits at (``-start``'s pair)."""
 
-PINS = Path(__file__).with_name("timecal-pins.json")
+PINS = Path(__file__).parent / "data" / "timecal-pins.json"
 """The rates :func:`pins` measured (``timefit.py pins``), read by the variants
 of :data:`PROFILED`."""
 
@@ -437,7 +439,7 @@ def run_fit(paths: list[str]) -> None:
         error=math.ceil(p90 * 100) / 100,  # the bar holds 9 in 10, never fewer
         programs=len(cal),
         held_out=len(held),
-        source="benchmarks/timefit.py fit " + " ".join(paths),
+        source="benchmarks/calibration/timefit.py fit " + " ".join(paths),
     )
     print(repr(final))
 
@@ -538,7 +540,7 @@ def pins(out: str, source: str) -> None:
         "async_share": sums["async"][0] / sums["async"][1],
     }
     found = {
-        "source": f"benchmarks/timefit.py pins {Path(out).name} {source}",
+        "source": f"benchmarks/calibration/timefit.py pins {Path(out).name} {source}",
         "rates": rates,
         "instructions": {k: v[2] for k, v in sums.items()},
         "device_seconds": {k: v[0] for k, v in sums.items()},

@@ -3,7 +3,7 @@
 Not part of the test suite (it needs a browser): run it after changing the fit
 page's chart and look at the PNG. On Debian: ``apt-get install chromium``.
 
-    python benchmarks/render_fit_html.py [--out DIR] [--chromium PATH]
+    python benchmarks/docs/render_fit_html.py [--out DIR] [--chromium PATH]
 
 Writes ``DIR/fit.html`` and ``DIR/fit.png`` (1400 px wide) for a search shaped
 like tunix's Llama-3.2-1B at B=32, T=2,048 on ``h100-8`` (issue 28: seven

@@ -3,7 +3,7 @@
 Not part of the test suite (it needs a browser): run it after changing the HTML
 output and look at the PNG. On Debian: ``apt-get install chromium``.
 
-    python benchmarks/render_mesh_html.py [--out DIR] [--chromium PATH]
+    python benchmarks/docs/render_mesh_html.py [--out DIR] [--chromium PATH]
         [--mesh fsdp=2,tp=4] [--budget-mib 40]
 
 Writes ``DIR/mesh.html`` (the annotated small Llama, ``llama_tiny_sharded``,

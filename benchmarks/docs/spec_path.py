@@ -20,7 +20,7 @@ The sequence, with consecutive calls in one file merged, is printed; a
 Run::
 
     XLA_FLAGS=--xla_force_host_platform_device_count=8 JAX_PLATFORMS=cpu \\
-        PYTHONPATH=src python benchmarks/spec_path.py
+        PYTHONPATH=src python benchmarks/docs/spec_path.py
 """
 
 import contextlib

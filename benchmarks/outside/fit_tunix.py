@@ -18,8 +18,8 @@ checks the measure.
 Needs ``pip install google-tunix==0.1.7`` and the ``gpu`` extra (deviceless
 XLA:GPU); not part of the test suite (each 1B compile takes minutes)::
 
-    PYTHONPATH=src:. python benchmarks/fit_tunix.py [--workers 2] [--skip-report]
-        [--skip-terms]
+    PYTHONPATH=src:. python benchmarks/outside/fit_tunix.py [--workers 2]
+        [--skip-report] [--skip-terms]
 
 ``--skip-terms`` leaves out the estimate's terms (compute, memory, collectives
 per axis) of the step as given with 1 and with 2 microbatches: why the
@@ -39,8 +39,8 @@ import jax.numpy as jnp
 import optax
 from flax import nnx
 
-TARGET = "benchmarks.fit_tunix:llama3p2_1b"
-LOSS = "benchmarks.fit_tunix:lm_loss"
+TARGET = "benchmarks.outside.fit_tunix:llama3p2_1b"
+LOSS = "benchmarks.outside.fit_tunix:lm_loss"
 MESH = "fsdp=4,tp=2"
 TOPOLOGY = "h100-8"
 ENGINEER = {"DecoderLayer": "dots_with_no_batch_dims_saveable"}

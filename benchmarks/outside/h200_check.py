@@ -3,11 +3,11 @@
 Three modes, one set of cases (the step each case compiles is built by the same
 code as ``step_memory_report``'s, so both sides compile one program):
 
-``python benchmarks/h200_check.py deviceless OUT.json``
+``python benchmarks/outside/h200_check.py deviceless OUT.json``
     Here, with no GPU: ``step_memory_report(..., topology="h200-1")`` for each
     case (XLA:GPU through the CUDA plugin, no device), its figures as JSON.
 
-``python benchmarks/h200_check.py measure OUT_DIR``
+``python benchmarks/outside/h200_check.py measure OUT_DIR``
     On a machine with one H200 (the device tool): each case in a fresh process
     (so ``peak_bytes_in_use`` is that case's alone): the step lowered as the
     report lowers it, compiled for the real GPU (``memory_analysis()``), its
@@ -17,7 +17,7 @@ code as ``step_memory_report``'s, so both sides compile one program):
     can make compile-only devices, the same step compiled deviceless by that
     JAX (so version drift and deviceless-vs-real separate).
 
-``python benchmarks/h200_check.py compare DEVICELESS.json MEASURED.json``
+``python benchmarks/outside/h200_check.py compare DEVICELESS.json MEASURED.json``
     The table for benchmarks/README.md.
 """
 
@@ -35,10 +35,19 @@ CASES: dict[str, dict[str, Any]] = {
         "target": "nnx_introspect.examples:llama_tiny",
         "batch": (8, 512),
     },
-    "llama_1b_b2": {"target": "benchmarks.h200_check:llama_1b", "batch": (2, 2048)},
-    "llama_1b_b4": {"target": "benchmarks.h200_check:llama_1b", "batch": (4, 2048)},
+    "llama_1b_b2": {
+        "target": "benchmarks.outside.h200_check:llama_1b",
+        "batch": (2, 2048),
+    },
+    "llama_1b_b4": {
+        "target": "benchmarks.outside.h200_check:llama_1b",
+        "batch": (4, 2048),
+    },
     # ours: needs 114.9 GB of the 113.5 GB JAX's allocator takes: the edge
-    "llama_1b_b8": {"target": "benchmarks.h200_check:llama_1b", "batch": (8, 2048)},
+    "llama_1b_b8": {
+        "target": "benchmarks.outside.h200_check:llama_1b",
+        "batch": (8, 2048),
+    },
 }
 
 

@@ -14,9 +14,9 @@ the report as text. Needs ``pip install --no-deps google-tunix==0.1.7`` (its
 heavy imports can be stubbed: only ``tunix.models.qwen3`` is used) and the
 ``tpu`` and ``gpu`` extras::
 
-    JAX_PLATFORMS=cpu PYTHONPATH=src:. python benchmarks/moe_tunix.py \\
+    JAX_PLATFORMS=cpu PYTHONPATH=src:. python benchmarks/outside/moe_tunix.py \\
         train v5p-64 fsdp=32,tp=1 32x2048 [--remat DecoderLayer] [--trace-as-cpu]
-    JAX_PLATFORMS=cpu PYTHONPATH=src:. python benchmarks/moe_tunix.py \\
+    JAX_PLATFORMS=cpu PYTHONPATH=src:. python benchmarks/outside/moe_tunix.py \\
         serve v5p-64 fsdp=8,tp=4 64x4096 --prompt 1024 --kv-cache float32
 
 ``MOE_TUNIX_LAYERS=N`` in the environment builds N of the 48 layers (a smaller
@@ -35,7 +35,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
-from benchmarks import timecal
+from benchmarks.calibration import timecal
 from flax import nnx
 
 LAYERS = int(os.environ.get("MOE_TUNIX_LAYERS", "48"))
@@ -97,10 +97,10 @@ def _train(args: argparse.Namespace) -> dict[str, Any]:
 
     b, t = (int(n) for n in args.shape.split("x"))
     report = step_memory_report(
-        "benchmarks.moe_tunix:qwen3_30b_a3b",
+        "benchmarks.outside.moe_tunix:qwen3_30b_a3b",
         args.mesh,
         jax.ShapeDtypeStruct((b, t), jnp.int32),
-        loss="benchmarks.moe_tunix:lm_loss",
+        loss="benchmarks.outside.moe_tunix:lm_loss",
         optimizer="adamw",
         topology=args.topology,
         trace_as_target=not args.trace_as_cpu,
@@ -139,13 +139,13 @@ def _serve(args: argparse.Namespace) -> dict[str, Any]:
 
     s, c = (int(n) for n in args.shape.split("x"))
     report = serve_memory_report(
-        "benchmarks.moe_tunix:qwen3_30b_a3b",
+        "benchmarks.outside.moe_tunix:qwen3_30b_a3b",
         args.mesh,
         sequences=s,
         context=c,
         prompt=args.prompt,
         topology=args.topology,
-        init_cache="benchmarks.moe_tunix:tunix_cache",
+        init_cache="benchmarks.outside.moe_tunix:tunix_cache",
         kv_cache=args.kv_cache,
         cache=not args.no_cache,
     )

@@ -23,7 +23,7 @@ beside the new). For each target this script
 Needs ``pip install google-tunix==0.1.7 qwix`` and the ``tpu`` and ``gpu``
 extras (deviceless XLA:TPU and XLA:GPU)::
 
-    PYTHONPATH=src:. python benchmarks/rl_tunix.py [--topology v5e-8] [--lora]
+    PYTHONPATH=src:. python benchmarks/outside/rl_tunix.py [--topology v5e-8] [--lora]
 """
 
 import os
@@ -40,9 +40,9 @@ from flax import nnx
 
 from nnx_introspect import rl_memory_report
 
-TARGET = "benchmarks.serve_tunix:llama3p2_1b"
-LORA_TARGET = "benchmarks.rl_tunix:llama3p2_1b_lora16"
-INIT_CACHE = "benchmarks.serve_tunix:tunix_cache"
+TARGET = "benchmarks.outside.serve_tunix:llama3p2_1b"
+LORA_TARGET = "benchmarks.outside.rl_tunix:llama3p2_1b_lora16"
+INIT_CACHE = "benchmarks.outside.serve_tunix:tunix_cache"
 SHAPE = {"batch": 8, "generations": 4, "prompt": 256, "completion": 768}
 MESH = "fsdp=1,tp=8"
 
@@ -51,7 +51,7 @@ def llama3p2_1b_lora16(rngs: nnx.Rngs) -> Any:
     """tunix's Llama-3.2-1B with qwix's LoRA, rank 16, as tunix's GRPO demo has it."""
     import jax.numpy as jnp
     import qwix
-    from benchmarks.serve_tunix import llama3p2_1b
+    from benchmarks.outside.serve_tunix import llama3p2_1b
 
     model = llama3p2_1b(rngs)
     provider = qwix.LoraProvider(

@@ -20,7 +20,7 @@ _init_cache``: ``k``/``v`` of ``[sequences, context, 8, 64]`` and an
 Only the compile's devices come from the library (``topology_mesh``: JAX's
 ``get_topology_desc`` with the H100's target description): everything about
 the programs is written here. Run:
-``JAX_PLATFORMS=cpu python benchmarks/serve_tunix.py`` (the factory lives in
+``JAX_PLATFORMS=cpu python benchmarks/outside/serve_tunix.py`` (the factory lives in
 this script, so the report compiles in this process, which needs the CPU
 platform to make XLA:GPU's compile-only devices).
 """

@@ -29,7 +29,7 @@ rematerialises towards, or the device's: the figure is then what
 rematerialisation left of the step (or the compiler's required bytes), and the
 ratio says less about the example's activations.
 
-    python benchmarks/bench_activations.py
+    python benchmarks/speed/bench_activations.py
 """
 
 import os
@@ -47,7 +47,7 @@ import jax.numpy as jnp
 from nnx_introspect import step_memory_report
 from nnx_introspect._render.table import format_bytes
 
-sys.path.insert(0, str(Path(__file__).resolve().parents[1]))
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
 from tests.test_examples_activations import LAYERS, SEQ, expected_temp_bytes
 from tests.test_examples_dtype_activations import expected_bf16_temp_bytes
 

@@ -4,7 +4,7 @@ Checks ``--seeds`` seeds of a small Llama (the build dominates: every seed build
 a new model), times both paths side by side, counts how often the factory was
 traced, and confirms every compiled output is bitwise equal to the eager one.
 
-    python benchmarks/bench_init.py [--seeds 100]
+    python benchmarks/speed/bench_init.py [--seeds 100]
 """
 
 import os

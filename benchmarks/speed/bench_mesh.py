@@ -8,7 +8,7 @@ each) on the same abstract model, whose build is timed once separately. The
 last line times the abstract ``nnx.Optimizer`` the optimizer plan used to build,
 for the before/after figure.
 
-    python benchmarks/bench_mesh.py [--repeat 15]
+    python benchmarks/speed/bench_mesh.py [--repeat 15]
 """
 
 import os

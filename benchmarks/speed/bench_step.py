@@ -32,8 +32,9 @@ Measures (issue 9), on 8 virtual CPU devices set before JAX starts:
   the chosen configuration reported alone by ``step_memory_report`` with the
   same options (its peak equals the row's).
 
-    python benchmarks/bench_step.py [--skip-7b] [--breakdown-cost] [--sweep] [--fit]
-    python benchmarks/bench_step.py --only --fit    # only the flagged rows
+    python benchmarks/speed/bench_step.py [--skip-7b] [--breakdown-cost] [--sweep]
+        [--fit]
+    python benchmarks/speed/bench_step.py --only --fit    # only the flagged rows
 """
 
 import os

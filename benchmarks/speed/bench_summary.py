@@ -2,7 +2,7 @@
 
 Run from the repository root::
 
-    python benchmarks/bench_summary.py
+    python benchmarks/speed/bench_summary.py
 
 Every figure is a ratio of timings measured side by side in this one run, so
 the machine's speed cancels out. "Summary" is ``summarize(abstract_model(f))``

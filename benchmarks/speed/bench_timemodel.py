@@ -1,11 +1,11 @@
 """What the time model adds to a report's wall time.
 
-``PYTHONPATH=src:. python benchmarks/bench_timemodel.py`` reads every program
-the v5e chip ran (``benchmarks/timecal-chip/``: each case's report wall time
-there, and each program's optimized HLO) and times, here, what the time model
-adds to a report: :func:`nnx_introspect._xla.program_work` over the parsed
-program (the parse itself is shared with the traffic and collectives readers,
-which ran before it) and :func:`~nnx_introspect._roofline.timing.program_time`.
+``PYTHONPATH=src:. python benchmarks/speed/bench_timemodel.py`` reads every
+program the v5e chip ran (``benchmarks/calibration/data/timecal-chip/``: each
+case's report wall time there, and each program's optimized HLO) and times,
+here, what the time model adds to a report:
+:func:`nnx_introspect._xla.program_work` over the parsed program (the parse
+itself is shared with the traffic and collectives readers, which ran before it) and :func:`~nnx_introspect._roofline.timing.program_time`.
 It prints the added seconds against the case's report on the chip, largest
 share first.
 """
@@ -21,7 +21,7 @@ from nnx_introspect._roofline.timing import program_time
 from nnx_introspect._xla import program_work
 from nnx_introspect._xla.hlo import parse_module
 
-RUNS = Path(__file__).parent / "timecal-chip"
+RUNS = Path(__file__).parents[1] / "calibration" / "data" / "timecal-chip"
 
 
 def main() -> None:

@@ -5,7 +5,8 @@ side by side in this one run, ``checkpoint_report`` and ``check_checkpoint``
 (metadata only) against ``verify_restore`` (a full restore plus a value
 comparison) and a plain orbax restore. Prints the ratios.
 
-    python benchmarks/checkpoint_metadata.py [--width 2048] [--layers 4] [--repeat 5]
+    python benchmarks/speed/checkpoint_metadata.py [--width 2048] [--layers 4]
+        [--repeat 5]
 """
 
 import os

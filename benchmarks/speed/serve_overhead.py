@@ -18,7 +18,7 @@ It prints each run's wall time, the medians, their ratio and whether the
 two sides' memory figures agree. Run it with ``JAX_PLATFORMS=cpu`` (the
 bare side makes XLA:GPU's compile-only devices in this process)::
 
-    JAX_PLATFORMS=cpu python benchmarks/serve_overhead.py [--repeats 2]
+    JAX_PLATFORMS=cpu python benchmarks/speed/serve_overhead.py [--repeats 2]
 """
 
 import argparse

@@ -1,6 +1,7 @@
 """Programs the time model's fit never saw: other shapes, tried as a user would.
 
-``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR
+--set unseen``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured): models of widths, depths, head
 ratios, vocabularies and sequence lengths none of the calibration table's
@@ -33,11 +34,13 @@ llama_d1280_l3 = timecal.llama_factory(UNSEEN_CONFIGS, "llama_d1280_l3")
 
 
 CASES: dict[str, tuple[str, dict[str, Any]]] = {
-    "unseen step d640 L6 GQA2 v50k 16x512": timecal.step(U + "llama_d640_l6", (16, 512)),
+    "unseen step d640 L6 GQA2 v50k 16x512": timecal.step(
+        U + "llama_d640_l6", (16, 512)
+    ),
     "unseen step d896 L10 GQA7 4x2048": timecal.step(U + "llama_d896_l10", (4, 2048)),
     "unseen step d1280 L3 MHA 2x4096": timecal.step(U + "llama_d1280_l3", (2, 4096)),
-    "unseen step d896 L10 GQA7 8x1024 2 microbatches": timecal.step(U + 
-        "llama_d896_l10", (8, 1024), microbatches=2
+    "unseen step d896 L10 GQA7 8x1024 2 microbatches": timecal.step(
+        U + "llama_d896_l10", (8, 1024), microbatches=2
     ),
     "unseen serve d896 L10 GQA7 64x1024 prompt 128 by 16": timecal.serve(
         U + "llama_d896_l10",
@@ -71,4 +74,3 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
 }
-

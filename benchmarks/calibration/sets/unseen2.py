@@ -1,6 +1,7 @@
 """A second set of programs the time model's fit never saw (round 2).
 
-``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen2``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR
+--set unseen2``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were chosen after the
 constants ``tpu-v5e/2`` were fitted (its cycles cap was found by looking at

@@ -1,6 +1,7 @@
 """A third set of programs the time model never saw (round 3): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen3``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR
+--set unseen3``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down, and the
 constants ``tpu-v5e/3`` fixed, before any of them ran: widths 512, 896 and
@@ -94,4 +95,3 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         prefill_sequences=2,
     ),
 }
-

@@ -1,6 +1,7 @@
 """A fifth set of programs the time model never saw (round 5): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen5``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR
+--set unseen5``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/5`` were fitted and run on the chip after: widths
@@ -117,4 +118,3 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         prefill_sequences=6,
     ),
 }
-

@@ -1,6 +1,7 @@
 """A sixth set of programs the time model never saw (round 6): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen6``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR
+--set unseen6``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/6`` were fitted and run on the chip after: widths
@@ -116,4 +117,3 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         prefill_sequences=10,
     ),
 }
-

@@ -1,6 +1,7 @@
 """A seventh set of programs the time model never saw (round 7): the blind check.
 
-``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR --set unseen7``
+``PYTHONPATH=src:. python benchmarks/calibration/timecal.py chip OUT.jsonl HLO_DIR
+--set unseen7``
 runs these cases through ``timecal.py``'s machinery (``measure=`` on the
 present chip, each program's HLO captured). They were written down before
 the constants ``tpu-v5e/7`` were fitted and run on the chip after: the
@@ -72,4 +73,3 @@ CASES: dict[str, tuple[str, dict[str, Any]]] = {
         },
     ),
 }
-

@@ -1,4 +1,4 @@
-"""A hook on each compiled program's optimized text: off unless the environment names one.
+"""A hook on each compiled program's text: off unless the environment names one.
 
 The time model's calibration (``benchmarks/calibration/timecal.py``) keeps the
 optimized HLO text of every program a report compiles. With
