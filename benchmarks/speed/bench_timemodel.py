@@ -5,9 +5,9 @@ program the v5e chip ran (``benchmarks/calibration/data/timecal-chip/``: each
 case's report wall time there, and each program's optimized HLO) and times,
 here, what the time model adds to a report:
 :func:`nnx_introspect._xla.program_work` over the parsed program (the parse
-itself is shared with the traffic and collectives readers, which ran before it) and :func:`~nnx_introspect._roofline.timing.program_time`.
-It prints the added seconds against the case's report on the chip, largest
-share first.
+itself is shared with the traffic and collectives readers, which ran before
+it) and :func:`~nnx_introspect._roofline.timing.program_time`. It prints the
+added seconds against the case's report on the chip, largest share first.
 """
 
 import gzip
