@@ -55,13 +55,9 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
+from nnx_introspect import StepMemoryReport, step_memory_report
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._step import (
-    StepMemoryReport,
-    libtpu_version,
-    parse_topology,
-    step_memory_report,
-)
+from nnx_introspect._step import libtpu_version, parse_topology
 from nnx_introspect._xla.toolchain import check_compiler
 from nnx_introspect.examples import LLAMA_TINY, llama
 
@@ -439,11 +435,9 @@ def big_on(topology: str, mesh: str, batch: int) -> None:
 def search() -> None:
     """A max_batch search, when the package has one."""
     try:
-        from nnx_introspect._search.batch import max_batch
+        from nnx_introspect import max_batch
     except ImportError:
-        row(
-            "max_batch search", "skipped: nnx_introspect._search.batch.max_batch absent"
-        )
+        row("max_batch search", "skipped: nnx_introspect.max_batch absent")
         return
     topology = "h100-8" if _available("h100-8") is None else None
     budget = "2GiB" if topology else "256MiB"
