@@ -1,8 +1,8 @@
 """docs/accuracy.md's time figures follow from its table and the shipped constants.
 
-``benchmarks/timecal-accuracy.json`` holds every program run on the v5e chip:
-its measured time, its work (read from its optimized HLO), its old range and
-its half. Each estimate is recomputed here from the work with the constants
+``benchmarks/calibration/data/timecal-accuracy.json`` (data, no script) holds
+every program run on the v5e chip: its measured time, its work (read from its
+optimized HLO), its old range and its half. Each estimate is recomputed here from the work with the constants
 the library ships; each figure of the page's summary table and of its
 sentences is recomputed from those estimates by plain arithmetic.
 """
@@ -22,7 +22,8 @@ from nnx_introspect._xla import work_from_json
 
 ROOT = Path(__file__).resolve().parents[1]
 PAGE = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
-TABLE = json.loads((ROOT / "benchmarks" / "timecal-accuracy.json").read_text())
+DATA = ROOT / "benchmarks" / "calibration" / "data"  # the calibration's records
+TABLE = json.loads((DATA / "timecal-accuracy.json").read_text())
 KINDS = ("train", "rl-train", "prefill", "decode", "reference")
 HALVES = ("calibration", "held-out", "blind")
 
@@ -172,8 +173,9 @@ def test_every_program_row_shows_its_measured_and_estimated_time(
 
 
 def test_the_measured_constants_are_the_profile_s_pins() -> None:
-    # benchmarks/timecal-pins.json: `timefit.py pins` over the chip's profile
-    pins = json.loads((ROOT / "benchmarks" / "timecal-pins.json").read_text())["rates"]
+    # benchmarks/calibration/data/timecal-pins.json: `timefit.py pins` over the
+    # chip's profile
+    pins = json.loads((DATA / "timecal-pins.json").read_text())["rates"]
     c = CONSTANTS["v5e"]
     assert c.seconds_per_cycle is not None
     assert c.seconds_per_cycle == pytest.approx(pins["seconds_per_cycle"], rel=1e-3)

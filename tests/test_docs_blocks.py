@@ -1,38 +1,24 @@
 """Every quoted output block of the README and the docs is its command's output now.
 
 Each block sits between ``<!-- output ... -->`` and ``<!-- /output -->``, the
-opening marker naming the command (``benchmarks/regen_docs.py`` says how to
-read one). The cheap blocks (an abstract model, the CPU, seconds) are re-run
+opening marker naming the command (``tests/docs_blocks.py`` says how to read
+one). The cheap blocks (an abstract model, the CPU, seconds) are re-run
 here and compared with the page; the slow ones (7B compiles for a named GPU
 topology, 40 s to 10 min each) run with ``NNX_INTROSPECT_DOCS_SLOW=1``, the
 ones measured on a chip with ``NNX_INTROSPECT_DOCS_CHIP=1`` on that chip.
-``python benchmarks/regen_docs.py`` rewrites the blocks that drifted.
+``python benchmarks/docs/regen_docs.py`` rewrites the blocks that drifted.
 """
 
-import importlib.util
 import os
-import sys
 from pathlib import Path
-from types import ModuleType
 from typing import Any
 
 import pytest
 
+from tests import docs_blocks as regen
+
 ROOT = Path(__file__).resolve().parents[1]
 
-
-def _load() -> ModuleType:
-    spec = importlib.util.spec_from_file_location(
-        "regen_docs", ROOT / "benchmarks" / "regen_docs.py"
-    )
-    assert spec is not None and spec.loader is not None
-    module = importlib.util.module_from_spec(spec)
-    sys.modules.setdefault("regen_docs", module)  # dataclasses look it up
-    spec.loader.exec_module(module)
-    return module
-
-
-regen = _load()
 BLOCKS: list[Any] = regen.collect()
 OPT_IN = {
     "slow": (
@@ -52,7 +38,7 @@ def _param(block: Any) -> Any:
             pytest.mark.skipif(
                 os.environ.get(variable) != "1",
                 reason=f"{block.name} {why}: set {variable}=1 to compare it, or run "
-                f"`python benchmarks/regen_docs.py --{block.cost} --check --only "
+                f"`python benchmarks/docs/regen_docs.py --{block.cost} --check --only "
                 f"{block.name}`",
             )
         )
@@ -73,7 +59,7 @@ def test_quoted_output_is_the_commands_output_now(block: Any) -> None:
     assert not found, (
         f"{block.name} ({regen.describe(regen.run_of(block))}): "
         + "\n".join(found)
-        + f"\nRegenerate it: python benchmarks/regen_docs.py"
+        + f"\nRegenerate it: python benchmarks/docs/regen_docs.py"
         f"{'' if block.cost == 'cheap' else ' --' + block.cost} --only {block.name}"
     )
 

@@ -221,7 +221,7 @@ def test_the_formula_uses_the_examples_shapes() -> None:
 @pytest.mark.parametrize(
     ("topology", "mesh", "batch"),
     # the flagship; h100-8 at batch 4 (1.27x) is measured by
-    # benchmarks/bench_activations.py, keeping CI's run under 15 minutes
+    # benchmarks/speed/bench_activations.py, keeping CI's run under 15 minutes
     [("h100-2048", {"fsdp": 256, "tp": 8}, 256)],
 )
 def test_7b_temporaries_match_the_activation_formula(

@@ -86,7 +86,7 @@ def test_the_2_byte_formula_is_the_4_byte_one_halved_but_the_logits(
 # slow: one XLA:GPU compile for 2,048 devices; the 2-byte formula's arithmetic
 # is held above, the float32 formula against its compile in every run
 # (tests/test_examples_activations.py), bfloat16's fewer temporaries on XLA:GPU
-# by tests/test_examples_dtype.py, and benchmarks/bench_activations.py
+# by tests/test_examples_dtype.py, and benchmarks/speed/bench_activations.py
 # measures this ratio
 @pytest.mark.slow
 @needs_plugin

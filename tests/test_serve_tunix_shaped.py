@@ -193,6 +193,6 @@ def test_tunix_own_llama_with_a_mesh_lacking_fsdp() -> None:
         context=64,
         prompt=16,
         topology="h100-2",
-        init_cache="benchmarks.serve_tunix:tunix_cache",
+        init_cache="tests.tunix_lm:tunix_cache",
     )
     assert ("fsdp", 1) in report.mesh_axes

@@ -1,4 +1,4 @@
-"""tunix's Llama 3 at a small size, and a causal LM loss in its calling convention.
+"""tunix's Llama 3 at a small size, a causal LM loss in its calling convention, its cache.
 
 Only for tests and benchmarks that ``pytest.importorskip("tunix")`` first:
 tunix (``google-tunix``) is no dependency of the library. Its layers' ``__call__``
@@ -62,3 +62,18 @@ def lm_loss(model: Any, batch: tuple[Any, ...]) -> Any:
     return optax.softmax_cross_entropy_with_integer_labels(
         logits[:, :-1].astype(jnp.float32), tokens[:, 1:]
     ).mean()
+
+
+def tunix_cache(model: Any, sequences: int, context: int, dtype: Any) -> Any:
+    """tunix's sampler's cache maker, called as the library's ``init_cache``."""
+    from tunix.generate.sampler import _init_cache
+
+    config = model.config
+    return _init_cache(
+        config.num_layers,
+        context,
+        sequences,
+        config.num_kv_heads,
+        config.head_dim,
+        dtype,
+    )

@@ -186,7 +186,7 @@ reduce-scatter, the next block's input an all-gather). Trainers split the
 residual over ``tp`` too (tunix's ``act_btd`` splits its width, MaxText's
 ``activation_embed``) rather than replicate it. Of the three, the sequence split
 needs the fewest temporaries in XLA:GPU's compile of the 7B's training step
-(``benchmarks/bench_activations.py``)."""
+(``benchmarks/speed/bench_activations.py``)."""
 
 _HEADS = (BATCH_AXES, (), MODEL_AXES, ())
 """``(batch, seq, heads, head_dim)``: column-parallel q, k, v and attention's output."""

@@ -28,9 +28,9 @@ The rates are **calibrated per device kind** (:data:`CONSTANTS`): a fraction of
 the data-sheet matmul peak and HBM bandwidth, the seconds per cycle of the
 compiler's estimate, the cap on them, on-chip rates and a cost per launch,
 some measured instruction by instruction in the chip's profile
-(``benchmarks/timefit.py pins``), the rest fitted on one half of the chip
-table (``benchmarks/timefit.py fit``) and checked on the other half, whose
-error is the error bar. A kind with no chip to calibrate on
+(``benchmarks/calibration/timefit.py pins``), the rest fitted on one half of
+the chip table (``benchmarks/calibration/timefit.py fit``) and checked on the
+other half, whose error is the error bar. A kind with no chip to calibrate on
 (every GPU, every TPU but v5e) keeps data-sheet rates and no launch cost, and
 its estimate says "uncalibrated".
 """

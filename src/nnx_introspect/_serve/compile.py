@@ -149,7 +149,7 @@ def compiled_in_children(payload: dict[str, Any], n: int, apart: bool) -> ServeR
 
     With ``apart``, the programs (independent) compile in children side by
     side: on the 7B example on ``h100-8``, both in 12.2 s against 17.0 s in
-    one child (``benchmarks/serve_overhead.py``). The first error, in the
+    one child (``benchmarks/speed/serve_overhead.py``). The first error, in the
     programs' order, is raised.
     """
     names = list(payload["programs"])

@@ -8,7 +8,9 @@ figures; ``hlo`` is the one parser of XLA's HLO text (instructions, shapes,
 byte sizes, metadata, stack frames); ``dump`` reads the dump files of a
 compile (live ranges, buffer assignment); ``collectives`` lists the
 collectives of a program per mesh axis; ``native_log`` keeps XLA's and absl's
-native log lines off the user's stderr.
+native log lines off the user's stderr; ``text_hook`` hands each compiled
+program's text to the function ``NNX_INTROSPECT_PROGRAM_TEXT_HOOK`` names (off
+unless set: the time model's calibration keeps the texts so).
 
 What other packages use is imported from this face (``from nnx_introspect._xla
 import compile_lowered``), never from its modules. The face is lazy: a name's

@@ -33,6 +33,7 @@ from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
 from nnx_introspect._xla.run import run_compiled
+from nnx_introspect._xla.text_hook import program_text_read
 from nnx_introspect._xla.toolchain import (
     cuda_plugin_version,
     jaxlib_version,
@@ -322,11 +323,17 @@ def program_figures(
 
 
 def _text_or_error(compiled: Any, backend: str, dump_to: str | None) -> str | Exception:
-    """:func:`_program_text`, or the error it raised, for :func:`_figures` to word."""
+    """:func:`_program_text`, or the error it raised, for :func:`_figures` to word.
+
+    The text read is handed to the environment's hook (``text_hook``; off by
+    default).
+    """
     try:
-        return _program_text(compiled, backend, dump_to)
+        text = _program_text(compiled, backend, dump_to)
     except Exception as error:  # worded by _figures, as when it was read there
         return error
+    program_text_read(text, compiled)
+    return text
 
 
 def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:

@@ -22,9 +22,9 @@ these refinements:
   asynchronous pairs move nothing.
 
 Its total is near XLA's own (0.70-0.97 of it on the v5e programs of
-``benchmarks/calibrate.py``), never in its place: a report's estimate uses
-XLA's figure; these rows say where the bytes go, each with the user's source
-line (:func:`~nnx_introspect._xla.hlo.frames.user_frame`).
+``benchmarks/calibration/calibrate.py``), never in its place: a report's
+estimate uses XLA's figure; these rows say where the bytes go, each with the
+user's source line (:func:`~nnx_introspect._xla.hlo.frames.user_frame`).
 """
 
 import dataclasses
