@@ -105,19 +105,19 @@ CASES: dict[str, tuple[list[str], str]] = {
     ),
     "step mesh size": (
         [*STEP, "--topology", "v5e-4"],
-        E + "argument --topology: --topology v5e-4 has 4 chip(s) (one JAX device "
+        E + "argument --topology: --topology v5e-4 has 4 chips (one JAX device "
         "each) but --mesh data=8 has 8 devices. Make the mesh's axis sizes multiply "
         "to the device count, or pick another topology.\n",
     ),
     "serve default mesh size": (
         [*SERVE, "--topology", "h100-4"],
-        E + "argument --topology: --topology h100-4 has 4 GPU(s) but --mesh tp=8 "
+        E + "argument --topology: --topology h100-4 has 4 GPUs but --mesh tp=8 "
         "has 8 devices. Make the mesh's axis sizes multiply to the device count, or "
         "pick another topology. --mesh tp=8 is the default (no --mesh was given).\n",
     ),
     "rl mesh size": (
         [*RL, "--mesh", "fsdp=2,tp=2", "--topology", "v5e-8"],
-        E + "argument --topology: --topology v5e-8 has 8 chip(s) (one JAX device "
+        E + "argument --topology: --topology v5e-8 has 8 chips (one JAX device "
         "each) but --mesh fsdp=2,tp=2 has 4 devices. Make the mesh's axis sizes "
         "multiply to the device count, or pick another topology.\n",
     ),

@@ -188,8 +188,7 @@ def test_a_child_stopped_by_a_signal_names_the_signal(
         tmp_path, monkeypatch, "os.kill(os.getpid(), signal.SIGTERM)"
     )
     assert said == (
-        "The child compile on 2 virtual CPU devices was stopped by signal "
-        "SIGTERM (15)"
+        "The child compile on 2 virtual CPU devices was stopped by signal SIGTERM (15)"
     )
 
 
@@ -197,7 +196,10 @@ def test_a_child_log_line_is_never_the_cause(
     tmp_path: Any, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     said = _crashing_child(tmp_path, monkeypatch, "sys.exit(3)")
-    assert said == "The child compile on 2 virtual CPU devices failed (exit code 3): no output"
+    assert (
+        said
+        == "The child compile on 2 virtual CPU devices failed (exit code 3): no output"
+    )
     said = _crashing_child(
         tmp_path, monkeypatch, "sys.stderr.write('Killed by the tests\\n'); sys.exit(3)"
     )

@@ -178,7 +178,7 @@ def test_custom_loss_rules_and_several_batches(
         (["--loss", "bogus"], "argument --loss: must be 'mean', 'lm', 'none'"),
         (["--loss", "step_cli_targets:nothing"], "has no attribute 'nothing'"),
         (["--topology", "v5e-3"], "--topology v5e-3"),
-        (["--topology", "v5e-4"], "--topology v5e-4 has 4 chip(s)"),
+        (["--topology", "v5e-4"], "--topology v5e-4 has 4 chips"),
         (["--rules", "missing.json"], "the rules file 'missing.json' does not exist"),
     ],
 )

