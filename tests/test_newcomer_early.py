@@ -23,7 +23,7 @@ from nnx_introspect.cli.dtypes import DTYPES
 from nnx_introspect.cli.errors import in_flags
 from nnx_introspect.cli.topology_names import topology_devices
 from nnx_introspect.examples import two_layer
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 TWO = "nnx_introspect.examples:two_layer"
 TINY = "nnx_introspect.examples:llama_tiny"
@@ -197,7 +197,7 @@ def test_refused_before_jax_and_the_model(
     monkeypatch.setattr("nnx_introspect._targets.resolve_factory", _never)
     code, out, err = run(argv, capsys)
     assert (code, out) == (2, "")
-    assert err == message
+    assert err == usage(argv[0], message)
 
 
 def test_in_a_fresh_process_jax_is_never_imported() -> None:
