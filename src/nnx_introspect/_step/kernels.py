@@ -169,9 +169,9 @@ def _lowered_from(error: BaseException) -> str | None:
         source = getattr(frame.f_locals.get("eqn"), "source_info", None)
         for user in getattr(getattr(source, "traceback", None), "frames", None) or ():
             path, line = getattr(user, "file_name", ""), getattr(user, "line_num", 0)
-            if isinstance(path, str) and path[:1] not in ("", "<"):
-                if not _jax_file(path) and isinstance(line, int):
-                    return _short(path, line)
+            user_file = isinstance(path, str) and path[:1] not in ("", "<")
+            if user_file and not _jax_file(path) and isinstance(line, int):
+                return _short(path, line)
     return None
 
 
