@@ -13,7 +13,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from nnx_introspect import cli
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 TARGETS = textwrap.dedent(
     """
@@ -132,7 +132,8 @@ def test_target_errors_are_one_line_exit_2(
     code, out, err = run(["summary", target], capsys)
     assert code == 2
     assert out == ""
-    assert err.count("\n") == 1 and err.startswith("nnx-introspect: error: ")
+    assert err.count("\n") == 1 and err.startswith("nnx-introspect summary: error: ")
+    assert err.endswith(" (see 'nnx-introspect summary --help')\n")
     assert "Traceback" not in err
     assert re.search(message, err.rstrip("\n")), err
 
@@ -144,7 +145,8 @@ def test_debug_shows_traceback(
     assert code == 2
     assert "Traceback (most recent call last)" in err
     assert "RuntimeError: no weights today" in err
-    assert err.rstrip().splitlines()[-1].startswith("nnx-introspect: error: factory")
+    last = err.rstrip().splitlines()[-1]
+    assert last.startswith("nnx-introspect summary: error: factory")
 
 
 def test_concrete_build_checks_what_the_factory_returns(
@@ -156,9 +158,10 @@ def test_concrete_build_checks_what_the_factory_returns(
         capsys,
     )
     assert (code, out) == (2, "")
-    assert err == (
+    assert err == usage(
+        "diff",
         "nnx-introspect: error: factory 'cli_targets_mod:not_a_module' returned 42, "
-        "not an nnx.Module.\n"
+        "not an nnx.Module.\n",
     )
 
 
@@ -271,7 +274,8 @@ def test_user_exit_is_a_bad_target_in_every_subcommand(
         code, out, err = run(argv, capsys)
         assert code == 2, (argv, err)
         assert out == "" and "Traceback" not in err
-        assert err.count("\n") == 1 and err.startswith("nnx-introspect: error: ")
+        assert err.count("\n") == 1
+        assert err.startswith(f"nnx-introspect {argv[0]}: error: ")
         assert re.search(message, err), (argv, err)
 
 

@@ -15,7 +15,7 @@ import nnx_introspect._search as search_module  # the face the command line call
 import nnx_introspect._step as step_module
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli.errors import COMMAND_FLAGS, FLAGS, describe, usage_error
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 GIVEN = argparse.Namespace(rules="rules.json", topology="v5e-4")
 """A ``step`` whose every optional flag was given."""
@@ -156,9 +156,10 @@ def test_a_library_argument_error_exits_2_naming_the_flag(
     code, out, err = run([*STEP, *argv], capsys)
     assert (code, out) == (2, "")
     given = "" if flag == "TARGET" else f" the 1st {flag} is bad."
-    assert err == (
+    assert err == usage(
+        "step",
         f"nnx-introspect: error: argument {flag}:{given or ' the 1st TARGET is bad.'}"
-        " Fix it.\n"
+        " Fix it.\n",
     )
 
 
@@ -169,9 +170,10 @@ def test_the_library_own_argument_error_reaches_the_flag(
     # library's refusal has on the command line
     code, out, err = run([*STEP, "--mesh", "data=8", "--topology", "v5e-3"], capsys)
     assert (code, out) == (2, "")
-    assert err == (
+    assert err == usage(
+        "step",
         "nnx-introspect: error: argument --topology: --topology v5e-3: a v5e slice "
-        "has one of [1, 2, 4, 8, 16, 32, 64, 128, 256] chips, got 3.\n"
+        "has one of [1, 2, 4, 8, 16, 32, 64, 128, 256] chips, got 3.\n",
     )
 
 
@@ -185,5 +187,46 @@ def test_a_plain_value_error_exits_2_with_its_type(
     assert (code, out, err) == (
         2,
         "",
-        "nnx-introspect: error: ValueError: --mesh odd\n",
+        usage("step", "nnx-introspect: error: ValueError: --mesh odd\n"),
+    )
+
+
+@pytest.mark.parametrize(
+    ("argv", "said"),
+    [
+        # refused before JAX starts: a TARGET that names nothing, a bad --mesh
+        (["summary", "nnx_introspect.examples:two_layr"], "module 'nnx_introspect"),
+        ([*STEP, "--mesh", "data=8", "--topology", "v5e-3"], "argument --topology: "),
+        # refused by the library, after JAX starts
+        (
+            [*STEP[:2], "--batch", "float32[7,3]", "--mesh", "data=8"],
+            "argument --batch: --mesh data=8 cannot shard the step",
+        ),
+    ],
+)
+def test_every_usage_error_names_its_command_and_its_help(
+    argv: list[str], said: str, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # as argparse says its own: `nnx-introspect step: error: ... (see ...)`
+    code, out, err = run(argv, capsys)
+    command = argv[0]
+    assert (code, out) == (2, "")
+    assert err.startswith(f"nnx-introspect {command}: error: {said}")
+    assert err.endswith(f" (see 'nnx-introspect {command} --help')\n")
+    assert err.count("\n") == 1
+
+
+def test_a_flag_the_message_names_beside_its_python_spelling_is_said_once() -> None:
+    # the library's words for Python callers name the flag in parentheses too
+    from nnx_introspect._step.kernels import DENSE_PATH
+    from nnx_introspect._step.report_render import loss_text
+    from nnx_introspect.cli.errors import in_flags
+
+    dense = in_flags(DENSE_PATH, "step")
+    assert dense.endswith("compiled for the target: --trace-as-cpu")
+    loss = in_flags(loss_text("mean", ("int32[8,16]",)), "step")
+    assert loss.endswith("for a language model's training step pass --loss lm.")
+    # a different flag in the parentheses is kept
+    assert (
+        in_flags("pass loss='lm' (--batch 8).", "step") == "pass --loss lm (--batch 8)."
     )

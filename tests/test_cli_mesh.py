@@ -257,7 +257,7 @@ def test_mesh_limits_checked_by_the_library_name_the_flag(
         ["mesh", "mesh_targets_mod:linear", "--mesh", f"model={10**40}"], capsys
     )
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert err.startswith("nnx-introspect: error: argument --mesh: `--mesh")
+    assert err.startswith("nnx-introspect mesh: error: argument --mesh: `--mesh")
     assert "Traceback" not in err and "bad_cast" not in err
 
 
@@ -308,7 +308,9 @@ def test_rules_the_planner_rejects_name_the_flag(
         capsys,
     )
     assert code == 2 and out == "" and err.count("\n") == 1
-    assert err.startswith(f"nnx-introspect: error: argument --rules: {str(rules)!r}: ")
+    assert err.startswith(
+        f"nnx-introspect mesh: error: argument --rules: {str(rules)!r}: "
+    )
     assert message in err
 
 

@@ -26,7 +26,7 @@ from nnx_introspect.cli.checks import _cpu_devices
 from nnx_introspect.cli.errors import SPELLINGS, in_flags, usage_error
 from nnx_introspect.cli.preflight import check_axes_named
 from nnx_introspect.cli.rates import rate_bytes
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 SMALL = "nnx_introspect.examples:two_layer"
 STEP = ["step", SMALL, "--batch", "float32[8,3]"]
@@ -113,7 +113,7 @@ def _early(argv: list[str]) -> tuple[int, str, list[str], float]:
 def test_refused_before_jax_is_imported(argv: list[str], message: str) -> None:
     code, err, heavy, seconds = _early([*STEP, *argv])
     assert (code, heavy) == (2, [])
-    assert err == f"nnx-introspect: error: {message}\n"
+    assert err == usage("step", f"nnx-introspect: error: {message}\n")
     assert seconds < 1.0
 
 
@@ -124,7 +124,7 @@ def test_the_jax_free_check_runs_before_jax_in_process_too(
     monkeypatch.setattr("nnx_introspect.cli.entry.start_jax_quietly", _never)
     code, out, err = run([*STEP, "--mesh", "data=8", "--top", "3"], capsys)
     assert (code, out) == (2, "")
-    assert err.startswith("nnx-introspect: error: argument --top: ")
+    assert err.startswith("nnx-introspect step: error: argument --top: ")
 
 
 def _never() -> None:
@@ -148,7 +148,7 @@ def test_auto_with_devices_is_not_refused_early(
     monkeypatch.setattr(meshes_module, "compare_meshes", _records(called))
     code, _, err = run([*STEP, "--mesh", "auto"], capsys)
     assert code == 2 and called and called[0][1] == "auto"
-    assert err == "nnx-introspect: error: argument --jobs: stop.\n"
+    assert err == usage("step", "nnx-introspect: error: argument --jobs: stop.\n")
 
 
 def _records(called: list[Any]) -> Any:
@@ -298,7 +298,9 @@ def test_topology_mismatch_names_the_meshes_as_typed(
     argv = [*STEP, "--mesh", "data=8", "--mesh", "data=4,x=2", "--topology", "v5e-4"]
     code, out, err = run(argv, capsys)
     assert (code, out) == (2, "")
-    assert err == f"nnx-introspect: error: argument --mesh: {LIBRARY['topology'][1]}\n"
+    assert err == usage(
+        "step", f"nnx-introspect: error: argument --mesh: {LIBRARY['topology'][1]}\n"
+    )
 
 
 # --- --network-bandwidth: bits or bytes per second ----------------------------------
@@ -369,12 +371,13 @@ def test_network_bandwidth_on_one_host_is_refused(
         code, out, err = run(argv, capsys)
         assert time.perf_counter() - began < 10  # nothing compiled
         assert (code, out) == (2, "")
-        assert err == (
+        assert err == usage(
+            "step",
             "nnx-introspect: error: argument --network-bandwidth: --topology h100-8 "
             "is one host of 8 GPUs, which talk over NVLink only: no byte crosses the "
             "network, so the bandwidth would change nothing; leave "
             "--network-bandwidth out, or name a topology of several hosts (such as "
-            "h100-16, two hosts of 8)\n"
+            "h100-16, two hosts of 8)\n",
         )
 
 
@@ -395,11 +398,12 @@ def test_a_misspelt_axis_is_a_usage_error(
     code, out, err = run(argv, capsys)
     assert (code, out, called) == (2, "", [])
     named = ", ".join(named_axes(SHY))
-    assert err == (
+    assert err == usage(
+        "step",
         "nnx-introspect: error: argument --mesh: axis 'tpp' of the 2nd --mesh "
         "(fsdp=2,tpp=4) (did you mean 'tp'?) is named by nothing in the step: the "
         f"model's sharding and --rules name {named}, and the batch splits over "
-        "each mesh's first axis; fix the spelling, or leave the axis out\n"
+        "each mesh's first axis; fix the spelling, or leave the axis out\n",
     )
 
 

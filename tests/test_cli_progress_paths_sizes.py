@@ -18,7 +18,7 @@ from nnx_introspect._search.batch import max_batch
 from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli import main
 from nnx_introspect.cli.progress import SearchLine, _duration, live_status
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 TARGETS = textwrap.dedent(
     """
@@ -147,10 +147,11 @@ def test_a_path_target_is_one_line_naming_the_module(
     for argv in (["summary", target], ["mesh", target, "--mesh", "a=2"]):
         code, out, err = run(argv, capsys)
         assert code == 2 and out == ""
-        assert err == (
+        assert err == usage(
+            argv[0],
             f"nnx-introspect: error: TARGET {target!r} is written like a file path; "
             f"use `module:callable`, e.g. `{module}:{attr}`, run from the folder "
-            f"holding {module}.py ({where}) or with that folder on PYTHONPATH.\n"
+            f"holding {module}.py ({where}) or with that folder on PYTHONPATH.\n",
         )
         assert "package" not in err  # not Python's "'package' argument is required"
 

@@ -33,7 +33,7 @@ from nnx_introspect.cli.errors import COMMAND_FLAGS, in_flags
 from nnx_introspect.cli.output import in_flags_report
 from nnx_introspect.cli.parser import build_parser
 from nnx_introspect.cli.progress import ClockLine, live_status, plain_lines
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 TWO = "nnx_introspect.examples:two_layer"
 TINY = "nnx_introspect.examples:llama_tiny"
@@ -291,7 +291,9 @@ def test_every_argument_of_a_command_reaches_its_flag(
         argv = [*argv, "--rules", str(tmp_path / "rules.json")]
     code, out, err = run(argv, capsys)
     assert (code, out) == (2, "")
-    assert err.startswith(f"{E}argument {flag}: {flag} 3 is wrong; pass ")
+    assert err.startswith(
+        f"nnx-introspect {command}: error: argument {flag}: {flag} 3 is wrong; pass "
+    )
     assert "`" not in err and f"{argument}=" not in err
     assert err.count("\n") == 1
 
@@ -324,7 +326,7 @@ def test_the_audits_messages_name_the_flags(
 ) -> None:
     argv, message = AUDIT[case]
     code, out, err = run(argv, capsys)
-    assert (code, out, err) == (2, "", f"{E}{message}\n")
+    assert (code, out, err) == (2, "", usage(argv[0], f"{E}{message}\n"))
 
 
 PHRASES = {  # the command, the library's words for Python callers, the flags'

@@ -23,7 +23,7 @@ from nnx_introspect.cli.dtypes import DTYPES
 from nnx_introspect.cli.errors import in_flags
 from nnx_introspect.cli.topology_names import topology_devices
 from nnx_introspect.examples import two_layer
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 TWO = "nnx_introspect.examples:two_layer"
 TINY = "nnx_introspect.examples:llama_tiny"
@@ -105,19 +105,19 @@ CASES: dict[str, tuple[list[str], str]] = {
     ),
     "step mesh size": (
         [*STEP, "--topology", "v5e-4"],
-        E + "argument --topology: --topology v5e-4 has 4 chip(s) (one JAX device "
+        E + "argument --topology: --topology v5e-4 has 4 chips (one JAX device "
         "each) but --mesh data=8 has 8 devices. Make the mesh's axis sizes multiply "
         "to the device count, or pick another topology.\n",
     ),
     "serve default mesh size": (
         [*SERVE, "--topology", "h100-4"],
-        E + "argument --topology: --topology h100-4 has 4 GPU(s) but --mesh tp=8 "
+        E + "argument --topology: --topology h100-4 has 4 GPUs but --mesh tp=8 "
         "has 8 devices. Make the mesh's axis sizes multiply to the device count, or "
         "pick another topology. --mesh tp=8 is the default (no --mesh was given).\n",
     ),
     "rl mesh size": (
         [*RL, "--mesh", "fsdp=2,tp=2", "--topology", "v5e-8"],
-        E + "argument --topology: --topology v5e-8 has 8 chip(s) (one JAX device "
+        E + "argument --topology: --topology v5e-8 has 8 chips (one JAX device "
         "each) but --mesh fsdp=2,tp=2 has 4 devices. Make the mesh's axis sizes "
         "multiply to the device count, or pick another topology.\n",
     ),
@@ -197,7 +197,7 @@ def test_refused_before_jax_and_the_model(
     monkeypatch.setattr("nnx_introspect._targets.resolve_factory", _never)
     code, out, err = run(argv, capsys)
     assert (code, out) == (2, "")
-    assert err == message
+    assert err == usage(argv[0], message)
 
 
 def test_in_a_fresh_process_jax_is_never_imported() -> None:

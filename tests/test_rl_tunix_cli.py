@@ -135,7 +135,7 @@ def test_sequences_that_do_not_split_name_rls_own_flags(
     code, _, err = run([*argv, "--batch", "2", "--generations", "3", *SIZES[2:]],
                        capsys)  # fmt: skip
     assert code == 2 and err.count("\n") == 1
-    assert err.startswith("nnx-introspect: error: argument --batch:")
+    assert err.startswith("nnx-introspect rl: error: argument --batch:")
     assert "--batch 2 x --generations 3 = 6 sequences" in err
     assert "Pass a --batch that is a multiple of 4." in err and "`" not in err
     assert "--prefill-sequences" not in err and "prefilled" not in err

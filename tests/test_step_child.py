@@ -155,3 +155,52 @@ class _Stdin:
 
     def read(self) -> str:
         return self.text
+
+
+# --- a child that ends without an answer ----------------------------------------
+
+_NOISE = (
+    "WARNING: All log messages before absl::InitializeLog() is called are "
+    "written to STDERR\n"
+    "I0000 00:00:1796679589.194169    5075 cudart_stub.cc:31] Could not find cuda "
+    "drivers on your machine, GPU will not be used.\n"
+)
+
+
+def _crashing_child(tmp_path: Any, monkeypatch: pytest.MonkeyPatch, end: str) -> str:
+    """A child module that writes absl's start-up lines, then ends with ``end``."""
+    (tmp_path / "crashing_child_mod.py").write_text(
+        "import os, signal, sys\n"
+        f"sys.stderr.write({_NOISE!r})\n"
+        "sys.stderr.flush()\n"
+        f"{end}\n"
+    )
+    monkeypatch.syspath_prepend(str(tmp_path))  # the child's PYTHONPATH holds it
+    with pytest.raises(RuntimeError) as raised:
+        _step.child.run_child_json({}, 2, module="crashing_child_mod")
+    return str(raised.value)
+
+
+def test_a_child_stopped_by_a_signal_names_the_signal(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = _crashing_child(
+        tmp_path, monkeypatch, "os.kill(os.getpid(), signal.SIGTERM)"
+    )
+    assert said == (
+        "The child compile on 2 virtual CPU devices was stopped by signal SIGTERM (15)"
+    )
+
+
+def test_a_child_log_line_is_never_the_cause(
+    tmp_path: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    said = _crashing_child(tmp_path, monkeypatch, "sys.exit(3)")
+    assert (
+        said
+        == "The child compile on 2 virtual CPU devices failed (exit code 3): no output"
+    )
+    said = _crashing_child(
+        tmp_path, monkeypatch, "sys.stderr.write('Killed by the tests\\n'); sys.exit(3)"
+    )
+    assert said.endswith("failed (exit code 3): Killed by the tests")

@@ -12,7 +12,7 @@ import pytest
 
 from nnx_introspect._step import parse_batch, step_memory_report
 from nnx_introspect.cli import batch_arg, main
-from tests.cli_helpers import run
+from tests.cli_helpers import run, usage
 
 TARGETS = textwrap.dedent(
     """
@@ -178,7 +178,7 @@ def test_custom_loss_rules_and_several_batches(
         (["--loss", "bogus"], "argument --loss: must be 'mean', 'lm', 'none'"),
         (["--loss", "step_cli_targets:nothing"], "has no attribute 'nothing'"),
         (["--topology", "v5e-3"], "--topology v5e-3"),
-        (["--topology", "v5e-4"], "--topology v5e-4 has 4 chip(s)"),
+        (["--topology", "v5e-4"], "--topology v5e-4 has 4 chips"),
         (["--rules", "missing.json"], "the rules file 'missing.json' does not exist"),
     ],
 )
@@ -203,7 +203,7 @@ def test_indivisible_plan_exits_2(
     )
     assert code == 2
     # the kernel's 6 columns over tp = 4: the mesh is the flag to change
-    assert err.startswith("nnx-introspect: error: argument --mesh: ")
+    assert err.startswith("nnx-introspect step: error: argument --mesh: ")
     assert "`kernel` dimension 1, size 6, over tp = 4" in err
 
 
@@ -439,7 +439,8 @@ def test_a_missing_compiler_is_bad_input_naming_topology(
     monkeypatch.setattr(step_package, "step_memory_report", no_plugin)
     code, out, err = run([*argv, "--topology", "h100-4"], capsys)
     assert code == 2 and out == ""
-    assert err == (
+    assert err == usage(
+        "step",
         "nnx-introspect: error: argument --topology: ModuleNotFoundError: No "
-        "module named 'jax_plugins'\n"
+        "module named 'jax_plugins'\n",
     )

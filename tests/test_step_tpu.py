@@ -64,7 +64,7 @@ def test_out_of_memory_is_a_verdict_with_the_compilers_figures(oom_report: Any) 
     assert not report.fits("1TiB")  # the compiler refused it: no budget helps
     assert report.verdict.startswith(
         "Out of memory (the compiler refused the step): needs 16.50 GiB per device, "
-        "the compiler has 15.75 GiB of the device's 16 GiB; one step on 1 devices"
+        "the compiler has 15.75 GiB of the device's 16 GiB; one step on 1 device"
     )
 
 

@@ -10,6 +10,8 @@ import dataclasses
 from collections.abc import Iterable, Sequence
 from typing import Any
 
+from flax import nnx
+
 from nnx_introspect._experts import ExpertGroup, expert_groups, unused_params
 from nnx_introspect._inventory import VarRecord, inventory, path_str
 from nnx_introspect._render import Report, Table, format_bytes
@@ -491,7 +493,8 @@ def summarize(
         TypeError: If ``target`` is not a graph node or state, ``depth`` is
             not an integer, or ``stacked`` is a single string or holds a
             non-string.
-        ValueError: If ``depth`` is smaller than 1.
+        ValueError: If ``depth`` is smaller than 1, or a router of the model
+            sends each token to more experts than it has (or to none).
 
     Example:
         >>> from flax import nnx
@@ -557,7 +560,10 @@ def summarize(
     n_params = sum(r.size for r in params)
     try:
         groups = expert_groups(target)
-    except ArgumentError:  # a state named as experts, a router out of range
+    except ArgumentError:
+        # a state named as experts: unknown; a model's router out of range: said
+        if not isinstance(target, nnx.State):
+            raise
         groups, active = (), None
     else:
         active = n_params - unused_params(groups)

@@ -169,15 +169,15 @@ you mean 'nnx_introspect.examples:llama_tiny'?).
     added = cwd not in sys.path
     if added:
         sys.path.insert(0, cwd)
-    try:
+    try:  # the module's own imports are looked up as the import would
         source = _module_source(spec, module_name, what)
+        names = None if source is None else _defined_names(source[0])
     finally:
         if added and cwd in sys.path:
             sys.path.remove(cwd)
     if source is None:
         return
-    path, folders = source
-    names = _defined_names(path)
+    folders = source[1]
     first = attr_path.split(".")[0]
     if names is None or first in names or first in _submodules(folders):
         return
@@ -272,7 +272,10 @@ def _defined_names(path: str) -> set[str] | None:
 
     Definitions, assignments and imports, inside ``if``/``try``/``with``
     blocks too; ``None`` for a ``from x import *``, a module ``__getattr__``,
-    a write to ``globals()``, or source that does not parse.
+    a write to ``globals()``, or source that does not parse; ``None`` too for
+    a top level that may stop the import before the name (a ``raise`` or an
+    ``assert``, an import of a package not on the import path): the import
+    then says why, not a missing name.
     """
     try:
         with open(path, encoding="utf-8") as file:
@@ -293,8 +296,12 @@ def _defined_names(path: str) -> set[str] | None:
                 return None
             names.add(node.name)
         elif isinstance(node, ast.Import | ast.ImportFrom):
+            if not _importable(node):
+                return None
             for alias in node.names:
                 names.add(alias.asname or alias.name.split(".")[0])
+        elif isinstance(node, ast.Raise | ast.Assert):
+            return None
         elif isinstance(node, ast.Assign | ast.AnnAssign | ast.AugAssign):
             targets = node.targets if isinstance(node, ast.Assign) else [node.target]
             for target in targets:
@@ -311,6 +318,25 @@ def _defined_names(path: str) -> set[str] | None:
         elif isinstance(node, ast.Expr | ast.Pass):
             continue
     return names
+
+
+def _importable(node: ast.Import | ast.ImportFrom) -> bool:
+    """Whether the top-level packages an import statement names are on the path.
+
+    Found as :func:`check_target` finds a target's, importing nothing; a
+    relative import counts as found.
+    """
+    if isinstance(node, ast.ImportFrom):
+        tops = [node.module.split(".")[0]] if node.module and not node.level else []
+    else:
+        tops = [alias.name.split(".")[0] for alias in node.names]
+    for top in tops:
+        try:
+            if importlib.util.find_spec(top) is None:
+                return False
+        except (ImportError, ValueError):
+            return False
+    return True
 
 
 def _refuse_a_path(spec: str, module_name: str, attr_path: str) -> None:

@@ -5,7 +5,7 @@ The lowest module of the package (it imports nothing): the data of
 line's target lookup its errors, without the renderers (rich) or JAX.
 """
 
-__all__ = ["error_line", "format_bytes"]
+__all__ = ["error_line", "format_bytes", "plural"]
 
 
 def format_bytes(n: float) -> str:
@@ -23,6 +23,16 @@ def format_bytes(n: float) -> str:
             return f"{value:.2f} {unit}".replace(".00 ", " ")
         value /= 1024
     raise AssertionError("unreachable")  # pragma: no cover
+
+
+def plural(n: int, noun: str) -> str:
+    """``n`` and ``noun``, the noun plural unless ``n`` is 1: a count in words.
+
+    Example:
+        >>> plural(1, "device"), plural(8, "device"), plural(1, "cpu device")
+        ('1 device', '8 devices', '1 cpu device')
+    """
+    return f"{n} {noun}" if n == 1 else f"{n} {noun}s"
 
 
 def error_line(error: BaseException) -> str:

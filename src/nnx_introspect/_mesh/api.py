@@ -3,6 +3,7 @@
 from typing import Any
 
 import optax
+from flax import nnx
 
 from nnx_introspect._experts import expert_groups
 from nnx_introspect._inventory import inventory
@@ -152,6 +153,7 @@ def mesh_config_report(
             + optimizer_warnings
             + rule_warnings
             + _mesh_too_large(planner.num_devices, present)
+            + _router_problems(target)
         ),
         optimizer_leaves=optimizer_leaves,
         gradient_leaves=gradient_leaves,
@@ -160,6 +162,17 @@ def mesh_config_report(
         devices_present=present,
         max_device_bytes=budget,
     )
+
+
+def _router_problems(target: Target) -> tuple[MeshProblem, ...]:
+    """A router that sends each token to more experts than it has: the model's error."""
+    if isinstance(target, nnx.State):  # no router: nothing to say
+        return ()
+    try:
+        expert_groups(target)
+    except ArgumentError as error:
+        return (MeshProblem("", "router", str(error)),)
+    return ()
 
 
 def _expert_dims(target: Target) -> dict[tuple[Any, ...], tuple[int, int]]:

@@ -84,7 +84,9 @@ class MeshProblem:
             ``"duplicate-axis"``, ``"rank"``, ``"invalid-spec"`` (an entry or
             spec JAX refuses for another reason), ``"mesh-too-large"``,
             ``"unmatched-rule"``, ``"optimizer-metadata"``, ``"experts"`` (a
-            mesh axis that does not divide a model's routed experts).
+            mesh axis that does not divide a model's routed experts),
+            ``"router"`` (a router sending each token to more experts than it
+            has).
         message: A full sentence saying what is wrong and how to fix it.
         severity: ``"error"`` (the plan cannot be applied) or ``"warning"``.
         dimension: For ``"indivisible"``: the array dimension that does not divide.

@@ -22,6 +22,7 @@ from nnx_introspect._render import (
 )
 from nnx_introspect._render import mesh_charts as _render_charts
 from nnx_introspect._render import table as _render
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
 
@@ -294,7 +295,7 @@ class MeshConfigReport(Report):
             for leaf in shown
         )
         return Table(
-            title=f"Mesh plan ({mesh_str(self)}; {self.num_devices} devices)",
+            title=f"Mesh plan ({mesh_str(self)}; {plural(self.num_devices, 'device')})",
             lead=self.headline(),
             columns=(
                 "path",
@@ -555,7 +556,8 @@ def report_html(report: MeshConfigReport) -> str:
         for i, leaf in enumerate(shown)
     )
     head = (
-        f"<h1>Mesh plan: {esc(mesh_str(report))} ({report.num_devices} devices)"
+        f"<h1>Mesh plan: {esc(mesh_str(report))} "
+        f"({plural(report.num_devices, 'device')})"
         f"</h1>{verdict}<p>{format_bytes(used)} per device (ideal "
         f"{format_bytes(report.ideal_bytes_per_device)}, replication overhead "
         f"{format_bytes(report.replication_overhead)}); {len(report.errors)} "

@@ -17,6 +17,7 @@ from typing import Any
 from nnx_introspect._accelerators import resolve_topology, slice_of
 from nnx_introspect._mesh import as_abstract_mesh
 from nnx_introspect._serve import TENSOR_PARALLEL_AXES
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["ROLES", "Layout", "RoleSlice", "as_layout", "data_parallel", "spoken"]
@@ -213,7 +214,8 @@ def _placed(group: RoleSlice, topology: str | None) -> RoleSlice:
     except ArgumentError as error:
         raise ArgumentError(
             "role_meshes",
-            f"`role_meshes`: the {group.label} slice ({group.devices} devices) is "
+            f"`role_meshes`: the {group.label} slice "
+            f"({plural(group.devices, 'device')}) is "
             f"not a slice {topology}'s family has: {error}",
         ) from None
     return dataclasses.replace(group, topology=name)

@@ -13,6 +13,7 @@ import re
 from collections.abc import Mapping
 
 from nnx_introspect._accelerators import Hardware
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError, short_repr
 
 __all__ = ["checked_peak"]
@@ -61,7 +62,8 @@ def _mesh_problems(mesh_axes: tuple[tuple[str, int], ...], devices: int) -> list
     total = math.prod(size for _, size in mesh_axes)
     if not problems and total != devices:
         problems.append(
-            f"`mesh_axes` {dict(mesh_axes)} has {total} devices but the hardware "
+            f"`mesh_axes` {dict(mesh_axes)} has {plural(total, 'device')} but the "
+            "hardware "
             f"has {devices}; make the axis sizes multiply to {devices}."
         )
     return problems

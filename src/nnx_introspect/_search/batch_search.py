@@ -32,6 +32,7 @@ from nnx_introspect._size_search import (
     jump_notes,
 )
 from nnx_introspect._step import StepMemoryReport
+from nnx_introspect._text import plural
 from nnx_introspect._typing import IntLike, as_int
 
 __all__ = ["BatchSearch"]
@@ -257,7 +258,7 @@ class BatchSearch(Report, SizeSearch):
             if self.budget_basis == "the budget given"
             else f"; the budget is {self.budget_basis}"
         )
-        devices = f"{self.num_devices} devices"
+        devices = plural(self.num_devices, "device")
         if self.compiles == 0:
             state = format_bytes(self.plan_bytes)
             if self.plan_bytes > self.max_device_bytes:
@@ -431,7 +432,7 @@ class BatchSearch(Report, SizeSearch):
         table = self.table()
         parts = [
             f"<h1>Largest batch: {html.escape(', '.join(self.batch))} on "
-            f"{self.num_devices} devices</h1>",
+            f"{plural(self.num_devices, 'device')}</h1>",
             verdict_html(self.verdict, self._verdict_tone() or "neutral"),
         ]
         if self.points:

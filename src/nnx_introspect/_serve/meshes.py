@@ -32,6 +32,7 @@ from nnx_introspect._serve.programs import _abstract_cache, cache_problems
 from nnx_introspect._serve.report import ServeMemoryReport
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._serve.timing import duration
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla import start_backends_quietly
 
@@ -442,7 +443,7 @@ def _auto(
         reasons = "; ".join(f"{m}: {r}" for m, r in rejected)
         raise ArgumentError(
             "meshes",
-            f"`meshes='auto'`: no serving mesh of the {devices} devices of "
+            f"`meshes='auto'`: no serving mesh of the {plural(devices, 'device')} of "
             f"{topology!r} splits this request ({reasons}). Pass `sequences` "
             "that the replicas divide, or another topology.",
         )

@@ -22,6 +22,7 @@ import json
 import math
 import os
 import re
+import signal
 import subprocess
 import sys
 from collections.abc import Callable, Mapping
@@ -42,6 +43,7 @@ from nnx_introspect._step.program import ProgramKind
 from nnx_introspect._step.registry import program_kind
 from nnx_introspect._step.spec import StepSpec, step_json
 from nnx_introspect._targets import TargetError, build_target
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import (
     XlaReadings,
@@ -86,6 +88,14 @@ _SAID = (
 first: the exception Python raised (``jax.errors.JaxRuntimeError: INTERNAL:
 RET_CHECK failure ... Ragged all-to-all is currently not supported in limited
 ICI routing settings``), XLA's fatal check (``F1206 ... Check failed: ...``)."""
+
+_NOISE = re.compile(
+    r"^[IW]\d{4} \d\d:\d\d:[\d.]+ |^WARNING: All log messages before "
+    r"absl::InitializeLog\(\)|^WARNING: Logging before InitGoogle\(\)"
+)
+"""Log lines a child writes as it starts (absl's and glog's information and
+warnings: ``I0000 ... cudart_stub.cc:31] Could not find cuda drivers``), never
+the cause of its failure."""
 
 
 def child_request(
@@ -420,7 +430,9 @@ def run_child_json(
         if found is not None:  # the same request answered before: no child
             return found, ""
     topology = payload.get("topology")
-    where = f"{n} virtual CPU devices" if topology is None else f"topology {topology!r}"
+    where = f"topology {topology!r}"
+    if topology is None:
+        where = plural(n, "virtual CPU device")
     try:
         done = subprocess.run(
             [sys.executable, "-m", module],
@@ -446,11 +458,7 @@ def run_child_json(
     try:
         answer = json.loads(done.stdout.strip().splitlines()[-1])
     except (json.JSONDecodeError, IndexError):
-        tail = _said(done.stderr)
-        raise RuntimeError(
-            f"The child compile on {where} failed (exit code "
-            f"{done.returncode}): {tail[0][:500]}"
-        ) from None
+        raise RuntimeError(_ended(where, done.returncode, done.stderr)) from None
     if "error" in answer:
         if "argument" in answer:  # a bad argument found in the child
             raise ArgumentError(answer["argument"], answer["message"])
@@ -460,21 +468,52 @@ def run_child_json(
     return answer["result"], done.stderr
 
 
-def _said(stderr: str) -> list[str]:
+def _ended(where: str, code: int, stderr: str) -> str:
+    """How a child that gave no answer ended, and what its stderr says went wrong.
+
+    A child stopped by a signal (a negative ``code``) names the signal and
+    quotes only an error line (``_SAID``'s kinds): whatever else it wrote
+    last is not why it was stopped.
+
+    Example:
+        >>> _ended("topology 'h100-8'", -15, "I0000 ... Could not find cuda drivers")
+        "The child compile on topology 'h100-8' was stopped by signal SIGTERM (15)"
+        >>> _ended("2 virtual CPU devices", 1, "ValueError: bad")[-36:]
+        'failed (exit code 1): ValueError: bad'
+    """
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "a signal"
+        said = f"The child compile on {where} was stopped by signal {name} ({-code})"
+        if name == "SIGKILL":
+            said += " (as the system's out-of-memory killer stops a process)"
+        cause = _said(stderr, errors_only=True)
+        return f"{said}: {cause[0][:500]}" if cause else said
+    cause = _said(stderr) or ["no output"]
+    return f"The child compile on {where} failed (exit code {code}): {cause[0][:500]}"
+
+
+def _said(stderr: str, errors_only: bool = False) -> list[str]:
     """What a crashed child's stderr says went wrong: one line (see ``_SAID``).
+
+    Its last line when no line is an error's (``errors_only``: none), never
+    a log line of the libraries' start-up (``_NOISE``).
 
     Example:
         >>> _said(chr(10).join(["Traceback...", "ValueError: bad", "  <frozen>"]))
         ['ValueError: bad']
-        >>> _said("")
-        ['no output']
+        >>> _said("I0000 00:00:17.1 5075 cudart_stub.cc:31] Could not find cuda")
+        []
     """
     lines = [line.strip() for line in stderr.strip().splitlines() if line.strip()]
+    lines = [line for line in lines if not _NOISE.search(line)]
     for kind in _SAID:
         found = [line for line in lines if kind.search(line)]
         if found:
             return found[-1:]
-    return lines[-1:] or ["no output"]
+    return [] if errors_only else lines[-1:]
 
 
 def child_timeout() -> float:

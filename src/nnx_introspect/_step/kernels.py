@@ -16,8 +16,11 @@ the kernel where the model has one for the CPU (``trace_as_target=False``,
 
 The kernel is read from the error as JAX raises it: the lowering rule's
 ``params`` (its frame's locals) and the traceback JAX attaches of where the
-``pallas_call`` was traced (``__cause__``). Where those are not found (another
-JAX version), the line says "a Pallas kernel" and keeps JAX's own words.
+``pallas_call`` was traced (``__cause__``); the model's line, where that
+traceback stops inside the kernel's own package (Megablox's ``gmm``, a
+``custom_vjp``), from the source of the equations being lowered. Where those
+are not found (another JAX version), the line says "a Pallas kernel" and keeps
+JAX's own words.
 """
 
 import os
@@ -153,6 +156,25 @@ def _caller(traced: list[types.FrameType]) -> str | None:
     return None
 
 
+def _lowered_from(error: BaseException) -> str | None:
+    """The model's innermost line that traced the equations being lowered.
+
+    Where the traced frames stop at the kernel's own function (a
+    ``custom_vjp`` such as Megablox's ``gmm``, traced on its own), the
+    equation that holds it keeps where the model called it: JAX's lowering
+    frames hold each equation (``eqn``) and its ``source_info`` traceback,
+    innermost frame first.
+    """
+    for frame in reversed(_frames(error.__traceback__)):
+        source = getattr(frame.f_locals.get("eqn"), "source_info", None)
+        for user in getattr(getattr(source, "traceback", None), "frames", None) or ():
+            path, line = getattr(user, "file_name", ""), getattr(user, "line_num", 0)
+            user_file = isinstance(path, str) and path[:1] not in ("", "<")
+            if user_file and not _jax_file(path) and isinstance(line, int):
+                return _short(path, line)
+    return None
+
+
 def _written_for(params: dict[str, Any]) -> str | None:
     module = type(params.get("compiler_params")).__module__
     return next(
@@ -199,7 +221,8 @@ trace_as_target=False (--trace-as-cpu).
     platform = _PLATFORMS.get(match[1] or "cpu", match[1] or "CPU")
     params = _lowering_params(refused)
     traced = _traced_at(refused)
-    kernel, caller = _kernel(params, traced), _caller(traced)
+    kernel = _kernel(params, traced)
+    caller = _caller(traced) or _lowered_from(refused)
     written = _written_for(params)
     what = "a Pallas kernel" if kernel is None else f"the Pallas kernel {kernel}"
     if caller is not None:

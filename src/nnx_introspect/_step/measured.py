@@ -18,6 +18,7 @@ import jax
 
 from nnx_introspect._accelerators import topology_of_devices
 from nnx_introspect._render import format_bytes
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError, IntLike, as_int
 
 __all__ = [
@@ -213,12 +214,14 @@ class Measured:
         """The runs in one sentence: median, range, tokens/s, MFU, allocator."""
         if self.error is not None:
             return (
-                f"Run on this process's {self.devices} {self.device_kind} device(s): "
+                f"Run on this process's "
+                f"{plural(self.devices, f'{self.device_kind} device')}: "
                 f"it failed: {self.error}"
             )
         parts = [
-            f"Measured on this process's {self.devices} {self.device_kind} "
-            f"device(s), {self.runs} timed run(s) after one warm-up "
+            f"Measured on this process's "
+            f"{plural(self.devices, f'{self.device_kind} device')}, "
+            f"{plural(self.runs, 'timed run')} after one warm-up "
             f"({duration(self.warmup_seconds)}): {duration(self.median)} per "
             f"{self.unit} (median; {duration(self.fastest)}-"
             f"{duration(self.slowest)})"

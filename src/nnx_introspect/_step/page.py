@@ -14,6 +14,7 @@ from nnx_introspect._step.report_render import (
     cached_date,
     options_text,
 )
+from nnx_introspect._text import plural
 
 __all__ = [
     "compiled_html",
@@ -52,7 +53,7 @@ def compiled_html(report: RenderedStep) -> str:
         ("loss", report.loss or "none (forward only)"),
         ("optimizer", report.optimizer or "none"),
         ("batch", batch or "none"),
-        ("mesh", f"{mesh} ({report.num_devices} devices)"),
+        ("mesh", f"{mesh} ({plural(report.num_devices, 'device')})"),
         (
             "topology",
             report.topology or f"none ({compiled.device_kind}, {report.compiled_in})",

@@ -27,6 +27,7 @@ from nnx_introspect._step.step_records import (
     StepMemory,
     StepProgram,
 )
+from nnx_introspect._text import plural
 
 __all__ = [
     "CPU_CAVEAT",
@@ -114,7 +115,7 @@ def step_verdict(report: RenderedStep) -> str:
     plan, memory, budget = report.plan, report.memory, report.budget
     compiled = report.compilation
     where = (
-        f"one step on {report.num_devices} devices ({mesh_str(plan)}; "
+        f"one step on {plural(report.num_devices, 'device')} ({mesh_str(plan)}; "
         f"{compiled.device_kind}), by {compiled.compiler}"
     )
     seen = compiled.traced_platform

@@ -13,6 +13,7 @@ import optax
 from flax import nnx
 
 from nnx_introspect._accelerators import Budget, step_budget
+from nnx_introspect._experts import expert_groups
 from nnx_introspect._mesh import (
     OPTIMIZER_NAMES,
     LogicalRulesLike,
@@ -433,8 +434,12 @@ def plan_step(spec: StepSpec) -> MeshConfigReport:
         ArgumentError: If the plan has problems or the batch does not split
             over the mesh (``argument`` names what to change: ``"batch"`` or
             ``"batch_spec"``, ``"rules"`` or ``"logical_rules"`` for axes the
-            mesh lacks, else ``"mesh"``); nothing is compiled.
+            mesh lacks, else ``"mesh"``), or ``"target"`` when a router of
+            the model sends each token to more experts than it has; nothing
+            is compiled.
     """
+    if not isinstance(spec.model, nnx.State):  # before JAX's own top_k error
+        expert_groups(spec.model)
     plan = mesh_config_report(
         spec.model,
         spec.mesh,

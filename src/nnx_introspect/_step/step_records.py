@@ -21,6 +21,7 @@ from typing import Any, Literal
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import format_bytes
+from nnx_introspect._text import plural
 from nnx_introspect._typing import as_int
 from nnx_introspect._xla import Collective, Collectives, SourceLocation, XlaReadings
 
@@ -417,7 +418,7 @@ def compiled_in_words(where: CompiledIn, devices: int, topology: str | None) -> 
         'a child process with 16 virtual CPU devices'
     """
     if where == "virtual CPU child":
-        return f"a child process with {devices} virtual CPU devices"
+        return f"a child process with {plural(devices, 'virtual CPU device')}"
     if where == "target child":
         return f"a child process ({topology})"
     return "this process"

@@ -18,7 +18,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from nnx_introspect._accelerators import Topology, dcn_split, resolve_topology
-from nnx_introspect._text import error_line
+from nnx_introspect._text import error_line, plural
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [
@@ -103,12 +103,14 @@ def check_compiler(topology: str, mesh_axes: tuple[tuple[str, int], ...]) -> Top
     """
     topo = resolve_topology(topology)
     n = math.prod(s for _, s in mesh_axes)
-    unit = "chip(s) (one JAX device each)" if topo.platform == "tpu" else "GPU(s)"
+    has = plural(topo.devices, "GPU")
+    if topo.platform == "tpu":
+        has = f"{plural(topo.devices, 'chip')} (one JAX device each)"
     if n != topo.devices:
         raise ArgumentError(
             "topology",
-            f"`topology` {topology!r} has {topo.devices} {unit} but `mesh` "
-            f"{dict(mesh_axes)} has {n} devices. Make the mesh's axis sizes "
+            f"`topology` {topology!r} has {has} but `mesh` "
+            f"{dict(mesh_axes)} has {plural(n, 'device')}. Make the mesh's axis sizes "
             "multiply to the device count, or pick another topology.",
         )
     if topo.platform == "tpu" and libtpu_version() is None:

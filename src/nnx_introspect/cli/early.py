@@ -31,6 +31,7 @@ import math
 import os
 
 from nnx_introspect._targets import DEFAULT_TARGET, TargetError, check_target
+from nnx_introspect._text import plural
 from nnx_introspect.cli.checks import _cpu_devices
 from nnx_introspect.cli.dtypes import check_dtype
 from nnx_introspect.cli.errors import UsageError, ordinal, with_default
@@ -147,7 +148,7 @@ def _check_mesh_devices(
     counts = [math.prod(size for _, size in mesh_axes(m)) for m in meshes]
     if len(meshes) > 1:
         wrong = [
-            f"the {ordinal(i + 1)} --mesh ({m.strip()}) has {n} devices, but "
+            f"the {ordinal(i + 1)} --mesh ({m.strip()}) has {plural(n, 'device')}, but "
             f"--topology {topology} has {devices}"
             for i, (m, n) in enumerate(zip(meshes, counts, strict=True))
             if n != devices
@@ -158,12 +159,14 @@ def _check_mesh_devices(
                 f"with the same device count as --topology {topology}."
             )
         return
-    unit = "chip(s) (one JAX device each)" if topology[:1] == "v" else "GPU(s)"
+    has = plural(devices, "GPU")
+    if topology[:1] == "v":
+        has = f"{plural(devices, 'chip')} (one JAX device each)"
     for text, n in zip(meshes, counts, strict=True):
         if n != devices:
             message = (
-                f"--topology {topology} has {devices} {unit} but --mesh "
-                f"{text.strip()} has {n} devices. Make the mesh's axis sizes "
+                f"--topology {topology} has {has} but --mesh "
+                f"{text.strip()} has {plural(n, 'device')}. Make the mesh's axis sizes "
                 "multiply to the device count, or pick another topology."
             )
             raise UsageError(

@@ -6,6 +6,7 @@ import sys
 import traceback
 from collections.abc import Iterator
 from contextlib import contextmanager
+from typing import Any
 
 from nnx_introspect._targets import TargetError
 from nnx_introspect.cli.args import PROG
@@ -26,6 +27,21 @@ def _fail(message: str, error: BaseException, debug: bool, code: int) -> int:
     text = " ".join(message.split())  # one line, whatever the message holds
     sys.stderr.write(f"{PROG}: error: {text}\n")
     return code
+
+
+def _usage(message: str, error: BaseException, args: Any) -> int:
+    """A usage or target error (exit 2), said as argparse says its own.
+
+    ``nnx-introspect step: error: ... (see 'nnx-introspect step --help')``:
+    the subcommand, and where its flags are described.
+    """
+    if bool(getattr(args, "debug", False)):
+        traceback.print_exception(error, file=sys.stderr)
+    command = getattr(args, "command", None)
+    prog = f"{PROG} {command}" if isinstance(command, str) else PROG
+    text = " ".join(message.split())
+    sys.stderr.write(f"{prog}: error: {text} (see '{prog} --help')\n")
+    return 2
 
 
 @contextmanager
@@ -80,7 +96,9 @@ def _cpu_only() -> Iterator[None]:
 def main(argv: list[str] | None = None) -> int:
     """Run the command line with ``argv`` (default ``sys.argv[1:]``).
 
-    Every failure is one line on stderr (``--debug`` adds the traceback).
+    Every failure is one line on stderr (``--debug`` adds the traceback); a
+    usage or target error (exit code 2) is said as argparse says its own:
+    ``nnx-introspect step: error: ... (see 'nnx-introspect step --help')``.
     Every subcommand runs JAX on the CPU unless ``JAX_PLATFORMS`` is set, so
     no accelerator plugin logs its start-up failures.
     What the flags alone show is wrong (a TARGET that names nothing, an
@@ -117,7 +135,7 @@ def main(argv: list[str] | None = None) -> int:
         if check is not None:  # the flags against each other, before JAX starts
             check(args)
     except (TargetError, UsageError) as error:
-        return _fail(str(error), error, debug, 2)
+        return _usage(str(error), error, args)
     try:
         with contextlib.ExitStack() as stack:
             stack.enter_context(_cpu_only())
@@ -127,11 +145,11 @@ def main(argv: list[str] | None = None) -> int:
                 start_jax_quietly()
             return handler(args)
     except (TargetError, UsageError) as error:
-        return _fail(str(error), error, debug, 2)
+        return _usage(str(error), error, args)
     except (TypeError, ValueError) as error:
         if not names_an_argument(error):  # not the library's refusal of a value
             return _fail(describe(error, args.command), error, debug, 1)
-        return _fail(str(usage_error(error, args)), error, debug, 2)
+        return _usage(str(usage_error(error, args)), error, args)
     except KeyboardInterrupt as error:
         return _fail("interrupted", error, debug, 130)
     except BaseException as error:  # SystemExit from a library or a model too

@@ -222,6 +222,8 @@ _KEYWORD = re.compile(  # not a mesh's axis: (batch=8), --mesh batch=8
     r"(?<![\w.,=/(-])(?<!mesh )(\w+)=('[^']*'|\"[^\"]*\"|[\w.]+)(?![\w=]|,\w+=)"
 )
 _MESH_DICT = re.compile(r"(?<=--mesh )\{([^{}]*)\}")
+_SAID_TWICE = re.compile(r"(--[a-z][a-z-]*(?: [\w.,=-]+)?) \(\1\)")
+"""A flag said again in parentheses: ``loss="lm" (--loss lm)`` once rewritten."""
 
 
 def _flag_value(flag: str, name: str, value: str) -> str:
@@ -241,8 +243,9 @@ def in_flags(message: str, command: str | None = None) -> str:
     every command's :data:`FLAGS` without one): ```meshes[1]``` is the 2nd
     ``--mesh``, ```topology='v5e-4'``` and ```topology` 'v5e-4'`` are
     ``--topology v5e-4``, ```measure``` is ``--measure``, ``generations=1``
-    is ``--generations 1`` and ``cache=False`` ``--no-cache``; last, the
-    words meant for Python callers only (:data:`NOTES`). A name the table does
+    is ``--generations 1`` and ``cache=False`` ``--no-cache``, and a flag the
+    message then says twice (``loss="lm" (--loss lm)``) is said once; last,
+    the words meant for Python callers only (:data:`NOTES`). A name the table does
     not hold (a state path, ```kernel```) is left as it is.
 
     Example:
@@ -298,6 +301,7 @@ def in_flags(message: str, command: str | None = None) -> str:
     message = _NAME.sub(name, message)
     message = _KEYWORD.sub(assigned, message)
     message = _MESH_DICT.sub(_mesh_text, message)
+    message = _SAID_TWICE.sub(r"\1", message)
     for pattern, replacement in NOTES:
         message = pattern.sub(replacement, message)
     return message

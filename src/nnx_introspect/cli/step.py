@@ -6,6 +6,7 @@ import re
 import sys
 from typing import TYPE_CHECKING, Any
 
+from nnx_introspect._text import plural
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.checks import check_network_used, check_one_step, check_step
 from nnx_introspect.cli.errors import in_flags, usage_error
@@ -248,7 +249,8 @@ def _run_step(args: argparse.Namespace) -> int:
         raise usage_error(error, args) from error
     where = f"XLA for {args.topology}" if args.topology else "XLA"
     what = "Searching the largest batch" if args.max_batch else "Compiling the step"
-    message = f"{what} of {args.target} on {mesh.size} devices with {where}..."
+    devices = plural(mesh.size, "device")
+    message = f"{what} of {args.target} on {devices} with {where}..."
     common: dict[str, Any] = {
         "loss": loss,
         "optimizer": args.optimizer,

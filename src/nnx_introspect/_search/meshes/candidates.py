@@ -32,6 +32,7 @@ from nnx_introspect._mesh import (
 from nnx_introspect._render import format_bytes
 from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
 from nnx_introspect._step import StepSpec, as_model, plan_problems
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError
 
 __all__ = ["EXPERT_PARALLEL_AXIS", "MAX_AUTO_MESHES", "named_axes"]
@@ -82,7 +83,8 @@ def listed_meshes(
     counts = [math.prod(s for _, s in axes) for axes in out]
     if devices is not None:
         problems += [
-            f"`meshes[{i}]` ({mesh_name(axes)}) has {n} devices, but `topology` "
+            f"`meshes[{i}]` ({mesh_name(axes)}) has {plural(n, 'device')}, but "
+            "`topology` "
             f"{topology!r} has {devices}"
             for i, (axes, n) in enumerate(zip(out, counts, strict=True))
             if n != devices

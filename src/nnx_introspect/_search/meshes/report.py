@@ -34,6 +34,7 @@ from nnx_introspect._search.meshes.utilisation import (
     utilisation_header,
 )
 from nnx_introspect._step import duration
+from nnx_introspect._text import plural
 
 
 @dataclasses.dataclass(frozen=True)
@@ -418,7 +419,7 @@ class MeshComparison(Report):
         """
         parts = [
             f"<h1>Meshes compared: {html.escape(self.target)} on "
-            f"{self.num_devices} devices</h1>",
+            f"{plural(self.num_devices, 'device')}</h1>",
             verdict_html(self.verdict, self._verdict_tone() or "neutral"),
         ]
         if self.candidates:

@@ -6,6 +6,7 @@ from typing import Final
 
 import jax
 
+from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError, typechecked
 from nnx_introspect._xla.collectives.errors import (
     CollectiveFormatError,
@@ -169,7 +170,7 @@ def read_collectives(
     if partitions != module.num_partitions:
         raise ArgumentError(
             "mesh_axes",
-            f"`mesh_axes` {dict(mesh_axes)} has {partitions} devices but the "
+            f"`mesh_axes` {dict(mesh_axes)} has {plural(partitions, 'device')} but the "
             f"program {module.name} was partitioned for {module.num_partitions}; "
             "pass the axes of the mesh it was compiled on.",
         )
