@@ -84,7 +84,7 @@ def test_the_error_bar_is_the_held_out_ninetieth_percentile(
     assert f"| error bar (9 in 10 held-out programs within) | ±{bar}% |" in PAGE
     # the page's sentence names the rank, the program and the count within
     rank = math.ceil(0.9 * len(held))
-    assert f"the {rank}th (⌈0.9 × {len(held)}⌉)" in PAGE
+    assert f"the {rank}th (⌈0.9 × {len(held)}⌉)" in PAGE  # noqa: RUF001
     assert f"at -{p90:.2%}" in PAGE or f"at +{p90:.2%}" in PAGE
     within = sum(e <= CONSTANTS["v5e"].error for e in held)
     assert f"{within} of the {len(held)} lie within it" in PAGE
