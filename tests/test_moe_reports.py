@@ -73,7 +73,7 @@ def test_moe_tiny_counts_by_hand() -> None:
     plan = mesh_config_report(model, "data=1")
     assert (N, N_ACTIVE) == (214_336, 140_608)
     assert count_params(model) == N == plan.n_params
-    assert active_params(model, plan) == N_ACTIVE
+    assert active_params(plan) == N_ACTIVE
 
 
 def test_the_mfu_counts_six_n_active_tokens() -> None:
@@ -90,7 +90,7 @@ def test_the_mfu_counts_six_n_active_tokens() -> None:
         step="forward + backward + optimizer update",
         loss="lm",
         batch=("int32[8,128]",),
-        active_params=active_params(model, plan),
+        active_params=active_params(plan),
     )
     assert est is not None
     assert est.model_flops == 6 * N_ACTIVE * 8 * 128
@@ -142,7 +142,7 @@ def test_tunix_qwen3_moe_active_parameters() -> None:
     total = 2 * v * d + d + layers * layer
     unused = layers * 3 * d * f * (e - k)
     assert plan.n_params == total == 2_496_000
-    assert active_params(model, plan) == total - unused == 1_316_352
+    assert active_params(plan) == total - unused == 1_316_352
 
 
 # --- the breakdown's kinds ----------------------------------------------------

@@ -4,7 +4,7 @@ from typing import Any
 
 import optax
 
-from nnx_introspect._experts import expert_groups
+from nnx_introspect._experts import ExpertGroup, planned_expert_groups
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh.optimizer import (
     optimizer_records,
@@ -25,7 +25,7 @@ from nnx_introspect._mesh.records import MeshProblem
 from nnx_introspect._mesh.report import MeshConfigReport, budget_bytes
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._nnx import devices_present
-from nnx_introspect._typing import ArgumentError, IntLike, Target, typechecked
+from nnx_introspect._typing import IntLike, Target, typechecked
 
 
 @typechecked
@@ -126,9 +126,9 @@ def mesh_config_report(
     planner = Planner(abstract)
     records = inventory(target)
     opt_records = optimizer_records(records, tx) if tx is not None else ()
-
+    experts = planned_expert_groups(target)
     model = plan_model_leaves(
-        planner, records, compiled_rules, logical, _expert_dims(target)
+        planner, records, compiled_rules, logical, _expert_dims(experts)
     )
     optimizer_leaves, optimizer_warnings = plan_optimizer_leaves(
         planner, records, opt_records, model.param_plans
@@ -159,20 +159,20 @@ def mesh_config_report(
         unmatched_rules=unmatched,
         devices_present=present,
         max_device_bytes=budget,
+        experts=experts,
     )
 
 
-def _expert_dims(target: Target) -> dict[tuple[Any, ...], tuple[int, int]]:
+def _expert_dims(
+    groups: tuple[ExpertGroup, ...],
+) -> dict[tuple[Any, ...], tuple[int, int]]:
     """``path -> (dimension, experts)`` of the routed experts' stacked parameters.
 
     Read from the model's routers (:func:`~nnx_introspect._experts.
-    expert_groups`); none where they cannot be read (a state, a router the
-    count refuses): the plan then knows only dimensions annotated ``"expert"``.
+    planned_expert_groups`); none where they cannot be read (a state, a router
+    the count refuses): the plan then knows only dimensions annotated
+    ``"expert"``.
     """
-    try:
-        groups = expert_groups(target)
-    except ArgumentError:
-        return {}
     return {
         leaf.path: (leaf.dim, group.experts)
         for group in groups

@@ -43,7 +43,6 @@ from jax.sharding import AxisType, Mesh
 
 from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._breakdown import ArgumentLeaf, classify
-from nnx_introspect._experts import expert_groups
 from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
@@ -436,7 +435,7 @@ def _lower(
     trace_devices, topology = target
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     built = program.build(request, mesh, specs)
-    groups = _expert_groups(request.model) if request.breakdown else ()
+    groups = plan.experts if request.breakdown else ()
     with (
         _mesh_contexts(mesh, request.logical_rules),
         devices_seen_as(trace_devices, topology=topology) as seen,
@@ -444,14 +443,6 @@ def _lower(
         traced = built.jitted.trace(*built.args)
         lowered = traced.lower()
     return lowered, seen, _names(built, lowered, traced.jaxpr, groups)
-
-
-def _expert_groups(model: Any) -> Any:
-    """The model's routers and experts; none where they cannot be read."""
-    try:
-        return expert_groups(model)
-    except ValueError:
-        return ()
 
 
 _NAMES = (
