@@ -16,6 +16,7 @@
   by the planner in one line, with the sizes that do.
 """
 
+import inspect
 import math
 import os
 from pathlib import Path
@@ -44,10 +45,10 @@ from nnx_introspect._step.step_records import StepMemory, StepProgram
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.collectives import Collectives
 from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version
-from nnx_introspect.examples import MOE_TINY, moe_tiny, moe_tiny_sharded
+from nnx_introspect.examples import MOE_TINY, MoeBlock, moe_tiny, moe_tiny_sharded
 
 ROOT = Path(__file__).resolve().parent.parent
-MOE_PY = (ROOT / "src" / "nnx_introspect" / "_moe.py").read_text().splitlines()
+MOE_PY = Path(inspect.getsourcefile(MoeBlock) or "").read_text().splitlines()
 
 # moe_tiny by hand: vocab 512, width 64, 2 layers of 4 query and 2 KV heads of
 # 16; 8 experts of width 32 (top 2) and a shared expert of width 64.
