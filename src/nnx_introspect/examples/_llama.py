@@ -649,6 +649,9 @@ def llama_critic(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
 def _whole(value: Any, name: str, *, minimum: int) -> int:
     """A config's count ``value``, a whole number of at least ``minimum``, as an int.
 
+    :class:`~nnx_introspect.examples.MoeConfig` checks its sizes with it, as
+    the library checks its own arguments (an example imports no internals).
+
     Raises:
         TypeError: If ``value`` is a bool or not a number (a string, ``None``).
         ArgumentError: Naming ``name``, if it is not whole or is below ``minimum``.
