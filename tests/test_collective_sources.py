@@ -10,6 +10,7 @@ The libraries' directories are found here from the imported packages'
 ``__file__``, independently of how the library finds them.
 """
 
+import inspect
 import os
 from collections.abc import Iterator
 from pathlib import Path
@@ -24,9 +25,8 @@ import optax
 import pytest
 
 import nnx_introspect
-import nnx_introspect._llama as _llama
 import nnx_introspect._xla.collectives as collectives_package
-from nnx_introspect import StepMemoryReport
+from nnx_introspect import StepMemoryReport, examples
 from nnx_introspect._xla.collectives import Collectives
 from nnx_introspect._xla.hlo.frames import SourceLocation, user_frame
 from nnx_introspect._xla.toolchain import cuda_plugin_version
@@ -38,7 +38,7 @@ LIBRARY_ROOTS = tuple(
     os.path.join(os.path.dirname(os.path.realpath(module.__file__ or "")), "")
     for module in (flax, optax, jax, jaxlib, numpy)
 )
-EXAMPLES = os.path.realpath(_llama.__file__)  # the examples' Llama
+EXAMPLES = os.path.realpath(inspect.getsourcefile(examples.Llama) or "")
 
 
 def in_library(frame: SourceLocation) -> bool:

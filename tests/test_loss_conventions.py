@@ -21,8 +21,8 @@ from nnx_introspect._conventions import (
     accepts_positional,
     follows_kv_cache_convention,
 )
-from nnx_introspect._llama import Llama, LlamaConfig
 from nnx_introspect._step.loss import _objective
+from nnx_introspect.examples import Llama, LlamaConfig
 
 CFG = LlamaConfig(vocab=64, d_model=16, n_layers=2, n_heads=2, d_ff=24)
 TOKENS = jax.ShapeDtypeStruct((4, 8), jnp.int32)

@@ -18,7 +18,7 @@ from flax import nnx
 
 from nnx_introspect import ArgumentError
 from nnx_introspect import examples as ex
-from nnx_introspect._moe import MoeBlock
+from nnx_introspect.examples import MoeBlock
 
 CFG = ex.MoeConfig(
     vocab=32,

@@ -16,6 +16,7 @@
   by the planner in one line, with the sizes that do.
 """
 
+import inspect
 import math
 import os
 from pathlib import Path
@@ -44,10 +45,10 @@ from nnx_introspect._step.step_records import StepMemory, StepProgram
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.collectives import Collectives
 from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version
-from nnx_introspect.examples import MOE_TINY, moe_tiny, moe_tiny_sharded
+from nnx_introspect.examples import MOE_TINY, MoeBlock, moe_tiny, moe_tiny_sharded
 
 ROOT = Path(__file__).resolve().parent.parent
-MOE_PY = (ROOT / "src" / "nnx_introspect" / "_moe.py").read_text().splitlines()
+MOE_PY = Path(inspect.getsourcefile(MoeBlock) or "").read_text().splitlines()
 
 # moe_tiny by hand: vocab 512, width 64, 2 layers of 4 query and 2 KV heads of
 # 16; 8 experts of width 32 (top 2) and a shared expert of width 64.
@@ -73,7 +74,7 @@ def test_moe_tiny_counts_by_hand() -> None:
     plan = mesh_config_report(model, "data=1")
     assert (N, N_ACTIVE) == (214_336, 140_608)
     assert count_params(model) == N == plan.n_params
-    assert active_params(model, plan) == N_ACTIVE
+    assert active_params(plan) == N_ACTIVE
 
 
 def test_the_mfu_counts_six_n_active_tokens() -> None:
@@ -90,7 +91,7 @@ def test_the_mfu_counts_six_n_active_tokens() -> None:
         step="forward + backward + optimizer update",
         loss="lm",
         batch=("int32[8,128]",),
-        active_params=active_params(model, plan),
+        active_params=active_params(plan),
     )
     assert est is not None
     assert est.model_flops == 6 * N_ACTIVE * 8 * 128
@@ -142,7 +143,7 @@ def test_tunix_qwen3_moe_active_parameters() -> None:
     total = 2 * v * d + d + layers * layer
     unused = layers * 3 * d * f * (e - k)
     assert plan.n_params == total == 2_496_000
-    assert active_params(model, plan) == total - unused == 1_316_352
+    assert active_params(plan) == total - unused == 1_316_352
 
 
 # --- the breakdown's kinds ----------------------------------------------------

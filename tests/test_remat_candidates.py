@@ -15,9 +15,8 @@ import jax.numpy as jnp
 import pytest
 from flax import nnx
 
-import nnx_introspect._llama as _llama
 import nnx_introspect._step.train as _train
-from nnx_introspect import abstract_model, step_memory_report
+from nnx_introspect import abstract_model, examples, step_memory_report
 from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._breakdown.rows import row_from_json, row_json
 from nnx_introspect._search.fit.layers import (
@@ -215,11 +214,12 @@ def test_which_frames_count(model: Any) -> None:
 
 
 def test_the_examples_llama_is_model_code() -> None:
-    """Frames of ``_llama.py`` (the examples' model) are the user's; the step's are not.
+    """Frames of the examples' Llama (a public module) are the user's; the step's not.
 
     Without them no example Llama's breakdown names a remat candidate (its
     kept rows' stacks would hold no ``LlamaLayer.__call__`` frame).
     """
-    layer = SourceLocation(_llama.__file__, 300, "LlamaLayer.__call__")
+    model_file = inspect.getsourcefile(examples.LlamaLayer) or ""
+    layer = SourceLocation(model_file, 300, "LlamaLayer.__call__")
     step = SourceLocation(_train.__file__, 10, "train_step")
     assert user_frames((step, layer, step)) == (layer,)

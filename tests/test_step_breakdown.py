@@ -8,6 +8,7 @@ on XLA:CPU. The ``what_to_change`` statements are checked on hand-made breakdown
 """
 
 import dataclasses
+import inspect
 import json
 import re
 import shutil
@@ -565,9 +566,7 @@ def test_llama_by_layer_collapses_layers(llama: Any) -> None:
     assert groups[f"{mu}/attn_norm/scale \N{MULTIPLICATION SIGN}2"].count == 2
     # one line of the layer's code, run by both layers, is one row: the SiLU
     # gate (f32[2,64,688] per layer, its forward values kept for the backward)
-    import nnx_introspect._llama as llama_source
-
-    lines = Path(llama_source.__file__).read_text().splitlines()
+    lines = Path(inspect.getsourcefile(Llama) or "").read_text().splitlines()
     silu = next(i + 1 for i, text in enumerate(lines) if "jax.nn.silu(gate)" in text)
     batch_ff = 2 * 64 * ff * 4
     gate = [

@@ -40,6 +40,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import LeafShard as LeafShard
     from nnx_introspect._mesh import MeshConfigReport as MeshConfigReport
     from nnx_introspect._mesh import MeshProblem as MeshProblem
+    from nnx_introspect._mesh import expert_mesh_axis as expert_mesh_axis
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
     from nnx_introspect._render.table import Table as Table
     from nnx_introspect._rl.api import rl_memory_report as rl_memory_report

@@ -41,6 +41,7 @@ __all__ = [
     "ExpertGroup",
     "ExpertLeaf",
     "expert_groups",
+    "planned_expert_groups",
     "unused_params",
 ]
 
@@ -242,6 +243,28 @@ def expert_groups(target: Any) -> tuple[ExpertGroup, ...]:
         for path, experts, top_k in routers
     ]
     return tuple(sorted(groups, key=lambda g: [str(k) for k in g.path]))
+
+
+def planned_expert_groups(target: Any) -> tuple[ExpertGroup, ...]:
+    """:func:`expert_groups` for a plan: ``()`` where the routers cannot be read.
+
+    The one read of a model's experts that a plan (and so every program
+    compiled from it) carries: a state, or a router whose ``top_k`` the count
+    refuses, plans with no experts (only dimensions annotated ``"expert"``
+    split as experts) instead of failing.
+
+    Example:
+        >>> from nnx_introspect import abstract_model
+        >>> from nnx_introspect.examples import moe_tiny, two_layer
+        >>> len(planned_expert_groups(abstract_model(moe_tiny)))
+        2
+        >>> planned_expert_groups(abstract_model(two_layer))
+        ()
+    """
+    try:
+        return expert_groups(target)
+    except ArgumentError:
+        return ()
 
 
 def _expert_lists(

@@ -5,7 +5,11 @@ from typing import Any
 import optax
 from flax import nnx
 
-from nnx_introspect._experts import expert_groups
+from nnx_introspect._experts import (
+    ExpertGroup,
+    expert_groups,
+    planned_expert_groups,
+)
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh.optimizer import (
     optimizer_records,
@@ -26,7 +30,7 @@ from nnx_introspect._mesh.records import MeshProblem
 from nnx_introspect._mesh.report import MeshConfigReport, budget_bytes
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._nnx import devices_present
-from nnx_introspect._typing import ArgumentError, IntLike, Target, typechecked
+from nnx_introspect._typing import IntLike, Target, typechecked
 
 
 @typechecked
@@ -127,9 +131,9 @@ def mesh_config_report(
     planner = Planner(abstract)
     records = inventory(target)
     opt_records = optimizer_records(records, tx) if tx is not None else ()
-
+    experts, router_problems = _read_experts(target)
     model = plan_model_leaves(
-        planner, records, compiled_rules, logical, _expert_dims(target)
+        planner, records, compiled_rules, logical, _expert_dims(experts)
     )
     optimizer_leaves, optimizer_warnings = plan_optimizer_leaves(
         planner, records, opt_records, model.param_plans
@@ -153,7 +157,7 @@ def mesh_config_report(
             + optimizer_warnings
             + rule_warnings
             + _mesh_too_large(planner.num_devices, present)
-            + _router_problems(target)
+            + router_problems
         ),
         optimizer_leaves=optimizer_leaves,
         gradient_leaves=gradient_leaves,
@@ -161,31 +165,37 @@ def mesh_config_report(
         unmatched_rules=unmatched,
         devices_present=present,
         max_device_bytes=budget,
+        experts=experts,
     )
 
 
-def _router_problems(target: Target) -> tuple[MeshProblem, ...]:
-    """A router that sends each token to more experts than it has: the model's error."""
-    if isinstance(target, nnx.State):  # no router: nothing to say
-        return ()
+def _read_experts(
+    target: Target,
+) -> tuple[tuple[ExpertGroup, ...], tuple[MeshProblem, ...]]:
+    """The model's routed experts, read once for the plan, and any router's error.
+
+    A router that sends each token to more experts than it has is the model's
+    error, reported as a problem (the plan then splits no experts); a state
+    holds no router and plans with none.
+    """
+    if isinstance(target, nnx.State):
+        return planned_expert_groups(target), ()
     try:
-        expert_groups(target)
+        return expert_groups(target), ()
     except ArgumentError as error:
-        return (MeshProblem("", "router", str(error)),)
-    return ()
+        return (), (MeshProblem("", "router", str(error)),)
 
 
-def _expert_dims(target: Target) -> dict[tuple[Any, ...], tuple[int, int]]:
+def _expert_dims(
+    groups: tuple[ExpertGroup, ...],
+) -> dict[tuple[Any, ...], tuple[int, int]]:
     """``path -> (dimension, experts)`` of the routed experts' stacked parameters.
 
     Read from the model's routers (:func:`~nnx_introspect._experts.
-    expert_groups`); none where they cannot be read (a state, a router the
-    count refuses): the plan then knows only dimensions annotated ``"expert"``.
+    planned_expert_groups`); none where they cannot be read (a state, a router
+    the count refuses): the plan then knows only dimensions annotated
+    ``"expert"``.
     """
-    try:
-        groups = expert_groups(target)
-    except ArgumentError:
-        return {}
     return {
         leaf.path: (leaf.dim, group.experts)
         for group in groups

@@ -8,6 +8,7 @@ import dataclasses
 import html
 from typing import Any
 
+from nnx_introspect._experts import ExpertGroup
 from nnx_introspect._mesh.fold import FoldedLeaf, fold
 from nnx_introspect._mesh.parse import parse_bytes
 from nnx_introspect._mesh.records import CATEGORIES, LeafShard, MeshProblem
@@ -58,6 +59,11 @@ class MeshConfigReport(Report):
             (``layers/*/q/kernel x32``) and their identical problems into one
             note; ``False`` lists every leaf. The JSON, the HTML page's leaf
             table and every attribute keep every leaf either way.
+        experts: The model's routers and the routed experts' parameters under
+            each (:class:`~nnx_introspect.ExpertGroup`), read from the model
+            once, when the plan is made; every program compiled from the plan
+            takes them from here. Empty for a model without experts (or a
+            state); not in the JSON, and not compared.
 
     JSON schema ``nnx-introspect/mesh-config`` version 3: version 2 plus
     ``max_device_bytes`` and ``fits`` (``null`` without a budget) and
@@ -99,6 +105,7 @@ class MeshConfigReport(Report):
     devices_present: int | None = 1
     max_device_bytes: int | None = None
     group_layers: bool = True
+    experts: tuple[ExpertGroup, ...] = dataclasses.field(default=(), compare=False)
 
     def _repr_items(self) -> dict[str, Any]:
         items: dict[str, Any] = {

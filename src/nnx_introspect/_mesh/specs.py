@@ -33,7 +33,11 @@ the data-parallel shards, as tunix's Qwen3 places them)."""
 def expert_mesh_axis(axis_names: Iterable[str]) -> str | None:
     """The mesh axis experts split over: the first of :data:`EXPERT_MESH_AXES` named.
 
-    ``None`` when the mesh has none of them: the experts are replicated.
+    The plan splits a dimension annotated ``"expert"`` over this axis of the
+    mesh (``expert``, else ``ep``, else ``fsdp``); a model that constrains its
+    activations by expert (the examples' mixture of experts) asks it too, so
+    both agree. ``None`` when the mesh has none of them: the experts are
+    replicated.
 
     Example:
         >>> expert_mesh_axis(("fsdp", "ep", "tp")), expert_mesh_axis(("fsdp", "tp"))

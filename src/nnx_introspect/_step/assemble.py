@@ -110,7 +110,7 @@ def assemble_report(
         lora=request.lora,
         target=request.target_name,
         tokens_per_step=request.tokens_per_step,
-        active_params=active_params(request.model, plan),
+        active_params=active_params(plan),
         measured=None
         if readings.measured is None
         else Measured.from_run(

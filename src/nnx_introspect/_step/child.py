@@ -33,6 +33,7 @@ import numpy as np
 from jax.sharding import Mesh
 
 from nnx_introspect._accelerators import resolve_topology
+from nnx_introspect._experts import planned_expert_groups
 from nnx_introspect._inventory import inventory
 from nnx_introspect._mesh import LeafShard, MeshConfigReport
 from nnx_introspect._render import spec_from_json, spec_json
@@ -351,6 +352,7 @@ def run_child_request(data: Mapping[str, Any]) -> XlaReadings:
         param_bytes=0,
         leaves=leaves,
         optimizer_leaves=_planned(data, "optimizer_leaves", n),
+        experts=planned_expert_groups(spec.model) if request.breakdown else (),
     )
     topology = spec.topology
     trace_devices = None

@@ -43,18 +43,11 @@ from jax.sharding import AxisType, Mesh
 
 from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._breakdown import ArgumentLeaf, classify
-from nnx_introspect._experts import expert_groups
 from nnx_introspect._inventory import path_str
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._nnx import keypath_keys
 from nnx_introspect._render import batch_str
-from nnx_introspect._step.expert_roles import (
-    ExpertInput,
-    ExpertRoles,
-    Key,
-    expert_notes,
-    expert_roles,
-)
+from nnx_introspect._step.expert_roles import ExpertRoles, ExpertTrace, expert_notes
 from nnx_introspect._step.inputs import Request
 from nnx_introspect._step.kernels import kernel_refusal
 from nnx_introspect._step.loss import _LossError, _ModelError, _OptimizerError
@@ -244,8 +237,8 @@ def compile_or_recall(
                 "outputs": list(names.outputs),
                 "gradient_types": sorted(repr(t) for t in names.gradient_types),
             }
-            if names.experts:  # and a mixture of experts' steps by line
-                extra["experts"] = [repr(step) for step in names.experts]
+            if names.experts is not None:  # and a mixture of experts' by its routers
+                extra["experts"] = [repr(group) for group in names.experts.groups]
         text = without_callers(lowered.as_text(debug_info=True), _callers())
         key = compile_key(text, mesh, topology=described, extra=extra)
         hit = None if runs is not None else load_result(key)
@@ -294,6 +287,11 @@ def _compile_with_breakdown(
                 breakdown_error="the compiler refused the program for memory, so it "
                 "assigned no buffers to break down",
             )
+        collectives = None
+        roles = ExpertRoles()
+        if names.experts is not None:  # a mixture of experts' steps by their roles
+            collectives = collectives_from_json(readings.collectives)
+            roles = names.experts.roles()
         try:
             peak = read_peak(directory, backend=readings.backend)
             held = (
@@ -308,13 +306,12 @@ def _compile_with_breakdown(
                 held_bytes=held,
                 outputs=names.outputs,
                 gradient_types=names.gradient_types,
-                experts=dict(names.experts),
+                experts=dict(roles.steps),
             )
         except (DumpFormatError, ValueError) as error:
             return dataclasses.replace(readings, breakdown_error=error_line(error))
-        if names.experts:
-            collectives = collectives_from_json(readings.collectives)
-            notes = expert_notes(found.rows, names.expert_inputs, collectives)
+        if roles.steps:
+            notes = expert_notes(found.rows, roles.inputs, collectives)
             found = dataclasses.replace(found, expert_notes=notes)
         return dataclasses.replace(readings, breakdown=found.json_data())
     finally:
@@ -356,18 +353,16 @@ class ProgramNames:
     ``arguments`` name and classify each entry parameter, ``outputs`` name
     each flattened output, ``gradient_types`` are the ``(XLA type, shard
     shape)`` pairs that mark a backward value as a gradient (empty for a
-    program without one). For a mixture of experts, ``experts`` are its
-    forward steps by their user frames, each with its role (``"expert
-    dispatch"``, ``"expert combine"`` or ``None``), and ``expert_inputs``
-    what its experts' matmuls take
-    (:func:`~nnx_introspect._step.expert_roles.expert_roles`).
+    program without one). For a mixture of experts, ``experts`` is its traced
+    program with the plan's routers, whose forward steps' roles (``"expert
+    dispatch"``, ``"expert combine"``) the breakdown finds once it is made
+    (:meth:`~nnx_introspect._step.expert_roles.ExpertTrace.roles`).
     """
 
     arguments: tuple[ArgumentLeaf, ...]
     outputs: tuple[str, ...]
     gradient_types: frozenset[tuple[str, tuple[int, ...]]]
-    experts: tuple[tuple[Key, str | None], ...] = ()
-    expert_inputs: tuple[ExpertInput, ...] = ()
+    experts: ExpertTrace | None = None
 
 
 _XLA_TYPES = {
@@ -398,13 +393,13 @@ def _names(
 ) -> ProgramNames:
     """Each entry parameter's path and kind (its group's role), each output's name.
 
-    With a mixture of experts' ``groups``, its steps' roles too, read from the
-    traced program's ``jaxpr``.
+    With a mixture of experts' ``groups``, the traced program's ``jaxpr`` too,
+    whose steps' roles a breakdown reads.
     """
     arguments = program.argument_leaves()
-    roles = ExpertRoles()
+    experts = None
     if jaxpr is not None and groups:
-        roles = expert_roles(jaxpr, [a.path for a in arguments], groups)
+        experts = ExpertTrace(jaxpr, tuple(a.path for a in arguments), tuple(groups))
     gradient_types = frozenset(
         (
             _XLA_TYPES.get(jnp.dtype(leaf.dtype).name, jnp.dtype(leaf.dtype).name),
@@ -416,8 +411,7 @@ def _names(
         arguments,
         _output_names(program.outputs, lowered),
         gradient_types,
-        roles.steps,
-        roles.inputs,
+        experts,
     )
 
 
@@ -436,7 +430,7 @@ def _lower(
     trace_devices, topology = target
     specs = {leaf.path: leaf.spec for leaf in plan.leaves + plan.optimizer_leaves}
     built = program.build(request, mesh, specs)
-    groups = _expert_groups(request.model) if request.breakdown else ()
+    groups = plan.experts if request.breakdown else ()
     with (
         _mesh_contexts(mesh, request.logical_rules),
         devices_seen_as(trace_devices, topology=topology) as seen,
@@ -444,14 +438,6 @@ def _lower(
         traced = built.jitted.trace(*built.args)
         lowered = traced.lower()
     return lowered, seen, _names(built, lowered, traced.jaxpr, groups)
-
-
-def _expert_groups(model: Any) -> Any:
-    """The model's routers and experts; none where they cannot be read."""
-    try:
-        return expert_groups(model)
-    except ValueError:
-        return ()
 
 
 _NAMES = (

@@ -49,6 +49,7 @@ __all__ = [
     "DEPTH",
     "ExpertInput",
     "ExpertRoles",
+    "ExpertTrace",
     "Key",
     "expert_notes",
     "expert_roles",
@@ -155,6 +156,36 @@ class ExpertRoles:
 
     steps: tuple[tuple[Key, str | None], ...] = ()
     inputs: tuple[ExpertInput, ...] = ()
+
+
+@dataclasses.dataclass(frozen=True)
+class ExpertTrace:
+    """A traced program of a mixture of experts, kept for its breakdown.
+
+    What :func:`expert_roles` reads, from where the program is traced to
+    where its compile is broken down: the roles are found only for a
+    breakdown made (never for one the cache of compile results holds).
+
+    Attributes:
+        jaxpr: The traced program (``jax.jit(f).trace(*args).jaxpr``).
+        paths: Each flattened argument's path, in the jaxpr's order of inputs.
+        groups: The model's routers and experts, as its plan carries them
+            (:attr:`~nnx_introspect.MeshConfigReport.experts`).
+
+    Example:
+        >>> import jax, jax.numpy as jnp
+        >>> traced = jax.jit(lambda x: x * 2).trace(jnp.zeros(3))
+        >>> ExpertTrace(traced.jaxpr, ("x",), ()).roles()  # no experts: no roles
+        ExpertRoles(steps=(), inputs=())
+    """
+
+    jaxpr: ClosedJaxpr
+    paths: tuple[str, ...]
+    groups: tuple[ExpertGroup, ...]
+
+    def roles(self) -> ExpertRoles:
+        """The roles of the program's forward steps (:func:`expert_roles`)."""
+        return expert_roles(self.jaxpr, self.paths, self.groups)
 
 
 @dataclasses.dataclass

@@ -14,9 +14,8 @@ names both counts.
 """
 
 import math
-from typing import Any
 
-from nnx_introspect._experts import expert_groups, unused_params
+from nnx_introspect._experts import unused_params
 from nnx_introspect._mesh import MeshConfigReport
 from nnx_introspect._roofline import Roofline, program_roofline
 from nnx_introspect._step.step_records import StepKind, StepMemory, StepProgram
@@ -136,31 +135,26 @@ parameters, attention not counted')
     )
 
 
-def active_params(model: Any, plan: MeshConfigReport) -> int | None:
+def active_params(plan: MeshConfigReport) -> int | None:
     """The plan's parameters one token uses, for a mixture of experts; else ``None``.
 
     ``plan.n_params`` less the routed experts' parameters a token is not
-    sent to (:func:`~nnx_introspect._experts.expert_groups`: each router
-    sends a token to ``top_k`` of its ``experts``), read from ``model``'s
-    structure; ``None`` for a model without routed experts, or one whose
-    routers cannot be read (a state, a ``top_k`` out of range: the plan's
-    ``N`` is then all there is).
+    sent to (the plan's :attr:`~nnx_introspect.MeshConfigReport.experts`, read
+    from the model once when it was planned: each router sends a token to
+    ``top_k`` of its ``experts``); ``None`` for a model without routed experts,
+    or one whose routers cannot be read (a state, a ``top_k`` out of range:
+    the plan's ``N`` is then all there is).
 
     Example:
         >>> from nnx_introspect import abstract_model, mesh_config_report
         >>> from nnx_introspect.examples import moe_tiny, two_layer
-        >>> moe = abstract_model(moe_tiny)
-        >>> active_params(moe, mesh_config_report(moe, "data=1"))
+        >>> active_params(mesh_config_report(abstract_model(moe_tiny), "data=1"))
         140608
         >>> dense = abstract_model(two_layer)
-        >>> active_params(dense, mesh_config_report(dense, "data=1")) is None
+        >>> active_params(mesh_config_report(dense, "data=1")) is None
         True
     """
-    try:
-        groups = expert_groups(model)
-    except ValueError:
-        return None
-    unused = unused_params(groups)
+    unused = unused_params(plan.experts)
     return plan.n_params - unused if unused else None
 
 

@@ -118,22 +118,18 @@ _OWN: Final = os.path.dirname(
 """This library's package directory (``.../nnx_introspect``)."""
 
 
-_MODEL_CODE: Final = frozenset({"_llama.py", "_moe.py"})
-"""Private modules that hold model code (the examples' Llama and MoE)."""
-
-
 @functools.cache
 def _in_private(file: str) -> bool:
     """Whether ``file`` is one of this library's private modules (``_step/...``).
 
-    The examples' model code (``_llama.py``) is the user's side of the step,
-    not the step built around it: its frames are kept.
+    The step built around the model, not the user's side of it. The library's
+    public modules (the example models of ``nnx_introspect/examples/``, which
+    a user's code is like) are the user's side: their frames are kept.
     """
     path = os.path.realpath(file)
     if not path.startswith(os.path.join(_OWN, "")):
         return False
-    relative = os.path.relpath(path, _OWN)
-    return relative.startswith("_") and relative not in _MODEL_CODE
+    return os.path.relpath(path, _OWN).startswith("_")
 
 
 @functools.cache

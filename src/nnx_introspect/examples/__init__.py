@@ -11,25 +11,25 @@ import jax
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from nnx_introspect._llama import LLAMA3_8B as LLAMA3_8B
-from nnx_introspect._llama import LLAMA_7B as LLAMA_7B
-from nnx_introspect._llama import LLAMA_7B_F32 as LLAMA_7B_F32
-from nnx_introspect._llama import LLAMA_TINY as LLAMA_TINY
-from nnx_introspect._llama import KVCache as KVCache
-from nnx_introspect._llama import Llama as Llama
-from nnx_introspect._llama import LlamaConfig as LlamaConfig
-from nnx_introspect._llama import LlamaLayer as LlamaLayer
-from nnx_introspect._llama import llama as llama
-from nnx_introspect._llama import llama_critic as llama_critic
-from nnx_introspect._moe import MOE_400M as MOE_400M
-from nnx_introspect._moe import MOE_TINY as MOE_TINY
-from nnx_introspect._moe import QWEN3_30B_A3B as QWEN3_30B_A3B
-from nnx_introspect._moe import Dispatch as Dispatch
-from nnx_introspect._moe import MoeBlock as MoeBlock
-from nnx_introspect._moe import MoeConfig as MoeConfig
-from nnx_introspect._moe import MoeLayer as MoeLayer
-from nnx_introspect._moe import MoeLlama as MoeLlama
-from nnx_introspect._moe import moe as moe
+from nnx_introspect.examples._llama import LLAMA3_8B as LLAMA3_8B
+from nnx_introspect.examples._llama import LLAMA_7B as LLAMA_7B
+from nnx_introspect.examples._llama import LLAMA_7B_F32 as LLAMA_7B_F32
+from nnx_introspect.examples._llama import LLAMA_TINY as LLAMA_TINY
+from nnx_introspect.examples._llama import KVCache as KVCache
+from nnx_introspect.examples._llama import Llama as Llama
+from nnx_introspect.examples._llama import LlamaConfig as LlamaConfig
+from nnx_introspect.examples._llama import LlamaLayer as LlamaLayer
+from nnx_introspect.examples._llama import llama as llama
+from nnx_introspect.examples._llama import llama_critic as llama_critic
+from nnx_introspect.examples._moe import MOE_400M as MOE_400M
+from nnx_introspect.examples._moe import MOE_TINY as MOE_TINY
+from nnx_introspect.examples._moe import QWEN3_30B_A3B as QWEN3_30B_A3B
+from nnx_introspect.examples._moe import Dispatch as Dispatch
+from nnx_introspect.examples._moe import MoeBlock as MoeBlock
+from nnx_introspect.examples._moe import MoeConfig as MoeConfig
+from nnx_introspect.examples._moe import MoeLayer as MoeLayer
+from nnx_introspect.examples._moe import MoeLlama as MoeLlama
+from nnx_introspect.examples._moe import moe as moe
 
 __all__ = [
     "BNDropoutMLP",

@@ -16,10 +16,10 @@ optional shared expert that every token uses. Two dispatch styles, by
   choices first; a token past it gets nothing from that expert.
 
 The model reuses :class:`~nnx_introspect.examples.Llama`'s embedding, head,
-KV-cache decoding, prefill and remat (:class:`MoeLlama` is a ``Llama`` with
-other layers) and its helpers for rotary angles, cached attention and activation
-constraints. :mod:`nnx_introspect.examples` re-exports the public names and
-holds the factories (``moe_tiny``, ``moe_400m``, ``qwen3_30b_a3b``...).
+KV-cache decoding, prefill, remat and helpers (rotary angles, cached attention,
+activation constraints, config checks); :mod:`nnx_introspect.examples` holds
+the factories (``moe_tiny``, ``qwen3_30b_a3b``...). Like a user's model, it
+imports only :mod:`nnx_introspect`'s public names.
 """
 
 import dataclasses
@@ -32,17 +32,17 @@ import jax.numpy as jnp
 from flax import nnx
 from jaxtyping import Array, Float, Int
 
-from nnx_introspect._llama import (
+from nnx_introspect import ArgumentError, expert_mesh_axis
+from nnx_introspect.examples._llama import (
     BATCH_AXES,
     MODEL_AXES,
     Llama,
+    _whole,
     attend,
     constrain,
     rope,
     write_kv,
 )
-from nnx_introspect._mesh import EXPERT_AXIS, expert_mesh_axis
-from nnx_introspect._typing import ArgumentError, as_int
 
 __all__ = [
     "MOE_400M",
@@ -142,10 +142,10 @@ class MoeConfig:
 
     def __post_init__(self) -> None:
         for name in ("vocab", "d_model", "n_layers", "n_heads", "n_experts"):
-            as_int(getattr(self, name), name, minimum=1)
-        as_int(self.moe_d_ff, "moe_d_ff", minimum=1)
-        as_int(self.shared_d_ff, "shared_d_ff", minimum=0)
-        top_k = as_int(self.top_k, "top_k", minimum=1)
+            _whole(getattr(self, name), name, minimum=1)
+        _whole(self.moe_d_ff, "moe_d_ff", minimum=1)
+        _whole(self.shared_d_ff, "shared_d_ff", minimum=0)
+        top_k = _whole(self.top_k, "top_k", minimum=1)
         if top_k > self.n_experts:
             raise ArgumentError(
                 "top_k",
@@ -183,7 +183,7 @@ class MoeConfig:
                 f"`n_heads` {self.n_heads} does not divide `d_model` "
                 f"{self.d_model}: pass `head_dim`.",
             )
-        if as_int(self.head_size, "head_dim", minimum=2) % 2:
+        if _whole(self.head_size, "head_dim", minimum=2) % 2:
             raise ArgumentError(
                 "head_dim",
                 f"`head_dim` must be even (rotary angles pair its halves), got "
@@ -343,9 +343,9 @@ class MoeBlock(nnx.Module):
             value = _EXPERT_INIT(rngs.params(), shape, cfg.param_dtype)
             return nnx.Param(value, **_names(cfg, names))
 
-        self.w_gate = stacked((e, d, f), (EXPERT_AXIS, "fsdp", "tp"))
-        self.w_up = stacked((e, d, f), (EXPERT_AXIS, "fsdp", "tp"))
-        self.w_down = stacked((e, f, d), (EXPERT_AXIS, "tp", "fsdp"))
+        self.w_gate = stacked((e, d, f), ("expert", "fsdp", "tp"))
+        self.w_up = stacked((e, d, f), ("expert", "fsdp", "tp"))
+        self.w_down = stacked((e, f, d), ("expert", "tp", "fsdp"))
         self.shared: _GatedMlp | None = (
             _GatedMlp(cfg, cfg.shared_d_ff, rngs=rngs) if cfg.shared_d_ff else None
         )

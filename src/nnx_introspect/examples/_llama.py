@@ -16,7 +16,7 @@ from flax import nnx
 from jax.sharding import AxisType, PartitionSpec
 from jaxtyping import Array, Float, Int
 
-from nnx_introspect._typing import ArgumentError
+from nnx_introspect import ArgumentError
 
 __all__ = [
     "BATCH_AXES",
@@ -644,3 +644,36 @@ def llama_critic(cfg: LlamaConfig) -> Callable[[nnx.Rngs], Llama]:
 
     factory.__name__ = factory.__qualname__ = "llama_critic"
     return factory
+
+
+def _whole(value: Any, name: str, *, minimum: int) -> int:
+    """A config's count ``value``, a whole number of at least ``minimum``, as an int.
+
+    :class:`~nnx_introspect.examples.MoeConfig` checks its sizes with it, as
+    the library checks its own arguments (an example imports no internals).
+
+    Raises:
+        TypeError: If ``value`` is a bool or not a number (a string, ``None``).
+        ArgumentError: Naming ``name``, if it is not whole or is below ``minimum``.
+
+    Example:
+        >>> _whole(4.0, "n_experts", minimum=1)
+        4
+        >>> _whole(0, "n_experts", minimum=1)
+        Traceback (most recent call last):
+        ...
+        nnx_introspect._typing.ArgumentError: `n_experts` must be a positive \
+integer, got 0.
+    """
+    need = (
+        "a positive integer"
+        if minimum == 1
+        else ("a nonnegative integer" if minimum == 0 else f"an integer >= {minimum}")
+    )
+    if isinstance(value, bool) or not isinstance(value, int | float | np.number):
+        raise TypeError(f"`{name}` must be {need}, got {value!r}.")
+    if not float(value).is_integer():
+        raise ArgumentError(name, f"`{name}` must be {need}, got {value!r}.")
+    if int(value) < minimum:
+        raise ArgumentError(name, f"`{name}` must be {need}, got {int(value)}.")
+    return int(value)
