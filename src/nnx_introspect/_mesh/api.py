@@ -30,7 +30,7 @@ from nnx_introspect._mesh.records import MeshProblem
 from nnx_introspect._mesh.report import MeshConfigReport, budget_bytes
 from nnx_introspect._mesh.specs import entry_axes
 from nnx_introspect._nnx import devices_present
-from nnx_introspect._typing import IntLike, Target, typechecked
+from nnx_introspect._typing import ArgumentError, IntLike, Target, typechecked
 
 
 @typechecked

@@ -13,7 +13,6 @@ import optax
 from flax import nnx
 
 from nnx_introspect._accelerators import Budget, step_budget
-from nnx_introspect._experts import expert_groups
 from nnx_introspect._mesh import (
     OPTIMIZER_NAMES,
     LogicalRulesLike,
@@ -438,8 +437,6 @@ def plan_step(spec: StepSpec) -> MeshConfigReport:
             the model sends each token to more experts than it has; nothing
             is compiled.
     """
-    if not isinstance(spec.model, nnx.State):  # before JAX's own top_k error
-        expert_groups(spec.model)
     plan = mesh_config_report(
         spec.model,
         spec.mesh,
@@ -447,6 +444,9 @@ def plan_step(spec: StepSpec) -> MeshConfigReport:
         logical_rules=spec.logical_rules,
         optimizer=spec.tx,
     )
+    for problem in plan.problems:  # the plan's one read of the routers
+        if problem.kind == "router":  # before JAX's own top_k error
+            raise ArgumentError("target", problem.message)
     given = (
         "rules"
         if spec.rules is not None
