@@ -65,9 +65,10 @@ def shape_end(text: str) -> int:
 
 
 _STRUCTURE: Final = re.compile(
-    r"""(["'])(?:(?!\1)[^\\]|\\(?:.|\Z))*(?:\1|\Z)|[()\[\]{},]""", re.DOTALL
+    r"""(["'])(?:(?!\1)[^\\]|\\(?:.|\Z))*(\1|\Z)|[()\[\]{},]""", re.DOTALL
 )
-"""A quoted string (escapes inside, perhaps unterminated), a bracket or a comma."""
+"""A quoted string (escapes inside, perhaps unterminated: its second group
+empty), a bracket or a comma."""
 
 
 def structure_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
@@ -99,6 +100,40 @@ def structure_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
         elif char in ")]}":
             depth -= 1
         yield found.start(), char, depth
+
+
+def unclosed(line: str) -> bool:
+    r"""Whether ``line`` ends inside a bracket or a quoted string.
+
+    XLA prints an attribute's value as it holds it: a Pallas kernel's
+    ``kernel_metadata`` frontend attribute is JSON with line breaks in it,
+    so one instruction can span lines; a line that leaves a bracket or a
+    quote open goes on on the next. A line whose brackets and quote
+    characters are even in number is read as closed without scanning it
+    (every line of a program without such attributes).
+
+    Example:
+        >>> unclosed('%c = f32[] custom-call(), frontend_attributes={kernel_metadata={')
+        True
+        >>> unclosed('%c = f32[] custom-call(), backend_config={"a":"{\\"b\\": 1"}')
+        False
+        >>> unclosed('%c = f32[] custom-call(), backend_config="{(a"')
+        False
+    """
+    opens = line.count("(") + line.count("[") + line.count("{")
+    closes = line.count(")") + line.count("]") + line.count("}")
+    if opens == closes and line.count('"') % 2 == 0 and "'" not in line:
+        return False
+    depth = 0
+    for found in _STRUCTURE.finditer(line):
+        if found[1] is not None:
+            if not found[2]:
+                return True  # a quote runs past the line's end
+        elif found[0] in "([{":
+            depth += 1
+        elif found[0] in ")]}":
+            depth -= 1
+    return depth > 0
 
 
 def closing_bracket(text: str, start: int) -> int:
