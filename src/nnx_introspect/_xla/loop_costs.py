@@ -253,11 +253,11 @@ def _computation_texts(text: str) -> tuple[str, dict[str, str]]:
     while at < len(lines):
         line, at = lines[at], at + 1
         if current is not None:
-            if CLOSING.match(line):
-                current = None
-            else:  # an instruction, perhaps over lines (a kernel's metadata)
+            if not CLOSING.match(line):  # an instruction, perhaps over lines
                 line, at = instruction_text(lines, at - 1)
             current.append(line)
+            if CLOSING.match(line):
+                current = None
             continue
         found = COMPUTATION.match(line)
         if found is not None:

@@ -74,6 +74,7 @@ from nnx_introspect._xla.hlo.flops import (
     shape_of,
 )
 from nnx_introspect._xla.hlo.instructions import Instruction
+from nnx_introspect._xla.hlo.kernels import KernelCost, kernel_cost
 from nnx_introspect._xla.hlo.module import Module
 from nnx_introspect._xla.hlo.shapes import arrays, touched_tile_bytes
 from nnx_introspect._xla.hlo.traffic import (
@@ -175,11 +176,19 @@ class Work:
         buffers: The arrays the program takes and returns (its entry's
             parameters and its result, tuples flattened): the runtime handles
             each one on every run.
+        kernels: The Pallas kernels it runs whose FLOPs are counted (by
+            their own estimate or a rule:
+            :mod:`~nnx_introspect._xla.hlo.kernels`), timed at the matrix
+            unit's rate, which no kernel calibrated.
+        uncosted_kernels: The Pallas kernels it runs whose FLOPs are not
+            known (no estimate, no rule): their matmul FLOPs are missing.
     """
 
     ops: tuple[OpWork, ...]
     unknown_trips: tuple[str, ...] = ()
     buffers: int = 0
+    kernels: tuple[str, ...] = ()
+    uncosted_kernels: tuple[str, ...] = ()
 
     @property
     def matmul_flops(self) -> float:
@@ -209,20 +218,28 @@ class Work:
             >>> work_from_json(work.json_data()) == work
             True
         """
-        return {
-            "columns": [
-                "kind",
-                "matmul_flops",
-                "vector_flops",
-                "hbm_bytes",
-                "cycles",
-                "count",
-                "chip_bytes",
-            ],
-            "ops": [op.json_data() for op in self.ops],
-            "unknown_trips": list(self.unknown_trips),
-            "buffers": self.buffers,
-        }
+        return (
+            {
+                "columns": [
+                    "kind",
+                    "matmul_flops",
+                    "vector_flops",
+                    "hbm_bytes",
+                    "cycles",
+                    "count",
+                    "chip_bytes",
+                ],
+                "ops": [op.json_data() for op in self.ops],
+                "unknown_trips": list(self.unknown_trips),
+                "buffers": self.buffers,
+            }
+            | ({"kernels": list(self.kernels)} if self.kernels else {})
+            | (
+                {"uncosted_kernels": list(self.uncosted_kernels)}
+                if self.uncosted_kernels
+                else {}
+            )
+        )
 
 
 def work_from_json(data: dict[str, Any]) -> Work:
@@ -246,7 +263,13 @@ def work_from_json(data: dict[str, Any]) -> Work:
         )
         for kind, matmul, vector, hbm, cycles, count, *chip in data["ops"]
     )
-    return Work(ops, tuple(data.get("unknown_trips", ())), int(data.get("buffers", 0)))
+    return Work(
+        ops,
+        tuple(data.get("unknown_trips", ())),
+        int(data.get("buffers", 0)),
+        tuple(data.get("kernels", ())),
+        tuple(data.get("uncosted_kernels", ())),
+    )
 
 
 SCATTER_ROW_BYTES: Final = 512
@@ -336,15 +359,18 @@ def instruction_work(
     unknown: list[str] | None = None,
     *,
     scatter_row_bytes: int = SCATTER_ROW_BYTES,
+    kernels: list[KernelCost] | None = None,
 ) -> Iterator[tuple[Instruction | None, OpWork]]:
     r"""Each instruction ``module`` runs, with its work (``count``: its trips).
 
     ``None`` stands for one loop's trips (kind ``"loop"``); instructions that
     run nothing (views, bookkeeping, custom calls naming bytes that exist) are
     left out. Loops whose trips the program does not state are appended to
-    ``unknown``. A scatter reads and writes at least ``scatter_row_bytes``
-    per index (:data:`SCATTER_ROW_BYTES`, a TPU's row; ``0`` for a program
-    of another backend). :func:`program_work` adds these up.
+    ``unknown``, the Pallas kernels it runs to ``kernels`` (a kernel's bytes
+    are its own estimate's where it has one). A scatter reads and writes at
+    least ``scatter_row_bytes`` per index (:data:`SCATTER_ROW_BYTES`, a
+    TPU's row; ``0`` for a program of another backend). :func:`program_work`
+    adds these up.
 
     Example:
         >>> from nnx_introspect._xla.hlo import parse_module
@@ -367,6 +393,12 @@ def instruction_work(
             continue  # a custom call naming bytes that exist: no work, no run
         matmul, vector = instruction_flops(module, inst)
         hbm = sum(bytes_moved(module, inst, hbm_bytes_of))
+        kernel = kernel_cost(module, inst)
+        if kernel is not None:
+            if kernels is not None:
+                kernels.append(kernel)
+            if kernel.bytes_accessed is not None:
+                hbm = kernel.bytes_accessed
         kind = _kind(inst, matmul, vector)
         cycles = _cycles(inst)
         touched = _touched(module, inst)
@@ -396,15 +428,25 @@ def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) 
     ``scatter_row_bytes`` as in :func:`instruction_work`.
     """
     unknown: list[str] = []
+    kernels: list[KernelCost] = []
     counts: dict[OpWork, int] = {}
-    for _, op in instruction_work(module, unknown, scatter_row_bytes=scatter_row_bytes):
+    found = instruction_work(
+        module, unknown, scatter_row_bytes=scatter_row_bytes, kernels=kernels
+    )
+    for _, op in found:
         key = dataclasses.replace(op, count=0)
         counts[key] = counts.get(key, 0) + op.count
     ops = tuple(dataclasses.replace(op, count=count) for op, count in counts.items())
     ordered = sorted(
         ops, key=lambda op: (-op.matmul_flops * op.count, -op.hbm_bytes * op.count)
     )
-    return Work(tuple(ordered), tuple(unknown), _buffers(module))
+    return Work(
+        tuple(ordered),
+        tuple(unknown),
+        _buffers(module),
+        tuple(dict.fromkeys(k.name for k in kernels if k.flops is not None)),
+        tuple(dict.fromkeys(k.name for k in kernels if k.flops is None)),
+    )
 
 
 def _buffers(module: Module) -> int:
