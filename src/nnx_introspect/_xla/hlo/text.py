@@ -65,10 +65,9 @@ def shape_end(text: str) -> int:
 
 
 _STRUCTURE: Final = re.compile(
-    r"""(["'])(?:(?!\1)[^\\]|\\(?:.|\Z))*(\1|\Z)|[()\[\]{},]""", re.DOTALL
+    r"""(["'])(?:(?!\1)[^\\]|\\(?:.|\Z))*(?:\1|\Z)|[()\[\]{},]""", re.DOTALL
 )
-"""A quoted string (escapes inside, perhaps unterminated: its second group
-empty), a bracket or a comma."""
+"""A quoted string (escapes inside, perhaps unterminated), a bracket or a comma."""
 
 
 def structure_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
@@ -102,15 +101,20 @@ def structure_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
         yield found.start(), char, depth
 
 
+_QUOTED: Final = re.compile(
+    r""""[^"\\]*(?:\\.[^"\\]*)*"|'[^'\\]*(?:\\.[^'\\]*)*'""", re.DOTALL
+)
+"""A whole quoted string (``"`` or ``'``), escapes inside."""
+
+
 def unclosed(line: str) -> bool:
     r"""Whether ``line`` ends inside a bracket or a quoted string.
 
     XLA prints an attribute's value as it holds it: a Pallas kernel's
     ``kernel_metadata`` frontend attribute is JSON with line breaks in it,
     so one instruction can span lines; a line that leaves a bracket or a
-    quote open goes on on the next. A line whose brackets and quote
-    characters are even in number is read as closed without scanning it
-    (every line of a program without such attributes).
+    quote open goes on on the next. Quoted strings (escapes inside) are cut
+    out, then the brackets left are counted.
 
     Example:
         >>> unclosed('%c = f32[] custom-call(), frontend_attributes={kernel_metadata={')
@@ -119,21 +123,15 @@ def unclosed(line: str) -> bool:
         False
         >>> unclosed('%c = f32[] custom-call(), backend_config="{(a"')
         False
+        >>> unclosed('%c = f32[] custom-call(), backend_config="{(a')
+        True
     """
+    if '"' in line or "'" in line:
+        line = _QUOTED.sub("", line)
+        if '"' in line or "'" in line:
+            return True  # a quote runs past the line's end
     opens = line.count("(") + line.count("[") + line.count("{")
-    closes = line.count(")") + line.count("]") + line.count("}")
-    if opens == closes and line.count('"') % 2 == 0 and "'" not in line:
-        return False
-    depth = 0
-    for found in _STRUCTURE.finditer(line):
-        if found[1] is not None:
-            if not found[2]:
-                return True  # a quote runs past the line's end
-        elif found[0] in "([{":
-            depth += 1
-        elif found[0] in ")]}":
-            depth -= 1
-    return depth > 0
+    return opens > line.count(")") + line.count("]") + line.count("}")
 
 
 def closing_bracket(text: str, start: int) -> int:
