@@ -13,6 +13,7 @@ import json
 import math
 import re
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pytest
@@ -23,6 +24,7 @@ from nnx_introspect._xla.collectives import read_collectives
 from nnx_introspect._xla.hlo import instruction, parse_module
 from nnx_introspect._xla.hlo.kernels import kernel_cost
 from nnx_introspect._xla.hlo.work import program_work, work_from_json
+from nnx_introspect._xla.toolchain import libtpu_version
 
 FIXTURES = Path(__file__).parent / "data" / "hlo" / "kernels"
 HEADS, SEQ, DIM, BLOCK = 2, 256, 128, 128
@@ -230,3 +232,95 @@ def test_any_json_in_a_configuration_reads(config: object, meta: object) -> None
     assert json.loads(value[len("{kernel_metadata=") : -1]) == json.loads(kernel)
     assert module.instructions["n"].operands == ("k.1",)
     assert math.isfinite(program_work(module).matmul_flops)
+
+
+# --- end to end: a model whose attention is splash attention under shard_map ---
+
+BATCH, WIDTH = 8, 256
+
+
+def _two_layers(rngs: Any) -> Any:
+    """Two attention layers, each calling splash attention as MaxText does."""
+    import jax
+    import jax.numpy as jnp
+    from flax import nnx
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_kernel as splash,
+    )
+    from jax.experimental.pallas.ops.tpu.splash_attention import (
+        splash_attention_mask as masks,
+    )
+    from jax.sharding import PartitionSpec as P
+
+    class Attention(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            kw: dict[str, Any] = {"use_bias": False, "rngs": rngs}
+            kw |= {"param_dtype": jnp.bfloat16, "dtype": jnp.bfloat16}
+            self.qkv = nnx.Linear(WIDTH, 3 * HEADS * DIM, **kw)
+            self.out = nnx.Linear(HEADS * DIM, WIDTH, **kw)
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            b, s, _ = x.shape
+            qkv = self.qkv(x).reshape(b, s, 3 * HEADS, DIM).transpose(0, 2, 1, 3)
+            q, k, v = jnp.split(qkv, 3, axis=1)
+            mask = masks.MultiHeadMask([masks.CausalMask((s, s))] * HEADS)
+            kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+            attend = jax.shard_map(
+                jax.vmap(kernel),
+                in_specs=(P("fsdp"),) * 3,
+                out_specs=P("fsdp"),
+                check_vma=False,
+            )
+            o = attend(q, k, v).transpose(0, 2, 1, 3).reshape(b, s, HEADS * DIM)
+            return x + self.out(o)
+
+    class Model(nnx.Module):
+        def __init__(self, rngs: nnx.Rngs) -> None:
+            self.layers = nnx.List([Attention(rngs) for _ in range(2)])
+
+        def __call__(self, x: jax.Array) -> jax.Array:
+            for layer in self.layers:
+                x = layer(x)
+            return x
+
+    return Model(rngs)
+
+
+def _loss(model: Any, batch: Any) -> Any:
+    import jax.numpy as jnp
+
+    (x,) = batch
+    return jnp.mean(model(x).astype(jnp.float32) ** 2)
+
+
+@pytest.mark.skipif(libtpu_version() is None, reason="libtpu is not installed")
+def test_a_splash_attention_model_gets_flops_time_and_collectives() -> None:
+    import jax
+    import jax.numpy as jnp
+
+    from nnx_introspect import step_memory_report
+
+    x = jax.ShapeDtypeStruct((BATCH, SEQ, WIDTH), jnp.bfloat16)
+    report = step_memory_report(_two_layers, "fsdp=8", x, loss=_loss, topology="v5e-8")
+    text = str(report)
+    assert "could not be" not in text and "not costed" not in text
+    # per device: one batch row; each layer's kernels 4 + 6 + 8 QKD on 3 of 4
+    # blocks; its projections 2 x 256 x 256 x (768 + 256) FLOPs a pass, three
+    # passes (forward, input and weight gradients) but no input gradient of the
+    # first layer's projection
+    kernels = 2 * 18 * QKD * _causal_share()
+    projection = 2 * SEQ * WIDTH * 3 * HEADS * DIM
+    dense = 2 * 3 * (projection + 2 * SEQ * WIDTH * HEADS * DIM) - projection
+    assert report.flops is not None
+    assert kernels + dense <= report.flops <= 1.02 * (kernels + dense)
+    roofline = report.roofline
+    assert roofline is not None and roofline.seconds > 0
+    assert "6 Pallas kernels" in roofline.label
+    assert "uncalibrated for kernels" in roofline.label
+    # the parameters (replicated: no sharding rules) have their gradients
+    # all-reduced over fsdp: two layers of 256 x 1024 bfloat16 (and the loss)
+    ((axes, nbytes, _),) = report.collective_wire_bytes
+    params = 2 * WIDTH * 4 * HEADS * DIM * 2
+    assert axes == ("fsdp",) and params <= nbytes <= params + 64
+    kinds = {row["kind"] for row in report.collectives_data["rows"]}
+    assert kinds == {"all-reduce"}

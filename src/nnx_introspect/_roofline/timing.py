@@ -46,6 +46,7 @@ __all__ = [
     "ProgramTime",
     "TimeConstants",
     "constants_for",
+    "kernel_words",
     "program_time",
     "same_time",
 ]
@@ -225,6 +226,11 @@ class ProgramTime:
         async_seconds: The unhidden share of asynchronous copies.
         comm_seconds: Communication, added (never overlapped, uncalibrated).
         launches: Instructions run, loops' trips included.
+        kernels: The Pallas kernels timed (their FLOPs from their own
+            estimate or a rule) at the matrix unit's rate, which no kernel
+            calibrated (:attr:`Work.kernels <nnx_introspect._xla.Work>`).
+        uncosted_kernels: The Pallas kernels whose FLOPs are not known:
+            their matmul time is missing from the estimate.
     """
 
     seconds: float
@@ -239,6 +245,8 @@ class ProgramTime:
     comm_seconds: float
     launches: int
     uncosted_seconds: float = 0.0
+    kernels: tuple[str, ...] = ()
+    uncosted_kernels: tuple[str, ...] = ()
 
     @property
     def calibrated(self) -> bool:
@@ -283,14 +291,12 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if not c.calibrated or c.error is None:
-            return text
-        if self.comm_seconds:
+        if c.calibrated and c.error is not None and self.comm_seconds:
             text += (
                 f"; its {_duration(self.comm_seconds)} of collectives are "
                 "uncalibrated (data-sheet links, not overlapped)"
             )
-        return text
+        return text + kernel_words(self.kernels, self.uncosted_kernels)
 
     def json_data(self) -> dict[str, Any]:
         """The estimate, its terms and its constants as JSON data."""
@@ -298,11 +304,38 @@ class ProgramTime:
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
             if f.name != "constants"
+            and (f.name not in ("kernels", "uncosted_kernels") or getattr(self, f.name))
         }
         data["constants"] = self.constants.json_data()
         data["calibrated"] = self.calibrated
         data["words"] = self.words
         return data
+
+
+def kernel_words(kernels: tuple[str, ...], uncosted: tuple[str, ...]) -> str:
+    """What an estimate says of a program's Pallas kernels (``""``: none).
+
+    Example:
+        >>> print(kernel_words(("splash_mha_fwd.1",), ("my_kernel.3",)))
+        ; its 1 Pallas kernel (splash_mha_fwd.1) is timed at the matrix unit's rate, uncalibrated for kernels; Pallas kernel my_kernel.3 is not costed (no cost estimate, no rule): its FLOPs are left out
+    """  # noqa: E501
+    text = ""
+    if kernels:
+        names = ", ".join(kernels[:3]) + (", ..." if len(kernels) > 3 else "")
+        one = len(kernels) == 1
+        text += (
+            f"; its {len(kernels)} Pallas kernel{'' if one else 's'} ({names}) "
+            f"{'is' if one else 'are'} timed at the matrix unit's rate, "
+            "uncalibrated for kernels"
+        )
+    if uncosted:
+        one = len(uncosted) == 1
+        text += (
+            f"; Pallas kernel{'' if one else 's'} {', '.join(uncosted)} "
+            f"{'is' if one else 'are'} not costed (no cost estimate, no rule): "
+            f"{'its' if one else 'their'} FLOPs are left out"
+        )
+    return text
 
 
 def _duration(seconds: float) -> str:
@@ -431,6 +464,8 @@ def program_time(
         comm_seconds=comm_seconds,
         launches=work.launches,
         uncosted_seconds=terms["uncosted"],
+        kernels=work.kernels,
+        uncosted_kernels=work.uncosted_kernels,
     )
 
 

@@ -61,10 +61,13 @@ from nnx_introspect._xla.hlo.instructions import Instruction
 from nnx_introspect._xla.hlo.module import Module
 from nnx_introspect._xla.hlo.shapes import parse_shape
 
-__all__ = ["MOSAIC", "KernelCost", "kernel_cost"]
+__all__ = ["MOSAIC", "OWN_ESTIMATE", "KernelCost", "kernel_cost"]
 
 MOSAIC: Final = '"tpu_custom_call"'
 """The ``custom_call_target`` of a Pallas kernel on XLA:TPU, as printed."""
+
+OWN_ESTIMATE: Final = "the kernel's own estimate"
+""":attr:`KernelCost.rule` of a kernel costed by its own ``pl.CostEstimate``."""
 
 _ESTIMATE: Final = re.compile(
     r'"cost_estimate":\{"flops":"(\d+)","transcendentals":"(\d+)",'
@@ -84,8 +87,8 @@ class KernelCost:
         flops: its FLOPs (one run); ``None`` where it is uncosted.
         bytes_accessed: the bytes its own estimate says it moves; ``None``
             where it has no estimate (its operands' and results' bytes stand).
-        rule: how the FLOPs were found: ``"the kernel's own estimate"``, the
-            rule's words, or why it is uncosted.
+        rule: how the FLOPs were found: :data:`OWN_ESTIMATE`, the rule's
+            words, or why it is uncosted.
         exact_blocks: ``False`` where a mask's blocks could not be read and
             every block was counted (an upper bound).
     """
@@ -107,9 +110,7 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
         return None  # XLA's own ragged_dot kernel: flops.py's rule
     found = _ESTIMATE.search(inst.attributes.get("backend_config", ""))
     if found is not None:
-        return KernelCost(
-            inst.name, float(found[1]), int(found[3]), "the kernel's own estimate"
-        )
+        return KernelCost(inst.name, float(found[1]), int(found[3]), OWN_ESTIMATE)
     name = inst.name.lower()
     if name.startswith(("splash_mha_", "splash_mqa_")):
         return _splash(module, inst)

@@ -74,7 +74,7 @@ from nnx_introspect._xla.hlo.flops import (
     shape_of,
 )
 from nnx_introspect._xla.hlo.instructions import Instruction
-from nnx_introspect._xla.hlo.kernels import KernelCost, kernel_cost
+from nnx_introspect._xla.hlo.kernels import OWN_ESTIMATE, KernelCost, kernel_cost
 from nnx_introspect._xla.hlo.module import Module
 from nnx_introspect._xla.hlo.shapes import arrays, touched_tile_bytes
 from nnx_introspect._xla.hlo.traffic import (
@@ -90,6 +90,7 @@ __all__ = [
     "Work",
     "instruction_work",
     "program_work",
+    "ruled_kernel_flops",
     "work_from_json",
 ]
 
@@ -447,6 +448,35 @@ def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) 
         tuple(dict.fromkeys(k.name for k in kernels if k.flops is not None)),
         tuple(dict.fromkeys(k.name for k in kernels if k.flops is None)),
     )
+
+
+def ruled_kernel_flops(module: Module) -> float:
+    r"""FLOPs of the Pallas kernels costed by a rule, each run counted.
+
+    XLA:TPU's ``cost_analysis()`` counts a kernel's own cost estimate and
+    nothing of a kernel without one (splash attention, the flash attention
+    kernel's backward): these are the FLOPs it leaves out.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import parse_module
+        >>> module = parse_module("\n".join([
+        ...     "HloModule jit_f",
+        ...     "ENTRY %main (q: bf16[1,2,128,64]) -> bf16[1,2,128,64] {",
+        ...     "  %q = bf16[1,2,128,64]{3,2,1,0} parameter(0)",
+        ...     "  ROOT %flash_mha_bwd_dq.1 = bf16[1,2,128,64]{3,2,1,0} custom-call("
+        ...     '%q, %q), custom_call_target="tpu_custom_call"',
+        ...     "}",
+        ... ]))
+        >>> ruled_kernel_flops(module) == 6 * 2 * 128 * 128 * 64
+        True
+    """
+    total = 0.0
+    for inst, op in instruction_work(module):
+        found = None if inst is None else kernel_cost(module, inst)
+        # XLA counted a kernel's own estimate: only a rule's FLOPs are added
+        if found is not None and found.flops is not None and found.rule != OWN_ESTIMATE:
+            total += found.flops * op.count
+    return total
 
 
 def _buffers(module: Module) -> int:

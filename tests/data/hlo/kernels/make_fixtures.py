@@ -120,7 +120,11 @@ def gmm_program(mesh: Any) -> str:
         out = megablox.gmm(lhs, rhs, sizes, jnp.float32, (128, 128, 128))
         return jnp.sum(out**2)
 
-    shapes = [((m, k), jnp.bfloat16), ((groups, k, n), jnp.bfloat16), ((groups,), jnp.int32)]
+    shapes = [
+        ((m, k), jnp.bfloat16),
+        ((groups, k, n), jnp.bfloat16),
+        ((groups,), jnp.int32),
+    ]
     return _compile(jax.grad(loss, argnums=(0, 1)), shapes, mesh)
 
 
