@@ -20,10 +20,16 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
+from nnx_introspect._accelerators.hardware import hardware_for
+from nnx_introspect._roofline.timing import program_time
 from nnx_introspect._xla.collectives import read_collectives
 from nnx_introspect._xla.hlo import instruction, parse_module
 from nnx_introspect._xla.hlo.kernels import kernel_cost
-from nnx_introspect._xla.hlo.work import program_work, work_from_json
+from nnx_introspect._xla.hlo.work import (
+    program_work,
+    ruled_kernel_flops,
+    work_from_json,
+)
 from nnx_introspect._xla.toolchain import libtpu_version
 
 FIXTURES = Path(__file__).parent / "data" / "hlo" / "kernels"
@@ -102,6 +108,33 @@ def test_splash_causal_counts_the_computed_blocks(heads: str) -> None:
     }
 
 
+def test_a_scanned_kernels_mask_is_read_through_its_loop() -> None:
+    # the block mask reaches the kernels through the loops' tuples
+    share, layers = _causal_share(), 4  # make_fixtures.LAYERS
+    assert _by_part(_kernel_flops("splash_scan_grad")) == {
+        "fwd": 4 * QKD * share,
+        "dq": 6 * QKD * share,
+        "dkv": 8 * QKD * share,
+    }
+    module = _module("splash_scan_grad")
+    work = program_work(module)
+    assert work.bounded_kernels == ()
+    assert ruled_kernel_flops(module) == layers * 18 * QKD * share
+
+
+def test_a_mask_xla_does_not_print_counts_every_block_and_says_so() -> None:
+    seq = 2048  # 16 x 16 blocks: XLA prints no constant of more than ten
+    text = (FIXTURES / "splash_long_causal_fwd.hlo").read_text()
+    assert re.search(r"s8\[1,16,16\]\S* constant\(\{\.\.\.\}\)", text)
+    work = program_work(parse_module(text))
+    assert work.matmul_flops == 4 * HEADS * seq * seq * DIM
+    assert work.bounded_kernels == work.kernels == ("splash_mha_fwd_no_residuals.1",)
+    time = program_time(work, hardware_for("v5e-8"))
+    assert "splash_mha_fwd_no_residuals.1 an upper bound" in time.words
+    assert "uncalibrated for kernels" in time.words
+    assert time.json_data()["bounded_kernels"] == list(work.bounded_kernels)
+
+
 def test_splash_full_mask_counts_every_block() -> None:
     assert _by_part(_kernel_flops("splash_mha_full_fwd")) == {"fwd": 4 * QKD}
     grad = _by_part(_kernel_flops("splash_mha_full_grad"))
@@ -133,6 +166,8 @@ def test_megablox_gmm_and_tgmm_use_their_own_estimates() -> None:
 
 def test_ragged_paged_attention_counts_at_most_every_page() -> None:
     tokens, heads, page, per_seq = 16, 4, 16, 8  # make_fixtures.ragged_paged_program
+    work = program_work(_module("ragged_paged_attention"))
+    assert work.bounded_kernels == ("ragged_paged_attention_kernel.1",)
     found = _kernel_flops("ragged_paged_attention")
     assert found == {
         "ragged_paged_attention_kernel.1": 4.0 * tokens * heads * DIM * page * per_seq
@@ -168,6 +203,16 @@ def test_a_kernel_without_estimate_or_rule_is_named() -> None:
     assert work.uncosted_kernels == ("my_kernel.3",)
     assert work.kernels == () and work.matmul_flops == 0.0
     assert work_from_json(work.json_data()).uncosted_kernels == ("my_kernel.3",)
+    words = program_time(work, hardware_for("v5e-8")).words
+    assert "Pallas kernel my_kernel.3 is not costed" in words
+    assert "FLOPs are left out" in words
+
+
+def test_a_program_without_kernels_has_the_same_time_and_words() -> None:
+    work = program_work(parse_module(_UNKNOWN.replace("tpu_custom_call", "Sharding")))
+    time = program_time(work, hardware_for("v5e-8"))
+    assert "kernel" not in time.words
+    assert not any(key.endswith("kernels") for key in time.json_data())
 
 
 def test_a_program_without_kernels_writes_no_kernel_keys() -> None:

@@ -19,8 +19,9 @@ opens: its FLOPs come from
     ``dq`` fused in, ``use_fused_bwd_kernel``: ``10 QKD``). Each is scaled
     by the share of ``(query block, key block)`` pairs its block mask
     computes (a causal mask: about half), read from the mask's constant
-    where XLA printed it; where it did not (XLA prints no constant of more
-    than ten elements), every block is counted and the kernel is named;
+    where XLA printed it (followed through copies and into loops); where it
+    did not (XLA prints no constant of more than ten elements), every block
+    is counted and the estimate says so;
   - the flash attention kernel's backward (``flash_mha_bwd_dq*``,
     ``flash_mha_bwd_dkv*``): ``6 QKD`` and ``8 QKD`` per batch row and head,
     every block (its causal flag is in its body, not its shapes);
@@ -183,7 +184,7 @@ def _splash(module: Module, inst: Instruction) -> KernelCost:
             dense,
             None,
             f"splash attention {part}, {per_qkd} QKD a head, every block (its "
-            "block mask is not printed)",
+            "block mask not read)",
             exact_blocks=False,
         )
     computed, total = blocks
@@ -202,19 +203,7 @@ def _mask_blocks(module: Module, name: str) -> tuple[int, int] | None:
     partial block, ``2``: a full one), perhaps copied into on-chip memory
     first, or a broadcast of one value (every block alike).
     """
-    found = module.instructions.get(name)
-    for _ in range(8):
-        if found is None or found.opcode not in _VIEWS or not found.operands:
-            break
-        if found.opcode == "copy-done":
-            start = module.instructions.get(found.operands[0])
-            found = (
-                module.instructions.get(start.operands[0])
-                if start is not None and start.operands
-                else None
-            )
-        else:
-            found = module.instructions.get(found.operands[0])
+    found = _source(module, module.instructions.get(name))
     if found is None or found.shape.startswith("("):
         return None
     dtype, dims = parse_shape(found.shape)
@@ -236,6 +225,50 @@ def _mask_blocks(module: Module, name: str) -> tuple[int, int] | None:
     if len(values) != total:
         return None
     return sum(1 for v in values if v != 0), total
+
+
+def _source(module: Module, found: Instruction | None) -> Instruction | None:
+    """What ``found`` copies, views or carries through a loop, followed back.
+
+    Through copies (an asynchronous one: its start's operand), bitcasts and
+    reshapes, and from a loop's parameter element to the element of the
+    tuple the loop started with (the block mask of a kernel in a scanned
+    layer is carried into the loop).
+    """
+    for _ in range(16):
+        if found is None or not found.operands:
+            return found
+        operand = module.instructions.get(found.operands[0])
+        if found.opcode == "copy-done":
+            found = None if operand is None else _first(module, operand)
+        elif found.opcode in _VIEWS:
+            found = operand
+        elif found.opcode == "get-tuple-element":
+            found = _element(module, found, operand)
+        else:
+            return found
+    return None
+
+
+def _first(module: Module, found: Instruction) -> Instruction | None:
+    return module.instructions.get(found.operands[0]) if found.operands else None
+
+
+def _element(
+    module: Module, gte: Instruction, tuple_of: Instruction | None
+) -> Instruction | None:
+    """The instruction ``gte`` takes from a tuple, or a loop's starting tuple."""
+    index = int(gte.attributes.get("index", "-1"))
+    if tuple_of is not None and tuple_of.opcode == "parameter":
+        callers = module.callers.get(tuple_of.computation, [])
+        if len(callers) != 1 or callers[0].opcode != "while":
+            return None
+        tuple_of = _first(module, callers[0])
+    if tuple_of is None or tuple_of.opcode != "tuple":
+        return None
+    if not 0 <= index < len(tuple_of.operands):
+        return None
+    return module.instructions.get(tuple_of.operands[index])
 
 
 def _ragged_paged(module: Module, inst: Instruction) -> KernelCost:

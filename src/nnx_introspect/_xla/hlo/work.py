@@ -183,6 +183,9 @@ class Work:
             unit's rate, which no kernel calibrated.
         uncosted_kernels: The Pallas kernels it runs whose FLOPs are not
             known (no estimate, no rule): their matmul FLOPs are missing.
+        bounded_kernels: Those of ``kernels`` whose FLOPs are an upper
+            bound (a splash mask whose blocks could not be read, counted
+            whole; ragged paged attention over every page).
     """
 
     ops: tuple[OpWork, ...]
@@ -190,6 +193,7 @@ class Work:
     buffers: int = 0
     kernels: tuple[str, ...] = ()
     uncosted_kernels: tuple[str, ...] = ()
+    bounded_kernels: tuple[str, ...] = ()
 
     @property
     def matmul_flops(self) -> float:
@@ -219,28 +223,28 @@ class Work:
             >>> work_from_json(work.json_data()) == work
             True
         """
-        return (
-            {
-                "columns": [
-                    "kind",
-                    "matmul_flops",
-                    "vector_flops",
-                    "hbm_bytes",
-                    "cycles",
-                    "count",
-                    "chip_bytes",
-                ],
-                "ops": [op.json_data() for op in self.ops],
-                "unknown_trips": list(self.unknown_trips),
-                "buffers": self.buffers,
-            }
-            | ({"kernels": list(self.kernels)} if self.kernels else {})
-            | (
-                {"uncosted_kernels": list(self.uncosted_kernels)}
-                if self.uncosted_kernels
-                else {}
-            )
-        )
+        data: dict[str, Any] = {
+            "columns": [
+                "kind",
+                "matmul_flops",
+                "vector_flops",
+                "hbm_bytes",
+                "cycles",
+                "count",
+                "chip_bytes",
+            ],
+            "ops": [op.json_data() for op in self.ops],
+            "unknown_trips": list(self.unknown_trips),
+            "buffers": self.buffers,
+        }
+        for key, names in (
+            ("kernels", self.kernels),
+            ("uncosted_kernels", self.uncosted_kernels),
+            ("bounded_kernels", self.bounded_kernels),
+        ):
+            if names:  # a program without kernels: its data as before them
+                data[key] = list(names)
+        return data
 
 
 def work_from_json(data: dict[str, Any]) -> Work:
@@ -270,6 +274,7 @@ def work_from_json(data: dict[str, Any]) -> Work:
         int(data.get("buffers", 0)),
         tuple(data.get("kernels", ())),
         tuple(data.get("uncosted_kernels", ())),
+        tuple(data.get("bounded_kernels", ())),
     )
 
 
@@ -447,6 +452,11 @@ def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) 
         _buffers(module),
         tuple(dict.fromkeys(k.name for k in kernels if k.flops is not None)),
         tuple(dict.fromkeys(k.name for k in kernels if k.flops is None)),
+        tuple(
+            dict.fromkeys(
+                k.name for k in kernels if k.flops is not None and not k.exact_blocks
+            )
+        ),
     )
 
 

@@ -3,7 +3,8 @@
 Each ``*.hlo`` file here is ``compiled.as_text()`` of one small program that
 calls a kernel JAX ships for TPU (``jax.experimental.pallas.ops.tpu``),
 compiled deviceless for a v5e topology through libtpu: splash attention
-(forward and backward, causal and full masks, MHA and GQA), the flash
+(forward and backward, causal and full masks, MHA and GQA, in a scanned
+stack, over a long sequence), the flash
 attention kernel (causal and not, forward and backward), ragged paged
 attention, megablox ``gmm`` and its gradient (``tgmm``), and an FSDP
 attention layer's step that calls splash attention under ``shard_map`` over
@@ -41,6 +42,8 @@ from nnx_introspect._xla import toolchain
 HERE = Path(__file__).parent
 HEADS, KV_HEADS, SEQ, DIM = 2, 1, 256, 128
 """Splash and flash attention's shapes: two query heads of 256 positions."""
+LAYERS = 4
+"""The scanned stack's layers."""
 
 
 def _compile(
@@ -82,6 +85,35 @@ def splash_programs(mesh: Any) -> dict[str, str]:
     out["splash_gqa_causal_fwd"] = _compile(mqa, gqa, mesh)
     out["splash_gqa_causal_grad"] = _compile(_loss(mqa), gqa, mesh)
     return out
+
+
+def scanned_and_long_splash_programs(mesh: Any) -> dict[str, str]:
+    """Splash attention in a scanned stack, and over 2,048 positions.
+
+    In the scan the block mask is carried into the loops; over 2,048
+    positions it has 256 blocks, more than XLA prints of a constant.
+    """
+
+    def stack(weights: jax.Array, x: jax.Array) -> jax.Array:
+        kernel = _splash(True, mqa=False)
+
+        def layer(h: jax.Array, w: jax.Array) -> tuple[jax.Array, None]:
+            h = (h @ w).astype(jnp.bfloat16)
+            return kernel(h, h, h), None
+
+        out, _ = jax.lax.scan(layer, x, weights)
+        return jnp.sum(out.astype(jnp.float32))
+
+    shapes = [((LAYERS, DIM, DIM), jnp.bfloat16), ((HEADS, SEQ, DIM), jnp.bfloat16)]
+    long = 2048
+    mask = masks.MultiHeadMask([masks.CausalMask((long, long))] * HEADS)
+    kernel = splash.make_splash_mha(mask, head_shards=1, q_seq_shards=1)
+    return {
+        "splash_scan_grad": _compile(jax.grad(stack), shapes, mesh),
+        "splash_long_causal_fwd": _compile(
+            kernel, [((HEADS, long, DIM), jnp.bfloat16)] * 3, mesh
+        ),
+    }
 
 
 def flash_programs(mesh: Any) -> dict[str, str]:
@@ -176,6 +208,7 @@ def main() -> None:
     """Write every program's text here."""
     mesh, _ = toolchain.topology_mesh("v5e-1", (("x", 1),))
     texts = {**splash_programs(mesh), **flash_programs(mesh)}
+    texts |= scanned_and_long_splash_programs(mesh)
     texts["ragged_paged_attention"] = ragged_paged_program(mesh)
     texts["megablox_gmm_grad"] = gmm_program(mesh)
     texts["splash_shard_map_fsdp8"] = sharded_splash_program()
