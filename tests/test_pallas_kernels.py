@@ -208,6 +208,24 @@ def test_a_kernel_without_estimate_or_rule_is_named() -> None:
     assert "FLOPs are left out" in words
 
 
+def test_xlas_own_mosaic_kernels_are_no_pallas_kernels() -> None:
+    # jax.lax.ragged_dot's metadata kernel, as XLA:TPU emits it (a v5e MoE step)
+    text = "\n".join(
+        [
+            "HloModule jit_f",
+            "ENTRY %main (a: s32[16]) -> (s32[17], s32[1]) {",
+            "  %a = s32[16]{0} parameter(0)",
+            "  ROOT %ragged-dot-metadata.5 = (s32[17]{0}, s32[1]{0}) custom-call(%a),"
+            ' custom_call_target="tpu_custom_call",'
+            ' metadata={op_name="ragged-dot-metadata"},'
+            ' backend_config={"custom_call_config":{"body":"TUzv"}}',
+            "}",
+        ]
+    )
+    work = program_work(parse_module(text))
+    assert work.kernels == work.uncosted_kernels == ()
+
+
 def test_a_program_without_kernels_has_the_same_time_and_words() -> None:
     work = program_work(parse_module(_UNKNOWN.replace("tpu_custom_call", "Sharding")))
     time = program_time(work, hardware_for("v5e-8"))

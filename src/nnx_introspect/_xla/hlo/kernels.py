@@ -33,8 +33,10 @@ opens: its FLOPs come from
 Every FLOP of a kernel is counted as the matrix unit's (its softmax's
 exponentials are a small share). The bytes a kernel moves are its own
 estimate's where it has one, else its operands' and results' (the traffic
-rules). A ``tpu_custom_call`` matching none of these is *uncosted*: its
-FLOPs are not known, and the program's estimate names it.
+rules). A Pallas kernel matching none of these is *uncosted*: its FLOPs
+are not known, and the program's estimate names it. XLA:TPU's own Mosaic
+kernels (``jax.lax.ragged_dot``'s) are no Pallas kernels:
+:mod:`~nnx_introspect._xla.hlo.flops` costs them.
 
 Example:
     >>> from nnx_introspect._xla.hlo import parse_module
@@ -45,7 +47,8 @@ Example:
     ...     "  %k = bf16[2,256,128]{2,1,0} parameter(1)",
     ...     "  %m = s8[1,2,2]{2,1,0} constant({ { { 1, 0 }, { 2, 1 } } })",
     ...     "  ROOT %splash_mha_fwd_no_residuals.1 = bf16[2,256,128]{2,1,0}"
-    ...     " custom-call(%m, %m, %q, %k, %k), custom_call_target=\"tpu_custom_call\"",
+    ...     " custom-call(%m, %m, %q, %k, %k), custom_call_target=\"tpu_custom_call\","
+    ...     " frontend_attributes={kernel_metadata={}}",
     ...     "}",
     ... ]))
     >>> cost = kernel_cost(module, module.instructions["splash_mha_fwd_no_residuals.1"])
@@ -58,7 +61,7 @@ import math
 import re
 from typing import Final
 
-from nnx_introspect._xla.hlo.instructions import Instruction
+from nnx_introspect._xla.hlo.instructions import Instruction, metadata
 from nnx_introspect._xla.hlo.module import Module
 from nnx_introspect._xla.hlo.shapes import parse_shape
 
@@ -107,8 +110,8 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
         return None
     if inst.attributes.get("custom_call_target", "") != MOSAIC:
         return None
-    if "ragged_dot_tiling" in inst.attributes.get("frontend_attributes", ""):
-        return None  # XLA's own ragged_dot kernel: flops.py's rule
+    if not _pallas(inst):
+        return None  # XLA's own Mosaic kernel (ragged_dot's): flops.py's rule
     found = _ESTIMATE.search(inst.attributes.get("backend_config", ""))
     if found is not None:
         return KernelCost(inst.name, float(found[1]), int(found[3]), OWN_ESTIMATE)
@@ -120,6 +123,22 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
     if name.startswith("ragged_paged_attention"):
         return _ragged_paged(module, inst)
     return KernelCost(inst.name, None, None, "no cost estimate and no rule")
+
+
+def _pallas(inst: Instruction) -> bool:
+    """Whether a ``tpu_custom_call`` is a Pallas kernel, not one XLA emitted.
+
+    A ``pallas_call`` gives its kernel a ``kernel_metadata`` frontend
+    attribute and its name in the ``op_name``; XLA:TPU's own Mosaic kernels
+    (``jax.lax.ragged_dot``'s ``ragged-dot-metadata`` and ``ragged_dot_tiling``
+    kernels) have neither.
+    """
+    attributes = inst.attributes.get("frontend_attributes", "")
+    if "ragged_dot_tiling" in attributes:
+        return False
+    return "kernel_metadata=" in attributes or "pallas_call" in metadata(inst.text).get(
+        "op_name", ""
+    )
 
 
 def _floats(module: Module, inst: Instruction) -> list[tuple[int, ...]]:

@@ -474,7 +474,8 @@ def ruled_kernel_flops(module: Module) -> float:
         ...     "ENTRY %main (q: bf16[1,2,128,64]) -> bf16[1,2,128,64] {",
         ...     "  %q = bf16[1,2,128,64]{3,2,1,0} parameter(0)",
         ...     "  ROOT %flash_mha_bwd_dq.1 = bf16[1,2,128,64]{3,2,1,0} custom-call("
-        ...     '%q, %q), custom_call_target="tpu_custom_call"',
+        ...     '%q, %q), custom_call_target="tpu_custom_call",'
+        ...     " frontend_attributes={kernel_metadata={}}",
         ...     "}",
         ... ]))
         >>> ruled_kernel_flops(module) == 6 * 2 * 128 * 128 * 64
