@@ -23,7 +23,7 @@ from hypothesis import strategies as st
 from nnx_introspect._accelerators.hardware import hardware_for
 from nnx_introspect._roofline.timing import program_time
 from nnx_introspect._xla.collectives import read_collectives
-from nnx_introspect._xla.hlo import instruction, parse_module
+from nnx_introspect._xla.hlo import Module, instruction, parse_module
 from nnx_introspect._xla.hlo.kernels import kernel_cost
 from nnx_introspect._xla.hlo.work import (
     program_work,
@@ -38,7 +38,7 @@ HEADS, SEQ, DIM, BLOCK = 2, 256, 128, 128
 QKD = HEADS * SEQ * SEQ * DIM
 
 
-def _module(name: str):  # type: ignore[no-untyped-def]
+def _module(name: str) -> Module:
     return parse_module((FIXTURES / f"{name}.hlo").read_text())
 
 
@@ -377,11 +377,14 @@ def test_a_splash_attention_model_gets_flops_time_and_collectives() -> None:
     assert report.flops is not None
     assert kernels + dense <= report.flops <= 1.02 * (kernels + dense)
     roofline = report.roofline
-    assert roofline is not None and roofline.seconds > 0
+    assert roofline is not None and roofline.seconds is not None
+    assert roofline.seconds > 0
     assert "6 Pallas kernels" in roofline.label
     assert "uncalibrated for kernels" in roofline.label
     # the parameters (replicated: no sharding rules) have their gradients
     # all-reduced over fsdp: two layers of 256 x 1024 bfloat16 (and the loss)
+    assert report.collective_wire_bytes is not None
+    assert report.collectives_data is not None
     ((axes, nbytes, _),) = report.collective_wire_bytes
     params = 2 * WIDTH * 4 * HEADS * DIM * 2
     assert axes == ("fsdp",) and params <= nbytes <= params + 64

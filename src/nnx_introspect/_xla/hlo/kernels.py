@@ -65,7 +65,7 @@ from nnx_introspect._xla.hlo.instructions import Instruction, metadata
 from nnx_introspect._xla.hlo.module import Module
 from nnx_introspect._xla.hlo.shapes import parse_shape
 
-__all__ = ["MOSAIC", "OWN_ESTIMATE", "KernelCost", "kernel_cost"]
+__all__ = ["MOSAIC", "OWN_ESTIMATE", "KernelCost", "kernel_cost", "kernel_name"]
 
 MOSAIC: Final = '"tpu_custom_call"'
 """The ``custom_call_target`` of a Pallas kernel on XLA:TPU, as printed."""
@@ -115,14 +115,35 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
     found = _ESTIMATE.search(inst.attributes.get("backend_config", ""))
     if found is not None:
         return KernelCost(inst.name, float(found[1]), int(found[3]), OWN_ESTIMATE)
-    name = inst.name.lower()
+    name = kernel_name(inst)
     if name.startswith(("splash_mha_", "splash_mqa_")):
-        return _splash(module, inst)
+        return _splash(module, inst, name)
     if name.startswith("flash_mha_bwd_"):
         return _attention(module, inst, 8 if "_dkv" in name else 6, "flash attention")
     if name.startswith("ragged_paged_attention"):
         return _ragged_paged(module, inst)
     return KernelCost(inst.name, None, None, "no cost estimate and no rule")
+
+
+def kernel_name(inst: Instruction) -> str:
+    """The ``pallas_call``'s name: the instruction's, else its ``op_name``'s.
+
+    XLA names a kernel's instruction after the ``pallas_call``; where the
+    instruction was renamed, the ``op_name`` (``.../splash_mha_fwd/pallas_call``)
+    still holds it.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo.instructions import instruction
+        >>> kernel_name(instruction(
+        ...     '%custom-call.3 = f32[8]{0} custom-call(%a), metadata={op_name='
+        ...     '"jit(f)/splash_mha_fwd_no_residuals/pallas_call"}'))
+        'splash_mha_fwd_no_residuals'
+    """
+    op_name = metadata(inst.text).get("op_name", "")
+    head, _, last = op_name.rpartition("/")
+    if inst.name.startswith("custom-call") and last == "pallas_call" and head:
+        return head.rpartition("/")[2].lower()
+    return inst.name.lower()
 
 
 def _pallas(inst: Instruction) -> bool:
@@ -179,8 +200,7 @@ def _attention(
     )
 
 
-def _splash(module: Module, inst: Instruction) -> KernelCost:
-    name = inst.name.lower()
+def _splash(module: Module, inst: Instruction, name: str) -> KernelCost:
     fused = '\\"use_fused_bwd_kernel\\": true' in inst.attributes.get(
         "frontend_attributes", ""
     )

@@ -19,7 +19,7 @@ The texts depend on the pinned jax and libtpu: regenerate them with those.
 """
 
 import functools
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -47,7 +47,7 @@ LAYERS = 4
 
 
 def _compile(
-    fn: Callable[..., Any], shapes: list[tuple[tuple[int, ...], Any]], mesh: Any
+    fn: Callable[..., Any], shapes: Sequence[tuple[tuple[int, ...], Any]], mesh: Any
 ) -> str:
     replicated = NamedSharding(mesh, P())
     specs = [jax.ShapeDtypeStruct(s, d, sharding=replicated) for s, d in shapes]
