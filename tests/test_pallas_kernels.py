@@ -30,6 +30,7 @@ from nnx_introspect._xla.hlo.work import (
     ruled_kernel_flops,
     work_from_json,
 )
+from nnx_introspect._xla.loop_costs import per_trip_costs
 from nnx_introspect._xla.toolchain import libtpu_version
 
 FIXTURES = Path(__file__).parent / "data" / "hlo" / "kernels"
@@ -120,6 +121,24 @@ def test_a_scanned_kernels_mask_is_read_through_its_loop() -> None:
     work = program_work(module)
     assert work.bounded_kernels == ()
     assert ruled_kernel_flops(module) == layers * 18 * QKD * share
+
+
+def test_a_scanned_kernels_loops_are_cut_whole_for_xla() -> None:
+    """Each loop body, cut from the text with its kernels, reads in XLA's parser."""
+    import importlib
+
+    hlo = importlib.import_module("jaxlib._hlo")  # what analysis._loops_of uses
+    cut: list[str] = []
+
+    def analyse(module_text: str) -> tuple[float, float]:
+        cut.append(module_text)
+        hlo.hlo_module_from_text(module_text)  # raises on a broken instruction
+        return 1.0, 1.0
+
+    text = (FIXTURES / "splash_scan_grad.hlo").read_text()
+    found = per_trip_costs(text, analyse)
+    assert found.unknown is None and [t for _, t in found.loops] == [4, 4]
+    assert sum("kernel_metadata={\n" in module for module in cut) >= 2
 
 
 def test_a_mask_xla_does_not_print_counts_every_block_and_says_so() -> None:
