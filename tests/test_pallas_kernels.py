@@ -193,6 +193,14 @@ def test_ragged_paged_attention_counts_at_most_every_page() -> None:
     }
 
 
+def test_paged_attention_counts_at_most_every_page() -> None:
+    batch, heads, page, per_seq = 4, 4, 16, 8  # make_fixtures.paged_program
+    found = _kernel_flops("paged_attention")
+    assert found == {"paged_attention.1": 4.0 * batch * heads * DIM * page * per_seq}
+    work = program_work(_module("paged_attention"))
+    assert work.bounded_kernels == ("paged_attention.1",)
+
+
 def test_program_work_counts_the_kernels() -> None:
     work = program_work(_module("splash_mha_causal_grad"))
     share = _causal_share()

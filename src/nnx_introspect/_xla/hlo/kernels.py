@@ -25,10 +25,10 @@ opens: its FLOPs come from
   - the flash attention kernel's backward (``flash_mha_bwd_dq*``,
     ``flash_mha_bwd_dkv*``): ``6 QKD`` and ``8 QKD`` per batch row and head,
     every block (its causal flag is in its body, not its shapes);
-  - ragged paged attention (``ragged_paged_attention*``): at most ``4 x
-    tokens x heads x D x`` a sequence's pages of keys (its page table's
-    width times a page's positions): the lengths it runs over are known at
-    run time only.
+  - ragged paged attention (``ragged_paged_attention*``) and decode paged
+    attention (``paged_attention*``): at most ``4 x tokens x heads x D x`` a
+    sequence's pages of keys (its page table's width times a page's
+    positions): the lengths it runs over are known at run time only.
 
 Every FLOP of a kernel is counted as the matrix unit's (its softmax's
 exponentials are a small share). The bytes a kernel moves are its own
@@ -122,6 +122,8 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
         return _attention(module, inst, 8 if "_dkv" in name else 6, "flash attention")
     if name.startswith("ragged_paged_attention"):
         return _ragged_paged(module, inst)
+    if name.startswith("paged_attention"):
+        return _paged(module, inst)
     return KernelCost(inst.name, None, None, "no cost estimate and no rule")
 
 
@@ -308,6 +310,35 @@ def _element(
     if not 0 <= index < len(tuple_of.operands):
         return None
     return module.instructions.get(tuple_of.operands[index])
+
+
+def _paged(module: Module, inst: Instruction) -> KernelCost:
+    """Decode paged attention: each query against its sequence's whole page table.
+
+    Its operands: the lengths and the page table (``s32``, the table
+    flattened, ``sequences x pages`` long), ``q`` (``sequences`` first) and
+    the key and value pages (``[kv heads, pages, page size, D]``).
+    """
+    floats = _floats(module, inst)
+    tables = [
+        math.prod(parse_shape(found.shape)[1])
+        for found in (module.instructions.get(n) for n in inst.operands)
+        if found is not None
+        and not found.shape.startswith("(")
+        and parse_shape(found.shape)[0] == "s32"
+    ]
+    if len(floats) < 2 or not tables or len(floats[1]) != 4:
+        return KernelCost(inst.name, None, None, "paged attention: shapes unread")
+    q, pages = floats[0], floats[1]
+    keys = max(tables) // q[0] * pages[2]
+    return KernelCost(
+        inst.name,
+        4.0 * math.prod(q) * keys,
+        None,
+        f"paged attention, at most 4 x queries x heads x D x {keys} keys "
+        "(a sequence's whole page table)",
+        exact_blocks=False,
+    )
 
 
 def _ragged_paged(module: Module, inst: Instruction) -> KernelCost:

@@ -4,12 +4,12 @@ Each ``*.hlo`` file here is ``compiled.as_text()`` of one small program that
 calls a kernel JAX ships for TPU (``jax.experimental.pallas.ops.tpu``),
 compiled deviceless for a v5e topology through libtpu: splash attention
 (forward and backward, causal and full masks, MHA and GQA, in a scanned
-stack, over a long sequence), the flash
-attention kernel (causal and not, forward and backward), ragged paged
-attention, megablox ``gmm`` and its gradient (``tgmm``), and an FSDP
-attention layer's step that calls splash attention under ``shard_map`` over
-eight devices (its weights all-gathered). The
-tests read these texts; nothing is compiled when they run.
+stack, over a long sequence), the flash attention kernel (causal and not,
+forward and backward), ragged paged attention, decode paged attention,
+megablox ``gmm`` and its gradient (``tgmm``), and an FSDP attention layer's
+step that calls splash attention under ``shard_map`` over eight devices
+(its weights all-gathered). The tests read these texts; nothing is compiled
+when they run.
 
 Regenerate (from the repository root, with libtpu installed)::
 
@@ -26,6 +26,7 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 from jax.experimental.pallas.ops.tpu import flash_attention as flash
+from jax.experimental.pallas.ops.tpu import paged_attention as paged
 from jax.experimental.pallas.ops.tpu import ragged_paged_attention as rpa
 from jax.experimental.pallas.ops.tpu.megablox import ops as megablox
 from jax.experimental.pallas.ops.tpu.splash_attention import (
@@ -144,6 +145,20 @@ def ragged_paged_program(mesh: Any) -> str:
     return _compile(attend, shapes, mesh)
 
 
+def paged_program(mesh: Any) -> str:
+    """Decode paged attention: 4 sequences of 8 pages of 16, 4 heads over 2."""
+    batch, heads, kv_heads, pages, page, per_seq = 4, 4, 2, 32, 16, 8
+    shapes = [
+        ((batch, heads, DIM), jnp.bfloat16),
+        ((kv_heads, pages, page, DIM), jnp.bfloat16),
+        ((kv_heads, pages, page, DIM), jnp.bfloat16),
+        ((batch,), jnp.int32),
+        ((batch, per_seq), jnp.int32),
+    ]
+    attend = functools.partial(paged.paged_attention, pages_per_compute_block=4)
+    return _compile(attend, shapes, mesh)
+
+
 def gmm_program(mesh: Any) -> str:
     """Megablox ``gmm`` forward and backward (``gmm`` and ``tgmm``): 4 groups."""
     m, k, n, groups = 512, 256, 384, 4
@@ -210,6 +225,7 @@ def main() -> None:
     texts = {**splash_programs(mesh), **flash_programs(mesh)}
     texts |= scanned_and_long_splash_programs(mesh)
     texts["ragged_paged_attention"] = ragged_paged_program(mesh)
+    texts["paged_attention"] = paged_program(mesh)
     texts["megablox_gmm_grad"] = gmm_program(mesh)
     texts["splash_shard_map_fsdp8"] = sharded_splash_program()
     for name, text in texts.items():
