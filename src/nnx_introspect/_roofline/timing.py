@@ -46,6 +46,7 @@ __all__ = [
     "ProgramTime",
     "TimeConstants",
     "constants_for",
+    "kernel_words",
     "program_time",
     "same_time",
 ]
@@ -225,6 +226,12 @@ class ProgramTime:
         async_seconds: The unhidden share of asynchronous copies.
         comm_seconds: Communication, added (never overlapped, uncalibrated).
         launches: Instructions run, loops' trips included.
+        kernels: The Pallas kernels timed (their FLOPs from their own
+            estimate or a rule) at the matrix unit's rate, which no kernel
+            calibrated (:attr:`Work.kernels <nnx_introspect._xla.Work>`).
+        uncosted_kernels: The Pallas kernels whose FLOPs are not known:
+            their matmul time is missing from the estimate.
+        bounded_kernels: Those of ``kernels`` whose FLOPs are an upper bound.
     """
 
     seconds: float
@@ -239,6 +246,9 @@ class ProgramTime:
     comm_seconds: float
     launches: int
     uncosted_seconds: float = 0.0
+    kernels: tuple[str, ...] = ()
+    uncosted_kernels: tuple[str, ...] = ()
+    bounded_kernels: tuple[str, ...] = ()
 
     @property
     def calibrated(self) -> bool:
@@ -283,26 +293,67 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if not c.calibrated or c.error is None:
-            return text
-        if self.comm_seconds:
+        if c.calibrated and c.error is not None and self.comm_seconds:
             text += (
                 f"; its {_duration(self.comm_seconds)} of collectives are "
                 "uncalibrated (data-sheet links, not overlapped)"
             )
-        return text
+        return text + kernel_words(
+            self.kernels, self.uncosted_kernels, self.bounded_kernels
+        )
 
     def json_data(self) -> dict[str, Any]:
         """The estimate, its terms and its constants as JSON data."""
         data = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name != "constants"
+            if f.name != "constants" and not f.name.endswith("kernels")
         }
+        for key in ("kernels", "uncosted_kernels", "bounded_kernels"):
+            if getattr(self, key):  # a program without kernels: as before them
+                data[key] = list(getattr(self, key))
         data["constants"] = self.constants.json_data()
         data["calibrated"] = self.calibrated
         data["words"] = self.words
         return data
+
+
+def kernel_words(
+    kernels: tuple[str, ...],
+    uncosted: tuple[str, ...] = (),
+    bounded: tuple[str, ...] = (),
+) -> str:
+    """What an estimate says of a program's Pallas kernels (``""``: none).
+
+    Example:
+        >>> print(kernel_words(("splash_mha_fwd.1",), ("my_kernel.3",)))
+        ; its 1 Pallas kernel (splash_mha_fwd.1) is timed at the matrix unit's rate, uncalibrated for kernels; Pallas kernel my_kernel.3 is not costed (no cost estimate, no rule): its FLOPs are left out
+        >>> print(kernel_words(("a.1", "b.2"), bounded=("b.2",)))
+        ; its 2 Pallas kernels (a.1, b.2) are timed at the matrix unit's rate, uncalibrated for kernels, the FLOPs of b.2 an upper bound (every block counted)
+    """  # noqa: E501
+    text = ""
+    if kernels:
+        one = len(kernels) == 1
+        text += (
+            f"; its {len(kernels)} Pallas kernel{'' if one else 's'} "
+            f"({_names(kernels)}) {'is' if one else 'are'} timed at the matrix "
+            "unit's rate, uncalibrated for kernels"
+        )
+    if bounded:
+        text += f", the FLOPs of {_names(bounded)} an upper bound (every block counted)"
+    if uncosted:
+        one = len(uncosted) == 1
+        text += (
+            f"; Pallas kernel{'' if one else 's'} {_names(uncosted)} "
+            f"{'is' if one else 'are'} not costed (no cost estimate, no rule): "
+            f"{'its' if one else 'their'} FLOPs are left out"
+        )
+    return text
+
+
+def _names(names: tuple[str, ...]) -> str:
+    """The first three of ``names``, ``...`` after them if there are more."""
+    return ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
 
 
 def _duration(seconds: float) -> str:
@@ -431,6 +482,9 @@ def program_time(
         comm_seconds=comm_seconds,
         launches=work.launches,
         uncosted_seconds=terms["uncosted"],
+        kernels=work.kernels,
+        uncosted_kernels=work.uncosted_kernels,
+        bounded_kernels=work.bounded_kernels,
     )
 
 

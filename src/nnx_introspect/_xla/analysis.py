@@ -28,7 +28,11 @@ from nnx_introspect._xla.hlo import (
     tuple_elements,
 )
 from nnx_introspect._xla.hlo.traffic import program_traffic, traffic_json
-from nnx_introspect._xla.hlo.work import SCATTER_ROW_BYTES, program_work
+from nnx_introspect._xla.hlo.work import (
+    SCATTER_ROW_BYTES,
+    program_work,
+    ruled_kernel_flops,
+)
 from nnx_introspect._xla.loop_costs import PerTrip, left_out, per_trip_costs
 from nnx_introspect._xla.native_log import native_stderr_captured
 from nnx_introspect._xla.readings import RematStatement, XlaReadings
@@ -500,7 +504,30 @@ def _costs(compiled: Any, backend: str, text: str | None = None) -> _Costs:
     )
     if text is None:
         return once
-    return _per_trip(once, _loops_of(text))
+    return _with_kernels(_per_trip(once, _loops_of(text)), text, cost)
+
+
+def _with_kernels(costs: "_Costs", text: str, cost: dict[str, Any]) -> "_Costs":
+    """``costs`` with the FLOPs of Pallas kernels XLA:TPU's analysis leaves out.
+
+    XLA:TPU counts a kernel's own cost estimate and nothing of one without
+    (splash attention): those are added by their rule
+    (:func:`~nnx_introspect._xla.hlo.work.ruled_kernel_flops`). Where the
+    analysis gave no FLOPs at all but did run (its bytes are there), its
+    FLOPs were zero. A program without kernels is not read.
+    """
+    if '"tpu_custom_call"' not in text or costs.why is not None:
+        return costs
+    try:
+        added = ruled_kernel_flops(parse_module(text))
+    except HloTextError:
+        return costs
+    flops = costs.flops
+    if flops is None and "bytes accessed" in cost:
+        flops = 0.0
+    if flops is None or not added:
+        return costs
+    return costs._replace(flops=flops + added)
 
 
 def _gpu_costs(compiled: Any) -> _Costs:

@@ -60,7 +60,12 @@ from typing import Final
 
 from nnx_introspect._xla.hlo import Instruction, Module, names_in, parse_module
 from nnx_introspect._xla.hlo.loops import trip_count
-from nnx_introspect._xla.hlo.module import CLOSING, COMPUTATION, called_computations
+from nnx_introspect._xla.hlo.module import (
+    CLOSING,
+    COMPUTATION,
+    called_computations,
+    instruction_text,
+)
 
 __all__ = ["ONCE_PER_LOOP", "PerTrip", "left_out", "per_trip_costs"]
 
@@ -243,8 +248,13 @@ def _computation_texts(text: str) -> tuple[str, dict[str, str]]:
     preamble: list[str] = []
     blocks: dict[str, list[str]] = {}
     current: list[str] | None = None
-    for line in text.splitlines()[1:]:
+    lines = text.splitlines()
+    at = 1
+    while at < len(lines):
+        line, at = lines[at], at + 1
         if current is not None:
+            if not CLOSING.match(line):  # an instruction, perhaps over lines
+                line, at = instruction_text(lines, at - 1)
             current.append(line)
             if CLOSING.match(line):
                 current = None

@@ -5,7 +5,9 @@ instruction (a fusion: its body's): the matrix unit's ``2 x output elements x
 contracted size`` of a dot, a convolution (XLA:TPU writes dots as
 convolutions), a library GEMM call (XLA:GPU's cuBLAS) or a grouped-matmul
 kernel (XLA:TPU's Mosaic ``ragged_dot``), each row of a grouped matmul
-through its one group; and the vector unit's one FLOP per output element of
+through its one group, or a Pallas kernel (its own estimate, else a rule per
+kernel: :mod:`~nnx_introspect._xla.hlo.kernels`; an uncosted one, none);
+and the vector unit's one FLOP per output element of
 each arithmetic or transcendental operation (per input element of a
 reduction). :mod:`~nnx_introspect._xla.hlo.work` reads them into a program's
 work, beside its bytes and XLA:TPU's cycles.
@@ -37,6 +39,7 @@ import re
 from typing import Final
 
 from nnx_introspect._xla.hlo.instructions import Instruction, metadata
+from nnx_introspect._xla.hlo.kernels import kernel_cost
 from nnx_introspect._xla.hlo.module import Module, called_computations
 from nnx_introspect._xla.hlo.shapes import arrays, parse_shape, tuple_elements
 from nnx_introspect._xla.hlo.windows import window_taps
@@ -307,7 +310,11 @@ def instruction_flops(
     if op == "convolution":
         return _convolution_flops(module, inst), 0.0
     if op == "custom-call":
-        return _gemm_call_flops(module, inst) or _ragged_kernel_flops(module, inst), 0.0
+        found = _gemm_call_flops(module, inst) or _ragged_kernel_flops(module, inst)
+        if found:
+            return found, 0.0
+        kernel = kernel_cost(module, inst)
+        return (0.0 if kernel is None else kernel.flops or 0.0), 0.0
     if op in ("fusion", "call") and seen < 16:
         matmul = vector = 0.0
         for inner in body_of(module, inst):

@@ -51,7 +51,7 @@ class Instruction:
     root: bool
 
 
-_DEFINITION: Final = re.compile(r"^\s*(ROOT )?%(\S+) = (.*)$")
+_DEFINITION: Final = re.compile(r"^\s*(ROOT )?%(\S+) = (.*)$", re.DOTALL)
 _NAME: Final = re.compile(r"%([A-Za-z0-9_.\-]+)")
 _OPCODE: Final = re.compile(r" ([a-z][a-z0-9\-_]*)\(")
 _ATTRIBUTE_START: Final = re.compile(r", ([a-z_][a-z0-9_]*)=")

@@ -9,9 +9,9 @@ from typing import Final
 
 from nnx_introspect._xla.hlo.frames import SECTIONS, SourceLocation, stack_frames
 from nnx_introspect._xla.hlo.instructions import Instruction, instruction, names_in
-from nnx_introspect._xla.hlo.text import HloTextError
+from nnx_introspect._xla.hlo.text import HloTextError, unclosed
 
-__all__ = ["Module", "parse_module", "parsed_once"]
+__all__ = ["Module", "instruction_text", "parse_module", "parsed_once"]
 
 
 @dataclass(frozen=True)
@@ -61,6 +61,39 @@ _CALLED: Final = (
     "false_computation",
     "called_computations",
 )
+
+
+_STARTS: Final = re.compile(r"^\s*(?:ROOT )?%\S+ = ")
+
+
+def instruction_text(lines: list[str], at: int) -> tuple[str, int]:
+    r"""The instruction that starts at ``lines[at]``, and the index after it.
+
+    An instruction whose attribute holds a line break (a Pallas kernel's
+    ``kernel_metadata``, JSON printed over lines) goes on while its brackets
+    or quotes stay open (:func:`~nnx_introspect._xla.hlo.text.unclosed`),
+    never over a line that starts another instruction or a computation.
+
+    Example:
+        >>> lines = [
+        ...     "  %k = f32[8]{0} custom-call(%a), frontend_attributes={m={",
+        ...     '"x":"{\\"b\\": 1}"',
+        ...     '}}, custom_call_target="tpu_custom_call"',
+        ...     "  ROOT %r = f32[8]{0} negate(%k)",
+        ... ]
+        >>> text, after = instruction_text(lines, 0)
+        >>> after, text.count("\n")
+        (3, 2)
+    """
+    line, at = lines[at], at + 1
+    while (
+        at < len(lines)
+        and unclosed(line)
+        and not _STARTS.match(lines[at])
+        and not COMPUTATION.match(lines[at])
+    ):
+        line, at = line + "\n" + lines[at], at + 1
+    return line, at
 
 
 _PARSED: contextvars.ContextVar[dict[str, Module] | None] = contextvars.ContextVar(
@@ -141,11 +174,14 @@ def _parse(text: str) -> Module:
     current: str | None = None
     sections: dict[str, list[str]] = {}
     section = ""
-    for line in lines[1:]:
+    at = 1
+    while at < len(lines):
+        line, at = lines[at], at + 1
         if current is not None:
             if CLOSING.match(line):
                 current = None
             else:
+                line, at = instruction_text(lines, at - 1)
                 computations[current].append(instruction(line, current))
         elif line in SECTIONS:
             section = line

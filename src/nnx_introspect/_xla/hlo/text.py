@@ -101,6 +101,39 @@ def structure_chars(text: str, start: int) -> Iterator[tuple[int, str, int]]:
         yield found.start(), char, depth
 
 
+_QUOTED: Final = re.compile(
+    r""""[^"\\]*(?:\\.[^"\\]*)*"|'[^'\\]*(?:\\.[^'\\]*)*'""", re.DOTALL
+)
+"""A whole quoted string (``"`` or ``'``), escapes inside."""
+
+
+def unclosed(line: str) -> bool:
+    r"""Whether ``line`` ends inside a bracket or a quoted string.
+
+    XLA prints an attribute's value as it holds it: a Pallas kernel's
+    ``kernel_metadata`` frontend attribute is JSON with line breaks in it,
+    so one instruction can span lines; a line that leaves a bracket or a
+    quote open goes on on the next. Quoted strings (escapes inside) are cut
+    out, then the brackets left are counted.
+
+    Example:
+        >>> unclosed('%c = f32[] custom-call(), frontend_attributes={kernel_metadata={')
+        True
+        >>> unclosed('%c = f32[] custom-call(), backend_config={"a":"{\\"b\\": 1"}')
+        False
+        >>> unclosed('%c = f32[] custom-call(), backend_config="{(a"')
+        False
+        >>> unclosed('%c = f32[] custom-call(), backend_config="{(a')
+        True
+    """
+    if '"' in line or "'" in line:
+        line = _QUOTED.sub("", line)
+        if '"' in line or "'" in line:
+            return True  # a quote runs past the line's end
+    opens = line.count("(") + line.count("[") + line.count("{")
+    return opens > line.count(")") + line.count("]") + line.count("}")
+
+
 def closing_bracket(text: str, start: int) -> int:
     """The index of the bracket closing the one at ``start``, or -1."""
     for at, char, depth in structure_chars(text, start):

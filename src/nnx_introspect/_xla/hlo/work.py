@@ -74,6 +74,7 @@ from nnx_introspect._xla.hlo.flops import (
     shape_of,
 )
 from nnx_introspect._xla.hlo.instructions import Instruction
+from nnx_introspect._xla.hlo.kernels import OWN_ESTIMATE, KernelCost, kernel_cost
 from nnx_introspect._xla.hlo.module import Module
 from nnx_introspect._xla.hlo.shapes import arrays, touched_tile_bytes
 from nnx_introspect._xla.hlo.traffic import (
@@ -89,6 +90,7 @@ __all__ = [
     "Work",
     "instruction_work",
     "program_work",
+    "ruled_kernel_flops",
     "work_from_json",
 ]
 
@@ -175,11 +177,23 @@ class Work:
         buffers: The arrays the program takes and returns (its entry's
             parameters and its result, tuples flattened): the runtime handles
             each one on every run.
+        kernels: The Pallas kernels it runs whose FLOPs are counted (by
+            their own estimate or a rule:
+            :mod:`~nnx_introspect._xla.hlo.kernels`), timed at the matrix
+            unit's rate, which no kernel calibrated.
+        uncosted_kernels: The Pallas kernels it runs whose FLOPs are not
+            known (no estimate, no rule): their matmul FLOPs are missing.
+        bounded_kernels: Those of ``kernels`` whose FLOPs are an upper
+            bound (a splash mask whose blocks could not be read, counted
+            whole; ragged paged attention over every page).
     """
 
     ops: tuple[OpWork, ...]
     unknown_trips: tuple[str, ...] = ()
     buffers: int = 0
+    kernels: tuple[str, ...] = ()
+    uncosted_kernels: tuple[str, ...] = ()
+    bounded_kernels: tuple[str, ...] = ()
 
     @property
     def matmul_flops(self) -> float:
@@ -209,7 +223,7 @@ class Work:
             >>> work_from_json(work.json_data()) == work
             True
         """
-        return {
+        data: dict[str, Any] = {
             "columns": [
                 "kind",
                 "matmul_flops",
@@ -223,6 +237,14 @@ class Work:
             "unknown_trips": list(self.unknown_trips),
             "buffers": self.buffers,
         }
+        for key, names in (
+            ("kernels", self.kernels),
+            ("uncosted_kernels", self.uncosted_kernels),
+            ("bounded_kernels", self.bounded_kernels),
+        ):
+            if names:  # a program without kernels: its data as before them
+                data[key] = list(names)
+        return data
 
 
 def work_from_json(data: dict[str, Any]) -> Work:
@@ -246,7 +268,14 @@ def work_from_json(data: dict[str, Any]) -> Work:
         )
         for kind, matmul, vector, hbm, cycles, count, *chip in data["ops"]
     )
-    return Work(ops, tuple(data.get("unknown_trips", ())), int(data.get("buffers", 0)))
+    return Work(
+        ops,
+        tuple(data.get("unknown_trips", ())),
+        int(data.get("buffers", 0)),
+        tuple(data.get("kernels", ())),
+        tuple(data.get("uncosted_kernels", ())),
+        tuple(data.get("bounded_kernels", ())),
+    )
 
 
 SCATTER_ROW_BYTES: Final = 512
@@ -336,15 +365,18 @@ def instruction_work(
     unknown: list[str] | None = None,
     *,
     scatter_row_bytes: int = SCATTER_ROW_BYTES,
+    kernels: list[KernelCost] | None = None,
 ) -> Iterator[tuple[Instruction | None, OpWork]]:
     r"""Each instruction ``module`` runs, with its work (``count``: its trips).
 
     ``None`` stands for one loop's trips (kind ``"loop"``); instructions that
     run nothing (views, bookkeeping, custom calls naming bytes that exist) are
     left out. Loops whose trips the program does not state are appended to
-    ``unknown``. A scatter reads and writes at least ``scatter_row_bytes``
-    per index (:data:`SCATTER_ROW_BYTES`, a TPU's row; ``0`` for a program
-    of another backend). :func:`program_work` adds these up.
+    ``unknown``, the Pallas kernels it runs to ``kernels`` (a kernel's bytes
+    are its own estimate's where it has one). A scatter reads and writes at
+    least ``scatter_row_bytes`` per index (:data:`SCATTER_ROW_BYTES`, a
+    TPU's row; ``0`` for a program of another backend). :func:`program_work`
+    adds these up.
 
     Example:
         >>> from nnx_introspect._xla.hlo import parse_module
@@ -367,6 +399,12 @@ def instruction_work(
             continue  # a custom call naming bytes that exist: no work, no run
         matmul, vector = instruction_flops(module, inst)
         hbm = sum(bytes_moved(module, inst, hbm_bytes_of))
+        kernel = kernel_cost(module, inst)
+        if kernel is not None:
+            if kernels is not None:
+                kernels.append(kernel)
+            if kernel.bytes_accessed is not None:
+                hbm = kernel.bytes_accessed
         kind = _kind(inst, matmul, vector)
         cycles = _cycles(inst)
         touched = _touched(module, inst)
@@ -396,15 +434,60 @@ def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) 
     ``scatter_row_bytes`` as in :func:`instruction_work`.
     """
     unknown: list[str] = []
+    kernels: list[KernelCost] = []
     counts: dict[OpWork, int] = {}
-    for _, op in instruction_work(module, unknown, scatter_row_bytes=scatter_row_bytes):
+    found = instruction_work(
+        module, unknown, scatter_row_bytes=scatter_row_bytes, kernels=kernels
+    )
+    for _, op in found:
         key = dataclasses.replace(op, count=0)
         counts[key] = counts.get(key, 0) + op.count
     ops = tuple(dataclasses.replace(op, count=count) for op, count in counts.items())
     ordered = sorted(
         ops, key=lambda op: (-op.matmul_flops * op.count, -op.hbm_bytes * op.count)
     )
-    return Work(tuple(ordered), tuple(unknown), _buffers(module))
+    return Work(
+        tuple(ordered),
+        tuple(unknown),
+        _buffers(module),
+        tuple(dict.fromkeys(k.name for k in kernels if k.flops is not None)),
+        tuple(dict.fromkeys(k.name for k in kernels if k.flops is None)),
+        tuple(
+            dict.fromkeys(
+                k.name for k in kernels if k.flops is not None and not k.exact_blocks
+            )
+        ),
+    )
+
+
+def ruled_kernel_flops(module: Module) -> float:
+    r"""FLOPs of the Pallas kernels costed by a rule, each run counted.
+
+    XLA:TPU's ``cost_analysis()`` counts a kernel's own cost estimate and
+    nothing of a kernel without one (splash attention, the flash attention
+    kernel's backward): these are the FLOPs it leaves out.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import parse_module
+        >>> module = parse_module("\n".join([
+        ...     "HloModule jit_f",
+        ...     "ENTRY %main (q: bf16[1,2,128,64]) -> bf16[1,2,128,64] {",
+        ...     "  %q = bf16[1,2,128,64]{3,2,1,0} parameter(0)",
+        ...     "  ROOT %flash_mha_bwd_dq.1 = bf16[1,2,128,64]{3,2,1,0} custom-call("
+        ...     '%q, %q), custom_call_target="tpu_custom_call",'
+        ...     " frontend_attributes={kernel_metadata={}}",
+        ...     "}",
+        ... ]))
+        >>> ruled_kernel_flops(module) == 6 * 2 * 128 * 128 * 64
+        True
+    """
+    total = 0.0
+    for inst, op in instruction_work(module):
+        found = None if inst is None else kernel_cost(module, inst)
+        # XLA counted a kernel's own estimate: only a rule's FLOPs are added
+        if found is not None and found.flops is not None and found.rule != OWN_ESTIMATE:
+            total += found.flops * op.count
+    return total
 
 
 def _buffers(module: Module) -> int:
