@@ -57,6 +57,7 @@ Example:
 """
 
 import dataclasses
+import json
 import math
 import re
 from typing import Final
@@ -73,10 +74,10 @@ MOSAIC: Final = '"tpu_custom_call"'
 OWN_ESTIMATE: Final = "the kernel's own estimate"
 """:attr:`KernelCost.rule` of a kernel costed by its own ``pl.CostEstimate``."""
 
-_ESTIMATE: Final = re.compile(
-    r'"cost_estimate":\{"flops":"(\d+)","transcendentals":"(\d+)",'
-    r'"bytes_accessed":"(\d+)"'
-)
+_ESTIMATE: Final = re.compile(r'"cost_estimate":(\{[^{}]*\})')
+"""The kernel's own ``pl.CostEstimate`` in its configuration: a flat JSON
+object whose keys libtpu orders as it likes (0.0.52: ``flops`` first; the
+chip's 0.0.42.1: ``bytes_accessed`` first, with ``remote_bytes_transferred``)."""
 _FLOATS: Final = ("bf16", "f16", "f32", "f64", "f8")
 _VIEWS: Final = frozenset({"copy", "copy-done", "bitcast", "reshape"})
 _LITERAL: Final = re.compile(r"constant\((\{.*\})\)")
@@ -112,9 +113,9 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
         return None
     if not _pallas(inst):
         return None  # XLA's own Mosaic kernel (ragged_dot's): flops.py's rule
-    found = _ESTIMATE.search(inst.attributes.get("backend_config", ""))
-    if found is not None:
-        return KernelCost(inst.name, float(found[1]), int(found[3]), OWN_ESTIMATE)
+    own = _own_estimate(inst)
+    if own is not None:
+        return KernelCost(inst.name, own[0], own[1], OWN_ESTIMATE)
     name = kernel_name(inst)
     if name.startswith(("splash_mha_", "splash_mqa_")):
         return _splash(module, inst, name)
@@ -125,6 +126,30 @@ def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
     if name.startswith("paged_attention"):
         return _paged(module, inst)
     return KernelCost(inst.name, None, None, "no cost estimate and no rule")
+
+
+def _own_estimate(inst: Instruction) -> tuple[float, int] | None:
+    """``(flops, bytes accessed)`` of the kernel's own cost estimate, if it has one.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo.instructions import instruction
+        >>> line = (
+        ...     '%k = f32[8]{0} custom-call(), custom_call_target="tpu_custom_call", '
+        ...     'backend_config={"custom_call_config":{"cost_estimate":'
+        ...     '{"bytes_accessed":"64","flops":"128","remote_bytes_transferred":"0",'
+        ...     '"transcendentals":"0"}}}'
+        ... )
+        >>> _own_estimate(instruction(line))
+        (128.0, 64)
+    """
+    found = _ESTIMATE.search(inst.attributes.get("backend_config", ""))
+    if found is None:
+        return None
+    try:
+        estimate = json.loads(found[1])
+        return float(estimate["flops"]), int(estimate["bytes_accessed"])
+    except (ValueError, KeyError, TypeError):
+        return None  # not the estimate's shape: costed as if it had none
 
 
 def kernel_name(inst: Instruction) -> str:
