@@ -17,7 +17,7 @@ from nnx_introspect import (
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._rl import programs as rl_programs
 from nnx_introspect._rl import search as rl_search
-from nnx_introspect._step import inputs as step_inputs
+from nnx_introspect._targets import build_target
 from nnx_introspect.examples import LlamaConfig, llama, llama_critic
 
 CFG = LlamaConfig(vocab=64, d_model=32, n_layers=1, n_heads=2, d_ff=64)
@@ -49,7 +49,11 @@ def small(rngs: Any) -> Any:
             "measure",
             r"^`measure` runs a colocated step",
         ),
-        ({"role_meshes": {"reward": "tp=2"}}, "role_meshes", r"names the role 'reward'"),
+        (
+            {"role_meshes": {"reward": "tp=2"}},
+            "role_meshes",
+            r"names the role 'reward'",
+        ),
         (
             {"batch": 3, "generations": 1},
             "batch",
@@ -130,7 +134,7 @@ def test_measure_rl_of_a_spec_is_the_report_of_the_same_arguments() -> None:
     assert measured.budget.bytes == 64 * 2**20
 
 
-class _Stop(Exception):
+class _StopError(Exception):
     """Raised where the first program would compile."""
 
 
@@ -138,19 +142,18 @@ def test_a_named_actor_is_built_once_for_the_checks_and_the_programs(
     monkeypatch: pytest.MonkeyPatch,
 ) -> None:
     built: list[str] = []
-    real = step_inputs.build_target
 
     def counted(name: str) -> Any:
         built.append(name)
-        return real(name)
+        return build_target(name)
 
     def first_compile(*args: Any, **kwargs: Any) -> Any:
-        raise _Stop
+        raise _StopError
 
-    monkeypatch.setattr(step_inputs, "build_target", counted)
+    monkeypatch.setattr("nnx_introspect._step.inputs.build_target", counted)
     monkeypatch.setattr(rl_programs, "measure_serve", first_compile)
     spec = RLSpec("tests.test_rl_spec:small", "data=2", **SIZES)
-    with pytest.raises(_Stop):  # the rollout's request planned on the same model
+    with pytest.raises(_StopError):  # the rollout's request planned on the same model
         measure_rl(spec)
     assert built == ["tests.test_rl_spec:small"]
 

@@ -215,9 +215,7 @@ def plan_rl(spec: RLSpec) -> RLPlan:
     p, c = spec.prompt, spec.completion
     kv = spec.own_kv_cache if spec.kv_cache is None else spec.kv_cache
     with _renamed(spec.sequences, p + c):
-        options = ServeOptions(
-            spec.rollout_weights, kv, spec.init_cache, spec.decode
-        )
+        options = ServeOptions(spec.rollout_weights, kv, spec.init_cache, spec.decode)
         rollout = ServeSpec(
             spec.actor,
             mesh,
@@ -250,11 +248,11 @@ def _learners(spec: RLSpec) -> tuple[Learner, ...]:
     ppo = spec.critic is not None
     # GRPO: prompt and completion ids, mask, advantages, reference and old
     # log-probabilities; PPO: per-token advantages and the old ones
+    rows = jax.ShapeDtypeStruct((s,), jnp.float32)
     batch = (
         (ids(p), ids(c), floats, floats, floats)
         if ppo
-        else (ids(p), ids(c), floats, jax.ShapeDtypeStruct((s,), jnp.float32))
-        + (floats, floats)
+        else (ids(p), ids(c), floats, rows, floats, floats)
     )
     step = {"optimizer": spec.optimizer, "tokens_per_step": s * (p + c)}
     kind = DONATIONS[spec.donate]
