@@ -131,7 +131,7 @@ def batch_spec(mesh_axes: tuple[tuple[str, int], ...]) -> PartitionSpec:
 
     Example:
         >>> batch_spec((("fsdp", 4), ("tp", 2))), batch_spec((("tp", 8),))
-        (PartitionSpec('fsdp',), PartitionSpec())
+        (P('fsdp',), P())
     """
     dp = tuple(a for a, _ in mesh_axes if a not in TENSOR_PARALLEL_AXES)
     if not dp:
