@@ -161,7 +161,8 @@ def test_bad_sizes_are_refused_before_any_compile(
     def compiled(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a program was compiled for a refused size")
 
-    monkeypatch.setattr(rl_programs, "serve_memory_report", compiled)
+    monkeypatch.setattr(rl_programs, "measure_serve", compiled)
+    monkeypatch.setattr(rl_programs, "measure_step", compiled)
     sizes: dict[str, Any] = {"batch": B, "generations": G, "prompt": P, "completion": C}
     with pytest.raises(ArgumentError) as error:
         rl_memory_report(SMALL, "data=2", **(sizes | {argument: value}))
@@ -175,7 +176,8 @@ def test_a_float_size_is_refused_even_when_whole(
     def compiled(*args: Any, **kwargs: Any) -> Any:
         raise AssertionError("a program was compiled for a refused size")
 
-    monkeypatch.setattr(rl_programs, "serve_memory_report", compiled)
+    monkeypatch.setattr(rl_programs, "measure_serve", compiled)
+    monkeypatch.setattr(rl_programs, "measure_step", compiled)
     sizes: dict[str, Any] = {"batch": B, "generations": G, "prompt": P, "completion": C}
     with pytest.raises(
         ArgumentError,

@@ -293,13 +293,18 @@ def test_the_rl_search_through_its_compile_seam(
 ) -> None:
     calls: list[tuple[int, bool]] = []
 
-    def report(actor: Any, mesh: Any, /, *, batch: int, **options: Any) -> Any:
-        calls.append((batch, bool(options.get("breakdown"))))
-        return _rl_report(batch, **options)
+    def report(spec: Any) -> Any:
+        calls.append((spec.batch, spec.breakdown))
+        return _rl_report(spec.batch, breakdown=spec.breakdown)
 
-    monkeypatch.setattr(rl_search, "rl_memory_report", report)
+    monkeypatch.setattr(rl_search, "measure_rl", report)
     found = rl_search.rl_max_batch(
-        "m", "data=2", generations=2, prompt=8, completion=8, max_device_bytes=125
+        "nnx_introspect.examples:llama_tiny",
+        "data=2",
+        generations=2,
+        prompt=8,
+        completion=8,
+        max_device_bytes=125,
     )
     # 1, 2 fit (100, 110 B); 4 does not (130); 3 fits (120); the probes 5, 6, 7:
     # 6 fits (150 - 25 = 125), 5 and 7 do not (140, 160 - 25 = 135)

@@ -43,6 +43,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._mesh import expert_mesh_axis as expert_mesh_axis
     from nnx_introspect._mesh import mesh_config_report as mesh_config_report
     from nnx_introspect._render.table import Table as Table
+    from nnx_introspect._rl.api import measure_rl as measure_rl
     from nnx_introspect._rl.api import rl_memory_report as rl_memory_report
     from nnx_introspect._rl.layouts import RLLayoutComparison as RLLayoutComparison
     from nnx_introspect._rl.layouts import compare_rl_layouts as compare_rl_layouts
@@ -50,6 +51,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._rl.report import RLPhase as RLPhase
     from nnx_introspect._rl.search import RLBatchSearch as RLBatchSearch
     from nnx_introspect._rl.search import rl_max_batch as rl_max_batch
+    from nnx_introspect._rl.spec import RLSpec as RLSpec
     from nnx_introspect._roofline.estimate import Roofline as Roofline
     from nnx_introspect._search.batch import BatchSearch as BatchSearch
     from nnx_introspect._search.batch import max_batch as max_batch

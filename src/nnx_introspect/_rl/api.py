@@ -1,46 +1,24 @@
-"""The public :func:`rl_memory_report`: one GRPO step's programs, compiled, added up."""
+"""The public :func:`rl_memory_report`: an :class:`RLSpec`, planned, compiled.
 
-import math
-from dataclasses import replace
+:func:`measure_rl` measures a spec (the search calls it with each spec it
+tries), one stage after another, as a training step's and serving's:
+the request checked where it is built (:mod:`~nnx_introspect._rl.spec`), its
+programs planned and compiled or recalled through the step's and serving's
+own pipelines (:mod:`~nnx_introspect._rl.programs`), the report assembled
+from what they read (:mod:`~nnx_introspect._rl.assemble`).
+"""
+
 from typing import Any
 
-import optax
-
-from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._rl.assemble import assemble
-from nnx_introspect._rl.choices import Chosen, unadapted_modules
-from nnx_introspect._rl.layout import Layout, as_layout, data_parallel
-from nnx_introspect._rl.programs import (
-    DONATIONS,
-    critic_reports,
-    reference_report,
-    role_options,
-    rollout_cache_dtype,
-    rollout_report,
-    train_report,
-)
+from nnx_introspect._rl.programs import compile_programs, plan_rl
 from nnx_introspect._rl.report import RLMemoryReport
-from nnx_introspect._step import (
-    as_lora,
-    as_measure,
-    as_model,
-    built_once,
-)
-from nnx_introspect._typing import ArgumentError, as_count, typechecked
+from nnx_introspect._rl.spec import RLSpec
+from nnx_introspect._step import built_once
+from nnx_introspect._typing import typechecked
+from nnx_introspect._xla import start_backends_quietly
 
-__all__ = ["check_split", "rl_memory_report"]
-
-
-def _count(value: Any, name: str) -> int:
-    """A positive count of ``name`` (prompts, tokens): an integer, never a float.
-
-    ``batch=2.0`` is refused (:func:`~nnx_introspect._typing.as_count`); so is
-    a string, both as one line naming the argument (an ``ArgumentError``).
-    """
-    try:
-        return as_count(value, name, minimum=1)
-    except TypeError as error:
-        raise ArgumentError(name, str(error)) from None
+__all__ = ["measure_rl", "rl_memory_report"]
 
 
 @typechecked
@@ -104,92 +82,29 @@ def rl_memory_report(
     notes say each choice, and which are not tunix's.
 
     Args:
-        actor: The policy model: an ``nnx.Module``, a factory or
-            ``"package.module:factory"`` (a named topology compiles in child
-            processes, which need the name).
-        mesh: The mesh every role runs on, but those ``role_meshes`` places:
-            ``"fsdp=4,tp=2"``, a dict.
+        actor: The policy model (every argument is documented on
+            :class:`~nnx_introspect.RLSpec`, the request they make).
+        mesh: The mesh every role runs on, but those ``role_meshes`` places.
         batch: Prompts per step.
         generations: Completions per prompt (GRPO's group size).
         prompt: Tokens of each prompt.
         completion: Tokens of each completion.
-        reference: Compute the reference model's log-probabilities (a KL
-            term): its parameters are then resident throughout, unless
-            ``lora`` makes it share the actor's frozen backbone.
-        lora: Train LoRA adapters instead of every parameter (the step's
-            ``lora``: a rank for adapters on every ``nnx.Linear``, or
-            ``"model"`` for the model's own ``nnx.LoRAParam`` leaves). The
-            backbone is frozen: no gradient, no optimizer state; the reference
-            is that backbone (no second copy: tunix's LoRA reference), and
-            the rollout decodes on it (the adapters' bytes stay resident).
-            A rank adapts ``nnx.Linear`` modules only: the report's notes
-            name the modules holding weights that get none (tunix's
-            ``Einsum`` attention projections), for which ``"model"`` with
-            the model's own adapters is the way.
-        critic: A PPO step's critic instead of GRPO's groups (tunix's
-            ``PPOLearner``): a model with a value head (``[B, T, 1]`` a call,
-            :func:`~nnx_introspect.examples.llama_critic`), as ``actor`` is
-            given. Two more programs: its values of the step's tokens
-            (forward only) and its training step on tunix's PPO value loss
-            (:func:`~nnx_introspect._rl.ppo.value_loss`, with ``optimizer``);
-            the actor trains on tunix's PPO policy loss
-            (:func:`~nnx_introspect._rl.ppo.ppo_loss`, per-token advantages).
-            Its parameters and optimizer state are resident on its devices:
-            the actor's, unless ``role_meshes`` places ``"critic"``. PPO
-            samples one completion a prompt: ``generations`` must be 1.
-            ``lora`` is the actor's alone.
-        optimizer: The actor's optimizer (and the critic's): a name
-            (``"adamw"``) or an optax transformation.
-        rollout_weights: The rollout's weights dtype: ``None`` (the default)
-            serves the actor's own parameters (colocated: no copy, as tunix's
-            rollout is the actor; on devices of its own: the model's dtypes,
-            as tunix's ``RolloutConfig.data_type=None`` loads them);
-            ``"bfloat16"`` or ``"float32"`` a copy cast to that dtype, resident
-            beside the actor's parameters when colocated (not tunix's
-            default, and the report says so).
-        kv_cache: The rollout's KV cache dtype: ``None`` (the default) is the
-            model's own, as tunix's sampler makes it (the model config's
-            ``dtype``, else its first state leaf's); or ``"bfloat16"``,
-            ``"float32"``, ``"float8_e4m3fn"``, ``"int8"``.
-        donate: What each training step donates (its buffers reused for the
-            new state): ``"optimizer"`` (the default) its optimizer's state
-            alone, as tunix's trainer jits it
-            (``nnx.jit(train_step, donate_argnames=("optimizer",))``), the old
-            parameters live beside the new; ``"all"`` the parameters too.
-        role_meshes: Roles on devices of their own (tunix's disaggregated
-            ``role_to_mesh``): ``{"rollout": "tp=4"}`` runs the rollout on a
-            slice of 4 devices and the other roles on ``mesh``'s (roles
-            ``actor``, ``rollout``, ``reference``, and ``critic`` with one).
-            Each mesh named is a slice of its own; together they must fit
-            the topology (or this process's devices); each role's programs
-            compile for its slice
-            (``v5e-4`` of a ``v5e-8``). Each slice's peak is its own phases'
-            and residents'; the actor's weights are sent to the rollout's
-            slice every step (``reshard_bytes``).
-        offload: Hold the models a phase does not run on in host memory
-            meanwhile (tunix's ``offload_to_cpu``, which moves each model's
-            variables): each phase's peak is its program's plus the
-            optimizer states, which stay on the device; the bytes moved to
-            and from the host per step are reported (``offload_bytes``), with
-            their time over the host link where the target's data sheet
-            states it (A100, H100, H200).
-        breakdown: Also classify every buffer live at each phase's peak
-            (:attr:`RLMemoryReport.breakdowns`): by kind (the reference's
-            parameters as ``reference``, a rollout copy of the weights as
-            ``rollout weights``) and by the source line that made it.
+        reference: Compute the reference model's log-probabilities.
+        lora: Train LoRA adapters instead of every parameter.
+        critic: A PPO step's critic instead of GRPO's groups.
+        optimizer: The actor's optimizer (and the critic's).
+        rollout_weights: The rollout's weights dtype (``None``: the actor's).
+        kv_cache: The rollout's KV cache dtype (``None``: the model's).
+        donate: What each training step donates.
+        role_meshes: Roles on devices of their own.
+        offload: Hold the models a phase does not run on in host memory.
+        breakdown: Also classify every buffer live at each phase's peak.
         topology: A target such as ``"v5e-8"`` or ``"h100-8"``.
         max_device_bytes: A budget per device (``"16GiB"`` or bytes).
         init_cache: As for :func:`~nnx_introspect.serve_memory_report`.
         decode: As for :func:`~nnx_introspect.serve_memory_report`.
         cache: Read programs compiled before from the cache of compile results.
-        measure: Run each phase's program on this process's devices, one
-            warm-up and ``measure`` timed runs (``True``: 5), as
-            :func:`~nnx_introspect.step_memory_report`'s ``measure`` does:
-            each phase's ``measured`` beside its estimate, and the step's
-            measured time (:attr:`RLMemoryReport.measured_step_seconds`: the
-            phases run one after another; the decode's runs are one step,
-            times ``completion``). Colocated only (no ``role_meshes``); the
-            devices must be this process's.
+        measure: Run each phase's program on this process's devices.
 
     Returns:
         The :class:`~nnx_introspect._rl.report.RLMemoryReport`.
@@ -216,207 +131,64 @@ def rl_memory_report(
         >>> "rollout weights" in dict(report.roles)  # the rollout is the actor
         False
     """
-    with built_once():  # the actor is built once for every program
-        b, g = _count(batch, "batch"), _count(generations, "generations")
-        p, c = _count(prompt, "prompt"), _count(completion, "completion")
-        flags = {"reference": reference, "cache": cache, "offload": offload}
-        _check_flags(flags | {"breakdown": breakdown})
-        _check_choices(donate, optimizer, topology)
-        runs = as_measure(measure)
-        # the target and the meshes before any model is built
-        layout = _layout(mesh, role_meshes, topology, reference, critic, runs)
-        check_split(layout, b, g)
-        if critic is not None:
-            _check_critic(critic, g)
-        lora, chosen = _lora_choice(actor, lora, Chosen(donate=donate))
-        own = rollout_cache_dtype(actor)
-        kv = own if kv_cache is None else kv_cache
-        sequences = b * g
-        notes: list[str] = []
-        serving = {
-            "max_device_bytes": max_device_bytes,
-            "weights": rollout_weights,
-            "kv_cache": kv,
-            "init_cache": init_cache,
-            "decode": decode,
-            "cache": cache,
-            "breakdown": breakdown,
-            "measure": runs,
-        }
-        rollout = rollout_report(actor, layout, (sequences, p, c), serving, notes)
-        chosen = replace(
-            chosen,
-            rollout_weights=rollout.weights,
-            kv_cache=rollout.kv_cache,
-            own_kv_cache=own,
-        )
-
-        shared = {k: serving[k] for k in ("max_device_bytes", "cache", "breakdown")}
-        shared |= {"measure": runs, "donate": donate}
-        train, ref, valued = _learner_reports(
-            (actor, critic),
-            (layout, rollout, notes),
-            (sequences, p, c),
-            optimizer,
-            shared,
-            lora=lora,
-            reference=reference,
-        )
-        return assemble(
-            (rollout, train, ref),
-            layout,
-            (b, g, p, c),
-            tuple(notes),
-            (lora, offload, chosen),
-            valued,
-        )
-
-
-def _lora_choice(actor: Any, lora: Any, chosen: Chosen) -> tuple[Any, Chosen]:
-    """``lora`` checked on the model before any compile, and the choices it adds.
-
-    A rank adapts ``nnx.Linear`` modules only: the modules holding weights
-    that get none are noted (:func:`~nnx_introspect._rl.choices.unadapted_modules`).
-    """
-    if lora is None:
-        return None, chosen
-    lora = as_lora(lora, as_model(actor))
-    if isinstance(lora, int):
-        chosen = replace(chosen, unadapted=unadapted_modules(as_model(actor)))
-    return lora, chosen
-
-
-def _learner_reports(
-    models: tuple[Any, Any],
-    found: tuple[Layout, Any, list[str]],
-    sizes: tuple[int, int, int],
-    optimizer: Any,
-    shared: dict[str, Any],
-    *,
-    lora: Any,
-    reference: bool,
-) -> tuple[Any, Any, Any]:
-    """The programs that learn from the rollout, after it: train, reference, critic.
-
-    ``models`` are the actor and the critic (or ``None``), ``found`` the
-    layout, the rollout's report and the notes so far, ``sizes`` the
-    sequences, prompt and completion. Each compiles on its role's slice
-    (:func:`~nnx_introspect._rl.programs.role_options`). Returns the actor's
-    training report, the reference's (``None`` without one) and the critic's
-    ``(values, train, critic)`` (``None`` for GRPO).
-    """
-    actor, critic = models
-    sequences, p, c = sizes
-
-    def common(role: str, model: Any = actor) -> tuple[Any, dict[str, Any]]:
-        return role_options(found, role, (actor, model), shared)
-
-    axes, options = common("actor")
-    train = train_report(
+    spec = RLSpec(
         actor,
-        axes,
-        sizes,
-        optimizer,
-        options | {"lora": lora},
-        ppo=critic is not None,
+        mesh,
+        batch=batch,
+        generations=generations,
+        prompt=prompt,
+        completion=completion,
+        reference=reference,
+        lora=lora,
+        critic=critic,
+        optimizer=optimizer,
+        rollout_weights=rollout_weights,
+        kv_cache=kv_cache,
+        donate=donate,
+        role_meshes=role_meshes,
+        offload=offload,
+        breakdown=breakdown,
+        topology=topology,
+        max_device_bytes=max_device_bytes,
+        init_cache=init_cache,
+        decode=decode,
+        cache=cache,
+        measure=measure,
     )
-    ref = None
-    if reference:
-        ref = reference_report(actor, *common("reference"), (sequences, p + c))
-    valued = None
-    if critic is not None:  # on its slice (the actor's, unless placed)
-        axes, options = common("critic", critic)
-        valued = (*critic_reports(critic, axes, sizes, optimizer, options), critic)
-    return train, ref, valued
+    return measure_rl(spec)
 
 
-def _layout(
-    mesh: Any,
-    role_meshes: Any,
-    topology: str | None,
-    reference: bool,
-    critic: Any,
-    runs: int | None,
-) -> Layout:
-    """Each role's slice, checked; ``measure`` only on a colocated step."""
-    layout = as_layout(mesh, role_meshes, topology, reference, critic is not None)
-    if runs is not None and not layout.colocated:
-        raise ArgumentError(
-            "measure",
-            "`measure` runs a colocated step (every role on this process's "
-            f"devices), got role_meshes={role_meshes!r}: measure without "
-            "role_meshes, or each slice's programs on devices of its own.",
-        )
-    return layout
+def measure_rl(spec: RLSpec) -> RLMemoryReport:
+    """Plan, compile and report the RL step ``spec`` describes.
 
+    What :func:`rl_memory_report` does once its arguments are a spec; the
+    search (:func:`~nnx_introspect.rl_max_batch`) calls it with each spec it
+    tries. One stage after another: the plan (the rollout's serving request
+    and the learner programs, :func:`~nnx_introspect._rl.programs.plan_rl`),
+    each program compiled or read from the cache of compile results and read
+    (the rollout through :func:`~nnx_introspect._serve.measure_serve`, the
+    others through :func:`~nnx_introspect._step.measure_step`, in the order a
+    step runs them), then the report assembled
+    (:func:`~nnx_introspect._rl.assemble.assemble`). The models the spec
+    built for its checks are the programs' own (built once).
 
-def _check_critic(critic: Any, generations: int) -> None:
-    """A critic is a model, and PPO's step one completion a prompt."""
-    try:
-        as_model(critic)
-    except (ArgumentError, TypeError) as error:
-        text = str(error).replace("`target`", "`critic`")
-        raise ArgumentError("critic", text) from None
-    if generations != 1:
-        raise ArgumentError(
-            "generations",
-            f"`generations` must be 1 with a `critic`, got {generations}: a PPO "
-            "step samples one completion a prompt (tunix's PPOLearner); its "
-            "advantages come from the critic's values, not a group's rewards. "
-            "Pass generations=1, or no critic for GRPO.",
-        )
-
-
-def _check_flags(flags: dict[str, Any]) -> None:
-    for name, value in flags.items():
-        if not isinstance(value, bool):
-            raise ArgumentError(name, f"`{name}` must be True or False, got {value!r}.")
-
-
-def _check_choices(donate: Any, optimizer: Any, topology: Any) -> None:
-    """``donate``, the optimizer's kind and the topology, before any model."""
-    if donate not in DONATIONS:
-        raise ArgumentError(
-            "donate",
-            f"`donate` must be one of {', '.join(map(repr, DONATIONS))}, got "
-            f"{donate!r}: 'optimizer' donates the optimizer's state alone (tunix's "
-            "trainer), 'all' the parameters too.",
-        )
-    named = isinstance(optimizer, str)
-    if not named and not isinstance(optimizer, optax.GradientTransformation):
-        raise ArgumentError(
-            "optimizer",
-            f"`optimizer` must be a name such as 'adamw' or an optax "
-            f"transformation, got {optimizer!r}.",
-        )
-    if topology is not None:
-        if not isinstance(topology, str):
-            raise ArgumentError(
-                "topology",
-                f"`topology` must be a name such as 'v5e-8' or 'h100-8', or None, "
-                f"got {topology!r}.",
-            )
-        resolve_topology(topology)  # an unknown one is refused here
-
-
-def check_split(layout: Layout, batch: int, generations: int) -> None:
-    """``batch x generations`` sequences split over every slice's data axes.
-
-    Each phase runs on all the step's sequences, split over its slice's
-    data-parallel axes (every axis but ``tp``'s).
-
-    Raises:
-        ArgumentError: Naming ``batch``, with the smallest batch that splits.
+    Example:
+        >>> from nnx_introspect import RLSpec, measure_rl, rl_memory_report
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> small = llama(LlamaConfig(vocab=64, d_model=32, n_layers=2,
+        ...                           n_heads=2, d_ff=64))
+        >>> sizes = dict(batch=2, generations=2, prompt=8, completion=8)
+        >>> spec = RLSpec(small, "data=2", max_device_bytes="64MiB", **sizes)
+        >>> report = measure_rl(spec)
+        >>> [p.name for p in report.phases], report.fits()
+        (['prefill', 'decode', 'reference', 'train'], True)
+        >>> again = rl_memory_report(small, "data=2", max_device_bytes="64MiB",
+        ...                          **sizes)
+        >>> again.peak_bytes == report.peak_bytes
+        True
     """
-    sequences = batch * generations
-    for _, where in layout.slices:
-        data = data_parallel(where.mesh)
-        if sequences % data:
-            unit = data // math.gcd(data, generations)
-            raise ArgumentError(
-                "batch",
-                f"`batch` {batch} x `generations` {generations} = {sequences} "
-                f"sequences do not split over the {data} data-parallel devices "
-                f"of the mesh {where.label} (every axis but tp's splits the "
-                f"sequences). Pass a `batch` that is a multiple of {unit}.",
-            )
+    start_backends_quietly()  # before the programs' devices are counted
+    with built_once(spec.built()):  # the actor is built once for every program
+        plan = plan_rl(spec)
+        programs = compile_programs(spec, plan)
+        return assemble(spec, programs)

@@ -12,7 +12,9 @@ from typing import Any
 from nnx_introspect._accelerators import hardware_for, host_link
 from nnx_introspect._rl.choices import Chosen, choice_notes
 from nnx_introspect._rl.layout import Layout
+from nnx_introspect._rl.programs import RLPrograms
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
+from nnx_introspect._rl.spec import RLSpec
 from nnx_introspect._step import as_model, duration, importable_name
 
 __all__ = ["assemble", "host_time"]
@@ -130,7 +132,33 @@ def _phase_role(phase: str) -> str:
     return _PHASE_ROLE.get(phase, phase)
 
 
-def assemble(
+def assemble(spec: RLSpec, programs: RLPrograms) -> RLMemoryReport:
+    """The report of ``spec``'s step from its programs, compiled and read.
+
+    The request's choices where tunix has its own, completed with what the
+    rollout compiled (its weights' and KV cache's dtypes).
+    """
+    rollout = programs.rollout
+    chosen = dataclasses.replace(
+        spec.chosen,
+        rollout_weights=rollout.weights,
+        kv_cache=rollout.kv_cache,
+        own_kv_cache=spec.own_kv_cache,
+    )
+    valued = None
+    if programs.values is not None:
+        valued = (programs.values, programs.critic_train, spec.critic)
+    return _report(
+        (rollout, programs.train, programs.reference),
+        spec.layout,
+        (spec.batch, spec.generations, spec.prompt, spec.completion),
+        programs.notes,
+        (spec.lora, spec.offload, chosen),
+        valued,
+    )
+
+
+def _report(
     parts: tuple[Any, Any, Any],
     layout: Layout,
     sizes: tuple[int, int, int, int],

@@ -28,12 +28,47 @@ And one thing it does not do for a rank: LoRA adapters here go on
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Literal
 
+import jax
 import jax.numpy as jnp
+import numpy as np
 from flax import nnx
 
-__all__ = ["Chosen", "choice_notes", "unadapted_modules"]
+from nnx_introspect._serve import ServeOptions
+from nnx_introspect._step import (
+    TRAIN,
+    TRAIN_OPTIMIZER_DONATED,
+    ProgramKind,
+    as_model,
+)
+from nnx_introspect._typing import ArgumentError
+
+__all__ = [
+    "DONATIONS",
+    "Chosen",
+    "Donate",
+    "choice_notes",
+    "rollout_cache_dtype",
+    "unadapted_modules",
+]
+
+Donate = Literal["optimizer", "all"]
+"""What a training step donates: the optimizer's state alone, or all its state."""
+
+DONATIONS: dict[str, ProgramKind] = {
+    "optimizer": TRAIN_OPTIMIZER_DONATED,
+    "all": TRAIN,
+}
+"""Each ``donate`` value and the program kind it compiles.
+
+``"optimizer"`` is tunix's trainer (google-tunix 0.1.7, ``sft/peft_trainer.py``,
+``jit_train_and_eval_step``: ``nnx.jit(train_step,
+donate_argnames=("optimizer",))``, the actor's and the critic's alike, as
+``rl/trainer.py``'s ``Trainer`` is a ``PeftTrainer``): the old parameters stay
+live beside the new ones. ``"all"`` donates the parameters too (a loop that
+passes its whole state in and gets it back).
+"""
 
 _DONATION = 'nnx.jit(train_step, donate_argnames=("optimizer",)) in sft/peft_trainer.py'
 
@@ -185,3 +220,40 @@ def _rollout_note(chosen: Chosen, colocated: bool, copy: bool) -> str:
         f"(rollout_weights: tunix's RolloutConfig.data_type, whose default None "
         f"keeps the model's dtypes) and {cache}."
     )
+
+
+def rollout_cache_dtype(actor: Any) -> str:
+    """The KV cache dtype tunix's sampler gives the rollout: the model's own.
+
+    google-tunix 0.1.7's ``generate/sampler.py`` (``Sampler.dtype``, passed to
+    the model's ``init_cache``): the model config's ``dtype`` where the model
+    has a ``config`` with one (``None`` is JAX's default float, float32, as
+    ``jnp.zeros(..., dtype=None)`` makes it), else the dtype of the first
+    leaf of the model's state.
+
+    Raises:
+        ArgumentError: Naming ``kv_cache`` when that dtype is not one a
+            serving report's KV cache takes.
+
+    Example:
+        >>> from nnx_introspect.examples import LlamaConfig, llama
+        >>> rollout_cache_dtype(llama(LlamaConfig(vocab=64, d_model=32,
+        ...                                       n_layers=1, n_heads=2, d_ff=64)))
+        'float32'
+    """
+    model = as_model(actor)
+    config = getattr(model, "config", None)
+    if config is not None and hasattr(config, "dtype"):
+        dtype = np.dtype(config.dtype or jnp.float32)
+    else:
+        leaves = jax.tree.leaves(nnx.state(model))
+        dtype = np.dtype(leaves[0].dtype if leaves else jnp.float32)
+    try:
+        ServeOptions(kv_cache=dtype.name)
+    except ArgumentError as error:
+        raise ArgumentError(
+            "kv_cache",
+            f"`kv_cache` None is the model's own dtype, as tunix's sampler takes "
+            f"it ({dtype.name}), which a KV cache here cannot be: {error}",
+        ) from None
+    return str(dtype.name)

@@ -1,107 +1,138 @@
-"""Each phase's program of an RL step, compiled through the library's pipelines.
+"""Each phase's program of an RL step: planned from the request, then compiled.
 
-The rollout through the serving report, the actor's and the critic's steps
-through the step report, the reference's log-probabilities and the critic's
-values as forward program kinds of the step's pipeline (``LOGPROBS``,
-``VALUES``). :func:`~nnx_introspect.rl_memory_report` adds them up
+The plan (:func:`plan_rl`) is what the request alone decides: the rollout's
+serving request (a :class:`~nnx_introspect._serve.ServeSpec` on the rollout's
+slice, checked) and each learner program's batch, loss and kind. The compile
+(:func:`compile_programs`) runs them in the order a step does: the rollout
+through the serving pipeline (:func:`~nnx_introspect._serve.measure_serve`),
+then the actor's step, the reference's log-probabilities and the critic's
+values and step through the step pipeline
+(:func:`~nnx_introspect._step.measure_step`, program kinds ``LOGPROBS`` and
+``VALUES`` for the forward ones), each on its role's slice: the rollout's mesh
+as compiled where the role shares its devices.
+:func:`~nnx_introspect.measure_rl` adds them up
 (:mod:`~nnx_introspect._rl.assemble`).
 """
 
 import contextlib
+import dataclasses
 from collections.abc import Iterator
-from typing import Any, Literal
+from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
-from flax import nnx
 from jax.sharding import Mesh, PartitionSpec
 
 from nnx_introspect._mesh import as_abstract_mesh
-from nnx_introspect._rl.layout import Layout
+from nnx_introspect._rl.choices import DONATIONS
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._rl.ppo import ppo_loss, value_loss
+from nnx_introspect._rl.spec import RLSpec
 from nnx_introspect._search import named_axes
 from nnx_introspect._serve import (
     TENSOR_PARALLEL_AXES,
+    ServeMemoryReport,
     ServeOptions,
-    serve_memory_report,
+    ServeSpec,
+    measure_serve,
 )
 from nnx_introspect._step import (
     LOGPROBS,
-    TRAIN,
-    TRAIN_OPTIMIZER_DONATED,
     VALUES,
     ProgramKind,
+    StepMemoryReport,
     StepSpec,
-    as_model,
-    as_step_spec,
     devices_measured,
     measure_step,
 )
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [
-    "DONATIONS",
-    "Donate",
+    "Learner",
+    "RLPlan",
+    "RLPrograms",
     "batch_spec",
+    "compile_programs",
     "completed",
-    "critic_reports",
-    "reference_report",
-    "role_options",
-    "rollout_cache_dtype",
-    "rollout_report",
-    "train_report",
+    "plan_rl",
 ]
 
-Donate = Literal["optimizer", "all"]
-"""What a training step donates: the optimizer's state alone, or all its state."""
 
-DONATIONS: dict[str, ProgramKind] = {
-    "optimizer": TRAIN_OPTIMIZER_DONATED,
-    "all": TRAIN,
-}
-"""Each ``donate`` value and the program kind it compiles.
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """One program the step pipeline compiles after the rollout.
 
-``"optimizer"`` is tunix's trainer (google-tunix 0.1.7, ``sft/peft_trainer.py``,
-``jit_train_and_eval_step``: ``nnx.jit(train_step,
-donate_argnames=("optimizer",))``, the actor's and the critic's alike, as
-``rl/trainer.py``'s ``Trainer`` is a ``PeftTrainer``): the old parameters stay
-live beside the new ones. ``"all"`` donates the parameters too (a loop that
-passes its whole state in and gets it back).
-"""
+    Attributes:
+        name: The phase: ``"train"``, ``"reference"``, ``"values"`` or
+            ``"critic train"``.
+        role: The role whose slice it runs on.
+        critic: Whether it is the critic's model (else the actor's).
+        batch: Its batch, as its loss takes it.
+        options: Its :class:`~nnx_introspect.StepSpec` options beside those
+            of its slice (the loss, the optimizer, LoRA, the tokens a step
+            trains on).
+        kind: The program kind compiled
+            (:mod:`~nnx_introspect._step.registry`).
 
-
-def role_options(
-    found: tuple[Layout, Any, list[str]],
-    role: str,
-    models: tuple[Any, Any],
-    shared: dict[str, Any],
-) -> tuple[dict[str, int], dict[str, Any]]:
-    """A role's mesh axes and its programs' options, on its slice.
-
-    ``found`` is the layout, the rollout's report and the notes;
-    ``models`` the actor and the role's model (the critic's, or the actor).
-    The axes are the rollout's where the role shares its devices (as the
-    rollout compiled them), else the slice's mesh completed with the axes the
-    actor's and the model's shardings name.
+    Example:
+        >>> Learner("reference", "reference", False, (), {"loss": None}, LOGPROBS)
+        ... # doctest: +ELLIPSIS
+        Learner(name='reference', role='reference', critic=False, ...)
     """
-    layout, rollout, notes = found
-    actor, model = models
-    if layout.shared(role, "rollout"):
-        axes = dict(rollout.mesh_axes)
-    else:
-        axes = completed(actor, layout.slice(role).mesh, notes)
-    if model is not actor:  # and each axis the critic's sharding names
-        axes = completed(model, axes, notes)
-    return axes, shared | {
-        "topology": layout.slice(role).topology,
-        "batch_spec": batch_spec(tuple(dict(axes).items())),
-    }
+
+    name: str
+    role: str
+    critic: bool
+    batch: tuple[Any, ...]
+    options: dict[str, Any]
+    kind: ProgramKind
+
+
+@dataclasses.dataclass(frozen=True)
+class RLPlan:
+    """What the request decides before any compile.
+
+    Attributes:
+        rollout: The rollout's serving request, on its slice's mesh (completed
+            with the axes the actor's sharding names).
+        learners: The programs compiled after it, in the order they run.
+        notes: The plan's notes so far (an axis the rollout's mesh gained).
+    """
+
+    rollout: ServeSpec
+    learners: tuple[Learner, ...]
+    notes: tuple[str, ...]
+
+
+@dataclasses.dataclass(frozen=True)
+class RLPrograms:
+    """Each program of the step, compiled (or read from the cache) and read.
+
+    Attributes:
+        rollout: The serving report of the rollout's prefill and decode.
+        train: The actor's training step.
+        reference: The reference's log-probabilities (``None``: no reference).
+        values: The critic's values (``None``: GRPO, no critic).
+        critic_train: The critic's training step (``None``: no critic).
+        notes: The notes of the plan, the rollout's and the roles' meshes, in
+            the order the programs were compiled.
+    """
+
+    rollout: ServeMemoryReport
+    train: StepMemoryReport
+    reference: StepMemoryReport | None
+    values: StepMemoryReport | None
+    critic_train: StepMemoryReport | None
+    notes: tuple[str, ...]
 
 
 def batch_spec(mesh_axes: tuple[tuple[str, int], ...]) -> PartitionSpec:
-    """The sequences over the data-parallel axes (every axis but ``tp``'s)."""
+    """The sequences over the data-parallel axes (every axis but ``tp``'s).
+
+    Example:
+        >>> batch_spec((("fsdp", 4), ("tp", 2))), batch_spec((("tp", 8),))
+        (P('fsdp',), P())
+    """
     dp = tuple(a for a, _ in mesh_axes if a not in TENSOR_PARALLEL_AXES)
     if not dp:
         return PartitionSpec()
@@ -113,12 +144,12 @@ _RENAMED = {
     "sequences": "batch",
     "context": "completion",
 }
-"""The rollout's arguments as :func:`rl_memory_report` names them."""
+"""The rollout's arguments as :func:`~nnx_introspect.rl_memory_report` names them."""
 
 
 @contextlib.contextmanager
 def _renamed(sequences: int, length: int) -> Iterator[None]:
-    """The rollout's argument errors re-raised naming this function's argument."""
+    """The rollout's argument errors re-raised naming the RL step's argument."""
     try:
         yield
     except ArgumentError as error:
@@ -134,122 +165,22 @@ def _renamed(sequences: int, length: int) -> Iterator[None]:
         raise ArgumentError(name, text + where) from None
 
 
-def critic_reports(
-    critic: Any,
-    mesh_axes: dict[str, int],
-    sizes: tuple[int, int, int],
-    optimizer: Any,
-    common: dict[str, Any],
-) -> tuple[Any, Any]:
-    """The critic's two programs: its values of the tokens, its training step.
-
-    The values as :data:`~nnx_introspect._step.VALUES` computes them (forward
-    only), the step on tunix's PPO value loss: prompt and completion ids,
-    the completion mask, the returns and the old values; donating what
-    ``common["donate"]`` says (tunix's critic trainer is a ``PeftTrainer``
-    too).
-    """
-    sequences, p, c = sizes
-    values = _forward(critic, mesh_axes, common, (sequences, p + c), VALUES)
-    batch = (
-        jax.ShapeDtypeStruct((sequences, p), jnp.int32),
-        jax.ShapeDtypeStruct((sequences, c), jnp.int32),
-        *(jax.ShapeDtypeStruct((sequences, c), jnp.float32) for _ in range(3)),
-    )
-    options = {k: v for k, v in common.items() if k != "lora"}
-    step = _step(critic, mesh_axes, batch, value_loss, optimizer, sizes, options)
-    return values, step
-
-
-def _step(
-    model: Any,
-    mesh_axes: dict[str, int],
-    batch: tuple[Any, ...],
-    loss: Any,
-    optimizer: Any,
-    sizes: tuple[int, int, int],
-    common: dict[str, Any],
-) -> Any:
-    """A training step on ``loss``, donating what ``common["donate"]`` says."""
-    sequences, p, c = sizes
-    skip = ("cache", "measure", "donate")
-    options = {k: v for k, v in common.items() if k not in skip}
-    options |= {"loss": loss, "optimizer": optimizer}
-    options["tokens_per_step"] = sequences * (p + c)
-    spec = as_step_spec(model, mesh_axes, batch, options)
-    runs = common["measure"]
-    if runs is not None:  # on this process's devices, their target named
-        spec = devices_measured(spec, runs)
-    kind = DONATIONS[common["donate"]]
-    return measure_step(spec, cache=common["cache"], runs=runs, program=kind)
-
-
-def rollout_report(
-    actor: Any,
-    layout: Layout,
-    sizes: tuple[int, int, int],
-    serving: dict[str, Any],
-    notes: list[str],
-) -> Any:
-    """The rollout's prefill and decode on its slice (the serving report)."""
-    sequences, p, c = sizes
-    mesh = completed(actor, layout.slice("rollout").mesh, notes)
-    with _renamed(sequences, p + c):
-        rollout = serve_memory_report(
-            actor,
-            mesh,
-            sequences=sequences,
-            context=p + c,
-            prompt=p,
-            topology=layout.slice("rollout").topology,
-            **serving,
-        )
-    notes += rollout.notes
-    return rollout
-
-
-def rollout_cache_dtype(actor: Any) -> str:
-    """The KV cache dtype tunix's sampler gives the rollout: the model's own.
-
-    google-tunix 0.1.7's ``generate/sampler.py`` (``Sampler.dtype``, passed to
-    the model's ``init_cache``): the model config's ``dtype`` where the model
-    has a ``config`` with one (``None`` is JAX's default float, float32, as
-    ``jnp.zeros(..., dtype=None)`` makes it), else the dtype of the first
-    leaf of the model's state.
-
-    Raises:
-        ArgumentError: Naming ``kv_cache`` when that dtype is not one a
-            serving report's KV cache takes.
-
-    Example:
-        >>> from nnx_introspect.examples import LlamaConfig, llama
-        >>> rollout_cache_dtype(llama(LlamaConfig(vocab=64, d_model=32,
-        ...                                       n_layers=1, n_heads=2, d_ff=64)))
-        'float32'
-    """
-    model = as_model(actor)
-    config = getattr(model, "config", None)
-    if config is not None and hasattr(config, "dtype"):
-        dtype = np.dtype(config.dtype or jnp.float32)
-    else:
-        leaves = jax.tree.leaves(nnx.state(model))
-        dtype = np.dtype(leaves[0].dtype if leaves else jnp.float32)
-    try:
-        ServeOptions(kv_cache=dtype.name)
-    except ArgumentError as error:
-        raise ArgumentError(
-            "kv_cache",
-            f"`kv_cache` None is the model's own dtype, as tunix's sampler takes "
-            f"it ({dtype.name}), which a KV cache here cannot be: {error}",
-        ) from None
-    return str(dtype.name)
-
-
 def completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
     """``mesh`` with each axis the actor's sharding names added at size 1.
 
+    ``actor`` as :func:`~nnx_introspect._search.named_axes` takes it: the
+    spec's abstract model (built once) or the target.
+
     A note says what was added (once); a concrete ``Mesh`` is the user's, as
     it is (its devices cannot grow an axis).
+
+    Example:
+        >>> from nnx_introspect.examples import llama_tiny_sharded
+        >>> notes = []
+        >>> completed(llama_tiny_sharded, "tp=2", notes)
+        {'tp': 2, 'fsdp': 1}
+        >>> notes[0].startswith("The mesh tp=2 leaves out fsdp")
+        True
     """
     if isinstance(mesh, Mesh):
         return mesh
@@ -270,65 +201,128 @@ def completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
     return axes
 
 
-def train_report(
-    actor: Any,
-    mesh_axes: dict[str, int],
-    sizes: tuple[int, int, int],
-    optimizer: Any,
-    common: dict[str, Any],
-    *,
-    ppo: bool = False,
-) -> Any:
-    """The actor's step on the GRPO loss, or with a critic PPO's policy loss.
+def plan_rl(spec: RLSpec) -> RLPlan:
+    """The rollout's serving request and the learner programs, checked.
 
-    Its batch as :func:`grpo_loss` takes it: prompt ids, completion ids, mask,
-    advantages, reference and old log-probabilities; as :func:`ppo_loss` does:
-    prompt ids, completion ids, mask, per-token advantages, old
-    log-probabilities. It donates what ``common["donate"]`` says
-    (:data:`DONATIONS`).
+    The rollout's arguments are checked here as the serving report checks
+    them (its errors name the RL step's arguments: ``rollout_weights``,
+    ``batch``, ``completion``); each learner program's options are checked
+    where it is compiled, after the rollout, as before.
     """
-    sequences, p, c = sizes
+    notes: list[str] = []
+    where = spec.layout.slice("rollout")
+    mesh = completed(spec.model, where.mesh, notes)
+    p, c = spec.prompt, spec.completion
+    kv = spec.own_kv_cache if spec.kv_cache is None else spec.kv_cache
+    with _renamed(spec.sequences, p + c):
+        options = ServeOptions(spec.rollout_weights, kv, spec.init_cache, spec.decode)
+        rollout = ServeSpec(
+            spec.actor,
+            mesh,
+            spec.sequences,
+            p + c,
+            p,
+            None,
+            where.topology,
+            spec.max_device_bytes,
+            options,
+        )
+    return RLPlan(rollout, _learners(spec), tuple(notes))
+
+
+def _learners(spec: RLSpec) -> tuple[Learner, ...]:
+    """The programs after the rollout, in the order they compile.
+
+    The actor's step on the GRPO loss (with a critic, PPO's policy loss), the
+    reference's log-probabilities, the critic's values and its step on
+    tunix's PPO value loss; each step donating what ``donate`` says
+    (:data:`~nnx_introspect._rl.choices.DONATIONS`: tunix's critic trainer
+    is a ``PeftTrainer`` too).
+    """
+    s, p, c = spec.sequences, spec.prompt, spec.completion
 
     def ids(n: int) -> Any:
-        return jax.ShapeDtypeStruct((sequences, n), jnp.int32)
+        return jax.ShapeDtypeStruct((s, n), jnp.int32)
 
-    def floats(*shape: int) -> Any:
-        return jax.ShapeDtypeStruct(shape, jnp.float32)
-
-    tokens = floats(sequences, c)
-    batch: tuple[Any, ...] = (
-        (ids(p), ids(c), tokens, tokens, tokens)
+    floats = jax.ShapeDtypeStruct((s, c), jnp.float32)
+    ppo = spec.critic is not None
+    # GRPO: prompt and completion ids, mask, advantages, reference and old
+    # log-probabilities; PPO: per-token advantages and the old ones
+    rows = jax.ShapeDtypeStruct((s,), jnp.float32)
+    batch = (
+        (ids(p), ids(c), floats, floats, floats)
         if ppo
-        else (ids(p), ids(c), tokens, floats(sequences), tokens, tokens)
+        else (ids(p), ids(c), floats, rows, floats, floats)
     )
-    loss = ppo_loss if ppo else grpo_loss
-    return _step(actor, mesh_axes, batch, loss, optimizer, sizes, common)
+    step = {"optimizer": spec.optimizer, "tokens_per_step": s * (p + c)}
+    kind = DONATIONS[spec.donate]
+    train = {"loss": ppo_loss if ppo else grpo_loss, "lora": spec.lora} | step
+    out = [Learner("train", "actor", False, batch, train, kind)]
+    forward = (ids(p + c),)
+    if spec.reference:
+        out.append(Learner("reference", "reference", False, forward, {}, LOGPROBS))
+    if ppo:  # the critic's: ids, the completion mask, the returns, the old values
+        values = (ids(p), ids(c), floats, floats, floats)
+        out.append(Learner("values", "critic", True, forward, {}, VALUES))
+        critic = {"loss": value_loss} | step
+        out.append(Learner("critic train", "critic", True, values, critic, kind))
+    return tuple(out)
 
 
-def reference_report(
-    actor: Any,
-    mesh_axes: dict[str, int],
-    common: dict[str, Any],
-    sizes: tuple[int, int],
-) -> Any:
-    """The reference's per-token log-probabilities (the step pipeline's LOGPROBS)."""
-    return _forward(actor, mesh_axes, common, sizes, LOGPROBS)
+def compile_programs(spec: RLSpec, plan: RLPlan) -> RLPrograms:
+    """Every program of ``plan`` compiled (or read from the cache), in order.
+
+    The rollout first; each learner then on its role's slice: the rollout's
+    mesh as compiled where the role shares its devices, else the slice's
+    mesh completed with the axes the actor's (and the critic's) sharding
+    names.
+    """
+    notes = list(plan.notes)
+    p, c = spec.prompt, spec.completion
+    with _renamed(spec.sequences, p + c):
+        rollout = measure_serve(
+            plan.rollout, breakdown=spec.breakdown, cache=spec.cache, runs=spec.measure
+        )
+    notes += rollout.notes
+    roles: dict[str, tuple[Any, dict[str, Any]]] = {}
+    found: dict[str, StepMemoryReport] = {}
+    for learner in plan.learners:
+        if learner.role not in roles:
+            roles[learner.role] = _role(spec, learner, rollout, notes)
+        axes, options = roles[learner.role]
+        target = spec.critic if learner.critic else spec.actor
+        built = (target, spec.critic_model if learner.critic else spec.model)
+        given = options | {"loss": None} | learner.options  # forward: no loss
+        step = StepSpec(target, axes, learner.batch, **given, _built=built)
+        if spec.measure is not None:  # on this process's devices, their target named
+            step = devices_measured(step, spec.measure)
+        found[learner.name] = measure_step(
+            step, cache=spec.cache, runs=spec.measure, program=learner.kind
+        )
+    return RLPrograms(
+        rollout,
+        found["train"],
+        found.get("reference"),
+        found.get("values"),
+        found.get("critic train"),
+        tuple(notes),
+    )
 
 
-def _forward(
-    model: Any,
-    mesh_axes: dict[str, int],
-    common: dict[str, Any],
-    sizes: tuple[int, int],
-    program: Any,
-) -> Any:
-    """A forward program of the step pipeline (``LOGPROBS``, ``VALUES``)."""
-    sequences, length = sizes
-    skip = ("cache", "lora", "measure", "donate")
-    options = {k: v for k, v in common.items() if k not in skip}
-    tokens = jax.ShapeDtypeStruct((sequences, length), jnp.int32)
-    spec = StepSpec(model, mesh_axes, tokens, loss=None, **options)
-    runs = common["measure"]
-    if runs is not None:  # on this process's devices, their target named
-        spec = devices_measured(spec, runs)
-    return measure_step(spec, cache=common["cache"], program=program, runs=runs)
+def _role(
+    spec: RLSpec, learner: Learner, rollout: ServeMemoryReport, notes: list[str]
+) -> tuple[Any, dict[str, Any]]:
+    """A role's mesh axes and its programs' options, on its slice."""
+    layout, role = spec.layout, learner.role
+    if layout.shared(role, "rollout"):
+        axes: Any = dict(rollout.mesh_axes)
+    else:
+        axes = completed(spec.model, layout.slice(role).mesh, notes)
+    if learner.critic and spec.critic is not spec.actor:  # and the critic's axes
+        axes = completed(spec.critic_model, axes, notes)
+    return axes, {
+        "max_device_bytes": spec.max_device_bytes,
+        "breakdown": spec.breakdown,
+        "topology": layout.slice(role).topology,
+        "batch_spec": batch_spec(tuple(dict(axes).items())),
+    }

@@ -18,8 +18,9 @@ from typing import Any
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import Report, Table, format_bytes
-from nnx_introspect._rl.api import rl_memory_report
+from nnx_introspect._rl.api import measure_rl
 from nnx_introspect._rl.report import RLMemoryReport
+from nnx_introspect._rl.spec import RLSpec
 from nnx_introspect._search import MAX_COMPILES, bisect_sizes
 from nnx_introspect._serve import TENSOR_PARALLEL_AXES
 from nnx_introspect._size_search import (
@@ -303,8 +304,9 @@ def rl_max_batch(
         True
     """
     g, count = _checked(generations, probes, options)
-    trials = _Trials(actor, mesh, g, prompt, completion, options)
     unit = _unit(mesh, g)
+    spec = _spec(actor, mesh, unit, (g, prompt, completion), options)
+    trials = _Trials(spec)
     highest = _LARGEST // unit * unit
     good, bad = bisect_sizes(trials.fits, unit, unit, highest, unit)
     if good is not None and good + unit == bad:  # the edge found
@@ -312,6 +314,35 @@ def rl_max_batch(
             if size not in trials.points:
                 trials.fits(size, probe=True)
     return _result(trials, unit)
+
+
+def _spec(
+    actor: Any,
+    mesh: Any,
+    batch: int,
+    sizes: tuple[int, Any, Any],
+    options: dict[str, Any],
+) -> RLSpec:
+    """The request at the search's first batch: the one it varies.
+
+    Its checks are the first batch's report's, with its messages; an option
+    that is not :func:`~nnx_introspect.rl_memory_report`'s is refused as
+    that function refuses it.
+    """
+    fields = {f.name for f in dataclasses.fields(RLSpec) if f.init}
+    unknown = sorted(set(options) - (fields - {"actor", "mesh", "_built"}))
+    if unknown:
+        raise TypeError(f"got an unexpected keyword argument {unknown[0]!r}")
+    g, prompt, completion = sizes
+    return RLSpec(
+        actor,
+        mesh,
+        batch=batch,
+        generations=g,
+        prompt=prompt,
+        completion=completion,
+        **options,
+    )
 
 
 def _checked(generations: Any, probes: Any, options: dict[str, Any]) -> tuple[int, int]:
@@ -337,27 +368,18 @@ def _checked(generations: Any, probes: Any, options: dict[str, Any]) -> tuple[in
 class _Trials:
     """The batches of one search compiled so far, each the report's whole step."""
 
-    actor: Any
-    mesh: Any
-    generations: int
-    prompt: Any
-    completion: Any
-    options: dict[str, Any]
+    spec: RLSpec
     reports: dict[int, RLMemoryReport] = dataclasses.field(default_factory=dict)
     points: dict[int, SearchPoint] = dataclasses.field(default_factory=dict)
 
+    @property
+    def generations(self) -> int:
+        """Completions per prompt, as the search was given them."""
+        return int(self.spec.generations)
+
     def report_at(self, batch: int, **more: Any) -> RLMemoryReport:
-        """:func:`~nnx_introspect.rl_memory_report` at ``batch``."""
-        return rl_memory_report(
-            self.actor,
-            self.mesh,
-            batch=batch,
-            generations=self.generations,
-            prompt=self.prompt,
-            completion=self.completion,
-            **self.options,
-            **more,
-        )
+        """The whole step at ``batch`` (:func:`~nnx_introspect.measure_rl`)."""
+        return measure_rl(dataclasses.replace(self.spec, batch=batch, **more))
 
     def fits(self, batch: int, probe: bool = False) -> bool:
         """Whether every phase fits at ``batch``, its report and point kept."""
@@ -376,7 +398,7 @@ class _Trials:
 
     def explain(self, batch: int) -> PeakAt | None:
         """Where the phase that sets ``batch``'s peak peaks."""
-        if self.options.get("breakdown"):
+        if self.spec.breakdown:
             found = self.reports[batch].breakdowns
         else:  # compiled again, each phase's peak broken down
             found = self.report_at(batch, breakdown=True).breakdowns
@@ -388,7 +410,7 @@ def _result(trials: _Trials, unit: int) -> RLBatchSearch:
     points, reports = trials.points, trials.reports
     most, edge = edge_of(points.values())
     first = next(iter(reports.values()))
-    every = bool(trials.options.get("breakdown"))
+    every = bool(trials.spec.breakdown)
     return RLBatchSearch(
         target=first.target,
         mesh_axes=first.mesh_axes,

@@ -128,15 +128,19 @@ _BUILT: contextvars.ContextVar[dict[str, Any] | None] = contextvars.ContextVar(
 
 
 @contextlib.contextmanager
-def built_once() -> Iterator[None]:
+def built_once(known: Mapping[str, Any] | None = None) -> Iterator[None]:
     """Within the block, each ``"package.module:factory"`` is built once.
 
     For a report made of several programs of one target (an RL step's four):
     every spec of the block shares the one abstract model (specs never change
-    it: options that do, such as LoRA, change a copy). Nothing outlives the
-    block.
+    it: options that do, such as LoRA, change a copy). ``known``: models
+    already built, by name (a request's, built for its checks). Nothing
+    outlives the block.
     """
-    token = _BUILT.set({} if _BUILT.get() is None else _BUILT.get())
+    built = _BUILT.get()
+    built = {} if built is None else built
+    built.update(known or {})
+    token = _BUILT.set(built)
     try:
         yield
     finally:
