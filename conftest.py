@@ -71,7 +71,7 @@ def _a_modules_doctests_share_its_compiles(
 
     The examples show the API, not the compile (the cache's own tests turn it
     on in their own directories): the same request asked twice in one module
-    (``_serve/meshes.py`` compares ``tp=4`` twice) compiles once. One cache
+    (``_serve/mesh_comparison.py`` compares ``tp=4`` twice) compiles once. One cache
     directory per module, so a module's examples, run in order in one worker,
     hit the same entries on every run.
     """

@@ -18,9 +18,9 @@ from flax import nnx
 
 SLOW_DOCTESTS = frozenset(
     {
-        "nnx_introspect._serve.search.max_context",
-        "nnx_introspect._serve.search.max_sequences",
-        "nnx_introspect._rl.search.rl_max_batch",
+        "nnx_introspect._serve.size_search.max_context",
+        "nnx_introspect._serve.size_search.max_sequences",
+        "nnx_introspect._rl.size_search.rl_max_batch",
         "nnx_introspect._rl.layouts.compare_rl_layouts",
     }
 )
@@ -28,7 +28,7 @@ SLOW_DOCTESTS = frozenset(
 (a tenth of the test run's compile time between them), and each function is
 held by tests of its own in every run: ``tests/test_serve_search.py``,
 ``test_serve_frontier.py``, ``test_rl_search.py``, ``test_rl_layouts.py``.
-(``_serve/meshes.py``'s examples compare a one-layer Llama's meshes: about ten
+(``_serve/mesh_comparison.py``'s examples compare a one-layer Llama's meshes: about ten
 seconds between them, so they run every time.)"""
 
 

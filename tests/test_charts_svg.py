@@ -9,7 +9,7 @@ import pytest
 from nnx_introspect._breakdown.chart import curve_svg, kinds_bar_svg
 from nnx_introspect._render import svg
 from nnx_introspect._render.mesh_charts import bar_chart_html
-from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
+from nnx_introspect._sweep.mesh_comparison.chart import peaks_svg, time_peak_svg
 
 NS = "{http://www.w3.org/2000/svg}"
 MiB = 2**20

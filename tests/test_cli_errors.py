@@ -11,8 +11,8 @@ import argparse
 
 import pytest
 
-import nnx_introspect._search as search_module  # the face the command line calls
 import nnx_introspect._step as step_module
+import nnx_introspect._sweep as search_module  # the face the command line calls
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli.errors import COMMAND_FLAGS, FLAGS, describe, usage_error
 from tests.cli_helpers import run, usage

@@ -16,10 +16,10 @@ from typing import Any
 
 import pytest
 
-import nnx_introspect._search as meshes_module  # the face the command line calls
-from nnx_introspect._search.meshes import compare_meshes
-from nnx_introspect._search.meshes.candidates import named_axes
+import nnx_introspect._sweep as meshes_module  # the face the command line calls
 from nnx_introspect._step.inputs import as_network
+from nnx_introspect._sweep.mesh_comparison import compare_meshes
+from nnx_introspect._sweep.mesh_comparison.candidates import named_axes
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect.cli import main
 from nnx_introspect.cli.checks import _cpu_devices

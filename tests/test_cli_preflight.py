@@ -243,7 +243,7 @@ def test_fit_searches_the_completed_mesh_after_both_notes(
 ) -> None:
     import types
 
-    import nnx_introspect._search as fit_module  # the face the command line calls
+    import nnx_introspect._sweep as fit_module  # the face the command line calls
 
     seen: dict[str, object] = {}
 

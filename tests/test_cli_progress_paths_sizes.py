@@ -14,8 +14,8 @@ from rich.console import Console
 
 from nnx_introspect import mesh_config_report
 from nnx_introspect._mesh import parse_bytes
-from nnx_introspect._search.batch import max_batch
 from nnx_introspect._step import step_memory_report
+from nnx_introspect._sweep.batch.search import max_batch
 from nnx_introspect.cli import main
 from nnx_introspect.cli.progress import SearchLine, _duration, live_status
 from tests.cli_helpers import run, usage

@@ -11,8 +11,8 @@ import re
 
 import nnx_introspect as ni
 from nnx_introspect._render import svg
-from nnx_introspect._search.fit.report import FitStatus
-from nnx_introspect._search.meshes.chart import time_peak_svg
+from nnx_introspect._sweep.fit.report import FitStatus
+from nnx_introspect._sweep.mesh_comparison.chart import time_peak_svg
 
 GIB = 2**30
 BUDGET = int(59.33 * GIB)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 import nnx_introspect as ni
-from nnx_introspect._search.fit.crash import crash_cause, unguarded_main
+from nnx_introspect._sweep.fit.crash import crash_cause, unguarded_main
 
 DYING = textwrap.dedent(
     """

@@ -11,8 +11,8 @@ import jax.numpy as jnp
 import pytest
 
 import nnx_introspect as ni
-from nnx_introspect._search.fit import ladders
-from nnx_introspect._search.fit.ladders import (
+from nnx_introspect._sweep.fit import ladders
+from nnx_introspect._sweep.fit.ladders import (
     Config,
     MicrobatchLadder,
     RematCandidate,

@@ -10,7 +10,7 @@ import json
 
 import nnx_introspect as ni
 from nnx_introspect._ranking import tie_error, tied
-from nnx_introspect._search.fit.report import (
+from nnx_introspect._sweep.fit.report import (
     FitStatus,
     same_speed,
     speed_key,

@@ -18,8 +18,8 @@ from nnx_introspect._breakdown.chart import curve_svg, kinds_bar_svg
 from nnx_introspect._render import PhaseBar, phase_chart_svg, svg
 from nnx_introspect._render.batch_chart import chart_svg
 from nnx_introspect._render.mesh_charts import bar_chart_html
-from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
 from nnx_introspect._step.page import peak_bar_svg, peak_parts
+from nnx_introspect._sweep.mesh_comparison.chart import peaks_svg, time_peak_svg
 
 MiB, GiB = 2**20, 2**30
 BUDGET = int(59.33 * GiB)  # the budget

@@ -15,8 +15,8 @@ import pytest
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect._search.batch import MAX_COMPILES, BatchSearch, max_batch
 from nnx_introspect._step import step_memory_report
+from nnx_introspect._sweep.batch.search import MAX_COMPILES, BatchSearch, max_batch
 
 # programs asked for again (a report of a search's answer, a command line's
 # of an API call's): the module's cache compiles each once

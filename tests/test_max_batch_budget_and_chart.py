@@ -15,8 +15,8 @@ from jax.sharding import PartitionSpec as P
 from nnx_introspect._render.batch_chart import _batch_ticks, chart_svg
 from nnx_introspect._render.svg import byte_ticks, nice_step
 from nnx_introspect._render.table import format_bytes
-from nnx_introspect._search import batch as search_module
-from nnx_introspect._search.batch import max_batch
+from nnx_introspect._sweep.batch import search as search_module
+from nnx_introspect._sweep.batch.search import max_batch
 from nnx_introspect._xla.toolchain import cuda_plugin_version
 
 X = jax.ShapeDtypeStruct((8, 16), jnp.float32)

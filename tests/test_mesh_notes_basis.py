@@ -14,7 +14,7 @@ from nnx_introspect._accelerators.hardware import hardware_for
 from nnx_introspect._render.table import Table
 from nnx_introspect._roofline.estimate import Roofline, roofline
 from nnx_introspect._roofline.timing import CONSTANTS, program_time
-from nnx_introspect._search.meshes import MeshCandidate, MeshComparison
+from nnx_introspect._sweep.mesh_comparison import MeshCandidate, MeshComparison
 from nnx_introspect._xla import OpWork, Work
 
 GIB = 2**30

@@ -18,8 +18,12 @@ import jax.numpy as jnp
 from jax.sharding import PartitionSpec as P
 
 from nnx_introspect._render.table import Table
-from nnx_introspect._search.meshes import MeshCandidate, MeshComparison, compare_meshes
-from nnx_introspect._search.meshes.rows import sort_key
+from nnx_introspect._sweep.mesh_comparison import (
+    MeshCandidate,
+    MeshComparison,
+    compare_meshes,
+)
+from nnx_introspect._sweep.mesh_comparison.rows import sort_key
 
 GIB = 2**30
 BUDGET = 60 * GIB

@@ -22,7 +22,7 @@ from nnx_introspect._render.table import Table, to_rich
 from nnx_introspect._render.widths import cell_parts
 from nnx_introspect._roofline.estimate import Roofline, roofline
 from nnx_introspect._roofline.timing import program_time
-from nnx_introspect._search.meshes import MeshCandidate, MeshComparison
+from nnx_introspect._sweep.mesh_comparison import MeshCandidate, MeshComparison
 from nnx_introspect._xla import OpWork, Work
 
 GIB = 2**30

@@ -34,14 +34,14 @@ from nnx_introspect import (
     mesh_config_report,
     step_memory_report,
 )
-from nnx_introspect._search.meshes.candidates import (
+from nnx_introspect._step.compile import devices_seen_as
+from nnx_introspect._step.step_estimate import active_params, step_roofline
+from nnx_introspect._step.step_records import StepMemory, StepProgram
+from nnx_introspect._sweep.mesh_comparison.candidates import (
     auto_meshes,
     pick_auto_axes,
     plan_check,
 )
-from nnx_introspect._step.compile import devices_seen_as
-from nnx_introspect._step.step_estimate import active_params, step_roofline
-from nnx_introspect._step.step_records import StepMemory, StepProgram
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla.collectives import Collectives
 from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version

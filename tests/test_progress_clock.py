@@ -5,7 +5,7 @@ import io
 import pytest
 from rich.console import Console
 
-from nnx_introspect._search.fit import FitRow
+from nnx_introspect._sweep.fit import FitRow
 from nnx_introspect.cli.progress import ClockLine, live_status
 
 

@@ -13,9 +13,9 @@ from typing import Any
 
 import pytest
 
-from nnx_introspect._search.meshes import MeshAxes, MeshCandidate
-from nnx_introspect._search.meshes import run as run_module
-from nnx_introspect._search.meshes.run import Run
+from nnx_introspect._sweep.mesh_comparison import MeshAxes, MeshCandidate
+from nnx_introspect._sweep.mesh_comparison import run as run_module
+from nnx_introspect._sweep.mesh_comparison.run import Run
 from nnx_introspect.cli.progress import CompareLine, _left
 
 

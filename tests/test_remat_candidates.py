@@ -19,7 +19,7 @@ import nnx_introspect._step.train as _train
 from nnx_introspect import abstract_model, examples, step_memory_report
 from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._breakdown.rows import row_from_json, row_json
-from nnx_introspect._search.fit.layers import (
+from nnx_introspect._sweep.fit.layers import (
     KEPT,
     RematCandidate,
     layer_to_remat,

@@ -15,7 +15,7 @@ import pytest
 
 from nnx_introspect import abstract_model, step_memory_report
 from nnx_introspect._breakdown.report import Breakdown
-from nnx_introspect._search.fit.layers import KEPT, remat_candidates
+from nnx_introspect._sweep.fit.layers import KEPT, remat_candidates
 
 pytest.importorskip("tunix")
 

@@ -30,9 +30,7 @@ from nnx_introspect._breakdown.report import Breakdown, BreakdownRow
 from nnx_introspect._render.table import Report, verdict_html
 from nnx_introspect._rl.layouts import RLLayoutComparison
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
-from nnx_introspect._rl.search import RLBatchSearch
-from nnx_introspect._search.batch import max_batch
-from nnx_introspect._search.meshes import compare_meshes
+from nnx_introspect._rl.size_search import RLBatchSearch
 from nnx_introspect._serve import (
     ServeMemoryReport,
     ServeMeshComparison,
@@ -40,6 +38,8 @@ from nnx_introspect._serve import (
     serve_memory_report,
 )
 from nnx_introspect._step import step_memory_report
+from nnx_introspect._sweep.batch.search import max_batch
+from nnx_introspect._sweep.mesh_comparison import compare_meshes
 from nnx_introspect.examples import LlamaConfig, llama
 
 X = jax.ShapeDtypeStruct((8, 4), jnp.float32)

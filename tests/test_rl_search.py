@@ -6,7 +6,7 @@ from typing import Any
 import pytest
 
 from nnx_introspect import ArgumentError, RLBatchSearch, rl_max_batch, rl_memory_report
-from nnx_introspect._rl.search import _unit
+from nnx_introspect._rl.size_search import _unit
 from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
 

@@ -32,7 +32,6 @@ from hypothesis import strategies as st
 from nnx_introspect import max_batch, max_sequences, serve_memory_report
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._rl import search as rl_search
-from nnx_introspect._search.sizes import MAX_COMPILES, bisect_sizes
 from nnx_introspect._serve import search as serve_search
 from nnx_introspect._size_search import (
     PeakAt,
@@ -42,6 +41,7 @@ from nnx_introspect._size_search import (
     probe_sizes,
 )
 from nnx_introspect._step import step_memory_report
+from nnx_introspect._sweep.batch.sizes import MAX_COMPILES, bisect_sizes
 from nnx_introspect.examples import LlamaConfig, llama
 
 MiB, GiB = 2**20, 2**30

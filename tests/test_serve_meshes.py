@@ -15,7 +15,7 @@ from nnx_introspect import (
 from nnx_introspect._accelerators.hardware import hardware_for
 from nnx_introspect._roofline.estimate import roofline
 from nnx_introspect._roofline.timing import DATA_SHEET, ProgramTime
-from nnx_introspect._serve.meshes import _order, _ties
+from nnx_introspect._serve.mesh_comparison import _order, _ties
 from nnx_introspect._serve.timing import ServeTime
 from nnx_introspect.cli import main
 from nnx_introspect.examples import LlamaConfig, llama

@@ -9,9 +9,9 @@ import json
 
 import pytest
 
-import nnx_introspect._serve.meshes as serve_meshes_module
+import nnx_introspect._serve.mesh_comparison as serve_meshes_module
 from nnx_introspect import ArgumentError, ServeMeshComparison, compare_serving_meshes
-from nnx_introspect._serve.meshes import serving_meshes
+from nnx_introspect._serve.mesh_comparison import serving_meshes
 from nnx_introspect.cli import main
 from nnx_introspect.examples import LlamaConfig, llama
 

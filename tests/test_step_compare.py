@@ -24,15 +24,15 @@ from distributed import Client, LocalCluster
 from flax import nnx
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect._search.meshes import (
+from nnx_introspect._step import step_memory_report
+from nnx_introspect._sweep.mesh_comparison import (
     MAX_AUTO_MESHES,
     MeshCandidate,
     MeshComparison,
     compare_meshes,
 )
-from nnx_introspect._step import step_memory_report
 from nnx_introspect.cli.errors import UsageError
-from nnx_introspect.cli.meshes import CompareLine, jobs_arg, run_compare
+from nnx_introspect.cli.mesh_comparison import CompareLine, jobs_arg, run_compare
 from nnx_introspect.cli.parser import build_parser
 
 # up: (256, 2048) over (fsdp, tp); down: (2048, 256) over (tp, fsdp); no biases.
@@ -96,7 +96,7 @@ def test_fitting_meshes_come_first_lowest_peak_first(pooled: MeshComparison) -> 
 def test_rows_sort_by_estimated_seconds_when_they_have_one(
     pooled: MeshComparison,
 ) -> None:
-    from nnx_introspect._search.meshes import sort_key
+    from nnx_introspect._sweep.mesh_comparison import sort_key
 
     rows = list(pooled.candidates)
     timed = [

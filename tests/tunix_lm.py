@@ -3,7 +3,7 @@
 Only for tests and benchmarks that ``pytest.importorskip("tunix")`` first:
 tunix (``google-tunix``) is no dependency of the library. Its layers' ``__call__``
 are wrapped in ``jax.named_scope`` and ``DecoderLayer.__call__`` delegates to
-``DecoderLayer.block``: what :func:`~nnx_introspect._search.fit.layers.
+``DecoderLayer.block``: what :func:`~nnx_introspect._sweep.fit.layers.
 remat_candidates` must see through.
 """
 

@@ -20,7 +20,7 @@ import tempfile
 from pathlib import Path
 
 import nnx_introspect as ni
-from nnx_introspect._search.fit.report import FitStatus
+from nnx_introspect._sweep.fit.report import FitStatus
 
 GIB = 2**30
 MESH = (("fsdp", 4), ("tp", 2))

@@ -49,18 +49,10 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._rl.layouts import compare_rl_layouts as compare_rl_layouts
     from nnx_introspect._rl.report import RLMemoryReport as RLMemoryReport
     from nnx_introspect._rl.report import RLPhase as RLPhase
-    from nnx_introspect._rl.search import RLBatchSearch as RLBatchSearch
-    from nnx_introspect._rl.search import rl_max_batch as rl_max_batch
+    from nnx_introspect._rl.size_search import RLBatchSearch as RLBatchSearch
+    from nnx_introspect._rl.size_search import rl_max_batch as rl_max_batch
     from nnx_introspect._rl.spec import RLSpec as RLSpec
     from nnx_introspect._roofline.estimate import Roofline as Roofline
-    from nnx_introspect._search.batch import BatchSearch as BatchSearch
-    from nnx_introspect._search.batch import max_batch as max_batch
-    from nnx_introspect._search.fit import FitRow as FitRow
-    from nnx_introspect._search.fit import FitSearch as FitSearch
-    from nnx_introspect._search.fit import fit_step as fit_step
-    from nnx_introspect._search.meshes import MeshCandidate as MeshCandidate
-    from nnx_introspect._search.meshes import MeshComparison as MeshComparison
-    from nnx_introspect._search.meshes import compare_meshes as compare_meshes
     from nnx_introspect._serve import ServeMemoryReport as ServeMemoryReport
     from nnx_introspect._serve import ServeMeshComparison as ServeMeshComparison
     from nnx_introspect._serve import ServeProgram as ServeProgram
@@ -85,6 +77,14 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._summary import ModelSummary as ModelSummary
     from nnx_introspect._summary import SummaryRow as SummaryRow
     from nnx_introspect._summary import summarize as summarize
+    from nnx_introspect._sweep.batch.search import BatchSearch as BatchSearch
+    from nnx_introspect._sweep.batch.search import max_batch as max_batch
+    from nnx_introspect._sweep.fit import FitRow as FitRow
+    from nnx_introspect._sweep.fit import FitSearch as FitSearch
+    from nnx_introspect._sweep.fit import fit_step as fit_step
+    from nnx_introspect._sweep.mesh_comparison import MeshCandidate as MeshCandidate
+    from nnx_introspect._sweep.mesh_comparison import MeshComparison as MeshComparison
+    from nnx_introspect._sweep.mesh_comparison import compare_meshes as compare_meshes
     from nnx_introspect._typing import ArgumentError as ArgumentError
 
 __version__ = "0.1.0"

@@ -28,7 +28,6 @@ from nnx_introspect._rl.choices import DONATIONS
 from nnx_introspect._rl.loss import grpo_loss
 from nnx_introspect._rl.ppo import ppo_loss, value_loss
 from nnx_introspect._rl.spec import RLSpec
-from nnx_introspect._search import named_axes
 from nnx_introspect._serve import (
     TENSOR_PARALLEL_AXES,
     ServeMemoryReport,
@@ -45,6 +44,7 @@ from nnx_introspect._step import (
     devices_measured,
     measure_step,
 )
+from nnx_introspect._sweep import named_axes
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [
@@ -168,7 +168,7 @@ def _renamed(sequences: int, length: int) -> Iterator[None]:
 def completed(actor: Any, mesh: Any, notes: list[str]) -> Any:
     """``mesh`` with each axis the actor's sharding names added at size 1.
 
-    ``actor`` as :func:`~nnx_introspect._search.named_axes` takes it: the
+    ``actor`` as :func:`~nnx_introspect._sweep.named_axes` takes it: the
     spec's abstract model (built once) or the target.
 
     A note says what was added (once); a concrete ``Mesh`` is the user's, as

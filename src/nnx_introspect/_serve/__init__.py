@@ -10,16 +10,18 @@ a search draws), ``timing`` (:class:`ServeTime`, the time estimate),
 
 from nnx_introspect._serve.api import measure_serve as measure_serve
 from nnx_introspect._serve.api import serve_memory_report as serve_memory_report
-from nnx_introspect._serve.meshes import ServeMeshComparison as ServeMeshComparison
-from nnx_introspect._serve.meshes import (
+from nnx_introspect._serve.mesh_comparison import (
+    ServeMeshComparison as ServeMeshComparison,
+)
+from nnx_introspect._serve.mesh_comparison import (
     compare_serving_meshes as compare_serving_meshes,
 )
-from nnx_introspect._serve.meshes import fan_out as fan_out
+from nnx_introspect._serve.mesh_comparison import fan_out as fan_out
 from nnx_introspect._serve.report import ServeMemoryReport as ServeMemoryReport
 from nnx_introspect._serve.report import ServeProgram as ServeProgram
-from nnx_introspect._serve.search import ServeSearch as ServeSearch
-from nnx_introspect._serve.search import max_context as max_context
-from nnx_introspect._serve.search import max_sequences as max_sequences
+from nnx_introspect._serve.size_search import ServeSearch as ServeSearch
+from nnx_introspect._serve.size_search import max_context as max_context
+from nnx_introspect._serve.size_search import max_sequences as max_sequences
 from nnx_introspect._serve.spec import TENSOR_PARALLEL_AXES as TENSOR_PARALLEL_AXES
 from nnx_introspect._serve.spec import ServeOptions as ServeOptions
 from nnx_introspect._serve.spec import ServeSpec as ServeSpec

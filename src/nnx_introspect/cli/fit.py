@@ -57,7 +57,7 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
     A failed search (its worker processes died, or every compile raised) is
     not a memory verdict: its cause is the verdict, and the exit code is 3.
     """
-    from nnx_introspect._search import fit_step
+    from nnx_introspect._sweep import fit_step
 
     check_fit_flags(args)
     batch, loss = step_inputs(args)

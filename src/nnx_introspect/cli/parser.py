@@ -12,7 +12,7 @@ from nnx_introspect import __version__
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.checkpoint import add_checkpoint_parser
 from nnx_introspect.cli.diff import add_diff_parser
-from nnx_introspect.cli.mesh import add_mesh_parser
+from nnx_introspect.cli.mesh_plan import add_mesh_parser
 from nnx_introspect.cli.rl import add_rl_parser
 from nnx_introspect.cli.serve import add_serve_parser
 from nnx_introspect.cli.step import add_step_parser

@@ -89,7 +89,7 @@ def complete_meshes(
     """
     if list(meshes) == ["auto"]:
         return list(meshes)
-    from nnx_introspect._search import named_axes
+    from nnx_introspect._sweep import named_axes
 
     try:
         named = named_axes(args.target, rules=rules, logical_rules=logical)

@@ -22,7 +22,7 @@ from contextlib import contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from nnx_introspect._search import MeshCandidate
+    from nnx_introspect._sweep import MeshCandidate
 
 QUIET_SECONDS = 15.0
 """Into a file or a pipe: a run shorter than this writes no progress at all."""

@@ -12,7 +12,7 @@ from nnx_introspect.cli.checks import check_network_used, check_one_step, check_
 from nnx_introspect.cli.errors import in_flags, usage_error
 from nnx_introspect.cli.fit import run_fit
 from nnx_introspect.cli.measuring import measurable, measure_failed, warn_if_too_big
-from nnx_introspect.cli.meshes import jobs_arg, run_compare
+from nnx_introspect.cli.mesh_comparison import jobs_arg, run_compare
 from nnx_introspect.cli.options import add_measure_arg, add_option_args, option_kwargs
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import (
@@ -26,8 +26,8 @@ from nnx_introspect.cli.progress import ClockLine, SearchLine, live_status
 from nnx_introspect.cli.rates import rate_arg
 
 if TYPE_CHECKING:
-    from nnx_introspect._search import BatchSearch
     from nnx_introspect._step import StepMemoryReport
+    from nnx_introspect._sweep import BatchSearch
 
 _BATCH = re.compile(r"\s*([A-Za-z][A-Za-z0-9_]*)\s*\[([^\]]*)\]\s*")
 
@@ -288,7 +288,7 @@ def _search(
     common: dict[str, Any],
 ) -> "BatchSearch":
     """``--max-batch``: the search, its progress line on a terminal."""
-    from nnx_introspect._search import max_batch
+    from nnx_introspect._sweep import max_batch
 
     line = SearchLine(message)
     with live_status(line) as redraw:

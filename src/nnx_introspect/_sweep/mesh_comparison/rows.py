@@ -2,7 +2,7 @@
 
 What became of each candidate mesh, where each outcome sorts (best first:
 :func:`sort_key`) and how a mesh is named; the report built on them is
-:mod:`~nnx_introspect._search.meshes.report`.
+:mod:`~nnx_introspect._sweep.mesh_comparison.report`.
 """
 
 import dataclasses

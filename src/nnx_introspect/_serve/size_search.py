@@ -34,7 +34,7 @@ import numpy as np
 from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._serve.child import serve_readings
 from nnx_introspect._serve.compile import PROGRAMS
-from nnx_introspect._serve.search_report import ServeSearch
+from nnx_introspect._serve.size_answer import ServeSearch
 from nnx_introspect._serve.spec import ServeOptions, ServeSpec
 from nnx_introspect._size_search import (
     PROBES,

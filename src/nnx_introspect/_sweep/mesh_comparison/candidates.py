@@ -30,8 +30,8 @@ from nnx_introspect._mesh import (
     planned_axes,
 )
 from nnx_introspect._render import format_bytes
-from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
 from nnx_introspect._step import StepSpec, as_model, plan_problems
+from nnx_introspect._sweep.mesh_comparison.rows import MeshAxes, mesh_name
 from nnx_introspect._text import plural
 from nnx_introspect._typing import ArgumentError
 

@@ -18,28 +18,6 @@ from flax import nnx
 from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render import batch_str
-from nnx_introspect._search.meshes.arguments import (
-    BY_NAME,
-    check_executor,
-    check_picklable,
-    check_timeout,
-)
-from nnx_introspect._search.meshes.candidates import (
-    PROBE_AXIS,
-    auto_meshes,
-    listed_meshes,
-    pick_auto_axes,
-    plan_check,
-)
-from nnx_introspect._search.meshes.pool import cpus, default_pool
-from nnx_introspect._search.meshes.report import MeshComparison
-from nnx_introspect._search.meshes.rows import (
-    MeshAxes,
-    MeshCandidate,
-    plural,
-    sort_key,
-)
-from nnx_introspect._search.meshes.run import Run
 from nnx_introspect._step import (
     MAX_CHILD_DEVICES,
     BatchLike,
@@ -50,6 +28,28 @@ from nnx_introspect._step import (
     step_kind,
     step_names,
 )
+from nnx_introspect._sweep.mesh_comparison.arguments import (
+    BY_NAME,
+    check_executor,
+    check_picklable,
+    check_timeout,
+)
+from nnx_introspect._sweep.mesh_comparison.candidates import (
+    PROBE_AXIS,
+    auto_meshes,
+    listed_meshes,
+    pick_auto_axes,
+    plan_check,
+)
+from nnx_introspect._sweep.mesh_comparison.pool import cpus, default_pool
+from nnx_introspect._sweep.mesh_comparison.report import MeshComparison
+from nnx_introspect._sweep.mesh_comparison.rows import (
+    MeshAxes,
+    MeshCandidate,
+    plural,
+    sort_key,
+)
+from nnx_introspect._sweep.mesh_comparison.run import Run
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla import start_backends_quietly
 

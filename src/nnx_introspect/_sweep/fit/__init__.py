@@ -6,8 +6,8 @@ the choice of the layer to rematerialise (from a failing compile's breakdown)
 and ``report`` :class:`FitSearch` and its :class:`FitRow` rows.
 """
 
-from nnx_introspect._search.fit.report import FitRow as FitRow
-from nnx_introspect._search.fit.report import FitSearch as FitSearch
-from nnx_introspect._search.fit.search import fit_step as fit_step
+from nnx_introspect._sweep.fit.report import FitRow as FitRow
+from nnx_introspect._sweep.fit.report import FitSearch as FitSearch
+from nnx_introspect._sweep.fit.search import fit_step as fit_step
 
 __all__ = ["FitRow", "FitSearch", "fit_step"]

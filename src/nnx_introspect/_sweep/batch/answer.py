@@ -23,7 +23,6 @@ from nnx_introspect._render import (
     to_rich,
     verdict_html,
 )
-from nnx_introspect._search.sizes import MAX_COMPILES
 from nnx_introspect._size_search import (
     Jump,
     SearchPoint,
@@ -32,6 +31,7 @@ from nnx_introspect._size_search import (
     jump_notes,
 )
 from nnx_introspect._step import StepMemoryReport
+from nnx_introspect._sweep.batch.sizes import MAX_COMPILES
 from nnx_introspect._text import plural
 from nnx_introspect._typing import IntLike, as_int
 

@@ -11,7 +11,7 @@ import math
 import pickle
 from typing import Any
 
-from nnx_introspect._search.meshes.rows import error_text
+from nnx_introspect._sweep.mesh_comparison.rows import error_text
 from nnx_introspect._typing import ArgumentError, as_int
 
 

@@ -1,7 +1,7 @@
 """The answer of a serving search: :class:`ServeSearch`, its verdict, table and chart.
 
-:func:`~nnx_introspect._serve.search.max_sequences` and
-:func:`~nnx_introspect._serve.search.max_context` search; this module holds
+:func:`~nnx_introspect._serve.size_search.max_sequences` and
+:func:`~nnx_introspect._serve.size_search.max_context` search; this module holds
 what they answer: every value compiled, the largest that fits below the
 smallest that does not, the sizes past the edge that fit too, and the
 program over the budget one step above the answer with what lifts it.

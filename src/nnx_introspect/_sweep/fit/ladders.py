@@ -23,15 +23,15 @@ from typing import Any, Protocol
 from flax import nnx
 
 from nnx_introspect._breakdown import Breakdown
-from nnx_introspect._search.fit.layers import (
+from nnx_introspect._step import StepMemoryReport, StepSpec
+from nnx_introspect._sweep.fit.layers import (
     KEPT,
     RematCandidate,
     layer_to_remat,
     remat_candidates,
 )
-from nnx_introspect._search.fit.report import FitRow
-from nnx_introspect._search.meshes.rows import MeshAxes
-from nnx_introspect._step import StepMemoryReport, StepSpec
+from nnx_introspect._sweep.fit.report import FitRow
+from nnx_introspect._sweep.mesh_comparison.rows import MeshAxes
 from nnx_introspect._typing import ArgumentError
 
 __all__ = [

@@ -20,15 +20,17 @@ per mesh as an inline SVG) and ``api`` (:func:`compare_meshes`, composing
 them).
 """
 
-from nnx_introspect._search.meshes.api import compare_meshes as compare_meshes
-from nnx_introspect._search.meshes.candidates import (
+from nnx_introspect._sweep.mesh_comparison.api import compare_meshes as compare_meshes
+from nnx_introspect._sweep.mesh_comparison.candidates import (
     MAX_AUTO_MESHES as MAX_AUTO_MESHES,
 )
-from nnx_introspect._search.meshes.report import MeshComparison as MeshComparison
-from nnx_introspect._search.meshes.rows import MeshAxes as MeshAxes
-from nnx_introspect._search.meshes.rows import MeshCandidate as MeshCandidate
-from nnx_introspect._search.meshes.rows import Outcome as Outcome
-from nnx_introspect._search.meshes.rows import sort_key as sort_key
+from nnx_introspect._sweep.mesh_comparison.report import (
+    MeshComparison as MeshComparison,
+)
+from nnx_introspect._sweep.mesh_comparison.rows import MeshAxes as MeshAxes
+from nnx_introspect._sweep.mesh_comparison.rows import MeshCandidate as MeshCandidate
+from nnx_introspect._sweep.mesh_comparison.rows import Outcome as Outcome
+from nnx_introspect._sweep.mesh_comparison.rows import sort_key as sort_key
 
 __all__ = [
     "MAX_AUTO_MESHES",

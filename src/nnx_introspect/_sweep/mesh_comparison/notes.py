@@ -1,6 +1,6 @@
 """A mesh comparison's notes: the budget, the order, what the estimates say.
 
-The words under :class:`~nnx_introspect._search.meshes.report.MeshComparison`'s
+The words under :class:`~nnx_introspect._sweep.mesh_comparison.report.MeshComparison`'s
 table, apart from the table and the verdict they explain.
 """
 
@@ -11,8 +11,8 @@ from typing import Protocol
 from nnx_introspect._ranking import error_words, tie_error
 from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline import Roofline
-from nnx_introspect._search.meshes.rows import MeshCandidate, answered, plural
-from nnx_introspect._search.meshes.utilisation import (
+from nnx_introspect._sweep.mesh_comparison.rows import MeshCandidate, answered, plural
+from nnx_introspect._sweep.mesh_comparison.utilisation import (
     utilisation_header,
     utilisation_notes,
 )

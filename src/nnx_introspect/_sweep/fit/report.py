@@ -13,8 +13,8 @@ from nnx_introspect._render import (
     table_html,
     verdict_html,
 )
-from nnx_introspect._search.meshes.chart import CHOSEN, time_peak_svg
-from nnx_introspect._search.meshes.rows import MeshAxes, mesh_name
+from nnx_introspect._sweep.mesh_comparison.chart import CHOSEN, time_peak_svg
+from nnx_introspect._sweep.mesh_comparison.rows import MeshAxes, mesh_name
 
 __all__ = ["FitRow", "FitSearch", "FitStatus"]
 

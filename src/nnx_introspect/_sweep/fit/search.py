@@ -1,7 +1,7 @@
 """:func:`fit_step`: the fastest configuration of the user's step that fits.
 
 A configuration is a mesh and one rung of each ladder
-(:mod:`~nnx_introspect._search.fit.ladders`), compiled in rounds on an
+(:mod:`~nnx_introspect._sweep.fit.ladders`), compiled in rounds on an
 executor, each round chosen from what the last one showed:
 
 1. every mesh as given (no remat, one microbatch), with a breakdown: a mesh
@@ -35,9 +35,17 @@ from flax import nnx
 from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render import batch_str
-from nnx_introspect._search.batch import max_batch
-from nnx_introspect._search.fit.crash import crash_cause
-from nnx_introspect._search.fit.ladders import (
+from nnx_introspect._step import (
+    BatchLike,
+    StepMemoryReport,
+    StepOptions,
+    StepSpec,
+    as_remat,
+    measure_step,
+)
+from nnx_introspect._sweep.batch.search import max_batch
+from nnx_introspect._sweep.fit.crash import crash_cause
+from nnx_introspect._sweep.fit.ladders import (
     POLICY_LADDER,
     Config,
     Ladder,
@@ -48,27 +56,19 @@ from nnx_introspect._search.fit.ladders import (
     candidates_from,
     dominates,
 )
-from nnx_introspect._search.fit.report import (
+from nnx_introspect._sweep.fit.report import (
     FitRow,
     FitSearch,
     speed_key,
     surely_slower,
 )
-from nnx_introspect._search.meshes.api import checked_candidates, search_probe
-from nnx_introspect._search.meshes.arguments import (
+from nnx_introspect._sweep.mesh_comparison.api import checked_candidates, search_probe
+from nnx_introspect._sweep.mesh_comparison.arguments import (
     check_executor,
 )
-from nnx_introspect._search.meshes.candidates import plan_check
-from nnx_introspect._search.meshes.pool import cpus, default_pool, stop_pool
-from nnx_introspect._search.meshes.rows import MeshAxes, plural
-from nnx_introspect._step import (
-    BatchLike,
-    StepMemoryReport,
-    StepOptions,
-    StepSpec,
-    as_remat,
-    measure_step,
-)
+from nnx_introspect._sweep.mesh_comparison.candidates import plan_check
+from nnx_introspect._sweep.mesh_comparison.pool import cpus, default_pool, stop_pool
+from nnx_introspect._sweep.mesh_comparison.rows import MeshAxes, plural
 from nnx_introspect._text import error_line
 from nnx_introspect._typing import ArgumentError, IntLike, typechecked
 from nnx_introspect._xla import start_backends_quietly

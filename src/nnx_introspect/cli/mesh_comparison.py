@@ -74,7 +74,7 @@ def run_compare(args: argparse.Namespace, meshes: list[str], jobs: int | None) -
         UsageError: For bad input (the command exits with 2): the flag and
             what is wrong with it.
     """
-    from nnx_introspect._search import compare_meshes
+    from nnx_introspect._sweep import compare_meshes
 
     check_compare_flags(args, meshes)  # main checked them before JAX
     auto = len(meshes) == 1 and meshes[0].strip().lower() == "auto"

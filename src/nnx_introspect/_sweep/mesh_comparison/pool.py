@@ -20,7 +20,7 @@ from nnx_introspect._xla import native_stderr_filtered
 _WORKER_START = (
     "from nnx_introspect._xla.native_log import native_stderr_filtered\n"
     "with native_stderr_filtered():\n"
-    "    from nnx_introspect._search.meshes.pool import _start_worker\n"
+    "    from nnx_introspect._sweep.mesh_comparison.pool import _start_worker\n"
     "_start_worker({devices!r})\n"
 )
 """The default pool's initializer, run by ``exec`` in each new worker.

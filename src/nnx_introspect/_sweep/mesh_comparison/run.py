@@ -15,15 +15,15 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeAlias
 
-from nnx_introspect._search.meshes.pool import stop_pool
-from nnx_introspect._search.meshes.rows import (
+from nnx_introspect._step import StepMemoryReport, StepSpec, measure_step
+from nnx_introspect._sweep.mesh_comparison.pool import stop_pool
+from nnx_introspect._sweep.mesh_comparison.rows import (
     MeshAxes,
     MeshCandidate,
     Outcome,
     error_text,
     mesh_name,
 )
-from nnx_introspect._step import StepMemoryReport, StepSpec, measure_step
 
 Compiling: TypeAlias = Callable[[tuple[str, ...], tuple[float, ...]], object]
 """``compiling(names, seconds)``: the meshes compiling now (``"fsdp=8"``, in the

@@ -5,7 +5,7 @@
 multiples of the data-parallel size), compiles a few sizes past the edge it
 finds (the peak is not monotone in the batch:
 :mod:`nnx_introspect._size_search`) and returns a :class:`BatchSearch`
-(:mod:`~nnx_introspect._search.batch_search`).
+(:mod:`~nnx_introspect._sweep.batch.answer`).
 """
 
 import dataclasses
@@ -17,17 +17,6 @@ from flax import nnx
 
 from nnx_introspect._mesh import MeshLike
 from nnx_introspect._render import Point
-from nnx_introspect._search.batch_search import BatchSearch as BatchSearch
-from nnx_introspect._search.sizes import (
-    MAX_COMPILES,
-    batch_range,
-    bisect_sizes,
-    largest_by_arguments,
-    leading_size,
-    leaf_with_b,
-    search_budget,
-    with_batch_size,
-)
 from nnx_introspect._size_search import (
     PROBES,
     PeakAt,
@@ -46,6 +35,17 @@ from nnx_introspect._step import (
     as_step_spec,
     measure_step,
     plan_step,
+)
+from nnx_introspect._sweep.batch.answer import BatchSearch as BatchSearch
+from nnx_introspect._sweep.batch.sizes import (
+    MAX_COMPILES,
+    batch_range,
+    bisect_sizes,
+    largest_by_arguments,
+    leading_size,
+    leaf_with_b,
+    search_budget,
+    with_batch_size,
 )
 from nnx_introspect._typing import IntLike, as_int, typechecked
 

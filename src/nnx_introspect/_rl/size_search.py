@@ -5,7 +5,7 @@ value tried being :func:`~nnx_introspect.rl_memory_report`'s whole step at it
 (every phase compiled; the value fits when every phase fits). Values are
 multiples of the smallest batch whose ``batch x generations`` sequences split
 evenly over the mesh's data-parallel axes; the search doubles, then bisects
-(:func:`~nnx_introspect._search.sizes.bisect_sizes`, the batch search's), until a
+(:func:`~nnx_introspect._sweep.batch.sizes.bisect_sizes`, the batch search's), until a
 compiled value that fits and the next one, compiled, that does not. The peak is
 not monotone in the batch (XLA compiles a different program at a different
 size), so a few batches past that edge are compiled too, and any that fits is
@@ -21,7 +21,6 @@ from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._rl.api import measure_rl
 from nnx_introspect._rl.report import RLMemoryReport
 from nnx_introspect._rl.spec import RLSpec
-from nnx_introspect._search import MAX_COMPILES, bisect_sizes
 from nnx_introspect._serve import TENSOR_PARALLEL_AXES
 from nnx_introspect._size_search import (
     PROBES,
@@ -37,6 +36,7 @@ from nnx_introspect._size_search import (
     probe_sizes,
     sizes_words,
 )
+from nnx_introspect._sweep import MAX_COMPILES, bisect_sizes
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
 
 __all__ = ["RLBatchSearch", "rl_max_batch"]

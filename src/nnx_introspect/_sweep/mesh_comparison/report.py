@@ -1,7 +1,7 @@
 """A comparison's report: :class:`MeshComparison` over its rows.
 
-The rows (:class:`~nnx_introspect._search.meshes.rows.MeshCandidate`), their
-outcomes and order are :mod:`~nnx_introspect._search.meshes.rows`'; here are
+The rows (:class:`~nnx_introspect._sweep.mesh_comparison.rows.MeshCandidate`), their
+outcomes and order are :mod:`~nnx_introspect._sweep.mesh_comparison.rows`'; here are
 the verdict and the renderers: the table (its notes are ``notes``), JSON, and the HTML
 page (its chart drawn by ``chart``).
 """
@@ -21,19 +21,19 @@ from nnx_introspect._render import (
     verdict_html,
 )
 from nnx_introspect._roofline import Roofline
-from nnx_introspect._search.meshes.chart import peaks_svg, time_peak_svg
-from nnx_introspect._search.meshes.notes import (
+from nnx_introspect._step import duration
+from nnx_introspect._sweep.mesh_comparison.chart import peaks_svg, time_peak_svg
+from nnx_introspect._sweep.mesh_comparison.notes import (
     BOUNDS,
     and_words,
     comparison_notes,
     share,
 )
-from nnx_introspect._search.meshes.rows import MeshCandidate, answered
-from nnx_introspect._search.meshes.utilisation import (
+from nnx_introspect._sweep.mesh_comparison.rows import MeshCandidate, answered
+from nnx_introspect._sweep.mesh_comparison.utilisation import (
     utilisation_cells,
     utilisation_header,
 )
-from nnx_introspect._step import duration
 from nnx_introspect._text import plural
 
 
