@@ -42,19 +42,19 @@ ROOT = os.path.dirname(nnx_introspect.__file__)
 MAX_STOPS = 12
 MAX_RETURNS = 4
 CARRIERS: tuple[type, ...] = (StepSpec, Request, ServeSpec)
-if hasattr(nnx_introspect, "RLSpec"):
-    CARRIERS += (nnx_introspect.RLSpec,)
 
 
-def _carries(value: Any) -> bool:
-    if isinstance(value, CARRIERS):
+def _carries(value: Any, carriers: tuple[type, ...] = CARRIERS) -> bool:
+    if isinstance(value, carriers):
         return True
     return isinstance(value, dict) and "target" in value and "leaves" in value
 
 
 @contextmanager
-def _followed(files: list[str]) -> Iterator[None]:
-    """Record the file of each call handed the request."""
+def _followed(
+    files: list[str], carriers: tuple[type, ...] = CARRIERS
+) -> Iterator[None]:
+    """Record the file of each call handed the request (one of ``carriers``)."""
 
     def hook(frame: FrameType, event: str, arg: Any) -> None:
         if event != "call":
@@ -65,7 +65,7 @@ def _followed(files: list[str]) -> Iterator[None]:
         names = code.co_varnames[: code.co_argcount + code.co_kwonlyargcount]
         if names and names[0] in ("self", "cls"):
             names = names[1:]
-        if any(_carries(frame.f_locals.get(name)) for name in names):
+        if any(_carries(frame.f_locals.get(name), carriers) for name in names):
             files.append(os.path.relpath(code.co_filename, ROOT))
 
     previous = sys.getprofile()
@@ -149,3 +149,25 @@ def test_a_serving_request_passes_each_stage_once(target: str) -> None:
     spec = ServeSpec(target, "tp=2", sequences=2, context=32, prompt=16)
     path, returns = path_of(lambda: measure_serve(spec, cache=False))
     _within_ceiling(path, returns)
+
+
+def test_an_rl_request_passes_each_stage_once() -> None:
+    """``measure_rl``: the RLSpec, and the step and serving requests it makes."""
+    from nnx_introspect import RLSpec, measure_rl
+
+    spec = RLSpec(
+        "nnx_introspect.examples:llama_tiny",
+        "data=2",
+        batch=2,
+        generations=2,
+        prompt=8,
+        completion=8,
+    )
+    rl_only = (RLSpec,)
+    files: list[str] = []
+    with _followed(files, rl_only):
+        measure_rl(spec)
+    path = [f for i, f in enumerate(files) if i == 0 or files[i - 1] != f]
+    returns = sum((Counter(path) - Counter(set(path))).values())
+    _within_ceiling(path, returns)
+    assert path[0].endswith("_rl/api.py")
