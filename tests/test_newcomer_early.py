@@ -89,7 +89,8 @@ CASES: dict[str, tuple[list[str], str]] = {
         [*SERVE, "--topology", "h1OO-8"],
         E + "argument --topology: --topology must name a Cloud TPU slice of the "
         "families ['v4', 'v5e', 'v5p', 'v6e'] such as 'v5e-4', 'v5e-256', 'v6e-8', "
-        "'v5p-8' (4 chips) or 'v4-16' (8 chips), or NVIDIA GPUs of the families "
+        "'v5p-8' (4 chips) or 'v4-16' (8 chips), several slices such as "
+        "'2xv5e-256', or NVIDIA GPUs of the families "
         "['a100', 'h100', 'h200', 'b200'] such as 'h100-8' or 'a100-64', got "
         "'h1OO-8'.\n",
     ),

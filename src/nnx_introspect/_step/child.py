@@ -480,7 +480,7 @@ def _ended(where: str, code: int, stderr: str) -> str:
     Example:
         >>> _ended("topology 'h100-8'", -15, "I0000 ... Could not find cuda drivers")
         "The child compile on topology 'h100-8' was stopped by signal SIGTERM (15)"
-        >>> _ended("2 virtual CPU devices", 1, "ValueError: bad")[-36:]
+        >>> _ended("2 virtual CPU devices", 1, "ValueError: bad")[-37:]
         'failed (exit code 1): ValueError: bad'
     """
     if code < 0:
