@@ -94,7 +94,9 @@ def programs() -> list[dict[str, Any]]:
         out.append(row | {"name": _name(row), "work": work, "measured": measured})
         out[-1] |= {"estimate": seconds, "ratio": measured / seconds}
     for family in {p["kernel"] for p in out}:
-        mine = sorted((p for p in out if p["kernel"] == family), key=lambda p: p["name"])
+        mine = sorted(
+            (p for p in out if p["kernel"] == family), key=lambda p: p["name"]
+        )
         for i, p in enumerate(mine):
             p["half"] = "fit" if i % 2 == 0 else "held-out"
     return sorted(out, key=lambda p: (p["kernel"], p["name"]))
@@ -166,7 +168,9 @@ def test_the_shipped_fraction_is_the_fit_s_optimum(
     fitted = [p for p in programs if p["half"] == "fit"]
 
     def loss(fraction: float) -> float:
-        return sum(math.log(p["measured"] / _computed(p, fraction)) ** 2 for p in fitted)
+        return sum(
+            math.log(p["measured"] / _computed(p, fraction)) ** 2 for p in fitted
+        )
 
     best = CONSTANTS["v5e"].kernel_fraction
     assert best is not None

@@ -79,7 +79,9 @@ def programs() -> list[dict[str, Any]]:
             }
         )
     for family in {p["kernel"] for p in found}:
-        mine = sorted((p for p in found if p["kernel"] == family), key=lambda p: p["name"])
+        mine = sorted(
+            (p for p in found if p["kernel"] == family), key=lambda p: p["name"]
+        )
         for i, p in enumerate(mine):
             p["half"] = "fit" if i % 2 == 0 else "held-out"
     return sorted(found, key=lambda p: (p["kernel"], p["name"]))
@@ -95,8 +97,8 @@ def computed_share(row: dict[str, Any]) -> float:
     """
     if not row["shape"].get("causal"):
         return 1.0
-    side = row["shape"]["S"] // row.get("block", 512)
-    return float(row["blocks"]) / side**2
+    side = int(row["shape"]["S"]) // int(row.get("block", 512))
+    return float(row["blocks"]) / float(side**2)
 
 
 def scaled(work: Work, share: float) -> Work:
@@ -112,7 +114,9 @@ def scaled(work: Work, share: float) -> Work:
 
 def estimate(work: Work, constants: TimeConstants) -> float:
     """The program's time, in seconds, with ``constants`` on one v5e chip."""
-    return program_time(work, hardware_for("v5e-1"), dtype="bf16", constants=constants).seconds
+    return program_time(
+        work, hardware_for("v5e-1"), dtype="bf16", constants=constants
+    ).seconds
 
 
 def loss(fraction: float, fitted: list[dict[str, Any]]) -> float:

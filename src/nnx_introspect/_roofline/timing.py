@@ -444,8 +444,10 @@ def _kernel_rate_words(c: TimeConstants | None) -> str:
 
 
 def _kernel_seconds(op: OpWork, c: TimeConstants, peak: float) -> float:
-    """A Pallas kernel's FLOPs at the kernels' rate (an attention kernel's, at
-    its head dim's share of the matrix unit's width).
+    """A Pallas kernel's FLOPs at the kernels' rate, in seconds.
+
+    An attention kernel's run at its head dim's share of the matrix unit's
+    width.
 
     Example:
         >>> attention = OpWork("kernel", 197e12, 0.0, 0, None, 1, head_dim=64)

@@ -182,7 +182,7 @@ class OpWork:
             self.count,
             self.chip_bytes,
         ]
-        return data + [self.head_dim] if self.head_dim else data
+        return [*data, self.head_dim] if self.head_dim else data
 
 
 @dataclasses.dataclass(frozen=True)
