@@ -118,6 +118,10 @@ class TimeConstants:
         programs: Programs of the chip table the constants were fitted on.
         held_out: Programs of the chip table they were checked on.
         source: Where the fit and its table are.
+        compiler: The compiler whose programs the constants were fitted on
+            and held against (``"libtpu 0.0.42.1"``); ``""`` for data-sheet
+            constants. A program another compiler wrote gets no error bar
+            (:attr:`ProgramTime.compiled_by`).
         kernel_fraction: The share of the dtype's dense data-sheet peak at
             which Pallas kernels' FLOPs run (ops of kind ``"kernel"``);
             ``None``: at ``matmul_fraction``, uncalibrated for kernels.
@@ -154,6 +158,7 @@ class TimeConstants:
     programs: int = 0
     held_out: int = 0
     source: str = ""
+    compiler: str = ""
     kernel_fraction: float | None = None
     mxu_width: int | None = None
     kernel_programs: int = 0
@@ -233,6 +238,7 @@ CONSTANTS: dict[str, TimeConstants] = {
         onchip_bytes_per_second=4.566e11,
         programs=99,
         held_out=97,
+        compiler="libtpu 0.0.42.1",
         source=(
             "benchmarks/timefit.py fit benchmarks/timecal-table.json "
             "benchmarks/timecal-unseen.json benchmarks/timecal-unseen2.json "
@@ -300,6 +306,10 @@ class ProgramTime:
         uncosted_kernels: The Pallas kernels whose FLOPs are not known:
             their matmul time is missing from the estimate.
         bounded_kernels: Those of ``kernels`` whose FLOPs are an upper bound.
+        compiled_by: The compiler that wrote the program (``"libtpu
+            0.0.52"``), where known. When it is not the one the constants
+            were fitted on (:attr:`TimeConstants.compiler`), ``error`` is
+            ``None``: no error bar is claimed for that compiler's programs.
     """
 
     seconds: float
@@ -317,6 +327,13 @@ class ProgramTime:
     kernels: tuple[str, ...] = ()
     uncosted_kernels: tuple[str, ...] = ()
     bounded_kernels: tuple[str, ...] = ()
+    compiled_by: str | None = None
+
+    @property
+    def other_compiler(self) -> bool:
+        """Whether another compiler wrote the program than the constants' own."""
+        known = self.constants.compiler and self.compiled_by
+        return bool(known) and self.compiled_by != self.constants.compiler
 
     @property
     def calibrated(self) -> bool:
@@ -351,8 +368,16 @@ class ProgramTime:
         c = self.constants
         if not c.calibrated or c.error is None:
             return "uncalibrated: data-sheet peaks, no chip of this kind measured"
+        kind = c.version.split("/")[0][4:]
+        if self.other_compiler:
+            return (
+                f"calibrated on TPU {kind} from {c.programs} programs compiled by "
+                f"{c.compiler}, constants {c.version}; this program was compiled "
+                f"by {self.compiled_by}, whose programs were never timed on a "
+                "chip: no error bar is claimed"
+            )
         return (
-            f"±{c.error:.0%}, calibrated on TPU {c.version.split('/')[0][4:]} "
+            f"±{c.error:.0%}, calibrated on TPU {kind} "
             f"from {c.programs} programs, constants {c.version}"
         )
 
@@ -361,7 +386,7 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if c.calibrated and c.error is not None and self.comm_seconds:
+        if self.error is not None and self.comm_seconds:
             text += (
                 f"; its {_duration(self.comm_seconds)} of collectives are "
                 "uncalibrated (data-sheet links, not overlapped)"
@@ -504,6 +529,7 @@ def program_time(
     dtype: str = "bf16",
     comm_seconds: float = 0.0,
     constants: TimeConstants | None = None,
+    compiled_by: str | None = None,
 ) -> ProgramTime:
     """The time of one run of a program whose work is ``work``, on ``hardware``.
 
@@ -515,6 +541,9 @@ def program_time(
         comm_seconds: The program's communication time (its collectives'
             wire bytes over their links), added.
         constants: The rates; default :func:`constants_for` ``hardware``.
+        compiled_by: The compiler that wrote the program (``"libtpu
+            0.0.52"``); where it is not the constants' own
+            (:attr:`TimeConstants.compiler`), no error bar is claimed.
 
     Returns:
         The :class:`ProgramTime`.
@@ -586,9 +615,10 @@ def program_time(
     unhidden = c.async_share * hidden
     launch += c.program_seconds + c.buffer_seconds * work.buffers
     total = sum(terms.values()) + launch + unhidden + comm_seconds
+    other = bool(c.compiler and compiled_by) and compiled_by != c.compiler
     return ProgramTime(
         seconds=total,
-        error=c.error,
+        error=None if other else c.error,
         constants=c,
         matmul_seconds=terms["matmul"],
         vector_seconds=terms["vector"],
@@ -602,6 +632,7 @@ def program_time(
         kernels=work.kernels,
         uncosted_kernels=work.uncosted_kernels,
         bounded_kernels=work.bounded_kernels,
+        compiled_by=compiled_by,
     )
 
 
