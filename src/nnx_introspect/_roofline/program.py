@@ -18,7 +18,7 @@ from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline.estimate import LABEL, Roofline, duration, roofline
 from nnx_introspect._roofline.timing import ProgramTime, program_time
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla import Work, work_from_json
+from nnx_introspect._xla import Work, libtpu_version, work_from_json
 
 __all__ = ["program_roofline", "with_time"]
 
@@ -136,7 +136,11 @@ def program_roofline(
         estimate = with_time(
             estimate,
             program_time(
-                found, hardware, dtype=dtype, comm_seconds=estimate.comm_seconds
+                found,
+                hardware,
+                dtype=dtype,
+                comm_seconds=estimate.comm_seconds,
+                compiled_by=compiler_of(hardware.platform),
             ),
         )
     notes = []
@@ -155,6 +159,24 @@ def program_roofline(
     if not notes:
         return estimate
     return dataclasses.replace(estimate, assumptions=(*estimate.assumptions, *notes))
+
+
+def compiler_of(platform: str) -> str | None:
+    """The compiler that wrote this environment's programs for ``platform``.
+
+    XLA:TPU's programs are libtpu's, and every compile of this environment
+    (here, in a child process, on the chip, or recalled from the cache, whose
+    key names the versions) uses the installed one; ``None`` elsewhere (the
+    data-sheet constants of other kinds name no compiler).
+
+    Example:
+        >>> compiler_of("cuda") is None
+        True
+    """
+    if platform != "tpu":
+        return None
+    version = libtpu_version()
+    return None if version is None else f"libtpu {version}"
 
 
 def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:

@@ -19,6 +19,13 @@ XLA:TPU's own cycle estimate) into one time with an error bar:
   waits for a share of their bytes' time at the data-sheet bandwidth (on a
   v5e chip measured in its profile, the time of the copies' ``-done``
   halves);
+* **Pallas kernels** (ops of kind ``"kernel"``: their FLOPs from their own
+  estimate or a rule) run at a rate of their own, a share of the dense peak
+  fitted on kernel programs timed on the chip
+  (``benchmarks/calibration/kernel_fit.py``), and an attention kernel whose
+  head dim ``D`` is narrower than the matrix unit (128 on a v5e chip) at
+  ``D`` of its width; a kind with no chip measured times them at the
+  data-sheet matmul rate, and says so;
 * **collectives** are added at their links' data-sheet bandwidth, one after
   another, never overlapped: a single chip has no links to calibrate them on,
   so a mesh's communication is an uncalibrated, pessimistic term, and the
@@ -36,7 +43,7 @@ its estimate says "uncalibrated".
 """
 
 import dataclasses
-from typing import Any
+from typing import Any, Final
 
 from nnx_introspect._accelerators import Hardware
 from nnx_introspect._xla import OpWork, Work
@@ -111,6 +118,24 @@ class TimeConstants:
         programs: Programs of the chip table the constants were fitted on.
         held_out: Programs of the chip table they were checked on.
         source: Where the fit and its table are.
+        compiler: The compiler whose programs the constants were fitted on
+            and held against (``"libtpu 0.0.42.1"``); ``""`` for data-sheet
+            constants. A program another compiler wrote gets no error bar
+            (:attr:`ProgramTime.compiled_by`).
+        kernel_fraction: The share of the dtype's dense data-sheet peak at
+            which Pallas kernels' FLOPs run (ops of kind ``"kernel"``);
+            ``None``: at ``matmul_fraction``, uncalibrated for kernels.
+        mxu_width: The matrix unit's width: an attention kernel whose head
+            dim ``D`` is narrower runs at ``D / mxu_width`` of the kernels'
+            rate (its matmuls contract over ``D`` or produce ``D``
+            columns); ``None``: no such rule.
+        kernel_programs: Kernel programs timed on the chip that
+            ``kernel_fraction`` was fitted on.
+        kernel_held_out: Kernel programs it was checked on.
+        kernel_median_error: On those, the median of ``|measured / estimate
+            - 1|``; ``None`` when uncalibrated for kernels.
+        kernel_worst_error: On those, the largest.
+        kernel_source: Where the kernels' fit and its data are.
     """
 
     version: str
@@ -133,15 +158,50 @@ class TimeConstants:
     programs: int = 0
     held_out: int = 0
     source: str = ""
+    compiler: str = ""
+    kernel_fraction: float | None = None
+    mxu_width: int | None = None
+    kernel_programs: int = 0
+    kernel_held_out: int = 0
+    kernel_median_error: float | None = None
+    kernel_worst_error: float | None = None
+    kernel_source: str = ""
 
-    def json_data(self) -> dict[str, Any]:
-        """Every constant as JSON data.
+    def json_data(self, *, kernels: bool = False) -> dict[str, Any]:
+        """Every constant as JSON data; the kernels' only where ``kernels``.
+
+        A program without Pallas kernels states no kernel constants (its
+        data as before them).
 
         Example:
             >>> CONSTANTS["v5e"].json_data()["version"]
             'tpu-v5e/7'
+            >>> "kernel_fraction" in CONSTANTS["v5e"].json_data()
+            False
+            >>> CONSTANTS["v5e"].json_data(kernels=True)["mxu_width"]
+            128
         """
-        return dataclasses.asdict(self)
+        data = dataclasses.asdict(self)
+        if kernels:
+            return data
+        return {k: v for k, v in data.items() if k not in _KERNEL_CONSTANTS}
+
+    @property
+    def kernels_calibrated(self) -> bool:
+        """Whether Pallas kernels' rate was fitted on a chip of this kind.
+
+        Example:
+            >>> CONSTANTS["v5e"].kernels_calibrated, DATA_SHEET.kernels_calibrated
+            (True, False)
+        """
+        return self.kernel_fraction is not None and self.kernel_median_error is not None
+
+
+_KERNEL_CONSTANTS: Final = frozenset(
+    f.name
+    for f in dataclasses.fields(TimeConstants)
+    if f.name.startswith("kernel_") or f.name == "mxu_width"
+)
 
 
 DATA_SHEET = TimeConstants(
@@ -178,6 +238,7 @@ CONSTANTS: dict[str, TimeConstants] = {
         onchip_bytes_per_second=4.566e11,
         programs=99,
         held_out=97,
+        compiler="libtpu 0.0.42.1",
         source=(
             "benchmarks/timefit.py fit benchmarks/timecal-table.json "
             "benchmarks/timecal-unseen.json benchmarks/timecal-unseen2.json "
@@ -186,6 +247,18 @@ CONSTANTS: dict[str, TimeConstants] = {
             "its device rates and the asynchronous copies' waits from "
             "benchmarks/timecal-pins.json (TPU v5e, libtpu 0.0.42.1; "
             "docs/accuracy.md)"
+        ),
+        kernel_fraction=0.6559,
+        mxu_width=128,
+        kernel_programs=11,
+        kernel_held_out=7,
+        kernel_median_error=0.021,
+        kernel_worst_error=0.335,
+        kernel_source=(
+            "benchmarks/calibration/kernel_fit.py on "
+            "benchmarks/calibration/data/kernel-rates-v5e-0.0.42.1.json and "
+            "kernel-hlo-v5e-0.0.42.1.json.gz (TPU v5e, libtpu 0.0.42.1; "
+            "docs/accuracy.md, Pallas kernels)"
         ),
     ),
 }
@@ -227,11 +300,16 @@ class ProgramTime:
         comm_seconds: Communication, added (never overlapped, uncalibrated).
         launches: Instructions run, loops' trips included.
         kernels: The Pallas kernels timed (their FLOPs from their own
-            estimate or a rule) at the matrix unit's rate, which no kernel
-            calibrated (:attr:`Work.kernels <nnx_introspect._xla.Work>`).
+            estimate or a rule) at the kernels' rate
+            (:attr:`TimeConstants.kernel_fraction`; :attr:`Work.kernels
+            <nnx_introspect._xla.Work>`).
         uncosted_kernels: The Pallas kernels whose FLOPs are not known:
             their matmul time is missing from the estimate.
         bounded_kernels: Those of ``kernels`` whose FLOPs are an upper bound.
+        compiled_by: The compiler that wrote the program (``"libtpu
+            0.0.52"``), where known. When it is not the one the constants
+            were fitted on (:attr:`TimeConstants.compiler`), ``error`` is
+            ``None``: no error bar is claimed for that compiler's programs.
     """
 
     seconds: float
@@ -249,6 +327,13 @@ class ProgramTime:
     kernels: tuple[str, ...] = ()
     uncosted_kernels: tuple[str, ...] = ()
     bounded_kernels: tuple[str, ...] = ()
+    compiled_by: str | None = None
+
+    @property
+    def other_compiler(self) -> bool:
+        """Whether another compiler wrote the program than the constants' own."""
+        known = self.constants.compiler and self.compiled_by
+        return bool(known) and self.compiled_by != self.constants.compiler
 
     @property
     def calibrated(self) -> bool:
@@ -283,8 +368,16 @@ class ProgramTime:
         c = self.constants
         if not c.calibrated or c.error is None:
             return "uncalibrated: data-sheet peaks, no chip of this kind measured"
+        kind = c.version.split("/")[0][4:]
+        if self.other_compiler:
+            return (
+                f"calibrated on TPU {kind} from {c.programs} programs compiled by "
+                f"{c.compiler}, constants {c.version}; this program was compiled "
+                f"by {self.compiled_by}, whose programs were never timed on a "
+                "chip: no error bar is claimed"
+            )
         return (
-            f"±{c.error:.0%}, calibrated on TPU {c.version.split('/')[0][4:]} "
+            f"±{c.error:.0%}, calibrated on TPU {kind} "
             f"from {c.programs} programs, constants {c.version}"
         )
 
@@ -293,13 +386,13 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if c.calibrated and c.error is not None and self.comm_seconds:
+        if self.error is not None and self.comm_seconds:
             text += (
                 f"; its {_duration(self.comm_seconds)} of collectives are "
                 "uncalibrated (data-sheet links, not overlapped)"
             )
         return text + kernel_words(
-            self.kernels, self.uncosted_kernels, self.bounded_kernels
+            self.kernels, self.uncosted_kernels, self.bounded_kernels, c
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -312,7 +405,7 @@ class ProgramTime:
         for key in ("kernels", "uncosted_kernels", "bounded_kernels"):
             if getattr(self, key):  # a program without kernels: as before them
                 data[key] = list(getattr(self, key))
-        data["constants"] = self.constants.json_data()
+        data["constants"] = self.constants.json_data(kernels=bool(self.kernels))
         data["calibrated"] = self.calibrated
         data["words"] = self.words
         return data
@@ -322,22 +415,35 @@ def kernel_words(
     kernels: tuple[str, ...],
     uncosted: tuple[str, ...] = (),
     bounded: tuple[str, ...] = (),
+    constants: TimeConstants | None = None,
 ) -> str:
     """What an estimate says of a program's Pallas kernels (``""``: none).
+
+    ``constants``: the estimate's; where they are calibrated for kernels
+    (:attr:`TimeConstants.kernels_calibrated`) the kernels are timed at the
+    rate measured on the chip, else at the matrix unit's, uncalibrated.
 
     Example:
         >>> print(kernel_words(("splash_mha_fwd.1",), ("my_kernel.3",)))
         ; its 1 Pallas kernel (splash_mha_fwd.1) is timed at the matrix unit's rate, uncalibrated for kernels; Pallas kernel my_kernel.3 is not costed (no cost estimate, no rule): its FLOPs are left out
         >>> print(kernel_words(("a.1", "b.2"), bounded=("b.2",)))
         ; its 2 Pallas kernels (a.1, b.2) are timed at the matrix unit's rate, uncalibrated for kernels, the FLOPs of b.2 an upper bound (every block counted)
+        >>> v5e = CONSTANTS["v5e"]
+        >>> kernel_words(("gmm.1",), constants=v5e) == (
+        ...     "; its 1 Pallas kernel (gmm.1) is timed at the rate measured on "
+        ...     f"the chip (calibrated on {v5e.kernel_programs} kernel programs of "
+        ...     f"a v5e chip; held-out median {v5e.kernel_median_error:.0%}, "
+        ...     f"worst {v5e.kernel_worst_error:.0%})"
+        ... )
+        True
     """  # noqa: E501
     text = ""
     if kernels:
         one = len(kernels) == 1
         text += (
             f"; its {len(kernels)} Pallas kernel{'' if one else 's'} "
-            f"({_names(kernels)}) {'is' if one else 'are'} timed at the matrix "
-            "unit's rate, uncalibrated for kernels"
+            f"({_names(kernels)}) {'is' if one else 'are'} timed at "
+            + _kernel_rate_words(constants)
         )
     if bounded:
         text += f", the FLOPs of {_names(bounded)} an upper bound (every block counted)"
@@ -349,6 +455,38 @@ def kernel_words(
             f"{'its' if one else 'their'} FLOPs are left out"
         )
     return text
+
+
+def _kernel_rate_words(c: TimeConstants | None) -> str:
+    """The kernels' rate and what it was calibrated on."""
+    if c is None or not c.kernels_calibrated:
+        return "the matrix unit's rate, uncalibrated for kernels"
+    return (
+        f"the rate measured on the chip (calibrated on {c.kernel_programs} "
+        f"kernel programs of a {c.version.split('/')[0][4:]} chip; held-out "
+        f"median {c.kernel_median_error:.0%}, worst {c.kernel_worst_error:.0%})"
+    )
+
+
+def _kernel_seconds(op: OpWork, c: TimeConstants, peak: float) -> float:
+    """A Pallas kernel's FLOPs at the kernels' rate, in seconds.
+
+    An attention kernel's run at its head dim's share of the matrix unit's
+    width.
+
+    Example:
+        >>> attention = OpWork("kernel", 197e12, 0.0, 0, None, 1, head_dim=64)
+        >>> _kernel_seconds(attention, DATA_SHEET, 197e12)  # no width rule
+        1.0
+        >>> wide = dataclasses.replace(DATA_SHEET, kernel_fraction=0.5, mxu_width=128)
+        >>> _kernel_seconds(attention, wide, 197e12)  # half the rate, half the width
+        4.0
+    """
+    fraction = c.matmul_fraction if c.kernel_fraction is None else c.kernel_fraction
+    share = 1.0
+    if c.mxu_width is not None and 0 < op.head_dim < c.mxu_width:
+        share = op.head_dim / c.mxu_width
+    return op.matmul_flops / (fraction * share * peak)
 
 
 def _names(names: tuple[str, ...]) -> str:
@@ -391,6 +529,7 @@ def program_time(
     dtype: str = "bf16",
     comm_seconds: float = 0.0,
     constants: TimeConstants | None = None,
+    compiled_by: str | None = None,
 ) -> ProgramTime:
     """The time of one run of a program whose work is ``work``, on ``hardware``.
 
@@ -402,6 +541,9 @@ def program_time(
         comm_seconds: The program's communication time (its collectives'
             wire bytes over their links), added.
         constants: The rates; default :func:`constants_for` ``hardware``.
+        compiled_by: The compiler that wrote the program (``"libtpu
+            0.0.52"``); where it is not the constants' own
+            (:attr:`TimeConstants.compiler`), no error bar is claimed.
 
     Returns:
         The :class:`ProgramTime`.
@@ -452,8 +594,12 @@ def program_time(
         memory = op.hbm_bytes / hbm_rate
         if op.chip_bytes and c.onchip_bytes_per_second is not None:
             memory = max(memory, op.chip_bytes / c.onchip_bytes_per_second)
+        if op.kind == "kernel":  # no cycles stated: FLOPs at the kernels' rate
+            matmul = _kernel_seconds(op, c, peak)
+        else:
+            matmul = 0.0 if cycled else op.matmul_flops / matmul_rate
         times = {
-            "matmul": 0.0 if cycled else op.matmul_flops / matmul_rate,
+            "matmul": matmul,
             "memory": memory,
             "vector": 0.0
             if c.vector_flops_per_second is None
@@ -469,9 +615,10 @@ def program_time(
     unhidden = c.async_share * hidden
     launch += c.program_seconds + c.buffer_seconds * work.buffers
     total = sum(terms.values()) + launch + unhidden + comm_seconds
+    other = bool(c.compiler and compiled_by) and compiled_by != c.compiler
     return ProgramTime(
         seconds=total,
-        error=c.error,
+        error=None if other else c.error,
         constants=c,
         matmul_seconds=terms["matmul"],
         vector_seconds=terms["vector"],
@@ -485,6 +632,7 @@ def program_time(
         kernels=work.kernels,
         uncosted_kernels=work.uncosted_kernels,
         bounded_kernels=work.bounded_kernels,
+        compiled_by=compiled_by,
     )
 
 

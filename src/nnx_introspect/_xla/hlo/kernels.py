@@ -31,7 +31,10 @@ opens: its FLOPs come from
     positions): the lengths it runs over are known at run time only.
 
 Every FLOP of a kernel is counted as the matrix unit's (its softmax's
-exponentials are a small share). The bytes a kernel moves are its own
+exponentials are a small share). An attention kernel's head dim ``D`` (its
+``q``'s minor dimension) is kept (:attr:`KernelCost.head_dim`): its matmuls
+contract over ``D`` or produce ``D`` columns, so a matrix unit wider than
+``D`` runs them at ``D`` of its width. The bytes a kernel moves are its own
 estimate's where it has one, else its operands' and results' (the traffic
 rules). A Pallas kernel matching none of these is *uncosted*: its FLOPs
 are not known, and the program's estimate names it. XLA:TPU's own Mosaic
@@ -52,8 +55,8 @@ Example:
     ...     "}",
     ... ]))
     >>> cost = kernel_cost(module, module.instructions["splash_mha_fwd_no_residuals.1"])
-    >>> cost.flops == 4 * 2 * 256 * 256 * 128 * 3 / 4, cost.rule
-    (True, 'splash attention forward, 4 QKD a head, 3 of 4 blocks')
+    >>> cost.flops == 4 * 2 * 256 * 256 * 128 * 3 / 4, cost.rule, cost.head_dim
+    (True, 'splash attention forward, 4 QKD a head, 3 of 4 blocks', 128)
 """
 
 import dataclasses
@@ -81,6 +84,15 @@ chip's 0.0.42.1: ``bytes_accessed`` first, with ``remote_bytes_transferred``).""
 _FLOATS: Final = ("bf16", "f16", "f32", "f64", "f8")
 _VIEWS: Final = frozenset({"copy", "copy-done", "bitcast", "reshape"})
 _LITERAL: Final = re.compile(r"constant\((\{.*\})\)")
+_ATTENTION: Final = (
+    "splash_mha_",
+    "splash_mqa_",
+    "flash_mha_",
+    "ragged_paged_attention",
+    "paged_attention",
+)
+"""The names of attention kernels (with any name holding ``flash_attention``:
+the flash attention forward, ``jvp_jit_flash_attention__`` under ``grad``)."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -96,6 +108,8 @@ class KernelCost:
             words, or why it is uncosted.
         exact_blocks: ``False`` where a mask's blocks could not be read and
             every block was counted (an upper bound).
+        head_dim: an attention kernel's head dim ``D`` (its ``q``'s minor
+            dimension); 0 for any other kernel, or where ``q`` is not read.
     """
 
     name: str
@@ -103,10 +117,27 @@ class KernelCost:
     bytes_accessed: int | None
     rule: str
     exact_blocks: bool = True
+    head_dim: int = 0
 
 
 def kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
     """The work of ``inst`` if it is a Pallas kernel (``None`` for anything else)."""
+    found = _kernel_cost(module, inst)
+    if found is None or found.flops is None:
+        return found
+    return dataclasses.replace(found, head_dim=_head_dim(module, inst))
+
+
+def _head_dim(module: Module, inst: Instruction) -> int:
+    """``D`` of an attention kernel (known by its name); 0 for any other."""
+    name = kernel_name(inst)
+    if not name.startswith(_ATTENTION) and "flash_attention" not in name:
+        return 0
+    floats = _floats(module, inst)
+    return floats[0][-1] if floats else 0
+
+
+def _kernel_cost(module: Module, inst: Instruction) -> KernelCost | None:
     if inst.opcode != "custom-call":
         return None
     if inst.attributes.get("custom_call_target", "") != MOSAIC:

@@ -95,9 +95,20 @@ __all__ = [
 ]
 
 OpKind = Literal[
-    "matmul", "vector", "memory", "update", "async", "collective", "loop", "uncosted"
+    "matmul",
+    "vector",
+    "memory",
+    "update",
+    "async",
+    "collective",
+    "loop",
+    "uncosted",
+    "kernel",
 ]
 """What an instruction mostly is: a matmul (it holds a dot or a convolution),
+a Pallas kernel whose FLOPs are known (``"kernel"``: its own estimate's or a
+rule's, :mod:`~nnx_introspect._xla.hlo.kernels`, timed at the kernels' own
+rate),
 vector work (it computes, without a matmul), a memory operation (a copy, a
 slice, a fused update in place, a gather: it moves bytes and computes
 nothing), an unfused ``dynamic-update-slice`` in place (``"update"``: it
@@ -137,6 +148,9 @@ class OpWork:
             loops' trips.
         chip_bytes: The bytes of its result where it is a memory instruction
             wholly in on-chip memory (no HBM bytes); 0 otherwise.
+        head_dim: The head dim ``D`` of an attention kernel (kind
+            ``"kernel"``, :attr:`KernelCost.head_dim
+            <nnx_introspect._xla.hlo.kernels.KernelCost>`); 0 otherwise.
     """
 
     kind: OpKind
@@ -146,15 +160,20 @@ class OpWork:
     cycles: int | None
     count: int
     chip_bytes: int = 0
+    head_dim: int = 0
 
     def json_data(self) -> list[Any]:
         """``[kind, matmul_flops, vector_flops, hbm_bytes, cycles, count, chip_bytes]``.
 
+        An attention kernel has an eighth column, its ``head_dim``.
+
         Example:
             >>> OpWork("vector", 0.0, 8.0, 64, None, 3).json_data()
             ['vector', 0.0, 8.0, 64, None, 3, 0]
+            >>> OpWork("kernel", 8.0, 0.0, 64, None, 1, head_dim=64).json_data()
+            ['kernel', 8.0, 0.0, 64, None, 1, 0, 64]
         """
-        return [
+        data = [
             self.kind,
             self.matmul_flops,
             self.vector_flops,
@@ -163,6 +182,7 @@ class OpWork:
             self.count,
             self.chip_bytes,
         ]
+        return [*data, self.head_dim] if self.head_dim else data
 
 
 @dataclasses.dataclass(frozen=True)
@@ -179,8 +199,8 @@ class Work:
             each one on every run.
         kernels: The Pallas kernels it runs whose FLOPs are counted (by
             their own estimate or a rule:
-            :mod:`~nnx_introspect._xla.hlo.kernels`), timed at the matrix
-            unit's rate, which no kernel calibrated.
+            :mod:`~nnx_introspect._xla.hlo.kernels`): its ops of kind
+            ``"kernel"``, timed at the kernels' rate.
         uncosted_kernels: The Pallas kernels it runs whose FLOPs are not
             known (no estimate, no rule): their matmul FLOPs are missing.
         bounded_kernels: Those of ``kernels`` whose FLOPs are an upper
@@ -237,6 +257,8 @@ class Work:
             "unknown_trips": list(self.unknown_trips),
             "buffers": self.buffers,
         }
+        if any(op.head_dim for op in self.ops):
+            data["columns"].append("head_dim")
         for key, names in (
             ("kernels", self.kernels),
             ("uncosted_kernels", self.uncosted_kernels),
@@ -250,7 +272,8 @@ class Work:
 def work_from_json(data: dict[str, Any]) -> Work:
     """The :class:`Work` that :meth:`Work.json_data` wrote.
 
-    A row of six columns (tables written before ``chip_bytes``) has none.
+    A row of six columns (tables written before ``chip_bytes``) has none; a
+    row of seven, no ``head_dim``.
 
     Example:
         >>> work_from_json({"ops": [["loop", 0.0, 0.0, 0, None, 24]]}).launches
@@ -264,9 +287,10 @@ def work_from_json(data: dict[str, Any]) -> Work:
             int(hbm),
             None if cycles is None else int(cycles),
             int(count),
-            int(chip[0]) if chip else 0,
+            int(rest[0]) if rest else 0,
+            int(rest[1]) if len(rest) > 1 else 0,
         )
-        for kind, matmul, vector, hbm, cycles, count, *chip in data["ops"]
+        for kind, matmul, vector, hbm, cycles, count, *rest in data["ops"]
     )
     return Work(
         ops,
@@ -400,12 +424,15 @@ def instruction_work(
         matmul, vector = instruction_flops(module, inst)
         hbm = sum(bytes_moved(module, inst, hbm_bytes_of))
         kernel = kernel_cost(module, inst)
+        head_dim = 0
         if kernel is not None:
             if kernels is not None:
                 kernels.append(kernel)
             if kernel.bytes_accessed is not None:
                 hbm = kernel.bytes_accessed
         kind = _kind(inst, matmul, vector)
+        if kernel is not None and kernel.flops is not None:
+            kind, head_dim = "kernel", kernel.head_dim
         cycles = _cycles(inst)
         touched = _touched(module, inst)
         if touched is not None:
@@ -422,9 +449,9 @@ def instruction_work(
             chip = sum(size for _, _, size in arrays(inst.shape))
             if chip == 0 and cycles is None:
                 continue
-        if _uncosted(cycles):
+        if _uncosted(cycles) and kind != "kernel":
             kind, cycles = "uncosted", None
-        yield inst, OpWork(kind, matmul, vector, hbm, cycles, trips, chip)
+        yield inst, OpWork(kind, matmul, vector, hbm, cycles, trips, chip, head_dim)
 
 
 def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) -> Work:
