@@ -81,10 +81,31 @@ DCN = (("data", 2), ("fsdp", 1))
     ("kind", "sent", "received", "expected_kind", "nbytes", "wire"),
     [
         # an all-reduce of 64x128 f32 over 2 slices: 2(2-1)/2 of its bytes
-        ("ALL_REDUCE", "f32[64,128]{1,0}", "f32[64,128]{1,0}", "all-reduce", 32768, 32768),
+        (
+            "ALL_REDUCE",
+            "f32[64,128]{1,0}",
+            "f32[64,128]{1,0}",
+            "all-reduce",
+            32768,
+            32768,
+        ),
         # an all-gather: its bytes are the gathered (received) buffer, (2-1)/2 sent
-        ("ALL_GATHER", "bf16[8,256]{1,0}", "bf16[16,256]{1,0}", "all-gather", 8192, 4096),
-        ("ALL_TO_ALL", "f32[32,2,128]{2,1,0}", "f32[32,2,128]{2,1,0}", "all-to-all", 32768, 16384),
+        (
+            "ALL_GATHER",
+            "bf16[8,256]{1,0}",
+            "bf16[16,256]{1,0}",
+            "all-gather",
+            8192,
+            4096,
+        ),
+        (
+            "ALL_TO_ALL",
+            "f32[32,2,128]{2,1,0}",
+            "f32[32,2,128]{2,1,0}",
+            "all-to-all",
+            32768,
+            16384,
+        ),
     ],
 )
 def test_a_megascale_send_is_one_dcn_row(

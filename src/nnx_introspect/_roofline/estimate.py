@@ -48,20 +48,20 @@ import math
 from collections.abc import Mapping
 from typing import Any
 
-from nnx_introspect._accelerators import (
-    DTYPE_ALIASES,
-    Hardware,
-    dcn_split,
-    resolve_topology,
-)
+from nnx_introspect._accelerators import DTYPE_ALIASES, Hardware
 from nnx_introspect._roofline.assumptions import (
     F32_PRECISION,
     PROGRAM_BASIS,
     assumptions,
+    dcn_assumptions,
 )
 from nnx_introspect._roofline.checks import checked_peak
-from nnx_introspect._roofline.links import gpu_in_host, ici_links, torus_assignment
-from nnx_introspect._render import format_bytes
+from nnx_introspect._roofline.links import (
+    gpu_in_host,
+    ici_links,
+    slice_axes,
+    torus_assignment,
+)
 from nnx_introspect._roofline.timing import ProgramTime
 from nnx_introspect._typing import ArgumentError, typechecked
 
@@ -70,7 +70,6 @@ __all__ = [
     "PROGRAM_BASIS",
     "CommTerm",
     "Roofline",
-    "dcn_assumptions",
     "duration",
     "roofline",
     "term_name",
@@ -478,17 +477,6 @@ def term_name(term: CommTerm) -> str:
     return f"communication over {term.axes}{across}"
 
 
-def _split_slices(
-    hardware: Hardware, mesh_axes: tuple[tuple[str, int], ...]
-) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
-    """``(one slice's mesh, each axis's share of the slices)``; ``()`` for one."""
-    if hardware.slices <= 1:
-        return mesh_axes, ()
-    ici, dcn = dcn_split(resolve_topology(hardware.topology), mesh_axes)
-    names = [name for name, _ in mesh_axes]
-    return tuple(zip(names, ici, strict=True)), tuple(zip(names, dcn, strict=True))
-
-
 def _dcn_terms(
     hardware: Hardware,
     dcn_axes: tuple[tuple[str, int], ...],
@@ -511,49 +499,6 @@ def _dcn_terms(
         )
         for axes, wire in dcn.items()
     )
-
-
-def dcn_assumptions(
-    hardware: Hardware,
-    dcn_axes: tuple[tuple[str, int], ...],
-    dcn: Mapping[tuple[str, ...], int],
-) -> tuple[str, ...]:
-    """What the estimate assumes across slices; ``()`` on one slice.
-
-    Example:
-        >>> from nnx_introspect._accelerators.hardware import hardware_for
-        >>> hardware = hardware_for("2xv4-8")
-        >>> texts = dcn_assumptions(hardware, (("data", 2),), {("data",): 2**20})
-        >>> print(texts[-1])  # doctest: +NORMALIZE_WHITESPACE
-        1 MiB on the wire across slices (over data) are not costed: TPU v4 chip
-        (2 TensorCores as one megacore device) has no data-center network figure
-        in the data sheets this reads.
-    """
-    if hardware.slices <= 1:
-        return ()
-    crossing = ", ".join(f"{n}={f}" for n, f in dcn_axes if f > 1)
-    rate = hardware.dcn_bytes_per_second
-    texts = [
-        f"The {hardware.slices} slices are joined by the data-center network "
-        f"(DCN), the mesh's leading axes across them ({crossing}), the rest of "
-        "each axis on one slice's torus."
-    ]
-    if rate is not None:
-        texts.append(
-            "Collectives across slices (DCN) are costed at the data sheet's DCN "
-            f"bandwidth of {rate:.4g} B/s per chip "
-            f"({hardware.source('dcn_bytes_per_second')}), uncalibrated: each "
-            "chip's wire bytes over its share, with the hosts' NICs, the "
-            "network's latency and congestion left out."
-        )
-    elif dcn:
-        over = ", ".join("+".join(axes) for axes in dcn)
-        texts.append(
-            f"{format_bytes(sum(dcn.values()))} on the wire across slices (over "
-            f"{over}) are not costed: {hardware.device_name} has no data-center "
-            "network figure in the data sheets this reads."
-        )
-    return tuple(texts)
 
 
 # --- The estimate ----------------------------------------------------------------
@@ -670,7 +615,7 @@ def roofline(
         model_flops=model_flops,
     )
     canonical = DTYPE_ALIASES[dtype.strip().lower()]
-    ici_axes, dcn_axes = _split_slices(hardware, mesh_axes)
+    ici_axes, dcn_axes = slice_axes(hardware, mesh_axes)
     names_sizes = tuple(size for _, size in ici_axes)
     assignment = None
     if hardware.platform == "tpu":
@@ -723,8 +668,6 @@ def roofline(
         tokens=tokens,
         tokens_per_second_low=None if tokens is None else tokens / high,
         tokens_per_second_high=None if tokens is None else tokens / low,
-        assumptions=assumptions(
-            hardware, canonical, peak, ici_axes, assignment, basis
-        )
+        assumptions=assumptions(hardware, canonical, peak, ici_axes, assignment, basis)
         + dcn_assumptions(hardware, dcn_axes, dcn),
     )

@@ -124,9 +124,7 @@ def transfer_pairs(send: Instruction) -> tuple[tuple[int, int], ...]:
         ((100001, 200000), (200000, 100003))
     """
     attributes = send.attributes.get("frontend_attributes", "")
-    return tuple(
-        (int(a), int(b)) for a, b in re.findall(r"(\d+)->(\d+)", attributes)
-    )
+    return tuple((int(a), int(b)) for a, b in re.findall(r"(\d+)->(\d+)", attributes))
 
 
 def megascale_recv(send: Instruction, module: Module) -> Instruction | None:
@@ -152,7 +150,9 @@ def transfer_arrays(
     """
     arrays = shape_arrays(instruction.shape, instruction.text)
     if not arrays:
-        raise format_error("a host transfer of (data, context, token)", instruction.text)
+        raise format_error(
+            "a host transfer of (data, context, token)", instruction.text
+        )
     return arrays[:1]
 
 

@@ -367,7 +367,7 @@ class Collectives(Report):
 
     def table(self, top: int = 20) -> Table:
         """The ``top`` rows that send the most, then totals by kind and by axes."""
-        rows = tuple(
+        rows: tuple[tuple[str, ...], ...] = tuple(
             (
                 row.name,
                 row.kind,
@@ -384,7 +384,7 @@ class Collectives(Report):
         if len(self.rows) > len(rows):
             notes.append(f"{len(self.rows) - len(rows)} smaller collectives not shown.")
         mesh = ", ".join(f"{name}={size}" for name, size in self.mesh_axes)
-        columns = (
+        columns: tuple[str, ...] = (
             "Collective",
             "Kind",
             "Mesh axes",
