@@ -355,6 +355,10 @@ class Collectives(Report):
     def _repr_items(self) -> dict[str, Any]:
         items = super()._repr_items()
         items["mesh_axes"] = dict(self.mesh_axes)
+        if self.dcn_axes:
+            items["dcn_axes"] = dict(self.dcn_axes)
+        else:
+            items.pop("dcn_axes", None)
         items["nbytes"] = self.nbytes
         items["wire_bytes"] = _number(self.wire_bytes)
         return items
