@@ -269,3 +269,9 @@ def test_a_step_on_two_slices_lists_and_costs_its_dcn_rows() -> None:
     assert any("DCN bandwidth of 3.125e+09" in text for text in estimate.assumptions)
     table = found.table()
     assert "Network" in table.columns
+    # the report's JSON keeps each row's network and the axes over slices
+    from nnx_introspect._step.step_records import collectives_from_json
+
+    back = collectives_from_json(found.json_data())
+    assert back is not None and back.json_data() == found.json_data()
+    assert back.dcn_axes == (("data", 2), ("fsdp", 1))

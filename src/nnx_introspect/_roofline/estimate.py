@@ -30,6 +30,13 @@ Which links an axis spans:
   worth of bandwidth when the dimension wraps around (and has more than 2
   chips), 1 otherwise, and a combination spanning several dimensions gets the
   links of all of them.
+* Several TPU slices (``2xv5e-256``): the leading axes take the slices
+  (:func:`~nnx_introspect._accelerators.dcn_split`) and the rest of each axis
+  lies on one slice's torus as above; the bytes across slices
+  (``dcn_bytes_by_axis``) are ``"dcn"`` terms at the chip's share of the
+  data-center network from the data sheet
+  (:attr:`~nnx_introspect._accelerators.hardware.Hardware.dcn_bytes_per_second`),
+  uncalibrated, or, for a family without that figure, named as not costed.
 
 Every collective's wire bytes are timed alike, whatever its kind
 (:func:`~nnx_introspect._xla.collectives.wire_factor`). An all-to-all, ragged
