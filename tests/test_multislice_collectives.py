@@ -197,6 +197,13 @@ def test_one_slice_keys_are_unmarked() -> None:
     assert found.rows[0].network is None and list(found.by_axis()) == [("fsdp",)]
     assert "dcn_axes" not in found.json_data()
     assert "Network" not in found.table().columns
+    # a TPU program's own collectives are ICI; a GPU's name their hosts' link
+    tpu = read_collectives(text, (("fsdp", 4),), network="ICI")
+    assert tpu.rows[0].network == "ICI" and "Network" not in tpu.table().columns
+    one_host = read_collectives(text, (("fsdp", 4),), hosts=(0, 0, 0, 0))
+    two_hosts = read_collectives(text, (("fsdp", 4),), hosts=(0, 0, 1, 1))
+    assert one_host.rows[0].network == "NVLink"
+    assert two_hosts.rows[0].network == "network"
 
 
 @needs_libtpu

@@ -355,8 +355,13 @@ def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:
         if dcn:  # several slices: XLA partitioned the program per slice
             axes = tuple((a, s // f) for (a, s), (_, f) in zip(axes, dcn, strict=True))
         platform = str(mesh.devices.flat[0].platform)
+        hosts = tuple(int(d.process_index) for d in mesh.devices.flat)
         found = read_collectives(
-            text, axes, dcn_axes=dcn, network="ICI" if platform == "tpu" else None
+            text,
+            axes,
+            dcn_axes=dcn,
+            network="ICI" if platform == "tpu" else None,
+            hosts=hosts if platform == "gpu" else None,
         )
     except (DumpFormatError, ValueError) as error:
         out["collectives_error"] = " ".join(str(error).split())

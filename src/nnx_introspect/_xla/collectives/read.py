@@ -17,7 +17,11 @@ from nnx_introspect._xla.collectives.errors import (
     shape_arrays,
     shape_bytes,
 )
-from nnx_introspect._xla.collectives.groups import group_axes, replica_groups
+from nnx_introspect._xla.collectives.groups import (
+    group_axes,
+    host_network,
+    replica_groups,
+)
 from nnx_introspect._xla.collectives.loops import Calls, call_counts
 from nnx_introspect._xla.collectives.megascale import (
     dcn_axes_of,
@@ -114,6 +118,7 @@ def read_collectives(
     *,
     dcn_axes: tuple[tuple[str, int], ...] = (),
     network: str | None = None,
+    hosts: tuple[int, ...] | None = None,
 ) -> Collectives:
     r"""Every collective of a compiled SPMD program, its bytes and its mesh axes.
 
@@ -161,8 +166,11 @@ def read_collectives(
             collectives over the data-center network, one row per ``send``,
             with ``network="DCN"`` and as axes the axes over slices.
         network: what the program's own collectives' rows say they cross
-            (``"ICI"`` for a TPU program); ``None``: unsaid (a GPU's link
-            depends on its hosts, which the roofline decides).
+            (``"ICI"`` for a TPU program); ``None``: unsaid.
+        hosts: for a GPU program, each partition's host
+            (``device.process_index`` of ``mesh.devices.flat``): each row's
+            network is then ``"NVLink"`` when every group stays in one host,
+            else ``"network"`` (``groups.host_network``).
 
     Returns:
         The :class:`Collectives`, rows in the program's order.
@@ -217,7 +225,11 @@ def read_collectives(
                 row = _dcn_collective(instruction, module, calls, dcn_axes)
             else:
                 row = _collective(instruction, module, calls, mesh_axes)
-                if row is not None and network is not None:
+                if row is not None and hosts is not None:
+                    row = dataclasses.replace(
+                        row, network=host_network(row.groups, hosts)
+                    )
+                elif row is not None and network is not None:
                     row = dataclasses.replace(row, network=network)
             if row is not None:
                 rows.append(row)

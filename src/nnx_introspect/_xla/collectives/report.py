@@ -149,9 +149,10 @@ class Collective:
             source of the most bytes.
         network: what it crosses: ``"DCN"`` for a transfer across TPU slices
             (a megascale host transfer, over the data-center network),
-            ``"ICI"`` for the other collectives of a TPU program; ``None``
-            when unsaid (a GPU program's: NVLink or the network depends on
-            the hosts, which the roofline decides per axes).
+            ``"ICI"`` for the other collectives of a TPU program; on GPUs
+            ``"NVLink"`` when each group stays in one host, else
+            ``"network"``; ``None`` when unsaid (XLA:CPU, or a reading
+            given no hosts).
     """
 
     kind: str
