@@ -76,6 +76,14 @@ def transfer_kind(send: Instruction) -> str:
 
     Raises:
         CollectiveFormatError: a transfer type this code does not read.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import instruction as parse_instruction
+        >>> send = parse_instruction(
+        ...     "%s = (f32[4]{0}, u32[], token[]) send(%x, %t), frontend_attributes="
+        ...     '{_xla_megascale_transfer_type="ALL_GATHER"}')
+        >>> transfer_kind(send)
+        'all-gather'
     """
     found = _TYPE.search(send.attributes.get("frontend_attributes", ""))
     kind = TRANSFER_KINDS.get(found.group(1)) if found else None
@@ -128,7 +136,22 @@ def transfer_pairs(send: Instruction) -> tuple[tuple[int, int], ...]:
 
 
 def megascale_recv(send: Instruction, module: Module) -> Instruction | None:
-    """The ``recv`` of the same rendezvous as a megascale ``send``, if any."""
+    r"""The ``recv`` of the same rendezvous as a megascale ``send``, if any.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import parse_module
+        >>> attributes = 'frontend_attributes={_xla_host_transfer_rendezvous="ag_0"}'
+        >>> module = parse_module("\n".join([
+        ...     "HloModule m, num_partitions=4", "",
+        ...     "ENTRY %main (p: f32[4]) -> f32[8] {",
+        ...     "  %p = f32[4]{0} parameter(0)",
+        ...     "  %t = token[] after-all()",
+        ...     f"  %s = (f32[4]{{0}}, u32[], token[]) send(%p, %t), {attributes}",
+        ...     f"  %r = (f32[8]{{0}}, u32[], token[]) recv(%t), {attributes}",
+        ...     "  ROOT %g = f32[8]{0} get-tuple-element(%r), index=0", "}"]))
+        >>> megascale_recv(module.instructions["s"], module).name
+        'r'
+    """
     found = _RENDEZVOUS.search(send.attributes.get("frontend_attributes", ""))
     if found is None:
         return None
@@ -147,6 +170,12 @@ def transfer_arrays(
     """The arrays a megascale ``send``/``recv`` moves: its tuple's first element.
 
     ``(payload, u32[], token[])``: the context word and token are not data.
+
+    Example:
+        >>> from nnx_introspect._xla.hlo import instruction as parse_instruction
+        >>> transfer_arrays(parse_instruction(
+        ...     "%s = (bf16[8,256]{1,0}, u32[], token[]) send(%x, %t)"))
+        [('bf16', (8, 256), 4096)]
     """
     arrays = shape_arrays(instruction.shape, instruction.text)
     if not arrays:
