@@ -6,11 +6,13 @@ precision, HBM, the links and how the mesh lies on them, the overlap, what
 the utilisation counts); the estimate only computes.
 """
 
+from collections.abc import Mapping
 from typing import Final
 
 from nnx_introspect._accelerators import Hardware
+from nnx_introspect._render import format_bytes
 
-__all__ = ["F32_PRECISION", "PROGRAM_BASIS", "assumptions"]
+__all__ = ["F32_PRECISION", "PROGRAM_BASIS", "assumptions", "dcn_assumptions"]
 
 PROGRAM_BASIS: Final = "the program's FLOPs x devices, recompute included"
 """The :attr:`~nnx_introspect._roofline.estimate.Roofline.mfu_basis` of a
@@ -114,3 +116,46 @@ def _mfu_assumption(hardware: Hardware, name: str, basis: str) -> str:
         "the low time. Peaks and bandwidths are data-sheet figures "
         "(Hardware.sources); sustained rates are lower."
     )
+
+
+def dcn_assumptions(
+    hardware: Hardware,
+    dcn_axes: tuple[tuple[str, int], ...],
+    dcn: Mapping[tuple[str, ...], int],
+) -> tuple[str, ...]:
+    """What the estimate assumes across slices; ``()`` on one slice.
+
+    Example:
+        >>> from nnx_introspect._accelerators.hardware import hardware_for
+        >>> hardware = hardware_for("2xv4-8")
+        >>> texts = dcn_assumptions(hardware, (("data", 2),), {("data",): 2**20})
+        >>> print(texts[-1])  # doctest: +NORMALIZE_WHITESPACE
+        1 MiB on the wire across slices (over data) are not costed: TPU v4 chip
+        (2 TensorCores as one megacore device) has no data-center network figure
+        in the data sheets this reads.
+    """
+    if hardware.slices <= 1:
+        return ()
+    crossing = ", ".join(f"{n}={f}" for n, f in dcn_axes if f > 1)
+    rate = hardware.dcn_bytes_per_second
+    texts = [
+        f"The {hardware.slices} slices are joined by the data-center network "
+        f"(DCN), the mesh's leading axes across them ({crossing}), the rest of "
+        "each axis on one slice's torus."
+    ]
+    if rate is not None:
+        texts.append(
+            "Collectives across slices (DCN) are costed at the data sheet's DCN "
+            f"bandwidth of {rate:.4g} B/s per chip "
+            f"({hardware.source('dcn_bytes_per_second')}), uncalibrated: each "
+            "chip's wire bytes over its share, with the hosts' NICs, the "
+            "network's latency and congestion left out."
+        )
+    elif dcn:
+        over = ", ".join("+".join(axes) for axes in dcn)
+        texts.append(
+            f"{format_bytes(sum(dcn.values()))} on the wire across slices (over "
+            f"{over}) are not costed: {hardware.device_name} has no data-center "
+            "network figure in the data sheets this reads."
+        )
+    return tuple(texts)

@@ -30,6 +30,13 @@ Which links an axis spans:
   worth of bandwidth when the dimension wraps around (and has more than 2
   chips), 1 otherwise, and a combination spanning several dimensions gets the
   links of all of them.
+* Several TPU slices (``2xv5e-256``): the leading axes take the slices
+  (:func:`~nnx_introspect._accelerators.dcn_split`) and the rest of each axis
+  lies on one slice's torus as above; the bytes across slices
+  (``dcn_bytes_by_axis``) are ``"dcn"`` terms at the chip's share of the
+  data-center network from the data sheet
+  (:attr:`~nnx_introspect._accelerators.hardware.Hardware.dcn_bytes_per_second`),
+  uncalibrated, or, for a family without that figure, named as not costed.
 
 Every collective's wire bytes are timed alike, whatever its kind
 (:func:`~nnx_introspect._xla.collectives.wire_factor`). An all-to-all, ragged
@@ -53,9 +60,15 @@ from nnx_introspect._roofline.assumptions import (
     F32_PRECISION,
     PROGRAM_BASIS,
     assumptions,
+    dcn_assumptions,
 )
 from nnx_introspect._roofline.checks import checked_peak
-from nnx_introspect._roofline.links import gpu_in_host, ici_links, torus_assignment
+from nnx_introspect._roofline.links import (
+    gpu_in_host,
+    ici_links,
+    slice_axes,
+    torus_assignment,
+)
 from nnx_introspect._roofline.timing import ProgramTime
 from nnx_introspect._typing import ArgumentError, typechecked
 
@@ -66,6 +79,7 @@ __all__ = [
     "Roofline",
     "duration",
     "roofline",
+    "term_name",
 ]
 
 LABEL = (
@@ -81,9 +95,12 @@ class CommTerm:
 
     Attributes:
         axes: The mesh axes the collectives run over, as given.
-        group_size: Devices in one group (the product of the axes' sizes).
+        group_size: Devices in one group (the product of the axes' sizes;
+            on several slices, of their shares within a slice for ICI, of the
+            slices for DCN).
         wire_bytes: Bytes one device puts on the wire over these axes.
-        link: ``"nvlink"``, ``"network"`` (GPUs) or ``"ici"`` (TPUs).
+        link: ``"nvlink"``, ``"network"`` (GPUs), ``"ici"`` (TPUs) or
+            ``"dcn"`` (TPUs: across slices, over the data-center network).
         links: Links' worth of bandwidth one device uses (1 on GPUs).
         bytes_per_second: The bandwidth used: ``links`` x one link's.
         seconds: ``wire_bytes / bytes_per_second``.
@@ -377,7 +394,7 @@ class Roofline:
         lines.append(f"memory {duration(self.memory_seconds)}")
         for term in self.comm:
             lines.append(
-                f"communication over {term.axes} ({term.link}, {term.links} "
+                f"{term_name(term)} ({term.link}, {term.links} "
                 f"link(s)) {duration(term.seconds)}"
             )
         at_bf16 = ""
@@ -454,6 +471,43 @@ def _comm_term(
     return CommTerm(axes, group, wire_bytes, "ici", links, ici_rate, seconds, spanned)
 
 
+def term_name(term: CommTerm) -> str:
+    """A communication term's name: ``"communication over ('fsdp',)"``.
+
+    A term across slices adds ``" across slices (DCN)"``.
+
+    Example:
+        >>> term_name(CommTerm(("data",), 2, 10, "dcn", 1, 1.0, 10.0))
+        "communication over ('data',) across slices (DCN)"
+    """
+    across = " across slices (DCN)" if term.link == "dcn" else ""
+    return f"communication over {term.axes}{across}"
+
+
+def _dcn_terms(
+    hardware: Hardware,
+    dcn_axes: tuple[tuple[str, int], ...],
+    dcn: Mapping[tuple[str, ...], int],
+) -> tuple[CommTerm, ...]:
+    """The terms across slices: wire bytes over the chip's DCN bandwidth."""
+    rate = hardware.dcn_bytes_per_second
+    if rate is None or not dcn:
+        return ()
+    shares = dict(dcn_axes)
+    return tuple(
+        CommTerm(
+            axes,
+            math.prod(shares.get(a, 1) for a in axes),
+            wire,
+            "dcn",
+            1,
+            float(rate),
+            wire / rate,
+        )
+        for axes, wire in dcn.items()
+    )
+
+
 # --- The estimate ----------------------------------------------------------------
 
 
@@ -494,6 +548,7 @@ def roofline(
     tokens: int | None = None,
     model_flops: float | int | None = None,
     model_flops_basis: str | None = None,
+    dcn_bytes_by_axis: Mapping[tuple[str, ...], int] | None = None,
 ) -> Roofline:
     """Estimate one step's time on ``hardware`` from its compiled program.
 
@@ -524,6 +579,14 @@ def roofline(
         model_flops_basis: How ``model_flops`` was counted, in words
             (``"6·N·tokens, attention not counted"``), for
             :attr:`Roofline.mfu_basis`; ``None``: ``"the given model FLOPs"``.
+        dcn_bytes_by_axis: On several TPU slices: bytes one device sends
+            across slices per mesh-axis combination (the collectives over the
+            data-center network); each a ``"dcn"`` term at the chip's DCN
+            bandwidth (:attr:`Hardware.dcn_bytes_per_second`), or, for a
+            family without that figure, left out and named so in the
+            assumptions. ``comm_bytes_by_axis`` then holds the bytes within a
+            slice, whose axes lie on one slice's torus by their shares of it
+            (:func:`~nnx_introspect._accelerators.dcn_split`).
 
     Returns:
         The :class:`Roofline`.
@@ -551,7 +614,7 @@ def roofline(
     peak = checked_peak(
         flops=flops,
         bytes_accessed=bytes_accessed,
-        comm_bytes_by_axis=comm_bytes_by_axis,
+        comm_bytes_by_axis=dict(dcn_bytes_by_axis or {}) | dict(comm_bytes_by_axis),
         mesh_axes=mesh_axes,
         hardware=hardware,
         dtype=dtype,
@@ -559,18 +622,21 @@ def roofline(
         model_flops=model_flops,
     )
     canonical = DTYPE_ALIASES[dtype.strip().lower()]
-    names_sizes = tuple(size for _, size in mesh_axes)
+    ici_axes, dcn_axes = slice_axes(hardware, mesh_axes)
+    names_sizes = tuple(size for _, size in ici_axes)
     assignment = None
     if hardware.platform == "tpu":
         assignment = torus_assignment(hardware.torus_dims, names_sizes)
     comm = tuple(
-        _comm_term(hardware, mesh_axes, assignment, axes, wire)
+        _comm_term(hardware, ici_axes, assignment, axes, wire)
         for axes, wire in comm_bytes_by_axis.items()
     )
+    dcn = dict(dcn_bytes_by_axis or {})
+    comm += _dcn_terms(hardware, dcn_axes, dcn)
     compute = float(flops) / peak
     memory = float(bytes_accessed) / hardware.hbm_bytes_per_second
     terms = [("compute", compute), ("memory", memory)]
-    terms += [(f"communication over {t.axes}", t.seconds) for t in comm]
+    terms += [(term_name(t), t.seconds) for t in comm]
     bound, low = max(terms, key=lambda term: term[1])
     high = sum(seconds for _, seconds in terms)
     if low == 0:
@@ -609,7 +675,6 @@ def roofline(
         tokens=tokens,
         tokens_per_second_low=None if tokens is None else tokens / high,
         tokens_per_second_high=None if tokens is None else tokens / low,
-        assumptions=assumptions(
-            hardware, canonical, peak, mesh_axes, assignment, basis
-        ),
+        assumptions=assumptions(hardware, canonical, peak, ici_axes, assignment, basis)
+        + dcn_assumptions(hardware, dcn_axes, dcn),
     )

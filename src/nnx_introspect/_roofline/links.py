@@ -3,7 +3,8 @@
 The topology arithmetic of the roofline's communication terms
 (:func:`~nnx_introspect._roofline.estimate.roofline`): whether each group of a
 mesh axis combination stays inside one GPU host (NVLink) or spans hosts (the
-network), and how a TPU slice's torus dimensions carry the mesh's axes.
+network), how a TPU slice's torus dimensions carry the mesh's axes, and on
+several slices which share of each axis crosses the data-center network.
 """
 
 import itertools
@@ -11,9 +12,9 @@ import math
 
 import numpy as np
 
-from nnx_introspect._accelerators import Hardware
+from nnx_introspect._accelerators import Hardware, dcn_split, resolve_topology
 
-__all__ = ["gpu_in_host", "ici_links", "torus_assignment"]
+__all__ = ["gpu_in_host", "ici_links", "slice_axes", "torus_assignment"]
 
 
 def gpu_in_host(
@@ -74,3 +75,26 @@ def ici_links(hardware: Hardware, torus_dims: set[int]) -> int:
         wraps = hardware.wraparound[d] and hardware.torus_dims[d] > 2
         links += 2 if wraps else 1
     return max(links, 1)
+
+
+def slice_axes(
+    hardware: Hardware, mesh_axes: tuple[tuple[str, int], ...]
+) -> tuple[tuple[tuple[str, int], ...], tuple[tuple[str, int], ...]]:
+    """``(one slice's mesh, each axis's share of the slices)``; ``()`` for one.
+
+    On several TPU slices the leading axes take the slices
+    (:func:`~nnx_introspect._accelerators.dcn_split`); the rest of each axis
+    lies on one slice's torus.
+
+    Example:
+        >>> from nnx_introspect._accelerators import hardware_for
+        >>> slice_axes(hardware_for("2xv5e-4"), (("data", 2), ("fsdp", 4)))
+        ((('data', 1), ('fsdp', 4)), (('data', 2), ('fsdp', 1)))
+        >>> slice_axes(hardware_for("v5e-4"), (("fsdp", 4),))
+        ((('fsdp', 4),), ())
+    """
+    if hardware.slices <= 1:
+        return mesh_axes, ()
+    ici, dcn = dcn_split(resolve_topology(hardware.topology), mesh_axes)
+    names = [name for name, _ in mesh_axes]
+    return tuple(zip(names, ici, strict=True)), tuple(zip(names, dcn, strict=True))

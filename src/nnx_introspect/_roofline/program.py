@@ -19,6 +19,7 @@ from nnx_introspect._roofline.estimate import LABEL, Roofline, duration, rooflin
 from nnx_introspect._roofline.timing import ProgramTime, program_time
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import Work, libtpu_version, work_from_json
+from nnx_introspect._xla.collectives import DCN_MARK
 
 __all__ = ["program_roofline", "with_time"]
 
@@ -48,7 +49,10 @@ def program_roofline(
             program's collectives give them: combinations repeated add up,
             those over one device are dropped, and those naming an axis the
             mesh lacks (``("?",)``: groups that are not whole mesh axes) are
-            left out, with an assumption saying how many bytes.
+            left out, with an assumption saying how many bytes. Axes marked
+            :data:`~nnx_introspect._xla.collectives.DCN_MARK`
+            (``("data@DCN",)``, the collectives of a multi-slice TPU program
+            across its slices) are costed over the data-center network.
         mesh_axes: The mesh, ``(name, size)`` in its order.
         matmul_dtype: The program's matmul operand type; ``None``: ``"bf16"``.
         tokens: Tokens per step, for tokens/s.
@@ -93,8 +97,16 @@ def program_roofline(
     """
     sizes = dict(mesh_axes)
     comm: dict[tuple[str, ...], int] = {}
+    dcn: dict[tuple[str, ...], int] = {}
     left_out = irregular = 0
-    listed = [(tuple(axes), wire, False) for axes, wire in wire_bytes_by_axes]
+    listed = []
+    for axes, wire in wire_bytes_by_axes:
+        if axes and all(a.endswith(DCN_MARK) for a in axes):
+            plain = tuple(a.removesuffix(DCN_MARK) for a in axes)
+            if all(a in sizes for a in plain) and wire:
+                dcn[plain] = dcn.get(plain, 0) + wire
+                continue
+        listed.append((tuple(axes), wire, False))
     if irregular_wire_bytes is not None:
         listed = [item for item in listed if item[0] != ("?",)]
         listed += [(tuple(axes), wire, True) for axes, wire in irregular_wire_bytes]
@@ -130,6 +142,7 @@ def program_roofline(
         tokens=tokens,
         model_flops=model_flops,
         model_flops_basis=model_flops_basis,
+        dcn_bytes_by_axis=dcn,
     )
     if work is not None:
         found = work if isinstance(work, Work) else work_from_json(work)

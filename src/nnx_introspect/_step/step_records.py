@@ -457,6 +457,7 @@ def collectives_from_json(data: dict[str, Any] | None) -> Collectives | None:
         module=data["module"],
         mesh_axes=tuple((str(name), int(size)) for name, size in data["mesh_axes"]),
         rows=tuple(_collective(row) for row in data["rows"]),
+        dcn_axes=tuple((str(n), int(f)) for n, f in data.get("dcn_axes", ())),
     )
 
 
@@ -488,4 +489,5 @@ def _collective(row: dict[str, Any]) -> Collective:
         sources=tuple(
             None if s is None else SourceLocation(**s) for s in row.get("sources", ())
         ),
+        network=row.get("network"),
     )

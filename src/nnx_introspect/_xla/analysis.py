@@ -13,6 +13,7 @@ import tempfile
 import time
 from typing import Any, NamedTuple
 
+import numpy as np
 from jax.sharding import Mesh
 
 from nnx_introspect._xla.dump import dump_options
@@ -349,8 +350,18 @@ def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:
     try:
         if isinstance(text, Exception):
             raise text
+        axes = tuple((str(a), int(s)) for a, s in mesh.shape.items())
+        dcn = mesh_dcn_axes(mesh)
+        if dcn:  # several slices: XLA partitioned the program per slice
+            axes = tuple((a, s // f) for (a, s), (_, f) in zip(axes, dcn, strict=True))
+        platform = str(mesh.devices.flat[0].platform)
+        hosts = tuple(int(d.process_index) for d in mesh.devices.flat)
         found = read_collectives(
-            text, tuple((str(a), int(s)) for a, s in mesh.shape.items())
+            text,
+            axes,
+            dcn_axes=dcn,
+            network="ICI" if platform == "tpu" else None,
+            hosts=hosts if platform == "gpu" else None,
         )
     except (DumpFormatError, ValueError) as error:
         out["collectives_error"] = " ".join(str(error).split())
@@ -367,6 +378,31 @@ def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:
         for axes, total in found.by_axis().items()
     ]
     return out
+
+
+def mesh_dcn_axes(mesh: Mesh) -> tuple[tuple[str, int], ...]:
+    """Each axis's share of the slices a mesh's devices lie on; ``()`` for one slice.
+
+    An axis's share is how many slices its devices span along it (the other
+    axes at their first index), read from the devices' ``slice_index``
+    (TPU devices of a multi-slice target have one; others have none).
+
+    Example:
+        >>> import jax, numpy as np
+        >>> from jax.sharding import Mesh
+        >>> mesh_dcn_axes(Mesh(np.array(jax.devices()[:8]).reshape(2, 4), ("a", "b")))
+        ()
+    """
+    slices = np.vectorize(lambda d: int(getattr(d, "slice_index", 0) or 0))(
+        mesh.devices
+    )
+    if len(np.unique(slices)) <= 1:
+        return ()
+    shares = []
+    for index, name in enumerate(mesh.axis_names):
+        line = np.moveaxis(slices, index, 0).reshape(slices.shape[index], -1)[:, 0]
+        shares.append((str(name), len(np.unique(line))))
+    return tuple(shares)
 
 
 def _program_text(compiled: Any, backend: str, dump_to: str | None) -> str:

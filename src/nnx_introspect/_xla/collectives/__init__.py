@@ -75,7 +75,10 @@ are, and its note), ``groups`` (replica groups in every form, as partition
 ids, then as mesh axes), ``report`` (:class:`Collectives`, its
 :class:`Collective` rows and totals, :func:`wire_factor`) and ``read``
 (:func:`compiled_hlo_text` and :func:`read_collectives`, composing them: each
-collective read once, async pairs and XLA:TPU's fusions included).
+collective read once, async pairs and XLA:TPU's fusions included) and
+``megascale`` (a multi-slice TPU program's transfers across slices: the
+megascale runtime's ``send``/``recv`` pairs, read as collectives over the
+data-center network, ``Collective.network == "DCN"``).
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np
@@ -98,20 +101,24 @@ from nnx_introspect._xla.collectives.read import (
     compiled_hlo_text as compiled_hlo_text,
 )
 from nnx_introspect._xla.collectives.read import read_collectives as read_collectives
+from nnx_introspect._xla.collectives.report import DCN_MARK as DCN_MARK
 from nnx_introspect._xla.collectives.report import KINDS as KINDS
 from nnx_introspect._xla.collectives.report import Collective as Collective
 from nnx_introspect._xla.collectives.report import Collectives as Collectives
 from nnx_introspect._xla.collectives.report import (
     CollectiveTotal as CollectiveTotal,
 )
+from nnx_introspect._xla.collectives.report import axes_key as axes_key
 from nnx_introspect._xla.collectives.report import wire_factor as wire_factor
 
 __all__ = [
+    "DCN_MARK",
     "KINDS",
     "Collective",
     "CollectiveFormatError",
     "CollectiveTotal",
     "Collectives",
+    "axes_key",
     "compiled_hlo_text",
     "read_collectives",
     "wire_factor",

@@ -213,3 +213,25 @@ def group_axes(
         return () if not spans else ANY_QUESTION
     (span,) = spans
     return tuple(mesh_axes[d][0] for d in span)
+
+
+def host_network(
+    groups: tuple[tuple[int, ...], ...], hosts: Sequence[int]
+) -> str | None:
+    """A GPU collective's link: ``"NVLink"`` when each group stays in one host.
+
+    ``hosts`` is each partition's host (``device.process_index`` of
+    ``mesh.devices.flat``); a group spanning hosts goes over ``"network"``,
+    as :func:`~nnx_introspect._roofline.links.gpu_in_host` counts it.
+    ``None`` without groups.
+
+    Example:
+        >>> host_network(((0, 1), (2, 3)), (0, 0, 1, 1))
+        'NVLink'
+        >>> host_network(((0, 2), (1, 3)), (0, 0, 1, 1))
+        'network'
+    """
+    if not groups:
+        return None
+    one_host = all(len({hosts[i] for i in group}) == 1 for group in groups)
+    return "NVLink" if one_host else "network"

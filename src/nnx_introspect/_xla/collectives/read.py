@@ -1,5 +1,6 @@
 """Reading a compiled program's collectives: each one once, in every form XLA writes."""
 
+import dataclasses
 import math
 import re
 from typing import Final
@@ -16,8 +17,21 @@ from nnx_introspect._xla.collectives.errors import (
     shape_arrays,
     shape_bytes,
 )
-from nnx_introspect._xla.collectives.groups import group_axes, replica_groups
+from nnx_introspect._xla.collectives.groups import (
+    group_axes,
+    host_network,
+    replica_groups,
+)
 from nnx_introspect._xla.collectives.loops import Calls, call_counts
+from nnx_introspect._xla.collectives.megascale import (
+    dcn_axes_of,
+    is_megascale,
+    megascale_recv,
+    transfer_arrays,
+    transfer_kind,
+    transfer_pairs,
+    transfer_slices,
+)
 from nnx_introspect._xla.collectives.report import KINDS, Collective, Collectives
 from nnx_introspect._xla.collectives.sources import array_sources
 from nnx_introspect._xla.hlo import (
@@ -99,7 +113,12 @@ def compiled_hlo_text(compiled: jax.stages.Compiled) -> str:
 
 @typechecked
 def read_collectives(
-    hlo_text: str, mesh_axes: tuple[tuple[str, int], ...]
+    hlo_text: str,
+    mesh_axes: tuple[tuple[str, int], ...],
+    *,
+    dcn_axes: tuple[tuple[str, int], ...] = (),
+    network: str | None = None,
+    hosts: tuple[int, ...] | None = None,
 ) -> Collectives:
     r"""Every collective of a compiled SPMD program, its bytes and its mesh axes.
 
@@ -136,7 +155,22 @@ def read_collectives(
             :func:`compiled_hlo_text`).
         mesh_axes: the mesh it was compiled for, ``(name, size)`` per axis in
             ``mesh.devices`` order (``tuple(mesh.shape.items())``); their
-            product is the program's ``num_partitions``.
+            product is the program's ``num_partitions``. For a program over
+            several TPU slices, one slice's mesh: each axis's size divided by
+            its ``dcn_axes`` factor.
+        dcn_axes: for a program over several TPU slices, each axis's share
+            of the slices, ``(name, factor)`` in the mesh's order (``()``: one
+            slice). Its megascale host transfers (``send``/``recv`` pairs of
+            the ``xla_megascale_runtime``, see
+            :mod:`~nnx_introspect._xla.collectives.megascale`) are read as
+            collectives over the data-center network, one row per ``send``,
+            with ``network="DCN"`` and as axes the axes over slices.
+        network: what the program's own collectives' rows say they cross
+            (``"ICI"`` for a TPU program); ``None``: unsaid.
+        hosts: for a GPU program, each partition's host
+            (``device.process_index`` of ``mesh.devices.flat``): each row's
+            network is then ``"NVLink"`` when every group stays in one host,
+            else ``"network"`` (``groups.host_network``).
 
     Returns:
         The :class:`Collectives`, rows in the program's order.
@@ -147,7 +181,8 @@ def read_collectives(
             program's partitions.
         CollectiveFormatError: a collective (or the module around it) is in a
             form this code does not read, or is one it does not count
-            (``collective-broadcast``, ``send``/``recv``).
+            (``collective-broadcast``, ``send``/``recv`` other than the
+            megascale runtime's).
 
     Example:
         >>> text = "\n".join([
@@ -164,6 +199,8 @@ def read_collectives(
         (128, 4, ('data',), Fraction(96, 1))
     """
     _check_mesh_axes(mesh_axes)
+    if dcn_axes:
+        _check_mesh_axes(dcn_axes)
     _check_module_text(hlo_text)
     module = read_module(hlo_text)
     partitions = math.prod(size for _, size in mesh_axes)
@@ -184,12 +221,23 @@ def read_collectives(
     rows: list[Collective] = []
     for instructions in module.computations.values():
         for instruction in instructions:
-            row = _collective(instruction, module, calls, mesh_axes)
+            if is_megascale(instruction):
+                row = _dcn_collective(instruction, module, calls, dcn_axes)
+            else:
+                row = _collective(instruction, module, calls, mesh_axes)
+                if row is not None and hosts is not None:
+                    row = dataclasses.replace(
+                        row, network=host_network(row.groups, hosts)
+                    )
+                elif row is not None and network is not None:
+                    row = dataclasses.replace(row, network=network)
             if row is not None:
                 rows.append(row)
     _check_pairs(module)
     _check_tpu_fusions(module)
-    return Collectives(module=module.name, mesh_axes=mesh_axes, rows=tuple(rows))
+    return Collectives(
+        module=module.name, mesh_axes=mesh_axes, rows=tuple(rows), dcn_axes=dcn_axes
+    )
 
 
 def _check_mesh_axes(mesh_axes: tuple[tuple[str, int], ...]) -> None:
@@ -293,6 +341,73 @@ def _collective(
         trip_count_known=count.known,
         loops=count.loops,
         sources=sources,
+    )
+
+
+def _dcn_collective(
+    instruction: Instruction,
+    module: Module,
+    calls: dict[str, Calls],
+    dcn_axes: tuple[tuple[str, int], ...],
+) -> Collective | None:
+    """A megascale ``send``'s row: a collective across slices; ``None`` for the rest.
+
+    The ``recv``, ``send-done`` and ``recv-done`` of the same transfer are
+    not rows (the ``send`` is). Its bytes follow :class:`Collective`'s rule:
+    the received buffer of an all-gather, the sent one otherwise.
+    """
+    if instruction.opcode != "send":
+        return None
+    if not any(factor > 1 for _, factor in dcn_axes):
+        raise format_error(
+            "a megascale host transfer in a program of one slice (pass the "
+            "mesh's axes over slices, `dcn_axes`)",
+            instruction.text,
+        )
+    if instruction.computation not in calls:
+        raise format_error(
+            "a collective in a computation no instruction calls", instruction.text
+        )
+    kind = transfer_kind(instruction)
+    sent = transfer_arrays(instruction)
+    recv = megascale_recv(instruction, module)
+    received = sent if recv is None else transfer_arrays(recv)
+    counted = received if kind == "all-gather" else sent
+    slices = transfer_slices(instruction)
+    axes = dcn_axes_of(dcn_axes, slices)
+    factors = dict(dcn_axes)
+    count = calls[instruction.computation]
+    items = metadata(instruction.text)
+    try:
+        stack = source_stack(items, module.frames)
+    except HloTextError as error:
+        raise format_error(error.what, instruction.text) from None
+    channel = instruction.attributes.get("channel_id")
+    return Collective(
+        kind=kind,
+        name=instruction.name,
+        opcode=instruction.opcode,
+        form="megascale host transfer",
+        computation=instruction.computation,
+        nbytes=sum(nbytes for _, _, nbytes in counted),
+        result_bytes=sum(nbytes for _, _, nbytes in received),
+        operand_bytes=sum(nbytes for _, _, nbytes in sent),
+        dtypes=tuple(dtype for dtype, _, _ in counted),
+        shapes=tuple(dims for _, dims, _ in counted),
+        group_size=slices or math.prod(factors[a] for a in axes),
+        groups=(),
+        axes=axes,
+        source_target_pairs=transfer_pairs(instruction)
+        if kind == "collective-permute"
+        else None,
+        channel_id=int(channel) if channel and channel.isdigit() else None,
+        op_name=items.get("op_name"),
+        source=user_frame(stack, stack[0] if stack else None),
+        stack=stack,
+        count=count.count,
+        trip_count_known=count.known,
+        loops=count.loops,
+        network="DCN",
     )
 
 

@@ -26,6 +26,11 @@ KINDS: Final = (
 ANY_QUESTION: Final = ("?",)
 """The axes of a collective whose groups are not whole mesh axes."""
 
+DCN_MARK: Final = "@DCN"
+"""What :meth:`Collectives.by_axis` appends to each axis of a DCN row's key
+(``("data@DCN",)``): its bytes cross the data-center network, not the ICI
+of the same axis."""
+
 
 # --- results -------------------------------------------------------------------
 
@@ -142,6 +147,12 @@ class Collective:
             or the producers of its operand give it; ``()`` when not read
             (a row rebuilt from JSON without them). ``source`` is then the
             source of the most bytes.
+        network: what it crosses: ``"DCN"`` for a transfer across TPU slices
+            (a megascale host transfer, over the data-center network),
+            ``"ICI"`` for the other collectives of a TPU program; on GPUs
+            ``"NVLink"`` when each group stays in one host, else
+            ``"network"``; ``None`` when unsaid (XLA:CPU, or a reading
+            given no hosts).
     """
 
     kind: str
@@ -166,6 +177,7 @@ class Collective:
     trip_count_known: bool
     loops: tuple[str, ...]
     sources: tuple[SourceLocation | None, ...] = ()
+    network: str | None = None
 
     @property
     def worst_case_receive_bytes(self) -> int | None:
@@ -288,6 +300,8 @@ class Collectives(Report):
         mesh_axes: the mesh the program was compiled for, ``(name, size)`` in
             ``mesh.devices`` order.
         rows: one :class:`Collective` per HLO collective, in the program's order.
+        dcn_axes: for a program over several TPU slices, each axis's share of
+            the slices (``mesh_axes`` is then one slice's mesh); ``()`` for one.
 
     Example:
         >>> row = Collective("all-gather", "ag", "all-gather", "sync", "main",
@@ -304,6 +318,7 @@ class Collectives(Report):
     module: str
     mesh_axes: tuple[tuple[str, int], ...]
     rows: tuple[Collective, ...]
+    dcn_axes: tuple[tuple[str, int], ...] = ()
 
     @property
     def nbytes(self) -> int:
@@ -332,13 +347,19 @@ class Collectives(Report):
     def by_axis(self) -> dict[tuple[str, ...], CollectiveTotal]:
         """Totals per mesh-axis combination (``("fsdp",)``, ``("?",)``...).
 
-        Most wire bytes first; ``()`` holds groups of one device.
+        Most wire bytes first; ``()`` holds groups of one device. The rows
+        across slices (``network="DCN"``) are keyed apart, each axis marked
+        :data:`DCN_MARK` (``("data@DCN",)``).
         """
-        return _totals(self.rows, lambda row: row.axes, _axes_label)
+        return _totals(self.rows, axes_key, _axes_label)
 
     def _repr_items(self) -> dict[str, Any]:
         items = super()._repr_items()
         items["mesh_axes"] = dict(self.mesh_axes)
+        if self.dcn_axes:
+            items["dcn_axes"] = dict(self.dcn_axes)
+        else:
+            items.pop("dcn_axes", None)
         items["nbytes"] = self.nbytes
         items["wire_bytes"] = _number(self.wire_bytes)
         return items
@@ -351,7 +372,7 @@ class Collectives(Report):
 
     def table(self, top: int = 20) -> Table:
         """The ``top`` rows that send the most, then totals by kind and by axes."""
-        rows = tuple(
+        rows: tuple[tuple[str, ...], ...] = tuple(
             (
                 row.name,
                 row.kind,
@@ -368,20 +389,36 @@ class Collectives(Report):
         if len(self.rows) > len(rows):
             notes.append(f"{len(self.rows) - len(rows)} smaller collectives not shown.")
         mesh = ", ".join(f"{name}={size}" for name, size in self.mesh_axes)
+        columns: tuple[str, ...] = (
+            "Collective",
+            "Kind",
+            "Mesh axes",
+            "Type",
+            "Count",
+            "Bytes",
+            "Wire bytes",
+            "Source",
+        )
+        totals = self._total_rows()
+        if self.dcn_axes:  # several slices: each row's network, after its axes
+            crossing = ", ".join(f"{n}={f}" for n, f in self.dcn_axes if f > 1)
+            mesh += f" per slice; over slices {crossing}"
+            notes.append(
+                "Network: DCN for a transfer across slices (the megascale "
+                "runtime's send/recv over the data-center network), ICI within "
+                "a slice."
+            )
+            columns = (*columns[:3], "Network", *columns[3:])
+            rows = tuple(
+                (*cells[:3], row.network or "", *cells[3:])
+                for cells, row in zip(rows, self.top(top), strict=True)
+            )
+            totals = tuple((*cells[:3], "", *cells[3:]) for cells in totals)
         return Table(
             title=f"Collectives of {self.module} ({mesh})",
-            columns=(
-                "Collective",
-                "Kind",
-                "Mesh axes",
-                "Type",
-                "Count",
-                "Bytes",
-                "Wire bytes",
-                "Source",
-            ),
+            columns=columns,
             rows=rows,
-            totals=self._total_rows(),
+            totals=totals,
             notes=tuple(notes),
             lead=(
                 f"{len(self.rows)} collectives, {format_bytes(self.nbytes)} per "
@@ -511,12 +548,16 @@ class Collectives(Report):
     def json_data(self) -> dict[str, Any]:
         """Every row and the totals, in exact integers.
 
+        ``dcn_axes`` is there only for a program over several slices.
+
         A wire figure is an integer when the ring factor divides the bytes
         evenly, else a float.
         """
+        several = {"dcn_axes": [[name, f] for name, f in self.dcn_axes]}
         return {
             "module": self.module,
             "mesh_axes": [[name, size] for name, size in self.mesh_axes],
+            **(several if self.dcn_axes else {}),
             "bytes": self.nbytes,
             "wire_bytes": _number(self.wire_bytes),
             "trip_counts_known": self.trip_counts_known,
@@ -530,6 +571,21 @@ class Collectives(Report):
 
 
 # --- rendering helpers ---------------------------------------------------------
+
+
+def axes_key(row: Collective) -> tuple[str, ...]:
+    """A row's key in :meth:`Collectives.by_axis`: its axes, marked when DCN.
+
+    Example:
+        >>> row = Collective("all-reduce", "send", "send", "megascale host "
+        ...     "transfer", "main", 64, 64, 64, ("f32",), ((16,),), 2, (),
+        ...     ("data",), None, 1, None, None, (), 1, True, (), network="DCN")
+        >>> axes_key(row)
+        ('data@DCN',)
+    """
+    if row.network == "DCN":
+        return tuple(f"{axis}{DCN_MARK}" for axis in row.axes)
+    return row.axes
 
 
 def _axes_label(axes: Hashable) -> str:
@@ -620,6 +676,7 @@ def _row_json(row: Collective) -> dict[str, Any]:
         "loops": list(row.loops),
         "sources": [_source_json(source) for source in row.sources],
         "worst_case_receive_bytes": row.worst_case_receive_bytes,
+        "network": row.network,
     }
 
 
