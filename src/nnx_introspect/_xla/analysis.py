@@ -211,7 +211,7 @@ def compile_lowered(
         "compiler_flags": flags_used(flags, backend),
     }
     if isinstance(compiled, Exception):
-        refusal = flag_refusal(compiled) if flags else None
+        refusal = flag_refusal(compiled, backend) if flags else None
         if refusal is not None:
             raise refusal from None
         return _refused(compiled, said, start, warnings)

@@ -135,7 +135,7 @@ def as_compiler_flags(flags: CompilerFlagsLike) -> tuple[tuple[str, str], ...]:
         >>> try:
         ...     as_compiler_flags(["--xla_a"])
         ... except ValueError as error:
-        ...     print(error.argument, "|", str(error)[:62])
+        ...     print(error.argument, "|", str(error)[:59])
         compiler_flags | `compiler_flags` entry '--xla_a' has no value: each flag is
     """
     if flags is None:
@@ -256,29 +256,42 @@ def flags_text(flags: Sequence[CompilerFlag]) -> str | None:
     return f"Compiler flags: {'; '.join(parts)}."
 
 
-_REFUSED = re.compile(
-    r"No such compile option: '[^']*'|While setting option \S+?, .*?(?:value\.|$)"
-)
+_UNKNOWN = re.compile(r"No such compile option: '[^']*'")
+_BAD_VALUE = re.compile(r"While setting option \S+?, .*?(?:value\.|$)", re.MULTILINE)
 
 
-def flag_refusal(error: Exception) -> ArgumentError | None:
+def flag_refusal(error: Exception, backend: str = "") -> ArgumentError | None:
     """The one-line error of a compile XLA refused for a flag; else ``None``.
+
+    XLA's own words are quoted: a flag it does not know (``No such compile
+    option``; XLA:TPU's ``xla_tpu_*`` flags exist only for a TPU target), or
+    a value it cannot read for the flag's type.
 
     Example:
         >>> said = "INVALID_ARGUMENT: No such compile option: 'not_a_flag_xyz'"
-        >>> print(flag_refusal(RuntimeError(said)))
-        `compiler_flags`: XLA refused them: No such compile option: \
+        >>> print(flag_refusal(RuntimeError(said), "cpu"))
+        XLA:CPU refused `compiler_flags`: No such compile option: \
 'not_a_flag_xyz'. Pass only flags this compiler knows, spelled as XLA and \
-libtpu spell them (without the leading --).
+libtpu spell them (the xla_tpu_* flags need a TPU `topology`).
         >>> flag_refusal(RuntimeError("RESOURCE_EXHAUSTED: Ran out of memory")) is None
         True
     """
-    found = _REFUSED.search(str(error))
-    if found is None:
-        return None
-    return ArgumentError(
-        "compiler_flags",
-        f"`compiler_flags`: XLA refused them: {found[0].rstrip('.')}. Pass only "
-        "flags this compiler knows, spelled as XLA and libtpu spell them "
-        "(without the leading --).",
-    )
+    text = str(error)
+    compiler = f"XLA:{backend.upper()}" if backend else "XLA"
+    unknown = _UNKNOWN.search(text)
+    if unknown is not None:
+        hint = "" if backend == "tpu" else " (the xla_tpu_* flags need a TPU `topology`)"
+        return ArgumentError(
+            "compiler_flags",
+            f"{compiler} refused `compiler_flags`: {unknown[0]}. Pass only flags "
+            f"this compiler knows, spelled as XLA and libtpu spell them{hint}.",
+        )
+    bad = _BAD_VALUE.search(text)
+    if bad is not None:
+        return ArgumentError(
+            "compiler_flags",
+            f"{compiler} refused `compiler_flags`: {bad[0].rstrip('.')}. Give "
+            "the flag a value of its type: true or false for a switch, an "
+            "integer for a count.",
+        )
+    return None
