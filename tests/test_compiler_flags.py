@@ -56,7 +56,9 @@ def test_every_form_is_the_same_pairs(given: Any) -> None:
 
 
 def test_none_and_nothing_are_no_flags() -> None:
-    assert as_compiler_flags(None) == as_compiler_flags("") == as_compiler_flags({}) == ()
+    assert (
+        as_compiler_flags(None) == as_compiler_flags("") == as_compiler_flags({}) == ()
+    )
 
 
 @pytest.mark.parametrize(
@@ -169,9 +171,7 @@ def test_serving_lists_the_flags_of_both_programs() -> None:
     flag = CompilerFlag("xla_cpu_enable_fast_math", "true", "compiler_flags")
     assert report.prefill.compiler_flags == report.decode.compiler_flags == (flag,)
     assert "Compiler flags: xla_cpu_enable_fast_math=true" in str(report)
-    assert json.loads(report.to_json())["decode"]["compiler_flags"] == [
-        flag._asdict()
-    ]
+    assert json.loads(report.to_json())["decode"]["compiler_flags"] == [flag._asdict()]
 
 
 # --- the cache never recalls a program compiled with other flags ----------------
@@ -232,7 +232,11 @@ def test_the_cli_flag_sets_them(capsys: pytest.CaptureFixture[str]) -> None:
     )
     assert code == 0
     assert json.loads(out)["compiler_flags"] == [
-        {"name": "xla_cpu_enable_fast_math", "value": "true", "source": "compiler_flags"}
+        {
+            "name": "xla_cpu_enable_fast_math",
+            "value": "true",
+            "source": "compiler_flags",
+        }
     ]
 
 
@@ -346,11 +350,12 @@ def test_libtpu_init_args_reach_an_in_process_compile() -> None:
 
 @pytest.fixture(scope="module")
 def tpu_step() -> Any:
-    """A tiny Llama's FSDP step for v5e-8, compiled in a child as a user's is."""
+    """A small Llama's FSDP step for v5e-8 (2 layers of width 32), compiled in a
+    child as a user's is."""
 
     def report(**options: Any) -> Any:
         return step_memory_report(
-            "nnx_introspect.examples:llama_tiny_sharded",
+            "tests.llama_tiny_layers:llama_small_sharded",
             "fsdp=8,tp=1",
             jax.ShapeDtypeStruct((8, 64), jnp.int32),
             loss="lm",

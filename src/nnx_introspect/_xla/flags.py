@@ -59,8 +59,9 @@ class CompilerFlag(NamedTuple):
     ``source`` is one of :data:`FLAG_SOURCES`.
 
     Example:
-        >>> CompilerFlag("xla_cpu_enable_fast_math", "true", "compiler_flags")
-        CompilerFlag(name='xla_cpu_enable_fast_math', value='true', source='compiler_flags')
+        >>> flag = CompilerFlag("xla_cpu_enable_fast_math", "true", "compiler_flags")
+        >>> flag.name, flag.value, flag.source
+        ('xla_cpu_enable_fast_math', 'true', 'compiler_flags')
     """
 
     name: str
@@ -77,8 +78,7 @@ def _value_text(name: str, value: Any) -> str:
     raise ArgumentError(
         "compiler_flags",
         f"`compiler_flags` gives {name!r} the value {value!r}, a "
-        f"{type(value).__name__}: a flag's value is a bool, a number or text. "
-        + _FIX,
+        f"{type(value).__name__}: a flag's value is a bool, a number or text. " + _FIX,
     )
 
 
@@ -242,8 +242,9 @@ def flags_text(flags: Sequence[CompilerFlag]) -> str | None:
         ...     CompilerFlag("xla_a", "false", "LIBTPU_INIT_ARGS"),
         ...     CompilerFlag("xla_b", "true", "LIBTPU_INIT_ARGS"),
         ...     CompilerFlag("xla_c", "4", "compiler_flags"),
-        ... ])
-        'Compiler flags: xla_a=false, xla_b=true (LIBTPU_INIT_ARGS); xla_c=4 (compiler_flags).'
+        ... ])  # doctest: +NORMALIZE_WHITESPACE
+        'Compiler flags: xla_a=false, xla_b=true (LIBTPU_INIT_ARGS); xla_c=4
+        (compiler_flags).'
     """
     if not flags:
         return None
@@ -280,7 +281,9 @@ libtpu spell them (the xla_tpu_* flags need a TPU `topology`).
     compiler = f"XLA:{backend.upper()}" if backend else "XLA"
     unknown = _UNKNOWN.search(text)
     if unknown is not None:
-        hint = "" if backend == "tpu" else " (the xla_tpu_* flags need a TPU `topology`)"
+        hint = (
+            "" if backend == "tpu" else " (the xla_tpu_* flags need a TPU `topology`)"
+        )
         return ArgumentError(
             "compiler_flags",
             f"{compiler} refused `compiler_flags`: {unknown[0]}. Pass only flags "

@@ -129,7 +129,8 @@ def xla_flag_arg(text: str) -> list[str]:
         >>> xla_flag_arg("xla_a")
         Traceback (most recent call last):
         ...
-        argparse.ArgumentTypeError: must be NAME=VALUE (an XLA or libtpu flag, such as xla_tpu_enable_async_collective_fusion=false), got 'xla_a'
+        argparse.ArgumentTypeError: must be NAME=VALUE (an XLA or libtpu flag, such \
+as xla_tpu_enable_async_collective_fusion=false), got 'xla_a'
     """
     words = text.split()
     bad = [w for w in words if not _XLA_FLAG.match(w)] or ([] if words else [text])
