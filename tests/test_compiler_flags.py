@@ -9,6 +9,7 @@ by hand with ``lowered.compile(compiler_options=...)``: turning
 accessed (the all-gathers are no longer fused with their consumers).
 """
 
+import dataclasses
 import json
 import os
 import subprocess
@@ -27,7 +28,12 @@ from jax.sharding import PartitionSpec as P
 from nnx_introspect import StepSpec, serve_memory_report, step_memory_report
 from nnx_introspect._step import ProgramNames, compile_or_recall
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla import as_compiler_flags, compile_key, libtpu_version
+from nnx_introspect._xla import (
+    answer_key,
+    as_compiler_flags,
+    compile_key,
+    libtpu_version,
+)
 from nnx_introspect._xla.analysis import compile_lowered
 from nnx_introspect._xla.flags import CompilerFlag, flags_used
 from tests.cli_helpers import run
@@ -149,6 +155,21 @@ def test_an_unknown_flag_is_one_line_quoting_xla(mesh: str) -> None:
     assert "\n" not in said
 
 
+def test_the_users_xla_flags_reach_a_child_beside_its_device_count(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # listed by the child from its own environment: kept, not overwritten by
+    # the child's --xla_force_host_platform_device_count=16 (never listed)
+    flags = "--xla_force_host_platform_device_count=8 --xla_cpu_enable_fast_math=true"
+    monkeypatch.setenv("XLA_FLAGS", flags)
+    batch = jax.ShapeDtypeStruct((16, 3), jnp.float32)
+    report = step_memory_report(TWO_LAYER, "data=16", batch)
+    assert report.compiled_in == "a child process with 16 virtual CPU devices"
+    assert report.compilation.compiler_flags == (
+        CompilerFlag("xla_cpu_enable_fast_math", "true", "XLA_FLAGS"),
+    )
+
+
 def test_a_value_xla_cannot_read_is_refused_in_its_words() -> None:
     # the value reached XLA: its own parser of the flag's type refused it
     with pytest.raises(ArgumentError) as caught:
@@ -182,6 +203,15 @@ def test_the_cache_key_holds_the_flags() -> None:
     plain = compile_key("module @f {}", mesh)
     assert plain == compile_key("module @f {}", mesh, compiler_options={})
     assert plain != compile_key("module @f {}", mesh, compiler_options={FUSION: False})
+
+
+def test_a_childs_answer_is_keyed_by_its_flags() -> None:
+    spec = StepSpec(TWO_LAYER, "data=4", X)
+    flagged = dataclasses.replace(spec, compiler_flags={FUSION: False})
+    keys = {
+        answer_key("nnx_introspect._step", s.json_data(), 4) for s in (spec, flagged)
+    }
+    assert len(keys) == 2
 
 
 def test_a_program_compiled_with_other_flags_is_never_recalled(
