@@ -114,14 +114,17 @@ def test_without_a_budget_the_bar_has_no_budget(report: StepMemoryReport) -> Non
     assert bold == ["peak per device"]
 
 
-_ADDED_KEYS = ["remat", "microbatches", "tokens_per_step", "lora", "measured"]
+_ADDED_KEYS = [
+    "remat", "microbatches", "tokens_per_step", "lora", "compiler_flags", "measured",
+]  # fmt: skip
 """Keys added since (issue 25's step options, issue 24's tokens, issue 36's
-LoRA), after ``optimizer``: every earlier key keeps its place."""
+LoRA, issue 54's compiler flags), after ``optimizer``: every earlier key keeps
+its place."""
 
 
 def test_the_json_only_adds_keys(report: StepMemoryReport) -> None:
     keys = list(json.loads(report.to_json()))
     assert [k for k in keys if k not in _ADDED_KEYS] == _SCHEMA_V4_KEYS
     after = keys.index("optimizer") + 1
-    assert keys[after : after + 4] == _ADDED_KEYS[:4]
+    assert keys[after : after + 5] == _ADDED_KEYS[:5]
     assert keys[-1] == "measured"  # issue 34's, last

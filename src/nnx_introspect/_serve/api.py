@@ -68,6 +68,7 @@ def serve_memory_report(
     breakdown: Any = False,
     cache: Any = True,
     measure: Any = None,
+    compiler_flags: Any = None,
 ) -> ServeMemoryReport:
     """Prefill and decode memory per device, compiled for the target without it.
 
@@ -116,6 +117,14 @@ def serve_memory_report(
             token, the prefill's time to the first token, tokens per second,
             the allocator's figures) beside the estimate. The devices must
             be this process's (no ``topology``, or the one they are).
+        compiler_flags: XLA or libtpu flags both programs are compiled with,
+            as a server runs them: ``{"xla_tpu_enable_async_collective_fusion":
+            False}``, ``["--name=value", ...]`` or one string of them as
+            ``LIBTPU_INIT_ARGS`` spells them. The flags of ``XLA_FLAGS`` and
+            (for a TPU ``topology``) ``LIBTPU_INIT_ARGS`` in the environment
+            apply too; the report lists every one
+            (``report.decode.compiler_flags``). A flag the compiler does not
+            know is an error naming ``compiler_flags``.
 
     Returns:
         The :class:`ServeMemoryReport`.
@@ -152,6 +161,7 @@ def serve_memory_report(
         topology,
         max_device_bytes,
         options,
+        compiler_flags,
     )
     for name, value in (("breakdown", breakdown), ("cache", cache)):
         if not isinstance(value, bool):

@@ -18,7 +18,7 @@ from nnx_introspect._serve.spec import ServeSpec
 from nnx_introspect._serve.timing import serve_time
 from nnx_introspect._serve.windows import sliding_window_notes
 from nnx_introspect._step import Measured, importable_name, memory_from_readings
-from nnx_introspect._xla import compiler_name
+from nnx_introspect._xla import CompilerFlag, compiler_name
 
 __all__ = ["assemble_serve", "serve_program"]
 
@@ -116,4 +116,5 @@ def serve_program(
         traffic=numbers.traffic,
         measured=measured,
         work=numbers.work,
+        compiler_flags=tuple(CompilerFlag(*f) for f in numbers.compiler_flags),
     )

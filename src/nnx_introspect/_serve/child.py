@@ -77,6 +77,7 @@ def serve_request(
         "programs": list(names),
         "breakdown": breakdown,
         "cache": cache,
+        "compiler_flags": [list(pair) for pair in spec.compiler_flags],
     }
 
 
@@ -95,6 +96,7 @@ def serve_spec_from_json(data: Mapping[str, Any]) -> ServeSpec:
         data["topology"],
         data["max_device_bytes"],
         options,
+        data.get("compiler_flags"),
     )
 
 

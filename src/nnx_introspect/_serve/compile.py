@@ -134,6 +134,7 @@ def compile_serving(
             cache,
             breakdown=breakdown,
             runs=runs,
+            flags=spec.compiler_flags,
         )
         found.append((name, readings))
     return ServeReadings(

@@ -8,6 +8,7 @@ from nnx_introspect._breakdown import Breakdown
 from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
 from nnx_introspect._serve.timing import ServeTime, duration
 from nnx_introspect._step import Measured, StepMemory, compiled_words
+from nnx_introspect._xla import CompilerFlag, flags_text
 
 __all__ = ["ServeMemoryReport", "ServeProgram"]
 
@@ -49,6 +50,9 @@ class ServeProgram:
         work: Its work by instruction, as JSON data
             (:meth:`~nnx_introspect._xla.Work.json_data`), what the point
             estimate of its time reads; ``None`` when not read.
+        compiler_flags: Every compiler flag it was compiled with, and where
+            it came from (``compiler_flags``, ``XLA_FLAGS`` or
+            ``LIBTPU_INIT_ARGS``).
 
     Example:
         >>> from nnx_introspect._step import StepMemory
@@ -79,6 +83,7 @@ class ServeProgram:
     work: dict[str, Any] | None = dataclasses.field(
         default=None, compare=False, repr=False
     )
+    compiler_flags: tuple[CompilerFlag, ...] = ()
 
     @property
     def argument_bytes(self) -> int:
@@ -143,6 +148,7 @@ class ServeProgram:
             "compiled_in": self.compiled_in,
             "traffic": self.traffic,
             "measured": None if self.measured is None else self.measured.json_data(),
+            "compiler_flags": [f._asdict() for f in self.compiler_flags],
         }
 
     def compiled_text(self) -> str:
@@ -451,6 +457,7 @@ class ServeMemoryReport(Report):
         """The report as a :class:`~nnx_introspect.Table`, the verdict first."""
         p, d = self.prefill, self.decode
         basis = f"The budget: {self.budget.basis}." if self.budget.basis else ""
+        flags = flags_text(d.compiler_flags)
         notes = [
             f"KV cache per position of a sequence: "
             f"{format_bytes(self.kv_bytes_per_token)} "
@@ -469,6 +476,7 @@ class ServeMemoryReport(Report):
             f"Compiled in {d.compiled_in}"
             + ("" if self.compiler is None else f" by {self.compiler}")
             + f": {p.compiled_text()}, {d.compiled_text()}.",
+            *([] if flags is None else [flags]),
             *(
                 f"{x.name.capitalize()}: {x.measured.sentence()}"
                 for x in (p, d)

@@ -20,7 +20,7 @@ from nnx_introspect._mesh import as_abstract_mesh, parse_bytes
 from nnx_introspect._step import as_model
 from nnx_introspect._targets import TargetError, resolve_factory
 from nnx_introspect._typing import ArgumentError, as_count
-from nnx_introspect._xla import check_compiler
+from nnx_introspect._xla import as_compiler_flags, check_compiler
 
 __all__ = [
     "KV_CACHE_DTYPES",
@@ -153,6 +153,9 @@ class ServeSpec:
             devices.
         max_device_bytes: A budget per device, overriding the target's.
         options: The :class:`ServeOptions`.
+        compiler_flags: XLA or libtpu flags both programs are compiled with,
+            as :class:`~nnx_introspect.StepSpec`'s ``compiler_flags``; kept as
+            ``(name, value)`` text pairs.
 
     Attributes:
         model: The abstract module.
@@ -181,6 +184,7 @@ class ServeSpec:
     topology: str | None = None
     max_device_bytes: Any = None
     options: ServeOptions = dataclasses.field(default_factory=ServeOptions)
+    compiler_flags: Any = None
     model: Any = dataclasses.field(init=False, repr=False, compare=False)
     mesh_axes: tuple[tuple[str, int], ...] = dataclasses.field(init=False)
     budget: Budget = dataclasses.field(init=False, compare=False)
@@ -232,6 +236,7 @@ class ServeSpec:
                 "options", f"`options` must be a ServeOptions, got {options!r}."
             )
         model = as_model(self.target)
+        flags = as_compiler_flags(self.compiler_flags)
         for name, value in (
             ("sequences", sequences),
             ("context", context),
@@ -247,6 +252,7 @@ class ServeSpec:
             ("mesh_axes", mesh_axes),
             ("budget", budget),
             ("parameters", count_params(model)),
+            ("compiler_flags", flags),
         ):
             object.__setattr__(self, name, value)
 

@@ -28,7 +28,12 @@ from nnx_introspect._step.step_records import (
     memory_from_readings,
     step_kind,
 )
-from nnx_introspect._xla import RematStatement, XlaReadings, compiler_name
+from nnx_introspect._xla import (
+    CompilerFlag,
+    RematStatement,
+    XlaReadings,
+    compiler_name,
+)
 
 __all__ = ["NO_CONSTRAINT_WARNING", "assemble_report"]
 
@@ -100,6 +105,7 @@ def assemble_report(
             traced_platform=readings.traced_platform,
             log=readings.compiler_log if debug else None,
             cached=readings.cached,
+            compiler_flags=tuple(CompilerFlag(*f) for f in readings.compiler_flags),
         ),
         topology=topology,
         network_bytes_per_second=network,

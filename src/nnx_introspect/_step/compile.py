@@ -62,6 +62,7 @@ from nnx_introspect._xla import (
     cache_enabled,
     compile_key,
     compile_lowered,
+    compile_options,
     load_result,
     read_peak,
     store_result,
@@ -190,6 +191,7 @@ def compile_request(
         cache,
         breakdown=request.breakdown,
         runs=runs,
+        flags=request.compiler_flags,
     )
     warnings = readings.warnings
     if fallback is not None:
@@ -213,6 +215,7 @@ def compile_or_recall(
     *,
     breakdown: bool,
     runs: int | None = None,
+    flags: tuple[tuple[str, str], ...] = (),
 ) -> XlaReadings:
     """The compile's readings: from the cache when it holds them, else compiled.
 
@@ -223,7 +226,9 @@ def compile_or_recall(
     peak (the readings' ``breakdown``, as JSON data). With ``runs``, the
     program is compiled (a program to run is never recalled) and run on the
     mesh's devices (the readings' ``measured``); the cache keeps its readings
-    without the measurement.
+    without the measurement. ``flags`` are the user's compiler flags
+    (``compiler_flags``), given to the compile as its options and part of
+    the cache key: a program compiled with other flags is never recalled.
     """
     key = None
     if cache_enabled(cache):
@@ -240,7 +245,13 @@ def compile_or_recall(
             if names.experts is not None:  # and a mixture of experts' by its routers
                 extra["experts"] = [repr(group) for group in names.experts.groups]
         text = without_callers(lowered.as_text(debug_info=True), _callers())
-        key = compile_key(text, mesh, topology=described, extra=extra)
+        key = compile_key(
+            text,
+            mesh,
+            topology=described,
+            compiler_options=compile_options(flags),
+            extra=extra,
+        )
         hit = None if runs is not None else load_result(key)
         if hit is not None:
             seconds = time.perf_counter() - start
@@ -248,9 +259,9 @@ def compile_or_recall(
                 hit.readings, compile_seconds=seconds, cached=hit.compiled_on
             )
     if breakdown:
-        readings = _compile_with_breakdown(lowered, mesh, start, names, runs)
+        readings = _compile_with_breakdown(lowered, mesh, start, names, runs, flags)
     else:
-        readings = compile_lowered(lowered, mesh, start, runs=runs)
+        readings = compile_lowered(lowered, mesh, start, runs=runs, flags=flags)
     if key is not None:
         store_result(key, dataclasses.replace(readings, measured=None))
     return readings
@@ -271,6 +282,7 @@ def _compile_with_breakdown(
     start: float,
     names: "ProgramNames",
     runs: int | None = None,
+    flags: tuple[tuple[str, str], ...] = (),
 ) -> XlaReadings:
     """:func:`compile_lowered` with XLA's dumps read into a breakdown of the peak.
 
@@ -280,7 +292,9 @@ def _compile_with_breakdown(
     """
     directory = tempfile.mkdtemp(prefix="nnx-introspect-dump-")
     try:
-        readings = compile_lowered(lowered, mesh, start, dump_to=directory, runs=runs)
+        readings = compile_lowered(
+            lowered, mesh, start, dump_to=directory, runs=runs, flags=flags
+        )
         if readings.out_of_memory:
             return dataclasses.replace(
                 readings,

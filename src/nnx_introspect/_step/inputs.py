@@ -115,6 +115,8 @@ class Request:
     """The LoRA rank, ``"model"`` or ``None`` (see ``StepSpec.lora``)."""
     tokens_per_step: int | None = None
     """The tokens one step trains on, where the batch does not tell."""
+    compiler_flags: tuple[tuple[str, str], ...] = ()
+    """``(name, value)`` of the compiler flags the compile is given."""
 
     @property
     def num_devices(self) -> int:

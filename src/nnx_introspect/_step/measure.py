@@ -109,8 +109,14 @@ def step_memory_report(
             ``loss``, ``optimizer``, ``rules``, ``logical_rules``,
             ``batch_spec``, ``topology``, ``max_device_bytes``,
             ``trace_as_target``, ``breakdown``, ``network_bytes_per_second``,
-            ``remat``, ``microbatches``, ``tokens_per_step``), each the
-            :class:`~nnx_introspect.StepSpec` field of its name.
+            ``remat``, ``microbatches``, ``tokens_per_step``, ``lora``,
+            ``compiler_flags``), each the :class:`~nnx_introspect.StepSpec`
+            field of its name. ``compiler_flags`` (XLA or libtpu flags, as a
+            training run's ``LIBTPU_INIT_ARGS`` sets them) reach the compile
+            beside those of ``XLA_FLAGS`` and ``LIBTPU_INIT_ARGS`` in the
+            environment; ``report.compilation.compiler_flags`` lists every
+            flag it compiled with and where it came from (the library's own
+            ``--xla_force_host_platform_device_count`` left out).
 
     Returns:
         A frozen :class:`StepMemoryReport`.
@@ -145,6 +151,16 @@ def step_memory_report(
         True
         >>> report.plan.bytes_by_category["optimizer state"] == 2 * params + 8
         True
+
+        The compiler's flags, as a training run sets them, and where each
+        came from:
+
+        >>> fast = step_memory_report(
+        ...     mlp, {"data": 4}, x, compiler_flags="--xla_cpu_enable_fast_math=true"
+        ... )
+        >>> for flag in fast.compilation.compiler_flags:
+        ...     print(flag.name, flag.value, flag.source)
+        xla_cpu_enable_fast_math true compiler_flags
     """
     spec = as_step_spec(target, mesh, batch, options)
     runs = as_measure(measure)

@@ -62,6 +62,11 @@ def compiled_html(report: RenderedStep) -> str:
     if report.remat or report.microbatches > 1 or report.lora is not None:
         options = options_text(report.remat, report.microbatches, report.lora)
         facts += (("options", options),)
+    if compiled.compiler_flags:
+        listed = ", ".join(
+            f"{f.name}={f.value} ({f.source})" for f in compiled.compiler_flags
+        )
+        facts += (("compiler flags", listed),)
     if compiled.cached is not None:
         when = cached_date(compiled.cached)
         facts += (("compiled", f"from the cache (compiled on {when})"),)

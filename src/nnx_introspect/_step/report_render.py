@@ -28,6 +28,7 @@ from nnx_introspect._step.step_records import (
     StepProgram,
 )
 from nnx_introspect._text import plural
+from nnx_introspect._xla import flags_text
 
 __all__ = [
     "CPU_CAVEAT",
@@ -244,6 +245,9 @@ def _notes(report: RenderedStep) -> list[str]:
         f"{', '.join(report.batch)} split as "
         f"{', '.join(spec_str(s) for s in report.batch_specs)}."
     )
+    flags = flags_text(compiled.compiler_flags)
+    if flags is not None:
+        notes.append(flags)
     notes.append(loss_text(report.loss, report.batch))
     if report.remat or report.microbatches > 1 or report.lora is not None:
         notes.append(options_text(report.remat, report.microbatches, report.lora))
@@ -563,6 +567,7 @@ def _step_data(
         "microbatches": report.microbatches,
         "tokens_per_step": report.tokens_per_step,
         "lora": report.lora,
+        "compiler_flags": [f._asdict() for f in compiled.compiler_flags],
         "batch": list(report.batch),
         "batch_specs": [spec_json(s) for s in report.batch_specs],
         "temporaries_caveat": CPU_CAVEAT if compiled.backend == "cpu" else None,

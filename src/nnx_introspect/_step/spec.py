@@ -43,7 +43,7 @@ from nnx_introspect._step.lora import LoraLike, as_lora, with_lora
 from nnx_introspect._step.options import RematLike, as_microbatches, as_remat
 from nnx_introspect._targets import TargetError, resolve_factory
 from nnx_introspect._typing import ArgumentError, IntLike, as_int, typechecked
-from nnx_introspect._xla import check_compiler
+from nnx_introspect._xla import CompilerFlagsLike, as_compiler_flags, check_compiler
 
 __all__ = [
     "StepOptions",
@@ -182,6 +182,16 @@ class StepSpec:
             are the only ones trained) or ``None`` (every floating parameter
             trained). The frozen parameters have no gradient and no optimizer
             state. The rank must be at most every adapted layer's smaller width.
+        compiler_flags: XLA or libtpu flags the compile is given, as a
+            training run sets them: a mapping
+            (``{"xla_tpu_enable_async_collective_fusion": False}``), a
+            sequence of ``"--name=value"`` or one string of them as
+            ``LIBTPU_INIT_ARGS`` spells them; kept as ``(name, value)`` text
+            pairs, names without their dashes. They reach the compile as its
+            options, beside the flags of ``XLA_FLAGS`` and (for a TPU target)
+            ``LIBTPU_INIT_ARGS`` in the environment, which it honours too;
+            the report lists them all (``compilation.compiler_flags``). A flag
+            the compiler does not know is an error naming ``compiler_flags``.
         model: The abstract module built from ``target`` (never the caller's
             own object), with its LoRA adapters when ``lora`` adds them.
         mesh_axes: The mesh's ``(axis, size)`` pairs, in order.
@@ -231,6 +241,7 @@ class StepSpec:
     microbatches: IntLike = 1
     tokens_per_step: IntLike | None = None
     lora: LoraLike = None
+    compiler_flags: CompilerFlagsLike = None
     _built: Any = dataclasses.field(default=None, repr=False, compare=False)
     """``(target, model)``: the model a spec of the same target already built."""
 
@@ -282,6 +293,7 @@ class StepSpec:
         if tokens is not None:
             tokens = as_int(tokens, "tokens_per_step", minimum=1)
         lora = as_lora(self.lora, model)
+        flags = as_compiler_flags(self.compiler_flags)
         for name, value in (
             ("_built", (self.target, model)),
             ("model", with_lora(model, lora)),
@@ -299,6 +311,7 @@ class StepSpec:
             ("remat", remat),
             ("microbatches", microbatches),
             ("tokens_per_step", tokens),
+            ("compiler_flags", flags),
         ):
             object.__setattr__(self, name, value)
 
@@ -345,6 +358,7 @@ class StepSpec:
             if self.tokens_per_step is None
             else int(self.tokens_per_step),
             lora=self.lora,
+            compiler_flags=self.compiler_flags,  # type: ignore[arg-type]  # pairs
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -399,6 +413,7 @@ class StepSpec:
             microbatches=int(fields.get("microbatches", 1)),
             tokens_per_step=fields.get("tokens_per_step"),
             lora=fields.get("lora"),
+            compiler_flags=fields.get("compiler_flags"),
             _built=None if model is None else (target, model),
         )
 
@@ -541,6 +556,7 @@ def step_json(spec: StepSpec, why: str) -> dict[str, Any]:
         "microbatches": spec.microbatches,
         "tokens_per_step": spec.tokens_per_step,
         "lora": spec.lora,
+        "compiler_flags": [list(pair) for pair in spec.compiler_flags or ()],
     }
 
 
@@ -599,6 +615,7 @@ class StepOptions(TypedDict, total=False):
     microbatches: IntLike
     tokens_per_step: IntLike | None
     lora: LoraLike
+    compiler_flags: CompilerFlagsLike
 
 
 def as_step_spec(

@@ -23,7 +23,13 @@ from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import format_bytes
 from nnx_introspect._text import plural
 from nnx_introspect._typing import as_int
-from nnx_introspect._xla import Collective, Collectives, SourceLocation, XlaReadings
+from nnx_introspect._xla import (
+    Collective,
+    Collectives,
+    CompilerFlag,
+    SourceLocation,
+    XlaReadings,
+)
 
 __all__ = [
     "BudgetBasis",
@@ -392,6 +398,10 @@ class StepCompilation:
         cached: When the program was compiled (ISO 8601, UTC) if its readings
             came from the cache of compile results, else ``None``;
             ``seconds`` is then the time spent now (tracing and lowering).
+        compiler_flags: Every compiler flag the step was compiled with, and
+            where it came from (``compiler_flags``, ``XLA_FLAGS`` or
+            ``LIBTPU_INIT_ARGS``; the library's own
+            ``--xla_force_host_platform_device_count`` is left out).
 
     Example:
         >>> compiled = StepCompilation("cpu", "XLA:CPU (jaxlib 0.10.2)", "cpu")
@@ -408,6 +418,7 @@ class StepCompilation:
     traced_platform: str | None = None
     log: str | None = None
     cached: str | None = None
+    compiler_flags: tuple[CompilerFlag, ...] = ()
 
 
 def compiled_in_words(where: CompiledIn, devices: int, topology: str | None) -> str:

@@ -5,8 +5,10 @@ CUDA plugin) and makes a named topology's compile-only devices;
 ``analysis`` compiles a lowered program (reading out-of-memory and
 rematerialisation messages) and turns its memory and cost analyses into plain
 figures; ``hlo`` is the one parser of XLA's HLO text (instructions, shapes,
-byte sizes, metadata, stack frames); ``dump`` reads the dump files of a
-compile (live ranges, buffer assignment); ``collectives`` lists the
+byte sizes, metadata, stack frames); ``flags`` normalises the compiler flags
+a user gives and lists those a compile ran with (given, or from ``XLA_FLAGS``
+and ``LIBTPU_INIT_ARGS``); ``dump`` reads the dump files of a compile (live
+ranges, buffer assignment); ``collectives`` lists the
 collectives of a program per mesh axis; ``native_log`` keeps XLA's and absl's
 native log lines off the user's stderr; ``text_hook`` hands each compiled
 program's text to the function ``NNX_INTROSPECT_PROGRAM_TEXT_HOOK`` names (off
@@ -43,6 +45,12 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._xla.dump import SourceLocation as SourceLocation
     from nnx_introspect._xla.dump import read_peak as read_peak
     from nnx_introspect._xla.dump import source_json as source_json
+    from nnx_introspect._xla.flags import FLAG_SOURCES as FLAG_SOURCES
+    from nnx_introspect._xla.flags import CompilerFlag as CompilerFlag
+    from nnx_introspect._xla.flags import CompilerFlagsLike as CompilerFlagsLike
+    from nnx_introspect._xla.flags import as_compiler_flags as as_compiler_flags
+    from nnx_introspect._xla.flags import compile_options as compile_options
+    from nnx_introspect._xla.flags import flags_text as flags_text
     from nnx_introspect._xla.hlo.frames import user_frame as user_frame
     from nnx_introspect._xla.hlo.frames import user_frames as user_frames
     from nnx_introspect._xla.hlo.lineage import COLLECTIVES as COLLECTIVES

@@ -11,12 +11,14 @@ import math
 import re
 import tempfile
 import time
+from collections.abc import Sequence
 from typing import Any, NamedTuple
 
 import numpy as np
 from jax.sharding import Mesh
 
 from nnx_introspect._xla.dump import dump_options
+from nnx_introspect._xla.flags import compile_options, flag_refusal, flags_used
 from nnx_introspect._xla.hlo import (
     HloTextError,
     Instruction,
@@ -172,6 +174,7 @@ def compile_lowered(
     *,
     dump_to: str | None = None,
     runs: int | None = None,
+    flags: Sequence[tuple[str, str]] = (),
 ) -> XlaReadings:
     """Compile ``lowered`` for ``mesh``'s devices; XLA's readings of it.
 
@@ -183,13 +186,20 @@ def compile_lowered(
     :func:`~nnx_introspect._xla.dump.read_peak` reads there. With ``runs``,
     the compiled program is run on ``mesh``'s devices (this process's) once
     to warm up and ``runs`` times timed (:func:`~nnx_introspect._xla.run.run_compiled`):
-    the readings' ``measured``.
+    the readings' ``measured``. ``flags`` are the user's ``(name, value)``
+    compiler flags (:func:`~nnx_introspect._xla.flags.as_compiler_flags`'),
+    given to the compile as its options; a flag XLA refuses is an
+    :class:`~nnx_introspect._typing.ArgumentError` naming ``compiler_flags``.
+    The readings' ``compiler_flags`` list them, with those of ``XLA_FLAGS``
+    and (for a TPU) ``LIBTPU_INIT_ARGS``.
     """
     device = mesh.devices.flat[0]
     backend = str(device.platform)
     options: dict[str, Any] | None = (
         dict(_CPU_COMPILER_OPTIONS) if backend == "cpu" else None
     )
+    if flags:
+        options = (options or {}) | compile_options(flags)
     if dump_to is not None:
         options = (options or {}) | dump_options(dump_to)
     warnings = (GPU_AUTOTUNE_WARNING,) if backend == "gpu" else ()
@@ -203,8 +213,12 @@ def compile_lowered(
         "device_kind": str(device.device_kind),
         "compiler_log": log[0],
         "remat": tuple(remat_statements(log[0])),
+        "compiler_flags": flags_used(flags, backend),
     }
     if isinstance(compiled, Exception):
+        refusal = flag_refusal(compiled, backend) if flags else None
+        if refusal is not None:
+            raise refusal from None
         return _refused(compiled, said, start, warnings)
     seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
@@ -218,7 +232,9 @@ def compile_lowered(
         # text (:func:`_program_text`), rather than lose the collectives,
         # traffic and time
         with tempfile.TemporaryDirectory(prefix="nnx-introspect-hlo-") as directory:
-            return compile_lowered(lowered, mesh, start, dump_to=directory, runs=runs)
+            return compile_lowered(
+                lowered, mesh, start, dump_to=directory, runs=runs, flags=flags
+            )
     costs, figures, traffic, work = _read(compiled, backend, mesh, text)
     if costs.why is not None:
         warnings = (*warnings, left_out(costs.why))

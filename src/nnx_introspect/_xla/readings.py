@@ -84,6 +84,10 @@ class XlaReadings:
             a report asked for it.
         cached: When the program was compiled, if these readings came from
             the cache of compile results (ISO 8601); else ``None``.
+        compiler_flags: ``(name, value, source)`` of every compiler flag the
+            program was compiled with
+            (:class:`~nnx_introspect._xla.flags.CompilerFlag`: given as
+            ``compiler_flags``, or from ``XLA_FLAGS`` / ``LIBTPU_INIT_ARGS``).
 
     Example:
         >>> r = XlaReadings("cpu", "cpu", 0.5, argument_bytes=136, temp_bytes=0)
@@ -123,6 +127,7 @@ class XlaReadings:
     work: dict[str, Any] | None = None
     measured: dict[str, Any] | None = None
     cached: str | None = None
+    compiler_flags: tuple[tuple[str, str, str], ...] = ()
 
     def json_data(self) -> dict[str, Any]:
         """Every field as JSON data (tuples as lists)."""
@@ -130,6 +135,7 @@ class XlaReadings:
         data["loop_trips"] = [list(loop) for loop in self.loop_trips]
         data["warnings"] = list(self.warnings)
         data["remat"] = [s._asdict() for s in self.remat]
+        data["compiler_flags"] = [list(flag) for flag in self.compiler_flags]
         wire = self.collective_wire_bytes
         data["collective_wire_bytes"] = (
             None if wire is None else [[list(a), n, w] for a, n, w in wire]
@@ -157,6 +163,10 @@ class XlaReadings:
             fields["warnings"] = tuple(str(w) for w in fields.get("warnings", ()))
             fields["remat"] = tuple(
                 RematStatement(**s) for s in fields.get("remat", ())
+            )
+            fields["compiler_flags"] = tuple(
+                (str(name), str(value), str(source))
+                for name, value, source in fields.get("compiler_flags", ())
             )
             wire = fields.get("collective_wire_bytes")
             fields["collective_wire_bytes"] = (

@@ -67,6 +67,7 @@ FLAGS: dict[str, str] = {
     "cache": "--no-cache",
     "trace_as_target": "--trace-as-cpu",
     "debug": "--debug",
+    "compiler_flags": "--xla-flag",
 }
 """The library's argument names (``ArgumentError.argument``) and their flags,
 every command's together (:data:`COMMAND_FLAGS` has each command's own)."""
@@ -75,12 +76,12 @@ _STEP = (
     "target factory batch batch_spec loss optimizer topology mesh mesh_axes meshes "
     "rules logical_rules max_device_bytes network_bytes_per_second max_workers top "
     "top_n remat microbatches lora tokens_per_step measure breakdown cache "
-    "trace_as_target debug"
+    "trace_as_target debug compiler_flags"
 )
 _SERVE = (
     "target factory topology mesh mesh_axes meshes max_device_bytes sequences "
     "prefill_sequences context prompt weights kv_cache init_cache decode measure "
-    "breakdown cache debug"
+    "breakdown cache debug compiler_flags"
 )
 _RL = (
     "target factory topology mesh mesh_axes layouts role_meshes max_device_bytes "

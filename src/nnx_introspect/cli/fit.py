@@ -5,6 +5,7 @@ import sys
 
 from nnx_introspect.cli.args import PROG
 from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
+from nnx_introspect.cli.options import xla_flags
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import read_rules, step_inputs
 from nnx_introspect.cli.preflight import complete_meshes, loss_note
@@ -85,6 +86,7 @@ def run_fit(args: argparse.Namespace, meshes: list[str]) -> int:
                 trace_as_target=not getattr(args, "trace_as_cpu", False),
                 network_bytes_per_second=getattr(args, "network_bandwidth", None),
                 tokens_per_step=getattr(args, "tokens_per_step", None),
+                compiler_flags=xla_flags(args),
                 cache=not getattr(args, "no_cache", False),
                 progress=line.fitted,
             )

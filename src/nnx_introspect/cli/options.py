@@ -1,6 +1,7 @@
 """``--remat`` and ``--microbatches``: the step options, parsed without JAX."""
 
 import argparse
+import re
 from typing import Any
 
 __all__ = [
@@ -10,12 +11,17 @@ __all__ = [
     "add_lora_arg",
     "add_measure_arg",
     "add_option_args",
+    "add_xla_flag_arg",
     "lora_arg",
     "measure_arg",
     "microbatches_arg",
     "option_kwargs",
     "remat_arg",
+    "xla_flag_arg",
+    "xla_flags",
 ]
+
+_XLA_FLAG = re.compile(r"^-*[A-Za-z_][A-Za-z0-9_]*=")
 
 
 def remat_arg(text: str) -> tuple[str, str | None]:
@@ -109,6 +115,55 @@ def add_lora_arg(parser: argparse.ArgumentParser, help_text: str = LORA_HELP) ->
     )
 
 
+def xla_flag_arg(text: str) -> list[str]:
+    """``--xla-flag NAME=VALUE`` (or several, space-separated) -> its words.
+
+    The names are XLA's and libtpu's, with or without their leading ``--``;
+    the library checks them against the compiler.
+
+    Example:
+        >>> xla_flag_arg("xla_tpu_enable_async_collective_fusion=false")
+        ['xla_tpu_enable_async_collective_fusion=false']
+        >>> xla_flag_arg("--xla_a=true --xla_b=1")
+        ['--xla_a=true', '--xla_b=1']
+        >>> xla_flag_arg("xla_a")
+        Traceback (most recent call last):
+        ...
+        argparse.ArgumentTypeError: must be NAME=VALUE (an XLA or libtpu flag, such \
+as xla_tpu_enable_async_collective_fusion=false), got 'xla_a'
+    """
+    words = text.split()
+    bad = [w for w in words if not _XLA_FLAG.match(w)] or ([] if words else [text])
+    if bad:
+        raise argparse.ArgumentTypeError(
+            "must be NAME=VALUE (an XLA or libtpu flag, such as "
+            f"xla_tpu_enable_async_collective_fusion=false), got {bad[0]!r}"
+        )
+    return words
+
+
+def add_xla_flag_arg(parser: argparse.ArgumentParser) -> None:
+    """Add ``--xla-flag NAME=VALUE`` (repeatable)."""
+    parser.add_argument(
+        "--xla-flag",
+        action="append",
+        type=xla_flag_arg,
+        default=None,
+        metavar="NAME=VALUE",
+        help="compile with this XLA or libtpu flag (xla_tpu_enable_async_"
+        "collective_fusion=false), as a training run's LIBTPU_INIT_ARGS or "
+        "XLA_FLAGS sets it; repeat for several. The flags of LIBTPU_INIT_ARGS "
+        "(a TPU --topology) and XLA_FLAGS in the environment apply too; the "
+        "report lists every flag it compiled with",
+    )
+
+
+def xla_flags(args: argparse.Namespace) -> list[str] | None:
+    """``--xla-flag``'s words, every one given, or ``None`` for none."""
+    given = getattr(args, "xla_flag", None)
+    return None if not given else [word for words in given for word in words]
+
+
 def add_option_args(parser: argparse.ArgumentParser) -> None:
     """Add the step options' flags: ``--remat`` to ``--no-cache``, ``--lora``."""
     parser.add_argument(
@@ -150,19 +205,24 @@ def add_option_args(parser: argparse.ArgumentParser) -> None:
         "variable NNX_INTROSPECT_CACHE=off does the same)",
     )
     add_lora_arg(parser)
+    add_xla_flag_arg(parser)
 
 
 def option_kwargs(args: argparse.Namespace) -> dict[str, Any]:
-    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``lora=``, ``cache=``."""
+    """``remat=``, ``microbatches=``, ``tokens_per_step=``, ``lora=``, ``cache=``.
+
+    With ``--xla-flag``, ``compiler_flags=`` too.
+    """
     pairs = getattr(args, "remat", None) or []
     remat = {name: policy or "nothing_saveable" for name, policy in pairs}
+    flags = xla_flags(args)
     return {
         "remat": remat or None,
         "microbatches": getattr(args, "microbatches", 1),
         "tokens_per_step": getattr(args, "tokens_per_step", None),
         "lora": getattr(args, "lora", None),
         "cache": not getattr(args, "no_cache", False),
-    }
+    } | ({} if flags is None else {"compiler_flags": flags})
 
 
 def _tokens_arg(text: str) -> int:

@@ -16,7 +16,12 @@ from nnx_introspect.cli.measuring import (
     measure_failed,
     warn_if_too_big,
 )
-from nnx_introspect.cli.options import TOPOLOGY_HELP, add_measure_arg
+from nnx_introspect.cli.options import (
+    TOPOLOGY_HELP,
+    add_measure_arg,
+    add_xla_flag_arg,
+    xla_flags,
+)
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import bytes_arg, mesh_axes
 from nnx_introspect.cli.progress import ClockLine, live_status
@@ -106,6 +111,7 @@ def add_serve_parser(subparsers: Any) -> None:
         "(NNX_INTROSPECT_CACHE=off does the same)",
     )
     add_measure_arg(parser, "prefill and decode")
+    add_xla_flag_arg(parser)
     most = parser.add_mutually_exclusive_group()
     most.add_argument(
         "--max-sequences",
@@ -236,6 +242,12 @@ def check_serve(args: argparse.Namespace) -> None:
             "argument --measure: runs the two programs of one report; not with "
             "several --mesh, auto, --max-sequences or --max-context (measure "
             "the answer alone)"
+        )
+    if xla_flags(args) and (_compared(args) or args.max_sequences or args.max_context):
+        raise UsageError(
+            "argument --xla-flag: compiles the two programs of one report; not "
+            "yet with several --mesh, auto, --max-sequences or --max-context "
+            "(set the flags in LIBTPU_INIT_ARGS or XLA_FLAGS for those)"
         )
     if args.breakdown and (args.max_sequences or args.max_context):
         raise UsageError(
@@ -385,6 +397,7 @@ def _compute(args: argparse.Namespace, common: dict[str, Any]) -> Any:
         "context": args.context,
         **sizes,
         "breakdown": args.breakdown,
+        "compiler_flags": xla_flags(args),
         **common,
     }
     devices = math.prod(size for _, size in mesh_axes(mesh))
