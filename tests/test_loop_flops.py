@@ -28,7 +28,7 @@ import pytest
 from flax import nnx
 
 from nnx_introspect import step_memory_report
-from nnx_introspect._xla import analysis
+from nnx_introspect._xla import costs
 from nnx_introspect._xla.loop_costs import ONCE_PER_LOOP, per_trip_costs
 from nnx_introspect._xla.toolchain import cuda_plugin_version, libtpu_version
 
@@ -203,7 +203,7 @@ def test_a_program_without_loops_keeps_xlas_figures() -> None:
     compiled, text = _compiled(lambda x: jnp.tanh(x @ x.T), a)
     assert " while(" not in text
     cost = compiled.cost_analysis()
-    found = analysis._costs(compiled, "cpu", text)
+    found = costs.program_costs(compiled, "cpu", text)
     assert (found.flops, found.bytes_accessed) == (
         cost["flops"],
         cost["bytes accessed"],
@@ -221,7 +221,7 @@ def test_a_fori_loop_counts_its_body_per_trip() -> None:
 
     compiled, text = _compiled(five, jnp.ones((64, 128)))
     assert " while(" in text
-    found = analysis._costs(compiled, "cpu", text)
+    found = costs.program_costs(compiled, "cpu", text)
     assert [trips for _, trips in found.loops] == [5]
     matmul = 2 * 64 * 128 * 128
     assert compiled.cost_analysis()["flops"] < 1.5 * matmul  # XLA: once
@@ -241,7 +241,7 @@ def test_nested_loops_multiply() -> None:
         return out
 
     compiled, text = _compiled(nested, jnp.ones((64, 128)))
-    found = analysis._costs(compiled, "cpu", text)
+    found = costs.program_costs(compiled, "cpu", text)
     assert sorted(trips or 0 for _, trips in found.loops) == [3, 4]
     matmul = 2 * 64 * 128 * 128
     assert found.flops is not None and 12 * matmul <= found.flops < 12.2 * matmul

@@ -26,7 +26,7 @@ from jax.sharding import PartitionSpec as P
 
 from nnx_introspect import step_memory_report
 from nnx_introspect._step import StepMemoryReport, parse_topology
-from nnx_introspect._xla import analysis, toolchain
+from nnx_introspect._xla import analysis, costs, toolchain
 from tests.llama_tiny_layers import llama_tiny_2_layers_sharded
 
 _PLUGIN = toolchain.cuda_plugin_version() is not None
@@ -348,7 +348,7 @@ def test_library_matmul_flops_are_counted() -> None:
     executable: Any = compiled.runtime_executable()
     text = executable.hlo_modules()[0].to_string()
     assert "__cublas$" in text  # the library call this test is about
-    assert analysis._gpu_flops(compiled) == 2 * 64 * 256 * 512
+    assert costs.gpu_flops(compiled) == 2 * 64 * 256 * 512
 
 
 # --- ptxas from the gpu extra, with the system's CUDA toolkit hidden ----------

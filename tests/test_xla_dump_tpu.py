@@ -21,7 +21,7 @@ from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
 from nnx_introspect._breakdown.report import argument_leaves, classify
-from nnx_introspect._xla import analysis, collectives, toolchain
+from nnx_introspect._xla import analysis, collectives, costs, toolchain
 from nnx_introspect._xla.dump import PeakBuffers, dump_options, module_text, read_peak
 
 pytestmark = pytest.mark.skipif(
@@ -130,7 +130,7 @@ def test_the_dumped_text_reads_as_the_printed_one(dumped: tuple[Path, Any]) -> N
     from_dump = collectives.read_collectives(dumped_text, MESH_AXES)
     from_print = collectives.read_collectives(printed, MESH_AXES)
     assert from_dump.rows and from_dump.json_data() == from_print.json_data()
-    assert analysis.matmul_dtype(dumped_text) == analysis.matmul_dtype(printed)
+    assert costs.matmul_dtype(dumped_text) == costs.matmul_dtype(printed)
 
 
 def test_a_program_jaxlib_cannot_print_is_read_from_the_dump(

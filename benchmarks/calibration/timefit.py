@@ -57,7 +57,7 @@ from nnx_introspect._roofline.timing import (
     program_time,
 )
 from nnx_introspect._xla import Work, program_work, work_from_json
-from nnx_introspect._xla.analysis import matmul_dtype
+from nnx_introspect._xla.costs import matmul_dtype
 from nnx_introspect._xla.hlo import parse_module
 from nnx_introspect._xla.hlo.work import instruction_work
 

@@ -18,8 +18,7 @@ from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline.estimate import LABEL, Roofline, duration, roofline
 from nnx_introspect._roofline.timing import ProgramTime, program_time
 from nnx_introspect._typing import ArgumentError
-from nnx_introspect._xla import Work, libtpu_version, work_from_json
-from nnx_introspect._xla.collectives import DCN_MARK
+from nnx_introspect._xla import DCN_MARK, Work, libtpu_version, work_from_json
 
 __all__ = ["program_roofline", "with_time"]
 
@@ -95,37 +94,9 @@ def program_roofline(
         >>> [(term.axes, term.seconds) for term in est.comm]
         [(('tp',), 0.002)]
     """
-    sizes = dict(mesh_axes)
-    comm: dict[tuple[str, ...], int] = {}
-    dcn: dict[tuple[str, ...], int] = {}
-    left_out = irregular = 0
-    listed = []
-    for axes, wire in wire_bytes_by_axes:
-        if axes and all(a.endswith(DCN_MARK) for a in axes):
-            plain = tuple(a.removesuffix(DCN_MARK) for a in axes)
-            if all(a in sizes for a in plain) and wire:
-                dcn[plain] = dcn.get(plain, 0) + wire
-                continue
-        listed.append((tuple(axes), wire, False))
-    if irregular_wire_bytes is not None:
-        listed = [item for item in listed if item[0] != ("?",)]
-        listed += [(tuple(axes), wire, True) for axes, wire in irregular_wire_bytes]
-    spans: list[str] = []
-    for axes, wire, spanned in listed:
-        if axes and all(a in sizes for a in axes):
-            if math.prod(sizes[a] for a in axes) > 1 and wire:
-                comm[axes] = comm.get(axes, 0) + wire
-                irregular += wire if spanned else 0
-                spans += ["+".join(axes)] if spanned else []
-        elif spanned and axes:
-            raise ArgumentError(
-                "irregular_wire_bytes",
-                f"`irregular_wire_bytes` names axes {axes} the mesh "
-                f"{dict(mesh_axes)} lacks; pass Collectives.irregular_wire_bytes() "
-                "of the program compiled on this mesh.",
-            )
-        else:
-            left_out += wire
+    comm, dcn, left_out, irregular, spans = _split_wire(
+        wire_bytes_by_axes, irregular_wire_bytes, mesh_axes
+    )
     hardware = hardware_for(topology, network_bytes_per_second=network_bytes_per_second)
     dtype = matmul_dtype or "bf16"
     try:
@@ -172,6 +143,50 @@ def program_roofline(
     if not notes:
         return estimate
     return dataclasses.replace(estimate, assumptions=(*estimate.assumptions, *notes))
+
+
+def _split_wire(
+    wire_bytes_by_axes: Sequence[tuple[Sequence[str], int]],
+    irregular_wire_bytes: Sequence[tuple[Sequence[str], int]] | None,
+    mesh_axes: tuple[tuple[str, int], ...],
+) -> tuple[dict[tuple[str, ...], int], dict[tuple[str, ...], int], int, int, list[str]]:
+    """The wire bytes by the terms that cost them.
+
+    ``(ICI or NVLink bytes by axes, DCN bytes by axes, bytes left out, bytes
+    of irregular groups counted over the axes they lie in, those axes)``.
+    """
+    sizes = dict(mesh_axes)
+    comm: dict[tuple[str, ...], int] = {}
+    dcn: dict[tuple[str, ...], int] = {}
+    left_out = irregular = 0
+    listed = []
+    for axes, wire in wire_bytes_by_axes:
+        if axes and all(a.endswith(DCN_MARK) for a in axes):
+            plain = tuple(a.removesuffix(DCN_MARK) for a in axes)
+            if all(a in sizes for a in plain) and wire:
+                dcn[plain] = dcn.get(plain, 0) + wire
+                continue
+        listed.append((tuple(axes), wire, False))
+    if irregular_wire_bytes is not None:
+        listed = [item for item in listed if item[0] != ("?",)]
+        listed += [(tuple(axes), wire, True) for axes, wire in irregular_wire_bytes]
+    spans: list[str] = []
+    for axes, wire, spanned in listed:
+        if axes and all(a in sizes for a in axes):
+            if math.prod(sizes[a] for a in axes) > 1 and wire:
+                comm[axes] = comm.get(axes, 0) + wire
+                irregular += wire if spanned else 0
+                spans += ["+".join(axes)] if spanned else []
+        elif spanned and axes:
+            raise ArgumentError(
+                "irregular_wire_bytes",
+                f"`irregular_wire_bytes` names axes {axes} the mesh "
+                f"{dict(mesh_axes)} lacks; pass Collectives.irregular_wire_bytes() "
+                "of the program compiled on this mesh.",
+            )
+        else:
+            left_out += wire
+    return comm, dcn, left_out, irregular, spans
 
 
 def compiler_of(platform: str) -> str | None:

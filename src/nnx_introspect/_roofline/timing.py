@@ -565,8 +565,6 @@ def program_time(
         peak = hardware.peak_flops_per_second(dtype)
     except ValueError:
         peak = hardware.peak_flops_per_second("f32")
-    matmul_rate = c.matmul_fraction * peak
-    hbm_rate = c.hbm_fraction * hardware.hbm_bytes_per_second
     terms = {
         "matmul": 0.0,
         "vector": 0.0,
@@ -587,27 +585,7 @@ def program_time(
             update = op.hbm_bytes / (c.update_fraction * hardware.hbm_bytes_per_second)
             terms["memory"] += op.count * update
             continue
-        # where XLA:TPU states its cycles, they are its matrix unit's time:
-        # FLOPs at a fraction of the peak only time what it did not cost
-        cycled = c.seconds_per_cycle is not None and op.cycles is not None
-        cycles = _cycles_seconds(op, c, peak, hardware.hbm_bytes_per_second)
-        memory = op.hbm_bytes / hbm_rate
-        if op.chip_bytes and c.onchip_bytes_per_second is not None:
-            memory = max(memory, op.chip_bytes / c.onchip_bytes_per_second)
-        if op.kind == "kernel":  # no cycles stated: FLOPs at the kernels' rate
-            matmul = _kernel_seconds(op, c, peak)
-        else:
-            matmul = 0.0 if cycled else op.matmul_flops / matmul_rate
-        times = {
-            "matmul": matmul,
-            "memory": memory,
-            "vector": 0.0
-            if c.vector_flops_per_second is None
-            else op.vector_flops / c.vector_flops_per_second,
-            "cycles": cycles,
-        }
-        if op.kind == "uncosted" and c.uncosted_flops_per_second is not None:
-            times["uncosted"] = op.vector_flops / c.uncosted_flops_per_second
+        times = _op_times(op, c, hardware, peak)
         bound = max(times, key=lambda name: times[name])
         if times[bound] < c.floor_seconds:
             launch += op.count * (c.floor_seconds - times[bound])
@@ -634,6 +612,36 @@ def program_time(
         bounded_kernels=work.bounded_kernels,
         compiled_by=compiled_by,
     )
+
+
+def _op_times(
+    op: OpWork, c: TimeConstants, hardware: Hardware, peak: float
+) -> dict[str, float]:
+    """One run of ``op``'s time by each term that may bound it."""
+    matmul_rate = c.matmul_fraction * peak
+    hbm_rate = c.hbm_fraction * hardware.hbm_bytes_per_second
+    # where XLA:TPU states its cycles, they are its matrix unit's time:
+    # FLOPs at a fraction of the peak only time what it did not cost
+    cycled = c.seconds_per_cycle is not None and op.cycles is not None
+    cycles = _cycles_seconds(op, c, peak, hardware.hbm_bytes_per_second)
+    memory = op.hbm_bytes / hbm_rate
+    if op.chip_bytes and c.onchip_bytes_per_second is not None:
+        memory = max(memory, op.chip_bytes / c.onchip_bytes_per_second)
+    if op.kind == "kernel":  # no cycles stated: FLOPs at the kernels' rate
+        matmul = _kernel_seconds(op, c, peak)
+    else:
+        matmul = 0.0 if cycled else op.matmul_flops / matmul_rate
+    times = {
+        "matmul": matmul,
+        "memory": memory,
+        "vector": 0.0
+        if c.vector_flops_per_second is None
+        else op.vector_flops / c.vector_flops_per_second,
+        "cycles": cycles,
+    }
+    if op.kind == "uncosted" and c.uncosted_flops_per_second is not None:
+        times["uncosted"] = op.vector_flops / c.uncosted_flops_per_second
+    return times
 
 
 def same_time(a: float, b: float, error: float | None) -> bool:

@@ -36,6 +36,7 @@ if typing.TYPE_CHECKING:  # the explicit re-exports, for type checkers and IDEs
     from nnx_introspect._xla.cache import store_answer as store_answer
     from nnx_introspect._xla.cache import store_result as store_result
     from nnx_introspect._xla.cache import without_callers as without_callers
+    from nnx_introspect._xla.collectives import DCN_MARK as DCN_MARK
     from nnx_introspect._xla.collectives import Collective as Collective
     from nnx_introspect._xla.collectives import Collectives as Collectives
     from nnx_introspect._xla.dump import DumpFormatError as DumpFormatError
