@@ -483,8 +483,9 @@ class Llama(nnx.Module):
                 "(`model.init_cache(sequences, context, dtype)`).",
             )
         x = self.embed(tokens)
+        batch = self.activation_batch_axes()
         if self.shard_activations:
-            x = constrain(x, *_RESIDUAL)
+            x = constrain(x, batch, *_RESIDUAL[1:])
         if cache is not None:
             x, cache = self._decode(
                 x, tokens, positions, cache, attention_mask, own=prefill
@@ -498,8 +499,22 @@ class Llama(nnx.Module):
                     x = layer(x) if positions is None else layer(x, positions)
         y: jax.Array = self.lm_head(self.norm(x))
         if self.shard_activations:  # one value a token is not split over tp
-            y = constrain(y, *((*_HIDDEN[:2], ()) if self.value_head else _HIDDEN))
+            y = constrain(y, batch, (), () if self.value_head else MODEL_AXES)
         return y if cache is None else (y, cache)
+
+    def activation_batch_axes(self) -> tuple[str, ...]:
+        """The mesh axes the embedded tokens' and the logits' batch split over.
+
+        :data:`BATCH_AXES` (``data``, ``fsdp``); a model whose batch splits
+        over more axes (an expert axis) overrides it.
+
+        Example:
+            >>> from flax import nnx
+            >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=1, n_heads=2, d_ff=12)
+            >>> Llama(cfg, rngs=nnx.Rngs(0)).activation_batch_axes()
+            ('data', 'fsdp')
+        """
+        return BATCH_AXES
 
     def _decode(
         self,

@@ -43,6 +43,7 @@ from nnx_introspect.examples._llama import (
     rope,
     write_kv,
 )
+from nnx_introspect.examples._moe_ep import expert_parallel
 
 __all__ = [
     "MOE_400M",
@@ -57,8 +58,9 @@ __all__ = [
     "moe",
 ]
 
-Dispatch = Literal["dropless", "capacity"]
-"""How tokens reach their experts: grouped matmul or one-hot capacity dispatch."""
+Dispatch = Literal["dropless", "capacity", "expert_parallel"]
+"""How tokens reach their experts: a grouped matmul over the whole batch's
+sorted copies, one-hot capacity dispatch, or all-to-alls over the expert axis."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -361,10 +363,21 @@ class MoeBlock(nnx.Module):
     def __call__(self, x: Float[Array, "b s d"]) -> Float[Array, "b s d"]:
         """Each token's experts' outputs, weighted and summed, plus the shared one's."""
         weights, experts = self.route(x)
-        if self.dispatch == "dropless":
-            y = self._dropless(x, weights, experts)
-        else:
+        y = None
+        if self.dispatch == "expert_parallel":
+            y = expert_parallel(
+                x,
+                weights,
+                experts,
+                self._weights(x),
+                batch_axes=_MOE_BATCH,
+                model_axes=MODEL_AXES,
+                capacity_factor=self.capacity_factor,
+            )
+        if y is None and self.dispatch == "capacity":
             y = self._capacity(x, weights, experts)
+        elif y is None:
+            y = self._dropless(x, weights, experts)
         if self.shared is not None:
             y = y + self.shared(x)
         return y
@@ -582,6 +595,27 @@ class MoeLlama(Llama):
         self.remat = cfg.remat
         self.n_kv_heads = cfg.kv_heads
         self.head_dim = cfg.head_size
+        self.dispatch: Dispatch = cfg.dispatch
+
+    def activation_batch_axes(self) -> tuple[str, ...]:
+        """The mesh axes the embedded tokens' and the logits' batch split over.
+
+        Under ``"expert_parallel"`` dispatch, the Llama's and an expert axis
+        (``expert``, ``ep``), as the experts' tokens: the logits and the loss
+        are each device's share of the batch. Otherwise the Llama's
+        (``data``, ``fsdp``).
+
+        Example:
+            >>> from flax import nnx
+            >>> cfg = MoeConfig(vocab=11, d_model=8, n_layers=1, n_heads=2,
+            ...                 n_experts=4, top_k=1, moe_d_ff=6,
+            ...                 dispatch="expert_parallel")
+            >>> MoeLlama(cfg, rngs=nnx.Rngs(0)).activation_batch_axes()
+            ('data', 'fsdp', 'expert', 'ep')
+        """
+        if self.dispatch == "expert_parallel":
+            return _MOE_BATCH
+        return super().activation_batch_axes()
 
 
 def moe(cfg: MoeConfig) -> Callable[[nnx.Rngs], MoeLlama]:
