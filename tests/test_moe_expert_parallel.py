@@ -25,10 +25,14 @@ from flax import nnx
 
 from nnx_introspect import abstract_model, step_memory_report
 from nnx_introspect._xla.toolchain import libtpu_version
-from nnx_introspect.examples import MOE_TINY, MoeBlock, moe_tiny_expert_parallel
-from nnx_introspect.examples import _moe_ep
+from nnx_introspect.examples import (
+    MOE_TINY,
+    MoeBlock,
+    ep_capacity,
+    moe_tiny_expert_parallel,
+)
 
-EP_PY = Path(inspect.getsourcefile(_moe_ep) or "").read_text().splitlines()
+EP_PY = Path(inspect.getsourcefile(ep_capacity) or "").read_text().splitlines()
 HOWTO = Path(__file__).parents[1] / "docs" / "howto" / "moe.md"
 needs_libtpu = pytest.mark.skipif(
     libtpu_version() is None, reason="libtpu is not installed (the tpu extra)"
@@ -92,7 +96,7 @@ def test_a_small_capacity_keeps_first_choices_first() -> None:
     # 8 sequences of 16 tokens over fsdp=2 x ep=4: a sequence a device, 32
     # copies; with factor 1.0 it sends at most ceil(32 / 4) = 8 to each device
     b, t, k, ep, local = 8, 16, MOE_TINY.top_k, 4, MOE_TINY.n_experts // 4
-    capacity = _moe_ep.ep_capacity(t * k, ep, 1.0)
+    capacity = ep_capacity(t * k, ep, 1.0)
     assert capacity == 8
     block = _block(1.0)
     x = jax.random.normal(jax.random.key(2), (b, t, MOE_TINY.d_model))
@@ -166,9 +170,12 @@ def test_each_layer_dispatches_and_combines_by_all_to_all_over_ep(
 
 def _howto_claim() -> str:
     text = " ".join(HOWTO.read_text().split())
-    found = re.findall(r"experts sharded over an expert axis add all-to-alls[^;]*;", text)
+    found = re.findall(
+        r"experts sharded over an expert axis add all-to-alls[^;]*;", text
+    )
     assert len(found) == 1, found
-    return found[0]
+    claim: str = found[0]
+    return claim
 
 
 @needs_libtpu

@@ -30,6 +30,7 @@ from nnx_introspect.examples._moe import MoeConfig as MoeConfig
 from nnx_introspect.examples._moe import MoeLayer as MoeLayer
 from nnx_introspect.examples._moe import MoeLlama as MoeLlama
 from nnx_introspect.examples._moe import moe as moe
+from nnx_introspect.examples._moe_ep import ep_capacity as ep_capacity
 
 __all__ = [
     "BNDropoutMLP",
@@ -42,6 +43,7 @@ __all__ = [
     "TiedEmbedding",
     "TwoLayer",
     "bn_dropout_mlp",
+    "ep_capacity",
     "llama",
     "llama3_8b",
     "llama3_8b_sharded",
@@ -495,7 +497,7 @@ def qwen3_30b_a3b(rngs: nnx.Rngs) -> MoeLlama:
 
 
 def qwen3_30b_a3b_sharded(rngs: nnx.Rngs) -> MoeLlama:
-    """:func:`qwen3_30b_a3b`, sharded and expert-parallel as :func:`moe_tiny_expert_parallel`.
+    """:func:`qwen3_30b_a3b`, sharded and expert-parallel.
 
     :func:`moe_tiny_sharded`'s annotations; its 128 experts split over an
     ``ep`` (or ``fsdp``) axis of any size that divides 128, and its tokens

@@ -19,9 +19,9 @@ optional shared expert that every token uses. Three dispatch styles, by
 - ``"expert_parallel"``: expert parallelism as MaxText and tunix shard their
   experts: in a ``jax.shard_map``, each device routes its own tokens and an
   all-to-all over the expert axis sends each copy to the device holding its
-  expert, at most :func:`~nnx_introspect.examples._moe_ep.ep_capacity` rows to
+  expert, at most :func:`~nnx_introspect.examples.ep_capacity` rows to
   each device; a local grouped matmul, and a second all-to-all back
-  (:mod:`nnx_introspect.examples._moe_ep`). Without an expert axis of more
+  (``examples/_moe_ep.py``). Without an expert axis of more
   than one device, ``"dropless"``.
 
 The model reuses :class:`~nnx_introspect.examples.Llama`'s embedding, head,

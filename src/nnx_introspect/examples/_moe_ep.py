@@ -52,7 +52,10 @@ def _split(size: int, names: Sequence[str], sizes: dict[str, int]) -> tuple[str,
     """Of ``names`` in the mesh, those whose sizes' product divides ``size``."""
     used: list[str] = []
     for name in names:
-        if name in sizes and size % (math.prod(sizes[u] for u in used) * sizes[name]) == 0:
+        if (
+            name in sizes
+            and size % (math.prod(sizes[u] for u in used) * sizes[name]) == 0
+        ):
             used.append(name)
     return tuple(used)
 
@@ -71,7 +74,7 @@ def expert_parallel(
     model_axes: Sequence[str],
     capacity_factor: float,
 ) -> Array | None:
-    """The routed experts' output for ``x``, dispatched by all-to-all over the experts' axis.
+    """The routed experts' output for ``x``, by all-to-alls over the expert axis.
 
     Args:
         x: The tokens, ``[b, s, d]``.
@@ -107,11 +110,17 @@ def expert_parallel(
     tokens = _spec(batch, (), ())
     column, row = _spec((axis,), (), tp), _spec((axis,), tp, ())
     ep = sizes[axis]
-    copies = math.prod(x.shape[:2]) // math.prod(sizes[a] for a in batch) * experts.shape[-1]
+    copies = (
+        math.prod(x.shape[:2]) // math.prod(sizes[a] for a in batch) * experts.shape[-1]
+    )
     capacity = ep_capacity(copies, ep, capacity_factor)
 
-    def body(x: Array, w: Array, e: Array, gate: Array, up: Array, down: Array) -> Array:
-        return _local(x, w, e, (gate, up, down), axis=axis, ep=ep, tp=tp, capacity=capacity)
+    def body(
+        x: Array, w: Array, e: Array, gate: Array, up: Array, down: Array
+    ) -> Array:
+        return _local(
+            x, w, e, (gate, up, down), axis=axis, ep=ep, tp=tp, capacity=capacity
+        )
 
     routed: Any = jax.shard_map(
         body,
@@ -145,8 +154,10 @@ def _local(
     to = jax.nn.one_hot(chosen // local, ep, dtype=jnp.int32)  # [t k, ep]
     slot = ((jnp.cumsum(to, axis=0) - 1) * to).sum(-1)
     dest = jnp.where(slot < capacity, chosen // local * capacity + slot, ep * capacity)
-    source = jnp.full((ep * capacity,), t, jnp.int32).at[dest].set(
-        jnp.arange(t * k, dtype=jnp.int32) % t, mode="drop"
+    source = (
+        jnp.full((ep * capacity,), t, jnp.int32)
+        .at[dest]
+        .set(jnp.arange(t * k, dtype=jnp.int32) % t, mode="drop")
     )
     ids = jnp.full((ep * capacity,), -1, jnp.int32).at[dest].set(chosen, mode="drop")
     send = jnp.take(x.reshape(t, d), source, axis=0, mode="fill", fill_value=0)
@@ -166,6 +177,8 @@ def _local(
     out = jnp.where((key[order] < local)[:, None], out, 0)[jnp.argsort(order)]
     # combine: the results go back to the devices that sent the copies
     back = jax.lax.all_to_all(out.reshape(ep, capacity, d), axis, 0, 0)
-    got = jnp.take(back.reshape(ep * capacity, d), dest, axis=0, mode="fill", fill_value=0)
+    got = jnp.take(
+        back.reshape(ep * capacity, d), dest, axis=0, mode="fill", fill_value=0
+    )
     y = jnp.einsum("ktd,tk->td", got.reshape(k, t, d), w.reshape(t, k))
     return y.reshape(b, s, d)
