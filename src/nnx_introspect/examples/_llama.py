@@ -483,9 +483,8 @@ class Llama(nnx.Module):
                 "(`model.init_cache(sequences, context, dtype)`).",
             )
         x = self.embed(tokens)
-        batch = self.activation_batch_axes()
         if self.shard_activations:
-            x = constrain(x, batch, *_RESIDUAL[1:])
+            x = constrain(x, self.activation_batch_axes(), *_RESIDUAL[1:])
         if cache is not None:
             x, cache = self._decode(
                 x, tokens, positions, cache, attention_mask, own=prefill
@@ -499,8 +498,13 @@ class Llama(nnx.Module):
                     x = layer(x) if positions is None else layer(x, positions)
         y: jax.Array = self.lm_head(self.norm(x))
         if self.shard_activations:  # one value a token is not split over tp
-            y = constrain(y, batch, (), () if self.value_head else MODEL_AXES)
+            y = constrain(y, *self._head_dims())
         return y if cache is None else (y, cache)
+
+    def _head_dims(self) -> tuple[tuple[str, ...], ...]:
+        """The logits' ``(batch, seq, vocab)`` axes; a critic's value is whole."""
+        vocab = () if self.value_head else MODEL_AXES
+        return (self.activation_batch_axes(), (), vocab)
 
     def activation_batch_axes(self) -> tuple[str, ...]:
         """The mesh axes the embedded tokens' and the logits' batch split over.
