@@ -28,6 +28,7 @@ from nnx_introspect._xla.toolchain import libtpu_version
 from nnx_introspect.examples import (
     MOE_TINY,
     MoeBlock,
+    MoeLlama,
     ep_capacity,
     moe_tiny_expert_parallel,
 )
@@ -116,6 +117,25 @@ def test_a_small_capacity_keeps_first_choices_first() -> None:
     assert 0 < dropped < mask.size  # the test drops some copies, not all
     want = (_per_copy(block, x) * mask[..., None]).sum(2)
     assert jnp.allclose(got, want, atol=1e-5, rtol=1e-5)
+
+
+@needs_8
+def test_the_tokens_and_logits_split_over_the_expert_axis_too() -> None:
+    cfg = dataclasses.replace(
+        MOE_TINY, dispatch="expert_parallel", shard_activations=True
+    )
+    model = MoeLlama(cfg, rngs=nnx.Rngs(0))
+    tokens = jnp.zeros((8, 16), jnp.int32)
+    with jax.set_mesh(_mesh()):
+        logits = nnx.jit(lambda m, t: m(t))(model, tokens)
+    # each of the 8 devices holds one sequence's logits, not the batch's
+    assert logits.sharding.spec[0] == ("fsdp", "ep")
+    assert logits.addressable_shards[0].data.shape == (1, 16, MOE_TINY.vocab)
+    dense = dataclasses.replace(cfg, dispatch="dropless")
+    assert MoeLlama(dense, rngs=nnx.Rngs(0)).activation_batch_axes() == (
+        "data",
+        "fsdp",
+    )
 
 
 def _ep_line(text: str) -> int:
