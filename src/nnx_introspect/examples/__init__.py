@@ -30,6 +30,7 @@ from nnx_introspect.examples._moe import MoeConfig as MoeConfig
 from nnx_introspect.examples._moe import MoeLayer as MoeLayer
 from nnx_introspect.examples._moe import MoeLlama as MoeLlama
 from nnx_introspect.examples._moe import moe as moe
+from nnx_introspect.examples._moe_ep import ep_capacity as ep_capacity
 
 __all__ = [
     "BNDropoutMLP",
@@ -42,6 +43,7 @@ __all__ = [
     "TiedEmbedding",
     "TwoLayer",
     "bn_dropout_mlp",
+    "ep_capacity",
     "llama",
     "llama3_8b",
     "llama3_8b_sharded",
@@ -57,6 +59,7 @@ __all__ = [
     "moe_400m",
     "moe_tiny",
     "moe_tiny_capacity",
+    "moe_tiny_expert_parallel",
     "moe_tiny_sharded",
     "qwen3_30b_a3b",
     "qwen3_30b_a3b_sharded",
@@ -411,6 +414,12 @@ def moe_tiny_sharded(rngs: nnx.Rngs) -> MoeLlama:
     mesh's ``ep`` axis (or ``expert``), else over ``fsdp`` (and the weight's
     ``fsdp`` dimension is then left whole).
 
+    Its dispatch is :func:`moe_tiny`'s global, dense one (``"dropless"``):
+    the whole batch's token copies sorted together, which XLA's sharding
+    propagation computes with all-reduces and all-gathers of the global rows,
+    not an all-to-all of each device's tokens; :func:`moe_tiny_expert_parallel`
+    dispatches as expert-parallel trainers do.
+
     Example:
         >>> from nnx_introspect import abstract_model, mesh_config_report
         >>> model = abstract_model(moe_tiny_sharded)
@@ -423,6 +432,28 @@ def moe_tiny_sharded(rngs: nnx.Rngs) -> MoeLlama:
         [P('fsdp', 'tp', None)]
     """
     return MoeLlama(_moe_sharded(MOE_TINY), rngs=rngs)
+
+
+def moe_tiny_expert_parallel(rngs: nnx.Rngs) -> MoeLlama:
+    """:func:`moe_tiny_sharded` with expert-parallel dispatch: all-to-alls over ``ep``.
+
+    Under a mesh with an expert axis (``ep``, ``expert``, else ``fsdp``), each
+    device routes its own tokens and sends each token copy to the device that
+    holds its expert with a ``jax.lax.all_to_all`` over that axis, at most
+    ``ceil(copies / ep x 1.25)`` rows to each device (:func:`MoeBlock
+    <nnx_introspect.examples.MoeBlock>`'s ``"expert_parallel"``); the results
+    come back by a second all-to-all. The embedded tokens and the logits split
+    over the expert axis too. Without an expert axis of more than one device,
+    :func:`moe_tiny_sharded`'s dropless dispatch. The same parameters.
+
+    Example:
+        >>> from nnx_introspect import abstract_model
+        >>> model = abstract_model(moe_tiny_expert_parallel)
+        >>> model.layers[0].moe.dispatch, model.activation_batch_axes()
+        ('expert_parallel', ('data', 'fsdp', 'expert', 'ep'))
+    """
+    cfg = dataclasses.replace(_moe_sharded(MOE_TINY), dispatch="expert_parallel")
+    return MoeLlama(cfg, rngs=rngs)
 
 
 def moe_400m(rngs: nnx.Rngs) -> MoeLlama:
@@ -466,10 +497,13 @@ def qwen3_30b_a3b(rngs: nnx.Rngs) -> MoeLlama:
 
 
 def qwen3_30b_a3b_sharded(rngs: nnx.Rngs) -> MoeLlama:
-    """:func:`qwen3_30b_a3b` with :func:`moe_tiny_sharded`'s annotations.
+    """:func:`qwen3_30b_a3b`, sharded and expert-parallel.
 
-    Its 128 experts split over an ``ep`` (or ``fsdp``) axis of any size that
-    divides 128.
+    :func:`moe_tiny_sharded`'s annotations; its 128 experts split over an
+    ``ep`` (or ``fsdp``) axis of any size that divides 128, and its tokens
+    reach them by all-to-alls over that axis (``"expert_parallel"``
+    dispatch, capacity factor 1.25), the logits and the loss split over the
+    batch axes and the expert axis alike.
 
     Example:
         >>> from nnx_introspect import abstract_model, mesh_config_report
@@ -478,4 +512,5 @@ def qwen3_30b_a3b_sharded(rngs: nnx.Rngs) -> MoeLlama:
         >>> report.ok, report.bytes_per_device
         (True, 3353616384)
     """
-    return MoeLlama(_moe_sharded(QWEN3_30B_A3B), rngs=rngs)
+    cfg = dataclasses.replace(_moe_sharded(QWEN3_30B_A3B), dispatch="expert_parallel")
+    return MoeLlama(cfg, rngs=rngs)

@@ -484,7 +484,7 @@ class Llama(nnx.Module):
             )
         x = self.embed(tokens)
         if self.shard_activations:
-            x = constrain(x, *_RESIDUAL)
+            x = constrain(x, self.activation_batch_axes(), *_RESIDUAL[1:])
         if cache is not None:
             x, cache = self._decode(
                 x, tokens, positions, cache, attention_mask, own=prefill
@@ -498,8 +498,27 @@ class Llama(nnx.Module):
                     x = layer(x) if positions is None else layer(x, positions)
         y: jax.Array = self.lm_head(self.norm(x))
         if self.shard_activations:  # one value a token is not split over tp
-            y = constrain(y, *((*_HIDDEN[:2], ()) if self.value_head else _HIDDEN))
+            y = constrain(y, *self._head_dims())
         return y if cache is None else (y, cache)
+
+    def _head_dims(self) -> tuple[tuple[str, ...], ...]:
+        """The logits' ``(batch, seq, vocab)`` axes; a critic's value is whole."""
+        vocab = () if self.value_head else MODEL_AXES
+        return (self.activation_batch_axes(), (), vocab)
+
+    def activation_batch_axes(self) -> tuple[str, ...]:
+        """The mesh axes the embedded tokens' and the logits' batch split over.
+
+        :data:`BATCH_AXES` (``data``, ``fsdp``); a model whose batch splits
+        over more axes (an expert axis) overrides it.
+
+        Example:
+            >>> from flax import nnx
+            >>> cfg = LlamaConfig(vocab=11, d_model=8, n_layers=1, n_heads=2, d_ff=12)
+            >>> Llama(cfg, rngs=nnx.Rngs(0)).activation_batch_axes()
+            ('data', 'fsdp')
+        """
+        return BATCH_AXES
 
     def _decode(
         self,

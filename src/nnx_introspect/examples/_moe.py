@@ -5,15 +5,24 @@ examples.Llama`'s rotary, grouped-query attention and KV cache, with a head
 width of its own) followed by an :class:`MoeBlock`: a router picks ``top_k`` of
 ``n_experts`` gated MLPs for each token, whose weights are stacked ``(experts,
 d_model, d_ff)`` and annotated ``"expert"`` on their first dimension, and an
-optional shared expert that every token uses. Two dispatch styles, by
+optional shared expert that every token uses. Three dispatch styles, by
 :attr:`MoeConfig.dispatch`:
 
 - ``"dropless"``: the token copies sorted by expert, each expert's rows
   multiplied by its weights with ``jax.lax.ragged_dot`` (a grouped matmul, as
-  Megablox's ``gmm``); no token is dropped.
+  Megablox's ``gmm``); no token is dropped. The sort is global, over the
+  whole batch: a dense dispatch, which under a mesh XLA's sharding
+  propagation computes by moving the whole batch's rows (no all-to-all).
 - ``"capacity"``: one-hot einsum dispatch and combine (GShard, Switch): each
   expert takes at most :meth:`MoeConfig.capacity` tokens of a sequence, first
   choices first; a token past it gets nothing from that expert.
+- ``"expert_parallel"``: expert parallelism as MaxText and tunix shard their
+  experts: in a ``jax.shard_map``, each device routes its own tokens and an
+  all-to-all over the expert axis sends each copy to the device holding its
+  expert, at most :func:`~nnx_introspect.examples.ep_capacity` rows to
+  each device; a local grouped matmul, and a second all-to-all back
+  (``examples/_moe_ep.py``). Without an expert axis of more
+  than one device, ``"dropless"``.
 
 The model reuses :class:`~nnx_introspect.examples.Llama`'s embedding, head,
 KV-cache decoding, prefill, remat and helpers (rotary angles, cached attention,
@@ -43,6 +52,7 @@ from nnx_introspect.examples._llama import (
     rope,
     write_kv,
 )
+from nnx_introspect.examples._moe_ep import expert_parallel
 
 __all__ = [
     "MOE_400M",
@@ -57,8 +67,9 @@ __all__ = [
     "moe",
 ]
 
-Dispatch = Literal["dropless", "capacity"]
-"""How tokens reach their experts: grouped matmul or one-hot capacity dispatch."""
+Dispatch = Literal["dropless", "capacity", "expert_parallel"]
+"""How tokens reach their experts: a grouped matmul over the whole batch's
+sorted copies, one-hot capacity dispatch, or all-to-alls over the expert axis."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -75,11 +86,17 @@ class MoeConfig:
         moe_d_ff: Hidden width of each routed expert's gated MLP.
         shared_d_ff: Hidden width of the shared expert, a gated MLP every
             token uses besides its routed ones; ``0`` (default): none.
-        dispatch: ``"dropless"`` (``jax.lax.ragged_dot`` over the token
-            copies sorted by expert) or ``"capacity"`` (one-hot einsum
-            dispatch, at most :meth:`capacity` tokens per expert and sequence).
+        dispatch: ``"dropless"`` (``jax.lax.ragged_dot`` over the whole
+            batch's token copies sorted by expert: the global, dense
+            dispatch), ``"capacity"`` (one-hot einsum dispatch, at most
+            :meth:`capacity` tokens per expert and sequence) or
+            ``"expert_parallel"`` (each device's copies sent to their
+            experts' devices by an all-to-all over the expert axis, at most
+            ``ceil(copies / ep x capacity_factor)`` to each device, first
+            choices first; ``"dropless"`` where the mesh has no expert axis
+            of more than one device).
         capacity_factor: The capacity's slack over an even split (``> 0``);
-            read by ``"capacity"`` dispatch only.
+            read by ``"capacity"`` and ``"expert_parallel"`` dispatch.
         n_kv_heads: Key and value heads (grouped-query attention); ``None``:
             ``n_heads``.
         head_dim: Width of a head; ``None``: ``d_model // n_heads``. Qwen3's
@@ -100,7 +117,9 @@ class MoeConfig:
             expert's tokens ``[batch, experts, capacity, d_model]`` by expert
             over the experts' mesh axis: moving the tokens there is expert
             parallelism's all-to-all. The dropless path's sorted rows are
-            left to XLA's sharding propagation.
+            left to XLA's sharding propagation. Under ``"expert_parallel"``,
+            the embedded tokens and the logits split over the expert axis
+            too (:meth:`MoeLlama.activation_batch_axes`).
         remat: Rematerialise each decoder layer for the backward pass.
 
     Raises:
@@ -361,10 +380,21 @@ class MoeBlock(nnx.Module):
     def __call__(self, x: Float[Array, "b s d"]) -> Float[Array, "b s d"]:
         """Each token's experts' outputs, weighted and summed, plus the shared one's."""
         weights, experts = self.route(x)
-        if self.dispatch == "dropless":
-            y = self._dropless(x, weights, experts)
-        else:
+        y = None
+        if self.dispatch == "expert_parallel":
+            y = expert_parallel(
+                x,
+                weights,
+                experts,
+                self._weights(x),
+                batch_axes=_MOE_BATCH,
+                model_axes=MODEL_AXES,
+                capacity_factor=self.capacity_factor,
+            )
+        if y is None and self.dispatch == "capacity":
             y = self._capacity(x, weights, experts)
+        elif y is None:
+            y = self._dropless(x, weights, experts)
         if self.shared is not None:
             y = y + self.shared(x)
         return y
@@ -582,6 +612,27 @@ class MoeLlama(Llama):
         self.remat = cfg.remat
         self.n_kv_heads = cfg.kv_heads
         self.head_dim = cfg.head_size
+        self.dispatch: Dispatch = cfg.dispatch
+
+    def activation_batch_axes(self) -> tuple[str, ...]:
+        """The mesh axes the embedded tokens' and the logits' batch split over.
+
+        Under ``"expert_parallel"`` dispatch, the Llama's and an expert axis
+        (``expert``, ``ep``), as the experts' tokens: the logits and the loss
+        are each device's share of the batch. Otherwise the Llama's
+        (``data``, ``fsdp``).
+
+        Example:
+            >>> from flax import nnx
+            >>> cfg = MoeConfig(vocab=11, d_model=8, n_layers=1, n_heads=2,
+            ...                 n_experts=4, top_k=1, moe_d_ff=6,
+            ...                 dispatch="expert_parallel")
+            >>> MoeLlama(cfg, rngs=nnx.Rngs(0)).activation_batch_axes()
+            ('data', 'fsdp', 'expert', 'ep')
+        """
+        if self.dispatch == "expert_parallel":
+            return _MOE_BATCH
+        return super().activation_batch_axes()
 
 
 def moe(cfg: MoeConfig) -> Callable[[nnx.Rngs], MoeLlama]:
