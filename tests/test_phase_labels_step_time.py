@@ -10,11 +10,16 @@
 
 import xml.etree.ElementTree as ET
 
+import jax
+import jax.numpy as jnp
+
+from nnx_introspect import step_memory_report
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 
 NS = "{http://www.w3.org/2000/svg}"
 MiB = 2**20
+TWO = "nnx_introspect.examples:two_layer"
 
 
 def _svgs(page: str) -> list[ET.Element]:
@@ -57,3 +62,54 @@ def test_the_rl_decode_row_is_the_whole_completion_and_says_so() -> None:
     assert texts.count("decode (16 tokens)") == 2  # its memory row and its time row
     assert "decode" not in texts and "prefill" in texts and "train" in texts
     assert "40 ms" in texts  # 16 x 2.5 ms: the whole completion
+
+
+# --- 3. the step page draws its time -----------------------------------------------
+
+X = jax.ShapeDtypeStruct((8, 3), jnp.float32)
+
+
+def _shown(seconds: float) -> str:
+    """Three significant figures in the largest unit under the time."""
+    for unit, scale in (("s", 1.0), ("ms", 1e-3), ("us", 1e-6), ("ns", 1e-9)):
+        if seconds >= scale or unit == "ns":
+            return f"{float(f'{seconds / scale:.3g}'):g} {unit}"
+    raise AssertionError
+
+
+def _time_figure(page: str) -> ET.Element | None:
+    for svg in _svgs(page):
+        if svg.get("aria-label") == "the estimated time of one step":
+            return svg
+    return None
+
+
+def test_the_step_page_draws_the_estimate_with_its_error_bar() -> None:
+    report = step_memory_report(TWO, {"data": 8}, (X,), topology="v5e-8")
+    assert report.roofline is not None and report.roofline.time is not None
+    page = report.to_html()
+    chart = _time_figure(page)
+    assert chart is not None
+    texts = [t.text or "" for t in chart.iter(f"{NS}text")]
+    point, error = report.roofline.time.seconds, report.roofline.time.error
+    value = _shown(point) + ("" if error is None else f" ±{round(error * 100)}%")
+    assert value in texts, texts
+    assert "Estimated time of one step (v5e-8)" in texts
+    # the bar: its tooltip holds the estimate; after the memory chart
+    titles = [t.text for t in chart.iter(f"{NS}title")]
+    assert titles == [f"step: {value} (estimate)"]
+    assert page.index("the peak per device") < page.index("of one step")
+
+
+def test_a_measured_step_draws_its_run_and_no_estimate_draws_nothing() -> None:
+    plain = step_memory_report(TWO, {"data": 1}, (X,))
+    assert plain.roofline is None and plain.measured is None
+    assert _time_figure(plain.to_html()) is None
+    measured = step_memory_report(TWO, {"data": 1}, (X,), measure=2)
+    assert measured.measured is not None and measured.measured.error is None
+    chart = _time_figure(measured.to_html())
+    assert chart is not None
+    texts = " ".join(t.text or "" for t in chart.iter(f"{NS}text"))
+    median = sorted(measured.measured.seconds)  # two runs: their mean
+    assert f"no estimate; measured {_shown(sum(median) / 2)}" in texts
+    assert len(list(chart.iter(f"{NS}polygon"))) == 1  # the measured diamond
