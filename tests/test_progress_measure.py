@@ -20,6 +20,7 @@ from typing import Any
 import pytest
 
 import nnx_introspect._xla.analysis as analysis
+from nnx_introspect._xla.run import run_compiled
 from nnx_introspect.cli.entry import main
 
 STEP = ["step", "nnx_introspect.examples:two_layer", "--mesh", "data=1"]
@@ -80,14 +81,13 @@ def _on_a_terminal(monkeypatch: pytest.MonkeyPatch) -> Iterator[_Terminal]:
 def test_the_measure_line_shows_while_the_step_runs(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    real = analysis.run_compiled
     times: list[float] = []
 
     def slow_run(compiled: Any, runs: int) -> dict[str, Any]:
         times.append(time.monotonic())
         time.sleep(1.2)  # the line is redrawn every 0.25 s
         times.append(time.monotonic())
-        return real(compiled, runs)
+        return run_compiled(compiled, runs)
 
     with _on_a_terminal(monkeypatch) as terminal:
         assert sys.stderr.isatty()
