@@ -25,6 +25,7 @@ from nnx_introspect._render.narrow import short_headers as short_headers
 from nnx_introspect._render.phase_chart import PhaseBar as PhaseBar
 from nnx_introspect._render.phase_chart import PhaseBars as PhaseBars
 from nnx_introspect._render.phase_chart import phase_chart_svg as phase_chart_svg
+from nnx_introspect._render.phase_chart import time_chart_svg as time_chart_svg
 from nnx_introspect._render.svg import Point as Point
 from nnx_introspect._render.table import FittedTable as FittedTable
 from nnx_introspect._render.table import Report as Report
@@ -59,6 +60,7 @@ __all__ = [
     "spec_str",
     "table_html",
     "table_text",
+    "time_chart_svg",
     "to_html",
     "to_markdown",
     "to_rich",

@@ -50,7 +50,14 @@ from nnx_introspect._render.svg import (
 )
 from nnx_introspect._text import format_bytes
 
-__all__ = ["RESIDENT", "PhaseBar", "PhaseBars", "duration", "phase_chart_svg"]
+__all__ = [
+    "RESIDENT",
+    "PhaseBar",
+    "PhaseBars",
+    "duration",
+    "phase_chart_svg",
+    "time_chart_svg",
+]
 
 RESIDENT = "#afb8c1"
 """The colour of what stays resident across phases."""
@@ -321,7 +328,9 @@ def _legend(left: float, y: float, resident: str, budget: int | None) -> str:
     )
 
 
-def _time_words(bars: Sequence[PhaseBar]) -> str:
+def _time_words(
+    bars: Sequence[PhaseBar], lead: str = " Below, each phase's estimated time"
+) -> str:
     """The caption's sentence on the time panel: what its marks are."""
     marks = [
         *(
@@ -336,7 +345,8 @@ def _time_words(bars: Sequence[PhaseBar]) -> str:
         ),
     ]
     return (
-        " Below, each phase's estimated time (an estimate, not a measurement)"
+        lead
+        + " (an estimate, not a measurement)"
         + (": " + ", ".join(marks) if marks else "")
         + "."
     )
@@ -427,5 +437,59 @@ def phase_chart_svg(
         memory,
         "each phase's peak per device against the budget, and its time",
         "".join(parts),
+        caption=html.escape(caption, quote=False),
+    )
+
+
+def time_chart_svg(bars: Sequence[PhaseBar], device: str = "", what: str = "") -> str:
+    """The time panel of :func:`phase_chart_svg` alone, for a page with its own memory.
+
+    One row per bar: the estimate as a bar, its calibrated error as
+    whiskers, a measured run as a black diamond, the figures right of the
+    plot (the step page's time, beside its own memory chart). The bars'
+    bytes are not drawn.
+
+    Args:
+        bars: One :class:`PhaseBar` per row.
+        device: The device in words, named in the heading (``""``: none).
+        what: What the rows are, in the heading and the caption
+            (``"one step"``; ``""``: each phase).
+
+    Returns:
+        An SVG figure with its caption; empty when no bar has a time.
+
+    Raises:
+        TypeError: A bar that is not a :class:`PhaseBar`.
+        ValueError: Negative or fractional bytes, a negative time.
+
+    Example:
+        >>> chart = time_chart_svg([PhaseBar("step", 0, seconds=0.0125, error=0.1)],
+        ...                        "v5e-4", what="one step")
+        >>> "12.5 ms ±10%" in chart, "Estimated time of one step (v5e-4)" in chart
+        (True, True)
+        >>> time_chart_svg([PhaseBar("step", 0)])
+        ''
+    """
+    bars = tuple(bars)
+    _check(bars, None)
+    if not any(b.seconds is not None or b.measured is not None for b in bars):
+        return ""
+    left = max(90.0, 7.5 * max(len(b.name) for b in bars) + 16)
+    right = 28 + 0.62 * 12 * max(len(_time_value(b)) for b in bars)
+    rows = len(bars) * (_THICK + _GAP) - _GAP
+    top = 50.0
+    height = round(top + rows + 36)
+    where = f" ({device})" if device else ""
+    frame = Frame(_WIDTH, height, left, right, top, height - top - rows)
+    times, log = _time(frame, bars)
+    heading = f"Estimated time of {what or 'each phase'}{where}"
+    lead = f"The estimated time of {what}" if what else "Each phase's estimated time"
+    caption = _time_words(bars, lead).strip() + (
+        " The time axis is logarithmic: the times span decades." if log else ""
+    )
+    return figure(
+        frame,
+        f"the estimated time of {what or 'each phase'}",
+        text(16, 16, heading, size=12, bold=True) + times,
         caption=html.escape(caption, quote=False),
     )

@@ -363,14 +363,16 @@ class RLMemoryReport(Report):
 
         What the other roles keep resident while a phase runs, then its
         program's own peak; its estimate (every run: the decode's whole
-        completion) and its measured run, when the report has them.
+        completion, its row labelled with the tokens, ``"decode (512
+        tokens)"``, where the serving page's is ``"decode (one token)"``) and
+        its measured run, when the report has them.
 
         Returns:
             The chart's :class:`~nnx_introspect._render.PhaseBars`.
         """
         bars = tuple(
             PhaseBar(
-                _named(p),
+                _charted(p),
                 p.program_peak_bytes,
                 p.resident_bytes,
                 seconds=p.estimate,
@@ -640,6 +642,17 @@ class RLMemoryReport(Report):
 def _named(phase: RLPhase) -> str:
     """A phase's name, with its devices' mesh when the roles have their own."""
     return f"{phase.name} on {phase.mesh}" if phase.mesh else phase.name
+
+
+def _charted(phase: RLPhase) -> str:
+    """A phase's row in the chart: a decode's says how many tokens its time is.
+
+    Example:
+        >>> _charted(RLPhase("decode", 1, steps=512)), _charted(RLPhase("train", 1))
+        ('decode (512 tokens)', 'train')
+    """
+    name = _named(phase)
+    return f"{name} ({phase.steps} tokens)" if phase.steps > 1 else name
 
 
 def _relabelled(breakdown: Any, kinds: dict[str, str]) -> Any:

@@ -7,8 +7,15 @@ through :mod:`nnx_introspect._render.svg`.
 
 import html
 from collections.abc import Sequence
+from typing import Any
 
-from nnx_introspect._render import format_bytes, spec_str, svg
+from nnx_introspect._render import (
+    PhaseBar,
+    format_bytes,
+    spec_str,
+    svg,
+    time_chart_svg,
+)
 from nnx_introspect._step.report_render import (
     RenderedStep,
     cached_date,
@@ -20,6 +27,7 @@ __all__ = [
     "compiled_html",
     "peak_bar_svg",
     "peak_parts",
+    "step_time_svg",
 ]
 
 _COLOURS = {
@@ -129,3 +137,26 @@ def peak_bar_svg(parts: Sequence[tuple[str, int]], budget: int | None = None) ->
             else html.escape(svg.break_words(cut, budget, "parts", peak=peak))
         ),
     )
+
+
+def step_time_svg(roofline: Any, measured: Any, device: str = "") -> str:
+    """The step's time as a figure: the estimate, its error bar, a measured run.
+
+    ``roofline`` is the report's :class:`~nnx_introspect._roofline.Roofline`
+    (its point estimate, else its low bound, as the serving page draws a
+    program's) or ``None``; ``measured`` its
+    :class:`~nnx_introspect._step.measured.Measured` run (its median) or
+    ``None``. Drawn by the serving page's time panel
+    (:func:`~nnx_introspect._render.time_chart_svg`); empty with neither.
+
+    Example:
+        >>> step_time_svg(None, None)
+        ''
+    """
+    seconds = None if roofline is None else roofline.planned_seconds
+    error = None if roofline is None else roofline.error
+    run = None
+    if measured is not None and measured.error is None and measured.seconds:
+        run = float(measured.median)
+    bar = PhaseBar("step", 0, seconds=seconds, error=error, measured=run)
+    return time_chart_svg([bar], device, what="one step")

@@ -23,7 +23,12 @@ from nnx_introspect._render import (
 )
 from nnx_introspect._roofline import Roofline
 from nnx_introspect._step.measured import Measured, measured_with
-from nnx_introspect._step.page import compiled_html, peak_bar_svg, peak_parts
+from nnx_introspect._step.page import (
+    compiled_html,
+    peak_bar_svg,
+    peak_parts,
+    step_time_svg,
+)
 from nnx_introspect._step.report_render import step_json, step_table, step_verdict
 from nnx_introspect._step.step_estimate import step_roofline
 from nnx_introspect._step.step_records import (
@@ -595,6 +600,8 @@ class StepMemoryReport(Report):
 
     def _body_html(self, table: Table) -> str:
         body = super()._body_html(table)
+        where = self.topology or "this process's devices"
+        timed = step_time_svg(self.roofline, self.measured, where)
         if self.breakdown is None:
             memory = self.memory
             parts = peak_parts(
@@ -603,10 +610,10 @@ class StepMemoryReport(Report):
                 memory.temp_bytes,
                 memory.alias_bytes,
             )
-            return body + peak_bar_svg(parts, self.max_device_bytes)
+            return body + peak_bar_svg(parts, self.max_device_bytes) + timed
         from nnx_introspect._breakdown import breakdown_html
 
-        return body + breakdown_html(self.breakdown, self.max_device_bytes)
+        return body + breakdown_html(self.breakdown, self.max_device_bytes) + timed
 
     def _after_verdict_html(self) -> str:
         """What was compiled, then what to change (none on a step that fits)."""

@@ -18,7 +18,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Iterator
-from contextlib import contextmanager
+from contextlib import ExitStack, contextmanager
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
@@ -269,28 +269,63 @@ def live_status(
     pytest's capture) nothing. Yields a function that redraws the line at once
     (for a search: a step done).
     """
+    own = None
     if console is None:
         out = sys.stderr if stream is None else stream
+        own = _own_descriptor(out)
         if not out.isatty():
-            if not _a_file(out) or _progress_off():
-                yield lambda: None
-                return
-            quiet = QUIET_SECONDS if quiet_seconds is None else quiet_seconds
-            often = EVERY_SECONDS if every is None else every
-            with plain_lines(renderable, out, quiet, often) as redraw:
-                yield redraw
+            with ExitStack() as stack:
+                if own is not None:
+                    stack.callback(own.close)
+                if not _a_file(out) or _progress_off():
+                    yield lambda: None
+                    return
+                quiet = QUIET_SECONDS if quiet_seconds is None else quiet_seconds
+                often = EVERY_SECONDS if every is None else every
+                written = out if own is None else own
+                with plain_lines(renderable, written, quiet, often) as redraw:
+                    yield redraw
             return
         from rich.console import Console
 
-        console = Console(file=out, force_terminal=True)
+        console = Console(file=out if own is None else own, force_terminal=True)
     from rich.live import Live
     from rich.spinner import Spinner
 
     line = Spinner("dots", text=renderable)
-    with Live(
-        line, console=console, refresh_per_second=1 / redraw_every, transient=True
-    ) as live:
-        yield live.refresh
+    try:
+        with Live(
+            line, console=console, refresh_per_second=1 / redraw_every, transient=True
+        ) as live:
+            yield live.refresh
+    finally:
+        if own is not None:
+            own.close()
+
+
+def _own_descriptor(stream: Any) -> Any:
+    """A text stream on a copy of ``stream``'s file descriptor, or ``None``.
+
+    The body of :func:`live_status` may point descriptor 2 elsewhere for a
+    while (the compiler and a measured run write their native logs there,
+    captured: :func:`~nnx_introspect._xla.native_stderr_captured`); the
+    line, written to a copy taken before, still reaches the terminal (or the
+    file) as the work runs, not when the capture ends. ``None`` for a stream
+    without a descriptor (a ``StringIO``).
+
+    Example:
+        >>> import io
+        >>> _own_descriptor(io.StringIO()) is None
+        True
+    """
+    try:
+        descriptor = stream.fileno()
+        stream.flush()
+        copy = os.dup(descriptor)
+    except (AttributeError, OSError, ValueError):  # io.UnsupportedOperation too
+        return None
+    encoding = getattr(stream, "encoding", None) or "utf-8"
+    return os.fdopen(copy, "w", encoding=encoding, errors="replace")
 
 
 def _a_file(stream: Any) -> bool:
