@@ -338,7 +338,7 @@ def measured_rows(
 
     ``point`` is the point estimate and its basis (``(0.111, "±9%, ...")``):
     given, it is the estimate the measured time is held to, the roofline's
-    range a row of bounds.
+    range a row of its own, said to be no bound (runs land outside it).
 
     Example:
         >>> run = Measured("step", (0.2, 0.3), 0.5, "cpu", "cpu", 1)
@@ -357,9 +357,9 @@ def measured_rows(
         low, high = estimate
         rows += (
             (
-                f"time per {what}: {'roofline bounds' if point else 'estimate'}",
+                f"time per {what}: {'roofline range' if point else 'estimate'}",
                 f"{duration(low)}-{duration(high)}",
-                "roofline",
+                "roofline, not a bound" if point else "roofline",
             ),
         )
     shown = "failed" if measured.error is not None else duration(measured.median)
