@@ -9,8 +9,8 @@ estimated decode throughput per device (at the decode step's point estimate,
 each row shows the decode latency (time per token) it comes at. Two meshes
 whose estimates lie within the calibrated error of each other are a tie, and
 the table says so. The roofline's ranges (every term overlapped to none) are
-shown beside them, said to be no bound; they rank (overlapping ranges tied) only meshes with no point
-estimate.
+shown beside them, said to be no bound; they rank (overlapping ranges tied)
+only meshes with no point estimate.
 
 ``meshes="auto"`` takes the topology's ``N`` devices as ``tp=t`` with the rest
 data-parallel (``data=N/t,tp=t``, ``tp=1`` kept) for each divisor ``t`` of ``N``

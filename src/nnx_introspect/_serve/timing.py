@@ -105,7 +105,7 @@ class ServeTime:
 
     @property
     def time_to_first_token_estimate(self) -> float:
-        """One prefill of the prompt: the point estimate (the range's low end where none)."""
+        """One prefill of the prompt: the point estimate (else the range's low end)."""
         return self.prefill.planned_seconds
 
     @property
