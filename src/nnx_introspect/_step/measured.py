@@ -347,6 +347,11 @@ def measured_rows(
         ('time per step: estimate', '100 ms-200 ms', 'roofline')
         ('time per step: measured', '250 ms',
          "1.2x the estimate's high (100 ms-200 ms)")
+        >>> for row in measured_rows(run, (0.1, 0.2), "step", (0.125, "±10%")):
+        ...     print(row)  # doctest: +NORMALIZE_WHITESPACE
+        ('time per step: estimate', '125 ms', '±10%')
+        ('time per step: roofline range', '100 ms-200 ms', 'roofline, not a bound')
+        ('time per step: measured', '250 ms', '2.00x the estimate')
     """
     if measured is None:
         return ()
