@@ -74,9 +74,7 @@ from nnx_introspect._typing import ArgumentError, typechecked
 
 __all__ = [
     "LABEL",
-    "POINT_LABEL",
     "PROGRAM_BASIS",
-    "RANGE_WORDS",
     "CommTerm",
     "Roofline",
     "duration",
@@ -89,21 +87,6 @@ LABEL = (
     "(a roofline), not a measurement"
 )
 """The words a :class:`Roofline`'s label without a point estimate starts with."""
-
-POINT_LABEL = (
-    "Estimate from the compiled program's instructions at the device's rates, "
-    "not a measurement"
-)
-"""The words the label of an estimate with a point time starts with; its basis
-(the calibration, or none) follows."""
-
-RANGE_WORDS = (
-    "XLA's cost analysis at data-sheet peaks; a range, not a bound: the "
-    "program's bytes accessed overcount HBM traffic"
-)
-"""What the roofline's ``(low, high)`` range is, beside a point estimate: runs
-land outside it (below its low end where on-chip buffers and fusions keep
-bytes off HBM), so neither end bounds a run."""
 
 
 @dataclasses.dataclass(frozen=True)

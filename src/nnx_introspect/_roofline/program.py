@@ -15,18 +15,27 @@ from typing import Any
 
 from nnx_introspect._accelerators import hardware_for
 from nnx_introspect._render import format_bytes
-from nnx_introspect._roofline.estimate import (
-    POINT_LABEL,
-    RANGE_WORDS,
-    Roofline,
-    duration,
-    roofline,
-)
+from nnx_introspect._roofline.estimate import Roofline, duration, roofline
 from nnx_introspect._roofline.timing import ProgramTime, program_time
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import DCN_MARK, Work, libtpu_version, work_from_json
 
-__all__ = ["program_roofline", "with_time"]
+__all__ = ["POINT_LABEL", "RANGE_WORDS", "program_roofline", "with_time"]
+
+POINT_LABEL = (
+    "Estimate from the compiled program's instructions at the device's rates, "
+    "not a measurement"
+)
+"""The words the label of an estimate with a point time starts with; its basis
+(the calibration, or none) follows."""
+
+RANGE_WORDS = (
+    "XLA's cost analysis at data-sheet peaks; a range, not a bound: the "
+    "program's bytes accessed overcount HBM traffic"
+)
+"""What the roofline's ``(low, high)`` range is, beside a point estimate: runs
+land outside it (below its low end where on-chip buffers and fusions keep
+bytes off HBM), so neither end bounds a run."""
 
 
 def program_roofline(
