@@ -1,6 +1,6 @@
 """fit_step ranks configurations by the point estimate, ties within its error.
 
-Rows are built by hand with known estimates, error bars and roofline bounds
+Rows are built by hand with known estimates, error bars and roofline ranges
 (no compile); every expected order and tie is the arithmetic of the comments:
 two estimates are equal when they differ by at most the larger error bar times
 the larger estimate, and, uncalibrated, only when they are the same.
@@ -16,6 +16,7 @@ from nnx_introspect._sweep.fit.report import (
     speed_key,
     surely_slower,
 )
+from tests.test_range_words import bound_words
 
 GIB = 2**30
 MESH = (("fsdp", 8),)
@@ -79,25 +80,30 @@ def test_the_point_estimate_chooses_and_ties() -> None:
     assert table.columns[6:] == (
         "step seconds (est.)",
         "MFU (est.)",
-        "roofline bounds (s)",
+        "roofline range (s)",
     )
     assert table.rows[0][6:] == ("1 ±10%", "41%", "0.5-3")
     assert table.rows[1][6:] == ("1.08 ±10%", "≤80%", "0.6-3")  # no MFU at a point
-    assert "roofline bounds (s)" in table.optional
+    assert "roofline range (s)" in table.optional
     assert table.lead[1] == (
         "Equal to it within the estimate (step-time estimates within ±10% of its "
         "own): fsdp=8 with no remat, 2 microbatches."
     )
     notes = "\n".join(table.notes)
     assert "Ranked by the estimated step time (each compiled program's" in notes
-    assert "±10%" in notes and "a bound, not an estimate to plan on" in notes
+    assert (
+        "±10%" in notes
+        and "a range, not a bound: the program's bytes accessed" in notes
+    )
     data = json.loads(found.to_json())
     chosen = data["chosen"]
     assert (chosen["estimate_seconds"], chosen["estimate_error"]) == (1.0, 0.1)
     assert chosen["roofline_bounds_seconds"] == [0.5, 3.0] and chosen["mfu"] == 0.41
     assert [r["microbatches"] for r in data["equals"]] == [2]
     page = found.to_html()
-    assert "1 s per step (estimated; roofline bounds 0.5-3 s)" in page
+    assert "1 s per step (estimated; roofline range 0.5-3 s)" in page
+    assert bound_words(page) == [] and bound_words(str(found)) == []
+    assert bound_words(found.to_json().replace("roofline_bounds_", "")) == []
 
 
 def test_a_start_is_pruned_only_when_slower_beyond_the_error() -> None:
@@ -123,7 +129,7 @@ def test_without_point_estimates_the_ranges_rank_as_before() -> None:
     assert found.chosen is a and found.equals == (b,)
     assert same_speed(a, b) and not same_speed(a, c)
     table = found.table()
-    assert "roofline bounds (s)" not in table.columns
+    assert "roofline range (s)" not in table.columns
     assert table.rows[0][6:] == ("1-2", "80%")
     assert "(their step-time ranges overlap)" in table.lead[1]
     # a point against a range: neither can rank the other, so no tie

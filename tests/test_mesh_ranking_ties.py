@@ -24,6 +24,7 @@ from nnx_introspect._sweep.mesh_comparison import (
     compare_meshes,
 )
 from nnx_introspect._sweep.mesh_comparison.rows import sort_key
+from tests.test_range_words import bound_words
 
 GIB = 2**30
 BUDGET = 60 * GIB
@@ -227,7 +228,7 @@ def timed(
     error: float | None,
     bounds: tuple[float, float] = (0.2, 2.0),
 ) -> MeshCandidate:
-    """A compiled row with a point estimate, its error bar and roofline bounds."""
+    """A compiled row with a point estimate, its error bar and roofline range."""
     plain = row(mesh, peak, bounds)
     return dataclasses.replace(plain, estimate=estimate, error=error)
 
@@ -258,24 +259,26 @@ def test_rows_rank_by_the_point_estimate_not_the_bounds() -> None:
         "tp=8": "0.6 ±10%",
         "fsdp=2,tp=4": "0.3 ±10%",  # does not fit: never tied
     }
-    bounds = table.columns.index("roofline bounds (s)")
-    assert "roofline bounds (s)" in table.optional
+    bounds = table.columns.index("roofline range (s)")
+    assert "roofline range (s)" in table.optional
     assert {r[0]: r[bounds] for r in table.rows}["fsdp=8"] == "0.45-0.9"
     notes = "\n".join(table.notes)
     assert f"{tie} (fsdp=8 0.5 s and fsdp=4,tp=2 0.54 s: within ±10% of each" in notes
     assert "fastest estimated step time first (the point estimate)" in order_note(
         comparison
     )
-    assert "'roofline bounds (s)': the roofline's range" in notes
-    assert "a bound, not an estimate to plan on" in notes
+    assert "'roofline range (s)': the roofline's range" in notes
+    assert "a range, not a bound: the program's bytes accessed" in notes
     data = json.loads(comparison.to_json())
     assert data["best"] == "fsdp=8" and data["equals"] == ["fsdp=8", "fsdp=4,tp=2"]
     first = data["candidates"][0]
     assert (first["estimate_seconds"], first["estimate_error"]) == (0.5, 0.1)
     assert first["roofline_bounds_seconds"] == [0.45, 0.9]
     page = comparison.to_html()
-    assert "0.5 s per step (estimated; roofline bounds 0.45-0.9 s)" in page
-    assert "dot: the estimate; line: roofline bounds" in page
+    assert "0.5 s per step (estimated; roofline range 0.45-0.9 s)" in page
+    assert "dot: the estimate; line: roofline range" in page
+    assert bound_words(page) == [] and bound_words(str(comparison)) == []
+    assert bound_words(comparison.to_json().replace("roofline_bounds_", "")) == []
 
 
 def test_estimates_apart_keep_one_best_and_name_its_estimate() -> None:

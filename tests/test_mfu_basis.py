@@ -146,7 +146,7 @@ def test_text_and_json_name_tf32_and_the_bf16_mfu(custom: Any) -> None:
     ratio = TF32_PEAK / BF16_PEAK  # 989 / 1979: about half
     assert estimate.mfu_bf16_ceiling == pytest.approx(estimate.mfu_ceiling * ratio)
     text = " ".join(str(report).split())  # the words, at any terminal width
-    assert "Roofline bounds at TF32" in text
+    assert "Roofline range at TF32" in text
     assert "dense f32" not in text and "at f32" not in text
     # the utilisation shown is the point estimate's, by hand from its seconds
     assert estimate.seconds is not None

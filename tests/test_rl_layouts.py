@@ -17,6 +17,7 @@ from nnx_introspect._rl.layouts import _order, _ties, rl_layouts
 from nnx_introspect._rl.report import RLMemoryReport, RLPhase
 from nnx_introspect.examples import LlamaConfig, llama
 from tests.cli_helpers import run
+from tests.test_range_words import bound_words
 
 # programs asked for again (a report of a search's answer, a command line's
 # of an API call's): the module's cache compiles each once
@@ -181,7 +182,7 @@ def test_ranking_by_the_point_estimate_ties_within_the_error() -> None:
     assert table.verdict == (
         "fastest that fits: colocated on fsdp=8 (tied with colocated on fsdp=8: "
         "their estimates are within ±10%), 1 s per step (estimate, ±10%; "
-        "roofline bounds 2 s-3 s); peak 10 B per device"
+        "roofline range 2 s-3 s); peak 10 B per device"
     )
     rendered = table.table()
     assert [row[1] for row in rendered.rows] == ["1 (tie)", "2 (tie)", "3", "-"]
@@ -190,9 +191,10 @@ def test_ranking_by_the_point_estimate_ties_within_the_error() -> None:
         "1.08 s ±10%",
         "1.5 s ±10%",
     ]
-    assert rendered.columns[3] == "roofline bounds"
+    assert rendered.columns[3] == "roofline range"
     assert rendered.rows[0][3] == "2 s-3 s"
-    assert "a bound, not an estimate to plan on" in rendered.notes[0]
+    assert "a range, not a bound: the program's bytes accessed" in rendered.notes[0]
+    assert bound_words(str(table)) == [] and bound_words(table.to_json()) == []
     # the phases' largest error bar: with 5% alone, 1.0 and 1.08 are apart
     tighter = _timed((1.0,), (0.05,), (2.0, 3.0))
     closer = _timed((1.08,), (0.05,), (0.5, 0.6))

@@ -19,6 +19,7 @@ from nnx_introspect._serve.mesh_comparison import _order, _ties
 from nnx_introspect._serve.timing import ServeTime
 from nnx_introspect.cli import main
 from nnx_introspect.examples import LlamaConfig, llama
+from tests.test_range_words import bound_words
 
 # programs asked for again (a report of a search's answer, a command line's
 # of an API call's): the module's cache compiles each once
@@ -101,7 +102,7 @@ def test_rendered_with_the_verdict_first(found: ServeMeshComparison) -> None:
     assert text.splitlines()[0] == found.verdict
     best = ",".join(f"{k}={v}" for k, v in found.reports[0].mesh_axes)
     assert found.verdict.startswith(f"best: {best}")
-    assert "(estimate, " in found.verdict and "roofline bounds" in found.verdict
+    assert "(estimate, " in found.verdict and "roofline range" in found.verdict
     assert '<p class="verdict ok">' in found.to_html()
     assert found.json_data()["reports"][0]["mesh"] == [
         list(a) for a in found.reports[0].mesh_axes
@@ -185,7 +186,7 @@ def test_stand_ins_rank_by_the_point_estimate_and_tie_within_its_error() -> None
     # 8 sequences over 4 devices: 1 ms a token is 2,000 tokens/s per device,
     # 1.05 ms 1,905, 1.2 ms 1,667. Within 10%: |1.05 - 1.0| = 0.05 <= 0.105
     # (a tie); |1.2 - 1.0| = 0.2 > 0.12 and |1.2 - 1.05| = 0.15 > 0.12 (apart).
-    # By the bounds' middles c would lead (0.1-0.2 ms: 10,000-20,000 tokens/s).
+    # By the ranges' middles c would lead (0.1-0.2 ms: 10,000-20,000 tokens/s).
     a = _stand_in("tp=4", _time(1.0e-3, 0.10, (0.5e-3, 1e-3)))
     b = _stand_in("data=2,tp=2", _time(1.05e-3, 0.10, (0.5e-3, 1e-3)))
     c = _stand_in("data=4", _time(1.2e-3, 0.10, (0.1e-3, 0.2e-3)))
@@ -197,18 +198,19 @@ def test_stand_ins_rank_by_the_point_estimate_and_tie_within_its_error() -> None
     assert found.verdict == (
         "best: tp=4 (tied with data=2,tp=2: their estimates are within ±10%), "
         "2,000 tokens/s per device at 1 ms per token (estimate, ±10%; roofline "
-        "bounds 2,000-4,000 tokens/s at 500 us-1 ms); peak 1 MiB per device"
+        "range 2,000-4,000 tokens/s at 500 us-1 ms); peak 1 MiB per device"
     )
     table = found.table()
     assert [r[1] for r in table.rows] == ["1 (tie)", "2 (tie)", "3", "-"]
     assert [r[2] for r in table.rows] == ["2,000 ±10%", "1,905 ±10%", "1,667 ±10%", "-"]
     assert table.rows[0][3:5] == ("1 ms", "1 ms")
-    assert table.columns[5] == "roofline bounds" and "roofline bounds" in table.optional
+    assert table.columns[5] == "roofline range" and "roofline range" in table.optional
     assert (
         table.rows[0][5]
         == "2,000-4,000 tok/s; 500 us-1 ms per token; 500 us-1 ms first"
     )
-    assert "a bound, not an estimate to plan on" in table.notes[0]
+    assert "a range, not a bound: the program's bytes accessed" in table.notes[0]
+    assert bound_words(" ".join(str(found).split())) == []
     # uncalibrated: a tie only when the estimates are the same
     same = [_stand_in("tp=4", _time(1e-3, None, (1e-4, 2e-4))) for _ in range(2)]
     assert _ties(same) == ((0, 1),)

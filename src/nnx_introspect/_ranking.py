@@ -7,7 +7,7 @@ calls two of them equal when the estimates lie within the calibrated error of
 each other (:func:`~nnx_introspect._roofline.timing.same_time`): the error of
 the larger of the two bars, as neither estimate is known closer than its own.
 Uncalibrated estimates (no error bar) are equal only when they are the same.
-The roofline's ``(low, high)`` range stays beside them as a bound, never the
+The roofline's ``(low, high)`` range stays beside them, no bound, never the
 ranking.
 """
 

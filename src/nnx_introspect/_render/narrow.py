@@ -39,7 +39,7 @@ __all__ = ["SHORT_HEADERS", "narrower", "short_headers"]
 
 SHORT_HEADERS = {
     "step seconds (est.)": "step s (est.)",
-    "roofline bounds (s)": "bounds (s)",
+    "roofline range (s)": "range (s)",
     "peak per device": "peak",
     "peak bytes": "bytes",
     "state per device": "state",

@@ -7,7 +7,7 @@ the reference on slices of their own) is one
 fit are ranked by the point estimate of their step time
 (:attr:`~nnx_introspect.RLMemoryReport.step_estimate`): two whose estimates lie
 within the calibrated error of each other are a tie (the table says so). The
-roofline's ``(low, high)`` range is shown beside it as a bound; it ranks
+roofline's ``(low, high)`` range is shown beside it, said to be no bound; it ranks
 (overlapping ranges tied) only layouts with no point estimate.
 
 ``layouts="auto"`` takes the topology's ``N`` devices as: every role on
@@ -28,6 +28,7 @@ from nnx_introspect._ranking import error_words, tie_error, tied, tied_with
 from nnx_introspect._render import Report, Table, format_bytes
 from nnx_introspect._rl.api import rl_memory_report
 from nnx_introspect._rl.report import RLMemoryReport
+from nnx_introspect._roofline import RANGE_WORDS
 from nnx_introspect._serve import fan_out
 from nnx_introspect._step import duration
 from nnx_introspect._typing import ArgumentError, as_int, typechecked
@@ -70,7 +71,7 @@ def rl_layouts(devices: int) -> tuple[Candidate, ...]:
 
 
 def _seconds(report: RLMemoryReport) -> tuple[float, float] | None:
-    """The roofline's bounds of the step, ``(low, high)``, or ``None``."""
+    """The roofline's range of the step, ``(low, high)``, or ``None``."""
     return report.step_seconds
 
 
@@ -106,7 +107,7 @@ class RLLayoutComparison(Report):
     Attributes:
         reports: One :class:`~nnx_introspect.RLMemoryReport` per layout: those
             that fit by the point estimate of their step time (where a layout
-            has none, the roofline's lower bound, then the upper), then those
+            has none, the roofline range's low end, then its high), then those
             that do not.
         ties: Index pairs of :attr:`reports` the estimates cannot rank: both
             fit, and their point estimates lie within the calibrated error of
@@ -156,7 +157,7 @@ class RLLayoutComparison(Report):
                 f", {duration(point)} per step (estimate, {error_words(_error(best))}"
             )
             if span is not None:
-                words += f"; roofline bounds {duration(span[0])}-{duration(span[1])}"
+                words += f"; roofline range {duration(span[0])}-{duration(span[1])}"
             words += ")"
         elif span is not None:
             words += f", {duration(span[0])}-{duration(span[1])} per step (estimate)"
@@ -194,8 +195,8 @@ class RLLayoutComparison(Report):
                 + "; ".join(bases or ["no basis given"])
                 + "), one after another, and the transfers' (an estimate, not a "
                 "measurement). Layouts are ranked by it; two within the error bar "
-                "of each other are ties. 'roofline bounds': the phases' roofline "
-                "ranges summed, a bound, not an estimate to plan on."
+                "of each other are ties. 'roofline range': the phases' roofline "
+                f"ranges summed, {RANGE_WORDS}."
             )
         else:
             how = (
@@ -208,7 +209,7 @@ class RLLayoutComparison(Report):
                 "layout",
                 "rank",
                 "step (est.)",
-                *(("roofline bounds",) if points else ()),
+                *(("roofline range",) if points else ()),
                 "peak",
                 "reshard",
                 "fits",
@@ -220,7 +221,7 @@ class RLLayoutComparison(Report):
                 f"Compiled {self.executor}.",
                 *(f"Not compiled: {m}: {r}" for m, r in self.rejected),
             ),
-            optional=("roofline bounds",) if points else (),
+            optional=("roofline range",) if points else (),
         )
 
     def json_data(self) -> dict[str, Any]:
@@ -272,7 +273,7 @@ def _ties(reports: Sequence[RLMemoryReport]) -> tuple[tuple[int, int], ...]:
 
 
 def _order(report: RLMemoryReport) -> tuple[int, float, float]:
-    """Fitting layouts by point estimate (else their bounds), then by peak."""
+    """Fitting layouts by point estimate (else their ranges), then by peak."""
     point, span = report.step_estimate, _seconds(report)
     if report.fits() is False:
         return (2, 0.0, float(report.peak_bytes))

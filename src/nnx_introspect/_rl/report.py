@@ -20,6 +20,7 @@ from typing import Any
 
 from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
+from nnx_introspect._roofline import RANGE_WORDS
 from nnx_introspect._step import compiled_words, duration
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
@@ -508,8 +509,8 @@ class RLMemoryReport(Report):
                 for name, (low, high) in spans
             )
             notes.append(
-                f"Step time, roofline bounds (each program's on the data sheet, "
-                f"not a measurement): {duration(span[0])}-{duration(span[1])} "
+                f"Step time, the roofline's range ({RANGE_WORDS}; not a "
+                f"measurement): {duration(span[0])}-{duration(span[1])} "
                 f"({parts}; decode: every one of the {self.completion} steps of "
                 f"a completion); "
                 f"{self.sequences * self.completion / span[1]:,.0f}-"

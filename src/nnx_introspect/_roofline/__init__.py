@@ -11,5 +11,7 @@ instructions at the device kind's calibrated rates.
 
 from nnx_introspect._roofline.estimate import LABEL as LABEL
 from nnx_introspect._roofline.estimate import Roofline as Roofline
+from nnx_introspect._roofline.program import POINT_LABEL as POINT_LABEL
+from nnx_introspect._roofline.program import RANGE_WORDS as RANGE_WORDS
 from nnx_introspect._roofline.program import program_roofline as program_roofline
 from nnx_introspect._roofline.timing import same_time as same_time

@@ -86,7 +86,7 @@ LABEL = (
     "Estimate from the compiled program's cost analysis and data-sheet peaks "
     "(a roofline), not a measurement"
 )
-"""The words every :class:`Roofline`'s label starts with."""
+"""The words a :class:`Roofline`'s label without a point estimate starts with."""
 
 
 @dataclasses.dataclass(frozen=True)
@@ -369,6 +369,28 @@ class Roofline:
             "time": None if self.time is None else self.time.json_data(),
         }
 
+    def _utilisation_line(self) -> str:
+        """:meth:`to_text`'s one utilisation: at the point estimate, else the range."""
+        bf16 = self.bf16_peak_flops_per_second != self.peak_flops_per_second
+        if self.time is not None and self.mfu is not None:
+            at_bf16 = f"; at the bf16 peak {self.mfu_bf16 or 0.0:.1%}" if bf16 else ""
+            return (
+                f"{self.utilisation} {self.mfu:.1%} at the point estimate, at the "
+                f"{self.peak_name} peak{at_bf16}; counting {self.mfu_basis}; "
+                f"bound by {self.bound}"
+            )
+        at_bf16 = ""
+        if bf16:
+            at_bf16 = (
+                f"; at the bf16 peak {self.mfu_bf16_ceiling:.1%} (no overlap: "
+                f"{self.mfu_bf16_no_overlap:.1%})"
+            )
+        return (
+            f"{self.utilisation} ceiling {self.mfu_ceiling:.1%} (no overlap: "
+            f"{self.mfu_no_overlap:.1%}) at the {self.peak_name} peak{at_bf16}; "
+            f"counting {self.mfu_basis}; bound by {self.bound}"
+        )
+
     def to_text(self) -> str:
         """The estimate as plain text: label, terms, range, assumptions.
 
@@ -397,17 +419,7 @@ class Roofline:
                 f"{term_name(term)} ({term.link}, {term.links} "
                 f"link(s)) {duration(term.seconds)}"
             )
-        at_bf16 = ""
-        if self.bf16_peak_flops_per_second != self.peak_flops_per_second:
-            at_bf16 = (
-                f"; at the bf16 peak {self.mfu_bf16_ceiling:.1%} (no overlap: "
-                f"{self.mfu_bf16_no_overlap:.1%})"
-            )
-        lines.append(
-            f"{self.utilisation} ceiling {self.mfu_ceiling:.1%} (no overlap: "
-            f"{self.mfu_no_overlap:.1%}) at the {self.peak_name} peak{at_bf16}; "
-            f"counting {self.mfu_basis}; bound by {self.bound}"
-        )
+        lines.append(self._utilisation_line())
         if self.tokens_per_second_low is not None:
             lines.append(
                 f"tokens/s {self.tokens_per_second_low:,.0f} to "

@@ -15,12 +15,27 @@ from typing import Any
 
 from nnx_introspect._accelerators import hardware_for
 from nnx_introspect._render import format_bytes
-from nnx_introspect._roofline.estimate import LABEL, Roofline, duration, roofline
+from nnx_introspect._roofline.estimate import Roofline, duration, roofline
 from nnx_introspect._roofline.timing import ProgramTime, program_time
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import DCN_MARK, Work, libtpu_version, work_from_json
 
-__all__ = ["program_roofline", "with_time"]
+__all__ = ["POINT_LABEL", "RANGE_WORDS", "program_roofline", "with_time"]
+
+POINT_LABEL = (
+    "Estimate from the compiled program's instructions at the device's rates, "
+    "not a measurement"
+)
+"""The words the label of an estimate with a point time starts with; its basis
+(the calibration, or none) follows."""
+
+RANGE_WORDS = (
+    "XLA's cost analysis at data-sheet peaks; a range, not a bound: the "
+    "program's bytes accessed overcount HBM traffic"
+)
+"""What the roofline's ``(low, high)`` range is, beside a point estimate: runs
+land outside it (below its low end where on-chip buffers and fusions keep
+bytes off HBM), so neither end bounds a run."""
 
 
 def program_roofline(
@@ -210,8 +225,8 @@ def compiler_of(platform: str) -> str | None:
 def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:
     """``estimate`` carrying the point estimate ``time``: its label and assumptions.
 
-    The label leads with the point estimate and its basis; the roofline's range
-    follows as bounds.
+    The label leads with the point estimate and its basis (its calibration, or
+    none); the roofline's range follows, said to be no bound.
 
     Example:
         >>> from nnx_introspect._accelerators.hardware import hardware_for
@@ -225,15 +240,17 @@ def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:
         >>> work = Work((OpWork("matmul", 1e12, 0.0, 10**9, None, 1),))
         >>> timed = with_time(est, program_time(work, hardware))
         >>> print(timed.label)  # doctest: +NORMALIZE_WHITESPACE
-        Estimate from the compiled program's cost analysis and data-sheet peaks (a
-        roofline), not a measurement: 1.01 ms (uncalibrated: data-sheet peaks, no
-        chip of this kind measured) per step on h100-1; roofline bounds 1.01 ms
-        to 1.31 ms (compute-bound at best)
+        Estimate from the compiled program's instructions at the device's rates,
+        not a measurement: 1.01 ms (uncalibrated: data-sheet peaks, no chip of
+        this kind measured) per step on h100-1; roofline range 1.01 ms to 1.31 ms
+        (compute-bound at best; XLA's cost analysis at data-sheet peaks; a range,
+        not a bound: the program's bytes accessed overcount HBM traffic)
     """
     label = (
-        f"{LABEL}: {time.words} per step on {estimate.topology}; roofline bounds "
-        f"{duration(estimate.low_seconds)} to {duration(estimate.high_seconds)} "
-        f"({estimate.bound}-bound at best)"
+        f"{POINT_LABEL}: {time.words} per step on {estimate.topology}; roofline "
+        f"range {duration(estimate.low_seconds)} to "
+        f"{duration(estimate.high_seconds)} ({estimate.bound}-bound at best; "
+        f"{RANGE_WORDS})"
     )
     c = time.constants
     if c.calibrated and c.error is not None:

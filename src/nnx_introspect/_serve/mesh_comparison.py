@@ -9,8 +9,8 @@ estimated decode throughput per device (at the decode step's point estimate,
 each row shows the decode latency (time per token) it comes at. Two meshes
 whose estimates lie within the calibrated error of each other are a tie, and
 the table says so. The roofline's ranges (every term overlapped to none) are
-shown as bounds; they rank (overlapping ranges tied) only meshes with no point
-estimate.
+shown beside them, said to be no bound; they rank (overlapping ranges tied)
+only meshes with no point estimate.
 
 ``meshes="auto"`` takes the topology's ``N`` devices as ``tp=t`` with the rest
 data-parallel (``data=N/t,tp=t``, ``tp=1`` kept) for each divisor ``t`` of ``N``
@@ -27,6 +27,7 @@ from typing import Any
 from nnx_introspect._accelerators import resolve_topology
 from nnx_introspect._ranking import error_words, tied, tied_with
 from nnx_introspect._render import Report, Table, format_bytes
+from nnx_introspect._roofline import RANGE_WORDS
 from nnx_introspect._serve.api import measure_serve
 from nnx_introspect._serve.programs import _abstract_cache, cache_problems
 from nnx_introspect._serve.report import ServeMemoryReport
@@ -45,7 +46,7 @@ __all__ = [
 
 
 def _rate(report: ServeMemoryReport) -> tuple[float, float] | None:
-    """The roofline's bounds of tokens/s per device, or ``None`` (not ranked)."""
+    """The roofline's range of tokens/s per device, or ``None`` (not ranked)."""
     if report.time is None or not report.ok:
         return None
     return report.time.tokens_per_second_per_device
@@ -55,7 +56,7 @@ def _point(report: ServeMemoryReport) -> float | None:
     """Tokens/s per device at the decode step's point estimate, or ``None``.
 
     ``None`` when the mesh does not fit, has no estimate, or its decode step
-    has only the roofline's bounds.
+    has only the roofline's range.
     """
     time = report.time
     if time is None or not report.ok or time.decode.time is None:
@@ -146,7 +147,7 @@ class ServeMeshComparison(Report):
             words += (
                 f", {point:,.0f} tokens/s per device at "
                 f"{duration(best.time.seconds_per_token_estimate)} per token "
-                f"(estimate, {error_words(_error(best))}; roofline bounds "
+                f"(estimate, {error_words(_error(best))}; roofline range "
                 f"{rate[0]:,.0f}-{rate[1]:,.0f} tokens/s at "
                 f"{duration(low)}-{duration(high)})"
             )
@@ -186,8 +187,7 @@ class ServeMeshComparison(Report):
             )
             + "). Meshes are ranked by tokens/s per device at the decode step's "
             "estimate; two within the error bar of each other are ties. 'roofline "
-            "bounds': every term overlapped to none, a bound, not an estimate to "
-            "plan on."
+            f"range': every term overlapped to none, {RANGE_WORDS}."
             if points
             else "Ranges: every term overlapped to none (a roofline estimate, "
             "not a measurement); overlapping ranges are ties."
@@ -200,13 +200,13 @@ class ServeMeshComparison(Report):
                 "tokens/s per device (est.)",
                 "per token (est.)",
                 "first token (est.)",
-                *(("roofline bounds",) if points else ()),
+                *(("roofline range",) if points else ()),
                 "peak",
                 "fits",
             ),
             rows=tuple(rows),
             lead=(self.verdict,),
-            optional=("roofline bounds",) if points else (),
+            optional=("roofline range",) if points else (),
             notes=(
                 how,
                 f"Compiled {self.executor}."
@@ -228,7 +228,7 @@ def _row(
     ties: tuple[tuple[int, int], ...],
     points: bool,
 ) -> tuple[str, ...]:
-    """The table's row of the ``i``-th mesh: rank, estimates, bounds, peak."""
+    """The table's row of the ``i``-th mesh: rank, estimates, range, peak."""
     rate, point, time = _rate(report), _point(report), report.time
     tie = [j for a, b in ties for j in (a, b) if i in (a, b) and j != i]
     rank = "-" if rate is None else str(i + 1)

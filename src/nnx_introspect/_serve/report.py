@@ -382,7 +382,7 @@ class ServeMemoryReport(Report):
                     f"{t.tokens_per_second_estimate:,.0f}",
                 ),
             ]
-        bounds = "time (roofline bounds)" if point else "time (estimate)"
+        bounds = "time (roofline range)" if point else "time (estimate)"
         return [
             *point,
             (bounds, span(t.time_to_first_token), span(t.seconds_per_token)),

@@ -26,7 +26,13 @@ from typing import Any
 
 from nnx_introspect._accelerators import NETWORK_OVERRIDE
 from nnx_introspect._render import format_bytes
-from nnx_introspect._roofline import LABEL, Roofline, program_roofline
+from nnx_introspect._roofline import (
+    LABEL,
+    POINT_LABEL,
+    RANGE_WORDS,
+    Roofline,
+    program_roofline,
+)
 from nnx_introspect._step import duration
 
 __all__ = ["EXTRA", "ServeTime", "duration", "serve_time"]
@@ -94,12 +100,12 @@ class ServeTime:
 
     @property
     def seconds_per_token_estimate(self) -> float:
-        """One decode step: the point estimate (the low bound where none)."""
+        """One decode step: the point estimate (the range's low end where none)."""
         return self.decode.planned_seconds
 
     @property
     def time_to_first_token_estimate(self) -> float:
-        """One prefill of the prompt: the point estimate (the low bound where none)."""
+        """One prefill of the prompt: the point estimate (else the range's low end)."""
         return self.prefill.planned_seconds
 
     @property
@@ -173,7 +179,7 @@ class ServeTime:
                 "The estimate to plan on sums each program's instructions at the "
                 f"device's rates: the prefill {duration(self.prefill.time.seconds)}, "
                 f"a decode step {duration(d.time.seconds)} ({d.time.basis}); the "
-                "ranges beside them are the roofline's bounds.",
+                f"ranges beside them are the roofline's: {RANGE_WORDS}.",
             )
         return (
             *point,
@@ -211,10 +217,20 @@ class ServeTime:
             ),
         )
 
+    @property
+    def label(self) -> str:
+        """What the estimate is: its point estimate's basis, else the roofline's.
+
+        A point estimate names its calibration (or its lack of one); only a
+        range alone is the roofline from the cost analysis and data-sheet peaks.
+        """
+        time = self.decode.time
+        return LABEL if time is None else f"{POINT_LABEL} ({time.basis})"
+
     def json_data(self) -> dict[str, Any]:
         """The estimate's figures as JSON data."""
         return {
-            "label": LABEL,
+            "label": self.label,
             "seconds_per_token_estimate": self.seconds_per_token_estimate,
             "time_to_first_token_estimate": self.time_to_first_token_estimate,
             "tokens_per_second_estimate": self.tokens_per_second_estimate,

@@ -338,7 +338,7 @@ def measured_rows(
 
     ``point`` is the point estimate and its basis (``(0.111, "±9%, ...")``):
     given, it is the estimate the measured time is held to, the roofline's
-    range a row of bounds.
+    range a row of its own, said to be no bound (runs land outside it).
 
     Example:
         >>> run = Measured("step", (0.2, 0.3), 0.5, "cpu", "cpu", 1)
@@ -347,6 +347,11 @@ def measured_rows(
         ('time per step: estimate', '100 ms-200 ms', 'roofline')
         ('time per step: measured', '250 ms',
          "1.2x the estimate's high (100 ms-200 ms)")
+        >>> for row in measured_rows(run, (0.1, 0.2), "step", (0.125, "±10%")):
+        ...     print(row)  # doctest: +NORMALIZE_WHITESPACE
+        ('time per step: estimate', '125 ms', '±10%')
+        ('time per step: roofline range', '100 ms-200 ms', 'roofline, not a bound')
+        ('time per step: measured', '250 ms', '2.00x the estimate')
     """
     if measured is None:
         return ()
@@ -357,9 +362,9 @@ def measured_rows(
         low, high = estimate
         rows += (
             (
-                f"time per {what}: {'roofline bounds' if point else 'estimate'}",
+                f"time per {what}: {'roofline range' if point else 'estimate'}",
                 f"{duration(low)}-{duration(high)}",
-                "roofline",
+                "roofline, not a bound" if point else "roofline",
             ),
         )
     shown = "failed" if measured.error is not None else duration(measured.median)

@@ -18,7 +18,7 @@ from jax.sharding import PartitionSpec
 from nnx_introspect._accelerators import MAX_ADVISED_FRACTION
 from nnx_introspect._mesh import MeshConfigReport, mesh_str
 from nnx_introspect._render import Table, format_bytes, spec_json, spec_str
-from nnx_introspect._roofline import Roofline
+from nnx_introspect._roofline import RANGE_WORDS, Roofline
 from nnx_introspect._step.lora import lora_text
 from nnx_introspect._step.measured import Measured, measured_rows, versus_json
 from nnx_introspect._step.step_records import (
@@ -327,7 +327,10 @@ def _point(estimate: Roofline | None) -> tuple[float, str] | None:
 
 
 def roofline_note(estimate: Roofline) -> str:
-    """One sentence: the range, what bounds it, the utilisation, tokens per second.
+    """One sentence: the estimate, what bounds it, the utilisation, tokens per second.
+
+    With a point estimate, its one utilisation is at that estimate, and the
+    roofline's range follows, said to be no bound (:data:`RANGE_WORDS`).
 
     The utilisation says what it counts: an MFU of ``6·N·tokens`` when the
     tokens are known, else the hardware FLOPs utilisation of the program's
@@ -403,9 +406,9 @@ def _point_note(estimate: Roofline, seconds: Callable[[float], str]) -> str:
     return (
         f"Step time, estimated from the compiled program's instructions (not a "
         f"measurement): {seconds(time.seconds)} ({time.basis}); {utilisation} "
-        f"({estimate.mfu_basis}){tokens}. Roofline bounds at {estimate.peak_words}: "
+        f"({estimate.mfu_basis}){tokens}. Roofline range at {estimate.peak_words}: "
         f"{seconds(estimate.low_seconds)} (every term overlapped) to "
-        f"{seconds(estimate.high_seconds)} (none)."
+        f"{seconds(estimate.high_seconds)} (none), {RANGE_WORDS}."
     )
 
 

@@ -13,6 +13,7 @@ from nnx_introspect._render import (
     table_html,
     verdict_html,
 )
+from nnx_introspect._roofline import RANGE_WORDS
 from nnx_introspect._sweep.mesh_comparison.chart import CHOSEN, time_peak_svg
 from nnx_introspect._sweep.mesh_comparison.rows import MeshAxes, mesh_name
 
@@ -34,11 +35,11 @@ class FitRow:
         status: A :data:`FitStatus`.
         why: Why it was not compiled, or the compile's error; else ``None``.
         peak_bytes: The compiled step's peak per device.
-        seconds: The roofline's ``(low, high)`` bounds of the step time (a
-            named topology): a bound, shown beside :attr:`estimate`; it ranks
+        seconds: The roofline's ``(low, high)`` range of the step time (a
+            named topology): no bound, shown beside :attr:`estimate`; it ranks
             a row only when the row has no point estimate.
-        mfu_ceiling: The roofline's utilisation at its low bound (the most it
-            allows).
+        mfu_ceiling: The roofline's utilisation at its range's low end (shown
+            only where a row has no point estimate).
         flops: The program's FLOPs per device, loops counted per trip.
         estimate: The point estimate of the step time in seconds (from the
             program's instructions at calibrated rates): what rows are ranked
@@ -386,7 +387,7 @@ class FitSearch(Report):
                 "compiled program it reads; two rows within the error bar of each "
                 "other are equal, and MFU is at the estimate. "
                 f"'{BOUNDS}': the roofline's range from perfect overlap to "
-                "none, a bound, not an estimate to plan on."
+                f"none, {RANGE_WORDS}."
             )
         elif estimates:
             notes.append(
@@ -488,12 +489,12 @@ def speed_key(row: FitRow) -> tuple[float, float, float]:
     return (flops, flops, float(row.peak_bytes or 0))
 
 
-BOUNDS = "roofline bounds (s)"
-"""The column of the roofline's ``(low, high)`` range: a bound, not the estimate."""
+BOUNDS = "roofline range (s)"
+"""The column of the roofline's ``(low, high)`` range: no bound, not the estimate."""
 
 
 def _seconds_cell(r: FitRow) -> str:
-    """The step time a row is ranked by: ``"0.512 ±9%"``, else its bounds, else -."""
+    """The step time a row is ranked by: ``"0.512 ±9%"``, else its range, else -."""
     if r.estimate is not None:
         return f"{r.estimate:.3g}" + ("" if r.error is None else f" ±{r.error:.0%}")
     return "-" if r.seconds is None else f"{r.seconds[0]:.3g}-{r.seconds[1]:.3g}"

@@ -19,7 +19,7 @@ Memory falls and time rises along every ladder, so a configuration is not
 compiled when one of the same mesh no further along any ladder already fits,
 or when its start on the ladder is already estimated slower than a fitting
 configuration (its point estimate above the fit's by more than the calibrated
-error; the roofline's bounds apart where there is no point estimate); its row
+error; the roofline's ranges apart where there is no point estimate); its row
 says why. A search whose executor breaks (a worker
 process died) stops, and its report is a failure naming the cause.
 """

@@ -22,7 +22,7 @@ __all__ = [
 MeshRow: TypeAlias = tuple[str, int | None, str, str, tuple[float, ...] | None]
 """``(mesh name, peak bytes per device or None, outcome, status, times or
 None)``, as a :class:`MeshCandidate` gives them: the times are the roofline's
-``(low, high)`` bounds of one step, then the point estimate when there is one
+``(low, high)`` range of one step, then the point estimate when there is one
 (``(low, high, estimate)``)."""
 
 
@@ -196,7 +196,7 @@ def _figures(point: _Point) -> str:
     _, _, low, high, peak, _, at = point
     if at is None:
         return f"{format_bytes(peak)}, {low:.3g}-{high:.3g} s"
-    return f"{format_bytes(peak)}, {at:.3g} s (bounds {low:.3g}-{high:.3g})"
+    return f"{format_bytes(peak)}, {at:.3g} s (roofline {low:.3g}-{high:.3g})"
 
 
 def _legend(points: Sequence[_Point], top: float, width: float) -> tuple[str, float]:
@@ -268,8 +268,8 @@ def _panel(
             frame.middle,
             frame.baseline + 36,
             (
-                "estimated step time (dot: the estimate; line: roofline bounds, "
-                "perfect overlap to none)"
+                "estimated step time (dot: the estimate; line: roofline range, "
+                "perfect overlap to none, not a bound)"
                 if any(p[6] is not None for p in points)
                 else "estimated step time (roofline: perfect overlap to none)"
             )
@@ -324,7 +324,7 @@ def _marks(
             + (
                 f"{m[2]:.3g}-{m[3]:.3g} s per step (estimated)"
                 if m[6] is None
-                else f"{m[6]:.3g} s per step (estimated; roofline bounds "
+                else f"{m[6]:.3g} s per step (estimated; roofline range "
                 f"{m[2]:.3g}-{m[3]:.3g} s)"
             )
             for m in members
@@ -352,7 +352,7 @@ def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
     """Peak per device against the estimated step time, one numbered point per mesh.
 
     Each compiled mesh with an estimate is a segment from its perfect-overlap
-    time to its no-overlap time at its peak (the roofline's bounds), its
+    time to its no-overlap time at its peak (the roofline's range), its
     number at its point estimate where it has one, else at the low end; the
     legend below the plot names each number's mesh with its figures (points
     that coincide share one marker, numbered ``1,3``, grey when their colours
@@ -368,7 +368,7 @@ def time_peak_svg(rows: Sequence[MeshRow], budget: int | None) -> str:
         (1, True, True)
         >>> page = time_peak_svg(
         ...     [("data=8", 3000, "fits", "fits", (0.2, 0.3, 0.25))], None)
-        >>> "0.25 s per step (estimated; roofline bounds 0.2-0.3 s)" in page
+        >>> "0.25 s per step (estimated; roofline range 0.2-0.3 s)" in page
         True
     """
     charted = [r for r in rows if r[1] is not None and r[4] is not None]

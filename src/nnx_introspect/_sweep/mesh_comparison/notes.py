@@ -10,7 +10,7 @@ from typing import Protocol
 
 from nnx_introspect._ranking import error_words, tie_error
 from nnx_introspect._render import format_bytes
-from nnx_introspect._roofline import Roofline
+from nnx_introspect._roofline import RANGE_WORDS, Roofline
 from nnx_introspect._sweep.mesh_comparison.rows import MeshCandidate, answered, plural
 from nnx_introspect._sweep.mesh_comparison.utilisation import (
     utilisation_header,
@@ -60,8 +60,8 @@ class MeshComparison(Protocol):
     def rooflines(self) -> list[Roofline | None]: ...
 
 
-BOUNDS = "roofline bounds (s)"
-"""The column of the roofline's ``(low, high)`` range: a bound, not the estimate."""
+BOUNDS = "roofline range (s)"
+"""The column of the roofline's ``(low, high)`` range: no bound, not the estimate."""
 
 
 def comparison_notes(self: "MeshComparison") -> Iterator[str]:
@@ -110,8 +110,8 @@ def comparison_notes(self: "MeshComparison") -> Iterator[str]:
             "within the error bar of each other are equal (marked tied). "
             f"'{BOUNDS}': the roofline's range, each program's FLOPs, bytes "
             "accessed and collective bytes on the target's data-sheet "
-            "figures from perfect overlap to none, a bound, not an estimate "
-            "to plan on (each row's report lists the assumptions)."
+            f"figures from perfect overlap to none: {RANGE_WORDS} (each "
+            "row's report lists the assumptions)."
         )
         yield from utilisation_notes(rooflines)
     elif any(c.estimated_seconds is not None for c in self.candidates):
@@ -154,7 +154,7 @@ def _order_words(self: "MeshComparison") -> str:
             f"the meshes that {which} first, fastest estimated step time "
             "first (the point estimate"
             + (
-                "; where a row has none, the low end of its roofline bounds"
+                "; where a row has none, the low end of its roofline range"
                 if len(points) < len(timed)
                 else ""
             )

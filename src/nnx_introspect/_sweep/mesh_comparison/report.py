@@ -51,7 +51,7 @@ class MeshComparison(Report):
     the candidates' order. Meshes whose estimates lie within the calibrated
     error of the first's are equal within the estimate (:attr:`equals`): the
     verdict names them all, not one best. The roofline's ``(low, high)``
-    range (:attr:`MeshCandidate.estimated_seconds`) is shown as a bound; it
+    range (:attr:`MeshCandidate.estimated_seconds`) is shown, said to be no bound; it
     ranks only rows with no point estimate.
 
     Attributes:
@@ -127,7 +127,7 @@ class MeshComparison(Report):
         (:func:`~nnx_introspect._ranking.tied`: within the larger error bar
         of the two, times the larger estimate; uncalibrated, only the same
         estimate), the best first. When the best has no point estimate, the
-        old rule: the answers whose roofline ``(low, high)`` bounds overlap
+        old rule: the answers whose roofline ``(low, high)`` ranges overlap
         its own (more than at one end, or the same range). Just the best
         when none is tied with it or it has no estimate; empty with no best.
 
@@ -147,7 +147,7 @@ class MeshComparison(Report):
             >>> [c.name for c in comparison.equals]
             ['fsdp=8', 'fsdp=4,tp=2']
 
-            With only the roofline's bounds, overlapping ranges are equal:
+            With only the roofline's ranges, overlapping ranges are equal:
 
             >>> bounds = lambda mesh, low, high: MeshCandidate(
             ...     mesh, "fits", estimated_seconds=(low, high))
@@ -444,7 +444,7 @@ class MeshComparison(Report):
 
 
 def _seconds_cell(c: MeshCandidate) -> str:
-    """The step time a row is ranked by: ``"0.512 ±9%"``, else its bounds.
+    """The step time a row is ranked by: ``"0.512 ±9%"``, else its range.
 
     Example:
         >>> row = MeshCandidate((("a", 8),), "fits", estimated_seconds=(0.4, 0.9))
@@ -483,7 +483,7 @@ def _tie_reason(equals: tuple[MeshCandidate, ...]) -> str:
 
 
 def _chart_times(c: MeshCandidate) -> tuple[float, ...] | None:
-    """The chart's times of a row: its bounds, then its point estimate if any."""
+    """The chart's times of a row: its range, then its point estimate if any."""
     if c.estimated_seconds is None:
         return None
     point = () if c.estimate is None else (c.estimate,)

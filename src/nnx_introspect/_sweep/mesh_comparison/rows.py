@@ -61,10 +61,10 @@ class MeshCandidate:
             optimizer state as the plan shards them (``None`` when the plan
             could not be applied: a rejected plan with errors has no figure of
             its own, and none of another layout is shown).
-        estimated_seconds: The roofline's bounds of one step's time, ``(low,
+        estimated_seconds: The roofline's range of one step's time, ``(low,
             high)`` (every term overlapped, none) from the report's
             :attr:`~StepMemoryReport.roofline`, for a named ``topology``; a
-            bound, not what candidates are ranked by (that is
+            no bound, not what candidates are ranked by (that is
             :attr:`estimate`), except where a row has no point estimate; else
             ``None``.
         collective_bytes_by_axis: Bytes on the wire per device and step over
@@ -186,7 +186,7 @@ def sort_key(index: int, row: MeshCandidate) -> tuple[Any, ...]:
     """Where ``row`` (the ``index``-th given) sorts: best first.
 
     Answers first, by their point estimate (:attr:`MeshCandidate.estimate`;
-    where a row has none, the low end of its roofline bounds, then the high
+    where a row has none, the low end of its roofline range, then the high
     end), those with no time after them, each by peak; then those that do not
     fit, lowest peak first; then the rejected, then the failed, in the order
     given.
