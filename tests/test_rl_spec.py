@@ -16,7 +16,7 @@ from nnx_introspect import (
 )
 from nnx_introspect._accelerators.budget import Budget
 from nnx_introspect._rl import programs as rl_programs
-from nnx_introspect._rl import search as rl_search
+from nnx_introspect._rl import size_search as rl_search
 from nnx_introspect._targets import build_target
 from nnx_introspect.examples import LlamaConfig, llama, llama_critic
 

@@ -16,7 +16,7 @@ import pytest
 from flax import nnx
 
 from nnx_introspect import ArgumentError, max_batch
-from nnx_introspect._sweep import sizes
+from nnx_introspect._sweep.batch import sizes
 
 X = jax.ShapeDtypeStruct((8, 16), jnp.float32)
 H100_BYTES = 84_942_979_072

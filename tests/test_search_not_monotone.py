@@ -31,8 +31,8 @@ from hypothesis import strategies as st
 
 from nnx_introspect import max_batch, max_sequences, serve_memory_report
 from nnx_introspect._accelerators.budget import Budget
-from nnx_introspect._rl import search as rl_search
-from nnx_introspect._serve import search as serve_search
+from nnx_introspect._rl import size_search as rl_search
+from nnx_introspect._serve import size_search as serve_search
 from nnx_introspect._size_search import (
     PeakAt,
     SearchPoint,
