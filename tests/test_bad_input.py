@@ -931,6 +931,22 @@ for _arg, _bad in RL_BAD.items():
         )
 
 
+case(
+    "measure_rl",
+    "spec",
+    "dict",
+    lambda w: nnx_introspect.measure_rl({"batch": 1}),  # type: ignore[arg-type]
+)
+case("measure_rl", "spec", "none", lambda w: nnx_introspect.measure_rl(None))  # type: ignore[arg-type]
+for _what, _value in {"str": "ep", "int": 3, "int-item": ("fsdp", 2)}.items():
+    case(
+        "expert_mesh_axis",
+        "axis_names",
+        _what,
+        lambda w, v=_value: nnx_introspect.expert_mesh_axis(v),
+    )
+
+
 @functools.cache
 def _rl_report() -> Any:
     return _rl(None)  # type: ignore[arg-type]

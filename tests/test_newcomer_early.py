@@ -260,6 +260,8 @@ NAMES = [
     for family in ("v4", "v5e", "v5litepod", "v5p", "v6e", "a100", "h100", "b200")
     for n in (*range(0, 40), 48, 64, 96, 128, 256, 512, 1000, 1024, 8192, 16384, 16392)
 ] + ["", "tpu-8", "V5E-4", " h100-8 ", "h100-0008", "v5e-1234567", "h200-8x"]
+NAMES += ["2xv5e-256", "4xv5e-4", "0xv5e-4", "65xv5e-4", "2xh100-8", "2xv5e-3"]
+NAMES += ["2xv5p-16", "32xv5litepod-256", "1234xv5e-4"]
 
 
 @pytest.mark.parametrize("name", NAMES)

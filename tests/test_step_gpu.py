@@ -104,9 +104,7 @@ def test_bad_gpu_names_are_value_errors_naming_topology(
 
 def test_mesh_must_match_the_gpus() -> None:
     x = jax.ShapeDtypeStruct((8, 3), jnp.float32)
-    with pytest.raises(
-        ValueError, match=r"`topology` 'h100-8' has 8 GPU\(s\) but `mesh`"
-    ):
+    with pytest.raises(ValueError, match=r"`topology` 'h100-8' has 8 GPUs but `mesh`"):
         step_memory_report(
             "nnx_introspect.examples:two_layer", "data=4", x, topology="h100-8"
         )

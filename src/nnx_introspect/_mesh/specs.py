@@ -44,8 +44,22 @@ def expert_mesh_axis(axis_names: Iterable[str]) -> str | None:
         ('ep', 'fsdp')
         >>> expert_mesh_axis(("tp",)) is None
         True
+        >>> expert_mesh_axis("ep")
+        Traceback (most recent call last):
+        ...
+        TypeError: `axis_names` must be a sequence of mesh axis names such as ...
     """
+    if isinstance(axis_names, str) or not isinstance(axis_names, Iterable):
+        raise TypeError(
+            "`axis_names` must be a sequence of mesh axis names such as "
+            f"('fsdp', 'ep'), got {axis_names!r:.60}. Pass mesh.axis_names."
+        )
     names = set(axis_names)
+    if not all(isinstance(name, str) for name in names):
+        raise TypeError(
+            "`axis_names` must hold mesh axis names (strings), got "
+            f"{sorted(map(repr, names))!s:.80}. Pass mesh.axis_names."
+        )
     return next((axis for axis in EXPERT_MESH_AXES if axis in names), None)
 
 

@@ -187,6 +187,12 @@ def measure_rl(spec: RLSpec) -> RLMemoryReport:
         >>> again.peak_bytes == report.peak_bytes
         True
     """
+    if not isinstance(spec, RLSpec):
+        raise TypeError(
+            f"`spec` must be an RLSpec, got {type(spec).__name__}. Build one with "
+            "RLSpec(actor, mesh, batch=..., ...) or call rl_memory_report(...) "
+            "with the same arguments."
+        )
     start_backends_quietly()  # before the programs' devices are counted
     with built_once(spec.built()):  # the actor is built once for every program
         plan = plan_rl(spec)

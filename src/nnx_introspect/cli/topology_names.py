@@ -22,9 +22,11 @@ _MAX_GPUS = 16384
 _MAX_COUNT_DIGITS = 6
 
 _NAME = re.compile(
+    r"(?:([0-9]+)x)?"
     f"({'|'.join(re.escape(s) for s in sorted((*_TPU, *_GPU), key=len)[::-1])})"
     r"-([0-9]+)"
 )
+_MAX_SLICES = 64
 
 _EXAMPLES = "'v5e-4', 'v5e-256', 'v6e-8', 'v5p-8' (4 chips) or 'v4-16' (8 chips)"
 
@@ -44,11 +46,11 @@ def topology_devices(name: str) -> int:
     ``v5e-N`` and ``v6e-N`` count chips (1, 2, 4, ... 256); ``v4-N`` and
     ``v5p-N`` count TensorCores, two per chip and device (8, 16, ... 8192);
     ``a100-N``, ``h100-N``, ``h200-N`` and ``b200-N`` count GPUs (one host of
-    1, 2, 4 or 8, or hosts of 8).
+    1, 2, 4 or 8, or hosts of 8); ``<S>x<slice>`` is ``S`` TPU slices.
 
     Example:
-        >>> [topology_devices(n) for n in ("v5e-4", "v5p-8", "h100-16")]
-        [4, 4, 16]
+        >>> [topology_devices(n) for n in ("v5e-4", "v5p-8", "h100-16", "2xv5e-256")]
+        [4, 4, 16, 512]
         >>> topology_devices("v5e-3")
         Traceback (most recent call last):
         ...
@@ -60,10 +62,13 @@ def topology_devices(name: str) -> int:
         shown = name if len(name) <= 60 else name[:57] + "..."
         raise ValueError(
             "--topology must name a Cloud TPU slice of the families ['v4', 'v5e', "
-            f"'v5p', 'v6e'] such as {_EXAMPLES}, or NVIDIA GPUs of the families "
+            f"'v5p', 'v6e'] such as {_EXAMPLES}, several slices such as "
+            "'2xv5e-256', or NVIDIA GPUs of the families "
             f"{list(_GPU)} such as 'h100-8' or 'a100-64', got {shown!r}."
         )
-    spelling, digits = match.group(1), match.group(2).lstrip("0") or "0"
+    spelling, digits = match.group(2), match.group(3).lstrip("0") or "0"
+    if match.group(1) is not None:
+        return _slices(name, match.group(1), spelling, digits)
     family = _family(spelling)
     if len(digits) > _MAX_COUNT_DIGITS:
         raise ValueError(
@@ -94,6 +99,25 @@ def topology_devices(name: str) -> int:
             f"or hosts of 8 (N a multiple of 8 up to {_MAX_GPUS}), got {count}."
         )
     return count
+
+
+def _slices(name: str, count: str, spelling: str, digits: str) -> int:
+    """The devices of ``count`` slices of ``spelling-digits`` (the library's rule)."""
+    family = _family(spelling)
+    one = f"{family}-{int(digits)}" if len(digits) <= _MAX_COUNT_DIGITS else ""
+    if spelling not in _TPU:
+        raise ValueError(
+            f"--topology {name}: several slices joined by the data-center network "
+            f"are a TPU target; name {family} GPUs as one '{family}-N' (N = "
+            f"{family} GPUs in all, 8 a host)."
+        )
+    slices = int(count.lstrip("0") or "0") if len(count) <= 3 else _MAX_SLICES + 1
+    if not 1 <= slices <= _MAX_SLICES:
+        raise ValueError(
+            f"--topology {name}: the number of slices must be 1 to {_MAX_SLICES}, "
+            f"got {count!r}. Pass e.g. '2x{one}'."
+        )
+    return slices * topology_devices(one or f"{spelling}-{digits}")
 
 
 def mesh_devices(axes: tuple[tuple[str, int], ...]) -> int:
