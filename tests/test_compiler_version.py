@@ -55,3 +55,9 @@ def test_data_sheet_constants_name_no_compiler() -> None:
 def test_the_environment_names_its_libtpu() -> None:
     version = libtpu_version()
     assert compiler_of("tpu") == (None if version is None else f"libtpu {version}")
+
+
+def test_collectives_stay_named_uncalibrated_without_an_error_bar() -> None:
+    other = program_time(WORK, V5E, compiled_by="libtpu 0.0.52", comm_seconds=1e-3)
+    assert "no error bar is claimed" in other.words
+    assert "of collectives are uncalibrated" in other.words

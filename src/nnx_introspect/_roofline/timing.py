@@ -391,7 +391,7 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if self.error is not None and self.comm_seconds:
+        if c.calibrated and c.error is not None and self.comm_seconds:
             text += (
                 f"; its {_duration(self.comm_seconds)} of collectives are "
                 "uncalibrated (data-sheet links, not overlapped)"
