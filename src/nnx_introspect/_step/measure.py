@@ -159,7 +159,7 @@ def step_memory_report(
         ...     mlp, {"data": 4}, x, compiler_flags="--xla_cpu_enable_fast_math=true"
         ... )
         >>> for flag in fast.compilation.compiler_flags:
-        ...     print(flag.name, flag.value, flag.source)
+        ...     print(*flag)  # name, value, source
         xla_cpu_enable_fast_math true compiler_flags
     """
     spec = as_step_spec(target, mesh, batch, options)
