@@ -15,8 +15,22 @@ Run on the TPU machine (jax only; nothing else is imported)::
 
     OUT=DIR python3 benchmarks/calibration/kernel_rates.py
 
+With ``BLOCKS=1`` it times only splash attention (MHA, the first four
+shapes) at the block size ``BLOCK`` (default 512), forward and forward +
+backward with every gradient used, so that no backward kernel is dropped
+(``splash_fwd_bwd_all``, its rule FLOPs 4.5x the forward's: forward 4, dq 6,
+dkv 8 QKD a block)::
+
+    for b in 128 256 512; do
+        BLOCKS=1 BLOCK=$b OUT=DIR python3 benchmarks/calibration/kernel_rates.py
+    done
+
 Records: ``data/kernel-rates-v5e-0.0.42.1.json`` (one v5e chip, libtpu
-0.0.42.1, 2026-12-07) and ``data/kernel-hlo-v5e-0.0.42.1.json.gz``.
+0.0.42.1, 2026-12-07) and ``data/kernel-hlo-v5e-0.0.42.1.json.gz``; with
+``BLOCKS=1``, ``data/kernel-rates-blocks-b{128,256,512}-v5e-0.0.42.1.json``
+and ``data/kernel-hlo-blocks-b*-v5e-0.0.42.1.json.gz``, whose forward times fit
+``computed blocks x 0.65 us + FLOPs at the matrix unit's rate`` within 3% for
+nine of twelve (docs/accuracy.md, "Pallas kernels").
 """
 
 import functools
@@ -55,6 +69,8 @@ SPLASH = [  # B, H, S, D, causal, query heads per KV head
 FLASH = [(4, 16, 2048, 128, True), (4, 16, 2048, 128, False), (2, 16, 4096, 128, True)]
 GMM = [(32768, 2048, 768, 8), (65536, 1024, 1024, 16), (16384, 4096, 1024, 4)]
 BACKWARD = 3.5  # the rule of thumb the records' fwd+bwd FLOPs use
+BLOCKS = os.environ.get("BLOCKS") == "1"  # splash alone, at BLOCK, every gradient
+BLOCK = int(os.environ.get("BLOCK", "512"))
 
 
 def looped(f: Callable[..., Any]) -> Any:
@@ -63,6 +79,9 @@ def looped(f: Callable[..., Any]) -> Any:
     def run(x: Any, *rest: Any) -> Any:
         def body(i: Any, x: Any) -> Any:
             o = f(x, *rest)
+            if isinstance(o, tuple) and BLOCKS:  # every gradient used
+                keep = sum(t.ravel()[0].astype(jnp.float32) for t in o)
+                return x + (keep * 0).astype(x.dtype)
             o = o[0] if isinstance(o, tuple) else o
             return x + (o.ravel()[0] * 0).astype(x.dtype)
 
@@ -129,7 +148,7 @@ def record(
 
 
 def splash(b: int, h: int, s: int, d: int, causal: bool, gqa: int) -> None:
-    bq = bk = 512
+    bq = bk = BLOCK
     blocks = sk.BlockSizes(
         block_q=bq,
         block_kv=bk,
@@ -161,10 +180,15 @@ def splash(b: int, h: int, s: int, d: int, causal: bool, gqa: int) -> None:
     n = causal_blocks(s, bq, bk) if causal else (s // bq) * (s // bk)
     fwd = 4 * b * h * bq * bk * d * n
     shape = dict(B=b, H=h, S=s, D=d, causal=causal, gqa=gqa)
+    if BLOCKS:
+        shape["block"] = bq
     extra = dict(blocks=n, block=bq)
     record("splash_fwd", shape, timeit(attn, q, k, k), fwd, extra, keep_text=False)
     grad = jax.grad(loss, argnums=(0, 1, 2))
-    record("splash_fwd_bwd", shape, timeit(grad, q, k, k), fwd * BACKWARD, extra)
+    if BLOCKS:
+        record("splash_fwd_bwd_all", shape, timeit(grad, q, k, k), fwd * 4.5, extra)
+    else:
+        record("splash_fwd_bwd", shape, timeit(grad, q, k, k), fwd * BACKWARD, extra)
 
 
 def flash(b: int, h: int, s: int, d: int, causal: bool) -> None:
@@ -220,15 +244,24 @@ def grouped(m: int, k: int, n: int, g: int) -> None:
 
 
 def main() -> None:
+    if BLOCKS:
+        for case in SPLASH[:4]:
+            splash(*case)
+        _write(f"_b{BLOCK}")
+        return
     for case in SPLASH:
         splash(*case)
     for flash_case in FLASH:
         flash(*flash_case)
     for gmm_case in GMM:
         grouped(*gmm_case)
-    with open(f"{OUT}/kernel_rates.json", "w") as fh:
+    _write("")
+
+
+def _write(suffix: str) -> None:
+    with open(f"{OUT}/kernel_rates{suffix}.json", "w") as fh:
         json.dump(rows, fh, indent=1)
-    with gzip.open(f"{OUT}/kernel_hlo.json.gz", "wt") as fh:
+    with gzip.open(f"{OUT}/kernel_hlo{suffix}.json.gz", "wt") as fh:
         json.dump(texts, fh)
 
 
