@@ -25,7 +25,12 @@ import pytest
 from jax.sharding import NamedSharding
 from jax.sharding import PartitionSpec as P
 
-from nnx_introspect import StepSpec, serve_memory_report, step_memory_report
+from nnx_introspect import (
+    StepSpec,
+    rl_memory_report,
+    serve_memory_report,
+    step_memory_report,
+)
 from nnx_introspect._step import ProgramNames, compile_or_recall
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import (
@@ -420,3 +425,37 @@ def test_the_child_honours_libtpu_init_args_as_compiler_flags(
     assert f"Compiler flags: {FUSION}=false (LIBTPU_INIT_ARGS)." in (
         str(from_environment)
     )
+
+
+def test_an_rl_step_compiles_every_program_with_the_flags() -> None:
+    report = rl_memory_report(
+        "nnx_introspect.examples:llama_tiny_sharded",
+        "fsdp=2,tp=4",
+        batch=2,
+        generations=2,
+        prompt=8,
+        completion=8,
+        compiler_flags=["--xla_cpu_enable_fast_math=true"],
+    )
+    flag = CompilerFlag("xla_cpu_enable_fast_math", "true", "compiler_flags")
+    assert report.compiler_flags == (flag,)
+    rollout = report.programs["rollout"]
+    assert rollout.prefill.compiler_flags == rollout.decode.compiler_flags == (flag,)
+    for name in ("train", "reference"):  # the learners' step reports, as compiled
+        listed = json.loads(report.programs[name].to_json())["compiler_flags"]
+        assert listed == [flag._asdict()], name
+    assert "Compiler flags: xla_cpu_enable_fast_math=true (compiler_flags)." in str(
+        report
+    )
+    assert json.loads(report.to_json())["compiler_flags"] == [flag._asdict()]
+
+
+def test_rl_takes_the_cli_flag_for_one_step_only(
+    capsys: pytest.CaptureFixture[str],
+) -> None:
+    argv = ["rl", "nnx_introspect.examples:llama_tiny_sharded", "--mesh", "fsdp=2"]
+    argv += ["--max-batch", "--generations", "2", "--prompt", "8"]
+    argv += ["--completion", "8", "--max-device-bytes", "1GiB"]
+    code, _, err = run([*argv, "--xla-flag", "xla_cpu_enable_fast_math=true"], capsys)
+    assert code == 2
+    assert "argument --xla-flag: compiles the programs of one step" in err

@@ -47,6 +47,7 @@ def rl_memory_report(
     decode: Any = None,
     cache: Any = True,
     measure: Any = None,
+    compiler_flags: Any = None,
 ) -> RLMemoryReport:
     """Whether one GRPO step fits: its four programs compiled for the target.
 
@@ -105,6 +106,10 @@ def rl_memory_report(
         decode: As for :func:`~nnx_introspect.serve_memory_report`.
         cache: Read programs compiled before from the cache of compile results.
         measure: Run each phase's program on this process's devices.
+        compiler_flags: XLA or libtpu flags every program is compiled with
+            (as :func:`~nnx_introspect.step_memory_report`'s); the report
+            lists them (:attr:`RLMemoryReport.compiler_flags
+            <nnx_introspect._rl.report.RLMemoryReport.compiler_flags>`).
 
     Returns:
         The :class:`~nnx_introspect._rl.report.RLMemoryReport`.
@@ -154,6 +159,7 @@ def rl_memory_report(
         decode=decode,
         cache=cache,
         measure=measure,
+        compiler_flags=compiler_flags,
     )
     return measure_rl(spec)
 

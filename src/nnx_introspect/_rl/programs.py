@@ -226,6 +226,7 @@ def plan_rl(spec: RLSpec) -> RLPlan:
             where.topology,
             spec.max_device_bytes,
             options,
+            spec.compiler_flags,
         )
     return RLPlan(rollout, _learners(spec), tuple(notes))
 
@@ -293,6 +294,7 @@ def compile_programs(spec: RLSpec, plan: RLPlan) -> RLPrograms:
         target = spec.critic if learner.critic else spec.actor
         built = (target, spec.critic_model if learner.critic else spec.model)
         given = options | {"loss": None} | learner.options  # forward: no loss
+        given["compiler_flags"] = spec.compiler_flags
         step = StepSpec(target, axes, learner.batch, **given, _built=built)
         if spec.measure is not None:  # on this process's devices, their target named
             step = devices_measured(step, spec.measure)

@@ -22,6 +22,7 @@ from nnx_introspect._accelerators import Budget
 from nnx_introspect._render import PhaseBar, PhaseBars, Report, Table, format_bytes
 from nnx_introspect._roofline import RANGE_WORDS
 from nnx_introspect._step import compiled_words, duration
+from nnx_introspect._xla import CompilerFlag, flags_text
 
 __all__ = ["PHASES", "RLMemoryReport", "RLPhase"]
 
@@ -219,6 +220,16 @@ class RLMemoryReport(Report):
     compiler: str | None = None
     backend: str | None = None
     warnings: tuple[str, ...] = ()
+
+    @property
+    def compiler_flags(self) -> tuple[CompilerFlag, ...]:
+        """Every compiler flag the programs were compiled with, and its source.
+
+        The rollout's (every program of the step is compiled with the same
+        flags: ``compiler_flags`` and the environment's); ``()`` for none.
+        """
+        rollout = self.programs.get("rollout")
+        return () if rollout is None else tuple(rollout.decode.compiler_flags)
 
     @property
     def algorithm(self) -> str:
@@ -544,7 +555,12 @@ class RLMemoryReport(Report):
                 for place, texts in places.items()
             )
             line = f"Compiled{by}: {parts}."
-        return [line, *(f"Warning: {w}" for w in self.warnings)]
+        flags = flags_text(self.compiler_flags)
+        return [
+            line,
+            *([flags] if flags else []),
+            *(f"Warning: {w}" for w in self.warnings),
+        ]
 
     def _measured_notes(self) -> list[str]:
         """The measured step against the estimate, and each program's runs."""
@@ -628,6 +644,11 @@ class RLMemoryReport(Report):
             "fits": self.fits(),
             "verdict": self.verdict,
             "compiler": self.compiler,
+            **(
+                {"compiler_flags": [f._asdict() for f in self.compiler_flags]}
+                if self.compiler_flags
+                else {}
+            ),
             "backend": self.backend,
             "compile_seconds": round(sum(p.compile_seconds for p in self.phases), 3),
             "warnings": list(self.warnings),

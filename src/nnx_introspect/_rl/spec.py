@@ -24,6 +24,7 @@ from nnx_introspect._rl.choices import (
 from nnx_introspect._rl.layout import Layout, as_layout, data_parallel
 from nnx_introspect._step import as_lora, as_measure, as_model
 from nnx_introspect._typing import ArgumentError, as_count, typechecked
+from nnx_introspect._xla import as_compiler_flags
 
 __all__ = ["RLSpec", "check_split"]
 
@@ -130,6 +131,10 @@ class RLSpec:
             phases run one after another; the decode's runs are one step,
             times ``completion``). Colocated only (no ``role_meshes``); the
             devices must be this process's.
+        compiler_flags: XLA or libtpu flags every program of the step is
+            compiled with, as :class:`~nnx_introspect.StepSpec`'s
+            ``compiler_flags`` (the rollout's prefill and decode, the
+            learners' programs); kept as ``(name, value)`` text pairs.
         model: The abstract actor, built once (never the caller's object).
         critic_model: The abstract critic (``None`` without one).
         layout: Each role's slice (:class:`~nnx_introspect._rl.layout.Layout`).
@@ -181,6 +186,7 @@ the sequences). Pass a `batch` that is a multiple of 2.
     decode: Any = None
     cache: Any = True
     measure: Any = None
+    compiler_flags: Any = None
     _built: Any = dataclasses.field(default=None, repr=False, compare=False)
     """``((actor, model), (critic, model))``: what a spec of the same models built."""
 
@@ -198,6 +204,7 @@ the sequences). Pass a `batch` that is a multiple of 2.
         _check_flags(flags | {"offload": self.offload, "breakdown": self.breakdown})
         _check_choices(self.donate, self.optimizer, self.topology)
         runs = as_measure(self.measure)
+        compiler_flags = as_compiler_flags(self.compiler_flags)
         # the target and the meshes before any model is built
         layout = _layout(self, runs)
         check_split(layout, b, g)
@@ -213,6 +220,7 @@ the sequences). Pass a `batch` that is a multiple of 2.
             ("prompt", p),
             ("completion", c),
             ("measure", runs),
+            ("compiler_flags", compiler_flags),
             ("lora", lora),
             ("_built", ((self.actor, model), (self.critic, critic))),
             ("model", model),

@@ -87,7 +87,7 @@ _RL = (
     "target factory topology mesh mesh_axes layouts role_meshes max_device_bytes "
     "batch generations prompt completion reference rollout_weights kv_cache "
     "init_cache decode critic offload optimizer donate lora measure breakdown cache "
-    "debug"
+    "debug compiler_flags"
 )
 
 

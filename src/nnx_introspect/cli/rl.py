@@ -7,7 +7,13 @@ from typing import Any
 from nnx_introspect.cli.args import FORMATS, PROG, add_output_args, add_target_args
 from nnx_introspect.cli.errors import UsageError, in_flags, usage_error
 from nnx_introspect.cli.measuring import measure_failed
-from nnx_introspect.cli.options import TOPOLOGY_HELP, add_lora_arg, add_measure_arg
+from nnx_introspect.cli.options import (
+    TOPOLOGY_HELP,
+    add_lora_arg,
+    add_measure_arg,
+    add_xla_flag_arg,
+    xla_flags,
+)
 from nnx_introspect.cli.output import emit
 from nnx_introspect.cli.plan_args import OPTIMIZERS, bytes_arg
 from nnx_introspect.cli.progress import ClockLine, live_status
@@ -121,6 +127,7 @@ def add_rl_parser(subparsers: Any) -> None:
     _add_role_args(parser)
     _add_rollout_args(parser)
     add_measure_arg(parser, "program of each phase")
+    add_xla_flag_arg(parser)
     add_output_args(parser, (*FORMATS, "html"))
     parser.set_defaults(handler=_run_rl, check=check_rl)
 
@@ -256,6 +263,12 @@ def _mistake(args: argparse.Namespace) -> str | None:
             "with --mesh auto, --max-batch or --role-mesh (measure the answer "
             "alone, every role on one mesh)"
         )
+    if xla_flags(args) and (auto or args.max_batch):
+        return (
+            "argument --xla-flag: compiles the programs of one step; not yet "
+            "with --mesh auto or --max-batch (set the flags in LIBTPU_INIT_ARGS "
+            "or XLA_FLAGS for those)"
+        )
     if args.critic is not None and args.generations != 1:
         return (
             f"argument --generations: a PPO step (--critic) samples one "
@@ -299,6 +312,7 @@ def _run_rl(args: argparse.Namespace) -> int:
         run, layout = compare_rl_layouts, {}
     elif not args.max_batch:
         layout["measure"] = args.measure
+        layout["compiler_flags"] = xla_flags(args)
     try:
         with live_status(ClockLine(message)):
             report = run(
