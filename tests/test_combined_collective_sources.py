@@ -241,7 +241,7 @@ def calling_lines() -> dict[str, tuple[str, int]]:
     the method the layer inherits) or the layer's own (the MLP's)."""
     found: dict[str, tuple[str, int]] = {}
     layer = examples.LlamaLayer
-    for method in (layer.attention, layer.__call__):
+    for method in (layer.attend, layer.__call__):
         file = os.path.basename(inspect.getsourcefile(method) or "")
         lines_, first = inspect.getsourcelines(method)
         for offset, text in enumerate(lines_):

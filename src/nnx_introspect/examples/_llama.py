@@ -208,13 +208,13 @@ class LlamaLayer(SelfAttention):
         """Causal self-attention with rotary positions, then the SiLU-gated MLP.
 
         The attention, its sharding and its KV cache (``cache``, ``mask``,
-        ``index``, ``own``) are ``SelfAttention.attention``'s; with a
+        ``index``, ``own``) are ``SelfAttention.attend``'s; with a
         ``cache``, ``(x, cache)`` is returned. With ``shard_activations``, the
         MLP's gate, up and their product are split by hidden unit over ``tp``
         (as the column-parallel kernels produce them), the residual stream
         after the MLP as after attention.
         """
-        x, cache = self.attention(x, positions, cache, mask, index, own)
+        x, cache = self.attend(x, positions, cache, mask, index, own)
         h = self.mlp_norm(x)
         gate = self._shard(self.gate(h), _HIDDEN)
         up = self._shard(self.up(h), _HIDDEN)

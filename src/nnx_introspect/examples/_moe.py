@@ -510,7 +510,7 @@ class MoeLayer(SelfAttention):
         The arguments are :meth:`LlamaLayer.__call__
         <nnx_introspect.examples.LlamaLayer.__call__>`'s.
         """
-        x, cache = self.attention(x, positions, cache, mask, index, own)
+        x, cache = self.attend(x, positions, cache, mask, index, own)
         out = self._shard(x + self.moe(self.mlp_norm(x)), _RESIDUAL)
         return out if cache is None else (out, cache)
 
