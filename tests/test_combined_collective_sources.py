@@ -235,13 +235,19 @@ def test_irregular_bytes_on_axes_the_mesh_lacks_are_refused() -> None:
 # --- a deviceless XLA:GPU compile of llama_tiny_sharded (2 of its 8 layers) -------
 
 
-def calling_lines() -> dict[str, int]:
-    """``{"q": 396, ...}``: the line of the Llama's source that calls each layer."""
-    lines_, first = inspect.getsourcelines(examples.LlamaLayer.__call__)
-    found: dict[str, int] = {}
-    for offset, text in enumerate(lines_):
-        for name in re.findall(r"self\.(q|k|v|o|gate|up|down)\(", text):
-            found.setdefault(name, first + offset)
+def calling_lines() -> dict[str, tuple[str, int]]:
+    """``{"q": ("_attention.py", 96), ...}``: the file and line of the Llama's
+    source that calls each layer: the attention's (``q``, ``k``, ``v``, ``o``,
+    the method the layer inherits) or the layer's own (the MLP's)."""
+    found: dict[str, tuple[str, int]] = {}
+    layer = examples.LlamaLayer
+    for method in (layer.attend, layer.__call__):
+        file = os.path.basename(inspect.getsourcefile(method) or "")
+        lines_, first = inspect.getsourcelines(method)
+        for offset, text in enumerate(lines_):
+            for name in re.findall(r"self\.(q|k|v|o|gate|up|down)\(", text):
+                found.setdefault(name, (file, first + offset))
+    assert sorted(found) == sorted(("q", "k", "v", "o", "gate", "up", "down"))
     return found
 
 
@@ -287,8 +293,8 @@ def test_each_gathered_weight_points_at_the_line_that_calls_its_layer(
     gpu: tuple[StepMemoryReport, str],
 ) -> None:
     """Each array's origin (a parameter, named by JAX in its op_name) against
-    the line of the Llama's source (``_llama.py``) that calls that layer, read
-    from the file."""
+    the line of the Llama's source (``_llama.py``, or ``_attention.py`` for the
+    attention's) that calls that layer, read from the file."""
     _, text = gpu
     expected = calling_lines()
     program = parse_module(text)
@@ -304,10 +310,9 @@ def test_each_gathered_weight_points_at_the_line_that_calls_its_layer(
             if layer is None:
                 continue
             assert source is not None, name
-            assert (source.line, os.path.basename(source.file)) == (
-                expected[layer[1]],
-                os.path.basename(inspect.getsourcefile(examples.LlamaLayer) or ""),
-            ), name
+            assert (os.path.basename(source.file), source.line) == expected[layer[1]], (
+                name
+            )
             checked += 1
     assert checked >= 7 * LAYERS  # 7 kernels in each layer, at least once
 

@@ -5,7 +5,6 @@ factories (``llama_tiny``, ``llama_7b``, ...).
 """
 
 import dataclasses
-import math
 from collections.abc import Callable
 from typing import Any
 
@@ -13,28 +12,28 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from flax import nnx
-from jax.sharding import AxisType, PartitionSpec
 from jaxtyping import Array, Float, Int
 
 from nnx_introspect import ArgumentError
+from nnx_introspect.examples._attention import (
+    _RESIDUAL,
+    BATCH_AXES,
+    MODEL_AXES,
+    SelfAttention,
+    constrain,
+)
 
 __all__ = [
-    "BATCH_AXES",
     "LLAMA3_8B",
     "LLAMA_7B",
     "LLAMA_7B_F32",
     "LLAMA_TINY",
-    "MODEL_AXES",
     "KVCache",
     "Llama",
     "LlamaConfig",
     "LlamaLayer",
-    "attend",
-    "constrain",
     "llama",
     "llama_critic",
-    "rope",
-    "write_kv",
 ]
 
 KVCache = dict[str, Any]
@@ -168,117 +167,21 @@ def _meta(cfg: LlamaConfig, names: tuple[str | None, ...]) -> dict[str, Any]:
     return {"out_sharding": names} if cfg.partitioned else {}
 
 
-BATCH_AXES = ("data", "fsdp")
-"""The mesh axes an activation's batch dimension is split over, outermost first
-(MaxText's ``activation_batch`` order); an axis the mesh lacks is left out."""
-
-MODEL_AXES = ("tp",)
-"""The mesh axes the heads, the MLP's hidden units and the vocabulary are split over
-(the ``"tp"`` of the kernels' annotations)."""
-
-_RESIDUAL = (BATCH_AXES, MODEL_AXES, ())
-"""``(batch, seq, d_model)``: the batch split, and the sequence over ``tp``.
-
-Megatron's sequence parallelism (Korthikanti et al. 2022): between the blocks
-the ``tp`` devices hold a slice of the tokens each instead of a copy of all of
-them, for the same traffic (the row-parallel output's all-reduce becomes a
-reduce-scatter, the next block's input an all-gather). Trainers split the
-residual over ``tp`` too (tunix's ``act_btd`` splits its width, MaxText's
-``activation_embed``) rather than replicate it. Of the three, the sequence split
-needs the fewest temporaries in XLA:GPU's compile of the 7B's training step
-(``benchmarks/speed/bench_activations.py``)."""
-
-_HEADS = (BATCH_AXES, (), MODEL_AXES, ())
-"""``(batch, seq, heads, head_dim)``: column-parallel q, k, v and attention's output."""
-
 _HIDDEN = (BATCH_AXES, (), MODEL_AXES)
 """``(batch, seq, d_ff or vocab)``: the MLP's hidden units and the logits."""
 
 
-def constrain(x: Array, *dims: tuple[str, ...]) -> Array:
-    """``x`` with dimension ``i`` split over the mesh axes named in ``dims[i]``.
+class LlamaLayer(SelfAttention):
+    """One pre-norm decoder layer: RMSNorm, attention, RMSNorm, gated MLP.
 
-    A ``jax.lax.with_sharding_constraint`` on the current mesh (the one
-    ``jax.set_mesh`` sets, read with ``jax.sharding.get_abstract_mesh()``, also
-    inside ``jax.jit``), as trainers constrain activations. Of each dimension's
-    names, only those of the mesh's Auto axes are used, outermost first, while
-    their sizes' product divides the dimension; a dimension with none is
-    replicated. With no such axis at all (no mesh, only Explicit or Manual axes,
-    or other names) ``x`` is returned as is, so a model runs unsharded eagerly.
-    The legacy ``with mesh:`` alone sets no abstract mesh and so constrains
-    nothing.
-
-    Args:
-        x: The activation.
-        *dims: One tuple of mesh axis names per dimension of ``x``, ``()`` to
-            replicate that dimension.
-
-    Returns:
-        ``x``, constrained when the mesh has any of the named axes.
-
-    Example:
-        >>> import jax, jax.numpy as jnp
-        >>> x = jnp.ones((8, 4))
-        >>> constrain(x, ("data", "fsdp"), ()) is x  # no mesh: unchanged
-        True
-        >>> mesh = jax.make_mesh((2, 4), ("fsdp", "tp"),
-        ...                      axis_types=(jax.sharding.AxisType.Auto,) * 2)
-        >>> with jax.set_mesh(mesh):
-        ...     y = jax.jit(lambda x: constrain(x, ("data", "fsdp"), ("tp",)))(x)
-        >>> tuple(y.sharding.spec)
-        ('fsdp', 'tp')
+    The attention is the ``SelfAttention`` it derives from (``_attention.py``,
+    shared with :class:`~nnx_introspect.examples.MoeLayer`): its
+    ``attn_norm``, ``q``, ``k``, ``v`` and ``o``, heads ``d_model // n_heads``
+    wide. The MLP is ``mlp_norm``, ``gate``, ``up`` and ``down``.
     """
-    if len(dims) != x.ndim:
-        raise ArgumentError(
-            "dims",
-            f"`dims` must name the axes of each of the {x.ndim} dimensions of `x` "
-            f"{tuple(x.shape)}, got {len(dims)}: {dims!r}.",
-        )
-    mesh = jax.sharding.get_abstract_mesh()
-    auto = {
-        name: size
-        for name, size, kind in zip(
-            mesh.axis_names, mesh.axis_sizes, mesh.axis_types, strict=True
-        )
-        if kind == AxisType.Auto
-    }
-    if not any(name in auto for names in dims for name in names):
-        return x
-    entries: list[str | tuple[str, ...] | None] = []
-    for size, names in zip(x.shape, dims, strict=True):
-        used: list[str] = []
-        for name in names:
-            if (
-                name in auto
-                and size % (math.prod(auto[u] for u in used) * auto[name]) == 0
-            ):
-                used.append(name)
-        entries.append(None if not used else used[0] if len(used) == 1 else tuple(used))
-    y: Array = jax.lax.with_sharding_constraint(x, PartitionSpec(*entries))
-    return y
-
-
-def rope(
-    x: Float[Array, "b s h d"], positions: Int[Array, "b s"] | None = None
-) -> Float[Array, "b s h d"]:
-    half = x.shape[-1] // 2
-    freq = 10000.0 ** (-jnp.arange(half, dtype=jnp.float32) / half)
-    if positions is None:
-        pos = jnp.arange(x.shape[1], dtype=jnp.float32)[:, None]
-        angle = (pos * freq)[None, :, None, :]
-    else:  # each sequence's own positions (decoding with a KV cache)
-        angle = (positions.astype(jnp.float32)[..., None] * freq)[:, :, None, :]
-    cos, sin = jnp.cos(angle), jnp.sin(angle)
-    x1, x2 = x[..., :half], x[..., half:]
-    y = jnp.concatenate([x1 * cos - x2 * sin, x1 * sin + x2 * cos], axis=-1)
-    # float32 angles promote a bfloat16 input: back to the compute dtype
-    return y if y.dtype == x.dtype else y.astype(x.dtype)
-
-
-class LlamaLayer(nnx.Module):
-    """One pre-norm decoder layer: RMSNorm, attention, RMSNorm, gated MLP."""
 
     def __init__(self, cfg: LlamaConfig, *, rngs: nnx.Rngs) -> None:
+        super().__init__(cfg, cfg.d_model // cfg.n_heads, rngs=rngs)
         d, f = cfg.d_model, cfg.d_ff
         dt = {"dtype": cfg.dtype, "param_dtype": cfg.param_dtype}
         col, row = _meta(cfg, ("fsdp", "tp")), _meta(cfg, ("tp", "fsdp"))
@@ -288,15 +191,6 @@ class LlamaLayer(nnx.Module):
                 i, o, use_bias=False, rngs=rngs, kernel_metadata=meta, **dt
             )
 
-        self.n_heads = cfg.n_heads
-        self.n_kv_heads = cfg.kv_heads
-        kv = cfg.kv_heads * (d // cfg.n_heads)
-        self.shard_activations = cfg.shard_activations
-        self.attn_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
-        self.q = linear(d, d, col)
-        self.k = linear(d, kv, col)
-        self.v = linear(d, kv, col)
-        self.o = linear(d, d, row)
         self.mlp_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
         self.gate = linear(d, f, col)
         self.up = linear(d, f, col)
@@ -313,61 +207,20 @@ class LlamaLayer(nnx.Module):
     ) -> Any:
         """Causal self-attention with rotary positions, then the SiLU-gated MLP.
 
-        With ``shard_activations``: q, k, v and attention's output split by
-        head, the MLP's gate, up and their product by hidden unit (both over
-        ``tp``, as the column-parallel kernels produce them), the residual
-        stream after each block by batch and, over ``tp``, by sequence.
-
-        With a ``cache`` (``{"k", "v"}``, ``[b, context, n_kv_heads,
-        head_dim]``), this call's keys and values are written into it at the
-        slots ``index .. index + s - 1`` of every sequence (one
-        ``dynamic_update_slice``, in place), attention reads the whole cache
-        under ``mask`` (``[b, s, context]``), and ``(x, cache)`` is returned.
-        With ``own``, attention reads only this call's keys and values, as
-        the cache holds them, under ``mask``'s columns ``index .. index + s -
-        1``: the same result whenever ``mask`` reads no other slot (a prompt
-        prefilled into an empty cache), for ``s x s`` scores instead of ``s x
-        context``.
+        The attention, its sharding and its KV cache (``cache``, ``mask``,
+        ``index``, ``own``) are ``SelfAttention.attend``'s; with a
+        ``cache``, ``(x, cache)`` is returned. With ``shard_activations``, the
+        MLP's gate, up and their product are split by hidden unit over ``tp``
+        (as the column-parallel kernels produce them), the residual stream
+        after the MLP as after attention.
         """
-        b, s, d = x.shape
-        hd = d // self.n_heads
-        h = self.attn_norm(x)
-        q = self._shard(self.q(h).reshape(b, s, self.n_heads, hd), _HEADS)
-        k = self._shard(self.k(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
-        v = self._shard(self.v(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
-        q, k = rope(q, positions), rope(k, positions)
-        if cache is None:
-            causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
-            att = jax.nn.dot_product_attention(q, k, v, mask=causal)
-        else:
-            cache = {
-                name: self._shard(write_kv(cache[name], new, index), _HEADS)
-                for name, new in (("k", k), ("v", v))
-            }
-            if own:  # this call's keys and values only, as the cache holds them
-                k, v = (
-                    new.astype(cache[name].dtype).astype(q.dtype)
-                    for name, new in (("k", k), ("v", v))
-                )
-                mine = jax.lax.dynamic_slice_in_dim(mask, index, s, axis=2)
-                att = jax.nn.dot_product_attention(q, k, v, mask=mine[:, None])
-            else:
-                k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
-                if s == 1:  # a decode step
-                    att = attend(q, k, v, mask)
-                else:  # a prompt: measured faster on a v5e chip (213 ms vs 95 ms)
-                    att = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
-        att = self._shard(att, _HEADS)
-        x = self._shard(x + self.o(att.reshape(b, s, d)), _RESIDUAL)
+        x, cache = self.attend(x, positions, cache, mask, index, own)
         h = self.mlp_norm(x)
         gate = self._shard(self.gate(h), _HIDDEN)
         up = self._shard(self.up(h), _HIDDEN)
         hidden = self._shard(jax.nn.silu(gate) * up, _HIDDEN)
         out = self._shard(x + self.down(hidden), _RESIDUAL)
         return out if cache is None else (out, cache)
-
-    def _shard(self, x: Array, dims: tuple[tuple[str, ...], ...]) -> Array:
-        return constrain(x, *dims) if self.shard_activations else x
 
 
 class Llama(nnx.Module):
@@ -569,52 +422,6 @@ class Llama(nnx.Module):
                 "v": jnp.zeros(shape, dtype),
             }
         return cache
-
-
-def write_kv(cache: Array, new: Array, index: Array) -> Array:
-    """``cache`` with ``new`` (``[b, s, ...]``) at the slots ``index .. index+s-1``.
-
-    One ``dynamic_update_slice`` for every sequence at once: XLA updates the
-    donated cache in place, in the layout it chose for it. (A write at each
-    sequence's own position is a scatter, for which XLA:TPU copies the whole
-    cache into a row-major layout and back, per layer, or, vmapped, a loop
-    over the sequences: 3.5x and 4.5x slower per decoded token on a v5e
-    chip, ``benchmarks/README.md``.)
-    """
-    zero = jnp.zeros((), jnp.int32)
-    start = (zero, jnp.asarray(index, jnp.int32), *([zero] * (cache.ndim - 2)))
-    out: Array = jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), start)
-    return out
-
-
-_LOWEST = float(np.finfo(np.float32).min)
-"""A masked score: float32's lowest, as ``dot_product_attention`` masks."""
-
-
-def attend(q: Array, k: Array, v: Array, mask: Array) -> Array:
-    """A decode step's attention over the cache's keys and values under ``mask``.
-
-    Grouped-query attention written as two einsums over the cache's own layout
-    (``[b, context, kv_heads, head_dim]``), the output's small transpose last:
-    ``jax.nn.dot_product_attention`` on a cache of one KV head per device made
-    XLA:GPU copy the whole cache into another layout per layer (Llama-3-8B's
-    decode on 8 H100s, ``tp=8``: 5.3x the bytes of its weights and cache;
-    these einsums: 1.3x). Scores and softmax in float32, as
-    ``dot_product_attention`` computes them. A prompt's attention stays
-    ``dot_product_attention``: for 8 prompts of 512 tokens into a 4,096-slot
-    cache these einsums took 213 ms on a v5e chip, it 95 ms.
-    """
-    b, s, heads, hd = q.shape
-    kv = k.shape[2]
-    q5 = q.reshape(b, s, kv, heads // kv, hd)
-    f32 = jnp.float32
-    scores = jnp.einsum(
-        "bskgd,bckd->bkgsc", q5, k, preferred_element_type=f32
-    ) / math.sqrt(hd)
-    scores = jnp.where(mask[:, None, None], scores, _LOWEST)
-    probs = jax.nn.softmax(scores, axis=-1).astype(q.dtype)
-    out = jnp.einsum("bkgsc,bckd->bkgsd", probs, v, preferred_element_type=f32)
-    return out.transpose(0, 3, 1, 2, 4).reshape(b, s, heads, hd).astype(q.dtype)
 
 
 def _call_layer(layer: "LlamaLayer", x: Array) -> Array:

@@ -25,8 +25,9 @@ optional shared expert that every token uses. Three dispatch styles, by
   than one device, ``"dropless"``.
 
 The model reuses :class:`~nnx_introspect.examples.Llama`'s embedding, head,
-KV-cache decoding, prefill, remat and helpers (rotary angles, cached attention,
-activation constraints, config checks); :mod:`nnx_introspect.examples` holds
+KV-cache decoding, prefill, remat and config checks, and the attention both
+decoder layers derive from (``examples/_attention.py``: rotary angles, cached
+attention, activation constraints); :mod:`nnx_introspect.examples` holds
 the factories (``moe_tiny``, ``qwen3_30b_a3b``...). Like a user's model, it
 imports only :mod:`nnx_introspect`'s public names.
 """
@@ -42,16 +43,13 @@ from flax import nnx
 from jaxtyping import Array, Float, Int
 
 from nnx_introspect import ArgumentError, expert_mesh_axis
-from nnx_introspect.examples._llama import (
+from nnx_introspect.examples._attention import (
     BATCH_AXES,
     MODEL_AXES,
-    Llama,
-    _whole,
-    attend,
+    SelfAttention,
     constrain,
-    rope,
-    write_kv,
 )
+from nnx_introspect.examples._llama import Llama, _whole
 from nnx_introspect.examples._moe_ep import expert_parallel
 
 __all__ = [
@@ -477,30 +475,25 @@ class _GatedMlp(nnx.Module):
         return y
 
 
-class MoeLayer(nnx.Module):
+class MoeLayer(SelfAttention):
     """One pre-norm decoder layer: RMSNorm, attention, RMSNorm, :class:`MoeBlock`.
 
     The attention is the example :class:`~nnx_introspect.examples.LlamaLayer`'s
-    (rotary angles, grouped-query heads, the same KV-cache writes and decode
-    einsums, the same activation constraints), with ``head_dim``-wide heads:
-    q is ``d_model x n_heads * head_dim``, o its transpose. Called as a
-    ``LlamaLayer`` is, so :class:`MoeLlama` decodes, prefills and
-    rematerialises exactly as the Llama does.
+    (the ``SelfAttention`` both derive from, ``_attention.py``: rotary angles,
+    grouped-query heads, the same KV-cache writes and decode einsums, the same
+    activation constraints, the batch also over an expert axis), with
+    ``head_dim``-wide heads: q is ``d_model x n_heads * head_dim``, o its
+    transpose. Called as a ``LlamaLayer`` is, so :class:`MoeLlama` decodes,
+    prefills and rematerialises exactly as the Llama does.
     """
 
+    heads_dims = _HEADS
+    residual_dims = _RESIDUAL
+
     def __init__(self, cfg: MoeConfig, *, rngs: nnx.Rngs) -> None:
-        d, hd = cfg.d_model, cfg.head_size
+        super().__init__(cfg, cfg.head_size, rngs=rngs)
         dt = {"dtype": cfg.dtype, "param_dtype": cfg.param_dtype}
-        self.n_heads = cfg.n_heads
-        self.n_kv_heads = cfg.kv_heads
-        self.head_dim = hd
-        self.shard_activations = cfg.shard_activations
-        self.attn_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
-        self.q = _linear(cfg, d, cfg.n_heads * hd, ("fsdp", "tp"), rngs)
-        self.k = _linear(cfg, d, cfg.kv_heads * hd, ("fsdp", "tp"), rngs)
-        self.v = _linear(cfg, d, cfg.kv_heads * hd, ("fsdp", "tp"), rngs)
-        self.o = _linear(cfg, cfg.n_heads * hd, d, ("tp", "fsdp"), rngs)
-        self.mlp_norm = nnx.RMSNorm(d, rngs=rngs, **dt)
+        self.mlp_norm = nnx.RMSNorm(cfg.d_model, rngs=rngs, **dt)
         self.moe = MoeBlock(cfg, rngs=rngs)
 
     def __call__(
@@ -517,53 +510,9 @@ class MoeLayer(nnx.Module):
         The arguments are :meth:`LlamaLayer.__call__
         <nnx_introspect.examples.LlamaLayer.__call__>`'s.
         """
-        x, cache = self._attention(x, positions, cache, mask, index, own)
+        x, cache = self.attend(x, positions, cache, mask, index, own)
         out = self._shard(x + self.moe(self.mlp_norm(x)), _RESIDUAL)
         return out if cache is None else (out, cache)
-
-    def _attention(
-        self,
-        x: Array,
-        positions: Any,
-        cache: dict[str, Array] | None,
-        mask: Any,
-        index: Any,
-        own: bool,
-    ) -> tuple[Array, dict[str, Array] | None]:
-        b, s, _ = x.shape
-        hd = self.head_dim
-        h = self.attn_norm(x)
-        q = self._shard(self.q(h).reshape(b, s, self.n_heads, hd), _HEADS)
-        k = self._shard(self.k(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
-        v = self._shard(self.v(h).reshape(b, s, self.n_kv_heads, hd), _HEADS)
-        q, k = rope(q, positions), rope(k, positions)
-        if cache is None:
-            causal = jnp.tril(jnp.ones((s, s), dtype=bool))[None, None]
-            att = jax.nn.dot_product_attention(q, k, v, mask=causal)
-        else:
-            cache = {
-                name: self._shard(write_kv(cache[name], new, index), _HEADS)
-                for name, new in (("k", k), ("v", v))
-            }
-            if own:  # this call's keys and values only, as the cache holds them
-                k, v = (
-                    new.astype(cache[name].dtype).astype(q.dtype)
-                    for name, new in (("k", k), ("v", v))
-                )
-                mine = jax.lax.dynamic_slice_in_dim(mask, index, s, axis=2)
-                att = jax.nn.dot_product_attention(q, k, v, mask=mine[:, None])
-            else:
-                k, v = cache["k"].astype(q.dtype), cache["v"].astype(q.dtype)
-                if s == 1:
-                    att = attend(q, k, v, mask)
-                else:
-                    att = jax.nn.dot_product_attention(q, k, v, mask=mask[:, None])
-        att = self._shard(att, _HEADS)
-        flat = att.reshape(b, s, self.n_heads * hd)
-        return self._shard(x + self.o(flat), _RESIDUAL), cache
-
-    def _shard(self, x: Array, dims: tuple[tuple[str, ...], ...]) -> Array:
-        return constrain(x, *dims) if self.shard_activations else x
 
 
 class MoeLlama(Llama):
