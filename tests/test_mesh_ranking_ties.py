@@ -15,6 +15,7 @@ from typing import Any
 
 import jax
 import jax.numpy as jnp
+import pytest
 from jax.sharding import PartitionSpec as P
 
 from nnx_introspect._render.table import Table
@@ -314,3 +315,65 @@ def test_uncalibrated_estimates_tie_only_when_equal() -> None:
     assert [c.name for c in near.equals] == ["fsdp=8"]
     assert "(estimate, uncalibrated)" in near.verdict
     assert {r[0]: r[2] for r in near.table().rows}["fsdp=8"] == "0.5"
+
+
+def test_calibrated_constants_without_an_error_bar_are_not_uncalibrated() -> None:
+    # XLA:TPU compiles for v5e-8 here deviceless; the v5e constants were fitted
+    # on the chip's libtpu: a program another libtpu wrote claims no error bar,
+    # yet its constants are calibrated, and the words must not say otherwise
+    from nnx_introspect._roofline.timing import CONSTANTS
+    from nnx_introspect._xla import libtpu_version
+
+    version = libtpu_version()
+    if version is None:
+        pytest.skip("libtpu is not installed")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        comparison = compare_meshes(
+            "nnx_introspect.examples:two_layer",
+            ["data=8", "data=2,model=4"],
+            jax.ShapeDtypeStruct((64, 3), jnp.float32),
+            topology="v5e-8",
+            executor=pool,
+        )
+    c = CONSTANTS["v5e"]
+    best = comparison.candidates[0]
+    assert best.estimate is not None and best.report is not None
+    roofline = best.report.roofline
+    assert roofline is not None and roofline.time is not None
+    assert roofline.time.constants.calibrated
+    if f"libtpu {version}" == c.compiler:  # the chip's own compiler: its error bar
+        assert best.error == c.error
+        assert f"(estimate, ±{c.error:.0%})" in comparison.verdict
+    else:
+        assert best.error is None
+        words = "(estimate, calibrated constants, no error bar claimed)"
+        assert words in comparison.verdict
+        assert "uncalibrated" not in comparison.verdict
+
+
+def test_meshes_over_two_slices_rank_with_their_dcn_traffic() -> None:
+    # 2xv5e-4: two slices of 4 chips; each mesh's leading axis crosses the
+    # slices (MaxText's dcn_*_parallelism), its collectives over that axis
+    # are the data-center network's, named and costed in the ranking
+    from nnx_introspect._xla import libtpu_version
+
+    if libtpu_version() is None:
+        pytest.skip("libtpu is not installed")
+    with concurrent.futures.ThreadPoolExecutor(max_workers=1) as pool:
+        comparison = compare_meshes(
+            "nnx_introspect.examples:two_layer",
+            ["data=8", "data=2,model=4"],
+            jax.ShapeDtypeStruct((64, 3), jnp.float32),
+            topology="2xv5e-4",
+            executor=pool,
+        )
+    assert [c.outcome for c in comparison.candidates] == ["fits", "fits"]
+    for c in comparison.candidates:
+        axes = c.collective_bytes_by_axis or {}
+        assert any(name.endswith("@DCN") for name in axes), (c.name, axes)
+        assert c.report is not None and c.report.roofline is not None
+        dcn = [t for t in c.report.roofline.comm if t.link == "dcn"]
+        assert dcn and all(t.seconds > 0 for t in dcn), c.name
+    estimates = [c.estimate for c in comparison.candidates]
+    assert None not in estimates and estimates == sorted(estimates)  # type: ignore[type-var]
+    assert "@DCN" in str(comparison)

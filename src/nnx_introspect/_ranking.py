@@ -46,14 +46,25 @@ def tied(a: float, b: float, *errors: float | None) -> bool:
     return same_time(a, b, tie_error(*errors))
 
 
-def error_words(error: float | None) -> str:
-    """An error bar in words: ``"±9%"``, or ``"uncalibrated"`` without one.
+def error_words(error: float | None, *, calibrated: bool = False) -> str:
+    """An error bar in words: ``"±9%"``, or why there is none.
+
+    ``calibrated``: whether the estimate's constants were fitted on a chip of
+    its kind; such an estimate without an error bar (a program another
+    compiler wrote, or one with Pallas kernels) claims none, and is not
+    "uncalibrated".
 
     Example:
         >>> error_words(0.09), error_words(None)
         ('±9%', 'uncalibrated')
+        >>> error_words(None, calibrated=True)
+        'calibrated constants, no error bar claimed'
     """
-    return "uncalibrated" if error is None else f"±{error:.0%}"
+    if error is not None:
+        return f"±{error:.0%}"
+    if calibrated:
+        return "calibrated constants, no error bar claimed"
+    return "uncalibrated"
 
 
 def tied_with(

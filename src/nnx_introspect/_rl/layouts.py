@@ -153,9 +153,12 @@ class RLLayoutComparison(Report):
         )
         span = _seconds(best)
         if point is not None:
-            words += (
-                f", {duration(point)} per step (estimate, {error_words(_error(best))}"
-            )
+            rollout = best.programs.get("rollout")
+            time = None if rollout is None else rollout.time
+            decode = None if time is None else time.decode.time
+            calibrated = decode is not None and decode.constants.calibrated
+            error = error_words(_error(best), calibrated=calibrated)
+            words += f", {duration(point)} per step (estimate, {error}"
             if span is not None:
                 words += f"; roofline range {duration(span[0])}-{duration(span[1])}"
             words += ")"

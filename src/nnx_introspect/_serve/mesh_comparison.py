@@ -144,10 +144,13 @@ class ServeMeshComparison(Report):
         )
         if point is not None and rate is not None and best.time is not None:
             low, high = best.time.seconds_per_token
+            decode = best.time.decode.time
+            calibrated = decode is not None and decode.constants.calibrated
             words += (
                 f", {point:,.0f} tokens/s per device at "
                 f"{duration(best.time.seconds_per_token_estimate)} per token "
-                f"(estimate, {error_words(_error(best))}; roofline range "
+                f"(estimate, {error_words(_error(best), calibrated=calibrated)}; "
+                "roofline range "
                 f"{rate[0]:,.0f}-{rate[1]:,.0f} tokens/s at "
                 f"{duration(low)}-{duration(high)})"
             )

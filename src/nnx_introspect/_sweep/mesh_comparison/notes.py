@@ -189,10 +189,15 @@ def _estimate_notes(self: "MeshComparison") -> Iterator[str]:
     equals = self.equals
     if len(equals) > 1 and equals[0].estimate is not None:
         error = tie_error(*(c.error for c in equals))
+        rooflines = [c.report.roofline for c in equals if c.report is not None]
+        calibrated = any(
+            r is not None and r.time is not None and r.time.constants.calibrated
+            for r in rooflines
+        )
         within = (
             f"within {error_words(error)} of each other"
             if error is not None
-            else "the same, uncalibrated"
+            else f"the same, {error_words(None, calibrated=calibrated)}"
         )
         points = and_words([f"{c.name} {c.estimate:.3g} s" for c in equals])
         yield (

@@ -469,7 +469,11 @@ def _time_words(c: MeshCandidate) -> str:
     """``", 512 ms per step (estimate, ±9%)"``, or ``""`` with no point estimate."""
     if c.estimate is None:
         return ""
-    return f", {duration(c.estimate)} per step (estimate, {error_words(c.error)})"
+    roofline = None if c.report is None else c.report.roofline
+    time = None if roofline is None else roofline.time
+    calibrated = time is not None and time.constants.calibrated
+    words = error_words(c.error, calibrated=calibrated)
+    return f", {duration(c.estimate)} per step (estimate, {words})"
 
 
 def _tie_reason(equals: tuple[MeshCandidate, ...]) -> str:
