@@ -403,8 +403,8 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if c.calibrated and c.error is not None and self.comm_seconds:
-            hidden, exposed = self.comm_hidden_seconds, self.comm_exposed_seconds
+        hidden, exposed = self.comm_hidden_seconds, self.comm_exposed_seconds
+        if self.comm_seconds and (self.comm_windows or (c.calibrated and c.error)):
             text += f"; its {_duration(self.comm_seconds)} of collectives are "
             text += "uncalibrated (data-sheet links, " + (
                 f"{_duration(hidden)} hidden behind the compute scheduled while "
