@@ -7,7 +7,8 @@ computation) run while it is in flight, and those are all it can hide
 behind. The forms read:
 
 * ``all-gather-start`` / ``all-reduce-start`` / ``collective-permute-start``
-  and their ``-done`` (XLA:GPU, XLA:TPU);
+  and their ``-done`` (XLA:GPU, XLA:TPU), and the wrappers XLA:GPU prints
+  alike (``reduce-scatter-start``, ``all-to-all-start``);
 * an ``async-start`` wrapping a collective (a reduce-scatter, an
   all-to-all), its ``async-update``\s and its ``async-done``;
 * XLA:TPU's async collective fusions: a fusion whose computation ends in the
@@ -73,13 +74,6 @@ from nnx_introspect._xla.hlo.work import (
 
 __all__ = ["AsyncPair", "async_pairs", "windowed_work"]
 
-_DONES: Final = {
-    "all-gather-start": "all-gather-done",
-    "all-reduce-start": "all-reduce-done",
-    "collective-permute-start": "collective-permute-done",
-    "async-start": "async-done",
-}
-"""Each asynchronous start and the done that ends it."""
 
 _START: Final = '"AsyncCollectiveStart"'
 _DONE: Final = '"AsyncCollectiveDone"'
@@ -193,9 +187,18 @@ def windowed_work(
     return dataclasses.replace(work, windows=tuple(windows), stretches=tuple(stretches))
 
 
+def _done_opcode(start: Instruction) -> str | None:
+    """The opcode of the done that ends ``start`` (``None``: not a start)."""
+    if start.opcode == "async-start":
+        return "async-done"
+    if start.opcode.endswith("-start") and base_opcode(start.opcode) in KINDS:
+        return f"{base_opcode(start.opcode)}-done"
+    return None
+
+
 def _started(inst: Instruction, module: Module) -> Instruction | None:
     """The collective ``inst`` starts asynchronously (itself, or inside it)."""
-    if inst.opcode in _DONES and inst.opcode != "async-start":
+    if inst.opcode != "async-start" and _done_opcode(inst) is not None:
         return inst
     if inst.opcode == "async-start" or (
         inst.opcode == "fusion" and _target(inst, module) == _START
@@ -232,6 +235,7 @@ def _done_of(
     (a tuple into a loop: a collective pipelined across trips).
     """
     channel = inner.attributes.get("channel_id")
+    done = _done_opcode(start)
     queue, seen = [start], {start.name}
     while queue:
         at = queue.pop(0)
@@ -239,7 +243,7 @@ def _done_of(
             if user.name in seen or user.computation != start.computation:
                 continue
             seen.add(user.name)
-            if start.opcode in _DONES and user.opcode == _DONES[start.opcode]:
+            if done is not None and user.opcode == done:
                 return user
             if user.opcode in ("get-tuple-element", "async-update"):
                 queue.append(user)
