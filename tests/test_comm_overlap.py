@@ -341,7 +341,9 @@ def test_an_fsdp_steps_windows_are_the_instructions_between_start_and_done(
     found = read_collectives(text, (("fsdp", 8),))
     work = windowed_work(parse_module(text), found)
     entry = text[text.index("\nENTRY ") :].splitlines()[1:]
-    listed = [m.groups() for m in map(_LINE.match, entry) if m is not None]
+    listed: list[tuple[str, str, str | None]] = [
+        (m[1], m[2], m[3]) for m in map(_LINE.match, entry) if m is not None
+    ]
     starts = [i for i, (_, op, _) in enumerate(listed) if op.endswith("-start")]
     starts += [i for i, (n, _, _) in enumerate(listed) if "collective-start" in n]
     dones = [i for i, (_, op, _) in enumerate(listed) if op.endswith("-done")]
