@@ -151,19 +151,14 @@ def windowed_work(
     rows = {row.name: row for row in collectives.rows if row.network != "DCN"}
     pairs = async_pairs(module)
     halves = {name for pair in pairs for name in pair.names}
+    read: dict[str, list[tuple[str, int, int]]] = {}
+    for p in pairs:  # a pipelined one (no done here) or a DCN transfer: unread
+        if p.done is not None and p.collective in rows:
+            read.setdefault(p.computation, []).append((p.collective, p.start, p.done))
     windows: list[CommWindow] = []
     stretches: list[tuple[OpWork, ...]] = []
-    for computation in module.computations:
-        read = [
-            p
-            for p in pairs
-            if p.computation == computation
-            and p.done is not None
-            and p.collective in rows
-        ]
-        if not read:
-            continue
-        events = sorted({p.start for p in read} | {p.done or 0 for p in read})
+    for computation, found in read.items():
+        events = sorted({start for _, start, _ in found} | {d for _, _, d in found})
         offset = len(stretches)
         instructions = module.computations[computation]
         for a, b in itertools.pairwise(events):
@@ -173,17 +168,11 @@ def windowed_work(
                 for op in _compute(inst, module, by_name, halves, 0)
             )
             stretches.append(_merged(ops))
-        for p in read:
-            row = rows[p.collective]
-            windows.append(
-                CommWindow(
-                    p.collective,
-                    axes_key(row),
-                    float(row.total_wire_bytes),
-                    offset + events.index(p.start),
-                    offset + events.index(p.done or 0),
-                )
-            )
+        at = {event: offset + i for i, event in enumerate(events)}
+        for name, start, done in found:
+            row = rows[name]
+            wire = float(row.total_wire_bytes)
+            windows.append(CommWindow(name, axes_key(row), wire, at[start], at[done]))
     return dataclasses.replace(work, windows=tuple(windows), stretches=tuple(stretches))
 
 
