@@ -254,6 +254,20 @@ def test_words_say_what_was_hidden_and_what_was_exposed() -> None:
     )
     plain = program_time(work, v5e, comm_seconds=3e-3)
     assert plain.basis.endswith("(data-sheet links, not overlapped)")
+    # uncalibrated (a GPU): the collectives are said where some were hidden
+    h100 = hardware_for("h100-8")
+    gpu = program_time(work, h100, comm_seconds=3e-3, comm_hidden=(1e-3, 2))
+    assert gpu.basis == (
+        "uncalibrated: data-sheet peaks, no chip of this kind measured; its 3 ms "
+        "of collectives are uncalibrated (data-sheet links, 1 ms hidden behind the "
+        "compute scheduled while they are in flight, 2 ms exposed)"
+    )
+    none = program_time(work, h100, comm_seconds=3e-3, comm_hidden=(0.0, 2))
+    assert (
+        none.basis
+        == program_time(work, h100, comm_seconds=3e-3).basis
+        == ("uncalibrated: data-sheet peaks, no chip of this kind measured")
+    )
     # one device: no communication, its data as before
     alone = program_time(work, v5e).json_data()
     assert not any(key.startswith("comm_") and key != "comm_seconds" for key in alone)

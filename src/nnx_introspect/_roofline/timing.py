@@ -404,7 +404,7 @@ class ProgramTime:
         c = self.constants
         text = self.constants_basis
         hidden, exposed = self.comm_hidden_seconds, self.comm_exposed_seconds
-        if self.comm_seconds and (self.comm_windows or (c.calibrated and c.error)):
+        if self.comm_seconds and (hidden or (c.calibrated and c.error)):
             text += f"; its {_duration(self.comm_seconds)} of collectives are "
             text += "uncalibrated (data-sheet links, " + (
                 f"{_duration(hidden)} hidden behind the compute scheduled while "
