@@ -401,3 +401,24 @@ def test_an_fsdp_steps_windows_are_the_instructions_between_start_and_done(
     t = est.time
     assert t.comm_windows == len(pairs)
     assert 0 < t.comm_hidden_seconds < t.comm_seconds
+
+
+def test_windows_are_timed_at_their_own_terms_rate_and_irregular_ones_exposed() -> None:
+    from nnx_introspect._xla import DCN_MARK
+    from nnx_introspect._xla.hlo.work import CommWindow, OpWork
+
+    stretch = (OpWork("vector", 0.0, 0.0, 4 * 8192, None, 1),)  # 4T of compute
+    windows = (
+        CommWindow("ici", ("x",), 1000.0, 0, 1),  # 1 s at 1000 B/s: 4T hidden
+        CommWindow("dcn", (f"x{DCN_MARK}",), 10.0, 1, 2),  # T at 10/T B/s
+        CommWindow("odd", ("?",), 1000.0, 2, 3),  # no term: all exposed
+    )
+    work = Work((), windows=windows, stretches=(stretch,) * 3)
+    terms = [
+        CommTerm(("x",), 4, 0, "nvlink", 1, 1000.0, 0.0),
+        CommTerm(("x",), 2, 0, "dcn", 1, 10.0 / T, 0.0),
+    ]
+    found = hidden_comm_seconds(work, terms, H100, DATA_SHEET)
+    assert found.windows == 2
+    assert found.windowed_seconds == pytest.approx(1.0 + T)
+    assert found.hidden_seconds == pytest.approx(4 * T + T)
