@@ -18,9 +18,10 @@ starts or dones hides the collectives in flight over it in the order they
 started, the first taking what it still needs before the next gets what is
 left, so no instruction's time hides two collectives (but for a loop run
 inside a window: its body's instructions count there, and hide the body's own
-collectives as well). What no compute hides is exposed: it adds to the step's time. A synchronous collective hides
-nothing, nor does one whose window could not be read, nor one over device
-groups that are not whole mesh axes: all of their time is exposed.
+collectives as well). What no compute hides is exposed: it adds to the
+step's time. A synchronous collective hides nothing, nor does one whose window
+could not be read, nor one over device groups that are not whole mesh axes:
+all of their time is exposed.
 """
 
 import dataclasses
