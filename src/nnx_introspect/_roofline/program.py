@@ -16,7 +16,8 @@ from typing import Any
 from nnx_introspect._accelerators import hardware_for
 from nnx_introspect._render import format_bytes
 from nnx_introspect._roofline.estimate import Roofline, duration, roofline
-from nnx_introspect._roofline.timing import ProgramTime, program_time
+from nnx_introspect._roofline.overlap import hidden_comm_seconds
+from nnx_introspect._roofline.timing import ProgramTime, constants_for, program_time
 from nnx_introspect._typing import ArgumentError
 from nnx_introspect._xla import DCN_MARK, Work, libtpu_version, work_from_json
 
@@ -132,6 +133,9 @@ def program_roofline(
     )
     if work is not None:
         found = work if isinstance(work, Work) else work_from_json(work)
+        overlap = hidden_comm_seconds(
+            found, estimate.comm, hardware, constants_for(hardware), dtype=dtype
+        )
         estimate = with_time(
             estimate,
             program_time(
@@ -139,6 +143,7 @@ def program_roofline(
                 hardware,
                 dtype=dtype,
                 comm_seconds=estimate.comm_seconds,
+                comm_hidden=(overlap.hidden_seconds, overlap.windows),
                 compiled_by=compiler_of(hardware.platform),
             ),
         )
@@ -277,7 +282,14 @@ def with_time(estimate: Roofline, time: ProgramTime) -> Roofline:
             "of its matmul FLOPs at the dense peak and its HBM bytes at the "
             "data-sheet bandwidth: uncalibrated, no chip of this kind was measured."
         )
-    if time.comm_seconds:
+    if time.comm_seconds and time.comm_windows:
+        rates += (
+            " Its communication terms are added but for what the compute scheduled "
+            "while an asynchronous collective is in flight hides (synchronous "
+            "collectives, and those whose window could not be read, hide "
+            "nothing): uncalibrated, a single chip has no links to calibrate them on."
+        )
+    elif time.comm_seconds:
         rates += (
             " Its communication terms are added, not overlapped: a single chip has "
             "no links to calibrate them on."

@@ -26,10 +26,10 @@ XLA:TPU's own cycle estimate) into one time with an error bar:
   head dim ``D`` is narrower than the matrix unit (128 on a v5e chip) at
   ``D`` of its width; a kind with no chip measured times them at the
   data-sheet matmul rate, and says so;
-* **collectives** are added at their links' data-sheet bandwidth, one after
-  another, never overlapped: a single chip has no links to calibrate them on,
-  so a mesh's communication is an uncalibrated, pessimistic term, and the
-  words of every estimate with collectives say so.
+* **collectives** are timed at their links' data-sheet bandwidth, uncalibrated
+  (a single chip has no links to calibrate them on: the words say so), and
+  added but for what the compute scheduled while an asynchronous one is in
+  flight hides (:mod:`~nnx_introspect._roofline.overlap`).
 
 The rates are **calibrated per device kind** (:data:`CONSTANTS`): a fraction of
 the data-sheet matmul peak and HBM bandwidth, the seconds per cycle of the
@@ -284,7 +284,8 @@ class ProgramTime:
 
     Attributes:
         seconds: The estimate: the instructions' times summed, plus the
-            unhidden share of asynchronous copies, plus communication.
+            unhidden share of asynchronous copies, plus the communication no
+            compute hides (:attr:`comm_exposed_seconds`).
         error: The error bar as a fraction (``0.09``: ±9%), or ``None``
             (uncalibrated).
         constants: The :class:`TimeConstants` used.
@@ -297,7 +298,11 @@ class ProgramTime:
         uncosted_seconds: Time of the instructions XLA:TPU could not cost,
             at their fitted rate.
         async_seconds: The unhidden share of asynchronous copies.
-        comm_seconds: Communication, added (never overlapped, uncalibrated).
+        comm_seconds: Communication, all of it (uncalibrated).
+        comm_hidden_seconds: The share of it hidden behind the compute
+            scheduled while asynchronous collectives are in flight.
+        comm_windows: The asynchronous collectives whose windows were read
+            (0: none; all communication is added).
         launches: Instructions run, loops' trips included.
         kernels: The Pallas kernels timed (their FLOPs from their own
             estimate or a rule) at the kernels' rate
@@ -328,6 +333,13 @@ class ProgramTime:
     uncosted_kernels: tuple[str, ...] = ()
     bounded_kernels: tuple[str, ...] = ()
     compiled_by: str | None = None
+    comm_hidden_seconds: float = 0.0
+    comm_windows: int = 0
+
+    @property
+    def comm_exposed_seconds(self) -> float:
+        """The communication added to the estimate: what no compute hides."""
+        return self.comm_seconds - self.comm_hidden_seconds
 
     @property
     def other_compiler(self) -> bool:
@@ -391,10 +403,14 @@ class ProgramTime:
         """How far to trust it: the error bar and what it was calibrated on."""
         c = self.constants
         text = self.constants_basis
-        if c.calibrated and c.error is not None and self.comm_seconds:
-            text += (
-                f"; its {_duration(self.comm_seconds)} of collectives are "
-                "uncalibrated (data-sheet links, not overlapped)"
+        hidden, exposed = self.comm_hidden_seconds, self.comm_exposed_seconds
+        if self.comm_seconds and (hidden or (c.calibrated and c.error)):
+            text += f"; its {_duration(self.comm_seconds)} of collectives are "
+            text += "uncalibrated (data-sheet links, " + (
+                f"{_duration(hidden)} hidden behind the compute scheduled while "
+                f"they are in flight, {_duration(exposed)} exposed)"
+                if self.comm_windows
+                else "not overlapped)"
             )
         return text + kernel_words(
             self.kernels, self.uncosted_kernels, self.bounded_kernels, c
@@ -405,8 +421,13 @@ class ProgramTime:
         data = {
             f.name: getattr(self, f.name)
             for f in dataclasses.fields(self)
-            if f.name != "constants" and not f.name.endswith("kernels")
+            if f.name != "constants"
+            and not f.name.endswith(("kernels", "hidden_seconds", "windows"))
         }
+        if self.comm_seconds:  # a program without collectives: as before
+            data |= {"comm_hidden_seconds": self.comm_hidden_seconds}
+            data |= {"comm_exposed_seconds": self.comm_exposed_seconds}
+            data |= {"comm_windows": self.comm_windows}
         for key in ("kernels", "uncosted_kernels", "bounded_kernels"):
             if getattr(self, key):  # a program without kernels: as before them
                 data[key] = list(getattr(self, key))
@@ -538,6 +559,7 @@ def program_time(
     *,
     dtype: str = "bf16",
     comm_seconds: float = 0.0,
+    comm_hidden: tuple[float, int] = (0.0, 0),
     constants: TimeConstants | None = None,
     compiled_by: str | None = None,
 ) -> ProgramTime:
@@ -549,7 +571,10 @@ def program_time(
         dtype: The program's matmul dtype, whose dense peak its matmuls run at
             (``f32`` where the chip has no peak for it).
         comm_seconds: The program's communication time (its collectives'
-            wire bytes over their links), added.
+            wire bytes over their links).
+        comm_hidden: Of it, the seconds compute hides and the asynchronous
+            collectives whose windows were read (:mod:`~nnx_introspect.
+            _roofline.overlap`); the rest is added.
         constants: The rates; default :func:`constants_for` ``hardware``.
         compiled_by: The compiler that wrote the program (``"libtpu
             0.0.52"``); where it is not the constants' own
@@ -602,7 +627,7 @@ def program_time(
         terms[bound] += op.count * times[bound]
     unhidden = c.async_share * hidden
     launch += c.program_seconds + c.buffer_seconds * work.buffers
-    total = sum(terms.values()) + launch + unhidden + comm_seconds
+    total = sum(terms.values()) + launch + unhidden + comm_seconds - comm_hidden[0]
     other = bool(c.compiler and compiled_by) and compiled_by != c.compiler
     # the error bar is the table's, whose programs call no Pallas kernel
     claimed = not other and not work.kernels and not work.uncosted_kernels
@@ -623,6 +648,8 @@ def program_time(
         uncosted_kernels=work.uncosted_kernels,
         bounded_kernels=work.bounded_kernels,
         compiled_by=compiled_by,
+        comm_hidden_seconds=comm_hidden[0],
+        comm_windows=comm_hidden[1],
     )
 
 

@@ -292,7 +292,10 @@ def _read(
         costs = program_costs(
             compiled, backend, text if isinstance(text, str) else None
         )
-        return costs, _figures(text, mesh), _traffic(text), _work(text, backend)
+        found: list[Any] = []
+        figures = _figures(text, mesh, found)
+        work = _work(text, backend, found[0] if found else None)
+        return costs, figures, _traffic(text), work
 
 
 def _traffic(text: str | Exception) -> dict[str, Any] | None:
@@ -305,17 +308,28 @@ def _traffic(text: str | Exception) -> dict[str, Any] | None:
         return None
 
 
-def _work(text: str | Exception, backend: str) -> dict[str, Any] | None:
+def _work(
+    text: str | Exception, backend: str, collectives: Any = None
+) -> dict[str, Any] | None:
     """The program's work by instruction, as JSON data; ``None`` unparsed.
 
     A scatter's least bytes per index (:data:`SCATTER_ROW_BYTES`) is a TPU's
-    row: a program of another backend is read without it.
+    row: a program of another backend is read without it. Given the
+    program's :class:`~nnx_introspect._xla.collectives.Collectives`, its
+    asynchronous collectives' windows are read with it
+    (:func:`~nnx_introspect._xla.collectives.overlap.windowed_work`).
     """
+    from nnx_introspect._xla.collectives.overlap import windowed_work
+
     if isinstance(text, Exception):
         return None
     try:
         row = SCATTER_ROW_BYTES if backend == "tpu" else 0
-        return program_work(parse_module(text), scatter_row_bytes=row).json_data()
+        module = parse_module(text)
+        if collectives is not None:
+            found = windowed_work(module, collectives, scatter_row_bytes=row)
+            return found.json_data()
+        return program_work(module, scatter_row_bytes=row).json_data()
     except HloTextError:
         return None
 
@@ -351,8 +365,14 @@ def _text_or_error(compiled: Any, backend: str, dump_to: str | None) -> str | Ex
     return text
 
 
-def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:
-    """:func:`program_figures` of the program's text (or the error reading it)."""
+def _figures(
+    text: str | Exception, mesh: Mesh, keep: list[Any] | None = None
+) -> dict[str, Any]:
+    """:func:`program_figures` of the program's text (or the error reading it).
+
+    The :class:`~nnx_introspect._xla.collectives.Collectives` read are
+    appended to ``keep``, when given.
+    """
     from nnx_introspect._xla.collectives import read_collectives
     from nnx_introspect._xla.dump import DumpFormatError
 
@@ -381,6 +401,8 @@ def _figures(text: str | Exception, mesh: Mesh) -> dict[str, Any]:
             f"{type(error).__name__}: {' '.join(str(error).split())[:300]}"
         )
         return out
+    if keep is not None:
+        keep.append(found)
     out["matmul_dtype"] = matmul_dtype(text)
     out["collectives"] = found.json_data()
     out["collective_wire_bytes"] = [

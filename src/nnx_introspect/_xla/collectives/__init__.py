@@ -78,7 +78,9 @@ ids, then as mesh axes), ``report`` (:class:`Collectives`, its
 collective read once, async pairs and XLA:TPU's fusions included) and
 ``megascale`` (a multi-slice TPU program's transfers across slices: the
 megascale runtime's ``send``/``recv`` pairs, read as collectives over the
-data-center network, ``Collective.network == "DCN"``).
+data-center network, ``Collective.network == "DCN"``) and ``overlap`` (each
+asynchronous collective's window in the schedule: the compute between its
+start and its done, which its time may hide behind).
 
 Example:
     >>> import jax, jax.numpy as jnp, numpy as np

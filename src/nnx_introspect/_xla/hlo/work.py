@@ -85,6 +85,7 @@ from nnx_introspect._xla.hlo.traffic import (
 )
 
 __all__ = [
+    "CommWindow",
     "OpKind",
     "OpWork",
     "Work",
@@ -186,6 +187,47 @@ class OpWork:
 
 
 @dataclasses.dataclass(frozen=True)
+class CommWindow:
+    """An asynchronous collective and the compute scheduled while it is in flight.
+
+    Its compute is that of :attr:`Work.stretches` ``first`` to ``last - 1``:
+    the instructions its computation runs between its start and its done
+    (:mod:`~nnx_introspect._xla.collectives.overlap` reads them).
+
+    Attributes:
+        collective: Its row's name (:attr:`Collective.name
+            <nnx_introspect._xla.collectives.Collective>`).
+        axes: The mesh axes its groups span, keyed as the program's wire
+            bytes are (:func:`~nnx_introspect._xla.collectives.axes_key`).
+        wire_bytes: Bytes one device puts on the wire for it, every run of it
+            together.
+        first: The first stretch it is in flight over.
+        last: One past the last (``first == last``: nothing is scheduled
+            between its start and its done).
+
+    Example:
+        >>> CommWindow("all-gather-start.1", ("fsdp",), 96.0, 0, 2).json_data()
+        ['all-gather-start.1', ['fsdp'], 96.0, 0, 2]
+    """
+
+    collective: str
+    axes: tuple[str, ...]
+    wire_bytes: float
+    first: int
+    last: int
+
+    def json_data(self) -> list[Any]:
+        """``[collective, axes, wire_bytes, first, last]``."""
+        return [
+            self.collective,
+            list(self.axes),
+            self.wire_bytes,
+            self.first,
+            self.last,
+        ]
+
+
+@dataclasses.dataclass(frozen=True)
 class Work:
     """A program's work: every kind of instruction it runs, with its count.
 
@@ -206,6 +248,12 @@ class Work:
         bounded_kernels: Those of ``kernels`` whose FLOPs are an upper
             bound (a splash mask whose blocks could not be read, counted
             whole; ragged paged attention over every page).
+        windows: Its asynchronous collectives whose windows were read, in
+            the order they start (:class:`CommWindow`).
+        stretches: The instructions between consecutive starts and dones of
+            those collectives, one tuple per stretch, each instruction counted
+            as in ``ops`` (its runs, loops' trips included), collectives and
+            asynchronous copies left out.
     """
 
     ops: tuple[OpWork, ...]
@@ -214,6 +262,8 @@ class Work:
     kernels: tuple[str, ...] = ()
     uncosted_kernels: tuple[str, ...] = ()
     bounded_kernels: tuple[str, ...] = ()
+    windows: tuple[CommWindow, ...] = ()
+    stretches: tuple[tuple[OpWork, ...], ...] = ()
 
     @property
     def matmul_flops(self) -> float:
@@ -266,6 +316,11 @@ class Work:
         ):
             if names:  # a program without kernels: its data as before them
                 data[key] = list(names)
+        if self.windows:  # a program without asynchronous collectives: as before
+            data["windows"] = [window.json_data() for window in self.windows]
+            data["stretches"] = [
+                [op.json_data() for op in stretch] for stretch in self.stretches
+            ]
         return data
 
 
@@ -279,26 +334,35 @@ def work_from_json(data: dict[str, Any]) -> Work:
         >>> work_from_json({"ops": [["loop", 0.0, 0.0, 0, None, 24]]}).launches
         24
     """
-    ops = tuple(
-        OpWork(
-            kind,
-            float(matmul),
-            float(vector),
-            int(hbm),
-            None if cycles is None else int(cycles),
-            int(count),
-            int(rest[0]) if rest else 0,
-            int(rest[1]) if len(rest) > 1 else 0,
-        )
-        for kind, matmul, vector, hbm, cycles, count, *rest in data["ops"]
-    )
     return Work(
-        ops,
+        tuple(_op_from_json(row) for row in data["ops"]),
         tuple(data.get("unknown_trips", ())),
         int(data.get("buffers", 0)),
         tuple(data.get("kernels", ())),
         tuple(data.get("uncosted_kernels", ())),
         tuple(data.get("bounded_kernels", ())),
+        tuple(
+            CommWindow(name, tuple(axes), float(wire), int(first), int(last))
+            for name, axes, wire, first, last in data.get("windows", ())
+        ),
+        tuple(
+            tuple(_op_from_json(row) for row in stretch)
+            for stretch in data.get("stretches", ())
+        ),
+    )
+
+
+def _op_from_json(row: list[Any]) -> OpWork:
+    kind, matmul, vector, hbm, cycles, count, *rest = row
+    return OpWork(
+        kind,
+        float(matmul),
+        float(vector),
+        int(hbm),
+        None if cycles is None else int(cycles),
+        int(count),
+        int(rest[0]) if rest else 0,
+        int(rest[1]) if len(rest) > 1 else 0,
     )
 
 
@@ -454,11 +518,18 @@ def instruction_work(
         yield inst, OpWork(kind, matmul, vector, hbm, cycles, trips, chip, head_dim)
 
 
-def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) -> Work:
+def program_work(
+    module: Module,
+    *,
+    scatter_row_bytes: int = SCATTER_ROW_BYTES,
+    by_name: dict[str, OpWork] | None = None,
+) -> Work:
     """The work of ``module`` (one device's optimized program), by instruction.
 
     See the module's text for what each figure counts;
-    ``scatter_row_bytes`` as in :func:`instruction_work`.
+    ``scatter_row_bytes`` as in :func:`instruction_work`. Given, ``by_name``
+    gets each instruction's own work by its name (the collectives' windows
+    are read from it).
     """
     unknown: list[str] = []
     kernels: list[KernelCost] = []
@@ -466,7 +537,14 @@ def program_work(module: Module, *, scatter_row_bytes: int = SCATTER_ROW_BYTES) 
     found = instruction_work(
         module, unknown, scatter_row_bytes=scatter_row_bytes, kernels=kernels
     )
-    for _, op in found:
+    for inst, op in found:
+        if by_name is not None and inst is not None:
+            seen = by_name.get(inst.name)  # a computation called twice: both runs
+            by_name[inst.name] = (
+                op
+                if seen is None
+                else dataclasses.replace(op, count=seen.count + op.count)
+            )
         key = dataclasses.replace(op, count=0)
         counts[key] = counts.get(key, 0) + op.count
     ops = tuple(dataclasses.replace(op, count=count) for op, count in counts.items())
