@@ -1,0 +1,127 @@
+"""docs/accuracy.md's pod table follows from MaxText's tables and the compiled rows.
+
+``benchmarks/outside/maxtext/tables.json`` holds MaxText's published v5p and
+v5e rows (data) and ``results.jsonl`` what ``pod_table.py`` compiled. Here
+each row's parameters and MaxText's step time are recomputed from MaxText's
+own rules as written in its sources (``pyconfig.get_individual_scales``,
+``train.calculate_training_tflops``), independently of the benchmark's code,
+and every line of the docs' pod table is checked against the two files.
+"""
+
+import json
+import math
+import re
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HERE = ROOT / "benchmarks" / "outside" / "maxtext"
+TABLES = json.loads((HERE / "tables.json").read_text())
+RESULTS = [
+    json.loads(line)
+    for line in (HERE / "results.jsonl").read_text().splitlines()
+    if line.strip()
+]
+PAGE = (ROOT / "docs" / "accuracy.md").read_text(encoding="utf-8")
+SECTION = PAGE[PAGE.index("## Pod scale") :]
+SECTION = SECTION[: SECTION.index("\n## ", 4)] if "\n## " in SECTION[4:] else SECTION
+
+
+def _rows() -> list[dict[str, Any]]:
+    return [
+        {**table["settings"][row["model"]], **row, "table": name, "kind": table["kind"]}
+        for name, table in TABLES["tables"].items()
+        for row in table["rows"]
+    ]
+
+
+def _params(scale: int) -> int:
+    """MaxText's parameter count of its 2023 decoder at ``scale``, by hand."""
+    base = TABLES["model"]["base_yml"]
+    step, rem = divmod(int(math.log2(scale)), 3)
+    emb = base["base_emb_dim"] * 2 ** (step + (rem > 1))
+    heads = base["base_num_heads"] * 2 ** (step + (rem > 0))
+    mlp = base["base_mlp_dim"] * 2 ** (step + (rem > 0))
+    layers = base["base_num_decoder_layers"] * 2**step
+    hd, vocab = base["head_dim"], base["vocab_size"]
+    # q, k, v, out; wi, wo (one ReLU input); one norm scale a layer
+    layer = 4 * emb * heads * hd + 2 * emb * mlp + emb
+    return layers * layer + vocab * emb + emb  # tied embedding, final norm
+
+
+def test_the_scales_give_the_sizes_maxtext_names() -> None:
+    for row in _rows():
+        billions = _params(row["global_parameter_scale"]) / 1e9
+        named = int(row["model"].rstrip("B"))
+        assert row["params"] == _params(row["global_parameter_scale"])
+        assert abs(billions / named - 1) < 0.04, (row["id"], billions)
+
+
+def test_each_step_time_is_maxtext_s_formula_over_its_rate() -> None:
+    base = TABLES["model"]["base_yml"]
+    for name, table in TABLES["tables"].items():
+        factor = table["formula"]["attention_factor"]
+        assert factor == {"v5p": 6, "v5e": 12}[name]
+        for row in table["rows"]:
+            s = table["settings"][row["model"]]
+            scale, b, t = s["global_parameter_scale"], s["per_device_batch_size"], 2048
+            step, rem = divmod(int(math.log2(scale)), 3)
+            heads = base["base_num_heads"] * 2 ** (step + (rem > 0))
+            layers = base["base_num_decoder_layers"] * 2**step
+            flops = 6 * _params(scale) * t * b
+            flops += factor * heads * layers * base["head_dim"] * t**2 * b
+            assert row["maxtext_tflops_per_device"] == pytest.approx(
+                flops / 1e12, abs=1e-3
+            )
+            rate = row["mfu_percent"] / 100 * table["peak_tflops_per_chip"]
+            # the MFU column and the TFLOP/s column say the same rate
+            assert abs(rate - row["tflops_per_chip"]) < 0.6, row["id"]
+            assert row["maxtext_step_seconds"] == pytest.approx(
+                flops / 1e12 / rate, abs=1e-4
+            )
+
+
+def test_the_v5e_32b_row_is_the_published_figures() -> None:
+    # MaxText/configs/v5e/README.md: 1x v5e-256, 32B: 132 TFLOP/s/chip, 66.86%
+    row = next(r for r in _rows() if r["id"] == "v5e-32b-1x")
+    assert (row["tflops_per_chip"], row["mfu_percent"]) == (132, 66.86)
+    assert row["per_device_batch_size"] == 4 and row["remat_policy"] == "full"
+    assert len([r for r in _rows() if r["table"] == "v5e"]) == 24
+    assert len([r for r in _rows() if r["table"] == "v5p"]) == 16
+
+
+def _doc_lines() -> list[list[str]]:
+    return [
+        [cell.strip() for cell in line.strip("|").split("|")]
+        for line in SECTION.splitlines()
+        if re.match(r"\| v5[ep]-", line)
+    ]
+
+
+def test_every_compiled_row_is_in_the_docs_as_compiled() -> None:
+    rows = {row["id"]: row for row in _rows()}
+    latest = {(r["id"], r["attention"], r["base"]): r for r in RESULTS}
+    shown = [r for r in latest.values() if r.get("ours_seconds") is not None]
+    lines = _doc_lines()
+    assert shown, "results.jsonl holds no compiled row"
+    assert len(lines) == len(shown)
+    for cells in lines:
+        rid, topology, slices, remat, attention, fits = cells[:6]
+        maxtext, ours, ratio, kind = cells[6:]
+        row = rows[rid]
+        found = latest[
+            (rid, attention.split(",")[0], "2023" if "," not in attention else "llama2")
+        ]
+        assert (topology, int(slices), remat) == (
+            row["topology"],
+            row["slices"],
+            row["remat_policy"],
+        )
+        assert fits == ("yes" if found["fits"] else "NO")
+        assert float(maxtext) == pytest.approx(row["maxtext_step_seconds"], abs=0.005)
+        assert float(ours) == pytest.approx(found["ours_seconds"], abs=0.005)
+        recomputed = found["ours_seconds"] / row["maxtext_step_seconds"]
+        assert float(ratio) == pytest.approx(recomputed, abs=0.005)
+        assert kind == {"v5p": "calibration", "v5e": "check"}[row["table"]]
