@@ -48,7 +48,7 @@ def _params(scale: int) -> int:
     hd, vocab = base["head_dim"], base["vocab_size"]
     # q, k, v, out; wi, wo (one ReLU input); one norm scale a layer
     layer = 4 * emb * heads * hd + 2 * emb * mlp + emb
-    return layers * layer + vocab * emb + emb  # tied embedding, final norm
+    return int(layers * layer + vocab * emb + emb)  # tied embedding, final norm
 
 
 def test_the_scales_give_the_sizes_maxtext_names() -> None:

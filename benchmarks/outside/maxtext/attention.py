@@ -47,7 +47,10 @@ def _flash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
         block_k_dq=min(256, s),
         block_k_major_dq=min(512, s),
     )
-    return fa.flash_attention(q, k, v, causal=True, sm_scale=1.0, block_sizes=sizes)
+    out: jax.Array = fa.flash_attention(
+        q, k, v, causal=True, sm_scale=1.0, block_sizes=sizes
+    )
+    return out
 
 
 def _splash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
@@ -73,7 +76,8 @@ def _splash(q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:
     kernel = splash.make_splash_mha(
         mask, head_shards=1, q_seq_shards=1, block_sizes=sizes
     )
-    return jax.vmap(kernel)(q, k, v)
+    out: jax.Array = jax.vmap(kernel)(q, k, v)
+    return out
 
 
 def attend(kind: str, q: jax.Array, k: jax.Array, v: jax.Array) -> jax.Array:

@@ -77,7 +77,7 @@ def constrain(x: jax.Array, *dims: tuple[str, ...]) -> jax.Array:
     taken: set[str] = set()
     spec: list[Any] = []
     for size, names in zip(x.shape, dims, strict=True):
-        used = []
+        used: list[str] = []
         for name in names:
             fits = name in sizes and not size % (
                 math.prod(sizes[u] for u in used) * sizes.get(name, 1)
@@ -86,7 +86,8 @@ def constrain(x: jax.Array, *dims: tuple[str, ...]) -> jax.Array:
                 used.append(name)
         taken.update(used)
         spec.append(tuple(used) if used else None)
-    return jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
+    out: jax.Array = jax.lax.with_sharding_constraint(x, PartitionSpec(*spec))
+    return out
 
 
 def individual_scales(scale: int) -> tuple[int, int, int, int]:
@@ -123,7 +124,9 @@ def param_count(cfg: Base) -> int:
     return cfg.layers * layer + cfg.vocab * cfg.emb + logits + cfg.emb
 
 
-def _param(rngs: nnx.Rngs, shape: tuple[int, ...], axes: tuple[Any, ...]) -> nnx.Param:
+def _param(
+    rngs: nnx.Rngs, shape: tuple[int, ...], axes: tuple[Any, ...]
+) -> nnx.Param[jax.Array]:
     fan_in = shape[1] if len(shape) > 1 else 1
     value = jax.random.normal(rngs.params(), shape, jnp.float32) / math.sqrt(fan_in)
     return nnx.Param(value, out_sharding=axes)
