@@ -128,3 +128,45 @@ def test_every_compiled_row_is_in_the_docs_as_compiled() -> None:
         assert float(compile_seconds) == pytest.approx(
             found["compile_seconds"], abs=0.5
         )
+
+
+def _latest(rid: str, attention: str = "xla") -> dict[str, Any]:
+    return next(
+        r for r in reversed(RESULTS) if (r["id"], r["attention"]) == (rid, attention)
+    )
+
+
+def test_the_reading_states_the_results() -> None:
+    text = " ".join(SECTION.split())
+    growth = []
+    for table in ("v5p", "v5e"):
+        one, two = _latest(f"{table}-32b-1x"), _latest(f"{table}-32b-2x")
+        growth.append(
+            (
+                two["maxtext_seconds"] / one["maxtext_seconds"] - 1,
+                two["ours_seconds"] / one["ours_seconds"] - 1,
+            )
+        )
+    (p_max, p_ours), (e_max, e_ours) = growth
+    assert (
+        f"MaxText's step grows {p_max:.1%} (v5p 32B) and {e_max:.1%} (v5e 32B)" in text
+    )
+    assert f"the estimate's grows {p_ours:.1%} and {e_ours:.1%}" in text
+    hidden = []
+    for rid in ("v5p-32b-1x", "v5e-32b-1x"):
+        row = _latest(rid)
+        comm = sum(row["comm_seconds"].values())
+        assert f"{comm:.2f} s of {rid}'s {row['ours_seconds']:.2f} s" in text
+        hidden.append((row["ours_seconds"] - comm) / row["maxtext_seconds"])
+    assert f"the two would read {hidden[0]:.2f} and {hidden[1]:.2f}" in text
+    xla, flash = _latest("v5e-32b-1x"), _latest("v5e-32b-1x", "flash")
+    assert f"from {xla['ours_seconds']:.2f} s to {flash['ours_seconds']:.2f} s" in text
+
+
+def test_the_ranges_cover_every_row() -> None:
+    text = " ".join(SECTION.split())
+    latest = {(r["id"], r["attention"]): r for r in RESULTS if r.get("ours_seconds")}
+    for table in ("v5p", "v5e"):
+        ratios = [r["ratio"] for (rid, _), r in latest.items() if rid.startswith(table)]
+        span = f"{min(ratios):.2f}-{max(ratios):.2f} on the {table} rows"
+        assert span in text
