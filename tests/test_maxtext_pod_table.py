@@ -161,6 +161,11 @@ def test_the_reading_states_the_results() -> None:
         assert f"{comm:.2f} s of {rid}'s {row['ours_seconds']:.2f} s" in text
         hidden.append((row["ours_seconds"] - comm) / row["maxtext_seconds"])
     assert f"the two would read {hidden[0]:.2f} and {hidden[1]:.2f}" in text
+    for size in ("16B", "32B", "64B", "128B"):
+        row = _latest(f"v5e-{size.lower()}-1x")
+        assert f"{row['ratio']:.2f} ({size}" in text
+    big = _latest("v5e-128b-1x")
+    assert f"collectives add {big['comm_seconds']['tensor']:.2f} s" in text
     xla, flash = _latest("v5e-32b-1x"), _latest("v5e-32b-1x", "flash")
     assert f"from {xla['ours_seconds']:.2f} s to {flash['ours_seconds']:.2f} s" in text
 
