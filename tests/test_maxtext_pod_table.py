@@ -181,3 +181,13 @@ def test_the_ranges_cover_every_row() -> None:
         ratios = [r["ratio"] for (rid, _), r in latest.items() if rid.startswith(table)]
         span = f"{min(ratios):.2f}-{max(ratios):.2f} on the {table} rows"
         assert span in text
+
+
+def test_the_kernel_lowers_every_row_compiled_both_ways() -> None:
+    assert "Every row compiled both ways reads lower with the kernel" in SECTION
+    assert "No row reads low" in SECTION
+    flash = [r for r in RESULTS if r["attention"] == "flash" and r.get("ours_seconds")]
+    assert flash
+    for row in flash:
+        assert row["ours_seconds"] < _latest(row["id"])["ours_seconds"], row["id"]
+    assert min(r["ratio"] for r in RESULTS if r.get("ratio")) >= 0.995
