@@ -191,3 +191,27 @@ def test_the_kernel_lowers_every_row_compiled_both_ways() -> None:
     for row in flash:
         assert row["ours_seconds"] < _latest(row["id"])["ours_seconds"], row["id"]
     assert min(r["ratio"] for r in RESULTS if r.get("ratio")) >= 0.995
+
+
+def _growth(rid: str) -> str:
+    one, many = _latest(rid.rsplit("-", 1)[0] + "-1x"), _latest(rid)
+    mine = many["maxtext_seconds"] / one["maxtext_seconds"] - 1
+    ours = many["ours_seconds"] / one["ours_seconds"] - 1
+    return f"{rid} {mine:.1%} against {ours:.1%}"
+
+
+def test_every_multi_slice_row_s_growth_is_stated() -> None:
+    text = " ".join(SECTION.split())
+    many = sorted(
+        {r["id"] for r in RESULTS if r["attention"] == "xla" and r.get("ours_seconds")}
+        - {r["id"] for r in RESULTS if r["id"].endswith("-1x")}
+    )
+    assert many
+    for rid in many:
+        assert _growth(rid) in text
+        mine, ours = (
+            _latest(rid)[k] / _latest(rid.rsplit("-", 1)[0] + "-1x")[k]
+            for k in ("maxtext_seconds", "ours_seconds")
+        )
+        assert 1 < ours < mine  # right direction, smaller
+        assert 0.2 <= math.log(ours) / math.log(mine) <= 0.55  # "a fifth to a half"
