@@ -51,7 +51,6 @@ cube 12/7 times (1.7).
 """
 
 import dataclasses
-import math
 from collections.abc import Mapping
 from typing import Any
 
@@ -64,9 +63,11 @@ from nnx_introspect._roofline.assumptions import (
 )
 from nnx_introspect._roofline.checks import checked_peak
 from nnx_introspect._roofline.links import (
-    gpu_in_host,
-    ici_links,
+    CommTerm,
+    comm_term,
+    dcn_terms,
     slice_axes,
+    term_name,
     torus_assignment,
 )
 from nnx_introspect._roofline.timing import ProgramTime
@@ -87,71 +88,6 @@ LABEL = (
     "(a roofline), not a measurement"
 )
 """The words a :class:`Roofline`'s label without a point estimate starts with."""
-
-
-@dataclasses.dataclass(frozen=True)
-class CommTerm:
-    """One mesh-axis combination's communication: its bytes, links and time.
-
-    Attributes:
-        axes: The mesh axes the collectives run over, as given.
-        group_size: Devices in one group (the product of the axes' sizes;
-            on several slices, of their shares within a slice for ICI, of the
-            slices for DCN).
-        wire_bytes: Bytes one device puts on the wire over these axes.
-        link: ``"nvlink"``, ``"network"`` (GPUs), ``"ici"`` (TPUs) or
-            ``"dcn"`` (TPUs: across slices, over the data-center network).
-        links: Links' worth of bandwidth one device uses (1 on GPUs).
-        bytes_per_second: The bandwidth used: ``links`` x one link's.
-        seconds: ``wire_bytes / bytes_per_second``.
-        torus_dims: TPU: the indices of the torus dimensions the axes span
-            (``()`` on GPUs, or when the mesh fits no whole dimensions).
-
-    Example:
-        >>> from nnx_introspect._accelerators.hardware import hardware_for
-        >>> est = roofline(
-        ...     flops=0.0, bytes_accessed=0.0,
-        ...     comm_bytes_by_axis={("tp",): 450 * 10**6},
-        ...     mesh_axes=(("tp", 8),), hardware=hardware_for("h100-8"),
-        ... )
-        >>> term = est.comm[0]
-        >>> term.link, term.seconds
-        ('nvlink', 0.001)
-    """
-
-    axes: tuple[str, ...]
-    group_size: int
-    wire_bytes: int
-    link: str
-    links: int
-    bytes_per_second: float
-    seconds: float
-    torus_dims: tuple[int, ...] = ()
-
-    def json_data(self) -> dict[str, Any]:
-        """The term as JSON-ready values.
-
-        Example:
-            >>> from nnx_introspect._accelerators.hardware import hardware_for
-            >>> est = roofline(
-            ...     flops=0.0, bytes_accessed=0.0,
-            ...     comm_bytes_by_axis={("data",): 10**10},
-            ...     mesh_axes=(("data", 4),), hardware=hardware_for("v5e-4"),
-            ... )
-            >>> data = est.comm[0].json_data()
-            >>> data["link"], data["links"], data["torus_dims"], data["seconds"]
-            ('ici', 2, [0, 1], 0.1)
-        """
-        return {
-            "axes": list(self.axes),
-            "group_size": self.group_size,
-            "wire_bytes": self.wire_bytes,
-            "link": self.link,
-            "links": self.links,
-            "bytes_per_second": self.bytes_per_second,
-            "seconds": self.seconds,
-            "torus_dims": list(self.torus_dims),
-        }
 
 
 @dataclasses.dataclass(frozen=True)
@@ -443,83 +379,6 @@ def duration(seconds: float) -> str:
     return f"{seconds / 1e-9:.2f} ns"
 
 
-# --- Links -----------------------------------------------------------------------
-
-
-def _comm_term(
-    hardware: Hardware,
-    mesh_axes: tuple[tuple[str, int], ...],
-    assignment: tuple[tuple[int, ...], ...] | None,
-    axes: tuple[str, ...],
-    wire_bytes: int,
-) -> CommTerm:
-    """One axis combination's links, bandwidth and time."""
-    sizes = dict(mesh_axes)
-    group = math.prod(sizes[a] for a in axes)
-    names = [name for name, _ in mesh_axes]
-    if hardware.platform == "cuda":
-        in_host = gpu_in_host(hardware, mesh_axes, axes)
-        link = "nvlink" if in_host else "network"
-        if in_host:
-            gpu_rate = hardware.nvlink_bytes_per_second
-        else:
-            gpu_rate = hardware.network_bytes_per_second
-        if gpu_rate is None:  # pragma: no cover - hardware_for fills both
-            raise AssertionError(f"{hardware.topology} has no {link} figure")
-        rate = float(gpu_rate)
-        return CommTerm(axes, group, wire_bytes, link, 1, rate, wire_bytes / rate)
-    per_link = hardware.ici_bytes_per_second_per_link
-    if per_link is None:  # pragma: no cover - hardware_for fills it
-        raise AssertionError(f"{hardware.topology} has no ICI figure")
-    dims: set[int] = set()
-    if assignment is not None:
-        for a in axes:
-            dims.update(assignment[names.index(a)])
-    torus = hardware.torus_dims
-    spanned = tuple(sorted(d for d in dims if d < len(torus) and torus[d] > 1))
-    links = ici_links(hardware, dims) if assignment is not None else 1
-    ici_rate = float(links * per_link)
-    seconds = wire_bytes / ici_rate
-    return CommTerm(axes, group, wire_bytes, "ici", links, ici_rate, seconds, spanned)
-
-
-def term_name(term: CommTerm) -> str:
-    """A communication term's name: ``"communication over ('fsdp',)"``.
-
-    A term across slices adds ``" across slices (DCN)"``.
-
-    Example:
-        >>> term_name(CommTerm(("data",), 2, 10, "dcn", 1, 1.0, 10.0))
-        "communication over ('data',) across slices (DCN)"
-    """
-    across = " across slices (DCN)" if term.link == "dcn" else ""
-    return f"communication over {term.axes}{across}"
-
-
-def _dcn_terms(
-    hardware: Hardware,
-    dcn_axes: tuple[tuple[str, int], ...],
-    dcn: Mapping[tuple[str, ...], int],
-) -> tuple[CommTerm, ...]:
-    """The terms across slices: wire bytes over the chip's DCN bandwidth."""
-    rate = hardware.dcn_bytes_per_second
-    if rate is None or not dcn:
-        return ()
-    shares = dict(dcn_axes)
-    return tuple(
-        CommTerm(
-            axes,
-            math.prod(shares.get(a, 1) for a in axes),
-            wire,
-            "dcn",
-            1,
-            float(rate),
-            wire / rate,
-        )
-        for axes, wire in dcn.items()
-    )
-
-
 # --- The estimate ----------------------------------------------------------------
 
 
@@ -640,11 +499,11 @@ def roofline(
     if hardware.platform == "tpu":
         assignment = torus_assignment(hardware.torus_dims, names_sizes)
     comm = tuple(
-        _comm_term(hardware, ici_axes, assignment, axes, wire)
+        comm_term(hardware, ici_axes, assignment, axes, wire)
         for axes, wire in comm_bytes_by_axis.items()
     )
     dcn = dict(dcn_bytes_by_axis or {})
-    comm += _dcn_terms(hardware, dcn_axes, dcn)
+    comm += dcn_terms(hardware, dcn_axes, dcn)
     compute = float(flops) / peak
     memory = float(bytes_accessed) / hardware.hbm_bytes_per_second
     terms = [("compute", compute), ("memory", memory)]
