@@ -103,15 +103,13 @@ from nnx_introspect._xla.collectives.read import (
     compiled_hlo_text as compiled_hlo_text,
 )
 from nnx_introspect._xla.collectives.read import read_collectives as read_collectives
-from nnx_introspect._xla.collectives.report import DCN_MARK as DCN_MARK
-from nnx_introspect._xla.collectives.report import KINDS as KINDS
-from nnx_introspect._xla.collectives.report import Collective as Collective
 from nnx_introspect._xla.collectives.report import Collectives as Collectives
-from nnx_introspect._xla.collectives.report import (
-    CollectiveTotal as CollectiveTotal,
-)
 from nnx_introspect._xla.collectives.report import axes_key as axes_key
-from nnx_introspect._xla.collectives.report import wire_factor as wire_factor
+from nnx_introspect._xla.collectives.rows import DCN_MARK as DCN_MARK
+from nnx_introspect._xla.collectives.rows import KINDS as KINDS
+from nnx_introspect._xla.collectives.rows import Collective as Collective
+from nnx_introspect._xla.collectives.rows import CollectiveTotal as CollectiveTotal
+from nnx_introspect._xla.collectives.rows import wire_factor as wire_factor
 
 __all__ = [
     "DCN_MARK",

@@ -7,7 +7,7 @@ from collections.abc import Sequence
 import numpy as np
 
 from nnx_introspect._xla.collectives.errors import base_opcode, format_error
-from nnx_introspect._xla.collectives.report import ANY_QUESTION
+from nnx_introspect._xla.collectives.rows import ANY_QUESTION
 from nnx_introspect._xla.hlo import Instruction
 
 _EXPLICIT = re.compile(r"\{(?:\{[\d,]*\}(?:,\{[\d,]*\})*)?\}")

@@ -61,7 +61,8 @@ from collections.abc import Iterator, Mapping
 from typing import Final
 
 from nnx_introspect._xla.collectives.errors import base_opcode
-from nnx_introspect._xla.collectives.report import KINDS, Collectives, axes_key
+from nnx_introspect._xla.collectives.report import Collectives, axes_key
+from nnx_introspect._xla.collectives.rows import KINDS
 from nnx_introspect._xla.hlo import Instruction, Module
 from nnx_introspect._xla.hlo.module import called_computations
 from nnx_introspect._xla.hlo.work import (

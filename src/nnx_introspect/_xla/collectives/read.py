@@ -32,7 +32,8 @@ from nnx_introspect._xla.collectives.megascale import (
     transfer_pairs,
     transfer_slices,
 )
-from nnx_introspect._xla.collectives.report import KINDS, Collective, Collectives
+from nnx_introspect._xla.collectives.report import Collectives
+from nnx_introspect._xla.collectives.rows import KINDS, Collective
 from nnx_introspect._xla.collectives.sources import array_sources
 from nnx_introspect._xla.hlo import (
     HloTextError,
