@@ -7,12 +7,35 @@ attention kernel at its head dim's share of the matrix unit's width); the
 words name that rate's calibration and each kernel left uncosted or bounded.
 """
 
-from typing import TYPE_CHECKING
+from typing import Protocol
 
 from nnx_introspect._xla import OpWork
 
-if TYPE_CHECKING:
-    from nnx_introspect._roofline.timing import TimeConstants
+
+class _Rates(Protocol):
+    """What this module reads of the time model's constants.
+
+    (:class:`~nnx_introspect._roofline.timing.TimeConstants`, not imported:
+    that module imports this one.)
+    """
+
+    @property
+    def version(self) -> str: ...
+    @property
+    def matmul_fraction(self) -> float: ...
+    @property
+    def kernel_fraction(self) -> float | None: ...
+    @property
+    def mxu_width(self) -> int | None: ...
+    @property
+    def kernels_calibrated(self) -> bool: ...
+    @property
+    def kernel_programs(self) -> int: ...
+    @property
+    def kernel_median_error(self) -> float | None: ...
+    @property
+    def kernel_worst_error(self) -> float | None: ...
+
 
 __all__ = ["kernel_rate_words", "kernel_seconds", "kernel_words"]
 
@@ -21,7 +44,7 @@ def kernel_words(
     kernels: tuple[str, ...],
     uncosted: tuple[str, ...] = (),
     bounded: tuple[str, ...] = (),
-    constants: "TimeConstants | None" = None,
+    constants: _Rates | None = None,
 ) -> str:
     """What an estimate says of a program's Pallas kernels (``""``: none).
 
@@ -65,7 +88,7 @@ def kernel_words(
     return text
 
 
-def kernel_rate_words(c: "TimeConstants | None") -> str:
+def kernel_rate_words(c: _Rates | None) -> str:
     """The kernels' rate and what it was calibrated on."""
     if c is None or not c.kernels_calibrated:
         return "the matrix unit's rate, uncalibrated for kernels"
@@ -80,7 +103,7 @@ def kernel_rate_words(c: "TimeConstants | None") -> str:
     )
 
 
-def kernel_seconds(op: OpWork, c: "TimeConstants", peak: float) -> float:
+def kernel_seconds(op: OpWork, c: _Rates, peak: float) -> float:
     """A Pallas kernel's FLOPs at the kernels' rate, in seconds.
 
     An attention kernel's run at its head dim's share of the matrix unit's
